@@ -1,0 +1,100 @@
+#include "core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace xdit {
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream o;
+  o << '[';
+  for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
+  o << ']';
+  return o.str();
+}
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+Tensor Tensor::empty(Shape shape, DType dtype) {
+  for (int64_t d : shape) XDIT_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
+  Tensor t;
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  const size_t bytes = (t.nbytes() + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, bytes == 0 ? 64 : bytes);
+  XDIT_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes for a tensor of shape ",
+             shape_str(t.shape_));
+  t.storage_ = std::shared_ptr<void>(p, std::free);
+  t.data_ = p;
+  return t;
+}
+
+Tensor Tensor::zeros(Shape shape, DType dtype) {
+  Tensor t = empty(std::move(shape), dtype);
+  std::memset(t.data_, 0, t.nbytes());
+  return t;
+}
+
+Tensor Tensor::view(std::shared_ptr<const void> keeper, const void* data, Shape shape,
+                    DType dtype) {
+  Tensor t;
+  t.storage_ = std::move(keeper);
+  t.data_ = const_cast<void*>(data);  // views of read-only maps are never written
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  return t;
+}
+
+Tensor Tensor::from_vector(const std::vector<float>& values, Shape shape) {
+  XDIT_CHECK(shape_numel(shape) == static_cast<int64_t>(values.size()), "from_vector: ",
+             values.size(), " values do not fill shape ", shape_str(shape));
+  Tensor t = empty(std::move(shape));
+  std::memcpy(t.data_, values.data(), values.size() * 4);
+  return t;
+}
+
+int64_t Tensor::dim(int i) const {
+  const int n = ndim();
+  if (i < 0) i += n;
+  XDIT_CHECK(i >= 0 && i < n, "dimension index ", i, " out of range for shape ", shape_str(shape_));
+  return shape_[i];
+}
+
+Tensor Tensor::reshape(Shape shape) const {
+  XDIT_CHECK(shape_numel(shape) == numel(), "cannot reshape ", shape_str(shape_), " to ",
+             shape_str(shape));
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::to(DType dtype) const {
+  Tensor out = empty(shape_, dtype);
+  const size_t n = static_cast<size_t>(numel());
+  if (dtype == dtype_) {
+    std::memcpy(out.data_, data_, nbytes());
+  } else if (dtype == DType::kF32) {
+    convert_to_f32(data_, dtype_, out.data<float>(), n);
+  } else if (dtype_ == DType::kF32) {
+    convert_from_f32(data<float>(), out.data_, dtype, n);
+  } else {
+    Tensor f = to(DType::kF32);
+    convert_from_f32(f.data<float>(), out.data_, dtype, n);
+  }
+  return out;
+}
+
+std::vector<float> Tensor::to_vector() const {
+  std::vector<float> v(static_cast<size_t>(numel()));
+  convert_to_f32(data_, dtype_, v.data(), v.size());
+  return v;
+}
+
+}  // namespace xdit

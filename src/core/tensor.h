@@ -1,0 +1,71 @@
+// Tensor: a typed, shaped view of storage that it shares ownership of. The
+// storage is either an aligned host allocation or a memory-mapped file region
+// (kept alive by the view). Activations in the engine are f32; weights may be
+// f32/f16/bf16 until they are packed into the compute layout.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace xdit {
+
+using Shape = std::vector<int64_t>;
+
+enum class Device { kCPU, kCUDA };
+
+std::string shape_str(const Shape& s);  // "[2, 4, 8]"
+int64_t shape_numel(const Shape& s);
+
+class Tensor {
+ public:
+  Tensor() = default;
+
+  // Uninitialised host tensor, 64-byte aligned.
+  static Tensor empty(Shape shape, DType dtype = DType::kF32);
+  static Tensor zeros(Shape shape, DType dtype = DType::kF32);
+  // A view of memory owned by `keeper` (e.g. a file mapping).
+  static Tensor view(std::shared_ptr<const void> keeper, const void* data, Shape shape,
+                     DType dtype);
+  // f32 tensor holding a copy of `values`.
+  static Tensor from_vector(const std::vector<float>& values, Shape shape);
+
+  bool defined() const { return data_ != nullptr || numel() == 0; }
+  const Shape& shape() const { return shape_; }
+  int ndim() const { return static_cast<int>(shape_.size()); }
+  int64_t dim(int i) const;  // negative i counts from the end
+  int64_t numel() const { return shape_numel(shape_); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  DType dtype() const { return dtype_; }
+  Device device() const { return Device::kCPU; }
+
+  template <class T>
+  T* data() {
+    return static_cast<T*>(data_);
+  }
+  template <class T>
+  const T* data() const {
+    return static_cast<const T*>(data_);
+  }
+  void* raw() { return data_; }
+  const void* raw() const { return data_; }
+
+  // Same storage, new shape (element count must match).
+  Tensor reshape(Shape shape) const;
+  // A copy converted to `dtype` (a plain copy when it already is).
+  Tensor to(DType dtype) const;
+  Tensor clone() const { return to(dtype_); }
+  // The f32 values as a vector (converting if needed).
+  std::vector<float> to_vector() const;
+
+ private:
+  std::shared_ptr<const void> storage_;
+  void* data_ = nullptr;
+  Shape shape_;
+  DType dtype_ = DType::kF32;
+};
+
+}  // namespace xdit

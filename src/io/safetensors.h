@@ -1,0 +1,56 @@
+// safetensors reading (memory-mapped, validated) and writing.
+// Format: u64 little-endian header length N, N bytes of JSON
+// {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {...}},
+// then the data section that the offsets index.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace xdit::io {
+
+struct TensorEntry {
+  std::string dtype;  // as written in the file ("F32", "BF16", "I64", ...)
+  Shape shape;
+  size_t begin = 0;   // byte offsets inside the data section
+  size_t end = 0;
+};
+
+// One .safetensors file, mapped read-only. The constructor validates the whole
+// header (and that every tensor lies inside the file) and throws xdit::Error
+// naming the file and the problem.
+class SafeTensorsFile {
+ public:
+  explicit SafeTensorsFile(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  bool contains(const std::string& name) const { return entries_.count(name) != 0; }
+  const std::map<std::string, TensorEntry>& entries() const { return entries_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // A zero-copy view of tensor `name` (f32, f16 or bf16).
+  Tensor get(const std::string& name) const;
+
+ private:
+  std::string path_;
+  std::shared_ptr<const void> map_;  // the whole file
+  size_t file_size_ = 0;
+  size_t data_start_ = 0;
+  std::map<std::string, TensorEntry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Writes tensors (any of f32/f16/bf16) and string metadata. Writes to a
+// temporary file and renames it, so a failure never leaves a partial file.
+void write_safetensors(const std::string& path,
+                       const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+// Reads every tensor of a file into memory as f32 (small files: inputs, goldens).
+std::map<std::string, Tensor> read_safetensors_f32(const std::string& path);
+
+}  // namespace xdit::io

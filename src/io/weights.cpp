@@ -1,0 +1,116 @@
+#include "io/weights.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "core/error.h"
+
+namespace xdit::io {
+
+namespace fs = std::filesystem;
+
+WeightStore::WeightStore(const std::string& folder) : folder_(folder) {
+  XDIT_CHECK(fs::is_directory(folder), "model folder ", folder, " does not exist");
+  // Prefer the standard single file, then a sharded index, then any single file.
+  std::vector<fs::path> singles, indexes;
+  for (const auto& e : fs::directory_iterator(folder)) {
+    const std::string n = e.path().filename().string();
+    if (n.ends_with(".safetensors.index.json")) indexes.push_back(e.path());
+    else if (n.ends_with(".safetensors")) singles.push_back(e.path());
+  }
+  std::sort(singles.begin(), singles.end());
+  std::sort(indexes.begin(), indexes.end());
+  auto pick = [&](const std::vector<fs::path>& list, const char* a, const char* b) -> fs::path {
+    for (const auto& p : list)
+      if (p.filename() == a || p.filename() == b) return p;
+    return {};
+  };
+  fs::path single = pick(singles, "diffusion_pytorch_model.safetensors", "model.safetensors");
+  fs::path index = pick(indexes, "diffusion_pytorch_model.safetensors.index.json",
+                        "model.safetensors.index.json");
+  if (single.empty() && index.empty()) {
+    if (!indexes.empty()) index = indexes.front();
+    else if (singles.size() == 1) single = singles.front();
+  }
+  XDIT_CHECK(!single.empty() || !index.empty(), "no safetensors weights in ", folder,
+             " (expected diffusion_pytorch_model.safetensors, model.safetensors or a "
+             "*.safetensors.index.json; .bin checkpoints must be converted to safetensors)");
+  if (!single.empty()) {
+    files_.push_back(std::make_unique<SafeTensorsFile>(single.string()));
+  } else {
+    nlohmann::json j;
+    try {
+      std::ifstream in(index);
+      j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      XDIT_FAIL("sharded index ", index.string(), " is not valid JSON (", e.what(), ")");
+    }
+    XDIT_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
+               "sharded index ", index.string(), " has no weight_map object");
+    std::map<std::string, const SafeTensorsFile*> by_file;
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+      XDIT_CHECK(it.value().is_string(), "sharded index ", index.string(), ": entry '", it.key(),
+                 "' does not name a file");
+      const std::string shard = it.value().get<std::string>();
+      XDIT_CHECK(shard.find('/') == std::string::npos, "sharded index ", index.string(),
+                 " names a shard outside its folder: ", shard);
+      auto f = by_file.find(shard);
+      if (f == by_file.end()) {
+        const fs::path sp = fs::path(folder) / shard;
+        XDIT_CHECK(fs::exists(sp), "shard ", sp.string(), " named by ", index.string(),
+                   " is missing");
+        files_.push_back(std::make_unique<SafeTensorsFile>(sp.string()));
+        f = by_file.emplace(shard, files_.back().get()).first;
+      }
+      XDIT_CHECK(f->second->contains(it.key()), "sharded index ", index.string(), " places '",
+                 it.key(), "' in ", shard, " but that shard does not contain it");
+      index_[it.key()] = f->second;
+    }
+    return;
+  }
+  for (const auto& [name, e] : files_.front()->entries()) index_[name] = files_.front().get();
+}
+
+bool WeightStore::has(const std::string& name) const { return index_.count(name) != 0; }
+
+Tensor WeightStore::get(const std::string& name, const Shape& expected) const {
+  auto it = index_.find(name);
+  XDIT_CHECK(it != index_.end(), "weight '", name, "' is missing from ", folder_,
+             " (is this the right model folder for its config?)");
+  Tensor t = it->second->get(name);
+  XDIT_CHECK(t.shape() == expected, "weight '", name, "' in ", folder_, " has shape ",
+             shape_str(t.shape()), " but the config implies ", shape_str(expected));
+  return t;
+}
+
+size_t WeightStore::stored_bytes() const {
+  size_t n = 0;
+  for (const auto& [name, f] : index_) {
+    const auto& e = f->entries().at(name);
+    n += e.end - e.begin;
+  }
+  return n;
+}
+
+std::vector<std::string> WeightStore::names() const {
+  std::vector<std::string> v;
+  for (const auto& [name, f] : index_) v.push_back(name);
+  return v;
+}
+
+Tensor RandomWeights::get(const std::string& name, const Shape& expected) const {
+  Tensor t = Tensor::empty(expected);
+  std::mt19937_64 rng(seed_ ^ std::hash<std::string>{}(name));
+  const bool vector_like = expected.size() == 1;
+  std::normal_distribution<float> dist(0.0f, vector_like ? 0.01f : 0.02f);
+  float* p = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
+  bytes_ += t.nbytes();
+  return t;
+}
+
+}  // namespace xdit::io

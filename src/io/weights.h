@@ -1,0 +1,54 @@
+// Where a model's weights come from. Models ask for each weight by its
+// diffusers/transformers state-dict key and the shape they expect, once, at load.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/safetensors.h"
+
+namespace xdit::io {
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual bool has(const std::string& name) const = 0;
+  // The weight `name`, checked against `expected` (throws naming both shapes).
+  virtual Tensor get(const std::string& name, const Shape& expected) const = 0;
+  // Bytes of the weights as stored (for memory estimates and logs).
+  virtual size_t stored_bytes() const = 0;
+};
+
+// The safetensors weights of one model component folder (e.g. transformer/):
+// a single file or a sharded set named by a *.safetensors.index.json.
+class WeightStore : public WeightSource {
+ public:
+  explicit WeightStore(const std::string& folder);
+  bool has(const std::string& name) const override;
+  Tensor get(const std::string& name, const Shape& expected) const override;
+  size_t stored_bytes() const override;
+  std::vector<std::string> names() const;
+
+ private:
+  std::string folder_;
+  std::vector<std::unique_ptr<SafeTensorsFile>> files_;
+  std::map<std::string, const SafeTensorsFile*> index_;
+};
+
+// Random weights made in memory (benchmarks): N(0, 0.02²) for matrices, small
+// values for vectors, deterministic per name.
+class RandomWeights : public WeightSource {
+ public:
+  explicit RandomWeights(uint64_t seed = 0) : seed_(seed) {}
+  bool has(const std::string&) const override { return true; }
+  Tensor get(const std::string& name, const Shape& expected) const override;
+  size_t stored_bytes() const override { return bytes_; }
+
+ private:
+  uint64_t seed_;
+  mutable size_t bytes_ = 0;
+};
+
+}  // namespace xdit::io

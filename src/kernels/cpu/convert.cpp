@@ -1,0 +1,51 @@
+#include "kernels/cpu/convert.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include "core/dtype.h"
+
+namespace xdit::kernels::cpu {
+
+namespace {
+
+__attribute__((target("avx512f,avx512bf16,avx512vl"))) void convert_avx512bf16(const float* s,
+                                                                               uint16_t* d,
+                                                                               size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256bh v = _mm512_cvtneps_pbh(_mm512_loadu_ps(s + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), reinterpret_cast<__m256i&>(v));
+  }
+  for (; i < n; ++i) d[i] = f32_to_bf16(s[i]);
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void convert_generic(const float* s,
+                                                                                 uint16_t* d,
+                                                                                 size_t n) {
+  for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
+}
+
+}  // namespace
+
+void f32_to_bf16_array(const float* src, uint16_t* dst, size_t n) {
+  static const bool native = __builtin_cpu_supports("avx512bf16");
+  auto run = [&](size_t b, size_t e) {
+    if (native) convert_avx512bf16(src + b, dst + b, e - b);
+    else convert_generic(src + b, dst + b, e - b);
+  };
+  if (n < (1u << 16)) {
+    run(0, n);
+    return;
+  }
+#pragma omp parallel
+  {
+    const size_t t = static_cast<size_t>(omp_get_thread_num());
+    const size_t nt = static_cast<size_t>(omp_get_num_threads());
+    const size_t chunk = (n + nt - 1) / nt;
+    const size_t b = t * chunk, e = b + chunk < n ? b + chunk : n;
+    if (b < e) run(b, e);
+  }
+}
+
+}  // namespace xdit::kernels::cpu

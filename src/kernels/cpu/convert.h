@@ -1,0 +1,12 @@
+// Fast f32 → bf16 array conversion (round to nearest even), dispatched at run
+// time to AVX-512-bf16 / AVX-512 / plain code.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace xdit::kernels::cpu {
+
+void f32_to_bf16_array(const float* src, uint16_t* dst, size_t n);
+
+}  // namespace xdit::kernels::cpu

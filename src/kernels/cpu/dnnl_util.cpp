@@ -1,0 +1,92 @@
+#include "kernels/cpu/dnnl_util.h"
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace xdit::kernels::cpu {
+
+using dt = dnnl::memory::data_type;
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
+}
+
+dnnl::memory thread_scratchpad(const dnnl::primitive_desc_base& pd) {
+  thread_local std::vector<char> buf;
+  const dnnl::memory::desc md = pd.scratchpad_desc();
+  const size_t need = md.get_size();
+  if (buf.size() < need) buf.resize(need);
+  return dnnl::memory(md, engine(), buf.data());
+}
+
+void rethrow_dnnl(const dnnl::error& e, const std::string& what) {
+  XDIT_FAIL("oneDNN failed in ", what, ": ", e.what(), " (status ", static_cast<int>(e.status), ")");
+}
+
+namespace {
+
+struct Gemm {
+  dnnl::matmul prim;
+  dnnl::matmul::primitive_desc pd;
+  dnnl::memory::desc a, b, c;
+};
+
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, int>;
+
+const Gemm& get_gemm(const GemmShape& s) {
+  static std::mutex mu;
+  static std::map<Key, std::unique_ptr<Gemm>> cache;
+  const Key key{s.m, s.n, s.k, s.lda, s.ldb, s.ldc, s.b_trans, s.accumulate, static_cast<int>(s.dt)};
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) return *it->second;
+  auto g = std::make_unique<Gemm>();
+  try {
+    g->a = dnnl::memory::desc({s.m, s.k}, s.dt, dnnl::memory::dims{s.lda, 1});
+    g->b = s.b_trans ? dnnl::memory::desc({s.k, s.n}, s.dt, dnnl::memory::dims{1, s.ldb})
+                     : dnnl::memory::desc({s.k, s.n}, s.dt, dnnl::memory::dims{s.ldb, 1});
+    g->c = dnnl::memory::desc({s.m, s.n}, dt::f32, dnnl::memory::dims{s.ldc, 1});
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (s.accumulate) {
+      dnnl::post_ops po;
+      po.append_sum(1.0f);
+      attr.set_post_ops(po);
+    }
+    g->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(g->a, g->b, g->c), attr, engine());
+    g->prim = dnnl::matmul(g->pd);
+    XDIT_DEBUG("gemm ", s.m, "x", s.n, "x", s.k, (s.b_trans ? " (B^T)" : ""), " -> ",
+               g->pd.impl_info_str());
+  } catch (const dnnl::error& e) {
+    rethrow_dnnl(e, "creating a matmul");
+  }
+  return *cache.emplace(key, std::move(g)).first->second;
+}
+
+}  // namespace
+
+void gemm(const GemmShape& s, const void* a, const void* b, float* c) {
+  const Gemm& g = get_gemm(s);
+  auto& e = engine();
+  dnnl::memory ma(g.a, e, const_cast<void*>(a));
+  dnnl::memory mb(g.b, e, const_cast<void*>(b));
+  dnnl::memory mc(g.c, e, c);
+  g.prim.execute(thread_stream(), {{DNNL_ARG_SRC, ma},
+                                   {DNNL_ARG_WEIGHTS, mb},
+                                   {DNNL_ARG_DST, mc},
+                                   {DNNL_ARG_SCRATCHPAD, thread_scratchpad(g.pd)}});
+}
+
+}  // namespace xdit::kernels::cpu

@@ -1,0 +1,34 @@
+// Internal oneDNN helpers shared by the CPU kernels: the engine, a stream per
+// thread, a cache of matmul primitives keyed by shape, and user-managed
+// scratchpads so one primitive may run on several threads at once.
+#pragma once
+
+#include <cstdint>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+
+namespace xdit::kernels::cpu {
+
+dnnl::engine& engine();
+dnnl::stream& thread_stream();
+
+// Scratchpad memory for `pd`, from a per-thread buffer that only grows.
+dnnl::memory thread_scratchpad(const dnnl::primitive_desc_base& pd);
+
+// Plain strided matmul C[M,N] (+)= A[M,K] · B[K,N] with leading dimensions in
+// elements. B is either row-major (ldb between rows of K) or, with b_trans,
+// stored as [N, K] rows (ldb between rows of N). A, B share `dt` (f32 or
+// bf16); C is f32.
+struct GemmShape {
+  int64_t m, n, k, lda, ldb, ldc;
+  bool b_trans;
+  bool accumulate;
+  dnnl::memory::data_type dt;
+};
+// Runs on the calling thread's stream (single-threaded inside an OpenMP region).
+void gemm(const GemmShape& s, const void* a, const void* b, float* c);
+
+// Thrown oneDNN errors become xdit::Error with `what` as context.
+[[noreturn]] void rethrow_dnnl(const dnnl::error& e, const std::string& what);
+
+}  // namespace xdit::kernels::cpu

@@ -1,0 +1,162 @@
+// kernels::Linear on oneDNN matmul with weights prepacked at construction.
+#include "kernels/linear.h"
+
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/dnnl_util.h"
+#include "kernels/kernels.h"
+
+namespace xdit::kernels {
+
+using cpu::engine;
+using cpu::rethrow_dnnl;
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+ComputeType resolve_compute_type(DType requested) {
+  if (requested == DType::kF32) return ComputeType::kF32;
+  if (cpu_has_bf16()) return ComputeType::kBF16;
+  static bool warned = false;
+  if (!warned) {
+    XDIT_WARN("this CPU has no native bf16 (AVX-512-bf16 / AMX): computing in f32");
+    warned = true;
+  }
+  return ComputeType::kF32;
+}
+
+namespace {
+// Row count the weight layout is chosen for; other row counts reuse the layout.
+constexpr int64_t kPackHintRows = 256;
+}  // namespace
+
+struct Linear::Impl {
+  int64_t in = 0, out = 0;
+  ComputeType ct = ComputeType::kF32;
+  dt src_dt = dt::f32;
+  dnnl::memory::desc packed_md;
+  dnnl::memory packed;
+  std::vector<float> bias;
+  bool has_bias = false;
+
+  struct Prim {
+    dnnl::matmul::primitive_desc pd;
+    dnnl::matmul prim;
+  };
+  mutable std::mutex mu;
+  mutable std::map<std::pair<int64_t, bool>, Prim> prims;
+
+  dnnl::matmul::primitive_desc make_pd(int64_t m, const dnnl::memory::desc& wmd,
+                                       bool accumulate) const {
+    dnnl::memory::desc src({m, in}, src_dt, tag::ab);
+    dnnl::memory::desc dst({m, out}, dt::f32, tag::ab);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (accumulate) {
+      dnnl::post_ops po;
+      po.append_sum(1.0f);
+      attr.set_post_ops(po);
+    }
+    if (has_bias) {
+      dnnl::memory::desc b({1, out}, dt::f32, tag::ab);
+      return {dnnl::matmul::desc(src, wmd, b, dst), attr, engine()};
+    }
+    return {dnnl::matmul::desc(src, wmd, dst), attr, engine()};
+  }
+
+  const Prim& prim_for(int64_t m, bool accumulate) const {
+    std::lock_guard<std::mutex> lock(mu);
+    auto key = std::make_pair(m, accumulate);
+    auto it = prims.find(key);
+    if (it != prims.end()) return it->second;
+    try {
+      Prim p;
+      p.pd = make_pd(m, packed_md, accumulate);
+      p.prim = dnnl::matmul(p.pd);
+      XDIT_DEBUG("linear ", m, "x", in, " -> ", out, " ", (ct == ComputeType::kBF16 ? "bf16" : "f32"),
+                 ": ", p.pd.impl_info_str());
+      return prims.emplace(key, std::move(p)).first->second;
+    } catch (const dnnl::error& e) {
+      rethrow_dnnl(e, "creating a linear layer primitive");
+    }
+  }
+};
+
+Linear::Linear() = default;
+Linear::Linear(Linear&&) noexcept = default;
+Linear& Linear::operator=(Linear&&) noexcept = default;
+Linear::~Linear() = default;
+
+Linear::Linear(const Tensor& weight, const Tensor& bias, ComputeType ct)
+    : impl_(std::make_unique<Impl>()) {
+  XDIT_CHECK(weight.ndim() == 2, "linear weight must be 2-D, got ", shape_str(weight.shape()));
+  Impl& im = *impl_;
+  im.out = weight.dim(0);
+  im.in = weight.dim(1);
+  im.ct = ct;
+  im.src_dt = ct == ComputeType::kBF16 ? dt::bf16 : dt::f32;
+  if (bias.numel() > 0) {
+    XDIT_CHECK(bias.numel() == im.out, "linear bias has ", bias.numel(), " values, expected ", im.out);
+    im.bias = bias.to_vector();
+    im.has_bias = true;
+  }
+  try {
+    // Wᵀ viewed as [in, out] is the torch [out, in] buffer in "ba" order.
+    Tensor w = weight.dtype() == DType::kF16 ? weight.to(DType::kF32) : weight;
+    const dt wdt = w.dtype() == DType::kBF16 ? dt::bf16 : dt::f32;
+    dnnl::memory::desc user_md({im.in, im.out}, wdt, tag::ba);
+    dnnl::memory::desc any_md({im.in, im.out}, im.src_dt, tag::any);
+    auto pd = im.make_pd(kPackHintRows, any_md, false);
+    im.packed_md = pd.weights_desc();
+    im.packed = dnnl::memory(im.packed_md, engine());
+    dnnl::memory user(user_md, engine(), const_cast<void*>(w.raw()));
+    dnnl::reorder(user, im.packed).execute(cpu::thread_stream(), user, im.packed);
+    cpu::thread_stream().wait();
+  } catch (const dnnl::error& e) {
+    rethrow_dnnl(e, "packing a linear weight");
+  }
+}
+
+void Linear::forward(const float* x, int64_t m, float* y, bool accumulate) const {
+  if (m == 0) return;
+  const Impl& im = *impl_;
+  const Impl::Prim& p = im.prim_for(m, accumulate);
+  auto& e = engine();
+  const void* src = x;
+  if (im.ct == ComputeType::kBF16) {
+    thread_local std::vector<uint16_t> xb;
+    const size_t n = static_cast<size_t>(m * im.in);
+    if (xb.size() < n) xb.resize(n);
+    cpu::f32_to_bf16_array(x, xb.data(), n);
+    src = xb.data();
+  }
+  dnnl::memory ms(p.pd.src_desc(), e, const_cast<void*>(src));
+  dnnl::memory md(p.pd.dst_desc(), e, y);
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, ms},
+                                             {DNNL_ARG_WEIGHTS, im.packed},
+                                             {DNNL_ARG_DST, md},
+                                             {DNNL_ARG_SCRATCHPAD, cpu::thread_scratchpad(p.pd)}};
+  if (im.has_bias)
+    args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.pd.bias_desc(), e, const_cast<float*>(im.bias.data())));
+  p.prim.execute(cpu::thread_stream(), args);
+}
+
+Tensor Linear::forward(const Tensor& x) const {
+  XDIT_CHECK(x.dtype() == DType::kF32 && x.ndim() >= 1 && x.dim(-1) == in_features(),
+             "linear expects f32 input [..., ", in_features(), "], got ", shape_str(x.shape()));
+  Shape s = x.shape();
+  s.back() = out_features();
+  Tensor y = Tensor::empty(s);
+  forward(x.data<float>(), x.numel() / in_features(), y.data<float>());
+  return y;
+}
+
+int64_t Linear::in_features() const { return impl_->in; }
+int64_t Linear::out_features() const { return impl_->out; }
+size_t Linear::packed_bytes() const { return impl_->packed_md.get_size(); }
+
+}  // namespace xdit::kernels

@@ -1,0 +1,227 @@
+// Elementwise and row-wise CPU kernels. Loops are written for the compiler to
+// vectorise; target_clones builds AVX-512 / AVX2 / baseline versions and picks
+// one at load time, so the binary runs on any x86-64.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/dnnl_util.h"
+#include "kernels/kernels.h"
+
+#define XDIT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
+namespace xdit::kernels {
+
+namespace {
+
+XDIT_CLONES void layer_norm_row(const float* x, float* y, int64_t dim, float eps, const float* g,
+                                const float* b) {
+  // Two passes in f32 with a double-accumulated mean/variance: matches torch's
+  // f32 LayerNorm to rounding for the row widths DiTs use.
+  double sum = 0.0;
+  for (int64_t i = 0; i < dim; ++i) sum += x[i];
+  const float mean = static_cast<float>(sum / dim);
+  double sq = 0.0;
+  for (int64_t i = 0; i < dim; ++i) {
+    const float d = x[i] - mean;
+    sq += static_cast<double>(d) * d;
+  }
+  const float rstd = static_cast<float>(1.0 / std::sqrt(sq / dim + eps));
+  if (g != nullptr && b != nullptr) {
+    for (int64_t i = 0; i < dim; ++i) y[i] = (x[i] - mean) * rstd * g[i] + b[i];
+  } else if (g != nullptr) {
+    for (int64_t i = 0; i < dim; ++i) y[i] = (x[i] - mean) * rstd * g[i];
+  } else {
+    for (int64_t i = 0; i < dim; ++i) y[i] = (x[i] - mean) * rstd;
+  }
+}
+
+XDIT_CLONES void gelu_tanh_range(const float* x, float* y, int64_t n) {
+  constexpr float kC = 0.7978845608028654f;  // sqrt(2/pi)
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const float u = kC * (v + 0.044715f * v * v * v);
+    // tanh(u) = 1 - 2/(exp(2u)+1), written so it vectorises and saturates.
+    const float t = 1.0f - 2.0f / (std::exp(2.0f * u) + 1.0f);
+    y[i] = 0.5f * v * (1.0f + t);
+  }
+}
+
+XDIT_CLONES void silu_range(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (1.0f + std::exp(-x[i]));
+}
+
+XDIT_CLONES void modulate_row(const float* x, float* y, int64_t dim, const float* shift,
+                              const float* scale) {
+  for (int64_t i = 0; i < dim; ++i) y[i] = x[i] * (1.0f + scale[i]) + shift[i];
+}
+
+XDIT_CLONES void gated_add_row(float* h, const float* y, int64_t dim, const float* gate) {
+  if (gate == nullptr) {
+    for (int64_t i = 0; i < dim; ++i) h[i] += y[i];
+  } else {
+    for (int64_t i = 0; i < dim; ++i) h[i] += gate[i] * y[i];
+  }
+}
+
+constexpr int64_t kGrain = 1 << 14;  // elements per OpenMP chunk for elementwise ops
+
+template <class F>
+void parallel_chunks(int64_t n, F f) {
+  const int64_t chunks = (n + kGrain - 1) / kGrain;
+#pragma omp parallel for if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t b = c * kGrain;
+    f(b, std::min(n, b + kGrain));
+  }
+}
+
+}  // namespace
+
+void layer_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps, const float* gamma,
+                const float* beta) {
+#pragma omp parallel for if (rows * dim > kGrain)
+  for (int64_t r = 0; r < rows; ++r) layer_norm_row(x + r * dim, y + r * dim, dim, eps, gamma, beta);
+}
+
+void gelu_tanh(const float* x, float* y, int64_t n) {
+  parallel_chunks(n, [&](int64_t b, int64_t e) { gelu_tanh_range(x + b, y + b, e - b); });
+}
+
+void silu(const float* x, float* y, int64_t n) {
+  parallel_chunks(n, [&](int64_t b, int64_t e) { silu_range(x + b, y + b, e - b); });
+}
+
+void softmax_rows(float* x, int64_t rows, int64_t cols) {
+#pragma omp parallel for if (rows * cols > kGrain)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* p = x + r * cols;
+    float m = -INFINITY;
+    for (int64_t i = 0; i < cols; ++i) m = std::max(m, p[i]);
+    double s = 0.0;
+    for (int64_t i = 0; i < cols; ++i) {
+      p[i] = std::exp(p[i] - m);
+      s += p[i];
+    }
+    const float inv = static_cast<float>(1.0 / s);
+    for (int64_t i = 0; i < cols; ++i) p[i] *= inv;
+  }
+}
+
+void modulate(const float* x, float* y, int64_t batch, int64_t tokens, int64_t dim,
+              const float* shift, const float* scale, int64_t mod_stride) {
+#pragma omp parallel for collapse(2) if (batch * tokens * dim > kGrain)
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int64_t o = (b * tokens + t) * dim;
+      modulate_row(x + o, y + o, dim, shift + b * mod_stride, scale + b * mod_stride);
+    }
+}
+
+void gated_residual_add(float* h, const float* y, int64_t batch, int64_t tokens, int64_t dim,
+                        const float* gate, int64_t gate_stride) {
+#pragma omp parallel for collapse(2) if (batch * tokens * dim > kGrain)
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int64_t o = (b * tokens + t) * dim;
+      gated_add_row(h + o, y + o, dim, gate == nullptr ? nullptr : gate + b * gate_stride);
+    }
+}
+
+void patchify(const float* latent, int64_t batch, int64_t channels, int64_t height, int64_t width,
+              int64_t p, float* cols) {
+  const int64_t gh = height / p, gw = width / p, k = channels * p * p;
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t r = 0; r < gh; ++r)
+      for (int64_t c = 0; c < gw; ++c) {
+        float* dst = cols + ((b * gh + r) * gw + c) * k;
+        for (int64_t ch = 0; ch < channels; ++ch)
+          for (int64_t i = 0; i < p; ++i)
+            for (int64_t j = 0; j < p; ++j)
+              *dst++ = latent[((b * channels + ch) * height + r * p + i) * width + c * p + j];
+      }
+}
+
+void unpatchify(const float* x, int64_t batch, int64_t channels, int64_t h, int64_t w, int64_t p,
+                float* out) {
+  const int64_t H = h * p, W = w * p;
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t ch = 0; ch < channels; ++ch)
+      for (int64_t y = 0; y < H; ++y)
+        for (int64_t xx = 0; xx < W; ++xx) {
+          const int64_t r = y / p, i = y % p, c = xx / p, j = xx % p;
+          out[((b * channels + ch) * H + y) * W + xx] =
+              x[((b * h + r) * w + c) * (p * p * channels) + (i * p + j) * channels + ch];
+        }
+}
+
+void timestep_embedding(const float* t, int64_t n, int64_t dim, bool flip_sin_to_cos,
+                        float downscale_freq_shift, float* out) {
+  // diffusers embeddings.get_timestep_embedding: exponent in f32, exp in f32,
+  // t·freq in f32, then sin/cos.
+  const int64_t half = dim / 2;
+  std::vector<float> freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    const float e = -std::log(10000.0f) * static_cast<float>(i) /
+                    (static_cast<float>(half) - downscale_freq_shift);
+    freq[static_cast<size_t>(i)] = std::exp(e);
+  }
+  for (int64_t r = 0; r < n; ++r) {
+    float* o = out + r * dim;
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = t[r] * freq[static_cast<size_t>(i)];
+      o[flip_sin_to_cos ? half + i : i] = std::sin(a);
+      o[flip_sin_to_cos ? i : half + i] = std::cos(a);
+    }
+    if (dim % 2 == 1) o[dim - 1] = 0.0f;  // diffusers pads odd widths with a zero
+  }
+}
+
+void sincos_pos_embed_2d(int64_t dim, int64_t gh, int64_t gw, float base_size,
+                         float interpolation_scale, float* out) {
+  // diffusers get_2d_sincos_pos_embed: grid coordinates in f32
+  // (arange / (n / base_size) / interpolation_scale), frequencies and products
+  // in f64, result cast to f32.
+  const int64_t quarter = dim / 4;
+  std::vector<double> omega(static_cast<size_t>(quarter));
+  for (int64_t i = 0; i < quarter; ++i)
+    omega[static_cast<size_t>(i)] =
+        1.0 / std::pow(10000.0, static_cast<double>(i) / (static_cast<double>(dim) / 4.0));
+  const float hs = static_cast<float>(static_cast<double>(gh) / base_size);
+  const float ws = static_cast<float>(static_cast<double>(gw) / base_size);
+  for (int64_t r = 0; r < gh; ++r)
+    for (int64_t c = 0; c < gw; ++c) {
+      const float ch = static_cast<float>(r) / hs / interpolation_scale;
+      const float cw = static_cast<float>(c) / ws / interpolation_scale;
+      float* o = out + (r * gw + c) * dim;
+      for (int64_t i = 0; i < quarter; ++i) {
+        const double a = cw * omega[static_cast<size_t>(i)];
+        const double b = ch * omega[static_cast<size_t>(i)];
+        o[i] = static_cast<float>(std::sin(a));
+        o[quarter + i] = static_cast<float>(std::cos(a));
+        o[2 * quarter + i] = static_cast<float>(std::sin(b));
+        o[3 * quarter + i] = static_cast<float>(std::cos(b));
+      }
+    }
+}
+
+bool cpu_has_bf16() {
+  static const bool has = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_bf16 &&
+                          __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+
+const char* cpu_isa_name() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    default: return "baseline";
+  }
+}
+
+}  // namespace xdit::kernels

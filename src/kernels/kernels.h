@@ -1,0 +1,79 @@
+// The CPU op set. Activations are f32 and contiguous unless a stride says
+// otherwise; each op has a plain reference in kernels/reference.h that the op
+// tests compare against. Matmul lives in kernels/linear.h (oneDNN inside).
+#pragma once
+
+#include <cstdint>
+
+namespace xdit::kernels {
+
+// y = (x - mean) / sqrt(var + eps) [* gamma + beta] over the last `dim` values
+// of each of `rows` rows. gamma/beta may be null (no affine). y may equal x.
+void layer_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps,
+                const float* gamma = nullptr, const float* beta = nullptr);
+
+// Elementwise; y may equal x.
+void gelu_tanh(const float* x, float* y, int64_t n);  // 0.5x(1+tanh(√(2/π)(x+0.044715x³)))
+void silu(const float* x, float* y, int64_t n);       // x·sigmoid(x)
+
+// Softmax over each row of `cols` values, in place.
+void softmax_rows(float* x, int64_t rows, int64_t cols);
+
+// AdaLN modulation: y[b,t,:] = x[b,t,:] * (1 + scale_b) + shift_b, where
+// shift_b = shift + b*mod_stride (same for scale). y may equal x.
+void modulate(const float* x, float* y, int64_t batch, int64_t tokens, int64_t dim,
+              const float* shift, const float* scale, int64_t mod_stride);
+
+// Gated residual: h[b,t,:] += gate_b * y[b,t,:] (gate_b = gate + b*gate_stride,
+// or 1 when gate is null).
+void gated_residual_add(float* h, const float* y, int64_t batch, int64_t tokens, int64_t dim,
+                        const float* gate, int64_t gate_stride);
+
+// PatchEmbed's p×p stride-p convolution as im2col: latent [B,C,H,W] →
+// cols [B·(H/p)·(W/p), C·p·p] in (c, i, j) order, matching a conv weight
+// [D,C,p,p] viewed as [D, C·p·p]; a Linear then finishes the convolution.
+void patchify(const float* latent, int64_t batch, int64_t channels, int64_t height, int64_t width,
+              int64_t p, float* cols);
+// Inverse of the DiT output layout: x [B, h·w, p·p·C] in (p, q, c) order →
+// out [B, C, h·p, w·p] (diffusers' einsum "nhwpqc->nchpwq").
+void unpatchify(const float* x, int64_t batch, int64_t channels, int64_t h, int64_t w, int64_t p,
+                float* out);
+
+// Sinusoidal timestep embedding (diffusers get_timestep_embedding with
+// max_period 10000): out[n, dim] = [sin | cos] (or [cos | sin] when flip).
+void timestep_embedding(const float* t, int64_t n, int64_t dim, bool flip_sin_to_cos,
+                        float downscale_freq_shift, float* out);
+
+// 2-D sin-cos position embedding for a gh×gw grid (diffusers
+// get_2d_sincos_pos_embed): out[gh·gw, dim], first half from the column
+// coordinate, second half from the row coordinate.
+void sincos_pos_embed_2d(int64_t dim, int64_t gh, int64_t gw, float base_size,
+                         float interpolation_scale, float* out);
+
+// Blockwise (flash-style) multi-head attention with the log-sum-exp.
+// Q, K, V, O are [B, S, H, D] with `*_stride` elements between tokens (head h
+// at offset h·D) and batches packed (batch stride = S · stride). Never forms
+// an S×S matrix: keys are visited in blocks with an online softmax.
+struct AttentionArgs {
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  float* out = nullptr;
+  int64_t q_stride = 0, k_stride = 0, v_stride = 0, out_stride = 0;
+  int64_t batch = 0, heads = 0, q_len = 0, kv_len = 0, head_dim = 0;
+  float scale = 0.0f;                  // usually 1/sqrt(head_dim)
+  float* lse = nullptr;                // optional out: [B, H, q_len], natural log
+  const uint8_t* key_mask = nullptr;   // optional [B, kv_len]: 0 = padding (ignored)
+  bool bf16 = false;                   // the two products in bf16, f32 accumulation
+};
+void attention(const AttentionArgs& a);
+
+// Block sizes used by attention (exposed for tests that force several blocks).
+void set_attention_blocks(int64_t q_block, int64_t kv_block);
+
+// Whether the CPU has native bf16 dot products (AVX-512-bf16 or AMX).
+bool cpu_has_bf16();
+// The ISA oneDNN dispatches to, e.g. "avx512_core_bf16".
+const char* cpu_isa_name();
+
+}  // namespace xdit::kernels

@@ -1,0 +1,40 @@
+// Linear layers on oneDNN matmul. The weight is converted and prepacked once,
+// at load, into the layout the chosen implementation wants (blocked bf16 when
+// the CPU has native bf16 and bf16 was asked for, f32 otherwise).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "core/tensor.h"
+
+namespace xdit::kernels {
+
+enum class ComputeType { kF32, kBF16 };
+
+// bf16 only when asked for and the CPU has it; otherwise f32 (logged).
+ComputeType resolve_compute_type(DType requested);
+
+class Linear {
+ public:
+  Linear();
+  // weight: [out, in] as torch stores it (any float dtype); bias: [out] or undefined.
+  Linear(const Tensor& weight, const Tensor& bias, ComputeType ct);
+  Linear(Linear&&) noexcept;
+  Linear& operator=(Linear&&) noexcept;
+  ~Linear();
+
+  // y[M, out] = x[M, in] · Wᵀ + b. With accumulate, y += x·Wᵀ + b instead.
+  void forward(const float* x, int64_t m, float* y, bool accumulate = false) const;
+  Tensor forward(const Tensor& x) const;  // x [..., in] → [..., out]
+
+  int64_t in_features() const;
+  int64_t out_features() const;
+  size_t packed_bytes() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace xdit::kernels

@@ -1,0 +1,53 @@
+// kernels::Linear (oneDNN, prepacked weights) against the plain reference, in
+// f32 and bf16, for odd sizes and several row counts on one packed weight.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "core/tensor.h"
+#include "kernels/kernels.h"
+#include "kernels/linear.h"
+#include "kernels/reference.h"
+#include "test_util.h"
+
+namespace xdit::kernels {
+namespace {
+
+void check(ComputeType ct, DType wdt, double tol) {
+  const int64_t K = 93, N = 71;
+  auto wv = test::randn(N * K, 1, 0.2f), bv = test::randn(N, 2);
+  Tensor w = Tensor::from_vector(wv, {N, K}).to(wdt), b = Tensor::from_vector(bv, {N});
+  // The reference sees exactly the weight values the layer was given.
+  auto wq = w.to_vector();
+  Linear lin(w, b, ct);
+  for (int64_t M : {1, 7, 300, 257}) {
+    auto x = test::randn(M * K, 3 + M);
+    std::vector<float> y(M * N), r(M * N);
+    lin.forward(x.data(), M, y.data());
+    ref::linear(x.data(), wq.data(), bv.data(), M, K, N, r.data());
+    EXPECT_LT(test::rel_max_err(y, r), tol) << "M=" << M;
+    // accumulate: y += xWᵀ + b
+    std::vector<float> acc = r;
+    lin.forward(x.data(), M, acc.data(), /*accumulate=*/true);
+    for (size_t i = 0; i < r.size(); ++i) r[i] *= 2;
+    EXPECT_LT(test::rel_max_err(acc, r), tol) << "accumulate M=" << M;
+  }
+}
+
+TEST(Linear, F32) { check(ComputeType::kF32, DType::kF32, 1e-5); }
+TEST(Linear, F32FromBf16AndF16Weights) {
+  check(ComputeType::kF32, DType::kBF16, 1e-5);
+  check(ComputeType::kF32, DType::kF16, 1e-5);
+}
+TEST(Linear, Bf16) {
+  if (!cpu_has_bf16()) GTEST_SKIP() << "no native bf16 on this CPU";
+  check(ComputeType::kBF16, DType::kF32, 2e-2);
+}
+
+TEST(Linear, RejectsWrongBias) {
+  Tensor w = Tensor::from_vector(test::randn(6, 1), {2, 3});
+  Tensor b = Tensor::from_vector(test::randn(3, 1), {3});
+  EXPECT_THROW(Linear(w, b, ComputeType::kF32), Error);
+}
+
+}  // namespace
+}  // namespace xdit::kernels

@@ -1,0 +1,132 @@
+// Each elementwise / row-wise kernel against its plain reference on random,
+// odd-sized inputs.
+#include <gtest/gtest.h>
+
+#include "kernels/kernels.h"
+#include "kernels/reference.h"
+#include "test_util.h"
+
+namespace xdit::kernels {
+namespace {
+
+using test::randn;
+using test::rel_max_err;
+
+TEST(Ops, LayerNormWithAndWithoutAffine) {
+  const int64_t rows = 37, dim = 251;
+  auto x = randn(rows * dim, 1, 3.0f);
+  for (auto& v : x) v += 1.5f;  // non-zero mean
+  auto g = randn(dim, 2), b = randn(dim, 3);
+  std::vector<float> y(x.size()), r(x.size());
+  layer_norm(x.data(), y.data(), rows, dim, 1e-6f, nullptr, nullptr);
+  ref::layer_norm(x.data(), r.data(), rows, dim, 1e-6f, nullptr, nullptr);
+  EXPECT_LT(rel_max_err(y, r), 2e-6);
+  layer_norm(x.data(), y.data(), rows, dim, 1e-5f, g.data(), b.data());
+  ref::layer_norm(x.data(), r.data(), rows, dim, 1e-5f, g.data(), b.data());
+  EXPECT_LT(rel_max_err(y, r), 2e-6);
+  // In place gives the same.
+  std::vector<float> z = x;
+  layer_norm(z.data(), z.data(), rows, dim, 1e-5f, g.data(), b.data());
+  EXPECT_EQ(z, y);
+}
+
+TEST(Ops, GeluTanhAndSilu) {
+  const int64_t n = 100003;
+  auto x = randn(n, 4, 4.0f);
+  x[0] = 30.0f;  // saturating tails
+  x[1] = -30.0f;
+  std::vector<float> y(n), s(n), rg(n), rs(n);
+  gelu_tanh(x.data(), y.data(), n);
+  silu(x.data(), s.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    rg[i] = ref::gelu_tanh(x[i]);
+    rs[i] = ref::silu(x[i]);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_NEAR(y[i], rg[i], 1e-6 + 2e-6 * std::fabs(rg[i])) << "gelu at x=" << x[i];
+    ASSERT_NEAR(s[i], rs[i], 1e-6 + 2e-6 * std::fabs(rs[i])) << "silu at x=" << x[i];
+  }
+}
+
+TEST(Ops, Softmax) {
+  const int64_t rows = 13, cols = 1031;
+  auto x = randn(rows * cols, 5, 5.0f);
+  auto r = x;
+  softmax_rows(x.data(), rows, cols);
+  ref::softmax_rows(r.data(), rows, cols);
+  EXPECT_LT(rel_max_err(x, r), 1e-6);
+}
+
+TEST(Ops, ModulateAndGatedResidual) {
+  const int64_t B = 3, T = 17, D = 45, stride = 6 * D;
+  auto x = randn(B * T * D, 6), mod = randn(B * stride, 7), y = randn(B * T * D, 8);
+  std::vector<float> out(x.size());
+  const float* shift = mod.data() + 2 * D;
+  const float* scale = mod.data() + 4 * D;
+  modulate(x.data(), out.data(), B, T, D, shift, scale, stride);
+  auto h = x;
+  gated_residual_add(h.data(), y.data(), B, T, D, mod.data() + D, stride);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t d = 0; d < D; ++d) {
+        const int64_t i = (b * T + t) * D + d;
+        // FMA contraction may round differently: compare to 1e-6 relative.
+        const double mo = static_cast<double>(x[i]) * (1 + scale[b * stride + d]) + shift[b * stride + d];
+        const double ho = x[i] + static_cast<double>(mod[b * stride + D + d]) * y[i];
+        EXPECT_NEAR(out[i], mo, 1e-6 * (1 + std::fabs(mo)));
+        EXPECT_NEAR(h[i], ho, 1e-6 * (1 + std::fabs(ho)));
+      }
+}
+
+TEST(Ops, PatchifyThenGemmEqualsConvolution) {
+  const int64_t B = 2, C = 3, H = 10, W = 14, p = 2, D = 7, K = C * p * p;
+  auto lat = randn(B * C * H * W, 9), w = randn(D * K, 10), bias = randn(D, 11);
+  const int64_t N = B * (H / p) * (W / p);
+  std::vector<float> cols(N * K), y(N * D), r(N * D);
+  patchify(lat.data(), B, C, H, W, p, cols.data());
+  ref::linear(cols.data(), w.data(), bias.data(), N, K, D, y.data());
+  ref::patch_conv(lat.data(), w.data(), bias.data(), B, C, H, W, p, D, r.data());
+  EXPECT_LT(rel_max_err(y, r), 1e-6);
+}
+
+TEST(Ops, UnpatchifyInvertsTheDiTLayout) {
+  const int64_t B = 2, C = 5, h = 3, w = 4, p = 2;
+  auto x = randn(B * h * w * p * p * C, 12);
+  std::vector<float> out(x.size());
+  unpatchify(x.data(), B, C, h, w, p, out.data());
+  // diffusers: reshape(B,h,w,p,p,C) then einsum nhwpqc->nchpwq.
+  for (int64_t n = 0; n < B; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t hh = 0; hh < h; ++hh)
+        for (int64_t pp = 0; pp < p; ++pp)
+          for (int64_t ww = 0; ww < w; ++ww)
+            for (int64_t q = 0; q < p; ++q) {
+              const float src = x[((((n * h + hh) * w + ww) * p + pp) * p + q) * C + c];
+              const float dst = out[((n * C + c) * (h * p) + hh * p + pp) * (w * p) + ww * p + q];
+              ASSERT_EQ(src, dst);
+            }
+}
+
+TEST(Ops, TimestepEmbedding) {
+  const int64_t n = 5, dim = 256;
+  std::vector<float> t = {0.0f, 1.0f, 421.0f, 999.0f, 37.5f};
+  std::vector<float> y(n * dim), r(n * dim);
+  for (bool flip : {true, false}) {
+    timestep_embedding(t.data(), n, dim, flip, 0.0f, y.data());
+    ref::timestep_embedding(t.data(), n, dim, flip, 0.0f, r.data());
+    // f32 argument rounding at t≈1000 allows ~1e-4 absolute.
+    for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], r[i], 2e-4) << i;
+  }
+  EXPECT_FLOAT_EQ(y[0], 0.0f);  // sin(0) first when not flipped
+}
+
+TEST(Ops, SinCosPositionEmbedding) {
+  const int64_t dim = 24, gh = 3, gw = 5;
+  std::vector<float> y(gh * gw * dim), r(y.size());
+  sincos_pos_embed_2d(dim, gh, gw, 64.0f, 2.0f, y.data());
+  ref::sincos_pos_embed_2d(dim, gh, gw, 64.0f, 2.0f, r.data());
+  for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], r[i], 1e-5) << i;
+}
+
+}  // namespace
+}  // namespace xdit::kernels
