@@ -1,0 +1,201 @@
+// xdit bench transformer: one denoising step of the full-size PixArt-α
+// configuration (28 blocks, hidden 1152, 16 heads, 120 text tokens, CFG batch
+// 2) with random weights made in memory, against the GEMM peak measured in the
+// same process. Each row runs in its own child process so that its peak
+// memory is its own.
+#include <omp.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "app/commands.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "io/weights.h"
+#include "kernels/kernels.h"
+#include "kernels/linear.h"
+#include "models/pixart.h"
+
+namespace xdit::app {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int64_t kTextTokens = 120;
+
+struct BenchOptions {
+  std::string what = "transformer";
+  std::vector<int64_t> resolutions{512, 1024};
+  std::vector<std::string> dtypes{"bf16", "f32"};
+  bool json = false;
+  int threads = 0, warmup = 1, repeat = 1;
+  std::string row;  // internal: "RES:DTYPE" runs one row in this process
+};
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Best-of-n time of a large GEMM through the same Linear the model uses.
+double gemm_peak(DType dtype) {
+  const int64_t M = 2048, K = 4096, N = 4096;
+  io::RandomWeights rw(7);
+  kernels::Linear lin(rw.get("w", {N, K}), Tensor(), kernels::resolve_compute_type(dtype));
+  Tensor x = rw.get("x", {M, K}), y = Tensor::empty({M, N});
+  lin.forward(x.data<float>(), M, y.data<float>());
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    const auto t = Clock::now();
+    lin.forward(x.data<float>(), M, y.data<float>());
+    best = std::min(best, seconds_since(t));
+  }
+  return 2.0 * M * N * K / best;
+}
+
+// FLOPs of one PixArt forward (multiply-adds × 2) for batch B on an h×w latent.
+double step_flops(const models::PixArtConfig& c, int64_t B, int64_t h, int64_t w, int64_t L) {
+  const double d = static_cast<double>(c.hidden()), N = static_cast<double>((h / c.patch_size) * (w / c.patch_size));
+  const double p2 = static_cast<double>(c.patch_size * c.patch_size);
+  double f = 2.0 * N * d * c.in_channels * p2;                 // patch embedding
+  f += 2.0 * L * d * (static_cast<double>(c.caption_channels) + d);  // caption projection
+  double block = 2.0 * N * d * 3 * d + 2.0 * N * d * d;       // qkv, out
+  block += 4.0 * N * N * d;                                   // self-attention QKᵀ and PV
+  block += 2.0 * N * d * d + 2.0 * L * d * 2 * d + 2.0 * N * d * d;  // cross q, kv, out
+  block += 4.0 * N * L * d;                                   // cross-attention
+  block += 2.0 * N * d * 4 * d * 2;                           // feed-forward
+  f += c.num_layers * block + 2.0 * N * d * p2 * c.out_channels;
+  return f * B;
+}
+
+nlohmann::json run_row(int64_t res, const std::string& dt_name, int warmup, int repeat) {
+  const DType dtype = parse_dtype(dt_name);
+  const double peak = gemm_peak(dtype);
+  const models::PixArtConfig cfg = models::PixArtConfig::alpha_xl_1024();
+  io::RandomWeights weights(1);
+  models::PixArtTransformer model(cfg, weights, dtype);
+  const int64_t B = 2, h = res / 8, w = res / 8;
+  TorchGenerator g(0);
+  Tensor latents = g.randn({B, cfg.in_channels, h, w});
+  Tensor text = g.randn({B, kTextTokens, cfg.caption_channels});
+  Tensor mask = Tensor::empty({B, kTextTokens});
+  for (int64_t i = 0; i < mask.numel(); ++i) mask.data<float>()[i] = (i % kTextTokens) < 100 ? 1.0f : 0.0f;
+  Tensor resolution = Tensor::from_vector({float(res), float(res), float(res), float(res)}, {B, 2});
+  Tensor aspect = Tensor::from_vector({1.0f, 1.0f}, {B, 1});
+  models::PixArtInputs in;
+  in.latents = &latents;
+  in.timesteps = {500.0f, 500.0f};
+  in.text = &text;
+  in.text_mask = &mask;
+  in.resolution = &resolution;
+  in.aspect_ratio = &aspect;
+  for (int i = 0; i < warmup; ++i) model.forward(in);
+  double best = 1e30;
+  for (int i = 0; i < std::max(1, repeat); ++i) {
+    const auto t = Clock::now();
+    model.forward(in);
+    best = std::min(best, seconds_since(t));
+  }
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  const double flops = step_flops(cfg, B, h, w, kTextTokens);
+  return {{"name", "pixart_alpha_step_cfg"},
+          {"resolution", res},
+          {"dtype", dt_name},
+          {"seconds", best},
+          {"flops", flops},
+          {"flops_per_s", flops / best},
+          {"peak_flops_per_s", peak},
+          {"ratio", flops / best / peak},
+          {"peak_rss_bytes", static_cast<int64_t>(ru.ru_maxrss) * 1024},
+          {"weight_bytes_bf16", cfg.parameter_count() * 2},
+          {"threads", omp_get_max_threads()},
+          {"isa", kernels::cpu_isa_name()}};
+}
+
+// Runs one row in a child process (this binary with --row) and parses its JSON.
+nlohmann::json run_child(int64_t res, const std::string& dt, const BenchOptions& o) {
+  std::ostringstream cmd;
+  cmd << "'/proc/" << ::getpid() << "/exe' bench transformer --row " << res << ":" << dt
+      << " --warmup " << o.warmup << " --repeat " << o.repeat;
+  if (o.threads > 0) cmd << " --threads " << o.threads;
+  FILE* f = ::popen(cmd.str().c_str(), "r");
+  XDIT_CHECK(f != nullptr, "bench: cannot start a child process");
+  std::string out;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, f)) out.append(buf, n);
+  const int rc = ::pclose(f);
+  XDIT_CHECK(rc == 0, "bench row ", res, " px ", dt, " failed (exit status ", rc, ")");
+  return nlohmann::json::parse(out);
+}
+
+std::string human(double v, const char* unit) {
+  const char* prefixes[] = {"", "K", "M", "G", "T", "P"};
+  int i = 0;
+  while (v >= 1000 && i < 5) v /= 1000, ++i;
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(v < 10 ? 2 : 1) << v << " " << prefixes[i] << unit;
+  return s.str();
+}
+
+int run_bench(const BenchOptions& o) {
+  set_threads(o.threads);
+  XDIT_CHECK(o.what == "transformer", "unknown benchmark '", o.what, "': available: transformer");
+  if (!o.row.empty()) {
+    const auto colon = o.row.find(':');
+    XDIT_CHECK(colon != std::string::npos, "--row expects RES:DTYPE");
+    std::cout << run_row(std::stoll(o.row.substr(0, colon)), o.row.substr(colon + 1), o.warmup, o.repeat).dump()
+              << std::endl;
+    return 0;
+  }
+  for (const auto& dt : o.dtypes) {
+    const DType t = parse_dtype(dt);
+    XDIT_CHECK(t != DType::kF16, "bench: --dtypes takes bf16 and/or f32");
+  }
+  if (!o.json)
+    std::cout << "PixArt-alpha XL/2 (28 blocks, hidden 1152), one step with CFG (batch 2), " << kTextTokens
+              << " text tokens, random weights\n"
+              << std::left << std::setw(6) << "res" << std::setw(6) << "dtype" << std::right << std::setw(10)
+              << "s/step" << std::setw(14) << "FLOPs" << std::setw(14) << "FLOP/s" << std::setw(16)
+              << "GEMM peak" << std::setw(8) << "ratio" << std::setw(12) << "peak RSS" << std::endl;
+  for (int64_t res : o.resolutions)
+    for (const auto& dt : o.dtypes) {
+      nlohmann::json r = run_child(res, dt, o);
+      if (o.json) {
+        std::cout << r.dump() << std::endl;
+        continue;
+      }
+      std::cout << std::left << std::setw(6) << res << std::setw(6) << dt << std::right << std::setw(10)
+                << std::fixed << std::setprecision(2) << r["seconds"].get<double>() << std::setw(14)
+                << human(r["flops"].get<double>(), "") << std::setw(14)
+                << human(r["flops_per_s"].get<double>(), "/s") << std::setw(16)
+                << human(r["peak_flops_per_s"].get<double>(), "/s") << std::setw(8) << std::setprecision(2)
+                << r["ratio"].get<double>() << std::setw(12)
+                << human(static_cast<double>(r["peak_rss_bytes"].get<int64_t>()), "B") << std::endl;
+    }
+  return 0;
+}
+
+}  // namespace
+
+std::function<int()> add_bench(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* b = app.add_subcommand("bench", "benchmarks against the GEMM peak measured in the same run");
+  b->add_option("what", o->what, "benchmark: transformer")->capture_default_str();
+  b->add_option("--resolutions", o->resolutions, "image sizes in pixels")->delimiter(',')->capture_default_str();
+  b->add_option("--dtypes", o->dtypes, "bf16 and/or f32")->delimiter(',')->capture_default_str();
+  b->add_flag("--json", o->json, "one JSON object per row");
+  b->add_option("--threads", o->threads, "OpenMP threads (default: all cores)");
+  b->add_option("--warmup", o->warmup, "untimed steps before timing")->capture_default_str();
+  b->add_option("--repeat", o->repeat, "timed steps (the best is reported)")->capture_default_str();
+  b->add_option("--row", o->row, "internal: run one row (RES:DTYPE) in this process")->group("");
+  return [o] { return run_bench(*o); };
+}
+
+}  // namespace xdit::app

@@ -1,0 +1,17 @@
+// The xdit subcommands. Each registers its options on the CLI11 app and runs
+// when chosen; errors propagate as xdit::Error and are printed by main().
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace xdit::app {
+
+// Registers the subcommand; the returned function runs it (returns the exit code).
+std::function<int()> add_generate(CLI::App& app);
+std::function<int()> add_bench(CLI::App& app);
+
+// Sets the OpenMP thread count (0 = leave the default).
+void set_threads(int threads);
+
+}  // namespace xdit::app

@@ -1,0 +1,244 @@
+#include "models/pixart.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "kernels/kernels.h"
+
+namespace xdit::models {
+
+using io::WeightSource;
+using kernels::Linear;
+
+namespace {
+constexpr int64_t kTimeProjDim = 256;  // Timesteps(num_channels=256) in AdaLayerNormSingle
+}
+
+PixArtConfig PixArtConfig::from_json(const io::Json& j, const std::string& where) {
+  PixArtConfig c;
+  c.sample_size = io::int_or(j, "sample_size", 64, where);
+  c.in_channels = io::int_or(j, "in_channels", 4, where);
+  c.out_channels = io::int_or(j, "out_channels", c.in_channels, where);
+  c.num_layers = io::int_or(j, "num_layers", 28, where);
+  c.num_attention_heads = io::int_or(j, "num_attention_heads", 16, where);
+  c.attention_head_dim = io::int_or(j, "attention_head_dim", 72, where);
+  c.cross_attention_dim = io::int_or(j, "cross_attention_dim", c.hidden(), where);
+  c.caption_channels = io::int_or(j, "caption_channels", 4096, where);
+  c.patch_size = io::int_or(j, "patch_size", 2, where);
+  c.norm_eps = io::number_or(j, "norm_eps", 1e-6, where);
+  c.norm_elementwise_affine = io::bool_or(j, "norm_elementwise_affine", false, where);
+  c.attention_bias = io::bool_or(j, "attention_bias", true, where);
+  // diffusers: use_additional_conditions defaults to (sample_size == 128) and
+  // interpolation_scale to max(sample_size // 64, 1).
+  c.use_additional_conditions = io::bool_or(j, "use_additional_conditions", c.sample_size == 128, where);
+  c.interpolation_scale =
+      io::number_or(j, "interpolation_scale", static_cast<double>(std::max<int64_t>(c.sample_size / 64, 1)), where);
+
+  const std::string norm_type = io::string_or(j, "norm_type", "ada_norm_single", where);
+  XDIT_CHECK(norm_type == "ada_norm_single", where, ": norm_type '", norm_type,
+             "' is not supported (PixArt uses ada_norm_single)");
+  const std::string act = io::string_or(j, "activation_fn", "gelu-approximate", where);
+  XDIT_CHECK(act == "gelu-approximate", where, ": activation_fn '", act,
+             "' is not supported (PixArt uses gelu-approximate)");
+  XDIT_CHECK(io::string_or(j, "attention_type", "default", where) == "default", where,
+             ": only attention_type \"default\" is supported");
+  for (auto [name, v] : {std::pair{"sample_size", c.sample_size}, {"in_channels", c.in_channels},
+                         {"out_channels", c.out_channels}, {"num_layers", c.num_layers},
+                         {"num_attention_heads", c.num_attention_heads},
+                         {"attention_head_dim", c.attention_head_dim},
+                         {"caption_channels", c.caption_channels}, {"patch_size", c.patch_size}})
+    XDIT_CHECK(v > 0, where, ": ", name, " must be positive, found ", v);
+  XDIT_CHECK(c.cross_attention_dim == c.hidden(), where, ": cross_attention_dim ", c.cross_attention_dim,
+             " must equal num_attention_heads x attention_head_dim = ", c.hidden(),
+             " (the caption projection outputs that width)");
+  XDIT_CHECK(!c.use_additional_conditions || c.hidden() % 3 == 0, where,
+             ": micro-conditions need a hidden size divisible by 3, found ", c.hidden());
+  XDIT_CHECK(c.hidden() % 4 == 0, where, ": the 2-D position embedding needs a hidden size divisible by 4");
+  return c;
+}
+
+PixArtConfig PixArtConfig::alpha_xl_1024() { return PixArtConfig{}; }
+
+int64_t PixArtConfig::parameter_count() const {
+  const int64_t d = hidden(), p2 = patch_size * patch_size;
+  auto lin = [](int64_t in, int64_t out) { return in * out + out; };
+  int64_t n = lin(in_channels * p2, d);                               // patch embedding
+  n += lin(kTimeProjDim, d) + lin(d, d) + lin(d, 6 * d);              // timestep + adaLN
+  if (use_additional_conditions) n += 2 * (lin(kTimeProjDim, d / 3) + lin(d / 3, d / 3));
+  n += lin(caption_channels, d) + lin(d, d);                          // caption projection
+  const int64_t block = 6 * d + 4 * lin(d, d) + 4 * lin(d, d) + lin(d, 4 * d) + lin(4 * d, d);
+  n += num_layers * block;
+  n += 2 * d + lin(d, p2 * out_channels);
+  return n;
+}
+
+struct PixArtTransformer::Block {
+  Tensor table;  // scale_shift_table [6, hidden]
+  nn::Attention attn1, attn2;
+  nn::FeedForwardGelu ff;
+};
+
+PixArtTransformer::PixArtTransformer(const PixArtConfig& cfg, const WeightSource& w, DType compute)
+    : cfg_(cfg), ct_(kernels::resolve_compute_type(compute)), backend_(&nn::serial_attention()) {
+  const int64_t d = cfg.hidden(), p = cfg.patch_size;
+  XDIT_CHECK(!cfg.norm_elementwise_affine, "PixArt with norm_elementwise_affine=true is not supported");
+  // The patch convolution's weight [d, C, p, p] is a [d, C·p·p] matrix over im2col columns.
+  {
+    Tensor cw = w.get("pos_embed.proj.weight", {d, cfg.in_channels, p, p});
+    Tensor cb = w.get("pos_embed.proj.bias", {d});
+    patch_proj_ = Linear(cw.reshape({d, cfg.in_channels * p * p}), cb, ct_);
+  }
+  t_embedder_ = nn::MlpSilu(w, "adaln_single.emb.timestep_embedder", kTimeProjDim, d, d, ct_);
+  if (cfg.use_additional_conditions) {
+    res_embedder_ = nn::MlpSilu(w, "adaln_single.emb.resolution_embedder", kTimeProjDim, d / 3, d / 3, ct_);
+    ar_embedder_ = nn::MlpSilu(w, "adaln_single.emb.aspect_ratio_embedder", kTimeProjDim, d / 3, d / 3, ct_);
+  }
+  adaln_linear_ = nn::load_linear(w, "adaln_single.linear", d, 6 * d, true, ct_);
+  caption_1_ = nn::load_linear(w, "caption_projection.linear_1", cfg.caption_channels, d, true, ct_);
+  caption_2_ = nn::load_linear(w, "caption_projection.linear_2", d, d, true, ct_);
+  for (int64_t i = 0; i < cfg.num_layers; ++i) {
+    const std::string pre = "transformer_blocks." + std::to_string(i);
+    auto b = std::make_unique<Block>();
+    b->table = nn::load_param(w, pre + ".scale_shift_table", {6, d});
+    b->attn1 = nn::Attention(w, pre + ".attn1", d, cfg.num_attention_heads, cfg.attention_head_dim, 0,
+                             cfg.attention_bias, ct_);
+    b->attn2 = nn::Attention(w, pre + ".attn2", d, cfg.num_attention_heads, cfg.attention_head_dim,
+                             cfg.cross_attention_dim, cfg.attention_bias, ct_);
+    b->ff = nn::FeedForwardGelu(w, pre + ".ff", d, 4 * d, ct_);
+    blocks_.push_back(std::move(b));
+  }
+  out_table_ = nn::load_param(w, "scale_shift_table", {2, d});
+  proj_out_ = nn::load_linear(w, "proj_out", d, p * p * cfg.out_channels, true, ct_);
+  XDIT_DEBUG("PixArt transformer: ", cfg.num_layers, " blocks, hidden ", d, ", compute ",
+             ct_ == nn::ComputeType::kBF16 ? "bf16" : "f32");
+}
+
+PixArtTransformer::~PixArtTransformer() = default;
+
+Tensor PixArtTransformer::forward(const PixArtInputs& in) {
+  const PixArtConfig& c = cfg_;
+  XDIT_CHECK(in.latents && in.text, "PixArt forward needs latents and text embeddings");
+  const Tensor& x = *in.latents;
+  XDIT_CHECK(x.ndim() == 4 && x.dim(1) == c.in_channels, "PixArt expects latents [B, ", c.in_channels,
+             ", H, W], got ", shape_str(x.shape()));
+  const int64_t B = x.dim(0), H = x.dim(2), W = x.dim(3), p = c.patch_size, d = c.hidden();
+  XDIT_CHECK(H % p == 0 && W % p == 0, "latent size ", H, "x", W, " is not divisible by the patch size ", p);
+  const int64_t gh = H / p, gw = W / p, N = gh * gw;
+  const Tensor& text = *in.text;
+  XDIT_CHECK(text.ndim() == 3 && text.dim(0) == B && text.dim(2) == c.caption_channels,
+             "text embeddings must be [", B, ", L, ", c.caption_channels, "], got ", shape_str(text.shape()));
+  const int64_t L = text.dim(1);
+  XDIT_CHECK(static_cast<int64_t>(in.timesteps.size()) == B, "need one timestep per batch row");
+  std::vector<uint8_t> mask;
+  if (in.text_mask != nullptr) {
+    XDIT_CHECK(in.text_mask->numel() == B * L, "text mask must be [", B, ", ", L, "], got ",
+               shape_str(in.text_mask->shape()));
+    auto mv = in.text_mask->to_vector();
+    mask.resize(mv.size());
+    for (size_t i = 0; i < mv.size(); ++i) mask[i] = mv[i] != 0.0f;
+  }
+
+  // Patch embedding + position embedding (recomputed for the actual grid, as
+  // PatchEmbed does when it differs from the config's sample size).
+  float* h = h_.get(static_cast<size_t>(B * N * d));
+  {
+    const int64_t k = c.in_channels * p * p;
+    float* cols = cols_.get(static_cast<size_t>(B * N * k));
+    kernels::patchify(x.data<float>(), B, c.in_channels, H, W, p, cols);
+    patch_proj_.forward(cols, B * N, h);
+    std::vector<float> pos(static_cast<size_t>(N * d));
+    kernels::sincos_pos_embed_2d(d, gh, gw, static_cast<float>(c.sample_size / p),
+                                 static_cast<float>(c.interpolation_scale), pos.data());
+    for (int64_t b = 0; b < B; ++b)
+      kernels::gated_residual_add(h + b * N * d, pos.data(), 1, N, d, nullptr, 0);
+  }
+
+  // AdaLayerNormSingle: timestep (+ micro-conditions) → embedded_timestep [B, d] and t6 [B, 6d].
+  std::vector<float> emb(static_cast<size_t>(B * d)), t6(static_cast<size_t>(B * 6 * d));
+  {
+    std::vector<float> proj(static_cast<size_t>(B * kTimeProjDim));
+    kernels::timestep_embedding(in.timesteps.data(), B, kTimeProjDim, true, 0.0f, proj.data());
+    t_embedder_.forward(proj.data(), B, emb.data());
+    if (c.use_additional_conditions) {
+      XDIT_CHECK(in.resolution && in.aspect_ratio && in.resolution->numel() == 2 * B &&
+                     in.aspect_ratio->numel() == B,
+                 "this PixArt model uses resolution/aspect-ratio micro-conditions: pass [B,2] and [B,1]");
+      const int64_t e = d / 3;
+      auto res = in.resolution->to_vector(), ar = in.aspect_ratio->to_vector();
+      std::vector<float> rp(static_cast<size_t>(2 * B * kTimeProjDim)), ap(static_cast<size_t>(B * kTimeProjDim));
+      kernels::timestep_embedding(res.data(), 2 * B, kTimeProjDim, true, 0.0f, rp.data());
+      kernels::timestep_embedding(ar.data(), B, kTimeProjDim, true, 0.0f, ap.data());
+      std::vector<float> re(static_cast<size_t>(2 * B * e)), ae(static_cast<size_t>(B * e));
+      res_embedder_.forward(rp.data(), 2 * B, re.data());  // [B·2, e] = [B, 2e]
+      ar_embedder_.forward(ap.data(), B, ae.data());
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t i = 0; i < d; ++i)
+          emb[b * d + i] += i < 2 * e ? re[b * 2 * e + i] : ae[b * e + i - 2 * e];
+    }
+    std::vector<float> act(emb.size());
+    kernels::silu(emb.data(), act.data(), static_cast<int64_t>(act.size()));
+    adaln_linear_.forward(act.data(), B, t6.data());
+  }
+
+  // Caption projection: linear_1 → GELU(tanh) → linear_2.
+  float* txt = text_.get(static_cast<size_t>(B * L * d));
+  {
+    Tensor tf = text.dtype() == DType::kF32 ? text : text.to(DType::kF32);
+    float* t1 = text_tmp_.get(static_cast<size_t>(B * L * d));
+    caption_1_.forward(tf.data<float>(), B * L, t1);
+    kernels::gelu_tanh(t1, t1, B * L * d);
+    caption_2_.forward(t1, B * L, txt);
+  }
+
+  float* nrm = norm_.get(static_cast<size_t>(B * N * d));
+  float* tmp = tmp_.get(static_cast<size_t>(B * N * d));
+  float* ffh = ffh_.get(static_cast<size_t>(B * N * 4 * d));
+  std::vector<float> mod(static_cast<size_t>(B * 6 * d));
+  const float eps = static_cast<float>(c.norm_eps);
+  for (size_t li = 0; li < blocks_.size(); ++li) {
+    Block& blk = *blocks_[li];
+    // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = table + t6.
+    const float* table = blk.table.data<float>();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < 6 * d; ++i) mod[b * 6 * d + i] = table[i] + t6[b * 6 * d + i];
+    const float* m = mod.data();
+    const int64_t ms = 6 * d;
+    const int layer = static_cast<int>(li);
+
+    kernels::layer_norm(h, nrm, B * N, d, eps);
+    kernels::modulate(nrm, nrm, B, N, d, m + 0 * d, m + 1 * d, ms);
+    blk.attn1.forward(nrm, B, N, nullptr, 0, nullptr, tmp, *backend_, {layer, false});
+    kernels::gated_residual_add(h, tmp, B, N, d, m + 2 * d, ms);
+
+    // ada_norm_single: cross-attention reads the residual stream unnormalised.
+    blk.attn2.forward(h, B, N, txt, L, mask.empty() ? nullptr : mask.data(), tmp, *backend_, {layer, true});
+    kernels::gated_residual_add(h, tmp, B, N, d, nullptr, 0);
+
+    kernels::layer_norm(h, nrm, B * N, d, eps);
+    kernels::modulate(nrm, nrm, B, N, d, m + 3 * d, m + 4 * d, ms);
+    blk.ff.forward(nrm, B * N, tmp, ffh);
+    kernels::gated_residual_add(h, tmp, B, N, d, m + 5 * d, ms);
+  }
+
+  // Final layer: shift, scale = scale_shift_table + embedded_timestep.
+  std::vector<float> fin(static_cast<size_t>(B * 2 * d));
+  const float* ot = out_table_.data<float>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < 2 * d; ++i) fin[b * 2 * d + i] = ot[i] + emb[b * d + i % d];
+  kernels::layer_norm(h, nrm, B * N, d, eps);
+  kernels::modulate(nrm, nrm, B, N, d, fin.data(), fin.data() + d, 2 * d);
+  const int64_t po = p * p * c.out_channels;
+  float* patches = ffh;  // reuse: B·N·po ≤ B·N·4d
+  std::vector<float> patch_buf;
+  if (po > 4 * d) {
+    patch_buf.resize(static_cast<size_t>(B * N * po));
+    patches = patch_buf.data();
+  }
+  proj_out_.forward(nrm, B * N, patches);
+  Tensor out = Tensor::empty({B, c.out_channels, H, W});
+  kernels::unpatchify(patches, B, c.out_channels, gh, gw, p, out.data<float>());
+  return out;
+}
+
+}  // namespace xdit::models

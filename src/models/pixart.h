@@ -1,0 +1,80 @@
+// PixArtTransformer2DModel (diffusers models/transformers/pixart_transformer_2d.py):
+// PatchEmbed + 2-D sin-cos positions, AdaLayerNormSingle on the timestep (with
+// PixArt-α's resolution / aspect-ratio micro-conditions), caption projection,
+// BasicTransformerBlocks (ada_norm_single), final modulation, unpatchify.
+// Weight names are diffusers' state-dict keys.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/json.h"
+#include "io/weights.h"
+#include "nn/attention.h"
+#include "nn/layers.h"
+
+namespace xdit::models {
+
+struct PixArtConfig {
+  int64_t sample_size = 128;
+  int64_t in_channels = 4;
+  int64_t out_channels = 8;
+  int64_t num_layers = 28;
+  int64_t num_attention_heads = 16;
+  int64_t attention_head_dim = 72;
+  int64_t cross_attention_dim = 1152;
+  int64_t caption_channels = 4096;
+  int64_t patch_size = 2;
+  double norm_eps = 1e-6;
+  bool norm_elementwise_affine = false;
+  bool attention_bias = true;
+  bool use_additional_conditions = true;
+  double interpolation_scale = 2.0;
+
+  int64_t hidden() const { return num_attention_heads * attention_head_dim; }
+  // Reads diffusers' transformer/config.json (defaults as diffusers applies
+  // them) and rejects configurations this implementation does not cover.
+  static PixArtConfig from_json(const io::Json& j, const std::string& where);
+  // PixArt-α XL/2 at 1024 px (the benchmark configuration).
+  static PixArtConfig alpha_xl_1024();
+  // Parameter count implied by the config.
+  int64_t parameter_count() const;
+};
+
+struct PixArtInputs {
+  const Tensor* latents = nullptr;        // [B, in_channels, H, W]
+  std::vector<float> timesteps;           // B values
+  const Tensor* text = nullptr;           // [B, L, caption_channels]
+  const Tensor* text_mask = nullptr;      // [B, L] (1 = token, 0 = padding) or null
+  const Tensor* resolution = nullptr;     // [B, 2] (height, width in pixels) when micro-conditioned
+  const Tensor* aspect_ratio = nullptr;   // [B, 1]
+};
+
+class PixArtTransformer {
+ public:
+  PixArtTransformer(const PixArtConfig& cfg, const io::WeightSource& weights, DType compute);
+  ~PixArtTransformer();
+
+  const PixArtConfig& config() const { return cfg_; }
+  // Returns [B, out_channels, H, W].
+  Tensor forward(const PixArtInputs& in);
+  void set_attention_backend(nn::AttentionBackend* b) { backend_ = b; }
+
+ private:
+  struct Block;
+  PixArtConfig cfg_;
+  nn::ComputeType ct_;
+  kernels::Linear patch_proj_;
+  nn::MlpSilu t_embedder_, res_embedder_, ar_embedder_;
+  kernels::Linear adaln_linear_;
+  kernels::Linear caption_1_, caption_2_;
+  std::vector<std::unique_ptr<Block>> blocks_;
+  Tensor out_table_;  // scale_shift_table [2, hidden]
+  kernels::Linear proj_out_;
+  nn::AttentionBackend* backend_;
+  nn::Scratch cols_, h_, norm_, tmp_, ffh_, text_, text_tmp_;
+};
+
+}  // namespace xdit::models

@@ -1,0 +1,79 @@
+#include "nn/attention.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace xdit::nn {
+
+namespace {
+class SerialAttention : public AttentionBackend {
+ public:
+  void attend(const kernels::AttentionArgs& args, const AttentionSite&) override {
+    kernels::attention(args);
+  }
+};
+}  // namespace
+
+AttentionBackend& serial_attention() {
+  static SerialAttention s;
+  return s;
+}
+
+Attention::Attention(const io::WeightSource& w, const std::string& prefix, int64_t dim,
+                     int64_t heads, int64_t head_dim, int64_t kv_dim, bool bias, ComputeType ct)
+    : dim_(dim), heads_(heads), head_dim_(head_dim), cross_(kv_dim != 0),
+      bf16_(ct == ComputeType::kBF16) {
+  const int64_t inner = heads * head_dim;
+  if (!cross_) {
+    qkv_ = load_fused_linear(w, {prefix + ".to_q", prefix + ".to_k", prefix + ".to_v"}, dim,
+                             {inner, inner, inner}, bias, ct);
+  } else {
+    q_ = load_linear(w, prefix + ".to_q", dim, inner, bias, ct);
+    kv_ = load_fused_linear(w, {prefix + ".to_k", prefix + ".to_v"}, kv_dim, {inner, inner}, bias, ct);
+  }
+  out_ = load_linear(w, prefix + ".to_out.0", inner, dim, true, ct);
+}
+
+void Attention::forward(const float* x, int64_t batch, int64_t seq, const float* context,
+                        int64_t ctx_len, const uint8_t* ctx_mask, float* y,
+                        AttentionBackend& backend, AttentionSite site) {
+  const int64_t inner = heads_ * head_dim_;
+  kernels::AttentionArgs a;
+  a.batch = batch;
+  a.heads = heads_;
+  a.head_dim = head_dim_;
+  a.q_len = seq;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim_));
+  a.bf16 = bf16_;
+  float* o = attn_.get(static_cast<size_t>(batch * seq * inner));
+  a.out = o;
+  a.out_stride = inner;
+  if (!cross_) {
+    float* qkv = proj_.get(static_cast<size_t>(batch * seq * 3 * inner));
+    qkv_.forward(x, batch * seq, qkv);
+    a.q = qkv;
+    a.k = qkv + inner;
+    a.v = qkv + 2 * inner;
+    a.q_stride = a.k_stride = a.v_stride = 3 * inner;
+    a.kv_len = seq;
+  } else {
+    XDIT_CHECK(context != nullptr, "cross-attention needs a context");
+    float* q = proj_.get(static_cast<size_t>(batch * seq * inner));
+    float* kv = kvbuf_.get(static_cast<size_t>(batch * ctx_len * 2 * inner));
+    q_.forward(x, batch * seq, q);
+    kv_.forward(context, batch * ctx_len, kv);
+    a.q = q;
+    a.q_stride = inner;
+    a.k = kv;
+    a.v = kv + inner;
+    a.k_stride = a.v_stride = 2 * inner;
+    a.kv_len = ctx_len;
+    a.key_mask = ctx_mask;
+  }
+  site.cross = cross_;
+  backend.attend(a, site);
+  out_.forward(o, batch * seq, y);
+}
+
+}  // namespace xdit::nn

@@ -1,0 +1,51 @@
+// diffusers' Attention module (to_q / to_k / to_v / to_out.0) and the single
+// entry point every attention call goes through. The entry point is an
+// AttentionBackend: serial by default; the parallel layer supplies Ulysses /
+// Ring / PipeFusion strategies without the model files changing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "io/weights.h"
+#include "kernels/kernels.h"
+#include "nn/layers.h"
+
+namespace xdit::nn {
+
+// Where an attention call sits, for strategies that keep per-layer state.
+struct AttentionSite {
+  int layer = 0;
+  bool cross = false;  // cross-attention to the text (keys not split)
+};
+
+class AttentionBackend {
+ public:
+  virtual ~AttentionBackend() = default;
+  virtual void attend(const kernels::AttentionArgs& args, const AttentionSite& site) = 0;
+};
+
+// Runs kernels::attention on the local tensors.
+AttentionBackend& serial_attention();
+
+class Attention {
+ public:
+  Attention() = default;
+  // Self-attention when kv_dim == 0 (fused QKV), cross-attention otherwise
+  // (fused KV over the context of width kv_dim).
+  Attention(const io::WeightSource& w, const std::string& prefix, int64_t dim, int64_t heads,
+            int64_t head_dim, int64_t kv_dim, bool bias, ComputeType ct);
+
+  // x [B, S, dim] → y [B, S, dim]. Cross-attention reads context [B, L, kv_dim]
+  // with an optional key mask [B, L] (0 = padding).
+  void forward(const float* x, int64_t batch, int64_t seq, const float* context, int64_t ctx_len,
+               const uint8_t* ctx_mask, float* y, AttentionBackend& backend, AttentionSite site);
+
+ private:
+  int64_t dim_ = 0, heads_ = 0, head_dim_ = 0;
+  bool cross_ = false, bf16_ = false;
+  kernels::Linear qkv_, q_, kv_, out_;
+  Scratch proj_, kvbuf_, attn_;
+};
+
+}  // namespace xdit::nn
