@@ -12,6 +12,8 @@
 int main(int argc, char** argv) {
   CLI::App app{"xdit: Diffusion Transformer inference (PixArt) on CPU, serial or parallel"};
   app.require_subcommand(1);
+  // As with argparse (diffusers / xDiT scripts), a repeated option keeps its last value.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.set_version_flag("--version", std::string("xdit ") + XDIT_VERSION);
   std::map<CLI::App*, std::function<int()>> runners;
   auto add = [&](std::function<int()> run) { runners[app.get_subcommands({}).back()] = std::move(run); };
@@ -19,8 +21,15 @@ int main(int argc, char** argv) {
   add(xdit::app::add_bench(app));
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "xdit: error: %s (see xdit --help)\n", e.what());
+    return 2;
   }
   try {
     for (auto& [sub, run] : runners)

@@ -1,6 +1,11 @@
 #include "core/rng.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
+
+
 
 namespace xdit {
 
@@ -40,15 +45,98 @@ namespace {
 float uniform_f32(TorchGenerator& g) {
   return static_cast<float>(g.random() & ((1u << 24) - 1)) * (1.0f / 16777216.0f);
 }
-// torch's normal_fill_16: Box–Muller over 16 uniforms, pairs (j, j+8).
+// torch draws normals for float tensors of 16+ elements with its AVX2
+// Box–Muller (aten normal_fill_16_AVX2, used on AVX2 and AVX-512 machines),
+// whose log and sincos are the Cephes single-precision polynomials of the
+// avx_mathfun routines. torch's binary is compiled with FMA contraction, so a
+// product feeding an add is fused where GCC fuses it (the first product in
+// statement order whose only use is an add). To give the same bits, the
+// scalar functions below evaluate the same polynomials with the same constants
+// and the same roundings: explicit std::fma where torch's code is fused,
+// plain operations elsewhere (this file is compiled with -ffp-contract=off).
+// Written from the algorithm's description (Cephes sinf/cosf/logf), checked
+// bit for bit against torch by tests/parity/test_rng.cpp.
+inline float bits_to_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint32_t float_to_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+float cephes_logf(float x) {
+  const bool invalid = x <= 0.0f;
+  x = std::max(x, bits_to_float(0x00800000u));  // no denormals
+  const uint32_t bits = float_to_bits(x);
+  float e = static_cast<float>(static_cast<int32_t>(bits >> 23) - 0x7f);
+  x = bits_to_float((bits & ~0x7f800000u) | float_to_bits(0.5f));  // mantissa in [0.5, 1)
+  e = e + 1.0f;
+  const bool below = x < 0.707106781186547524f;  // sqrt(1/2)
+  const float keep = below ? x : 0.0f;
+  x = x - 1.0f;
+  e = e - (below ? 1.0f : 0.0f);
+  x = x + keep;
+  const float z = x * x;
+  static constexpr float kP[] = {7.0376836292E-2f,  -1.1514610310E-1f, 1.1676998740E-1f,
+                                 -1.2420140846E-1f, +1.4249322787E-1f, -1.6668057665E-1f,
+                                 +2.0000714765E-1f, -2.4999993993E-1f, +3.3333331174E-1f};
+  float y = kP[0];
+  for (int i = 1; i < 9; ++i) y = std::fma(y, x, kP[i]);
+  y = y * x;
+  y = std::fma(y, z, e * -2.12194440e-4f);
+  y = std::fma(-z, 0.5f, y);
+  x = x + y;
+  x = std::fma(e, 0.693359375f, x);
+  return invalid ? std::numeric_limits<float>::quiet_NaN() : x;
+}
+
+void cephes_sincosf(float x, float& s, float& c) {
+  bool sin_negative = std::signbit(x);
+  x = std::fabs(x);
+  float y = x * 1.27323954473516f;  // 4/pi
+  int32_t j = static_cast<int32_t>(y);
+  j = (j + 1) & ~1;
+  y = static_cast<float>(j);
+  sin_negative ^= (j & 4) != 0;
+  const bool sin_poly = (j & 2) == 0;  // which polynomial is the sine
+  const bool cos_negative = (~(j - 2) & 4) != 0;
+  // Extended-precision reduction x − y·π/4 in three parts.
+  x = std::fma(y, -0.78515625f, x);
+  x = std::fma(y, -2.4187564849853515625e-4f, x);
+  x = std::fma(y, -3.77489497744594108e-8f, x);
+  const float z = x * x;
+  float yc = 2.443315711809948E-005f;  // cosine polynomial on [0, π/4]
+  yc = std::fma(yc, z, -1.388731625493765E-003f);
+  yc = std::fma(yc, z, 4.166664568298827E-002f);
+  yc = yc * z;
+  yc = std::fma(yc, z, -(z * 0.5f));
+  yc = yc + 1.0f;
+  float ys = -1.9515295891E-4f;  // sine polynomial on [0, π/4]
+  ys = std::fma(ys, z, 8.3321608736E-3f);
+  ys = std::fma(ys, z, -1.6666654611E-1f);
+  ys = ys * z;
+  ys = std::fma(ys, x, x);
+  const float sin_from_s = sin_poly ? ys : 0.0f, sin_from_c = sin_poly ? 0.0f : yc;
+  const float sv = sin_from_c + sin_from_s;
+  const float cv = (yc - sin_from_c) + (ys - sin_from_s);
+  s = sin_negative ? -sv : sv;
+  c = cos_negative ? -cv : cv;
+}
+
 void normal_fill_16(float* d) {
+  const float two_pi = static_cast<float>(2.0 * M_PI);
   for (int j = 0; j < 8; ++j) {
     const float u1 = 1.0f - d[j];
     const float u2 = d[j + 8];
-    const float radius = std::sqrt(-2.0f * std::log(u1));
-    const float theta = 2.0f * static_cast<float>(M_PI) * u2;
-    d[j] = radius * std::cos(theta);
-    d[j + 8] = radius * std::sin(theta);
+    const float radius = std::sqrt(-2.0f * cephes_logf(u1));
+    const float theta = two_pi * u2;
+    float st, ct;
+    cephes_sincosf(theta, st, ct);
+    d[j] = radius * ct;
+    d[j + 8] = radius * st;
   }
 }
 }  // namespace

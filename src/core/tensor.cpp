@@ -27,7 +27,7 @@ Tensor Tensor::empty(Shape shape, DType dtype) {
   Tensor t;
   t.shape_ = std::move(shape);
   t.dtype_ = dtype;
-  const size_t bytes = (t.nbytes() + 63) / 64 * 64;
+  const size_t bytes = (static_cast<size_t>(shape_numel(t.shape_)) * dtype_size(dtype) + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, bytes == 0 ? 64 : bytes);
   XDIT_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes for a tensor of shape ",
              shape_str(t.shape_));

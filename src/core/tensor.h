@@ -33,11 +33,12 @@ class Tensor {
   // f32 tensor holding a copy of `values`.
   static Tensor from_vector(const std::vector<float>& values, Shape shape);
 
-  bool defined() const { return data_ != nullptr || numel() == 0; }
+  // A default-constructed Tensor is undefined and has no elements.
+  bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }
   int ndim() const { return static_cast<int>(shape_.size()); }
   int64_t dim(int i) const;  // negative i counts from the end
-  int64_t numel() const { return shape_numel(shape_); }
+  int64_t numel() const { return storage_ ? shape_numel(shape_) : 0; }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
   DType dtype() const { return dtype_; }
   Device device() const { return Device::kCPU; }

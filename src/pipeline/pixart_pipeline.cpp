@@ -26,7 +26,7 @@ void check_embeds(const Tensor& e, const Tensor& mask, const char* name, int64_t
   XDIT_CHECK(e.ndim() == 3, name, " must be [batch, tokens, ", channels, "], got ", shape_str(e.shape()));
   XDIT_CHECK(e.dim(2) == channels, name, " has hidden size ", e.dim(2), " but this model's caption_channels is ",
              channels, " (embeddings from a different text encoder?)");
-  if (mask.numel() > 0)
+  if (mask.defined())
     XDIT_CHECK(mask.ndim() == 2 && mask.dim(0) == e.dim(0) && mask.dim(1) == e.dim(1), name,
                " attention mask must be [", e.dim(0), ", ", e.dim(1), "], got ", shape_str(mask.shape()));
 }
@@ -40,18 +40,18 @@ void PixArtPipeline::validate(LatentRequest& r) const {
   XDIT_CHECK(r.height % unit == 0 && r.width % unit == 0, "height ", r.height, " and width ", r.width,
              " must be multiples of ", unit, " (VAE factor 8 x patch size ", cfg_.patch_size, ")");
   XDIT_CHECK(r.num_inference_steps >= 0, "num_inference_steps must be >= 0");
-  XDIT_CHECK(r.prompt_embeds.numel() > 0, "prompt_embeds are required");
+  XDIT_CHECK(r.prompt_embeds.defined(), "prompt_embeds are required");
   check_embeds(r.prompt_embeds, r.prompt_mask, "prompt_embeds", cfg_.caption_channels);
   const int64_t P = r.prompt_embeds.dim(0);
   if (r.guidance_scale > 1.0) {
-    XDIT_CHECK(r.negative_embeds.numel() > 0, "guidance_scale ", r.guidance_scale,
+    XDIT_CHECK(r.negative_embeds.defined(), "guidance_scale ", r.guidance_scale,
                " > 1 needs negative_prompt_embeds in the embeddings file (or pass --guidance_scale 1)");
     check_embeds(r.negative_embeds, r.negative_mask, "negative_prompt_embeds", cfg_.caption_channels);
     XDIT_CHECK(r.negative_embeds.dim(0) == P && r.negative_embeds.dim(1) == r.prompt_embeds.dim(1),
                "negative_prompt_embeds ", shape_str(r.negative_embeds.shape()), " must match prompt_embeds ",
                shape_str(r.prompt_embeds.shape()));
   }
-  if (r.latents.numel() > 0) {
+  if (r.latents.defined()) {
     const Shape want{P, cfg_.in_channels, r.height / kVaeScaleFactor, r.width / kVaeScaleFactor};
     XDIT_CHECK(r.latents.shape() == want, "latents have shape ", shape_str(r.latents.shape()), " but ", r.height,
                "x", r.width, " px with ", P, " prompt(s) needs ", shape_str(want));
@@ -87,7 +87,7 @@ Tensor PixArtPipeline::generate_latents(const LatentRequest& req,
   load();
   const int64_t P = r.prompt_embeds.dim(0);
   const int64_t h = r.height / kVaeScaleFactor, w = r.width / kVaeScaleFactor, C = cfg_.in_channels;
-  Tensor latents = r.latents.numel() > 0 ? r.latents.to(DType::kF32)
+  Tensor latents = r.latents.defined() ? r.latents.to(DType::kF32)
                                          : TorchGenerator(r.seed).randn({P, C, h, w});
   schedulers::DPMSolverMultistep sched(sched_cfg_);
   if (r.num_inference_steps == 0) return latents;
@@ -95,9 +95,9 @@ Tensor PixArtPipeline::generate_latents(const LatentRequest& req,
   // latents * init_noise_sigma (1 for DPM-Solver).
 
   const bool cfg = r.guidance_scale > 1.0;
-  const Tensor pmask = r.prompt_mask.numel() > 0 ? r.prompt_mask : ones_mask(r.prompt_embeds);
+  const Tensor pmask = r.prompt_mask.defined() ? r.prompt_mask : ones_mask(r.prompt_embeds);
   Tensor text = cfg ? cat_batch(r.negative_embeds, r.prompt_embeds) : r.prompt_embeds.to(DType::kF32);
-  Tensor mask = cfg ? cat_batch(r.negative_mask.numel() > 0 ? r.negative_mask : ones_mask(r.negative_embeds), pmask)
+  Tensor mask = cfg ? cat_batch(r.negative_mask.defined() ? r.negative_mask : ones_mask(r.negative_embeds), pmask)
                     : pmask.to(DType::kF32);
   const int64_t MB = cfg ? 2 * P : P;
   Tensor resolution = Tensor::empty({MB, 2}), aspect = Tensor::empty({MB, 1});

@@ -99,7 +99,7 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, ComputeType ct)
   im.in = weight.dim(1);
   im.ct = ct;
   im.src_dt = ct == ComputeType::kBF16 ? dt::bf16 : dt::f32;
-  if (bias.numel() > 0) {
+  if (bias.defined()) {
     XDIT_CHECK(bias.numel() == im.out, "linear bias has ", bias.numel(), " values, expected ", im.out);
     im.bias = bias.to_vector();
     im.has_bias = true;

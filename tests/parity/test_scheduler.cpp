@@ -1,0 +1,100 @@
+// DPMSolverMultistepScheduler against diffusers (tools/goldens/make_scheduler.py):
+// timesteps, sigmas and whole trajectories for α/Σ-style and other configs;
+// patch-wise stepping equals whole-latent stepping.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "core/error.h"
+#include "io/json.h"
+#include "io/safetensors.h"
+#include "schedulers/dpm_solver.h"
+#include "test_util.h"
+
+namespace xdit::schedulers {
+namespace {
+
+const std::string kFile = std::string(XDIT_TEST_DATA) + "/goldens/dpm_solver.safetensors";
+
+TEST(DPMSolver, MatchesDiffusersOnEveryCase) {
+  io::SafeTensorsFile f(kFile);
+  const int cases = std::stoi(f.metadata().at("cases"));
+  ASSERT_GE(cases, 10);
+  for (int k = 0; k < cases; ++k) {
+    const std::string c = "case" + std::to_string(k);
+    SCOPED_TRACE(c + " " + f.metadata().at(c));
+    auto cfg = DPMSolverConfig::from_json(io::parse_json_text(f.metadata().at(c), c), c);
+    DPMSolverMultistep s(cfg);
+    auto ts = f.get(c + ".timesteps").to_vector();
+    auto sig = f.get(c + ".sigmas").to_vector();
+    s.set_timesteps(static_cast<int64_t>(ts.size()));
+    ASSERT_EQ(s.timesteps().size(), ts.size());
+    for (size_t i = 0; i < ts.size(); ++i) EXPECT_EQ(s.timesteps()[i], static_cast<int64_t>(ts[i])) << i;
+    ASSERT_EQ(s.sigmas().size(), sig.size());
+    for (size_t i = 0; i < sig.size(); ++i) EXPECT_NEAR(s.sigmas()[i], sig[i], 1e-6 * (1 + sig[i])) << i;
+
+    Tensor x = f.get(c + ".sample0").to(DType::kF32);
+    Tensor outs = f.get(c + ".model_outputs").to(DType::kF32);
+    Tensor want = f.get(c + ".samples").to(DType::kF32);
+    const int64_t n = x.numel();
+    for (size_t i = 0; i < ts.size(); ++i) {
+      Tensor m = Tensor::from_vector(std::vector<float>(outs.data<float>() + i * n, outs.data<float>() + (i + 1) * n),
+                                     x.shape());
+      s.step(m, x);
+      EXPECT_LT(test::rel_max_err(x.data<float>(), want.data<float>() + i * n, static_cast<size_t>(n)), 2e-5)
+          << "step " << i;
+    }
+  }
+}
+
+TEST(DPMSolver, PatchwiseStepsEqualWholeSteps) {
+  DPMSolverConfig cfg;  // PixArt's: dpmsolver++, order 2, midpoint
+  DPMSolverMultistep whole(cfg), patched(cfg);
+  whole.set_timesteps(6);
+  patched.set_timesteps(6);
+  const Shape shape{2, 4, 9, 5};
+  const int64_t B = 2, C = 4, H = 9, W = 5;
+  Tensor a = Tensor::from_vector(test::randn(B * C * H * W, 1), shape);
+  Tensor b = a.clone();
+  const std::vector<std::pair<int64_t, int64_t>> patches = {{0, 4}, {4, 5}, {5, 9}};
+  for (int step = 0; step < 6; ++step) {
+    Tensor m = Tensor::from_vector(test::randn(B * C * H * W, 100 + step), shape);
+    whole.step(m, a);
+    for (auto [r0, r1] : patches) {
+      const int64_t rows = r1 - r0;
+      std::vector<float> mo(B * C * rows * W), sp(mo.size());
+      for (int64_t bc = 0; bc < B * C; ++bc)
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t w = 0; w < W; ++w) {
+            mo[(bc * rows + r) * W + w] = m.data<float>()[(bc * H + r0 + r) * W + w];
+            sp[(bc * rows + r) * W + w] = b.data<float>()[(bc * H + r0 + r) * W + w];
+          }
+      EXPECT_EQ(patched.step_index(), step) << "the step index advances only after the last patch";
+      patched.step(mo.data(), sp.data(), shape, r0, r1);
+      for (int64_t bc = 0; bc < B * C; ++bc)
+        for (int64_t r = 0; r < rows; ++r)
+          std::memcpy(b.data<float>() + (bc * H + r0 + r) * W, sp.data() + (bc * rows + r) * W, W * 4);
+    }
+    EXPECT_EQ(patched.step_index(), step + 1);
+    ASSERT_EQ(0, std::memcmp(a.data<float>(), b.data<float>(), a.nbytes())) << "step " << step;
+  }
+}
+
+TEST(DPMSolver, RejectsUnsupportedOptions) {
+  auto bad = [](const std::string& json) {
+    try {
+      DPMSolverConfig::from_json(io::parse_json_text(json, "cfg"), "cfg");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_NE(bad(R"({"use_karras_sigmas": true})").find("use_karras_sigmas"), std::string::npos);
+  EXPECT_NE(bad(R"({"solver_order": 3})").find("solver_order 3"), std::string::npos);
+  EXPECT_NE(bad(R"({"_class_name": "EulerDiscreteScheduler"})").find("EulerDiscreteScheduler"), std::string::npos);
+  EXPECT_NE(bad(R"({"beta_start": "x"})").find("beta_start"), std::string::npos);
+  EXPECT_EQ(bad(R"({"lambda_min_clipped": -Infinity, "variance_type": null})"), "(accepted)");
+}
+
+}  // namespace
+}  // namespace xdit::schedulers
