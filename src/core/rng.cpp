@@ -5,8 +5,6 @@
 #include <cstring>
 #include <limits>
 
-
-
 namespace xdit {
 
 // mt19937 as std::mt19937 and torch's at::mt19937 define it; torch seeds it
