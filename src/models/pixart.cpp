@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/memory.h"
 #include "kernels/kernels.h"
 
 namespace xdit::models {
@@ -208,17 +209,20 @@ Tensor PixArtTransformer::forward(const PixArtInputs& in) {
 
     kernels::layer_norm(h, nrm, B * N, d, eps);
     kernels::modulate(nrm, nrm, B, N, d, m + 0 * d, m + 1 * d, ms);
-    blk.attn1.forward(nrm, B, N, nullptr, 0, nullptr, tmp, *backend_, {layer, false});
+    blk.attn1.forward(nrm, B, N, nullptr, 0, nullptr, tmp, *backend_, {layer, false},
+                       attn_scratch_);
     kernels::gated_residual_add(h, tmp, B, N, d, m + 2 * d, ms);
 
     // ada_norm_single: cross-attention reads the residual stream unnormalised.
-    blk.attn2.forward(h, B, N, txt, L, mask.empty() ? nullptr : mask.data(), tmp, *backend_, {layer, true});
+    blk.attn2.forward(h, B, N, txt, L, mask.empty() ? nullptr : mask.data(), tmp, *backend_, {layer, true},
+                       attn_scratch_);
     kernels::gated_residual_add(h, tmp, B, N, d, nullptr, 0);
 
     kernels::layer_norm(h, nrm, B * N, d, eps);
     kernels::modulate(nrm, nrm, B, N, d, m + 3 * d, m + 4 * d, ms);
     blk.ff.forward(nrm, B * N, tmp, ffh);
     kernels::gated_residual_add(h, tmp, B, N, d, m + 5 * d, ms);
+    XDIT_DEBUG("block ", li, " done, rss ", current_rss_bytes() >> 20, " MiB");
   }
 
   // Final layer: shift, scale = scale_shift_table + embedded_timestep.

@@ -75,6 +75,7 @@ class PixArtTransformer {
   kernels::Linear proj_out_;
   nn::AttentionBackend* backend_;
   nn::Scratch cols_, h_, norm_, tmp_, ffh_, text_, text_tmp_;
+  nn::AttentionScratch attn_scratch_;
 };
 
 }  // namespace xdit::models

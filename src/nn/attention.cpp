@@ -37,7 +37,8 @@ Attention::Attention(const io::WeightSource& w, const std::string& prefix, int64
 
 void Attention::forward(const float* x, int64_t batch, int64_t seq, const float* context,
                         int64_t ctx_len, const uint8_t* ctx_mask, float* y,
-                        AttentionBackend& backend, AttentionSite site) {
+                        AttentionBackend& backend, AttentionSite site,
+                        AttentionScratch& scratch) const {
   const int64_t inner = heads_ * head_dim_;
   kernels::AttentionArgs a;
   a.batch = batch;
@@ -46,11 +47,11 @@ void Attention::forward(const float* x, int64_t batch, int64_t seq, const float*
   a.q_len = seq;
   a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim_));
   a.bf16 = bf16_;
-  float* o = attn_.get(static_cast<size_t>(batch * seq * inner));
+  float* o = scratch.out.get(static_cast<size_t>(batch * seq * inner));
   a.out = o;
   a.out_stride = inner;
   if (!cross_) {
-    float* qkv = proj_.get(static_cast<size_t>(batch * seq * 3 * inner));
+    float* qkv = scratch.proj.get(static_cast<size_t>(batch * seq * 3 * inner));
     qkv_.forward(x, batch * seq, qkv);
     a.q = qkv;
     a.k = qkv + inner;
@@ -59,8 +60,8 @@ void Attention::forward(const float* x, int64_t batch, int64_t seq, const float*
     a.kv_len = seq;
   } else {
     XDIT_CHECK(context != nullptr, "cross-attention needs a context");
-    float* q = proj_.get(static_cast<size_t>(batch * seq * inner));
-    float* kv = kvbuf_.get(static_cast<size_t>(batch * ctx_len * 2 * inner));
+    float* q = scratch.proj.get(static_cast<size_t>(batch * seq * inner));
+    float* kv = scratch.kv.get(static_cast<size_t>(batch * ctx_len * 2 * inner));
     q_.forward(x, batch * seq, q);
     kv_.forward(context, batch * ctx_len, kv);
     a.q = q;

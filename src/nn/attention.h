@@ -28,6 +28,12 @@ class AttentionBackend {
 // Runs kernels::attention on the local tensors.
 AttentionBackend& serial_attention();
 
+// Scratch shared by every attention layer of a model: layers run one at a
+// time, so one set of buffers (sized on the first step) serves them all.
+struct AttentionScratch {
+  Scratch proj, kv, out;
+};
+
 class Attention {
  public:
   Attention() = default;
@@ -39,13 +45,13 @@ class Attention {
   // x [B, S, dim] → y [B, S, dim]. Cross-attention reads context [B, L, kv_dim]
   // with an optional key mask [B, L] (0 = padding).
   void forward(const float* x, int64_t batch, int64_t seq, const float* context, int64_t ctx_len,
-               const uint8_t* ctx_mask, float* y, AttentionBackend& backend, AttentionSite site);
+               const uint8_t* ctx_mask, float* y, AttentionBackend& backend, AttentionSite site,
+               AttentionScratch& scratch) const;
 
  private:
   int64_t dim_ = 0, heads_ = 0, head_dim_ = 0;
   bool cross_ = false, bf16_ = false;
   kernels::Linear qkv_, q_, kv_, out_;
-  Scratch proj_, kvbuf_, attn_;
 };
 
 }  // namespace xdit::nn
