@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/dnnl_util.h"
-#include "kernels/cpu/vec_math.h"
+#include "kernels/cpu/softmax_row.h"
 #include "kernels/kernels.h"
 
 namespace xdit::kernels {
@@ -20,33 +20,6 @@ namespace {
 
 int64_t g_q_block = 128;
 int64_t g_kv_block = 512;
-
-#define XDIT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-
-// One score row: s ← s·scale; returns the row max.
-XDIT_CLONES float scale_and_max(float* s, int64_t n, float scale) {
-  float m = -INFINITY;
-  for (int64_t i = 0; i < n; ++i) {
-    s[i] *= scale;
-    m = std::max(m, s[i]);
-  }
-  return m;
-}
-
-// p ← exp(s − m) (f32), returns Σp.
-XDIT_CLONES float exp_row_f32(const float* s, float* p, int64_t n, float m) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float e = cpu::exp_approx(s[i] - m);
-    p[i] = e;
-    sum += e;
-  }
-  return sum;
-}
-
-XDIT_CLONES void scale_row(float* o, int64_t n, float a) {
-  for (int64_t i = 0; i < n; ++i) o[i] *= a;
-}
 
 // Copies [rows, D] at `stride` into a contiguous buffer of the compute type.
 void pack_rows(const float* src, int64_t stride, int64_t rows, int64_t d, bool bf16, void* dst,
@@ -140,15 +113,14 @@ void attention(const AttentionArgs& a) {
               cpu::gemm({rows, cols, D, D, D, KB, true, false, dt}, qb_ptr, kb_ptr, s.data());
               for (int64_t r = 0; r < rows; ++r) {
                 float* sr = s.data() + r * KB;
-                const float bm = scale_and_max(sr, cols, a.scale);
+                const float bm = cpu::scale_and_max(sr, cols, a.scale);
                 const float m_new = std::max(m[r], bm);
                 const float alpha = std::exp(m[r] - m_new);  // 0 on the first block
                 float* pr = pf.data() + r * KB;
-                const float sum = exp_row_f32(sr, pr, cols, m_new);
-                if (bf16) cpu::f32_to_bf16_array(pr, pb.data() + r * KB, static_cast<size_t>(cols));
+                const float sum = cpu::exp_and_sum(sr, cols, m_new, pr, bf16 ? pb.data() + r * KB : nullptr);
                 l[r] = l[r] * alpha + sum;
                 m[r] = m_new;
-                if (k0 > 0) scale_row(o.data() + r * D, D, alpha);
+                if (k0 > 0) cpu::scale_row(o.data() + r * D, D, alpha);
               }
               const void* p_ptr = bf16 ? static_cast<const void*>(pb.data()) : pf.data();
               cpu::gemm({rows, D, cols, KB, D, D, false, k0 > 0, dt}, p_ptr, vb_ptr, o.data());

@@ -4,14 +4,15 @@
 // branch-free so that the compiler turns loops of it into SIMD code.
 #pragma once
 
+#include <bit>
+#include <cmath>
 #include <cstdint>
-#include <cstring>
 
 namespace xdit::kernels::cpu {
 
 inline float exp_approx(float x) {
   // Clamp to the range where 2^n stays a normal float; below it exp is ~0.
-  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  x = std::fmin(std::fmax(x, -87.0f), 88.0f);
   const float n = __builtin_roundevenf(x * 1.44269504088896341f);
   float r = x - n * 0.693145751953125f;  // ln2 split hi/lo (Cody–Waite)
   r = r - n * 1.428606765330187e-06f;
@@ -22,9 +23,7 @@ inline float exp_approx(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const int32_t e = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &e, 4);
+  const float scale = std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
   return p * scale;
 }
 
