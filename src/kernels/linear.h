@@ -12,6 +12,9 @@ namespace xdit::kernels {
 
 enum class ComputeType { kF32, kBF16 };
 
+// An activation fused into the matmul's output (a oneDNN post-op).
+enum class Activation { kNone, kGeluTanh };
+
 // bf16 only when asked for and the CPU has it; otherwise f32 (logged).
 ComputeType resolve_compute_type(DType requested);
 
@@ -19,12 +22,14 @@ class Linear {
  public:
   Linear();
   // weight: [out, in] as torch stores it (any float dtype); bias: [out] or undefined.
-  Linear(const Tensor& weight, const Tensor& bias, ComputeType ct);
+  Linear(const Tensor& weight, const Tensor& bias, ComputeType ct,
+         Activation act = Activation::kNone);
   Linear(Linear&&) noexcept;
   Linear& operator=(Linear&&) noexcept;
   ~Linear();
 
-  // y[M, out] = x[M, in] · Wᵀ + b. With accumulate, y += x·Wᵀ + b instead.
+  // y[M, out] = act(x[M, in] · Wᵀ + b). With accumulate (no activation),
+  // y += x·Wᵀ + b instead.
   void forward(const float* x, int64_t m, float* y, bool accumulate = false) const;
   Tensor forward(const Tensor& x) const;  // x [..., in] → [..., out]
 

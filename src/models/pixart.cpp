@@ -96,7 +96,8 @@ PixArtTransformer::PixArtTransformer(const PixArtConfig& cfg, const WeightSource
     ar_embedder_ = nn::MlpSilu(w, "adaln_single.emb.aspect_ratio_embedder", kTimeProjDim, d / 3, d / 3, ct_);
   }
   adaln_linear_ = nn::load_linear(w, "adaln_single.linear", d, 6 * d, true, ct_);
-  caption_1_ = nn::load_linear(w, "caption_projection.linear_1", cfg.caption_channels, d, true, ct_);
+  caption_1_ = nn::load_linear(w, "caption_projection.linear_1", cfg.caption_channels, d, true, ct_,
+                               kernels::Activation::kGeluTanh);
   caption_2_ = nn::load_linear(w, "caption_projection.linear_2", d, d, true, ct_);
   for (int64_t i = 0; i < cfg.num_layers; ++i) {
     const std::string pre = "transformer_blocks." + std::to_string(i);
@@ -187,8 +188,7 @@ Tensor PixArtTransformer::forward(const PixArtInputs& in) {
   {
     Tensor tf = text.dtype() == DType::kF32 ? text : text.to(DType::kF32);
     float* t1 = text_tmp_.get(static_cast<size_t>(B * L * d));
-    caption_1_.forward(tf.data<float>(), B * L, t1);
-    kernels::gelu_tanh(t1, t1, B * L * d);
+    caption_1_.forward(tf.data<float>(), B * L, t1);  // GELU(tanh) fused
     caption_2_.forward(t1, B * L, txt);
   }
 

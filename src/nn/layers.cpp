@@ -8,10 +8,10 @@
 namespace xdit::nn {
 
 kernels::Linear load_linear(const io::WeightSource& w, const std::string& prefix, int64_t in,
-                            int64_t out, bool bias, ComputeType ct) {
+                            int64_t out, bool bias, ComputeType ct, kernels::Activation act) {
   Tensor weight = w.get(prefix + ".weight", {out, in});
   Tensor b = bias ? w.get(prefix + ".bias", {out}) : Tensor();
-  return kernels::Linear(weight, b, ct);
+  return kernels::Linear(weight, b, ct, act);
 }
 
 kernels::Linear load_fused_linear(const io::WeightSource& w, const std::vector<std::string>& prefixes,
@@ -52,12 +52,11 @@ void MlpSilu::forward(const float* x, int64_t m, float* y) const {
 
 FeedForwardGelu::FeedForwardGelu(const io::WeightSource& w, const std::string& prefix, int64_t dim,
                                  int64_t inner, ComputeType ct)
-    : fc1_(load_linear(w, prefix + ".net.0.proj", dim, inner, true, ct)),
+    : fc1_(load_linear(w, prefix + ".net.0.proj", dim, inner, true, ct, kernels::Activation::kGeluTanh)),
       fc2_(load_linear(w, prefix + ".net.2", inner, dim, true, ct)) {}
 
 void FeedForwardGelu::forward(const float* x, int64_t m, float* y, float* hidden) const {
-  fc1_.forward(x, m, hidden);
-  kernels::gelu_tanh(hidden, hidden, m * fc1_.out_features());
+  fc1_.forward(x, m, hidden);  // GELU(tanh) fused into the matmul
   fc2_.forward(hidden, m, y);
 }
 

@@ -27,7 +27,8 @@ class Scratch {
 
 // "<prefix>.weight" [out, in] and, when `bias`, "<prefix>.bias" [out].
 kernels::Linear load_linear(const io::WeightSource& w, const std::string& prefix, int64_t in,
-                            int64_t out, bool bias, ComputeType ct);
+                            int64_t out, bool bias, ComputeType ct,
+                            kernels::Activation act = kernels::Activation::kNone);
 
 // Several linears over the same input fused into one (outputs concatenated in
 // order), e.g. to_q/to_k/to_v → one [3·d, in] GEMM.

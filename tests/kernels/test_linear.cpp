@@ -43,6 +43,20 @@ TEST(Linear, Bf16) {
   check(ComputeType::kBF16, DType::kF32, 2e-2);
 }
 
+TEST(Linear, FusedGeluTanh) {
+  const int64_t K = 45, N = 33, M = 19;
+  auto wv = test::randn(N * K, 5, 0.3f), bv = test::randn(N, 6), x = test::randn(M * K, 7);
+  for (ComputeType ct : {ComputeType::kF32, ComputeType::kBF16}) {
+    if (ct == ComputeType::kBF16 && !cpu_has_bf16()) continue;
+    Linear lin(Tensor::from_vector(wv, {N, K}), Tensor::from_vector(bv, {N}), ct, Activation::kGeluTanh);
+    std::vector<float> y(M * N), r(M * N);
+    lin.forward(x.data(), M, y.data());
+    ref::linear(x.data(), wv.data(), bv.data(), M, K, N, r.data());
+    for (auto& v : r) v = ref::gelu_tanh(v);
+    EXPECT_LT(test::rel_max_err(y, r), ct == ComputeType::kF32 ? 1e-5 : 2e-2);
+  }
+}
+
 TEST(Linear, RejectsWrongBias) {
   Tensor w = Tensor::from_vector(test::randn(6, 1), {2, 3});
   Tensor b = Tensor::from_vector(test::randn(3, 1), {3});

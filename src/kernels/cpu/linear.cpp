@@ -37,6 +37,7 @@ constexpr int64_t kPackHintRows = 256;
 struct Linear::Impl {
   int64_t in = 0, out = 0;
   ComputeType ct = ComputeType::kF32;
+  Activation act = Activation::kNone;
   dt src_dt = dt::f32;
   dnnl::memory::desc packed_md;
   dnnl::memory packed;
@@ -56,11 +57,10 @@ struct Linear::Impl {
     dnnl::memory::desc dst({m, out}, dt::f32, tag::ab);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    if (accumulate) {
-      dnnl::post_ops po;
-      po.append_sum(1.0f);
-      attr.set_post_ops(po);
-    }
+    dnnl::post_ops po;
+    if (accumulate) po.append_sum(1.0f);
+    if (act == Activation::kGeluTanh) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
+    attr.set_post_ops(po);
     if (has_bias) {
       dnnl::memory::desc b({1, out}, dt::f32, tag::ab);
       return {dnnl::matmul::desc(src, wmd, b, dst), attr, engine()};
@@ -91,13 +91,14 @@ Linear::Linear(Linear&&) noexcept = default;
 Linear& Linear::operator=(Linear&&) noexcept = default;
 Linear::~Linear() = default;
 
-Linear::Linear(const Tensor& weight, const Tensor& bias, ComputeType ct)
+Linear::Linear(const Tensor& weight, const Tensor& bias, ComputeType ct, Activation act)
     : impl_(std::make_unique<Impl>()) {
   XDIT_CHECK(weight.ndim() == 2, "linear weight must be 2-D, got ", shape_str(weight.shape()));
   Impl& im = *impl_;
   im.out = weight.dim(0);
   im.in = weight.dim(1);
   im.ct = ct;
+  im.act = act;
   im.src_dt = ct == ComputeType::kBF16 ? dt::bf16 : dt::f32;
   if (bias.defined()) {
     XDIT_CHECK(bias.numel() == im.out, "linear bias has ", bias.numel(), " values, expected ", im.out);
@@ -124,6 +125,7 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, ComputeType ct)
 void Linear::forward(const float* x, int64_t m, float* y, bool accumulate) const {
   if (m == 0) return;
   const Impl& im = *impl_;
+  XDIT_CHECK(!(accumulate && im.act != Activation::kNone), "linear: accumulate with a fused activation");
   const Impl::Prim& p = im.prim_for(m, accumulate);
   auto& e = engine();
   const void* src = x;
