@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages xdit needs to build and test. Safe to run again.
 set -euo pipefail
-pkgs=(cmake ninja-build g++ pkg-config
+pkgs=(cmake ninja-build g++
       libdnnl-dev            # oneDNN: matmul / reorder primitives (bf16 on AVX-512-bf16 / AMX)
-      libomp-dev             # OpenMP headers (g++ ships libgomp)
       nlohmann-json3-dev     # config.json, safetensors headers
       libcli11-dev           # command line
       libgtest-dev googletest)

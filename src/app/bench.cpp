@@ -41,7 +41,9 @@ struct BenchOptions {
   std::string row;  // internal: "RES:DTYPE" runs one row in this process
 };
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 // Best-of-n time of a large GEMM through the same Linear the model uses.
 double gemm_peak(DType dtype) {
@@ -61,15 +63,16 @@ double gemm_peak(DType dtype) {
 
 // FLOPs of one PixArt forward (multiply-adds × 2) for batch B on an h×w latent.
 double step_flops(const models::PixArtConfig& c, int64_t B, int64_t h, int64_t w, int64_t L) {
-  const double d = static_cast<double>(c.hidden()), N = static_cast<double>((h / c.patch_size) * (w / c.patch_size));
+  const double d = static_cast<double>(c.hidden()),
+               N = static_cast<double>((h / c.patch_size) * (w / c.patch_size));
   const double p2 = static_cast<double>(c.patch_size * c.patch_size);
-  double f = 2.0 * N * d * c.in_channels * p2;                 // patch embedding
+  double f = 2.0 * N * d * c.in_channels * p2;                       // patch embedding
   f += 2.0 * L * d * (static_cast<double>(c.caption_channels) + d);  // caption projection
-  double block = 2.0 * N * d * 3 * d + 2.0 * N * d * d;       // qkv, out
-  block += 4.0 * N * N * d;                                   // self-attention QKᵀ and PV
+  double block = 2.0 * N * d * 3 * d + 2.0 * N * d * d;              // qkv, out
+  block += 4.0 * N * N * d;                                          // self-attention QKᵀ and PV
   block += 2.0 * N * d * d + 2.0 * L * d * 2 * d + 2.0 * N * d * d;  // cross q, kv, out
-  block += 4.0 * N * L * d;                                   // cross-attention
-  block += 2.0 * N * d * 4 * d * 2;                           // feed-forward
+  block += 4.0 * N * L * d;                                          // cross-attention
+  block += 2.0 * N * d * 4 * d * 2;                                  // feed-forward
   f += c.num_layers * block + 2.0 * N * d * p2 * c.out_channels;
   return f * B;
 }
@@ -85,7 +88,8 @@ nlohmann::json run_row(int64_t res, const std::string& dt_name, int warmup, int 
   Tensor latents = g.randn({B, cfg.in_channels, h, w});
   Tensor text = g.randn({B, kTextTokens, cfg.caption_channels});
   Tensor mask = Tensor::empty({B, kTextTokens});
-  for (int64_t i = 0; i < mask.numel(); ++i) mask.data<float>()[i] = (i % kTextTokens) < 100 ? 1.0f : 0.0f;
+  for (int64_t i = 0; i < mask.numel(); ++i)
+    mask.data<float>()[i] = (i % kTextTokens) < 100 ? 1.0f : 0.0f;
   Tensor resolution = Tensor::from_vector({float(res), float(res), float(res), float(res)}, {B, 2});
   Tensor aspect = Tensor::from_vector({1.0f, 1.0f}, {B, 1});
   models::PixArtInputs in;
@@ -150,7 +154,9 @@ int run_bench(const BenchOptions& o) {
   if (!o.row.empty()) {
     const auto colon = o.row.find(':');
     XDIT_CHECK(colon != std::string::npos, "--row expects RES:DTYPE");
-    std::cout << run_row(std::stoll(o.row.substr(0, colon)), o.row.substr(colon + 1), o.warmup, o.repeat).dump()
+    std::cout << run_row(std::stoll(o.row.substr(0, colon)), o.row.substr(colon + 1), o.warmup,
+                         o.repeat)
+                     .dump()
               << std::endl;
     return 0;
   }
@@ -159,11 +165,12 @@ int run_bench(const BenchOptions& o) {
     XDIT_CHECK(t != DType::kF16, "bench: --dtypes takes bf16 and/or f32");
   }
   if (!o.json)
-    std::cout << "PixArt-alpha XL/2 (28 blocks, hidden 1152), one step with CFG (batch 2), " << kTextTokens
-              << " text tokens, random weights\n"
-              << std::left << std::setw(6) << "res" << std::setw(6) << "dtype" << std::right << std::setw(10)
-              << "s/step" << std::setw(14) << "FLOPs" << std::setw(14) << "FLOP/s" << std::setw(16)
-              << "GEMM peak" << std::setw(8) << "ratio" << std::setw(12) << "peak RSS" << std::endl;
+    std::cout << "PixArt-alpha XL/2 (28 blocks, hidden 1152), one step with CFG (batch 2), "
+              << kTextTokens << " text tokens, random weights\n"
+              << std::left << std::setw(6) << "res" << std::setw(6) << "dtype" << std::right
+              << std::setw(10) << "s/step" << std::setw(14) << "FLOPs" << std::setw(14) << "FLOP/s"
+              << std::setw(16) << "GEMM peak" << std::setw(8) << "ratio" << std::setw(12)
+              << "peak RSS" << std::endl;
   for (int64_t res : o.resolutions)
     for (const auto& dt : o.dtypes) {
       nlohmann::json r = run_child(res, dt, o);
@@ -171,12 +178,12 @@ int run_bench(const BenchOptions& o) {
         std::cout << r.dump() << std::endl;
         continue;
       }
-      std::cout << std::left << std::setw(6) << res << std::setw(6) << dt << std::right << std::setw(10)
-                << std::fixed << std::setprecision(2) << r["seconds"].get<double>() << std::setw(14)
-                << human(r["flops"].get<double>(), "") << std::setw(14)
+      std::cout << std::left << std::setw(6) << res << std::setw(6) << dt << std::right
+                << std::setw(10) << std::fixed << std::setprecision(2) << r["seconds"].get<double>()
+                << std::setw(14) << human(r["flops"].get<double>(), "") << std::setw(14)
                 << human(r["flops_per_s"].get<double>(), "/s") << std::setw(16)
-                << human(r["peak_flops_per_s"].get<double>(), "/s") << std::setw(8) << std::setprecision(2)
-                << r["ratio"].get<double>() << std::setw(12)
+                << human(r["peak_flops_per_s"].get<double>(), "/s") << std::setw(8)
+                << std::setprecision(2) << r["ratio"].get<double>() << std::setw(12)
                 << human(static_cast<double>(r["peak_rss_bytes"].get<int64_t>()), "B") << std::endl;
     }
   return 0;
@@ -186,9 +193,12 @@ int run_bench(const BenchOptions& o) {
 
 std::function<int()> add_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
-  CLI::App* b = app.add_subcommand("bench", "benchmarks against the GEMM peak measured in the same run");
+  CLI::App* b =
+      app.add_subcommand("bench", "benchmarks against the GEMM peak measured in the same run");
   b->add_option("what", o->what, "benchmark: transformer")->capture_default_str();
-  b->add_option("--resolutions", o->resolutions, "image sizes in pixels")->delimiter(',')->capture_default_str();
+  b->add_option("--resolutions", o->resolutions, "image sizes in pixels")
+      ->delimiter(',')
+      ->capture_default_str();
   b->add_option("--dtypes", o->dtypes, "bf16 and/or f32")->delimiter(',')->capture_default_str();
   b->add_flag("--json", o->json, "one JSON object per row");
   b->add_option("--threads", o->threads, "OpenMP threads (default: all cores)");

@@ -35,7 +35,8 @@ void check_writable(const std::string& path) {
   namespace fs = std::filesystem;
   const fs::path p(path);
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-  XDIT_CHECK(fs::is_directory(dir), "cannot write ", path, ": folder ", dir.string(), " does not exist");
+  XDIT_CHECK(fs::is_directory(dir), "cannot write ", path, ": folder ", dir.string(),
+             " does not exist");
   XDIT_CHECK(!fs::is_directory(p), "cannot write ", path, ": it is a folder");
 }
 
@@ -105,11 +106,14 @@ std::function<int()> add_generate(CLI::App& app) {
   g->add_option("--prompt_embeds,--prompt-embeds", o->prompt_embeds,
                 "safetensors with prompt_embeds, prompt_attention_mask and, for CFG, "
                 "negative_prompt_embeds, negative_prompt_attention_mask");
-  g->add_option("--latents", o->latents, "safetensors with initial 'latents' (default: drawn from --seed)");
+  g->add_option("--latents", o->latents,
+                "safetensors with initial 'latents' (default: drawn from --seed)");
   g->add_option("--height", o->height, "image height in pixels (default: the model's)");
   g->add_option("--width", o->width, "image width in pixels (default: the model's)");
-  g->add_option("--num_inference_steps,--num-inference-steps", o->steps, "denoising steps")->capture_default_str();
-  g->add_option("--guidance_scale,--guidance-scale", o->guidance, "classifier-free guidance scale")->capture_default_str();
+  g->add_option("--num_inference_steps,--num-inference-steps", o->steps, "denoising steps")
+      ->capture_default_str();
+  g->add_option("--guidance_scale,--guidance-scale", o->guidance, "classifier-free guidance scale")
+      ->capture_default_str();
   g->add_option("--seed", o->seed, "random seed for the initial latents")->capture_default_str();
   g->add_option("--output_type,--output-type", o->output_type, "latent")->capture_default_str();
   g->add_option("--output,-o", o->output, "output file")->capture_default_str();

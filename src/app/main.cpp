@@ -16,7 +16,9 @@ int main(int argc, char** argv) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.set_version_flag("--version", std::string("xdit ") + XDIT_VERSION);
   std::map<CLI::App*, std::function<int()>> runners;
-  auto add = [&](std::function<int()> run) { runners[app.get_subcommands({}).back()] = std::move(run); };
+  auto add = [&](std::function<int()> run) {
+    runners[app.get_subcommands({}).back()] = std::move(run);
+  };
   add(xdit::app::add_generate(app));
   add(xdit::app::add_bench(app));
   try {

@@ -6,13 +6,18 @@
 
 namespace xdit {
 
-size_t dtype_size(DType t) { return t == DType::kF32 ? 4 : 2; }
+size_t dtype_size(DType t) {
+  return t == DType::kF32 ? 4 : 2;
+}
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
+    case DType::kF32:
+      return "f32";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
   }
   return "?";
 }
@@ -68,7 +73,9 @@ uint16_t f32_to_f16(float f) {
 
 void convert_to_f32(const void* src, DType from, float* dst, size_t n) {
   switch (from) {
-    case DType::kF32: std::memcpy(dst, src, n * 4); return;
+    case DType::kF32:
+      std::memcpy(dst, src, n * 4);
+      return;
     case DType::kBF16: {
       const auto* s = static_cast<const uint16_t*>(src);
 #pragma omp parallel for simd if (n > (1u << 16))
@@ -86,7 +93,9 @@ void convert_to_f32(const void* src, DType from, float* dst, size_t n) {
 
 void convert_from_f32(const float* src, void* dst, DType to, size_t n) {
   switch (to) {
-    case DType::kF32: std::memcpy(dst, src, n * 4); return;
+    case DType::kF32:
+      std::memcpy(dst, src, n * 4);
+      return;
     case DType::kBF16: {
       auto* d = static_cast<uint16_t*>(dst);
 #pragma omp parallel for simd if (n > (1u << 16))

@@ -11,7 +11,8 @@ enum class DType { kF32, kF16, kBF16 };
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);  // "f32", "f16", "bf16"
-DType parse_dtype(const std::string& name);  // accepts f32/float32/fp32, bf16/bfloat16, f16/float16/fp16
+DType parse_dtype(
+    const std::string& name);  // accepts f32/float32/fp32, bf16/bfloat16, f16/float16/fp16
 
 inline float bf16_to_f32(uint16_t h) {
   uint32_t bits = static_cast<uint32_t>(h) << 16;

@@ -33,8 +33,9 @@ std::string concat(Parts&&... parts) {
 
 }  // namespace xdit
 
-#define XDIT_FAIL(...) ::xdit::detail::throw_error(__FILE__, __LINE__, ::xdit::detail::concat(__VA_ARGS__))
-#define XDIT_CHECK(cond, ...)      \
-  do {                             \
+#define XDIT_FAIL(...) \
+  ::xdit::detail::throw_error(__FILE__, __LINE__, ::xdit::detail::concat(__VA_ARGS__))
+#define XDIT_CHECK(cond, ...)            \
+  do {                                   \
     if (!(cond)) XDIT_FAIL(__VA_ARGS__); \
   } while (0)

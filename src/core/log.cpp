@@ -17,9 +17,12 @@ bool log_enabled(LogLevel level) {
   static const bool verbose = env_flag("XDIT_VERBOSE");
   static const bool quiet = env_flag("XDIT_QUIET");
   switch (level) {
-    case LogLevel::kDebug: return verbose;
-    case LogLevel::kInfo: return !quiet;
-    case LogLevel::kWarn: return true;
+    case LogLevel::kDebug:
+      return verbose;
+    case LogLevel::kInfo:
+      return !quiet;
+    case LogLevel::kWarn:
+      return true;
   }
   return true;
 }

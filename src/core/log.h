@@ -15,10 +15,9 @@ void log_line(LogLevel level, const std::string& line);
 
 }  // namespace xdit
 
-#define XDIT_LOG(level, ...)                                          \
-  do {                                                                \
-    if (::xdit::log_enabled(level))                                   \
-      ::xdit::log_line(level, ::xdit::detail::concat(__VA_ARGS__));   \
+#define XDIT_LOG(level, ...)                                                                      \
+  do {                                                                                            \
+    if (::xdit::log_enabled(level)) ::xdit::log_line(level, ::xdit::detail::concat(__VA_ARGS__)); \
   } while (0)
 #define XDIT_DEBUG(...) XDIT_LOG(::xdit::LogLevel::kDebug, __VA_ARGS__)
 #define XDIT_INFO(...) XDIT_LOG(::xdit::LogLevel::kInfo, __VA_ARGS__)

@@ -16,7 +16,11 @@ size_t status_kb(const char* key) {
 }
 }  // namespace
 
-size_t current_rss_bytes() { return status_kb("VmRSS"); }
-size_t peak_rss_bytes() { return status_kb("VmHWM"); }
+size_t current_rss_bytes() {
+  return status_kb("VmRSS");
+}
+size_t peak_rss_bytes() {
+  return status_kb("VmHWM");
+}
 
 }  // namespace xdit

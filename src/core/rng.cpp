@@ -1,6 +1,7 @@
 #include "core/rng.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -54,23 +55,12 @@ float uniform_f32(TorchGenerator& g) {
 // plain operations elsewhere (this file is compiled with -ffp-contract=off).
 // Written from the algorithm's description (Cephes sinf/cosf/logf), checked
 // bit for bit against torch by tests/parity/test_rng.cpp.
-inline float bits_to_float(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-inline uint32_t float_to_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
 float cephes_logf(float x) {
   const bool invalid = x <= 0.0f;
-  x = std::max(x, bits_to_float(0x00800000u));  // no denormals
-  const uint32_t bits = float_to_bits(x);
+  x = std::max(x, std::bit_cast<float>(0x00800000u));  // no denormals
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
   float e = static_cast<float>(static_cast<int32_t>(bits >> 23) - 0x7f);
-  x = bits_to_float((bits & ~0x7f800000u) | float_to_bits(0.5f));  // mantissa in [0.5, 1)
+  x = std::bit_cast<float>((bits & ~0x7f800000u) | std::bit_cast<uint32_t>(0.5f));  // mantissa in [0.5, 1)
   e = e + 1.0f;
   const bool below = x < 0.707106781186547524f;  // sqrt(1/2)
   const float keep = below ? x : 0.0f;
@@ -160,8 +150,10 @@ void TorchGenerator::randn(float* out, int64_t n) {
       out[i] = static_cast<float>(cached_normal_);
       continue;
     }
-    const double u1 = static_cast<double>(random64() & ((uint64_t{1} << 53) - 1)) * (1.0 / 9007199254740992.0);
-    const double u2 = static_cast<double>(random64() & ((uint64_t{1} << 53) - 1)) * (1.0 / 9007199254740992.0);
+    const double u1 =
+        static_cast<double>(random64() & ((uint64_t{1} << 53) - 1)) * (1.0 / 9007199254740992.0);
+    const double u2 =
+        static_cast<double>(random64() & ((uint64_t{1} << 53) - 1)) * (1.0 / 9007199254740992.0);
     const double r = std::sqrt(-2.0 * std::log1p(-u2));
     const double theta = 2.0 * M_PI * u1;
     cached_normal_ = r * std::sin(theta);

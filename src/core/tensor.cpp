@@ -27,7 +27,8 @@ Tensor Tensor::empty(Shape shape, DType dtype) {
   Tensor t;
   t.shape_ = std::move(shape);
   t.dtype_ = dtype;
-  const size_t bytes = (static_cast<size_t>(shape_numel(t.shape_)) * dtype_size(dtype) + 63) / 64 * 64;
+  const size_t bytes =
+      (static_cast<size_t>(shape_numel(t.shape_)) * dtype_size(dtype) + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, bytes == 0 ? 64 : bytes);
   XDIT_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes for a tensor of shape ",
              shape_str(t.shape_));
@@ -53,8 +54,8 @@ Tensor Tensor::view(std::shared_ptr<const void> keeper, const void* data, Shape 
 }
 
 Tensor Tensor::from_vector(const std::vector<float>& values, Shape shape) {
-  XDIT_CHECK(shape_numel(shape) == static_cast<int64_t>(values.size()), "from_vector: ",
-             values.size(), " values do not fill shape ", shape_str(shape));
+  XDIT_CHECK(shape_numel(shape) == static_cast<int64_t>(values.size()),
+             "from_vector: ", values.size(), " values do not fill shape ", shape_str(shape));
   Tensor t = empty(std::move(shape));
   std::memcpy(t.data_, values.data(), values.size() * 4);
   return t;

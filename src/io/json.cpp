@@ -22,8 +22,10 @@ std::string quote_python_specials(const std::string& in) {
     const char c = in[i];
     if (in_string) {
       out += c;
-      if (c == '\\' && i + 1 < in.size()) out += in[++i];
-      else if (c == '"') in_string = false;
+      if (c == '\\' && i + 1 < in.size())
+        out += in[++i];
+      else if (c == '"')
+        in_string = false;
       continue;
     }
     if (c == '"') {
@@ -90,7 +92,8 @@ double number_or(const Json& j, const std::string& key, double fallback, const s
 int64_t int_or(const Json& j, const std::string& key, int64_t fallback, const std::string& what) {
   const Json* v = find(j, key);
   if (v == nullptr) return fallback;
-  XDIT_CHECK(v->is_number_integer(), what, ": \"", key, "\" should be an integer, found ", v->dump());
+  XDIT_CHECK(v->is_number_integer(), what, ": \"", key, "\" should be an integer, found ",
+             v->dump());
   return v->get<int64_t>();
 }
 

@@ -1,8 +1,8 @@
 // JSON files and typed, checked access to config values.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace xdit::io {

@@ -19,7 +19,9 @@ ModelFolder::ModelFolder(std::string root) : root_(std::move(root)) {
   XDIT_CHECK(index_->is_object(), idx, " is not a JSON object");
 }
 
-const Json& ModelFolder::model_index() const { return *index_; }
+const Json& ModelFolder::model_index() const {
+  return *index_;
+}
 
 std::string ModelFolder::pipeline_class() const {
   auto it = index_->find("_class_name");

@@ -22,23 +22,28 @@ namespace {
 // float ones and recognises the rest so that such files still open.
 size_t safetensors_dtype_size(const std::string& d) {
   static const std::map<std::string, size_t> sizes = {
-      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2},
-      {"U16", 2},  {"F16", 2}, {"BF16", 2}, {"I32", 4},     {"U32", 4},     {"F32", 4},
-      {"F64", 8},  {"I64", 8}, {"U64", 8}};
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1},
+      {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
+      {"U32", 4},  {"F32", 4}, {"F64", 8}, {"I64", 8},     {"U64", 8}};
   auto it = sizes.find(d);
   return it == sizes.end() ? 0 : it->second;
 }
 
 const char* safetensors_name(DType t) {
   switch (t) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kBF16: return "BF16";
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
   }
   return "?";
 }
 
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+  return std::strerror(errno);
+}
 
 }  // namespace
 
@@ -59,15 +64,17 @@ SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
   ::close(fd);
   XDIT_CHECK(p != MAP_FAILED, "cannot memory-map ", path, ": ", errno_text());
   const size_t size = file_size_;
-  map_ = std::shared_ptr<const void>(p, [size](const void* q) { ::munmap(const_cast<void*>(q), size); });
+  map_ = std::shared_ptr<const void>(
+      p, [size](const void* q) { ::munmap(const_cast<void*>(q), size); });
   const auto* bytes = static_cast<const unsigned char*>(p);
 
   XDIT_CHECK(file_size_ >= 8, "safetensors file ", path, " is truncated: ", file_size_,
              " bytes, shorter than the 8-byte header length");
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = header_len << 8 | bytes[i];
-  XDIT_CHECK(header_len <= file_size_ - 8, "safetensors file ", path, " is malformed: header length ",
-             header_len, " runs past the end of the file (", file_size_, " bytes)");
+  XDIT_CHECK(header_len <= file_size_ - 8, "safetensors file ", path,
+             " is malformed: header length ", header_len, " runs past the end of the file (",
+             file_size_, " bytes)");
   data_start_ = 8 + static_cast<size_t>(header_len);
   const size_t data_size = file_size_ - data_start_;
 
@@ -77,7 +84,8 @@ SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
   } catch (const nlohmann::json::exception& e) {
     XDIT_FAIL("safetensors file ", path, " has a header that is not valid JSON (", e.what(), ")");
   }
-  XDIT_CHECK(header.is_object(), "safetensors file ", path, " has a header that is not a JSON object");
+  XDIT_CHECK(header.is_object(), "safetensors file ", path,
+             " has a header that is not a JSON object");
 
   std::vector<std::pair<size_t, const std::string*>> spans;
   for (auto it = header.begin(); it != header.end(); ++it) {
@@ -93,9 +101,9 @@ SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
       continue;
     }
     const std::string where = "safetensors file " + path + ", tensor '" + name + "'";
-    XDIT_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") &&
-                   v.contains("data_offsets"),
-               where, ": entry needs dtype, shape and data_offsets");
+    XDIT_CHECK(
+        v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"),
+        where, ": entry needs dtype, shape and data_offsets");
     XDIT_CHECK(v["dtype"].is_string(), where, ": dtype is not a string");
     TensorEntry e;
     e.dtype = v["dtype"].get<std::string>();
@@ -116,10 +124,11 @@ SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
                where, ": data_offsets must be two non-negative integers");
     const uint64_t b = off[0].get<uint64_t>(), en = off[1].get<uint64_t>();
     XDIT_CHECK(b <= en, where, ": data_offsets [", b, ", ", en, "] are reversed");
-    XDIT_CHECK(en <= data_size, where, ": data ends at byte ", en, " of the data section but the file has only ",
-               data_size, " data bytes (truncated file?)");
-    XDIT_CHECK(en - b == count * esize, where, ": shape ", shape_str(e.shape), " x ", e.dtype, " is ",
-               count * esize, " bytes but data_offsets span ", en - b);
+    XDIT_CHECK(en <= data_size, where, ": data ends at byte ", en,
+               " of the data section but the file has only ", data_size,
+               " data bytes (truncated file?)");
+    XDIT_CHECK(en - b == count * esize, where, ": shape ", shape_str(e.shape), " x ", e.dtype,
+               " is ", count * esize, " bytes but data_offsets span ", en - b);
     e.begin = b;
     e.end = en;
     auto [pos, inserted] = entries_.emplace(name, std::move(e));

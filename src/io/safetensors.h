@@ -17,7 +17,7 @@ namespace xdit::io {
 struct TensorEntry {
   std::string dtype;  // as written in the file ("F32", "BF16", "I64", ...)
   Shape shape;
-  size_t begin = 0;   // byte offsets inside the data section
+  size_t begin = 0;  // byte offsets inside the data section
   size_t end = 0;
 };
 

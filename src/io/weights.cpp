@@ -18,8 +18,10 @@ WeightStore::WeightStore(const std::string& folder) : folder_(folder) {
   std::vector<fs::path> singles, indexes;
   for (const auto& e : fs::directory_iterator(folder)) {
     const std::string n = e.path().filename().string();
-    if (n.ends_with(".safetensors.index.json")) indexes.push_back(e.path());
-    else if (n.ends_with(".safetensors")) singles.push_back(e.path());
+    if (n.ends_with(".safetensors.index.json"))
+      indexes.push_back(e.path());
+    else if (n.ends_with(".safetensors"))
+      singles.push_back(e.path());
   }
   std::sort(singles.begin(), singles.end());
   std::sort(indexes.begin(), indexes.end());
@@ -32,8 +34,10 @@ WeightStore::WeightStore(const std::string& folder) : folder_(folder) {
   fs::path index = pick(indexes, "diffusion_pytorch_model.safetensors.index.json",
                         "model.safetensors.index.json");
   if (single.empty() && index.empty()) {
-    if (!indexes.empty()) index = indexes.front();
-    else if (singles.size() == 1) single = singles.front();
+    if (!indexes.empty())
+      index = indexes.front();
+    else if (singles.size() == 1)
+      single = singles.front();
   }
   XDIT_CHECK(!single.empty() || !index.empty(), "no safetensors weights in ", folder,
              " (expected diffusion_pytorch_model.safetensors, model.safetensors or a "
@@ -74,7 +78,9 @@ WeightStore::WeightStore(const std::string& folder) : folder_(folder) {
   for (const auto& [name, e] : files_.front()->entries()) index_[name] = files_.front().get();
 }
 
-bool WeightStore::has(const std::string& name) const { return index_.count(name) != 0; }
+bool WeightStore::has(const std::string& name) const {
+  return index_.count(name) != 0;
+}
 
 Tensor WeightStore::get(const std::string& name, const Shape& expected) const {
   auto it = index_.find(name);

@@ -61,10 +61,10 @@ struct AttentionArgs {
   float* out = nullptr;
   int64_t q_stride = 0, k_stride = 0, v_stride = 0, out_stride = 0;
   int64_t batch = 0, heads = 0, q_len = 0, kv_len = 0, head_dim = 0;
-  float scale = 0.0f;                  // usually 1/sqrt(head_dim)
-  float* lse = nullptr;                // optional out: [B, H, q_len], natural log
-  const uint8_t* key_mask = nullptr;   // optional [B, kv_len]: 0 = padding (ignored)
-  bool bf16 = false;                   // the two products in bf16, f32 accumulation
+  float scale = 0.0f;                 // usually 1/sqrt(head_dim)
+  float* lse = nullptr;               // optional out: [B, H, q_len], natural log
+  const uint8_t* key_mask = nullptr;  // optional [B, kv_len]: 0 = padding (ignored)
+  bool bf16 = false;                  // the two products in bf16, f32 accumulation
 };
 void attention(const AttentionArgs& a);
 

@@ -35,10 +35,13 @@ void layer_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps, 
 
 float gelu_tanh(float x) {
   const double v = x;
-  return static_cast<float>(0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v))));
+  return static_cast<float>(0.5 * v *
+                            (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v))));
 }
 
-float silu(float x) { return static_cast<float>(x / (1.0 + std::exp(-static_cast<double>(x)))); }
+float silu(float x) {
+  return static_cast<float>(x / (1.0 + std::exp(-static_cast<double>(x))));
+}
 
 void softmax_rows(float* x, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -98,7 +101,8 @@ void patch_conv(const float* latent, const float* w, const float* bias, int64_t 
         }
 }
 
-void timestep_embedding(const float* t, int64_t n, int64_t dim, bool flip, float shift, float* out) {
+void timestep_embedding(const float* t, int64_t n, int64_t dim, bool flip, float shift,
+                        float* out) {
   const int64_t half = dim / 2;
   for (int64_t r = 0; r < n; ++r)
     for (int64_t i = 0; i < half; ++i) {

@@ -32,9 +32,11 @@ PixArtConfig PixArtConfig::from_json(const io::Json& j, const std::string& where
   c.attention_bias = io::bool_or(j, "attention_bias", true, where);
   // diffusers: use_additional_conditions defaults to (sample_size == 128) and
   // interpolation_scale to max(sample_size // 64, 1).
-  c.use_additional_conditions = io::bool_or(j, "use_additional_conditions", c.sample_size == 128, where);
+  c.use_additional_conditions =
+      io::bool_or(j, "use_additional_conditions", c.sample_size == 128, where);
   c.interpolation_scale =
-      io::number_or(j, "interpolation_scale", static_cast<double>(std::max<int64_t>(c.sample_size / 64, 1)), where);
+      io::number_or(j, "interpolation_scale",
+                    static_cast<double>(std::max<int64_t>(c.sample_size / 64, 1)), where);
 
   const std::string norm_type = io::string_or(j, "norm_type", "ada_norm_single", where);
   XDIT_CHECK(norm_type == "ada_norm_single", where, ": norm_type '", norm_type,
@@ -44,30 +46,37 @@ PixArtConfig PixArtConfig::from_json(const io::Json& j, const std::string& where
              "' is not supported (PixArt uses gelu-approximate)");
   XDIT_CHECK(io::string_or(j, "attention_type", "default", where) == "default", where,
              ": only attention_type \"default\" is supported");
-  for (auto [name, v] : {std::pair{"sample_size", c.sample_size}, {"in_channels", c.in_channels},
-                         {"out_channels", c.out_channels}, {"num_layers", c.num_layers},
+  for (auto [name, v] : {std::pair{"sample_size", c.sample_size},
+                         {"in_channels", c.in_channels},
+                         {"out_channels", c.out_channels},
+                         {"num_layers", c.num_layers},
                          {"num_attention_heads", c.num_attention_heads},
                          {"attention_head_dim", c.attention_head_dim},
-                         {"caption_channels", c.caption_channels}, {"patch_size", c.patch_size}})
+                         {"caption_channels", c.caption_channels},
+                         {"patch_size", c.patch_size}})
     XDIT_CHECK(v > 0, where, ": ", name, " must be positive, found ", v);
-  XDIT_CHECK(c.cross_attention_dim == c.hidden(), where, ": cross_attention_dim ", c.cross_attention_dim,
+  XDIT_CHECK(c.cross_attention_dim == c.hidden(), where, ": cross_attention_dim ",
+             c.cross_attention_dim,
              " must equal num_attention_heads x attention_head_dim = ", c.hidden(),
              " (the caption projection outputs that width)");
   XDIT_CHECK(!c.use_additional_conditions || c.hidden() % 3 == 0, where,
              ": micro-conditions need a hidden size divisible by 3, found ", c.hidden());
-  XDIT_CHECK(c.hidden() % 4 == 0, where, ": the 2-D position embedding needs a hidden size divisible by 4");
+  XDIT_CHECK(c.hidden() % 4 == 0, where,
+             ": the 2-D position embedding needs a hidden size divisible by 4");
   return c;
 }
 
-PixArtConfig PixArtConfig::alpha_xl_1024() { return PixArtConfig{}; }
+PixArtConfig PixArtConfig::alpha_xl_1024() {
+  return PixArtConfig{};
+}
 
 int64_t PixArtConfig::parameter_count() const {
   const int64_t d = hidden(), p2 = patch_size * patch_size;
   auto lin = [](int64_t in, int64_t out) { return in * out + out; };
-  int64_t n = lin(in_channels * p2, d);                               // patch embedding
-  n += lin(kTimeProjDim, d) + lin(d, d) + lin(d, 6 * d);              // timestep + adaLN
+  int64_t n = lin(in_channels * p2, d);                   // patch embedding
+  n += lin(kTimeProjDim, d) + lin(d, d) + lin(d, 6 * d);  // timestep + adaLN
   if (use_additional_conditions) n += 2 * (lin(kTimeProjDim, d / 3) + lin(d / 3, d / 3));
-  n += lin(caption_channels, d) + lin(d, d);                          // caption projection
+  n += lin(caption_channels, d) + lin(d, d);  // caption projection
   const int64_t block = 6 * d + 4 * lin(d, d) + 4 * lin(d, d) + lin(d, 4 * d) + lin(4 * d, d);
   n += num_layers * block;
   n += 2 * d + lin(d, p2 * out_channels);
@@ -83,7 +92,8 @@ struct PixArtTransformer::Block {
 PixArtTransformer::PixArtTransformer(const PixArtConfig& cfg, const WeightSource& w, DType compute)
     : cfg_(cfg), ct_(kernels::resolve_compute_type(compute)), backend_(&nn::serial_attention()) {
   const int64_t d = cfg.hidden(), p = cfg.patch_size;
-  XDIT_CHECK(!cfg.norm_elementwise_affine, "PixArt with norm_elementwise_affine=true is not supported");
+  XDIT_CHECK(!cfg.norm_elementwise_affine,
+             "PixArt with norm_elementwise_affine=true is not supported");
   // The patch convolution's weight [d, C, p, p] is a [d, C·p·p] matrix over im2col columns.
   {
     Tensor cw = w.get("pos_embed.proj.weight", {d, cfg.in_channels, p, p});
@@ -92,8 +102,10 @@ PixArtTransformer::PixArtTransformer(const PixArtConfig& cfg, const WeightSource
   }
   t_embedder_ = nn::MlpSilu(w, "adaln_single.emb.timestep_embedder", kTimeProjDim, d, d, ct_);
   if (cfg.use_additional_conditions) {
-    res_embedder_ = nn::MlpSilu(w, "adaln_single.emb.resolution_embedder", kTimeProjDim, d / 3, d / 3, ct_);
-    ar_embedder_ = nn::MlpSilu(w, "adaln_single.emb.aspect_ratio_embedder", kTimeProjDim, d / 3, d / 3, ct_);
+    res_embedder_ =
+        nn::MlpSilu(w, "adaln_single.emb.resolution_embedder", kTimeProjDim, d / 3, d / 3, ct_);
+    ar_embedder_ =
+        nn::MlpSilu(w, "adaln_single.emb.aspect_ratio_embedder", kTimeProjDim, d / 3, d / 3, ct_);
   }
   adaln_linear_ = nn::load_linear(w, "adaln_single.linear", d, 6 * d, true, ct_);
   caption_1_ = nn::load_linear(w, "caption_projection.linear_1", cfg.caption_channels, d, true, ct_,
@@ -103,8 +115,8 @@ PixArtTransformer::PixArtTransformer(const PixArtConfig& cfg, const WeightSource
     const std::string pre = "transformer_blocks." + std::to_string(i);
     auto b = std::make_unique<Block>();
     b->table = nn::load_param(w, pre + ".scale_shift_table", {6, d});
-    b->attn1 = nn::Attention(w, pre + ".attn1", d, cfg.num_attention_heads, cfg.attention_head_dim, 0,
-                             cfg.attention_bias, ct_);
+    b->attn1 = nn::Attention(w, pre + ".attn1", d, cfg.num_attention_heads, cfg.attention_head_dim,
+                             0, cfg.attention_bias, ct_);
     b->attn2 = nn::Attention(w, pre + ".attn2", d, cfg.num_attention_heads, cfg.attention_head_dim,
                              cfg.cross_attention_dim, cfg.attention_bias, ct_);
     b->ff = nn::FeedForwardGelu(w, pre + ".ff", d, 4 * d, ct_);
@@ -122,14 +134,16 @@ Tensor PixArtTransformer::forward(const PixArtInputs& in) {
   const PixArtConfig& c = cfg_;
   XDIT_CHECK(in.latents && in.text, "PixArt forward needs latents and text embeddings");
   const Tensor& x = *in.latents;
-  XDIT_CHECK(x.ndim() == 4 && x.dim(1) == c.in_channels, "PixArt expects latents [B, ", c.in_channels,
-             ", H, W], got ", shape_str(x.shape()));
+  XDIT_CHECK(x.ndim() == 4 && x.dim(1) == c.in_channels, "PixArt expects latents [B, ",
+             c.in_channels, ", H, W], got ", shape_str(x.shape()));
   const int64_t B = x.dim(0), H = x.dim(2), W = x.dim(3), p = c.patch_size, d = c.hidden();
-  XDIT_CHECK(H % p == 0 && W % p == 0, "latent size ", H, "x", W, " is not divisible by the patch size ", p);
+  XDIT_CHECK(H % p == 0 && W % p == 0, "latent size ", H, "x", W,
+             " is not divisible by the patch size ", p);
   const int64_t gh = H / p, gw = W / p, N = gh * gw;
   const Tensor& text = *in.text;
   XDIT_CHECK(text.ndim() == 3 && text.dim(0) == B && text.dim(2) == c.caption_channels,
-             "text embeddings must be [", B, ", L, ", c.caption_channels, "], got ", shape_str(text.shape()));
+             "text embeddings must be [", B, ", L, ", c.caption_channels, "], got ",
+             shape_str(text.shape()));
   const int64_t L = text.dim(1);
   XDIT_CHECK(static_cast<int64_t>(in.timesteps.size()) == B, "need one timestep per batch row");
   std::vector<uint8_t> mask;
@@ -163,12 +177,14 @@ Tensor PixArtTransformer::forward(const PixArtInputs& in) {
     kernels::timestep_embedding(in.timesteps.data(), B, kTimeProjDim, true, 0.0f, proj.data());
     t_embedder_.forward(proj.data(), B, emb.data());
     if (c.use_additional_conditions) {
-      XDIT_CHECK(in.resolution && in.aspect_ratio && in.resolution->numel() == 2 * B &&
-                     in.aspect_ratio->numel() == B,
-                 "this PixArt model uses resolution/aspect-ratio micro-conditions: pass [B,2] and [B,1]");
+      XDIT_CHECK(
+          in.resolution && in.aspect_ratio && in.resolution->numel() == 2 * B &&
+              in.aspect_ratio->numel() == B,
+          "this PixArt model uses resolution/aspect-ratio micro-conditions: pass [B,2] and [B,1]");
       const int64_t e = d / 3;
       auto res = in.resolution->to_vector(), ar = in.aspect_ratio->to_vector();
-      std::vector<float> rp(static_cast<size_t>(2 * B * kTimeProjDim)), ap(static_cast<size_t>(B * kTimeProjDim));
+      std::vector<float> rp(static_cast<size_t>(2 * B * kTimeProjDim)),
+          ap(static_cast<size_t>(B * kTimeProjDim));
       kernels::timestep_embedding(res.data(), 2 * B, kTimeProjDim, true, 0.0f, rp.data());
       kernels::timestep_embedding(ar.data(), B, kTimeProjDim, true, 0.0f, ap.data());
       std::vector<float> re(static_cast<size_t>(2 * B * e)), ae(static_cast<size_t>(B * e));
@@ -210,12 +226,12 @@ Tensor PixArtTransformer::forward(const PixArtInputs& in) {
     kernels::layer_norm(h, nrm, B * N, d, eps);
     kernels::modulate(nrm, nrm, B, N, d, m + 0 * d, m + 1 * d, ms);
     blk.attn1.forward(nrm, B, N, nullptr, 0, nullptr, tmp, *backend_, {layer, false},
-                       attn_scratch_);
+                      attn_scratch_);
     kernels::gated_residual_add(h, tmp, B, N, d, m + 2 * d, ms);
 
     // ada_norm_single: cross-attention reads the residual stream unnormalised.
-    blk.attn2.forward(h, B, N, txt, L, mask.empty() ? nullptr : mask.data(), tmp, *backend_, {layer, true},
-                       attn_scratch_);
+    blk.attn2.forward(h, B, N, txt, L, mask.empty() ? nullptr : mask.data(), tmp, *backend_,
+                      {layer, true}, attn_scratch_);
     kernels::gated_residual_add(h, tmp, B, N, d, nullptr, 0);
 
     kernels::layer_norm(h, nrm, B * N, d, eps);

@@ -44,12 +44,12 @@ struct PixArtConfig {
 };
 
 struct PixArtInputs {
-  const Tensor* latents = nullptr;        // [B, in_channels, H, W]
-  std::vector<float> timesteps;           // B values
-  const Tensor* text = nullptr;           // [B, L, caption_channels]
-  const Tensor* text_mask = nullptr;      // [B, L] (1 = token, 0 = padding) or null
-  const Tensor* resolution = nullptr;     // [B, 2] (height, width in pixels) when micro-conditioned
-  const Tensor* aspect_ratio = nullptr;   // [B, 1]
+  const Tensor* latents = nullptr;       // [B, in_channels, H, W]
+  std::vector<float> timesteps;          // B values
+  const Tensor* text = nullptr;          // [B, L, caption_channels]
+  const Tensor* text_mask = nullptr;     // [B, L] (1 = token, 0 = padding) or null
+  const Tensor* resolution = nullptr;    // [B, 2] (height, width in pixels) when micro-conditioned
+  const Tensor* aspect_ratio = nullptr;  // [B, 1]
 };
 
 class PixArtTransformer {

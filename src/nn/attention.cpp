@@ -22,7 +22,10 @@ AttentionBackend& serial_attention() {
 
 Attention::Attention(const io::WeightSource& w, const std::string& prefix, int64_t dim,
                      int64_t heads, int64_t head_dim, int64_t kv_dim, bool bias, ComputeType ct)
-    : dim_(dim), heads_(heads), head_dim_(head_dim), cross_(kv_dim != 0),
+    : dim_(dim),
+      heads_(heads),
+      head_dim_(head_dim),
+      cross_(kv_dim != 0),
       bf16_(ct == ComputeType::kBF16) {
   const int64_t inner = heads * head_dim;
   if (!cross_) {
@@ -30,7 +33,8 @@ Attention::Attention(const io::WeightSource& w, const std::string& prefix, int64
                              {inner, inner, inner}, bias, ct);
   } else {
     q_ = load_linear(w, prefix + ".to_q", dim, inner, bias, ct);
-    kv_ = load_fused_linear(w, {prefix + ".to_k", prefix + ".to_v"}, kv_dim, {inner, inner}, bias, ct);
+    kv_ = load_fused_linear(w, {prefix + ".to_k", prefix + ".to_v"}, kv_dim, {inner, inner}, bias,
+                            ct);
   }
   out_ = load_linear(w, prefix + ".to_out.0", inner, dim, true, ct);
 }

@@ -14,9 +14,9 @@ kernels::Linear load_linear(const io::WeightSource& w, const std::string& prefix
   return kernels::Linear(weight, b, ct, act);
 }
 
-kernels::Linear load_fused_linear(const io::WeightSource& w, const std::vector<std::string>& prefixes,
-                                  int64_t in, const std::vector<int64_t>& outs, bool bias,
-                                  ComputeType ct) {
+kernels::Linear load_fused_linear(const io::WeightSource& w,
+                                  const std::vector<std::string>& prefixes, int64_t in,
+                                  const std::vector<int64_t>& outs, bool bias, ComputeType ct) {
   int64_t total = 0;
   for (int64_t o : outs) total += o;
   Tensor weight = Tensor::empty({total, in});
@@ -52,7 +52,8 @@ void MlpSilu::forward(const float* x, int64_t m, float* y) const {
 
 FeedForwardGelu::FeedForwardGelu(const io::WeightSource& w, const std::string& prefix, int64_t dim,
                                  int64_t inner, ComputeType ct)
-    : fc1_(load_linear(w, prefix + ".net.0.proj", dim, inner, true, ct, kernels::Activation::kGeluTanh)),
+    : fc1_(load_linear(w, prefix + ".net.0.proj", dim, inner, true, ct,
+                       kernels::Activation::kGeluTanh)),
       fc2_(load_linear(w, prefix + ".net.2", inner, dim, true, ct)) {}
 
 void FeedForwardGelu::forward(const float* x, int64_t m, float* y, float* hidden) const {

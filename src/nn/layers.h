@@ -32,9 +32,9 @@ kernels::Linear load_linear(const io::WeightSource& w, const std::string& prefix
 
 // Several linears over the same input fused into one (outputs concatenated in
 // order), e.g. to_q/to_k/to_v → one [3·d, in] GEMM.
-kernels::Linear load_fused_linear(const io::WeightSource& w, const std::vector<std::string>& prefixes,
-                                  int64_t in, const std::vector<int64_t>& outs, bool bias,
-                                  ComputeType ct);
+kernels::Linear load_fused_linear(const io::WeightSource& w,
+                                  const std::vector<std::string>& prefixes, int64_t in,
+                                  const std::vector<int64_t>& outs, bool bias, ComputeType ct);
 
 // An f32 copy of a parameter tensor (tables, norms) with its shape checked.
 Tensor load_param(const io::WeightSource& w, const std::string& name, const Shape& shape);

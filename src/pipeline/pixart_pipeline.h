@@ -22,8 +22,8 @@ struct LatentRequest {
   Tensor prompt_mask;      // [P, L] or undefined (all tokens valid)
   Tensor negative_embeds;  // [P, L', caption_channels]; needed when guidance_scale > 1
   Tensor negative_mask;
-  Tensor latents;          // [P, C, H/8, W/8] or undefined (drawn from the seed)
-  int64_t height = 0;      // pixels; 0 = the model's default (sample_size · 8)
+  Tensor latents;      // [P, C, H/8, W/8] or undefined (drawn from the seed)
+  int64_t height = 0;  // pixels; 0 = the model's default (sample_size · 8)
   int64_t width = 0;
   int64_t num_inference_steps = 20;
   double guidance_scale = 4.5;

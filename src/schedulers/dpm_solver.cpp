@@ -26,9 +26,11 @@ DPMSolverConfig DPMSolverConfig::from_json(const io::Json& j, const std::string&
   c.final_sigmas_type = io::string_or(j, "final_sigmas_type", "zero", w);
   c.timestep_spacing = io::string_or(j, "timestep_spacing", "linspace", w);
   c.steps_offset = io::int_or(j, "steps_offset", 0, w);
-  c.lambda_min_clipped = io::number_or(j, "lambda_min_clipped", -std::numeric_limits<double>::infinity(), w);
+  c.lambda_min_clipped =
+      io::number_or(j, "lambda_min_clipped", -std::numeric_limits<double>::infinity(), w);
 
-  auto one_of = [&](const std::string& key, const std::string& v, std::initializer_list<const char*> ok) {
+  auto one_of = [&](const std::string& key, const std::string& v,
+                    std::initializer_list<const char*> ok) {
     for (const char* o : ok)
       if (v == o) return;
     XDIT_FAIL(w, ": ", key, " \"", v, "\" is not supported");
@@ -42,9 +44,9 @@ DPMSolverConfig DPMSolverConfig::from_json(const io::Json& j, const std::string&
   XDIT_CHECK(c.solver_order == 1 || c.solver_order == 2, w, ": solver_order ", c.solver_order,
              " is not supported (1 or 2)");
   XDIT_CHECK(c.num_train_timesteps > 1, w, ": num_train_timesteps must be > 1");
-  for (const char* flag : {"use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas",
-                           "use_lu_lambdas", "use_flow_sigmas", "thresholding",
-                           "rescale_betas_zero_snr", "use_dynamic_shifting"})
+  for (const char* flag :
+       {"use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "use_lu_lambdas",
+        "use_flow_sigmas", "thresholding", "rescale_betas_zero_snr", "use_dynamic_shifting"})
     XDIT_CHECK(!io::bool_or(j, flag, false, w), w, ": ", flag, "=true is not supported yet");
   XDIT_CHECK(j.is_object() && (!j.contains("trained_betas") || j["trained_betas"].is_null()), w,
              ": trained_betas is not supported yet");
@@ -62,7 +64,8 @@ DPMSolverMultistep::DPMSolverMultistep(DPMSolverConfig cfg) : cfg_(std::move(cfg
     const double b = sq ? std::sqrt(cfg_.beta_end) : cfg_.beta_end;
     // torch.linspace(a, b, n, dtype=float32): computed here in f64, rounded once.
     for (int64_t i = 0; i < n; ++i) {
-      const float v = static_cast<float>(a + (b - a) * static_cast<double>(i) / static_cast<double>(n - 1));
+      const float v =
+          static_cast<float>(a + (b - a) * static_cast<double>(i) / static_cast<double>(n - 1));
       betas[static_cast<size_t>(i)] = sq ? v * v : v;
     }
   } else {  // squaredcos_cap_v2 (betas_for_alpha_bar, cosine)
@@ -84,7 +87,8 @@ DPMSolverMultistep::DPMSolverMultistep(DPMSolverConfig cfg) : cfg_(std::move(cfg
 void DPMSolverMultistep::set_timesteps(int64_t steps) {
   XDIT_CHECK(steps >= 1, "num_inference_steps must be at least 1, got ", steps);
   const int64_t T = cfg_.num_train_timesteps;
-  XDIT_CHECK(steps <= T, "num_inference_steps ", steps, " exceeds the scheduler's ", T, " training steps");
+  XDIT_CHECK(steps <= T, "num_inference_steps ", steps, " exceeds the scheduler's ", T,
+             " training steps");
   // lambda_t = log(alpha_t) − log(sigma_t); clip the schedule where it falls
   // below lambda_min_clipped (searchsorted on the flipped lambdas).
   int64_t clipped = 0;
@@ -92,8 +96,10 @@ void DPMSolverMultistep::set_timesteps(int64_t steps) {
     for (int64_t i = T - 1; i >= 0; --i) {
       const double ac = alphas_cumprod_[static_cast<size_t>(i)];
       const double lambda = std::log(std::sqrt(ac)) - std::log(std::sqrt(1 - ac));
-      if (lambda < cfg_.lambda_min_clipped) ++clipped;
-      else break;
+      if (lambda < cfg_.lambda_min_clipped)
+        ++clipped;
+      else
+        break;
     }
   }
   const int64_t last = T - clipped;
@@ -110,7 +116,9 @@ void DPMSolverMultistep::set_timesteps(int64_t steps) {
   } else {  // trailing: np.arange(last, 0, −T/steps).round() − 1
     const double ratio = static_cast<double>(T) / static_cast<double>(steps);
     for (int64_t k = 0; static_cast<double>(last) - static_cast<double>(k) * ratio > 0; ++k)
-      timesteps_.push_back(static_cast<int64_t>(std::nearbyint(static_cast<double>(last) - static_cast<double>(k) * ratio)) - 1);
+      timesteps_.push_back(static_cast<int64_t>(std::nearbyint(static_cast<double>(last) -
+                                                               static_cast<double>(k) * ratio)) -
+                           1);
   }
   // sigmas = sqrt((1 − ᾱ)/ᾱ) at each timestep (f32 as torch computes it), then the final sigma.
   sigmas_.clear();
@@ -128,17 +136,20 @@ void DPMSolverMultistep::set_timesteps(int64_t steps) {
 }
 
 void DPMSolverMultistep::step(const Tensor& model_output, Tensor& sample) {
-  XDIT_CHECK(model_output.shape() == sample.shape() && sample.ndim() == 4, "scheduler step: shapes ",
-             shape_str(model_output.shape()), " and ", shape_str(sample.shape()), " differ");
+  XDIT_CHECK(model_output.shape() == sample.shape() && sample.ndim() == 4,
+             "scheduler step: shapes ", shape_str(model_output.shape()), " and ",
+             shape_str(sample.shape()), " differ");
   step(model_output.data<float>(), sample.data<float>(), sample.shape(), 0, sample.dim(2));
 }
 
 void DPMSolverMultistep::step(const float* model_output, float* sample, const Shape& shape,
                               int64_t row_begin, int64_t row_end) {
   XDIT_CHECK(!timesteps_.empty(), "scheduler step before set_timesteps");
-  XDIT_CHECK(step_index_ < static_cast<int64_t>(timesteps_.size()), "scheduler stepped past the last timestep");
+  XDIT_CHECK(step_index_ < static_cast<int64_t>(timesteps_.size()),
+             "scheduler stepped past the last timestep");
   XDIT_CHECK(shape.size() == 4 && row_begin >= 0 && row_begin < row_end && row_end <= shape[2],
-             "scheduler step: bad row range [", row_begin, ", ", row_end, ") for latents ", shape_str(shape));
+             "scheduler step: bad row range [", row_begin, ", ", row_end, ") for latents ",
+             shape_str(shape));
   if (shape_ != shape) {
     XDIT_CHECK(rows_done_ == 0, "scheduler step: latent shape changed in the middle of a step");
     shape_ = shape;
@@ -147,8 +158,9 @@ void DPMSolverMultistep::step(const float* model_output, float* sample, const Sh
   }
   const int64_t n_steps = static_cast<int64_t>(timesteps_.size());
   const int64_t i = step_index_;
-  const bool lower_final = i == n_steps - 1 && (cfg_.euler_at_final || (cfg_.lower_order_final && n_steps < 15) ||
-                                                cfg_.final_sigmas_type == "zero");
+  const bool lower_final =
+      i == n_steps - 1 && (cfg_.euler_at_final || (cfg_.lower_order_final && n_steps < 15) ||
+                           cfg_.final_sigmas_type == "zero");
   const int order = (cfg_.solver_order == 1 || lower_order_nums_ < 1 || lower_final) ? 1 : 2;
 
   auto alpha_sigma = [](double sigma, double& a, double& s) {
@@ -166,13 +178,19 @@ void DPMSolverMultistep::step(const float* model_output, float* sample, const Sh
   // convert_model_output: the prediction the solver works with.
   double xa = 1, xb = 0;  // converted = xa·sample + xb·model_output
   if (pp) {
-    if (cfg_.prediction_type == "epsilon") xa = 1 / a_s0, xb = -s_s0 / a_s0;
-    else if (cfg_.prediction_type == "sample") xa = 0, xb = 1;
-    else xa = a_s0, xb = -s_s0;  // v_prediction
+    if (cfg_.prediction_type == "epsilon")
+      xa = 1 / a_s0, xb = -s_s0 / a_s0;
+    else if (cfg_.prediction_type == "sample")
+      xa = 0, xb = 1;
+    else
+      xa = a_s0, xb = -s_s0;  // v_prediction
   } else {
-    if (cfg_.prediction_type == "epsilon") xa = 0, xb = 1;
-    else if (cfg_.prediction_type == "sample") xa = 1 / s_s0, xb = -a_s0 / s_s0;
-    else xa = s_s0, xb = a_s0;
+    if (cfg_.prediction_type == "epsilon")
+      xa = 0, xb = 1;
+    else if (cfg_.prediction_type == "sample")
+      xa = 1 / s_s0, xb = -a_s0 / s_s0;
+    else
+      xa = s_s0, xb = a_s0;
   }
 
   // The update, x_t = cs·sample + c0·D0 + c1·D1 with D0 = m0, D1 = (m0 − m1)/r0.
@@ -193,17 +211,19 @@ void DPMSolverMultistep::step(const float* model_output, float* sample, const Sh
     const double r0 = (lam_s0 - lam_s1) / h;
     inv_r0 = 1.0 / r0;
     if (pp) {
-      c1 = cfg_.solver_type == "midpoint" ? -0.5 * a_t * em1 : a_t * ((std::exp(-h) - 1.0) / h + 1.0);
+      c1 = cfg_.solver_type == "midpoint" ? -0.5 * a_t * em1
+                                          : a_t * ((std::exp(-h) - 1.0) / h + 1.0);
     } else {
-      c1 = cfg_.solver_type == "midpoint" ? -0.5 * s_t * ep1 : -s_t * ((std::exp(h) - 1.0) / h - 1.0);
+      c1 = cfg_.solver_type == "midpoint" ? -0.5 * s_t * ep1
+                                          : -s_t * ((std::exp(h) - 1.0) / h - 1.0);
     }
   }
 
   const int64_t B = shape[0], C = shape[1], H = shape[2], W = shape[3];
   const int64_t rows = row_end - row_begin;
   const float fxa = static_cast<float>(xa), fxb = static_cast<float>(xb);
-  const float fcs = static_cast<float>(cs), fc0 = static_cast<float>(c0), fc1 = static_cast<float>(c1),
-              fr = static_cast<float>(inv_r0);
+  const float fcs = static_cast<float>(cs), fc0 = static_cast<float>(c0),
+              fc1 = static_cast<float>(c1), fr = static_cast<float>(inv_r0);
   for (int64_t bc = 0; bc < B * C; ++bc) {
     const int64_t local = bc * rows * W;            // offset in the patch buffers
     const int64_t full = (bc * H + row_begin) * W;  // offset in the history

@@ -25,21 +25,24 @@ struct Result {
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("xdit_cli_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("xdit_cli_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     // Inputs split out of the golden the way a user would supply them.
     auto g = io::read_safetensors_f32(kData + "/goldens/pixart_alpha_loop.safetensors");
-    io::write_safetensors(path("embeds.safetensors"),
-                          {{"prompt_embeds", g["prompt_embeds"]},
-                           {"prompt_attention_mask", g["prompt_attention_mask"]},
-                           {"negative_prompt_embeds", g["negative_prompt_embeds"]},
-                           {"negative_prompt_attention_mask", g["negative_prompt_attention_mask"]}});
+    io::write_safetensors(
+        path("embeds.safetensors"),
+        {{"prompt_embeds", g["prompt_embeds"]},
+         {"prompt_attention_mask", g["prompt_attention_mask"]},
+         {"negative_prompt_embeds", g["negative_prompt_embeds"]},
+         {"negative_prompt_attention_mask", g["negative_prompt_attention_mask"]}});
     io::write_safetensors(path("pos_only.safetensors"), {{"prompt_embeds", g["prompt_embeds"]}});
     io::write_safetensors(path("latents.safetensors"), {{"latents", g["latents"]}});
     Tensor wide = Tensor::from_vector(test::randn(7 * 40, 1), {1, 7, 40});
-    io::write_safetensors(path("wide.safetensors"), {{"prompt_embeds", wide}, {"negative_prompt_embeds", wide}});
+    io::write_safetensors(path("wide.safetensors"),
+                          {{"prompt_embeds", wide}, {"negative_prompt_embeds", wide}});
     golden_ = g["output"];
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -54,7 +57,8 @@ class Cli : public ::testing::Test {
 
   Result xdit(const std::string& args) const {
     const std::string err = path("stderr.txt");
-    const std::string cmd = std::string("XDIT_QUIET=1 '") + XDIT_BINARY + "' " + args + " >/dev/null 2>'" + err + "'";
+    const std::string cmd =
+        std::string("XDIT_QUIET=1 '") + XDIT_BINARY + "' " + args + " >/dev/null 2>'" + err + "'";
     const int status = std::system(cmd.c_str());
     std::ifstream in(err);
     std::stringstream ss;
@@ -63,8 +67,9 @@ class Cli : public ::testing::Test {
   }
 
   std::string generate_args(const std::string& model, const std::string& extra = "") const {
-    return "generate --model '" + model + "' --prompt_embeds '" + path("embeds.safetensors") + "' --latents '" +
-           path("latents.safetensors") + "' --height 48 --width 80 --num_inference_steps 5 --guidance_scale 4.5 " +
+    return "generate --model '" + model + "' --prompt_embeds '" + path("embeds.safetensors") +
+           "' --latents '" + path("latents.safetensors") +
+           "' --height 48 --width 80 --num_inference_steps 5 --guidance_scale 4.5 " +
            "--dtype f32 -o '" + path("out.safetensors") + "' " + extra;
   }
 
@@ -91,16 +96,20 @@ TEST_F(Cli, GenerateLatentsMatchesDiffusers) {
 }
 
 TEST_F(Cli, ZeroStepsWritesTheInitialLatentsOfTheSeed) {
-  Result r = xdit("generate --model '" + kData + "/pixart_alpha_tiny' --prompt_embeds '" + path("pos_only.safetensors") +
-               "' --height 48 --width 80 --num_inference_steps 0 --guidance_scale 1 --seed 42 -o '" +
-               path("out.safetensors") + "'");
+  Result r =
+      xdit("generate --model '" + kData + "/pixart_alpha_tiny' --prompt_embeds '" +
+           path("pos_only.safetensors") +
+           "' --height 48 --width 80 --num_inference_steps 0 --guidance_scale 1 --seed 42 -o '" +
+           path("out.safetensors") + "'");
   ASSERT_EQ(r.code, 0) << r.err;
   auto rng = io::read_safetensors_f32(kData + "/goldens/torch_randn.safetensors");
   auto lat = io::read_safetensors_f32(path("out.safetensors"));
   EXPECT_EQ(lat["latents"].to_vector(), rng["seed42_1x4x6x10"].to_vector());
 }
 
-TEST_F(Cli, MissingModelFolder) { expect_error(xdit(generate_args(path("nope"))), "does not exist"); }
+TEST_F(Cli, MissingModelFolder) {
+  expect_error(xdit(generate_args(path("nope"))), "does not exist");
+}
 
 TEST_F(Cli, FolderWithoutModelIndex) {
   const std::string m = model_copy();
@@ -157,23 +166,28 @@ TEST_F(Cli, SizeNotOnThePatchGrid) {
 }
 
 TEST_F(Cli, EmbeddingsOfWrongHiddenSize) {
-  Result r = xdit("generate --model '" + kData + "/pixart_alpha_tiny' --prompt_embeds '" + path("wide.safetensors") +
-               "' --height 48 --width 80 -o '" + path("out.safetensors") + "'");
+  Result r = xdit("generate --model '" + kData + "/pixart_alpha_tiny' --prompt_embeds '" +
+                  path("wide.safetensors") + "' --height 48 --width 80 -o '" +
+                  path("out.safetensors") + "'");
   expect_error(r, "hidden size 40");
 }
 
 TEST_F(Cli, GuidanceWithoutNegativeEmbeddings) {
-  Result r = xdit("generate --model '" + kData + "/pixart_alpha_tiny' --prompt_embeds '" + path("pos_only.safetensors") +
-               "' --height 48 --width 80 --guidance_scale 4.5 -o '" + path("out.safetensors") + "'");
+  Result r =
+      xdit("generate --model '" + kData + "/pixart_alpha_tiny' --prompt_embeds '" +
+           path("pos_only.safetensors") + "' --height 48 --width 80 --guidance_scale 4.5 -o '" +
+           path("out.safetensors") + "'");
   expect_error(r, "negative_prompt_embeds");
 }
 
 TEST_F(Cli, LatentsOfWrongShape) {
-  expect_error(xdit(generate_args(kData + "/pixart_alpha_tiny", "--height 64")), "latents have shape");
+  expect_error(xdit(generate_args(kData + "/pixart_alpha_tiny", "--height 64")),
+               "latents have shape");
 }
 
 TEST_F(Cli, UnwritableOutput) {
-  Result r = xdit(generate_args(kData + "/pixart_alpha_tiny", "-o '" + path("no/such/dir/x.safetensors") + "'"));
+  Result r = xdit(generate_args(kData + "/pixart_alpha_tiny",
+                                "-o '" + path("no/such/dir/x.safetensors") + "'"));
   expect_error(r, "does not exist");
 }
 

@@ -86,7 +86,8 @@ TEST_F(SafeTensors, ShardedIndexIsFollowed) {
     s.get("x.b", {2, 2});
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("has shape [4] but the config implies [2, 2]"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("has shape [4] but the config implies [2, 2]"),
+              std::string::npos);
   }
   EXPECT_THROW(s.get("x.c", {1}), Error);
 }
@@ -128,8 +129,8 @@ TEST_F(SafeTensors, EachMalformationHasItsMessage) {
       {"bad_json", R"({"w":{"dtype":"F32",)", 24, -1, "not valid JSON"},
       {"not_object", "[1,2,3]", 0, -1, "not a JSON object"},
       {"truncated_data", ok, 10, -1, "truncated"},
-      {"offsets_out_of_range", R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[100,108]}})", 24, -1,
-       "truncated"},
+      {"offsets_out_of_range", R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[100,108]}})", 24,
+       -1, "truncated"},
       {"reversed", R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[8,4]}})", 24, -1, "reversed"},
       {"overlap",
        R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
@@ -138,8 +139,10 @@ TEST_F(SafeTensors, EachMalformationHasItsMessage) {
        "unknown dtype 'F33'"},
       {"size_mismatch", R"({"w":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,24]}})", 24, -1,
        "is 12 bytes but data_offsets span 24"},
-      {"missing_field", R"({"w":{"dtype":"F32","shape":[6]}})", 24, -1, "needs dtype, shape and data_offsets"},
-      {"negative_dim", R"({"w":{"dtype":"F32","shape":[-6],"data_offsets":[0,24]}})", 24, -1, "negative"},
+      {"missing_field", R"({"w":{"dtype":"F32","shape":[6]}})", 24, -1,
+       "needs dtype, shape and data_offsets"},
+      {"negative_dim", R"({"w":{"dtype":"F32","shape":[-6],"data_offsets":[0,24]}})", 24, -1,
+       "negative"},
   };
   for (const auto& b : bad) {
     std::string path;
@@ -160,7 +163,8 @@ TEST_F(SafeTensors, EachMalformationHasItsMessage) {
 }
 
 TEST_F(SafeTensors, NonFloatDtypeOpensButIsNotRead) {
-  const std::string p = raw("ids", R"({"ids":{"dtype":"I64","shape":[3],"data_offsets":[0,24]}})", 24);
+  const std::string p =
+      raw("ids", R"({"ids":{"dtype":"I64","shape":[3],"data_offsets":[0,24]}})", 24);
   SafeTensorsFile f(p);
   EXPECT_TRUE(f.contains("ids"));
   EXPECT_THROW(f.get("ids"), Error);

@@ -33,7 +33,9 @@ void check(ComputeType ct, DType wdt, double tol) {
   }
 }
 
-TEST(Linear, F32) { check(ComputeType::kF32, DType::kF32, 1e-5); }
+TEST(Linear, F32) {
+  check(ComputeType::kF32, DType::kF32, 1e-5);
+}
 TEST(Linear, F32FromBf16AndF16Weights) {
   check(ComputeType::kF32, DType::kBF16, 1e-5);
   check(ComputeType::kF32, DType::kF16, 1e-5);
@@ -48,7 +50,8 @@ TEST(Linear, FusedGeluTanh) {
   auto wv = test::randn(N * K, 5, 0.3f), bv = test::randn(N, 6), x = test::randn(M * K, 7);
   for (ComputeType ct : {ComputeType::kF32, ComputeType::kBF16}) {
     if (ct == ComputeType::kBF16 && !cpu_has_bf16()) continue;
-    Linear lin(Tensor::from_vector(wv, {N, K}), Tensor::from_vector(bv, {N}), ct, Activation::kGeluTanh);
+    Linear lin(Tensor::from_vector(wv, {N, K}), Tensor::from_vector(bv, {N}), ct,
+               Activation::kGeluTanh);
     std::vector<float> y(M * N), r(M * N);
     lin.forward(x.data(), M, y.data());
     ref::linear(x.data(), wv.data(), bv.data(), M, K, N, r.data());

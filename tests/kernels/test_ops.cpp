@@ -71,7 +71,8 @@ TEST(Ops, ModulateAndGatedResidual) {
       for (int64_t d = 0; d < D; ++d) {
         const int64_t i = (b * T + t) * D + d;
         // FMA contraction may round differently: compare to 1e-6 relative.
-        const double mo = static_cast<double>(x[i]) * (1 + scale[b * stride + d]) + shift[b * stride + d];
+        const double mo =
+            static_cast<double>(x[i]) * (1 + scale[b * stride + d]) + shift[b * stride + d];
         const double ho = x[i] + static_cast<double>(mod[b * stride + D + d]) * y[i];
         EXPECT_NEAR(out[i], mo, 1e-6 * (1 + std::fabs(mo)));
         EXPECT_NEAR(h[i], ho, 1e-6 * (1 + std::fabs(ho)));

@@ -23,30 +23,51 @@ struct Golden {
   bool has(const std::string& k) const { return t.count(k) != 0; }
 };
 
-Golden load_golden(const std::string& name) { return {io::read_safetensors_f32(kData + "/goldens/" + name)}; }
+Golden load_golden(const std::string& name) {
+  return {io::read_safetensors_f32(kData + "/goldens/" + name)};
+}
+
+// The tiny model of `variant` and its forward golden's inputs.
+struct ForwardCase {
+  models::PixArtTransformer model;
+  Golden g;
+  models::PixArtInputs in;
+};
+
+std::unique_ptr<ForwardCase> forward_case(const std::string& variant, DType dtype) {
+  io::ModelFolder folder(kData + "/pixart_" + variant + "_tiny");
+  auto cfg = models::PixArtConfig::from_json(folder.component_config("transformer", "config.json"),
+                                             variant);
+  io::WeightStore weights(folder.component("transformer"));
+  auto c = std::unique_ptr<ForwardCase>(new ForwardCase{
+      models::PixArtTransformer(cfg, weights, dtype),
+      load_golden("pixart_" + variant + "_forward.safetensors"), {}});
+  const Golden& g = c->g;
+  c->in.latents = &g["hidden_states"];
+  c->in.timesteps = g["timestep"].to_vector();
+  c->in.text = &g["encoder_hidden_states"];
+  c->in.text_mask = &g["encoder_attention_mask"];
+  if (g.has("resolution")) {
+    c->in.resolution = &g["resolution"];
+    c->in.aspect_ratio = &g["aspect_ratio"];
+  }
+  return c;
+}
 
 double forward_error(const std::string& variant, DType dtype) {
-  io::ModelFolder folder(kData + "/pixart_" + variant + "_tiny");
-  auto cfg = models::PixArtConfig::from_json(folder.component_config("transformer", "config.json"), variant);
-  io::WeightStore weights(folder.component("transformer"));
-  models::PixArtTransformer model(cfg, weights, dtype);
-  Golden g = load_golden("pixart_" + variant + "_forward.safetensors");
-  models::PixArtInputs in;
-  in.latents = &g["hidden_states"];
-  in.timesteps = g["timestep"].to_vector();
-  in.text = &g["encoder_hidden_states"];
-  in.text_mask = &g["encoder_attention_mask"];
-  if (g.has("resolution")) {
-    in.resolution = &g["resolution"];
-    in.aspect_ratio = &g["aspect_ratio"];
-  }
-  Tensor out = model.forward(in);
+  auto c = forward_case(variant, dtype);
+  const Golden& g = c->g;
+  Tensor out = c->model.forward(c->in);
   EXPECT_EQ(out.shape(), g["output"].shape());
   return test::rel_max_err(out.to_vector(), g["output"].to_vector());
 }
 
-TEST(PixArtParity, AlphaForwardF32) { EXPECT_LE(forward_error("alpha", DType::kF32), 1e-4); }
-TEST(PixArtParity, SigmaForwardF32) { EXPECT_LE(forward_error("sigma", DType::kF32), 1e-4); }
+TEST(PixArtParity, AlphaForwardF32) {
+  EXPECT_LE(forward_error("alpha", DType::kF32), 1e-4);
+}
+TEST(PixArtParity, SigmaForwardF32) {
+  EXPECT_LE(forward_error("sigma", DType::kF32), 1e-4);
+}
 TEST(PixArtParity, AlphaForwardBf16) {
   if (!kernels::cpu_has_bf16()) GTEST_SKIP() << "no native bf16";
   EXPECT_LE(forward_error("alpha", DType::kBF16), 3e-2);
@@ -76,29 +97,27 @@ double loop_error(const std::string& variant, DType dtype) {
   return test::rel_max_err(out.to_vector(), g["output"].to_vector());
 }
 
-TEST(PixArtParity, AlphaLoopWithCfgF32) { EXPECT_LE(loop_error("alpha", DType::kF32), 1e-3); }
-TEST(PixArtParity, SigmaLoopWithCfgF32) { EXPECT_LE(loop_error("sigma", DType::kF32), 1e-3); }
+TEST(PixArtParity, AlphaLoopWithCfgF32) {
+  EXPECT_LE(loop_error("alpha", DType::kF32), 1e-3);
+}
+TEST(PixArtParity, SigmaLoopWithCfgF32) {
+  EXPECT_LE(loop_error("sigma", DType::kF32), 1e-3);
+}
 
 TEST(PixArtParity, MaskedTokensDoNotMatter) {
   // Changing the embeddings of padded text tokens must not change the output.
-  io::ModelFolder folder(kData + "/pixart_sigma_tiny");
-  auto cfg = models::PixArtConfig::from_json(folder.component_config("transformer", "config.json"), "sigma");
-  io::WeightStore weights(folder.component("transformer"));
-  models::PixArtTransformer model(cfg, weights, DType::kF32);
-  Golden g = load_golden("pixart_sigma_forward.safetensors");
+  auto c = forward_case("sigma", DType::kF32);
+  const Golden& g = c->g;
   Tensor text = g["encoder_hidden_states"].clone();
   auto mask = g["encoder_attention_mask"].to_vector();
   for (size_t i = 0; i < mask.size(); ++i)
     if (mask[i] == 0)
-      for (int64_t c = 0; c < text.dim(2); ++c) text.data<float>()[i * text.dim(2) + c] += 5.0f;
-  models::PixArtInputs in;
-  in.latents = &g["hidden_states"];
-  in.timesteps = g["timestep"].to_vector();
+      for (int64_t ch = 0; ch < text.dim(2); ++ch) text.data<float>()[i * text.dim(2) + ch] += 5.0f;
+  models::PixArtInputs& in = c->in;
   in.text = &text;
-  in.text_mask = &g["encoder_attention_mask"];
-  EXPECT_LE(test::rel_max_err(model.forward(in).to_vector(), g["output"].to_vector()), 1e-4);
+  EXPECT_LE(test::rel_max_err(c->model.forward(in).to_vector(), g["output"].to_vector()), 1e-4);
   in.text_mask = nullptr;  // and without the mask they do
-  EXPECT_GT(test::rel_max_err(model.forward(in).to_vector(), g["output"].to_vector()), 1e-2);
+  EXPECT_GT(test::rel_max_err(c->model.forward(in).to_vector(), g["output"].to_vector()), 1e-2);
 }
 
 }  // namespace

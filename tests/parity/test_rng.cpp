@@ -30,7 +30,8 @@ TEST(TorchRandn, BitEqualForSeedsAndShapes) {
       worst = std::max(worst, std::fabs(double(got.data<float>()[i]) - want.data<float>()[i]) /
                                   (1.0 + std::fabs(want.data<float>()[i])));
     }
-    EXPECT_EQ(diff, 0u) << name << ": " << diff << " of " << want.numel() << " differ, worst " << worst;
+    EXPECT_EQ(diff, 0u) << name << ": " << diff << " of " << want.numel() << " differ, worst "
+                        << worst;
     ++checked;
   }
   EXPECT_GE(checked, 30);

@@ -29,19 +29,24 @@ TEST(DPMSolver, MatchesDiffusersOnEveryCase) {
     auto sig = f.get(c + ".sigmas").to_vector();
     s.set_timesteps(static_cast<int64_t>(ts.size()));
     ASSERT_EQ(s.timesteps().size(), ts.size());
-    for (size_t i = 0; i < ts.size(); ++i) EXPECT_EQ(s.timesteps()[i], static_cast<int64_t>(ts[i])) << i;
+    for (size_t i = 0; i < ts.size(); ++i)
+      EXPECT_EQ(s.timesteps()[i], static_cast<int64_t>(ts[i])) << i;
     ASSERT_EQ(s.sigmas().size(), sig.size());
-    for (size_t i = 0; i < sig.size(); ++i) EXPECT_NEAR(s.sigmas()[i], sig[i], 1e-6 * (1 + sig[i])) << i;
+    for (size_t i = 0; i < sig.size(); ++i)
+      EXPECT_NEAR(s.sigmas()[i], sig[i], 1e-6 * (1 + sig[i])) << i;
 
     Tensor x = f.get(c + ".sample0").to(DType::kF32);
     Tensor outs = f.get(c + ".model_outputs").to(DType::kF32);
     Tensor want = f.get(c + ".samples").to(DType::kF32);
     const int64_t n = x.numel();
     for (size_t i = 0; i < ts.size(); ++i) {
-      Tensor m = Tensor::from_vector(std::vector<float>(outs.data<float>() + i * n, outs.data<float>() + (i + 1) * n),
-                                     x.shape());
+      Tensor m = Tensor::from_vector(
+          std::vector<float>(outs.data<float>() + i * n, outs.data<float>() + (i + 1) * n),
+          x.shape());
       s.step(m, x);
-      EXPECT_LT(test::rel_max_err(x.data<float>(), want.data<float>() + i * n, static_cast<size_t>(n)), 2e-5)
+      EXPECT_LT(
+          test::rel_max_err(x.data<float>(), want.data<float>() + i * n, static_cast<size_t>(n)),
+          2e-5)
           << "step " << i;
     }
   }
@@ -73,7 +78,8 @@ TEST(DPMSolver, PatchwiseStepsEqualWholeSteps) {
       patched.step(mo.data(), sp.data(), shape, r0, r1);
       for (int64_t bc = 0; bc < B * C; ++bc)
         for (int64_t r = 0; r < rows; ++r)
-          std::memcpy(b.data<float>() + (bc * H + r0 + r) * W, sp.data() + (bc * rows + r) * W, W * 4);
+          std::memcpy(b.data<float>() + (bc * H + r0 + r) * W, sp.data() + (bc * rows + r) * W,
+                      W * 4);
     }
     EXPECT_EQ(patched.step_index(), step + 1);
     ASSERT_EQ(0, std::memcmp(a.data<float>(), b.data<float>(), a.nbytes())) << "step " << step;
@@ -91,7 +97,8 @@ TEST(DPMSolver, RejectsUnsupportedOptions) {
   };
   EXPECT_NE(bad(R"({"use_karras_sigmas": true})").find("use_karras_sigmas"), std::string::npos);
   EXPECT_NE(bad(R"({"solver_order": 3})").find("solver_order 3"), std::string::npos);
-  EXPECT_NE(bad(R"({"_class_name": "EulerDiscreteScheduler"})").find("EulerDiscreteScheduler"), std::string::npos);
+  EXPECT_NE(bad(R"({"_class_name": "EulerDiscreteScheduler"})").find("EulerDiscreteScheduler"),
+            std::string::npos);
   EXPECT_NE(bad(R"({"beta_start": "x"})").find("beta_start"), std::string::npos);
   EXPECT_EQ(bad(R"({"lambda_min_clipped": -Infinity, "variance_type": null})"), "(accepted)");
 }

@@ -26,8 +26,10 @@ void pack_rows(const float* src, int64_t stride, int64_t rows, int64_t d, bool b
                const int32_t* index) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* s = src + (index != nullptr ? index[r] : r) * stride;
-    if (bf16) cpu::f32_to_bf16_array(s, static_cast<uint16_t*>(dst) + r * d, static_cast<size_t>(d));
-    else std::memcpy(static_cast<float*>(dst) + r * d, s, static_cast<size_t>(d) * 4);
+    if (bf16)
+      cpu::f32_to_bf16_array(s, static_cast<uint16_t*>(dst) + r * d, static_cast<size_t>(d));
+    else
+      std::memcpy(static_cast<float*>(dst) + r * d, s, static_cast<size_t>(d) * 4);
   }
 }
 
@@ -57,8 +59,10 @@ void attention(const AttentionArgs& a) {
       auto& k = keep[static_cast<size_t>(b)];
       for (int64_t j = 0; j < Sk; ++j)
         if (a.key_mask[b * Sk + j] != 0) k.push_back(static_cast<int32_t>(j));
-      if (k.empty() || static_cast<int64_t>(k.size()) == Sk) k.clear();
-      else kv_n[static_cast<size_t>(b)] = static_cast<int64_t>(k.size());
+      if (k.empty() || static_cast<int64_t>(k.size()) == Sk)
+        k.clear();
+      else
+        kv_n[static_cast<size_t>(b)] = static_cast<int64_t>(k.size());
     }
   }
 
@@ -76,7 +80,8 @@ void attention(const AttentionArgs& a) {
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
       const size_t bh = static_cast<size_t>(b * H + h);
-      const int32_t* idx = keep[static_cast<size_t>(b)].empty() ? nullptr : keep[static_cast<size_t>(b)].data();
+      const int32_t* idx =
+          keep[static_cast<size_t>(b)].empty() ? nullptr : keep[static_cast<size_t>(b)].data();
       pack_rows(a.q + b * Sq * a.q_stride + h * D, a.q_stride, Sq, D, bf16,
                 qp + bh * static_cast<size_t>(Sq * D) * esz, nullptr);
       pack_rows(a.k + b * Sk * a.k_stride + h * D, a.k_stride, kv_n[static_cast<size_t>(b)], D,
@@ -103,13 +108,16 @@ void attention(const AttentionArgs& a) {
             const size_t bh = static_cast<size_t>(b * H + h);
             const int64_t q0 = qb * QB, rows = std::min(QB, Sq - q0);
             const int64_t n_kv = kv_n[static_cast<size_t>(b)];
-            const char* qb_ptr = qp + (bh * static_cast<size_t>(Sq) + static_cast<size_t>(q0)) * D * esz;
+            const char* qb_ptr =
+                qp + (bh * static_cast<size_t>(Sq) + static_cast<size_t>(q0)) * D * esz;
             std::fill(m.begin(), m.end(), -INFINITY);
             std::fill(l.begin(), l.end(), 0.0f);
             for (int64_t k0 = 0; k0 < n_kv; k0 += KB) {
               const int64_t cols = std::min(KB, n_kv - k0);
-              const char* kb_ptr = kp + (bh * static_cast<size_t>(Sk) + static_cast<size_t>(k0)) * D * esz;
-              const char* vb_ptr = vp + (bh * static_cast<size_t>(Sk) + static_cast<size_t>(k0)) * D * esz;
+              const char* kb_ptr =
+                  kp + (bh * static_cast<size_t>(Sk) + static_cast<size_t>(k0)) * D * esz;
+              const char* vb_ptr =
+                  vp + (bh * static_cast<size_t>(Sk) + static_cast<size_t>(k0)) * D * esz;
               cpu::gemm({rows, cols, D, D, D, KB, true, false, dt}, qb_ptr, kb_ptr, s.data());
               for (int64_t r = 0; r < rows; ++r) {
                 float* sr = s.data() + r * KB;
@@ -117,7 +125,8 @@ void attention(const AttentionArgs& a) {
                 const float m_new = std::max(m[r], bm);
                 const float alpha = std::exp(m[r] - m_new);  // 0 on the first block
                 float* pr = pf.data() + r * KB;
-                const float sum = cpu::exp_and_sum(sr, cols, m_new, pr, bf16 ? pb.data() + r * KB : nullptr);
+                const float sum =
+                    cpu::exp_and_sum(sr, cols, m_new, pr, bf16 ? pb.data() + r * KB : nullptr);
                 l[r] = l[r] * alpha + sum;
                 m[r] = m_new;
                 if (k0 > 0) cpu::scale_row(o.data() + r * D, D, alpha);

@@ -21,8 +21,8 @@ __attribute__((target("avx512f,avx512bf16,avx512vl"))) void convert_avx512bf16(c
 }
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) void convert_generic(const float* s,
-                                                                                 uint16_t* d,
-                                                                                 size_t n) {
+                                                                                  uint16_t* d,
+                                                                                  size_t n) {
   for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
 }
 
@@ -31,8 +31,10 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void convert_generi
 void f32_to_bf16_array(const float* src, uint16_t* dst, size_t n) {
   static const bool native = __builtin_cpu_supports("avx512bf16");
   auto run = [&](size_t b, size_t e) {
-    if (native) convert_avx512bf16(src + b, dst + b, e - b);
-    else convert_generic(src + b, dst + b, e - b);
+    if (native)
+      convert_avx512bf16(src + b, dst + b, e - b);
+    else
+      convert_generic(src + b, dst + b, e - b);
   };
   if (n < (1u << 16)) {
     run(0, n);

@@ -32,7 +32,8 @@ dnnl::memory thread_scratchpad(const dnnl::primitive_desc_base& pd) {
 }
 
 void rethrow_dnnl(const dnnl::error& e, const std::string& what) {
-  XDIT_FAIL("oneDNN failed in ", what, ": ", e.what(), " (status ", static_cast<int>(e.status), ")");
+  XDIT_FAIL("oneDNN failed in ", what, ": ", e.what(), " (status ", static_cast<int>(e.status),
+            ")");
 }
 
 namespace {
@@ -48,7 +49,8 @@ using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, boo
 const Gemm& get_gemm(const GemmShape& s) {
   static std::mutex mu;
   static std::map<Key, std::unique_ptr<Gemm>> cache;
-  const Key key{s.m, s.n, s.k, s.lda, s.ldb, s.ldc, s.b_trans, s.accumulate, static_cast<int>(s.dt)};
+  const Key key{
+      s.m, s.n, s.k, s.lda, s.ldb, s.ldc, s.b_trans, s.accumulate, static_cast<int>(s.dt)};
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it != cache.end()) return *it->second;

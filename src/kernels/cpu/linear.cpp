@@ -59,7 +59,8 @@ struct Linear::Impl {
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     dnnl::post_ops po;
     if (accumulate) po.append_sum(1.0f);
-    if (act == Activation::kGeluTanh) po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
+    if (act == Activation::kGeluTanh)
+      po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
     attr.set_post_ops(po);
     if (has_bias) {
       dnnl::memory::desc b({1, out}, dt::f32, tag::ab);
@@ -77,8 +78,8 @@ struct Linear::Impl {
       Prim p;
       p.pd = make_pd(m, packed_md, accumulate);
       p.prim = dnnl::matmul(p.pd);
-      XDIT_DEBUG("linear ", m, "x", in, " -> ", out, " ", (ct == ComputeType::kBF16 ? "bf16" : "f32"),
-                 ": ", p.pd.impl_info_str());
+      XDIT_DEBUG("linear ", m, "x", in, " -> ", out, " ",
+                 (ct == ComputeType::kBF16 ? "bf16" : "f32"), ": ", p.pd.impl_info_str());
       return prims.emplace(key, std::move(p)).first->second;
     } catch (const dnnl::error& e) {
       rethrow_dnnl(e, "creating a linear layer primitive");
@@ -101,7 +102,8 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, ComputeType ct, Activat
   im.act = act;
   im.src_dt = ct == ComputeType::kBF16 ? dt::bf16 : dt::f32;
   if (bias.defined()) {
-    XDIT_CHECK(bias.numel() == im.out, "linear bias has ", bias.numel(), " values, expected ", im.out);
+    XDIT_CHECK(bias.numel() == im.out, "linear bias has ", bias.numel(), " values, expected ",
+               im.out);
     im.bias = bias.to_vector();
     im.has_bias = true;
   }
@@ -125,7 +127,8 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, ComputeType ct, Activat
 void Linear::forward(const float* x, int64_t m, float* y, bool accumulate) const {
   if (m == 0) return;
   const Impl& im = *impl_;
-  XDIT_CHECK(!(accumulate && im.act != Activation::kNone), "linear: accumulate with a fused activation");
+  XDIT_CHECK(!(accumulate && im.act != Activation::kNone),
+             "linear: accumulate with a fused activation");
   const Impl::Prim& p = im.prim_for(m, accumulate);
   auto& e = engine();
   const void* src = x;
@@ -143,7 +146,8 @@ void Linear::forward(const float* x, int64_t m, float* y, bool accumulate) const
                                              {DNNL_ARG_DST, md},
                                              {DNNL_ARG_SCRATCHPAD, cpu::thread_scratchpad(p.pd)}};
   if (im.has_bias)
-    args.emplace(DNNL_ARG_BIAS, dnnl::memory(p.pd.bias_desc(), e, const_cast<float*>(im.bias.data())));
+    args.emplace(DNNL_ARG_BIAS,
+                 dnnl::memory(p.pd.bias_desc(), e, const_cast<float*>(im.bias.data())));
   p.prim.execute(cpu::thread_stream(), args);
 }
 
@@ -157,8 +161,14 @@ Tensor Linear::forward(const Tensor& x) const {
   return y;
 }
 
-int64_t Linear::in_features() const { return impl_->in; }
-int64_t Linear::out_features() const { return impl_->out; }
-size_t Linear::packed_bytes() const { return impl_->packed_md.get_size(); }
+int64_t Linear::in_features() const {
+  return impl_->in;
+}
+int64_t Linear::out_features() const {
+  return impl_->out;
+}
+size_t Linear::packed_bytes() const {
+  return impl_->packed_md.get_size();
+}
 
 }  // namespace xdit::kernels

@@ -81,7 +81,8 @@ void parallel_chunks(int64_t n, F f) {
 void layer_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps, const float* gamma,
                 const float* beta) {
 #pragma omp parallel for if (rows * dim > kGrain)
-  for (int64_t r = 0; r < rows; ++r) layer_norm_row(x + r * dim, y + r * dim, dim, eps, gamma, beta);
+  for (int64_t r = 0; r < rows; ++r)
+    layer_norm_row(x + r * dim, y + r * dim, dim, eps, gamma, beta);
 }
 
 void gelu_tanh(const float* x, float* y, int64_t n) {
@@ -215,12 +216,18 @@ bool cpu_has_bf16() {
 
 const char* cpu_isa_name() {
   switch (dnnl::get_effective_cpu_isa()) {
-    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
-    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl::cpu_isa::avx512_core: return "avx512_core";
-    case dnnl::cpu_isa::avx2: return "avx2";
-    default: return "baseline";
+    case dnnl::cpu_isa::avx512_core_amx:
+      return "avx512_core_amx";
+    case dnnl::cpu_isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core:
+      return "avx512_core";
+    case dnnl::cpu_isa::avx2:
+      return "avx2";
+    default:
+      return "baseline";
   }
 }
 

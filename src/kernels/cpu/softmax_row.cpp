@@ -32,7 +32,8 @@ __attribute__((target("avx512f"))) inline __m512 exp16(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  const __m512i e =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
   return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
 }
 
@@ -54,7 +55,8 @@ __attribute__((target("avx512f"))) float scale_and_max_avx512(float* s, int64_t 
   return _mm512_reduce_max_ps(vm);
 }
 
-__attribute__((target("avx512f"))) float exp_and_sum_avx512(const float* s, int64_t n, float m, float* pf) {
+__attribute__((target("avx512f"))) float exp_and_sum_avx512(const float* s, int64_t n, float m,
+                                                            float* pf) {
   const __m512 vm = _mm512_set1_ps(m);
   __m512 acc = _mm512_setzero_ps();
   int64_t i = 0;
@@ -78,7 +80,8 @@ __attribute__((target("avx512f,avx512bf16,avx512vl,avx512bw"))) float exp_and_su
   const __m512 vm = _mm512_set1_ps(m);
   __m512 acc = _mm512_setzero_ps();
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 k = n - i >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __mmask16 k =
+        n - i >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - i)) - 1);
     const __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + i), vm));
     acc = _mm512_mask_add_ps(acc, k, acc, e);
     _mm512_mask_storeu_ps(pf + i, k, e);
