@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 bash scripts/build.sh
 mkdir -p out
-./build/xdit generate --model tests/data/pixart_alpha_tiny \
+./build/xdit generate --model models/pixart-alpha-tiny \
   --prompt_embeds tests/data/goldens/pixart_alpha_loop.safetensors \
   --height 48 --width 80 --num_inference_steps 5 --guidance_scale 4.5 --seed 42 \
   --output_type latent --output out/latents.safetensors "$@"

@@ -51,7 +51,7 @@ class Cli : public ::testing::Test {
   // A copy of the tiny α model that a test may damage.
   std::string model_copy() const {
     const fs::path m = dir_ / "model";
-    if (!fs::exists(m)) fs::copy(kData + "/pixart_alpha_tiny", m, fs::copy_options::recursive);
+    if (!fs::exists(m)) fs::copy(std::string(XDIT_MODELS) + "/pixart-alpha-tiny", m, fs::copy_options::recursive);
     return m.string();
   }
 
@@ -87,7 +87,7 @@ class Cli : public ::testing::Test {
 };
 
 TEST_F(Cli, GenerateLatentsMatchesDiffusers) {
-  Result r = xdit(generate_args(kData + "/pixart_alpha_tiny"));
+  Result r = xdit(generate_args(std::string(XDIT_MODELS) + "/pixart-alpha-tiny"));
   ASSERT_EQ(r.code, 0) << r.err;
   io::SafeTensorsFile out(path("out.safetensors"));
   EXPECT_EQ(out.metadata().at("steps"), "5");
@@ -97,7 +97,7 @@ TEST_F(Cli, GenerateLatentsMatchesDiffusers) {
 
 TEST_F(Cli, ZeroStepsWritesTheInitialLatentsOfTheSeed) {
   Result r =
-      xdit("generate --model '" + kData + "/pixart_alpha_tiny' --prompt_embeds '" +
+      xdit("generate --model '" + std::string(XDIT_MODELS) + "/pixart-alpha-tiny' --prompt_embeds '" +
            path("pos_only.safetensors") +
            "' --height 48 --width 80 --num_inference_steps 0 --guidance_scale 1 --seed 42 -o '" +
            path("out.safetensors") + "'");
@@ -137,13 +137,15 @@ TEST_F(Cli, MissingSchedulerConfig) {
 
 TEST_F(Cli, MissingWeights) {
   const std::string m = model_copy();
-  fs::remove(fs::path(m) / "transformer" / "diffusion_pytorch_model.safetensors");
+  for (const auto& e : fs::directory_iterator(fs::path(m) / "transformer"))
+    if (e.path().string().find(".safetensors") != std::string::npos) fs::remove(e.path());
   expect_error(xdit(generate_args(m)), "no safetensors weights");
 }
 
 TEST_F(Cli, TruncatedWeights) {
   const std::string m = model_copy();
-  const fs::path w = fs::path(m) / "transformer" / "diffusion_pytorch_model.safetensors";
+  const fs::path w = fs::path(m) / "transformer" / "diffusion_pytorch_model-00002-of-00004.safetensors";
+  ASSERT_TRUE(fs::exists(w));
   fs::resize_file(w, fs::file_size(w) - 100);
   expect_error(xdit(generate_args(m)), "truncated");
 }
@@ -162,11 +164,11 @@ TEST_F(Cli, WeightOfWrongShape) {
 }
 
 TEST_F(Cli, SizeNotOnThePatchGrid) {
-  expect_error(xdit(generate_args(kData + "/pixart_alpha_tiny", "--height 56")), "multiples of 16");
+  expect_error(xdit(generate_args(std::string(XDIT_MODELS) + "/pixart-alpha-tiny", "--height 56")), "multiples of 16");
 }
 
 TEST_F(Cli, EmbeddingsOfWrongHiddenSize) {
-  Result r = xdit("generate --model '" + kData + "/pixart_alpha_tiny' --prompt_embeds '" +
+  Result r = xdit("generate --model '" + std::string(XDIT_MODELS) + "/pixart-alpha-tiny' --prompt_embeds '" +
                   path("wide.safetensors") + "' --height 48 --width 80 -o '" +
                   path("out.safetensors") + "'");
   expect_error(r, "hidden size 40");
@@ -174,26 +176,26 @@ TEST_F(Cli, EmbeddingsOfWrongHiddenSize) {
 
 TEST_F(Cli, GuidanceWithoutNegativeEmbeddings) {
   Result r =
-      xdit("generate --model '" + kData + "/pixart_alpha_tiny' --prompt_embeds '" +
+      xdit("generate --model '" + std::string(XDIT_MODELS) + "/pixart-alpha-tiny' --prompt_embeds '" +
            path("pos_only.safetensors") + "' --height 48 --width 80 --guidance_scale 4.5 -o '" +
            path("out.safetensors") + "'");
   expect_error(r, "negative_prompt_embeds");
 }
 
 TEST_F(Cli, LatentsOfWrongShape) {
-  expect_error(xdit(generate_args(kData + "/pixart_alpha_tiny", "--height 64")),
+  expect_error(xdit(generate_args(std::string(XDIT_MODELS) + "/pixart-alpha-tiny", "--height 64")),
                "latents have shape");
 }
 
 TEST_F(Cli, UnwritableOutput) {
-  Result r = xdit(generate_args(kData + "/pixart_alpha_tiny",
+  Result r = xdit(generate_args(std::string(XDIT_MODELS) + "/pixart-alpha-tiny",
                                 "-o '" + path("no/such/dir/x.safetensors") + "'"));
   expect_error(r, "does not exist");
 }
 
 TEST_F(Cli, MalformedEmbeddingsFile) {
   std::ofstream(path("embeds.safetensors"), std::ios::trunc) << "garbage";
-  expect_error(xdit(generate_args(kData + "/pixart_alpha_tiny")), "embeds.safetensors");
+  expect_error(xdit(generate_args(std::string(XDIT_MODELS) + "/pixart-alpha-tiny")), "embeds.safetensors");
 }
 
 }  // namespace

@@ -35,7 +35,7 @@ struct ForwardCase {
 };
 
 std::unique_ptr<ForwardCase> forward_case(const std::string& variant, DType dtype) {
-  io::ModelFolder folder(kData + "/pixart_" + variant + "_tiny");
+  io::ModelFolder folder(std::string(XDIT_MODELS) + "/pixart-" + variant + "-tiny");
   auto cfg = models::PixArtConfig::from_json(folder.component_config("transformer", "config.json"),
                                              variant);
   io::WeightStore weights(folder.component("transformer"));
@@ -78,7 +78,7 @@ TEST(PixArtParity, SigmaForwardBf16) {
 }
 
 double loop_error(const std::string& variant, DType dtype) {
-  pipeline::PixArtPipeline pipe(kData + "/pixart_" + variant + "_tiny", dtype);
+  pipeline::PixArtPipeline pipe(std::string(XDIT_MODELS) + "/pixart-" + variant + "-tiny", dtype);
   const std::string file = kData + "/goldens/pixart_" + variant + "_loop.safetensors";
   Golden g = load_golden("pixart_" + variant + "_loop.safetensors");
   io::SafeTensorsFile meta(file);
