@@ -5,6 +5,8 @@ pkgs=(cmake ninja-build g++
       libdnnl-dev            # oneDNN: matmul / reorder primitives (bf16 on AVX-512-bf16 / AMX)
       nlohmann-json3-dev     # config.json, safetensors headers
       libcli11-dev           # command line
+      libsentencepiece-dev   # T5 tokenizer (spiece.model)
+      libspng-dev            # PNG output with text chunks
       libgtest-dev googletest)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -7,6 +7,8 @@
 #include <random>
 #include <vector>
 
+#include "core/error.h"
+
 namespace xdit::test {
 
 inline std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {

@@ -12,6 +12,13 @@ namespace xdit::kernels {
 void layer_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps,
                 const float* gamma = nullptr, const float* beta = nullptr);
 
+// T5's RMSNorm: y = x / sqrt(mean(x²) + eps) · weight (no mean removal, no bias).
+void rms_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps, const float* weight);
+
+// Gated GELU of a fused [gate | up] projection: x [rows, 2n] →
+// y[r, j] = gelu_tanh(x[r, j]) · x[r, n + j], y [rows, n].
+void gelu_tanh_gate(const float* x, float* y, int64_t rows, int64_t n);
+
 // Elementwise; y may equal x.
 void gelu_tanh(const float* x, float* y, int64_t n);  // 0.5x(1+tanh(√(2/π)(x+0.044715x³)))
 void silu(const float* x, float* y, int64_t n);       // x·sigmoid(x)
@@ -64,6 +71,9 @@ struct AttentionArgs {
   float scale = 0.0f;                 // usually 1/sqrt(head_dim)
   float* lse = nullptr;               // optional out: [B, H, q_len], natural log
   const uint8_t* key_mask = nullptr;  // optional [B, kv_len]: 0 = padding (ignored)
+  // Optional additive bias [H, q_len, kv_len], the same for every batch
+  // (T5's relative position bias): logits = scale·q·k + bias.
+  const float* bias = nullptr;
   bool bf16 = false;                  // the two products in bf16, f32 accumulation
 };
 void attention(const AttentionArgs& a);

@@ -33,6 +33,15 @@ void layer_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps, 
   }
 }
 
+void rms_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps, const float* weight) {
+  for (int64_t r = 0; r < rows; ++r) {
+    double sq = 0;
+    for (int64_t i = 0; i < dim; ++i) sq += static_cast<double>(x[r * dim + i]) * x[r * dim + i];
+    const double inv = 1.0 / std::sqrt(sq / dim + eps);
+    for (int64_t i = 0; i < dim; ++i) y[r * dim + i] = static_cast<float>(weight[i] * x[r * dim + i] * inv);
+  }
+}
+
 float gelu_tanh(float x) {
   const double v = x;
   return static_cast<float>(0.5 * v *
@@ -66,6 +75,7 @@ void attention(const AttentionArgs& a) {
           double s = 0;
           for (int64_t t = 0; t < D; ++t) s += static_cast<double>(q[t]) * k[t];
           s *= a.scale;
+          if (a.bias) s += a.bias[(h * a.q_len + i) * a.kv_len + j];
           // diffusers' mask: an additive bias of −10000 on padded keys.
           if (a.key_mask && a.key_mask[b * a.kv_len + j] == 0) s += -10000.0;
           sc[static_cast<size_t>(j)] = s;

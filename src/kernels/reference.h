@@ -14,6 +14,7 @@ void linear(const float* x, const float* w, const float* b, int64_t m, int64_t k
             float* y);
 void layer_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps, const float* gamma,
                 const float* beta);
+void rms_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps, const float* weight);
 float gelu_tanh(float x);
 float silu(float x);
 void softmax_rows(float* x, int64_t rows, int64_t cols);

@@ -12,6 +12,7 @@ namespace {
 struct Case {
   int64_t B, H, Sq, Sk, D;
   bool mask;
+  bool bias = false;
 };
 
 void run(const Case& c, bool bf16, double tol) {
@@ -38,6 +39,8 @@ void run(const Case& c, bool bf16, double tol) {
   a.head_dim = c.D;
   a.scale = 1.0f / std::sqrt(static_cast<float>(c.D));
   a.key_mask = c.mask ? mask.data() : nullptr;
+  auto bias = test::randn(c.H * c.Sq * c.Sk, 4, 2.0f);
+  a.bias = c.bias ? bias.data() : nullptr;
   a.bf16 = bf16;
   std::vector<float> out(c.B * c.Sq * os, 0.0f), ref_out(out.size(), 0.0f);
   std::vector<float> lse(c.B * c.H * c.Sq), ref_lse(lse.size());
@@ -67,6 +70,13 @@ TEST(Attention, ManyBlocksF32) {
 TEST(Attention, KeyPaddingMaskF32) {
   set_attention_blocks(16, 8);
   run({3, 2, 33, 19, 8, true}, false, 1e-5);
+  set_attention_blocks(128, 512);
+}
+
+TEST(Attention, AdditiveBiasWithMaskAndBlocks) {
+  set_attention_blocks(16, 8);  // the bias must follow the kept keys' original positions
+  run({3, 2, 33, 19, 8, true, true}, false, 1e-5);
+  run({2, 3, 20, 41, 16, false, true}, false, 1e-5);
   set_attention_blocks(128, 512);
 }
 

@@ -30,6 +30,27 @@ TEST(Ops, LayerNormWithAndWithoutAffine) {
   EXPECT_EQ(z, y);
 }
 
+TEST(Ops, RmsNorm) {
+  const int64_t rows = 11, dim = 203;
+  auto x = randn(rows * dim, 20, 2.0f), w = randn(dim, 21);
+  std::vector<float> y(x.size()), r(x.size());
+  rms_norm(x.data(), y.data(), rows, dim, 1e-6f, w.data());
+  ref::rms_norm(x.data(), r.data(), rows, dim, 1e-6f, w.data());
+  EXPECT_LT(rel_max_err(y, r), 2e-6);
+}
+
+TEST(Ops, GatedGelu) {
+  const int64_t rows = 7, n = 53;
+  auto x = randn(rows * 2 * n, 22, 3.0f);
+  std::vector<float> y(rows * n);
+  gelu_tanh_gate(x.data(), y.data(), rows, n);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      const double want = static_cast<double>(ref::gelu_tanh(x[r * 2 * n + j])) * x[r * 2 * n + n + j];
+      ASSERT_NEAR(y[r * n + j], want, 1e-5 * (1 + std::fabs(want)));
+    }
+}
+
 TEST(Ops, GeluTanhAndSilu) {
   const int64_t n = 100003;
   auto x = randn(n, 4, 4.0f);

@@ -121,7 +121,18 @@ void attention(const AttentionArgs& a) {
               cpu::gemm({rows, cols, D, D, D, KB, true, false, dt}, qb_ptr, kb_ptr, s.data());
               for (int64_t r = 0; r < rows; ++r) {
                 float* sr = s.data() + r * KB;
-                const float bm = cpu::scale_and_max(sr, cols, a.scale);
+                float bm;
+                if (a.bias == nullptr) {
+                  bm = cpu::scale_and_max(sr, cols, a.scale);
+                } else {  // bias row of this query, at the kept keys' original positions
+                  const float* br = a.bias + (h * Sq + q0 + r) * Sk;
+                  const int32_t* idx = keep[static_cast<size_t>(b)].empty() ? nullptr : keep[static_cast<size_t>(b)].data();
+                  bm = -INFINITY;
+                  for (int64_t j = 0; j < cols; ++j) {
+                    sr[j] = sr[j] * a.scale + br[idx != nullptr ? idx[k0 + j] : k0 + j];
+                    bm = std::max(bm, sr[j]);
+                  }
+                }
                 const float m_new = std::max(m[r], bm);
                 const float alpha = std::exp(m[r] - m_new);  // 0 on the first block
                 float* pr = pf.data() + r * KB;

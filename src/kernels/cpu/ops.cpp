@@ -36,15 +36,27 @@ XDIT_CLONES void layer_norm_row(const float* x, float* y, int64_t dim, float eps
   }
 }
 
-XDIT_CLONES void gelu_tanh_range(const float* x, float* y, int64_t n) {
+inline float gelu_tanh_one(float v) {
   constexpr float kC = 0.7978845608028654f;  // sqrt(2/pi)
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float u = kC * (v + 0.044715f * v * v * v);
-    // tanh(u) = 1 - 2/(exp(2u)+1), written so it vectorises and saturates.
-    const float t = 1.0f - 2.0f / (std::exp(2.0f * u) + 1.0f);
-    y[i] = 0.5f * v * (1.0f + t);
-  }
+  const float u = kC * (v + 0.044715f * v * v * v);
+  // tanh(u) = 1 - 2/(exp(2u)+1), written so it vectorises and saturates.
+  const float t = 1.0f - 2.0f / (std::exp(2.0f * u) + 1.0f);
+  return 0.5f * v * (1.0f + t);
+}
+
+XDIT_CLONES void gelu_tanh_range(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = gelu_tanh_one(x[i]);
+}
+
+XDIT_CLONES void gelu_gate_row(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = gelu_tanh_one(x[i]) * x[n + i];
+}
+
+XDIT_CLONES void rms_norm_row(const float* x, float* y, int64_t dim, float eps, const float* w) {
+  double sq = 0.0;
+  for (int64_t i = 0; i < dim; ++i) sq += static_cast<double>(x[i]) * x[i];
+  const float r = static_cast<float>(1.0 / std::sqrt(sq / dim + eps));
+  for (int64_t i = 0; i < dim; ++i) y[i] = w[i] * (x[i] * r);
 }
 
 XDIT_CLONES void silu_range(const float* x, float* y, int64_t n) {
@@ -83,6 +95,16 @@ void layer_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps, 
 #pragma omp parallel for if (rows * dim > kGrain)
   for (int64_t r = 0; r < rows; ++r)
     layer_norm_row(x + r * dim, y + r * dim, dim, eps, gamma, beta);
+}
+
+void rms_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps, const float* weight) {
+#pragma omp parallel for if (rows * dim > kGrain)
+  for (int64_t r = 0; r < rows; ++r) rms_norm_row(x + r * dim, y + r * dim, dim, eps, weight);
+}
+
+void gelu_tanh_gate(const float* x, float* y, int64_t rows, int64_t n) {
+#pragma omp parallel for if (rows * n > kGrain)
+  for (int64_t r = 0; r < rows; ++r) gelu_gate_row(x + r * 2 * n, y + r * n, n);
 }
 
 void gelu_tanh(const float* x, float* y, int64_t n) {

@@ -1,0 +1,156 @@
+#include "models/t5.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/kernels.h"
+
+namespace xdit::models {
+
+T5Config T5Config::from_json(const io::Json& j, const std::string& w) {
+  T5Config c;
+  c.vocab_size = io::int_or(j, "vocab_size", c.vocab_size, w);
+  c.d_model = io::int_or(j, "d_model", c.d_model, w);
+  c.d_kv = io::int_or(j, "d_kv", c.d_kv, w);
+  c.d_ff = io::int_or(j, "d_ff", c.d_ff, w);
+  c.num_layers = io::int_or(j, "num_layers", c.num_layers, w);
+  c.num_heads = io::int_or(j, "num_heads", c.num_heads, w);
+  c.relative_attention_num_buckets = io::int_or(j, "relative_attention_num_buckets", 32, w);
+  c.relative_attention_max_distance = io::int_or(j, "relative_attention_max_distance", 128, w);
+  c.layer_norm_epsilon = io::number_or(j, "layer_norm_epsilon", 1e-6, w);
+  const std::string ff = io::string_or(j, "feed_forward_proj", "relu", w);
+  XDIT_CHECK(ff == "gated-gelu" || ff == "relu", w, ": feed_forward_proj \"", ff,
+             "\" is not supported (gated-gelu or relu)");
+  c.gated_gelu = ff == "gated-gelu";
+  for (int64_t v : {c.vocab_size, c.d_model, c.d_kv, c.d_ff, c.num_layers, c.num_heads})
+    XDIT_CHECK(v > 0, w, ": T5 sizes must be positive");
+  return c;
+}
+
+T5Config T5Config::xxl() { return T5Config{}; }
+
+int64_t T5Config::parameter_count() const {
+  const int64_t inner = num_heads * d_kv;
+  const int64_t block = 4 * d_model * inner + (gated_gelu ? 3 : 2) * d_model * d_ff + 2 * d_model;
+  return vocab_size * d_model + num_layers * block + relative_attention_num_buckets * num_heads + d_model;
+}
+
+int64_t t5_relative_bucket(int64_t rp, int64_t num_buckets, int64_t max_distance) {
+  // transformers T5Attention._relative_position_bucket, bidirectional.
+  num_buckets /= 2;
+  int64_t bucket = rp > 0 ? num_buckets : 0;
+  rp = rp < 0 ? -rp : rp;
+  const int64_t max_exact = num_buckets / 2;
+  if (rp < max_exact) return bucket + rp;
+  // torch: log(float(rp) / max_exact) / log(max_distance / max_exact) * (nb − max_exact),
+  // each step in f32 (the Python scalars become f32), truncated.
+  const float a = std::log(static_cast<float>(rp) / static_cast<float>(max_exact));
+  const float b = a / static_cast<float>(std::log(static_cast<double>(max_distance) / static_cast<double>(max_exact)));
+  const float c = b * static_cast<float>(num_buckets - max_exact);
+  const int64_t large = std::min<int64_t>(max_exact + static_cast<int64_t>(c), num_buckets - 1);
+  return bucket + large;
+}
+
+struct T5Encoder::Block {
+  Tensor ln0, ln1;
+  kernels::Linear qkv, o, wi, wo;
+};
+
+T5Encoder::T5Encoder(const T5Config& cfg, const io::WeightSource& w, DType compute)
+    : cfg_(cfg), ct_(kernels::resolve_compute_type(compute)) {
+  const int64_t d = cfg.d_model, inner = cfg.num_heads * cfg.d_kv;
+  const char* emb_name = w.has("shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight";
+  embedding_ = w.get(emb_name, {cfg.vocab_size, d});  // kept as stored; rows converted on lookup
+  rel_bias_ = nn::load_param(w, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+                             {cfg.relative_attention_num_buckets, cfg.num_heads});
+  for (int64_t i = 0; i < cfg.num_layers; ++i) {
+    const std::string p = "encoder.block." + std::to_string(i) + ".layer.";
+    auto b = std::make_unique<Block>();
+    b->ln0 = nn::load_param(w, p + "0.layer_norm.weight", {d});
+    b->ln1 = nn::load_param(w, p + "1.layer_norm.weight", {d});
+    const std::string sa = p + "0.SelfAttention.";
+    b->qkv = nn::load_fused_linear(w, {sa + "q", sa + "k", sa + "v"}, d, {inner, inner, inner}, false, ct_);
+    b->o = nn::load_linear(w, sa + "o", inner, d, false, ct_);
+    const std::string ff = p + "1.DenseReluDense.";
+    if (cfg.gated_gelu) {
+      b->wi = nn::load_fused_linear(w, {ff + "wi_0", ff + "wi_1"}, d, {cfg.d_ff, cfg.d_ff}, false, ct_);
+    } else {
+      b->wi = nn::load_linear(w, ff + "wi", d, cfg.d_ff, false, ct_);
+    }
+    b->wo = nn::load_linear(w, ff + "wo", cfg.d_ff, d, false, ct_);
+    blocks_.push_back(std::move(b));
+  }
+  final_norm_ = nn::load_param(w, "encoder.final_layer_norm.weight", {d});
+}
+
+T5Encoder::~T5Encoder() = default;
+
+Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask, int64_t B,
+                         int64_t S) {
+  const T5Config& c = cfg_;
+  const int64_t d = c.d_model, H = c.num_heads, inner = H * c.d_kv, M = B * S;
+  XDIT_CHECK(static_cast<int64_t>(ids.size()) == M && static_cast<int64_t>(mask.size()) == M,
+             "T5 encode: ids and mask must hold batch x seq values");
+  float* h = h_.get(static_cast<size_t>(M * d));
+  const size_t row_bytes = static_cast<size_t>(d) * dtype_size(embedding_.dtype());
+  for (int64_t t = 0; t < M; ++t) {
+    const int32_t id = ids[static_cast<size_t>(t)];
+    XDIT_CHECK(id >= 0 && id < c.vocab_size, "token id ", id, " is outside the T5 vocabulary of ", c.vocab_size);
+    convert_to_f32(static_cast<const char*>(embedding_.raw()) + static_cast<size_t>(id) * row_bytes,
+                   embedding_.dtype(), h + t * d, static_cast<size_t>(d));
+  }
+  // Relative-position bias [H, S, S] from block 0's table, shared by all blocks.
+  std::vector<float> bias(static_cast<size_t>(H * S * S));
+  {
+    std::vector<int64_t> bucket(static_cast<size_t>(2 * S - 1));
+    for (int64_t rp = -(S - 1); rp <= S - 1; ++rp)
+      bucket[static_cast<size_t>(rp + S - 1)] =
+          t5_relative_bucket(rp, c.relative_attention_num_buckets, c.relative_attention_max_distance);
+    const float* table = rel_bias_.data<float>();
+    for (int64_t hh = 0; hh < H; ++hh)
+      for (int64_t q = 0; q < S; ++q)
+        for (int64_t k = 0; k < S; ++k)
+          bias[static_cast<size_t>((hh * S + q) * S + k)] = table[bucket[static_cast<size_t>(k - q + S - 1)] * H + hh];
+  }
+  const float eps = static_cast<float>(c.layer_norm_epsilon);
+  float* n = n_.get(static_cast<size_t>(M * d));
+  float* qkv = qkv_.get(static_cast<size_t>(M * 3 * inner));
+  float* attn = attn_.get(static_cast<size_t>(M * inner));
+  float* ff = ff_.get(static_cast<size_t>(M * (c.gated_gelu ? 2 : 1) * c.d_ff));
+  float* ff2 = ff2_.get(static_cast<size_t>(M * c.d_ff));
+  for (const auto& blk : blocks_) {
+    kernels::rms_norm(h, n, M, d, eps, blk->ln0.data<float>());
+    blk->qkv.forward(n, M, qkv);
+    kernels::AttentionArgs a;
+    a.q = qkv;
+    a.k = qkv + inner;
+    a.v = qkv + 2 * inner;
+    a.q_stride = a.k_stride = a.v_stride = 3 * inner;
+    a.out = attn;
+    a.out_stride = inner;
+    a.batch = B;
+    a.heads = H;
+    a.q_len = a.kv_len = S;
+    a.head_dim = c.d_kv;
+    a.scale = 1.0f;  // T5 folds the scaling into its initialisation
+    a.key_mask = mask.data();
+    a.bias = bias.data();
+    a.bf16 = ct_ == nn::ComputeType::kBF16;
+    kernels::attention(a);
+    blk->o.forward(attn, M, h, /*accumulate=*/true);  // h += o(attn)
+    kernels::rms_norm(h, n, M, d, eps, blk->ln1.data<float>());
+    blk->wi.forward(n, M, ff);
+    if (c.gated_gelu) {
+      kernels::gelu_tanh_gate(ff, ff2, M, c.d_ff);
+    } else {
+      for (int64_t i = 0; i < M * c.d_ff; ++i) ff2[i] = std::max(ff[i], 0.0f);
+    }
+    blk->wo.forward(ff2, M, h, /*accumulate=*/true);  // h += wo(ff)
+  }
+  Tensor out = Tensor::empty({B, S, d});
+  kernels::rms_norm(h, out.data<float>(), M, d, eps, final_norm_.data<float>());
+  return out;
+}
+
+}  // namespace xdit::models

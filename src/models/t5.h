@@ -1,0 +1,60 @@
+// T5 encoder (transformers T5EncoderModel), as PixArt uses it: token
+// embedding, blocks of RMSNorm → self-attention with the relative-position
+// bias of block 0 (no 1/√d scaling) → residual, RMSNorm → gated-GELU (T5 v1.1)
+// or ReLU feed-forward → residual, final RMSNorm. No biases anywhere.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/json.h"
+#include "io/weights.h"
+#include "nn/attention.h"
+#include "nn/layers.h"
+
+namespace xdit::models {
+
+struct T5Config {
+  int64_t vocab_size = 32128;
+  int64_t d_model = 4096;
+  int64_t d_kv = 64;
+  int64_t d_ff = 10240;
+  int64_t num_layers = 24;
+  int64_t num_heads = 64;
+  int64_t relative_attention_num_buckets = 32;
+  int64_t relative_attention_max_distance = 128;
+  bool gated_gelu = true;  // feed_forward_proj "gated-gelu"; false: "relu"
+  double layer_norm_epsilon = 1e-6;
+
+  static T5Config from_json(const io::Json& j, const std::string& where);
+  static T5Config xxl();  // google/t5-v1_1-xxl, PixArt's text encoder
+  int64_t parameter_count() const;
+};
+
+// T5's bidirectional relative-position bucket of (key − query), computed in
+// f32 exactly as transformers does.
+int64_t t5_relative_bucket(int64_t relative_position, int64_t num_buckets, int64_t max_distance);
+
+class T5Encoder {
+ public:
+  T5Encoder(const T5Config& cfg, const io::WeightSource& weights, DType compute);
+  ~T5Encoder();
+  const T5Config& config() const { return cfg_; }
+  // ids and mask: [batch, seq] row-major; returns [batch, seq, d_model].
+  Tensor encode(const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask, int64_t batch,
+                int64_t seq);
+
+ private:
+  struct Block;
+  T5Config cfg_;
+  nn::ComputeType ct_;
+  Tensor embedding_;  // [vocab, d_model], as stored (may be a view of the file)
+  Tensor rel_bias_;   // [num_buckets, heads]
+  std::vector<std::unique_ptr<Block>> blocks_;
+  Tensor final_norm_;
+  nn::Scratch h_, n_, qkv_, attn_, ff_, ff2_, tmp_;
+};
+
+}  // namespace xdit::models

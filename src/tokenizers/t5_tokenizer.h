@@ -1,0 +1,47 @@
+// The T5 tokenizer as PixArt's pipelines call it: SentencePiece (the folder's
+// spiece.model) + EOS, truncated and padded to a maximum length, with the
+// attention mask. Matches transformers' T5Tokenizer for
+// tokenizer(text, padding="max_length", max_length=N, truncation=True,
+// add_special_tokens=True) after diffusers' clean_caption=False preprocessing
+// (lowercase and strip).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
+namespace xdit::tokenizers {
+
+struct Tokens {
+  std::vector<int32_t> ids;   // max_length ids: pieces, EOS, then padding
+  std::vector<uint8_t> mask;  // 1 for pieces and EOS, 0 for padding
+  int64_t untruncated = 0;    // pieces + EOS before truncation
+  bool truncated() const { return untruncated > static_cast<int64_t>(ids.size()); }
+};
+
+class T5Tokenizer {
+ public:
+  // `folder` is the pipeline's tokenizer/ folder (spiece.model inside).
+  explicit T5Tokenizer(const std::string& folder);
+  ~T5Tokenizer();
+
+  Tokens encode(const std::string& text, int64_t max_length) const;
+  // Pieces of ids (for warnings about truncated text).
+  std::string decode(const std::vector<int32_t>& ids) const;
+  int32_t vocab_size() const;  // SentencePiece pieces (T5's 100 extra ids come after)
+
+  static constexpr int32_t kPad = 0, kEos = 1;
+
+ private:
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+};
+
+// diffusers' caption preprocessing with clean_caption=False: text.lower().strip().
+// Lowercases ASCII and the Latin-1/Latin Extended-A/Greek/Cyrillic letters.
+std::string lower_strip(const std::string& text);
+
+}  // namespace xdit::tokenizers

@@ -1,0 +1,108 @@
+// T5 tokenizer and encoder against transformers (goldens from
+// tools/goldens/make_pixart.py: a SentencePiece model trained there, a tiny
+// random T5 v1.1 encoder stored in shards, and a bf16 copy of it).
+#include <gtest/gtest.h>
+
+#include "io/json.h"
+#include "io/model_folder.h"
+#include "io/safetensors.h"
+#include "models/t5.h"
+#include "test_util.h"
+#include "tokenizers/t5_tokenizer.h"
+
+namespace xdit {
+namespace {
+
+const std::string kModel = std::string(XDIT_MODELS) + "/pixart-alpha-tiny";
+const std::string kGolden = std::string(XDIT_TEST_DATA) + "/goldens/t5_encoder.safetensors";
+
+std::vector<std::string> golden_prompts() {
+  io::SafeTensorsFile f(kGolden);
+  return io::parse_json_text(f.metadata().at("prompts"), "prompts").get<std::vector<std::string>>();
+}
+
+TEST(T5Tokenizer, IdsAndMasksEqualTransformers) {
+  tokenizers::T5Tokenizer tok(kModel + "/tokenizer");
+  auto g = io::read_safetensors_f32(kGolden);
+  const auto prompts = golden_prompts();
+  ASSERT_EQ(prompts.size(), 7u);
+  for (int64_t max_len : {120, 300}) {
+    auto ids = g["ids_" + std::to_string(max_len)].to_vector();
+    auto mask = g["mask_" + std::to_string(max_len)].to_vector();
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      tokenizers::Tokens t = tok.encode(tokenizers::lower_strip(prompts[p]), max_len);
+      ASSERT_EQ(t.ids.size(), static_cast<size_t>(max_len));
+      for (int64_t i = 0; i < max_len; ++i) {
+        ASSERT_EQ(t.ids[i], static_cast<int32_t>(ids[p * max_len + i])) << "prompt " << p << " token " << i;
+        ASSERT_EQ(t.mask[i], static_cast<uint8_t>(mask[p * max_len + i])) << "prompt " << p << " token " << i;
+      }
+    }
+  }
+  // The last prompt is longer than 120 tokens: truncated with EOS kept.
+  tokenizers::Tokens t = tok.encode(tokenizers::lower_strip(prompts.back()), 120);
+  EXPECT_TRUE(t.truncated());
+  EXPECT_EQ(t.ids.back(), tokenizers::T5Tokenizer::kEos);
+}
+
+TEST(T5Tokenizer, LowerStripLikePython) {
+  EXPECT_EQ(tokenizers::lower_strip("  A Photo of TWO Cats \n"), "a photo of two cats");
+  EXPECT_EQ(tokenizers::lower_strip("\u00c9T\u00c9 \u0100B \u0391\u0392 \u0416"), "\u00e9t\u00e9 \u0101b \u03b1\u03b2 \u0436");
+  EXPECT_EQ(tokenizers::lower_strip(" \t "), "");
+}
+
+TEST(T5Tokenizer, MissingModelIsNamed) {
+  try {
+    tokenizers::T5Tokenizer tok(std::string(XDIT_TEST_DATA) + "/no_such_dir");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("spiece.model"), std::string::npos);
+  }
+}
+
+TEST(T5Tokenizer, RelativeBucketsMatchTheFormula) {
+  // Exact buckets for a few distances (T5: 32 buckets, max distance 128).
+  EXPECT_EQ(models::t5_relative_bucket(0, 32, 128), 0);
+  EXPECT_EQ(models::t5_relative_bucket(-7, 32, 128), 7);
+  EXPECT_EQ(models::t5_relative_bucket(7, 32, 128), 23);
+  EXPECT_EQ(models::t5_relative_bucket(-8, 32, 128), 8);
+  EXPECT_EQ(models::t5_relative_bucket(-1000, 32, 128), 15);
+  EXPECT_EQ(models::t5_relative_bucket(1000, 32, 128), 31);
+}
+
+double encoder_error(const std::string& folder, const std::string& golden, const std::string& ids_key,
+                     const std::string& mask_key, const std::string& out_key, DType dtype) {
+  io::ModelFolder mf(kModel);
+  auto cfg = models::T5Config::from_json(mf.component_config("text_encoder", "config.json"), "t5");
+  io::WeightStore w(folder);
+  models::T5Encoder enc(cfg, w, dtype);
+  auto g = io::read_safetensors_f32(golden);
+  const Tensor& ids = g[ids_key];
+  const int64_t B = ids.dim(0), S = ids.dim(1);
+  std::vector<int32_t> iv;
+  std::vector<uint8_t> mv;
+  for (float v : ids.to_vector()) iv.push_back(static_cast<int32_t>(v));
+  for (float v : g[mask_key].to_vector()) mv.push_back(v != 0);
+  Tensor out = enc.encode(iv, mv, B, S);
+  EXPECT_EQ(out.shape(), g[out_key].shape());
+  return test::rel_max_err(out.to_vector(), g[out_key].to_vector());
+}
+
+TEST(T5Encoder, ShardedF32MatchesTransformers) {
+  EXPECT_LE(encoder_error(kModel + "/text_encoder", kGolden, "ids_120", "mask_120", "embeds_120", DType::kF32), 1e-4);
+  EXPECT_LE(encoder_error(kModel + "/text_encoder", kGolden, "ids_300", "mask_300", "embeds_300", DType::kF32), 1e-4);
+}
+
+TEST(T5Encoder, Bf16CheckpointMatchesItsUpcast) {
+  EXPECT_LE(encoder_error(std::string(XDIT_TEST_DATA) + "/t5_bf16",
+                          std::string(XDIT_TEST_DATA) + "/goldens/t5_bf16.safetensors", "ids", "mask", "embeds",
+                          DType::kF32),
+            1e-4);
+}
+
+TEST(T5Encoder, Bf16Compute) {
+  EXPECT_LE(encoder_error(kModel + "/text_encoder", kGolden, "ids_120", "mask_120", "embeds_120", DType::kBF16),
+            5e-2);
+}
+
+}  // namespace
+}  // namespace xdit
