@@ -158,7 +158,7 @@ def make_text_stack(seed):
     vae = AutoencoderKL(in_channels=3, out_channels=3, latent_channels=4,
                         down_block_types=("DownEncoderBlock2D",) * 4,
                         up_block_types=("UpDecoderBlock2D",) * 4,
-                        block_out_channels=(16, 16, 16, 16), layers_per_block=1,
+                        block_out_channels=(8, 16, 16, 24), layers_per_block=1,
                         norm_num_groups=8, sample_size=64).eval()
     randomize(vae, seed + 1)
     with torch.no_grad():
