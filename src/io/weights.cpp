@@ -101,6 +101,12 @@ size_t WeightStore::stored_bytes() const {
   return n;
 }
 
+Shape WeightStore::shape(const std::string& name) const {
+  auto it = index_.find(name);
+  XDIT_CHECK(it != index_.end(), "weight '", name, "' is missing from ", folder_);
+  return it->second->entries().at(name).shape;
+}
+
 std::vector<std::string> WeightStore::names() const {
   std::vector<std::string> v;
   for (const auto& [name, f] : index_) v.push_back(name);

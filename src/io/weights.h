@@ -30,6 +30,8 @@ class WeightStore : public WeightSource {
   Tensor get(const std::string& name, const Shape& expected) const override;
   size_t stored_bytes() const override;
   std::vector<std::string> names() const;
+  // The stored shape of `name` (throws when missing).
+  Shape shape(const std::string& name) const;
 
  private:
   std::string folder_;

@@ -19,6 +19,16 @@ void rms_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps, co
 // y[r, j] = gelu_tanh(x[r, j]) · x[r, n + j], y [rows, n].
 void gelu_tanh_gate(const float* x, float* y, int64_t rows, int64_t n);
 
+// GroupNorm over NHWC activations x [B, HW, C] with G groups (statistics per
+// batch and group over HW × C/G values, in f64), affine, optionally followed
+// by SiLU. y may equal x.
+void group_norm_nhwc(const float* x, float* y, int64_t batch, int64_t hw, int64_t channels,
+                     int64_t groups, float eps, const float* gamma, const float* beta, bool silu);
+
+// Nearest-neighbour ×2 upsampling of NHWC x [B, H, W, C] → y [B, 2H, 2W, C].
+void upsample_nearest2x_nhwc(const float* x, float* y, int64_t batch, int64_t h, int64_t w,
+                             int64_t channels);
+
 // Elementwise; y may equal x.
 void gelu_tanh(const float* x, float* y, int64_t n);  // 0.5x(1+tanh(√(2/π)(x+0.044715x³)))
 void silu(const float* x, float* y, int64_t n);       // x·sigmoid(x)

@@ -111,6 +111,49 @@ void patch_conv(const float* latent, const float* w, const float* bias, int64_t 
         }
 }
 
+void conv2d_nhwc(const float* x, const float* w, const float* bias, int64_t batch, int64_t h, int64_t wd,
+                 int64_t in, int64_t out, int64_t k, int64_t pad, float* y) {
+  const int64_t oh = h + 2 * pad - k + 1, ow = wd + 2 * pad - k + 1;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t r = 0; r < oh; ++r)
+      for (int64_t c = 0; c < ow; ++c)
+        for (int64_t o = 0; o < out; ++o) {
+          double acc = bias ? bias[o] : 0.0;
+          for (int64_t i = 0; i < k; ++i)
+            for (int64_t j = 0; j < k; ++j) {
+              const int64_t rr = r + i - pad, cc = c + j - pad;
+              if (rr < 0 || rr >= h || cc < 0 || cc >= wd) continue;
+              for (int64_t ch = 0; ch < in; ++ch)
+                acc += static_cast<double>(w[((o * in + ch) * k + i) * k + j]) * x[((b * h + rr) * wd + cc) * in + ch];
+            }
+          y[((b * oh + r) * ow + c) * out + o] = static_cast<float>(acc);
+        }
+}
+
+void group_norm_nhwc(const float* x, float* y, int64_t batch, int64_t hw, int64_t channels, int64_t groups,
+                     float eps, const float* gamma, const float* beta, bool silu) {
+  const int64_t cg = channels / groups;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t g = 0; g < groups; ++g) {
+      double m = 0, v = 0;
+      for (int64_t p = 0; p < hw; ++p)
+        for (int64_t c = g * cg; c < (g + 1) * cg; ++c) m += x[(b * hw + p) * channels + c];
+      m /= static_cast<double>(hw * cg);
+      for (int64_t p = 0; p < hw; ++p)
+        for (int64_t c = g * cg; c < (g + 1) * cg; ++c) {
+          const double d = x[(b * hw + p) * channels + c] - m;
+          v += d * d;
+        }
+      v /= static_cast<double>(hw * cg);
+      for (int64_t p = 0; p < hw; ++p)
+        for (int64_t c = g * cg; c < (g + 1) * cg; ++c) {
+          double r = (x[(b * hw + p) * channels + c] - m) / std::sqrt(v + eps) * gamma[c] + beta[c];
+          if (silu) r = r / (1.0 + std::exp(-r));
+          y[(b * hw + p) * channels + c] = static_cast<float>(r);
+        }
+    }
+}
+
 void timestep_embedding(const float* t, int64_t n, int64_t dim, bool flip, float shift,
                         float* out) {
   const int64_t half = dim / 2;

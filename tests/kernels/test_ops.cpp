@@ -2,6 +2,8 @@
 // odd-sized inputs.
 #include <gtest/gtest.h>
 
+#include "core/tensor.h"
+#include "kernels/conv.h"
 #include "kernels/kernels.h"
 #include "kernels/reference.h"
 #include "test_util.h"
@@ -49,6 +51,48 @@ TEST(Ops, GatedGelu) {
       const double want = static_cast<double>(ref::gelu_tanh(x[r * 2 * n + j])) * x[r * 2 * n + n + j];
       ASSERT_NEAR(y[r * n + j], want, 1e-5 * (1 + std::fabs(want)));
     }
+}
+
+TEST(Ops, Conv2dNhwcAgainstDirectConvolution) {
+  for (int64_t k : {1, 3}) {
+    const int64_t B = 2, H = 7, W = 9, I = 5, O = 11, pad = k / 2;
+    auto x = randn(B * H * W * I, 30), w = randn(O * I * k * k, 31, 0.3f), b = randn(O, 32);
+    kernels::Conv2d conv(Tensor::from_vector(w, {O, I, k, k}), Tensor::from_vector(b, {O}), pad,
+                         ComputeType::kF32);
+    std::vector<float> y(B * H * W * O), r(y.size());
+    conv.forward(x.data(), B, H, W, y.data());
+    ref::conv2d_nhwc(x.data(), w.data(), b.data(), B, H, W, I, O, k, pad, r.data());
+    EXPECT_LT(rel_max_err(y, r), 1e-5) << "k=" << k;
+    if (cpu_has_bf16()) {
+      kernels::Conv2d cb(Tensor::from_vector(w, {O, I, k, k}), Tensor::from_vector(b, {O}), pad, ComputeType::kBF16);
+      cb.forward(x.data(), B, H, W, y.data());
+      EXPECT_LT(rel_max_err(y, r), 2e-2) << "bf16 k=" << k;
+    }
+  }
+}
+
+TEST(Ops, GroupNormNhwcWithAndWithoutSilu) {
+  const int64_t B = 2, HW = 35, C = 24, G = 8;
+  auto x = randn(B * HW * C, 33, 2.0f), g = randn(C, 34), b = randn(C, 35);
+  for (auto& v : x) v += 0.7f;
+  std::vector<float> y(x.size()), r(x.size());
+  for (bool s : {false, true}) {
+    group_norm_nhwc(x.data(), y.data(), B, HW, C, G, 1e-6f, g.data(), b.data(), s);
+    ref::group_norm_nhwc(x.data(), r.data(), B, HW, C, G, 1e-6f, g.data(), b.data(), s);
+    EXPECT_LT(rel_max_err(y, r), 1e-5) << "silu=" << s;
+  }
+}
+
+TEST(Ops, UpsampleNearest2x) {
+  const int64_t B = 2, H = 3, W = 5, C = 7;
+  auto x = randn(B * H * W * C, 36);
+  std::vector<float> y(B * 4 * H * W * C);
+  upsample_nearest2x_nhwc(x.data(), y.data(), B, H, W, C);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t r = 0; r < 2 * H; ++r)
+      for (int64_t c = 0; c < 2 * W; ++c)
+        for (int64_t k = 0; k < C; ++k)
+          ASSERT_EQ(y[((b * 2 * H + r) * 2 * W + c) * C + k], x[((b * H + r / 2) * W + c / 2) * C + k]);
 }
 
 TEST(Ops, GeluTanhAndSilu) {

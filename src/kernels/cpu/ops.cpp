@@ -151,6 +151,51 @@ void gated_residual_add(float* h, const float* y, int64_t batch, int64_t tokens,
     }
 }
 
+void group_norm_nhwc(const float* x, float* y, int64_t batch, int64_t hw, int64_t channels,
+                     int64_t groups, float eps, const float* gamma, const float* beta, bool silu_after) {
+  const int64_t cg = channels / groups;
+  std::vector<double> mean(static_cast<size_t>(batch * groups)), rstd(mean.size());
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t g = 0; g < groups; ++g) {
+      double s = 0, s2 = 0;
+      for (int64_t p = 0; p < hw; ++p) {
+        const float* v = x + (b * hw + p) * channels + g * cg;
+        for (int64_t c = 0; c < cg; ++c) {
+          s += v[c];
+          s2 += static_cast<double>(v[c]) * v[c];
+        }
+      }
+      const double n = static_cast<double>(hw * cg);
+      const double m = s / n;
+      const double var = std::max(s2 / n - m * m, 0.0);
+      mean[static_cast<size_t>(b * groups + g)] = m;
+      rstd[static_cast<size_t>(b * groups + g)] = 1.0 / std::sqrt(var + eps);
+    }
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t p = 0; p < hw; ++p) {
+      const float* v = x + (b * hw + p) * channels;
+      float* o = y + (b * hw + p) * channels;
+      for (int64_t c = 0; c < channels; ++c) {
+        const size_t gi = static_cast<size_t>(b * groups + c / cg);
+        float r = static_cast<float>((v[c] - mean[gi]) * rstd[gi]) * gamma[c] + beta[c];
+        if (silu_after) r = r / (1.0f + std::exp(-r));
+        o[c] = r;
+      }
+    }
+}
+
+void upsample_nearest2x_nhwc(const float* x, float* y, int64_t batch, int64_t h, int64_t w,
+                             int64_t channels) {
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t r = 0; r < 2 * h; ++r)
+      for (int64_t c = 0; c < 2 * w; ++c)
+        std::memcpy(y + ((b * 2 * h + r) * 2 * w + c) * channels, x + ((b * h + r / 2) * w + c / 2) * channels,
+                    static_cast<size_t>(channels) * 4);
+}
+
 void patchify(const float* latent, int64_t batch, int64_t channels, int64_t height, int64_t width,
               int64_t p, float* cols) {
   const int64_t gh = height / p, gw = width / p, k = channels * p * p;

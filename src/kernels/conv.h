@@ -1,0 +1,33 @@
+// 2-D convolution on oneDNN with the weight prepacked once at load.
+// Activations are f32 NHWC ("channels last"); the weight is torch's
+// [out, in, kh, kw]. Stride 1, symmetric zero padding (what the VAE uses).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "core/tensor.h"
+#include "kernels/linear.h"
+
+namespace xdit::kernels {
+
+class Conv2d {
+ public:
+  Conv2d();
+  Conv2d(const Tensor& weight, const Tensor& bias, int64_t padding, ComputeType ct);
+  Conv2d(Conv2d&&) noexcept;
+  Conv2d& operator=(Conv2d&&) noexcept;
+  ~Conv2d();
+
+  // x [B, H, W, in] → y [B, H', W', out] (H' = H + 2·pad − kh + 1).
+  void forward(const float* x, int64_t batch, int64_t height, int64_t width, float* y) const;
+  int64_t in_channels() const;
+  int64_t out_channels() const;
+  int64_t out_size(int64_t in) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace xdit::kernels

@@ -1,0 +1,122 @@
+#include "kernels/conv.h"
+
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/dnnl_util.h"
+
+namespace xdit::kernels {
+
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+struct Conv2d::Impl {
+  int64_t in = 0, out = 0, kh = 0, kw = 0, pad = 0;
+  ComputeType ct = ComputeType::kF32;
+  dnnl::memory::desc packed_md;
+  dnnl::memory packed;
+  std::vector<float> bias;
+  struct Prim {
+    dnnl::convolution_forward::primitive_desc pd;
+    dnnl::convolution_forward prim;
+  };
+  mutable std::mutex mu;
+  mutable std::map<std::tuple<int64_t, int64_t, int64_t>, Prim> prims;
+
+  dnnl::convolution_forward::primitive_desc make_pd(int64_t b, int64_t h, int64_t w,
+                                                    const dnnl::memory::desc& wmd) const {
+    const dt sdt = ct == ComputeType::kBF16 ? dt::bf16 : dt::f32;
+    dnnl::memory::desc src({b, in, h, w}, sdt, tag::nhwc);
+    dnnl::memory::desc dst({b, out, h + 2 * pad - kh + 1, w + 2 * pad - kw + 1}, dt::f32, tag::nhwc);
+    dnnl::memory::desc bmd({out}, dt::f32, tag::a);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                      src, wmd, bmd, dst, {1, 1}, {pad, pad}, {pad, pad});
+    return {d, attr, cpu::engine()};
+  }
+
+  const Prim& prim_for(int64_t b, int64_t h, int64_t w) const {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto key = std::make_tuple(b, h, w);
+    auto it = prims.find(key);
+    if (it != prims.end()) return it->second;
+    try {
+      Prim p;
+      p.pd = make_pd(b, h, w, packed_md);
+      p.prim = dnnl::convolution_forward(p.pd);
+      XDIT_DEBUG("conv ", in, "->", out, " k", kh, " on ", b, "x", h, "x", w, ": ", p.pd.impl_info_str());
+      return prims.emplace(key, std::move(p)).first->second;
+    } catch (const dnnl::error& e) {
+      cpu::rethrow_dnnl(e, "creating a convolution primitive");
+    }
+  }
+};
+
+Conv2d::Conv2d() = default;
+Conv2d::Conv2d(Conv2d&&) noexcept = default;
+Conv2d& Conv2d::operator=(Conv2d&&) noexcept = default;
+Conv2d::~Conv2d() = default;
+
+Conv2d::Conv2d(const Tensor& weight, const Tensor& bias, int64_t padding, ComputeType ct)
+    : impl_(std::make_unique<Impl>()) {
+  XDIT_CHECK(weight.ndim() == 4, "conv weight must be [out, in, kh, kw], got ", shape_str(weight.shape()));
+  Impl& im = *impl_;
+  im.out = weight.dim(0);
+  im.in = weight.dim(1);
+  im.kh = weight.dim(2);
+  im.kw = weight.dim(3);
+  im.pad = padding;
+  im.ct = ct;
+  XDIT_CHECK(bias.numel() == im.out, "conv bias has ", bias.numel(), " values, expected ", im.out);
+  im.bias = bias.to_vector();
+  try {
+    Tensor w = weight.dtype() == DType::kF16 ? weight.to(DType::kF32) : weight;
+    dnnl::memory::desc user_md({im.out, im.in, im.kh, im.kw}, w.dtype() == DType::kBF16 ? dt::bf16 : dt::f32,
+                               tag::oihw);
+    dnnl::memory::desc any_md({im.out, im.in, im.kh, im.kw}, ct == ComputeType::kBF16 ? dt::bf16 : dt::f32,
+                              tag::any);
+    // The layout is chosen for a representative problem and reused for all sizes.
+    auto pd = im.make_pd(1, 64, 64, any_md);
+    im.packed_md = pd.weights_desc();
+    im.packed = dnnl::memory(im.packed_md, cpu::engine());
+    dnnl::memory user(user_md, cpu::engine(), const_cast<void*>(w.raw()));
+    dnnl::reorder(user, im.packed).execute(cpu::thread_stream(), user, im.packed);
+    cpu::thread_stream().wait();
+  } catch (const dnnl::error& e) {
+    cpu::rethrow_dnnl(e, "packing a convolution weight");
+  }
+}
+
+void Conv2d::forward(const float* x, int64_t b, int64_t h, int64_t w, float* y) const {
+  const Impl& im = *impl_;
+  const Impl::Prim& p = im.prim_for(b, h, w);
+  const void* src = x;
+  if (im.ct == ComputeType::kBF16) {
+    thread_local std::vector<uint16_t> xb;
+    const size_t n = static_cast<size_t>(b * h * w * im.in);
+    if (xb.size() < n) xb.resize(n);
+    cpu::f32_to_bf16_array(x, xb.data(), n);
+    src = xb.data();
+  }
+  auto& e = cpu::engine();
+  dnnl::memory ms(p.pd.src_desc(), e, const_cast<void*>(src));
+  dnnl::memory md(p.pd.dst_desc(), e, y);
+  dnnl::memory mb(p.pd.bias_desc(), e, const_cast<float*>(im.bias.data()));
+  p.prim.execute(cpu::thread_stream(), {{DNNL_ARG_SRC, ms},
+                                        {DNNL_ARG_WEIGHTS, im.packed},
+                                        {DNNL_ARG_BIAS, mb},
+                                        {DNNL_ARG_DST, md},
+                                        {DNNL_ARG_SCRATCHPAD, cpu::thread_scratchpad(p.pd)}});
+}
+
+int64_t Conv2d::in_channels() const { return impl_->in; }
+int64_t Conv2d::out_channels() const { return impl_->out; }
+int64_t Conv2d::out_size(int64_t in) const { return in + 2 * impl_->pad - impl_->kh + 1; }
+
+}  // namespace xdit::kernels
