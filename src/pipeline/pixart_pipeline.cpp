@@ -2,10 +2,12 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "core/rng.h"
+#include "pipeline/resolution.h"
 
 namespace xdit::pipeline {
 
@@ -37,10 +39,23 @@ void check_embeds(const Tensor& e, const Tensor& mask, const char* name, int64_t
 }
 }  // namespace
 
+int64_t PixArtPipeline::vae_scale_factor() const {
+  if (vae_cfg_) return vae_cfg_->scale_factor();
+  const std::string cfg = folder_.root() + "/vae/config.json";
+  if (std::filesystem::is_regular_file(cfg))
+    return models::VaeConfig::from_json(io::read_json_file(cfg), cfg).scale_factor();
+  return kVaeScaleFactor;
+}
+
+int64_t PixArtPipeline::default_max_sequence_length() const {
+  return folder_.pipeline_class() == "PixArtSigmaPipeline" ? 300 : 120;
+}
+
 void PixArtPipeline::validate(LatentRequest& r) const {
-  const int64_t unit = kVaeScaleFactor * cfg_.patch_size;
-  if (r.height == 0) r.height = cfg_.sample_size * kVaeScaleFactor;
-  if (r.width == 0) r.width = cfg_.sample_size * kVaeScaleFactor;
+  const int64_t vsf = vae_scale_factor();
+  const int64_t unit = vsf * cfg_.patch_size;
+  if (r.height == 0) r.height = cfg_.sample_size * vsf;
+  if (r.width == 0) r.width = cfg_.sample_size * vsf;
   XDIT_CHECK(r.height > 0 && r.width > 0, "height and width must be positive");
   XDIT_CHECK(r.height % unit == 0 && r.width % unit == 0, "height ", r.height, " and width ",
              r.width, " must be multiples of ", unit, " (VAE factor 8 x patch size ",
@@ -60,7 +75,7 @@ void PixArtPipeline::validate(LatentRequest& r) const {
                " must match prompt_embeds ", shape_str(r.prompt_embeds.shape()));
   }
   if (r.latents.defined()) {
-    const Shape want{P, cfg_.in_channels, r.height / kVaeScaleFactor, r.width / kVaeScaleFactor};
+    const Shape want{P, cfg_.in_channels, r.height / vsf, r.width / vsf};
     XDIT_CHECK(r.latents.shape() == want, "latents have shape ", shape_str(r.latents.shape()),
                " but ", r.height, "x", r.width, " px with ", P, " prompt(s) needs ",
                shape_str(want));
@@ -96,7 +111,8 @@ Tensor PixArtPipeline::generate_latents(const LatentRequest& req,
   validate(r);
   load();
   const int64_t P = r.prompt_embeds.dim(0);
-  const int64_t h = r.height / kVaeScaleFactor, w = r.width / kVaeScaleFactor, C = cfg_.in_channels;
+  const int64_t vsf = vae_scale_factor();
+  const int64_t h = r.height / vsf, w = r.width / vsf, C = cfg_.in_channels;
   Tensor latents =
       r.latents.defined() ? r.latents.to(DType::kF32) : TorchGenerator(r.seed).randn({P, C, h, w});
   schedulers::DPMSolverMultistep sched(sched_cfg_);
@@ -155,6 +171,123 @@ Tensor PixArtPipeline::generate_latents(const LatentRequest& req,
     }
   }
   return latents;
+}
+
+void PixArtPipeline::validate(ImageRequest& r) {
+  XDIT_CHECK(!r.prompts.empty(), "at least one prompt is needed");
+  XDIT_CHECK(r.num_inference_steps >= 1, "num_inference_steps must be at least 1 for an image, got ",
+             r.num_inference_steps);
+  XDIT_CHECK(r.guidance_scale >= 0, "guidance_scale must be >= 0");
+  // Text side: tokenizer/spiece.model, text_encoder/config.json and weights.
+  if (!tokenizer_) tokenizer_ = std::make_unique<tokenizers::T5Tokenizer>(folder_.component("tokenizer"));
+  if (!t5_cfg_) {
+    const std::string dir = folder_.component("text_encoder");
+    t5_cfg_ = std::make_unique<models::T5Config>(
+        models::T5Config::from_json(folder_.component_config("text_encoder", "config.json"), dir + "/config.json"));
+    XDIT_CHECK(t5_cfg_->d_model == cfg_.caption_channels, "text encoder width ", t5_cfg_->d_model,
+               " does not match the transformer's caption_channels ", cfg_.caption_channels);
+    t5_weights_ = std::make_unique<io::WeightStore>(dir);
+  }
+  if (!vae_cfg_) {
+    const std::string dir = folder_.component("vae");
+    vae_cfg_ = std::make_unique<models::VaeConfig>(
+        models::VaeConfig::from_json(folder_.component_config("vae", "config.json"), dir + "/config.json"));
+    XDIT_CHECK(vae_cfg_->latent_channels == cfg_.in_channels, "VAE latent_channels ", vae_cfg_->latent_channels,
+               " does not match the transformer's in_channels ", cfg_.in_channels);
+    vae_weights_ = std::make_unique<io::WeightStore>(dir);
+  }
+  if (r.max_sequence_length == 0) r.max_sequence_length = default_max_sequence_length();
+  XDIT_CHECK(r.max_sequence_length >= 1, "max_sequence_length must be positive");
+  const int64_t vsf = vae_scale_factor();
+  if (r.height == 0) r.height = cfg_.sample_size * vsf;
+  if (r.width == 0) r.width = cfg_.sample_size * vsf;
+  XDIT_CHECK(r.height > 0 && r.width > 0, "height and width must be positive");
+  r.run_height = r.height;
+  r.run_width = r.width;
+  if (r.resolution_binning) {
+    std::tie(r.run_height, r.run_width) =
+        classify_height_width_bin(r.height, r.width, bin_table_for_sample_size(cfg_.sample_size));
+  } else {
+    const int64_t unit = vsf * cfg_.patch_size;
+    XDIT_CHECK(r.height % unit == 0 && r.width % unit == 0, "height ", r.height, " and width ", r.width,
+               " must be multiples of ", unit, " (VAE factor ", vsf, " x patch size ", cfg_.patch_size,
+               "), or leave resolution binning on");
+  }
+}
+
+PromptEmbeddings PixArtPipeline::encode_prompts(const ImageRequest& r) {
+  XDIT_CHECK(tokenizer_ && t5_cfg_, "encode_prompts before validate");
+  if (!t5_) t5_ = std::make_unique<models::T5Encoder>(*t5_cfg_, *t5_weights_, dtype_);
+  const int64_t L = r.max_sequence_length;
+  auto encode = [&](const std::vector<std::string>& texts, bool warn) {
+    const int64_t n = static_cast<int64_t>(texts.size());
+    std::vector<int32_t> ids;
+    std::vector<uint8_t> mask;
+    for (const auto& text : texts) {
+      tokenizers::Tokens t = tokenizer_->encode(tokenizers::lower_strip(text), L);
+      if (warn && t.truncated()) {
+        // As diffusers: say what was cut.
+        tokenizers::Tokens all = tokenizer_->encode(tokenizers::lower_strip(text), t.untruncated);
+        std::vector<int32_t> cut(all.ids.begin() + (L - 1), all.ids.end() - 1);
+        XDIT_WARN("the prompt is longer than ", L, " tokens; this part was truncated: \"",
+                  tokenizer_->decode(cut), "\"");
+      }
+      ids.insert(ids.end(), t.ids.begin(), t.ids.end());
+      mask.insert(mask.end(), t.mask.begin(), t.mask.end());
+    }
+    Tensor m = Tensor::empty({n, L});
+    for (size_t i = 0; i < mask.size(); ++i) m.data<float>()[i] = mask[i];
+    return std::make_pair(t5_->encode(ids, mask, n, L), m);
+  };
+  PromptEmbeddings e;
+  std::tie(e.embeds, e.mask) = encode(r.prompts, true);
+  if (r.guidance_scale > 1.0)
+    std::tie(e.negative_embeds, e.negative_mask) =
+        encode(std::vector<std::string>(r.prompts.size(), r.negative_prompt), false);
+  return e;
+}
+
+Tensor PixArtPipeline::decode_latents(const Tensor& latents) {
+  XDIT_CHECK(vae_cfg_, "decode_latents before validate");
+  if (!vae_) vae_ = std::make_unique<models::VaeDecoder>(*vae_cfg_, *vae_weights_, dtype_);
+  Tensor z = latents.clone();
+  const float inv = static_cast<float>(1.0 / vae_cfg_->scaling_factor);
+  const float shift = static_cast<float>(vae_cfg_->shift_factor);
+  for (int64_t i = 0; i < z.numel(); ++i) z.data<float>()[i] = z.data<float>()[i] * inv + shift;
+  return vae_->decode(z);
+}
+
+ImageResult PixArtPipeline::generate(ImageRequest r, const std::function<void(const StepEvent&)>& on_step) {
+  validate(r);
+  using Clock = std::chrono::steady_clock;
+  auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  ImageResult out;
+  const auto t0 = Clock::now();
+  PromptEmbeddings e = encode_prompts(r);
+  if (!keep_text_encoder_) t5_.reset();
+  const auto t1 = Clock::now();
+  LatentRequest lr;
+  lr.prompt_embeds = e.embeds;
+  lr.prompt_mask = e.mask;
+  lr.negative_embeds = e.negative_embeds;
+  lr.negative_mask = e.negative_mask;
+  lr.height = r.run_height;
+  lr.width = r.run_width;
+  lr.num_inference_steps = r.num_inference_steps;
+  lr.guidance_scale = r.guidance_scale;
+  lr.seed = r.seed;
+  Tensor latents = generate_latents(lr, on_step);
+  const auto t2 = Clock::now();
+  Tensor image = decode_latents(latents);
+  if (r.resolution_binning) image = resize_and_crop(image, r.height, r.width);
+  out.rgb = models::image_to_rgb8(image);
+  out.height = image.dim(2);
+  out.width = image.dim(3);
+  const auto t3 = Clock::now();
+  out.text_seconds = secs(t0, t1);
+  out.denoise_seconds = secs(t1, t2);
+  out.decode_seconds = secs(t2, t3);
+  return out;
 }
 
 }  // namespace xdit::pipeline

@@ -1,8 +1,10 @@
 // The PixArt-α / PixArt-Σ pipeline (diffusers PixArtAlphaPipeline /
-// PixArtSigmaPipeline) from prompt embeddings to latents: CFG batch, the
-// micro-conditions, the transformer, guidance, learned-sigma split and the
-// DPM-Solver++ step. Construction reads and checks every config and opens the
-// weight files (header checks only); load() builds the transformer.
+// PixArtSigmaPipeline): prompts → T5 tokenizer and encoder → CFG denoising
+// loop (micro-conditions, transformer, guidance, learned-sigma split,
+// DPM-Solver++) → VAE decoder → resize back from the resolution bin → RGB8.
+// Construction reads and checks the transformer and scheduler configs and
+// opens their weight files (header checks only); validate() does the same for
+// the text encoder and VAE a request needs. Models are built on first use.
 #pragma once
 
 #include <functional>
@@ -13,7 +15,10 @@
 #include "io/model_folder.h"
 #include "io/weights.h"
 #include "models/pixart.h"
+#include "models/t5.h"
+#include "models/vae.h"
 #include "schedulers/dpm_solver.h"
+#include "tokenizers/t5_tokenizer.h"
 
 namespace xdit::pipeline {
 
@@ -30,6 +35,32 @@ struct LatentRequest {
   uint64_t seed = 42;
 };
 
+// A request from prompts to images, with diffusers' defaults.
+struct ImageRequest {
+  std::vector<std::string> prompts;  // one image per prompt
+  std::string negative_prompt;       // "" as diffusers
+  int64_t height = 0, width = 0;     // pixels; 0 = the model's default
+  int64_t num_inference_steps = 20;
+  double guidance_scale = 4.5;
+  uint64_t seed = 42;
+  bool resolution_binning = true;
+  int64_t max_sequence_length = 0;  // 0 = 120 (PixArt-α) or 300 (PixArt-Σ)
+  // Filled by validate(): the size the model runs at (the bin, when binning).
+  int64_t run_height = 0, run_width = 0;
+};
+
+struct ImageResult {
+  std::vector<std::vector<uint8_t>> rgb;  // per prompt, height·width·3 bytes
+  int64_t height = 0, width = 0;
+  double text_seconds = 0, denoise_seconds = 0, decode_seconds = 0;
+};
+
+// Prompt embeddings as the transformer takes them.
+struct PromptEmbeddings {
+  Tensor embeds, mask;                    // [P, L, d], [P, L]
+  Tensor negative_embeds, negative_mask;  // undefined without CFG
+};
+
 struct StepEvent {
   int64_t step = 0, total = 0;
   double seconds = 0;  // this step
@@ -44,13 +75,30 @@ class PixArtPipeline {
 
   const models::PixArtConfig& config() const { return cfg_; }
   const io::ModelFolder& folder() const { return folder_; }
+  // Pixels per latent pixel: from vae/config.json, 8 without a VAE.
+  int64_t vae_scale_factor() const;
+  // 120 for PixArt-α pipelines, 300 for PixArt-Σ (diffusers' defaults).
+  int64_t default_max_sequence_length() const;
+
   // Fills defaults (height/width) and checks the request against the model;
   // throws a one-line error. Cheap: call before load().
   void validate(LatentRequest& r) const;
+  // Fills defaults, bins the size, opens tokenizer / text encoder / VAE
+  // configs and weight headers, and checks everything. Cheap.
+  void validate(ImageRequest& r);
   void load();
-  // Runs the denoising loop; returns the final latents [P, C, H/8, W/8].
+  // Runs the denoising loop; returns the final latents [P, C, H/f, W/f].
   Tensor generate_latents(const LatentRequest& r,
                           const std::function<void(const StepEvent&)>& on_step = {});
+  // Tokenizes and encodes prompts (and the negative prompt when guidance > 1).
+  PromptEmbeddings encode_prompts(const ImageRequest& r);
+  // Decodes latents to images in [−1, 1], [B, 3, H, W].
+  Tensor decode_latents(const Tensor& latents);
+  // The whole pipeline.
+  ImageResult generate(ImageRequest r, const std::function<void(const StepEvent&)>& on_step = {});
+  // generate() frees the text encoder after encoding (bounding peak memory
+  // to the larger of T5 and transformer + VAE) unless asked to keep it.
+  void set_keep_text_encoder(bool keep) { keep_text_encoder_ = keep; }
 
  private:
   io::ModelFolder folder_;
@@ -59,6 +107,15 @@ class PixArtPipeline {
   schedulers::DPMSolverConfig sched_cfg_;
   std::unique_ptr<io::WeightStore> weights_;
   std::unique_ptr<models::PixArtTransformer> transformer_;
+  // Text side and VAE, opened by validate(ImageRequest), built on first use.
+  std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_;
+  std::unique_ptr<models::T5Config> t5_cfg_;
+  std::unique_ptr<io::WeightStore> t5_weights_;
+  std::unique_ptr<models::T5Encoder> t5_;
+  std::unique_ptr<models::VaeConfig> vae_cfg_;
+  std::unique_ptr<io::WeightStore> vae_weights_;
+  std::unique_ptr<models::VaeDecoder> vae_;
+  bool keep_text_encoder_ = false;
 };
 
 }  // namespace xdit::pipeline

@@ -1,0 +1,23 @@
+// PNG files through libspng: 8-bit RGB with tEXt chunks (generation parameters).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace xdit::io {
+
+// Writes rgb (height·width·3 bytes, row-major) with the given text chunks.
+// Writes a temporary file and renames it: no partial file on failure.
+void write_png(const std::string& path, int64_t width, int64_t height, const std::vector<uint8_t>& rgb,
+               const std::map<std::string, std::string>& text);
+
+struct PngImage {
+  int64_t width = 0, height = 0;
+  std::vector<uint8_t> rgb;
+  std::map<std::string, std::string> text;
+};
+PngImage read_png(const std::string& path);
+
+}  // namespace xdit::io
