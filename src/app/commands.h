@@ -10,6 +10,12 @@ namespace xdit::app {
 // Registers the subcommand; the returned function runs it (returns the exit code).
 std::function<int()> add_generate(CLI::App& app);
 std::function<int()> add_bench(CLI::App& app);
+std::function<int()> add_info(CLI::App& app);
+
+// Shared by the subcommands.
+std::string default_model_dir();   // the built-in tiny model
+std::string human_bytes(double b);  // "1.22 GB"
+std::string seconds(double s);      // "0.41 s"
 
 // Sets the OpenMP thread count (0 = leave the default).
 void set_threads(int threads);

@@ -1,5 +1,7 @@
-// xdit generate: a diffusers PixArt folder + prompt embeddings → latents.
+// xdit generate: a diffusers PixArt folder + prompts → PNG images (or latents),
+// or prompt embeddings → latents / images.
 #include <omp.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -10,48 +12,175 @@
 #include "app/commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/memory.h"
+#include "io/png.h"
 #include "io/safetensors.h"
+#include "models/vae.h"
 #include "pipeline/pixart_pipeline.h"
 
 namespace xdit::app {
+
+namespace fs = std::filesystem;
 
 void set_threads(int threads) {
   if (threads > 0) omp_set_num_threads(threads);
 }
 
+std::string default_model_dir() {
+  // The tiny model that ships with the project: next to the binary when
+  // installed, else in the source tree it was built from.
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  for (const fs::path& p : {exe.parent_path() / "../share/xdit/models/pixart-alpha-tiny",
+                            exe.parent_path() / "../models/pixart-alpha-tiny",
+                            fs::path(XDIT_SOURCE_MODELS) / "pixart-alpha-tiny"})
+    if (fs::is_directory(p)) return fs::weakly_canonical(p).string();
+  XDIT_FAIL("no --model given and the built-in tiny model was not found (looked next to the binary and in ",
+            XDIT_SOURCE_MODELS, ")");
+}
+
+std::string seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, s < 10 ? "%.2f s" : "%.1f s", s);
+  return buf;
+}
+
+std::string human_bytes(double b) {
+  char buf[32];
+  if (b >= 1e9) std::snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
+  else if (b >= 1e6) std::snprintf(buf, sizeof buf, "%.0f MB", b / 1e6);
+  else std::snprintf(buf, sizeof buf, "%.0f KB", b / 1e3);
+  return buf;
+}
+
 namespace {
 
 struct GenerateOptions {
-  std::string model, prompt_embeds, latents, output = "latents.safetensors", output_type = "latent",
-                                             dtype = "bf16";
-  int64_t height = 0, width = 0, steps = 20;
+  std::string model, prompt_embeds, latents, output, output_type = "pil", dtype = "bf16", negative_prompt;
+  std::vector<std::string> prompts;
+  int64_t height = 0, width = 0, steps = 20, max_sequence_length = 0;
   double guidance = 4.5;
   uint64_t seed = 42;
   int threads = 0;
+  bool no_binning = false;
 };
 
 // Checks that `path` can be created before any heavy work starts.
 void check_writable(const std::string& path) {
-  namespace fs = std::filesystem;
   const fs::path p(path);
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-  XDIT_CHECK(fs::is_directory(dir), "cannot write ", path, ": folder ", dir.string(),
-             " does not exist");
+  XDIT_CHECK(fs::is_directory(dir), "cannot write ", path, ": folder ", dir.string(), " does not exist");
   XDIT_CHECK(!fs::is_directory(p), "cannot write ", path, ": it is a folder");
+  XDIT_CHECK(::access(dir.c_str(), W_OK) == 0, "cannot write ", path, ": folder ", dir.string(), " is not writable");
 }
 
-int run_generate(const GenerateOptions& o) {
+// out.png → out.png for one image; out_0.png, out_1.png, … for several.
+std::vector<std::string> output_paths(const std::string& path, size_t n) {
+  if (n == 1) return {path};
+  const fs::path p(path);
+  std::vector<std::string> v;
+  for (size_t i = 0; i < n; ++i)
+    v.push_back((p.parent_path() / (p.stem().string() + "_" + std::to_string(i) + p.extension().string())).string());
+  return v;
+}
+
+// One line per step; on a terminal, a bar redrawn in place.
+class Progress {
+ public:
+  void operator()(const pipeline::StepEvent& e) {
+    if (!log_enabled(LogLevel::kInfo)) return;
+    total_s_ += e.seconds;
+    const double per = total_s_ / static_cast<double>(e.step);
+    const double eta = per * static_cast<double>(e.total - e.step);
+    const int width = 24, done = static_cast<int>(width * e.step / e.total);
+    std::string bar(static_cast<size_t>(done), '#');
+    bar.resize(width, '.');
+    if (tty_) {
+      std::fprintf(stderr, "\r[%s] %lld/%lld  %.2f s/step  ETA %.0f s   ", bar.c_str(), static_cast<long long>(e.step),
+                   static_cast<long long>(e.total), per, eta);
+      if (e.step == e.total) std::fprintf(stderr, "\n");
+    } else {
+      std::fprintf(stderr, "xdit: step %lld/%lld  %.2f s/step  ETA %.0f s\n", static_cast<long long>(e.step),
+                   static_cast<long long>(e.total), per, eta);
+    }
+  }
+
+ private:
+  bool tty_ = ::isatty(2) != 0;
+  double total_s_ = 0;
+};
+
+std::map<std::string, std::string> png_metadata(const GenerateOptions& o, const std::string& prompt,
+                                                int64_t width, int64_t height, const std::string& model) {
+  return {{"prompt", prompt},
+          {"negative_prompt", o.negative_prompt},
+          {"seed", std::to_string(o.seed)},
+          {"num_inference_steps", std::to_string(o.steps)},
+          {"guidance_scale", std::to_string(o.guidance)},
+          {"size", std::to_string(width) + "x" + std::to_string(height)},
+          {"model", model},
+          {"dtype", o.dtype},
+          {"parallel", "serial (1 process)"},
+          {"software", std::string("xdit ") + XDIT_VERSION}};
+}
+
+int run_generate(GenerateOptions o) {
   set_threads(o.threads);
-  XDIT_CHECK(o.output_type == "latent", "--output_type ", o.output_type,
-             " is not available yet: this build writes latents (--output_type latent)");
-  XDIT_CHECK(!o.prompt_embeds.empty(), "--prompt_embeds FILE.safetensors is required");
-  check_writable(o.output);
+  XDIT_CHECK(o.output_type == "pil" || o.output_type == "png" || o.output_type == "latent",
+             "--output_type must be pil (PNG files) or latent (a safetensors file), got '", o.output_type, "'");
+  const bool latent_out = o.output_type == "latent";
+  if (o.output.empty()) o.output = latent_out ? "latents.safetensors" : "xdit.png";
   const DType dtype = parse_dtype(o.dtype);
   XDIT_CHECK(dtype != DType::kF16, "--dtype f16 is not supported on CPU: use bf16 or f32");
+  XDIT_CHECK(o.prompt_embeds.empty() || o.prompts.empty(), "pass either --prompt or --prompt_embeds, not both");
+  XDIT_CHECK(!o.prompt_embeds.empty() || !o.prompts.empty(), "nothing to generate: pass --prompt \"...\"");
+  if (o.model.empty()) {
+    o.model = default_model_dir();
+    XDIT_WARN("no --model given: using the built-in tiny PixArt model (random weights, its picture is noise); "
+              "pass --model with a PixArt-α/Σ diffusers folder for real images");
+  }
+  const size_t n_images = o.prompts.empty() ? 0 : o.prompts.size();
+  if (!latent_out && n_images > 0)
+    for (const auto& p : output_paths(o.output, n_images)) check_writable(p);
+  else
+    check_writable(o.output);
 
   pipeline::PixArtPipeline pipe(o.model, dtype);
+  using Clock = std::chrono::steady_clock;
+  auto secs = [](Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); };
+  Progress progress;
+
+  if (!o.prompts.empty() && o.latents.empty() && !latent_out) {
+    pipeline::ImageRequest r;
+    r.prompts = o.prompts;
+    r.negative_prompt = o.negative_prompt;
+    r.height = o.height;
+    r.width = o.width;
+    r.num_inference_steps = o.steps;
+    r.guidance_scale = o.guidance;
+    r.seed = o.seed;
+    r.resolution_binning = !o.no_binning;
+    r.max_sequence_length = o.max_sequence_length;
+    pipe.validate(r);  // everything checked before the weights load
+    if (r.run_height != r.height || r.run_width != r.width)
+      XDIT_INFO("resolution binning: generating at ", r.run_width, "x", r.run_height, ", resized to ", r.width,
+                "x", r.height, " (--no_resolution_binning to turn off)");
+    pipeline::ImageResult res = pipe.generate(r, std::ref(progress));
+    const auto paths = output_paths(o.output, res.rgb.size());
+    for (size_t i = 0; i < res.rgb.size(); ++i)
+      io::write_png(paths[i], res.width, res.height, res.rgb[i],
+                    png_metadata(o, o.prompts[i], res.width, res.height, o.model));
+    XDIT_INFO("text encoding ", seconds(res.text_seconds), ", denoising ", seconds(res.denoise_seconds),
+              ", decoding ", seconds(res.decode_seconds), ", peak memory ", human_bytes(static_cast<double>(peak_rss_bytes())), " -> ",
+              paths.size() == 1 ? paths[0] : paths[0] + " ... " + paths.back());
+    return 0;
+  }
+
+  // Latent path: embeddings from a file or from the prompts, latents out (or decoded).
   pipeline::LatentRequest req;
-  {
+  const auto t0 = Clock::now();
+  double text_s = 0;
+  if (!o.prompt_embeds.empty()) {
     auto in = io::read_safetensors_f32(o.prompt_embeds);
     auto take = [&](const char* name, bool required) {
       auto it = in.find(name);
@@ -62,6 +191,22 @@ int run_generate(const GenerateOptions& o) {
     req.prompt_mask = take("prompt_attention_mask", false);
     req.negative_embeds = take("negative_prompt_embeds", false);
     req.negative_mask = take("negative_prompt_attention_mask", false);
+  } else {
+    pipeline::ImageRequest r;
+    r.prompts = o.prompts;
+    r.negative_prompt = o.negative_prompt;
+    r.guidance_scale = o.guidance;
+    r.max_sequence_length = o.max_sequence_length;
+    r.resolution_binning = false;
+    r.height = o.height;
+    r.width = o.width;
+    pipe.validate(r);
+    auto e = pipe.encode_prompts(r);
+    req.prompt_embeds = e.embeds;
+    req.prompt_mask = e.mask;
+    req.negative_embeds = e.negative_embeds;
+    req.negative_mask = e.negative_mask;
+    text_s = secs(t0);
   }
   if (!o.latents.empty()) {
     auto in = io::read_safetensors_f32(o.latents);
@@ -74,26 +219,43 @@ int run_generate(const GenerateOptions& o) {
   req.num_inference_steps = o.steps;
   req.guidance_scale = o.guidance;
   req.seed = o.seed;
-  pipe.validate(req);  // everything checked before the weights load
-
-  const auto t0 = std::chrono::steady_clock::now();
+  pipe.validate(req);
+  if (!latent_out) {
+    pipeline::ImageRequest probe;  // opens and checks the VAE before the weights load
+    probe.prompts = {""};
+    probe.resolution_binning = false;
+    probe.height = req.height;
+    probe.width = req.width;
+    pipe.validate(probe);
+    for (const auto& p : output_paths(o.output, static_cast<size_t>(req.prompt_embeds.dim(0)))) check_writable(p);
+  }
+  const auto t1 = Clock::now();
   pipe.load();
-  const auto t1 = std::chrono::steady_clock::now();
-  Tensor latents = pipe.generate_latents(req, [](const pipeline::StepEvent& e) {
-    XDIT_INFO("step ", e.step, "/", e.total, "  ", e.seconds, " s");
-  });
-  const auto t2 = std::chrono::steady_clock::now();
-  io::write_safetensors(o.output, {{"latents", latents}},
-                        {{"seed", std::to_string(o.seed)},
-                         {"steps", std::to_string(o.steps)},
-                         {"guidance_scale", std::to_string(o.guidance)},
-                         {"height", std::to_string(req.height)},
-                         {"width", std::to_string(req.width)},
-                         {"model", o.model},
-                         {"xdit_version", XDIT_VERSION}});
-  XDIT_INFO("wrote ", o.output, " ", shape_str(latents.shape()), "  (load ",
-            std::chrono::duration<double>(t1 - t0).count(), " s, denoise ",
-            std::chrono::duration<double>(t2 - t1).count(), " s)");
+  Tensor latents = pipe.generate_latents(req, std::ref(progress));
+  const double denoise_s = secs(t1);
+  if (latent_out) {
+    io::write_safetensors(o.output, {{"latents", latents}},
+                          {{"seed", std::to_string(o.seed)},
+                           {"steps", std::to_string(o.steps)},
+                           {"guidance_scale", std::to_string(o.guidance)},
+                           {"height", std::to_string(req.height)},
+                           {"width", std::to_string(req.width)},
+                           {"model", o.model},
+                           {"xdit_version", XDIT_VERSION}});
+    XDIT_INFO("text encoding ", seconds(text_s), ", denoising ", seconds(denoise_s), ", peak memory ",
+              human_bytes(static_cast<double>(peak_rss_bytes())), " -> ", o.output, " ", shape_str(latents.shape()));
+    return 0;
+  }
+  const auto t2 = Clock::now();
+  auto rgb = models::image_to_rgb8(pipe.decode_latents(latents));
+  const auto paths = output_paths(o.output, rgb.size());
+  for (size_t i = 0; i < rgb.size(); ++i)
+    io::write_png(paths[i], req.width, req.height, rgb[i],
+                  png_metadata(o, o.prompts.empty() ? "(prompt embeddings)" : o.prompts[i], req.width, req.height,
+                               o.model));
+  XDIT_INFO("text encoding ", seconds(text_s), ", denoising ", seconds(denoise_s), ", decoding ", seconds(secs(t2)),
+            ", peak memory ",
+            human_bytes(static_cast<double>(peak_rss_bytes())), " -> ", paths[0]);
   return 0;
 }
 
@@ -101,22 +263,27 @@ int run_generate(const GenerateOptions& o) {
 
 std::function<int()> add_generate(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
-  CLI::App* g = app.add_subcommand("generate", "run the PixArt pipeline");
-  g->add_option("--model", o->model, "diffusers PixArt pipeline folder")->required();
+  CLI::App* g = app.add_subcommand("generate", "run the PixArt pipeline: prompts to PNG images");
+  g->add_option("--model", o->model, "diffusers PixArt-α/Σ pipeline folder (default: the built-in tiny model)");
+  g->add_option("--prompt", o->prompts, "prompt; repeat for a batch (one image each)")->multi_option_policy(
+      CLI::MultiOptionPolicy::TakeAll);
+  g->add_option("--negative_prompt,--negative-prompt", o->negative_prompt, "negative prompt (default empty)");
   g->add_option("--prompt_embeds,--prompt-embeds", o->prompt_embeds,
-                "safetensors with prompt_embeds, prompt_attention_mask and, for CFG, "
+                "instead of --prompt: safetensors with prompt_embeds, prompt_attention_mask and, for CFG, "
                 "negative_prompt_embeds, negative_prompt_attention_mask");
-  g->add_option("--latents", o->latents,
-                "safetensors with initial 'latents' (default: drawn from --seed)");
+  g->add_option("--latents", o->latents, "safetensors with initial 'latents' (default: drawn from --seed)");
   g->add_option("--height", o->height, "image height in pixels (default: the model's)");
   g->add_option("--width", o->width, "image width in pixels (default: the model's)");
-  g->add_option("--num_inference_steps,--num-inference-steps", o->steps, "denoising steps")
-      ->capture_default_str();
-  g->add_option("--guidance_scale,--guidance-scale", o->guidance, "classifier-free guidance scale")
-      ->capture_default_str();
-  g->add_option("--seed", o->seed, "random seed for the initial latents")->capture_default_str();
-  g->add_option("--output_type,--output-type", o->output_type, "latent")->capture_default_str();
-  g->add_option("--output,-o", o->output, "output file")->capture_default_str();
+  g->add_option("--num_inference_steps,--num-inference-steps", o->steps, "denoising steps")->capture_default_str();
+  g->add_option("--guidance_scale,--guidance-scale", o->guidance, "classifier-free guidance scale")->capture_default_str();
+  g->add_option("--seed", o->seed, "seed of the initial noise (as torch.manual_seed)")->capture_default_str();
+  g->add_flag("--no_resolution_binning,--no-resolution-binning", o->no_binning,
+              "generate at the requested size instead of the nearest aspect-ratio bin");
+  g->add_option("--max_sequence_length,--max-sequence-length", o->max_sequence_length,
+                "T5 tokens (default 120 for PixArt-α, 300 for PixArt-Σ)");
+  g->add_option("--output_type,--output-type", o->output_type, "pil (PNG) or latent")->capture_default_str();
+  g->add_option("--output,-o", o->output, "output file (default xdit.png, or latents.safetensors); "
+                                          "several prompts write NAME_0.png, NAME_1.png, ...");
   g->add_option("--dtype", o->dtype, "compute type: bf16 or f32")->capture_default_str();
   g->add_option("--threads", o->threads, "OpenMP threads (default: all cores)");
   return [o] { return run_generate(*o); };

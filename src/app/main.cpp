@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   };
   add(xdit::app::add_generate(app));
   add(xdit::app::add_bench(app));
+  add(xdit::app::add_info(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -33,6 +33,7 @@ void write_png(const std::string& path, int64_t width, int64_t height, const std
   check(spng_set_ihdr(ctx.get(), &ihdr), "PNG header for", path);
   std::vector<spng_text> chunks;
   for (const auto& [k, v] : text) {
+    if (v.empty()) continue;  // libspng rejects empty text; an absent key reads the same
     spng_text t{};
     XDIT_CHECK(!k.empty() && k.size() < sizeof(t.keyword), "PNG text keyword '", k, "' must be 1-79 bytes");
     std::snprintf(t.keyword, sizeof(t.keyword), "%s", k.c_str());

@@ -107,6 +107,22 @@ Shape WeightStore::shape(const std::string& name) const {
   return it->second->entries().at(name).shape;
 }
 
+int64_t WeightStore::parameter_count(const std::string& prefix) const {
+  int64_t n = 0;
+  for (const auto& [name, f] : index_)
+    if (name.rfind(prefix, 0) == 0) n += shape_numel(f->entries().at(name).shape);
+  return n;
+}
+
+std::vector<std::string> WeightStore::dtypes() const {
+  std::vector<std::string> d;
+  for (const auto& [name, f] : index_) {
+    const std::string& t = f->entries().at(name).dtype;
+    if (std::find(d.begin(), d.end(), t) == d.end()) d.push_back(t);
+  }
+  return d;
+}
+
 std::vector<std::string> WeightStore::names() const {
   std::vector<std::string> v;
   for (const auto& [name, f] : index_) v.push_back(name);

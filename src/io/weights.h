@@ -32,6 +32,10 @@ class WeightStore : public WeightSource {
   std::vector<std::string> names() const;
   // The stored shape of `name` (throws when missing).
   Shape shape(const std::string& name) const;
+  // Parameter count and the stored dtypes ("F32", "BF16", ...) of all weights
+  // whose names start with `prefix`.
+  int64_t parameter_count(const std::string& prefix = "") const;
+  std::vector<std::string> dtypes() const;
 
  private:
   std::string folder_;
