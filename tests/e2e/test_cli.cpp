@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "io/json.h"
+#include "io/png.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 
@@ -70,7 +72,7 @@ class Cli : public ::testing::Test {
     return "generate --model '" + model + "' --prompt_embeds '" + path("embeds.safetensors") +
            "' --latents '" + path("latents.safetensors") +
            "' --height 48 --width 80 --num_inference_steps 5 --guidance_scale 4.5 " +
-           "--dtype f32 -o '" + path("out.safetensors") + "' " + extra;
+           "--dtype f32 --output_type latent -o '" + path("out.safetensors") + "' " + extra;
   }
 
   // The run failed with one line that contains `expect`, and wrote nothing.
@@ -80,6 +82,15 @@ class Cli : public ::testing::Test {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line expected: " << r.err;
     EXPECT_NE(r.err.find(expect), std::string::npos) << "expected '" << expect << "' in: " << r.err;
     EXPECT_FALSE(fs::exists(path("out.safetensors")));
+    EXPECT_FALSE(fs::exists(path("out.png")));
+    EXPECT_FALSE(fs::exists(path("out.png.tmp")));
+  }
+
+  // `generate` from a prompt on a model folder, PNG out.
+  std::string prompt_args(const std::string& model, const std::string& extra = "") const {
+    return "generate --model '" + model + "' --prompt 'a red fox in the snow' --height 48 --width 80 " +
+           "--num_inference_steps 4 --guidance_scale 4.5 --seed 0 --no_resolution_binning --dtype f32 -o '" +
+           path("out.png") + "' " + extra;
   }
 
   fs::path dir_;
@@ -99,7 +110,7 @@ TEST_F(Cli, ZeroStepsWritesTheInitialLatentsOfTheSeed) {
   Result r =
       xdit("generate --model '" + std::string(XDIT_MODELS) + "/pixart-alpha-tiny' --prompt_embeds '" +
            path("pos_only.safetensors") +
-           "' --height 48 --width 80 --num_inference_steps 0 --guidance_scale 1 --seed 42 -o '" +
+           "' --height 48 --width 80 --num_inference_steps 0 --guidance_scale 1 --seed 42 --output_type latent -o '" +
            path("out.safetensors") + "'");
   ASSERT_EQ(r.code, 0) << r.err;
   auto rng = io::read_safetensors_f32(kData + "/goldens/torch_randn.safetensors");
@@ -196,6 +207,105 @@ TEST_F(Cli, UnwritableOutput) {
 TEST_F(Cli, MalformedEmbeddingsFile) {
   std::ofstream(path("embeds.safetensors"), std::ios::trunc) << "garbage";
   expect_error(xdit(generate_args(std::string(XDIT_MODELS) + "/pixart-alpha-tiny")), "embeds.safetensors");
+}
+
+TEST_F(Cli, PromptToPngWithMetadataMatchesDiffusers) {
+  Result r = xdit(prompt_args(std::string(XDIT_MODELS) + "/pixart-alpha-tiny"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  io::PngImage png = io::read_png(path("out.png"));
+  EXPECT_EQ(png.width, 80);
+  EXPECT_EQ(png.height, 48);
+  EXPECT_EQ(png.text["prompt"], "a red fox in the snow");
+  EXPECT_EQ(png.text["seed"], "0");
+  EXPECT_EQ(png.text["num_inference_steps"], "4");
+  EXPECT_EQ(png.text["size"], "80x48");
+  EXPECT_NE(png.text["guidance_scale"].find("4.5"), std::string::npos);
+  EXPECT_NE(png.text["model"].find("pixart-alpha-tiny"), std::string::npos);
+  EXPECT_NE(png.text["parallel"].find("serial"), std::string::npos);
+  EXPECT_EQ(png.text["software"], std::string("xdit ") + XDIT_VERSION);
+  // The same request as diffusers' golden (tools/goldens/make_pixart.py, alpha).
+  auto g = io::read_safetensors_f32(kData + "/goldens/pipeline_alpha.safetensors");
+  auto want = g["image"].to_vector();
+  ASSERT_EQ(want.size(), png.rgb.size());
+  int worst = 0;
+  for (size_t i = 0; i < want.size(); ++i)
+    worst = std::max(worst, std::abs(static_cast<int>(std::nearbyint(want[i] * 255.0f)) - png.rgb[i]));
+  EXPECT_LE(worst, 1);
+}
+
+TEST_F(Cli, SeveralPromptsWriteOneFileEach) {
+  Result r = xdit(prompt_args(std::string(XDIT_MODELS) + "/pixart-alpha-tiny", "--prompt 'a blue bird' --num_inference_steps 2"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_FALSE(fs::exists(path("out.png")));
+  EXPECT_EQ(io::read_png(path("out_0.png")).text["prompt"], "a red fox in the snow");
+  EXPECT_EQ(io::read_png(path("out_1.png")).text["prompt"], "a blue bird");
+}
+
+TEST_F(Cli, BuiltInModelWhenNoModelIsGiven) {
+  Result r = xdit("generate --prompt 'x' --height 32 --width 32 --num_inference_steps 1 --no_resolution_binning -o '" +
+                  path("out.png") + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("built-in tiny PixArt model"), std::string::npos) << r.err;
+  EXPECT_EQ(io::read_png(path("out.png")).width, 32);
+}
+
+TEST_F(Cli, LongPromptIsTruncatedWithAWarning) {
+  std::string long_prompt;
+  for (int i = 0; i < 60; ++i) long_prompt += "a small blue bird sits ";
+  Result r = xdit(prompt_args(std::string(XDIT_MODELS) + "/pixart-alpha-tiny",
+                              "--prompt '" + long_prompt + "' --num_inference_steps 1"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("longer than 120 tokens"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, MissingTokenizerFolder) {
+  const std::string m = model_copy();
+  fs::remove_all(fs::path(m) / "tokenizer");
+  expect_error(xdit(prompt_args(m)), "tokenizer/");
+}
+
+TEST_F(Cli, MissingTextEncoderFolder) {
+  const std::string m = model_copy();
+  fs::remove_all(fs::path(m) / "text_encoder");
+  expect_error(xdit(prompt_args(m)), "text_encoder/");
+}
+
+TEST_F(Cli, MissingVaeFolder) {
+  const std::string m = model_copy();
+  fs::remove_all(fs::path(m) / "vae");
+  expect_error(xdit(prompt_args(m)), "vae/");
+}
+
+TEST_F(Cli, TruncatedTextEncoderShard) {
+  const std::string m = model_copy();
+  fs::path w;
+  for (const auto& e : fs::directory_iterator(fs::path(m) / "text_encoder"))
+    if (e.path().extension() == ".safetensors") w = e.path();
+  ASSERT_FALSE(w.empty());
+  fs::resize_file(w, fs::file_size(w) / 2);
+  expect_error(xdit(prompt_args(m)), "truncated");
+}
+
+TEST_F(Cli, UnwritablePngPath) {
+  expect_error(xdit(prompt_args(std::string(XDIT_MODELS) + "/pixart-alpha-tiny", "-o '" + path("nope/x.png") + "'")),
+               "does not exist");
+}
+
+TEST_F(Cli, SizeOffTheGridWithoutBinning) {
+  expect_error(xdit(prompt_args(std::string(XDIT_MODELS) + "/pixart-alpha-tiny", "--height 50")), "multiples of 16");
+}
+
+TEST_F(Cli, InfoDescribesTheModel) {
+  const std::string out = path("info.txt");
+  const int rc = std::system((std::string("'") + XDIT_BINARY + "' info --model '" + XDIT_MODELS +
+                              "/pixart-sigma-tiny' > '" + out + "' 2>&1").c_str());
+  ASSERT_EQ(rc, 0);
+  std::ifstream in(out);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  for (const char* want : {"PixArtSigmaPipeline", "3 blocks", "T5 encoder", "max sequence length 300",
+                           "AutoencoderKL", "memory (estimate"})
+    EXPECT_NE(ss.str().find(want), std::string::npos) << want << " in:\n" << ss.str();
 }
 
 }  // namespace
