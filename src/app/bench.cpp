@@ -1,8 +1,11 @@
-// xdit bench transformer: one denoising step of the full-size PixArt-α
-// configuration (28 blocks, hidden 1152, 16 heads, 120 text tokens, CFG batch
-// 2) with random weights made in memory, against the GEMM peak measured in the
-// same process. Each row runs in its own child process so that its peak
-// memory is its own.
+// xdit bench [transformer|t5|vae|all]: full-size components with random
+// weights made in memory, each against the GEMM peak measured in the same
+// process:
+//  - transformer: one denoising step of PixArt-α XL/2 (28 blocks, hidden
+//    1152, 16 heads, 120 text tokens, CFG batch 2) at 512 and 1024 px;
+//  - t5: the T5-XXL encoder (google/t5-v1_1-xxl) on 120 tokens;
+//  - vae: the AutoencoderKL decoder (SD/PixArt VAE) to a 1024 px image.
+// Each row runs in its own child process so that its peak memory is its own.
 #include <omp.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -24,6 +27,8 @@
 #include "kernels/kernels.h"
 #include "kernels/linear.h"
 #include "models/pixart.h"
+#include "models/t5.h"
+#include "models/vae.h"
 
 namespace xdit::app {
 
@@ -38,7 +43,7 @@ struct BenchOptions {
   std::vector<std::string> dtypes{"bf16", "f32"};
   bool json = false;
   int threads = 0, warmup = 1, repeat = 1;
-  std::string row;  // internal: "RES:DTYPE" runs one row in this process
+  std::string row;  // internal: "WHAT:RES:DTYPE" runs one row in this process
 };
 
 double seconds_since(Clock::time_point t) {
@@ -77,6 +82,61 @@ double step_flops(const models::PixArtConfig& c, int64_t B, int64_t h, int64_t w
   return f * B;
 }
 
+// Times `run` (best of repeat after warmup) and fills the common fields.
+template <class F>
+nlohmann::json timed_row(const std::string& name, int64_t res, const std::string& dt_name, double flops,
+                         double peak, int warmup, int repeat, F run) {
+  for (int i = 0; i < warmup; ++i) run();
+  double best = 1e30;
+  for (int i = 0; i < std::max(1, repeat); ++i) {
+    const auto t = Clock::now();
+    run();
+    best = std::min(best, seconds_since(t));
+  }
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return {{"name", name},
+          {"resolution", res},
+          {"dtype", dt_name},
+          {"seconds", best},
+          {"flops", flops},
+          {"flops_per_s", flops / best},
+          {"peak_flops_per_s", peak},
+          {"ratio", flops / best / peak},
+          {"peak_rss_bytes", static_cast<int64_t>(ru.ru_maxrss) * 1024},
+          {"threads", omp_get_max_threads()},
+          {"isa", kernels::cpu_isa_name()}};
+}
+
+nlohmann::json run_t5_row(const std::string& dt_name, int warmup, int repeat) {
+  const DType dtype = parse_dtype(dt_name);
+  const double peak = gemm_peak(dtype);
+  const models::T5Config cfg = models::T5Config::xxl();
+  io::RandomWeights weights(2);
+  models::T5Encoder enc(cfg, weights, dtype);
+  std::vector<int32_t> ids(kTextTokens);
+  std::vector<uint8_t> mask(kTextTokens, 1);
+  for (int64_t i = 0; i < kTextTokens; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % 32000 + 3);
+  nlohmann::json r = timed_row("t5_xxl_encoder", 0, dt_name, cfg.encoder_flops(1, kTextTokens), peak, warmup,
+                               repeat, [&] { enc.encode(ids, mask, 1, kTextTokens); });
+  r["tokens"] = kTextTokens;
+  r["weight_bytes_bf16"] = cfg.parameter_count() * 2;
+  return r;
+}
+
+nlohmann::json run_vae_row(int64_t res, const std::string& dt_name, int warmup, int repeat) {
+  const DType dtype = parse_dtype(dt_name);
+  const double peak = gemm_peak(dtype);
+  models::VaeConfig cfg;  // the SD / PixArt VAE: 128, 256, 512, 512 channels, 2 ResNets a block
+  io::RandomWeights weights(3);
+  models::VaeDecoder vae(cfg, weights, dtype);
+  const int64_t h = res / cfg.scale_factor();
+  TorchGenerator g(1);
+  Tensor z = g.randn({1, cfg.latent_channels, h, h});
+  return timed_row("vae_decoder", res, dt_name, cfg.decoder_flops(1, h, h), peak, warmup, repeat,
+                   [&] { vae.decode(z); });
+}
+
 nlohmann::json run_row(int64_t res, const std::string& dt_name, int warmup, int repeat) {
   const DType dtype = parse_dtype(dt_name);
   const double peak = gemm_peak(dtype);
@@ -99,34 +159,16 @@ nlohmann::json run_row(int64_t res, const std::string& dt_name, int warmup, int 
   in.text_mask = &mask;
   in.resolution = &resolution;
   in.aspect_ratio = &aspect;
-  for (int i = 0; i < warmup; ++i) model.forward(in);
-  double best = 1e30;
-  for (int i = 0; i < std::max(1, repeat); ++i) {
-    const auto t = Clock::now();
-    model.forward(in);
-    best = std::min(best, seconds_since(t));
-  }
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  const double flops = step_flops(cfg, B, h, w, kTextTokens);
-  return {{"name", "pixart_alpha_step_cfg"},
-          {"resolution", res},
-          {"dtype", dt_name},
-          {"seconds", best},
-          {"flops", flops},
-          {"flops_per_s", flops / best},
-          {"peak_flops_per_s", peak},
-          {"ratio", flops / best / peak},
-          {"peak_rss_bytes", static_cast<int64_t>(ru.ru_maxrss) * 1024},
-          {"weight_bytes_bf16", cfg.parameter_count() * 2},
-          {"threads", omp_get_max_threads()},
-          {"isa", kernels::cpu_isa_name()}};
+  nlohmann::json r = timed_row("pixart_alpha_step_cfg", res, dt_name, step_flops(cfg, B, h, w, kTextTokens), peak,
+                               warmup, repeat, [&] { model.forward(in); });
+  r["weight_bytes_bf16"] = cfg.parameter_count() * 2;
+  return r;
 }
 
 // Runs one row in a child process (this binary with --row) and parses its JSON.
-nlohmann::json run_child(int64_t res, const std::string& dt, const BenchOptions& o) {
+nlohmann::json run_child(const std::string& what, int64_t res, const std::string& dt, const BenchOptions& o) {
   std::ostringstream cmd;
-  cmd << "'/proc/" << ::getpid() << "/exe' bench transformer --row " << res << ":" << dt
+  cmd << "'/proc/" << ::getpid() << "/exe' bench " << what << " --row " << what << ":" << res << ":" << dt
       << " --warmup " << o.warmup << " --repeat " << o.repeat;
   if (o.threads > 0) cmd << " --threads " << o.threads;
   FILE* f = ::popen(cmd.str().c_str(), "r");
@@ -135,7 +177,7 @@ nlohmann::json run_child(int64_t res, const std::string& dt, const BenchOptions&
   char buf[4096];
   while (size_t n = std::fread(buf, 1, sizeof buf, f)) out.append(buf, n);
   const int rc = ::pclose(f);
-  XDIT_CHECK(rc == 0, "bench row ", res, " px ", dt, " failed (exit status ", rc, ")");
+  XDIT_CHECK(rc == 0, "bench ", what, " ", res, " ", dt, " failed (exit status ", rc, ")");
   return nlohmann::json::parse(out);
 }
 
@@ -150,42 +192,63 @@ std::string human(double v, const char* unit) {
 
 int run_bench(const BenchOptions& o) {
   set_threads(o.threads);
-  XDIT_CHECK(o.what == "transformer", "unknown benchmark '", o.what, "': available: transformer");
-  if (!o.row.empty()) {
-    const auto colon = o.row.find(':');
-    XDIT_CHECK(colon != std::string::npos, "--row expects RES:DTYPE");
-    std::cout << run_row(std::stoll(o.row.substr(0, colon)), o.row.substr(colon + 1), o.warmup,
-                         o.repeat)
-                     .dump()
-              << std::endl;
+  XDIT_CHECK(o.what == "transformer" || o.what == "t5" || o.what == "vae" || o.what == "all", "unknown benchmark '",
+             o.what, "': transformer, t5, vae or all");
+  if (!o.row.empty()) {  // child: WHAT:RES:DTYPE
+    const auto a = o.row.find(':'), b = o.row.rfind(':');
+    XDIT_CHECK(a != std::string::npos && b != a, "--row expects WHAT:RES:DTYPE");
+    const std::string what = o.row.substr(0, a), dt = o.row.substr(b + 1);
+    const int64_t res = std::stoll(o.row.substr(a + 1, b - a - 1));
+    nlohmann::json r = what == "t5"    ? run_t5_row(dt, o.warmup, o.repeat)
+                       : what == "vae" ? run_vae_row(res, dt, o.warmup, o.repeat)
+                                       : run_row(res, dt, o.warmup, o.repeat);
+    std::cout << r.dump() << std::endl;
     return 0;
   }
   for (const auto& dt : o.dtypes) {
     const DType t = parse_dtype(dt);
     XDIT_CHECK(t != DType::kF16, "bench: --dtypes takes bf16 and/or f32");
   }
+  // The rows: the transformer at each resolution; T5-XXL (120 tokens, bf16
+  // unless only f32 is asked for: f32 XXL weights alone are 19 GB); the VAE at
+  // the largest resolution.
+  struct Row {
+    std::string what;
+    int64_t res;
+    std::string dt;
+  };
+  std::vector<Row> rows;
+  const bool all = o.what == "all";
+  if (all || o.what == "transformer")
+    for (int64_t res : o.resolutions)
+      for (const auto& dt : o.dtypes) rows.push_back({"transformer", res, dt});
+  if (all || o.what == "t5")
+    for (const auto& dt : o.dtypes)
+      if (dt == "bf16" || o.dtypes.size() == 1) rows.push_back({"t5", 0, dt});
+  if (all || o.what == "vae")
+    for (const auto& dt : o.dtypes) rows.push_back({"vae", *std::max_element(o.resolutions.begin(), o.resolutions.end()), dt});
   if (!o.json)
-    std::cout << "PixArt-alpha XL/2 (28 blocks, hidden 1152), one step with CFG (batch 2), "
-              << kTextTokens << " text tokens, random weights\n"
-              << std::left << std::setw(6) << "res" << std::setw(6) << "dtype" << std::right
-              << std::setw(10) << "s/step" << std::setw(14) << "FLOPs" << std::setw(14) << "FLOP/s"
-              << std::setw(16) << "GEMM peak" << std::setw(8) << "ratio" << std::setw(12)
-              << "peak RSS" << std::endl;
-  for (int64_t res : o.resolutions)
-    for (const auto& dt : o.dtypes) {
-      nlohmann::json r = run_child(res, dt, o);
-      if (o.json) {
-        std::cout << r.dump() << std::endl;
-        continue;
-      }
-      std::cout << std::left << std::setw(6) << res << std::setw(6) << dt << std::right
-                << std::setw(10) << std::fixed << std::setprecision(2) << r["seconds"].get<double>()
-                << std::setw(14) << human(r["flops"].get<double>(), "") << std::setw(14)
-                << human(r["flops_per_s"].get<double>(), "/s") << std::setw(16)
-                << human(r["peak_flops_per_s"].get<double>(), "/s") << std::setw(8)
-                << std::setprecision(2) << r["ratio"].get<double>() << std::setw(12)
-                << human(static_cast<double>(r["peak_rss_bytes"].get<int64_t>()), "B") << std::endl;
+    std::cout << "full-size components, random weights; ratio = achieved FLOP/s / GEMM peak measured in the same "
+                 "process\n"
+              << std::left << std::setw(24) << "benchmark" << std::setw(7) << "res" << std::setw(6) << "dtype"
+              << std::right << std::setw(10) << "seconds" << std::setw(12) << "FLOPs" << std::setw(14) << "FLOP/s"
+              << std::setw(14) << "GEMM peak" << std::setw(7) << "ratio" << std::setw(11) << "peak RSS" << std::endl;
+  for (const Row& row : rows) {
+    nlohmann::json r = run_child(row.what, row.res, row.dt, o);
+    if (o.json) {
+      std::cout << r.dump() << std::endl;
+      continue;
     }
+    const std::string res = row.what == "t5" ? std::to_string(r["tokens"].get<int64_t>()) + "t"
+                                             : std::to_string(row.res);
+    std::cout << std::left << std::setw(24) << r["name"].get<std::string>() << std::setw(7) << res << std::setw(6)
+              << row.dt << std::right << std::setw(10) << std::fixed << std::setprecision(2)
+              << r["seconds"].get<double>() << std::setw(12) << human(r["flops"].get<double>(), "")
+              << std::setw(14) << human(r["flops_per_s"].get<double>(), "/s") << std::setw(14)
+              << human(r["peak_flops_per_s"].get<double>(), "/s") << std::setw(7) << std::setprecision(2)
+              << r["ratio"].get<double>() << std::setw(11)
+              << human(static_cast<double>(r["peak_rss_bytes"].get<int64_t>()), "B") << std::endl;
+  }
   return 0;
 }
 
@@ -195,7 +258,7 @@ std::function<int()> add_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* b =
       app.add_subcommand("bench", "benchmarks against the GEMM peak measured in the same run");
-  b->add_option("what", o->what, "benchmark: transformer")->capture_default_str();
+  b->add_option("what", o->what, "benchmark: transformer, t5, vae or all")->capture_default_str();
   b->add_option("--resolutions", o->resolutions, "image sizes in pixels")
       ->delimiter(',')
       ->capture_default_str();
@@ -204,7 +267,7 @@ std::function<int()> add_bench(CLI::App& app) {
   b->add_option("--threads", o->threads, "OpenMP threads (default: all cores)");
   b->add_option("--warmup", o->warmup, "untimed steps before timing")->capture_default_str();
   b->add_option("--repeat", o->repeat, "timed steps (the best is reported)")->capture_default_str();
-  b->add_option("--row", o->row, "internal: run one row (RES:DTYPE) in this process")->group("");
+  b->add_option("--row", o->row, "internal: run one row (WHAT:RES:DTYPE) in this process")->group("");
   return [o] { return run_bench(*o); };
 }
 

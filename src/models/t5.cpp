@@ -36,6 +36,13 @@ int64_t T5Config::parameter_count() const {
   return vocab_size * d_model + num_layers * block + relative_attention_num_buckets * num_heads + d_model;
 }
 
+double T5Config::encoder_flops(int64_t batch, int64_t seq) const {
+  const double m = static_cast<double>(batch * seq), inner = static_cast<double>(num_heads * d_kv);
+  const double linear = 2.0 * m * (4.0 * d_model * inner + (gated_gelu ? 3.0 : 2.0) * d_model * d_ff);
+  const double attention = 4.0 * batch * static_cast<double>(seq) * seq * inner;
+  return num_layers * (linear + attention);
+}
+
 int64_t t5_relative_bucket(int64_t rp, int64_t num_buckets, int64_t max_distance) {
   // transformers T5Attention._relative_position_bucket, bidirectional.
   num_buckets /= 2;

@@ -31,6 +31,8 @@ struct T5Config {
   static T5Config from_json(const io::Json& j, const std::string& where);
   static T5Config xxl();  // google/t5-v1_1-xxl, PixArt's text encoder
   int64_t parameter_count() const;
+  // FLOPs (2 × multiply-adds) of encoding batch × seq tokens.
+  double encoder_flops(int64_t batch, int64_t seq) const;
 };
 
 // T5's bidirectional relative-position bucket of (key − query), computed in

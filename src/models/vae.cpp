@@ -55,6 +55,28 @@ int64_t VaeConfig::decoder_parameter_count() const {
   return n + 2 * prev + conv(prev, out_channels, 3);
 }
 
+double VaeConfig::decoder_flops(int64_t batch, int64_t h, int64_t w) const {
+  auto conv = [](double px, int64_t i, int64_t o, int64_t k) { return 2.0 * px * i * o * k * k; };
+  auto resnet = [&](double px, int64_t i, int64_t o) {
+    return conv(px, i, o, 3) + conv(px, o, o, 3) + (i != o ? conv(px, i, o, 1) : 0.0);
+  };
+  const int64_t top = block_out_channels.back();
+  double px = static_cast<double>(h * w);
+  double f = conv(px, latent_channels, latent_channels, 1) + conv(px, latent_channels, top, 3);
+  f += 2 * resnet(px, top, top) + 4 * 2.0 * px * top * top + 4.0 * px * px * top;  // + attention
+  int64_t prev = top;
+  for (size_t i = 0; i < block_out_channels.size(); ++i) {
+    const int64_t out = block_out_channels[block_out_channels.size() - 1 - i];
+    for (int64_t r = 0; r <= layers_per_block; ++r) f += resnet(px, r == 0 ? prev : out, out);
+    if (i + 1 < block_out_channels.size()) {
+      px *= 4;
+      f += conv(px, out, out, 3);
+    }
+    prev = out;
+  }
+  return batch * (f + conv(px, prev, out_channels, 3));
+}
+
 struct VaeDecoder::Resnet {
   Tensor n1w, n1b, n2w, n2b;
   kernels::Conv2d conv1, conv2, shortcut;

@@ -31,6 +31,8 @@ struct VaeConfig {
   // Pixels per latent pixel: 2^(number of blocks − 1).
   int64_t scale_factor() const { return int64_t{1} << (block_out_channels.size() - 1); }
   int64_t decoder_parameter_count() const;
+  // FLOPs (2 × multiply-adds) of decoding a batch of h×w latents.
+  double decoder_flops(int64_t batch, int64_t h, int64_t w) const;
 };
 
 class VaeDecoder {
