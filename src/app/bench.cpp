@@ -84,8 +84,8 @@ double step_flops(const models::PixArtConfig& c, int64_t B, int64_t h, int64_t w
 
 // Times `run` (best of repeat after warmup) and fills the common fields.
 template <class F>
-nlohmann::json timed_row(const std::string& name, int64_t res, const std::string& dt_name, double flops,
-                         double peak, int warmup, int repeat, F run) {
+nlohmann::json timed_row(const std::string& name, int64_t res, const std::string& dt_name,
+                         double flops, double peak, int warmup, int repeat, F run) {
   for (int i = 0; i < warmup; ++i) run();
   double best = 1e30;
   for (int i = 0; i < std::max(1, repeat); ++i) {
@@ -116,9 +116,11 @@ nlohmann::json run_t5_row(const std::string& dt_name, int warmup, int repeat) {
   models::T5Encoder enc(cfg, weights, dtype);
   std::vector<int32_t> ids(kTextTokens);
   std::vector<uint8_t> mask(kTextTokens, 1);
-  for (int64_t i = 0; i < kTextTokens; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % 32000 + 3);
-  nlohmann::json r = timed_row("t5_xxl_encoder", 0, dt_name, cfg.encoder_flops(1, kTextTokens), peak, warmup,
-                               repeat, [&] { enc.encode(ids, mask, 1, kTextTokens); });
+  for (int64_t i = 0; i < kTextTokens; ++i)
+    ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % 32000 + 3);
+  nlohmann::json r =
+      timed_row("t5_xxl_encoder", 0, dt_name, cfg.encoder_flops(1, kTextTokens), peak, warmup,
+                repeat, [&] { enc.encode(ids, mask, 1, kTextTokens); });
   r["tokens"] = kTextTokens;
   r["weight_bytes_bf16"] = cfg.parameter_count() * 2;
   return r;
@@ -159,17 +161,19 @@ nlohmann::json run_row(int64_t res, const std::string& dt_name, int warmup, int 
   in.text_mask = &mask;
   in.resolution = &resolution;
   in.aspect_ratio = &aspect;
-  nlohmann::json r = timed_row("pixart_alpha_step_cfg", res, dt_name, step_flops(cfg, B, h, w, kTextTokens), peak,
-                               warmup, repeat, [&] { model.forward(in); });
+  nlohmann::json r =
+      timed_row("pixart_alpha_step_cfg", res, dt_name, step_flops(cfg, B, h, w, kTextTokens), peak,
+                warmup, repeat, [&] { model.forward(in); });
   r["weight_bytes_bf16"] = cfg.parameter_count() * 2;
   return r;
 }
 
 // Runs one row in a child process (this binary with --row) and parses its JSON.
-nlohmann::json run_child(const std::string& what, int64_t res, const std::string& dt, const BenchOptions& o) {
+nlohmann::json run_child(const std::string& what, int64_t res, const std::string& dt,
+                         const BenchOptions& o) {
   std::ostringstream cmd;
-  cmd << "'/proc/" << ::getpid() << "/exe' bench " << what << " --row " << what << ":" << res << ":" << dt
-      << " --warmup " << o.warmup << " --repeat " << o.repeat;
+  cmd << "'/proc/" << ::getpid() << "/exe' bench " << what << " --row " << what << ":" << res << ":"
+      << dt << " --warmup " << o.warmup << " --repeat " << o.repeat;
   if (o.threads > 0) cmd << " --threads " << o.threads;
   FILE* f = ::popen(cmd.str().c_str(), "r");
   XDIT_CHECK(f != nullptr, "bench: cannot start a child process");
@@ -192,8 +196,8 @@ std::string human(double v, const char* unit) {
 
 int run_bench(const BenchOptions& o) {
   set_threads(o.threads);
-  XDIT_CHECK(o.what == "transformer" || o.what == "t5" || o.what == "vae" || o.what == "all", "unknown benchmark '",
-             o.what, "': transformer, t5, vae or all");
+  XDIT_CHECK(o.what == "transformer" || o.what == "t5" || o.what == "vae" || o.what == "all",
+             "unknown benchmark '", o.what, "': transformer, t5, vae or all");
   if (!o.row.empty()) {  // child: WHAT:RES:DTYPE
     const auto a = o.row.find(':'), b = o.row.rfind(':');
     XDIT_CHECK(a != std::string::npos && b != a, "--row expects WHAT:RES:DTYPE");
@@ -226,13 +230,16 @@ int run_bench(const BenchOptions& o) {
     for (const auto& dt : o.dtypes)
       if (dt == "bf16" || o.dtypes.size() == 1) rows.push_back({"t5", 0, dt});
   if (all || o.what == "vae")
-    for (const auto& dt : o.dtypes) rows.push_back({"vae", *std::max_element(o.resolutions.begin(), o.resolutions.end()), dt});
+    for (const auto& dt : o.dtypes)
+      rows.push_back({"vae", *std::max_element(o.resolutions.begin(), o.resolutions.end()), dt});
   if (!o.json)
-    std::cout << "full-size components, random weights; ratio = achieved FLOP/s / GEMM peak measured in the same "
+    std::cout << "full-size components, random weights; ratio = achieved FLOP/s / GEMM peak "
+                 "measured in the same "
                  "process\n"
-              << std::left << std::setw(24) << "benchmark" << std::setw(7) << "res" << std::setw(6) << "dtype"
-              << std::right << std::setw(10) << "seconds" << std::setw(12) << "FLOPs" << std::setw(14) << "FLOP/s"
-              << std::setw(14) << "GEMM peak" << std::setw(7) << "ratio" << std::setw(11) << "peak RSS" << std::endl;
+              << std::left << std::setw(24) << "benchmark" << std::setw(7) << "res" << std::setw(6)
+              << "dtype" << std::right << std::setw(10) << "seconds" << std::setw(12) << "FLOPs"
+              << std::setw(14) << "FLOP/s" << std::setw(14) << "GEMM peak" << std::setw(7)
+              << "ratio" << std::setw(11) << "peak RSS" << std::endl;
   for (const Row& row : rows) {
     nlohmann::json r = run_child(row.what, row.res, row.dt, o);
     if (o.json) {
@@ -241,12 +248,13 @@ int run_bench(const BenchOptions& o) {
     }
     const std::string res = row.what == "t5" ? std::to_string(r["tokens"].get<int64_t>()) + "t"
                                              : std::to_string(row.res);
-    std::cout << std::left << std::setw(24) << r["name"].get<std::string>() << std::setw(7) << res << std::setw(6)
-              << row.dt << std::right << std::setw(10) << std::fixed << std::setprecision(2)
-              << r["seconds"].get<double>() << std::setw(12) << human(r["flops"].get<double>(), "")
-              << std::setw(14) << human(r["flops_per_s"].get<double>(), "/s") << std::setw(14)
-              << human(r["peak_flops_per_s"].get<double>(), "/s") << std::setw(7) << std::setprecision(2)
-              << r["ratio"].get<double>() << std::setw(11)
+    std::cout << std::left << std::setw(24) << r["name"].get<std::string>() << std::setw(7) << res
+              << std::setw(6) << row.dt << std::right << std::setw(10) << std::fixed
+              << std::setprecision(2) << r["seconds"].get<double>() << std::setw(12)
+              << human(r["flops"].get<double>(), "") << std::setw(14)
+              << human(r["flops_per_s"].get<double>(), "/s") << std::setw(14)
+              << human(r["peak_flops_per_s"].get<double>(), "/s") << std::setw(7)
+              << std::setprecision(2) << r["ratio"].get<double>() << std::setw(11)
               << human(static_cast<double>(r["peak_rss_bytes"].get<int64_t>()), "B") << std::endl;
   }
   return 0;
@@ -267,7 +275,8 @@ std::function<int()> add_bench(CLI::App& app) {
   b->add_option("--threads", o->threads, "OpenMP threads (default: all cores)");
   b->add_option("--warmup", o->warmup, "untimed steps before timing")->capture_default_str();
   b->add_option("--repeat", o->repeat, "timed steps (the best is reported)")->capture_default_str();
-  b->add_option("--row", o->row, "internal: run one row (WHAT:RES:DTYPE) in this process")->group("");
+  b->add_option("--row", o->row, "internal: run one row (WHAT:RES:DTYPE) in this process")
+      ->group("");
   return [o] { return run_bench(*o); };
 }
 

@@ -13,7 +13,7 @@ std::function<int()> add_bench(CLI::App& app);
 std::function<int()> add_info(CLI::App& app);
 
 // Shared by the subcommands.
-std::string default_model_dir();   // the built-in tiny model
+std::string default_model_dir();    // the built-in tiny model
 std::string human_bytes(double b);  // "1.22 GB"
 std::string seconds(double s);      // "0.41 s"
 

@@ -35,8 +35,10 @@ std::string default_model_dir() {
                             exe.parent_path() / "../models/pixart-alpha-tiny",
                             fs::path(XDIT_SOURCE_MODELS) / "pixart-alpha-tiny"})
     if (fs::is_directory(p)) return fs::weakly_canonical(p).string();
-  XDIT_FAIL("no --model given and the built-in tiny model was not found (looked next to the binary and in ",
-            XDIT_SOURCE_MODELS, ")");
+  XDIT_FAIL(
+      "no --model given and the built-in tiny model was not found (looked next to the binary and "
+      "in ",
+      XDIT_SOURCE_MODELS, ")");
 }
 
 std::string seconds(double s) {
@@ -47,16 +49,20 @@ std::string seconds(double s) {
 
 std::string human_bytes(double b) {
   char buf[32];
-  if (b >= 1e9) std::snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
-  else if (b >= 1e6) std::snprintf(buf, sizeof buf, "%.0f MB", b / 1e6);
-  else std::snprintf(buf, sizeof buf, "%.0f KB", b / 1e3);
+  if (b >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
+  else if (b >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.0f MB", b / 1e6);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f KB", b / 1e3);
   return buf;
 }
 
 namespace {
 
 struct GenerateOptions {
-  std::string model, prompt_embeds, latents, output, output_type = "pil", dtype = "bf16", negative_prompt;
+  std::string model, prompt_embeds, latents, output, output_type = "pil", dtype = "bf16",
+                                                     negative_prompt;
   std::vector<std::string> prompts;
   int64_t height = 0, width = 0, steps = 20, max_sequence_length = 0;
   double guidance = 4.5;
@@ -69,9 +75,11 @@ struct GenerateOptions {
 void check_writable(const std::string& path) {
   const fs::path p(path);
   const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-  XDIT_CHECK(fs::is_directory(dir), "cannot write ", path, ": folder ", dir.string(), " does not exist");
+  XDIT_CHECK(fs::is_directory(dir), "cannot write ", path, ": folder ", dir.string(),
+             " does not exist");
   XDIT_CHECK(!fs::is_directory(p), "cannot write ", path, ": it is a folder");
-  XDIT_CHECK(::access(dir.c_str(), W_OK) == 0, "cannot write ", path, ": folder ", dir.string(), " is not writable");
+  XDIT_CHECK(::access(dir.c_str(), W_OK) == 0, "cannot write ", path, ": folder ", dir.string(),
+             " is not writable");
 }
 
 // out.png → out.png for one image; out_0.png, out_1.png, … for several.
@@ -80,7 +88,9 @@ std::vector<std::string> output_paths(const std::string& path, size_t n) {
   const fs::path p(path);
   std::vector<std::string> v;
   for (size_t i = 0; i < n; ++i)
-    v.push_back((p.parent_path() / (p.stem().string() + "_" + std::to_string(i) + p.extension().string())).string());
+    v.push_back(
+        (p.parent_path() / (p.stem().string() + "_" + std::to_string(i) + p.extension().string()))
+            .string());
   return v;
 }
 
@@ -96,12 +106,12 @@ class Progress {
     std::string bar(static_cast<size_t>(done), '#');
     bar.resize(width, '.');
     if (tty_) {
-      std::fprintf(stderr, "\r[%s] %lld/%lld  %.2f s/step  ETA %.0f s   ", bar.c_str(), static_cast<long long>(e.step),
-                   static_cast<long long>(e.total), per, eta);
+      std::fprintf(stderr, "\r[%s] %lld/%lld  %.2f s/step  ETA %.0f s   ", bar.c_str(),
+                   static_cast<long long>(e.step), static_cast<long long>(e.total), per, eta);
       if (e.step == e.total) std::fprintf(stderr, "\n");
     } else {
-      std::fprintf(stderr, "xdit: step %lld/%lld  %.2f s/step  ETA %.0f s\n", static_cast<long long>(e.step),
-                   static_cast<long long>(e.total), per, eta);
+      std::fprintf(stderr, "xdit: step %lld/%lld  %.2f s/step  ETA %.0f s\n",
+                   static_cast<long long>(e.step), static_cast<long long>(e.total), per, eta);
     }
   }
 
@@ -111,7 +121,8 @@ class Progress {
 };
 
 std::map<std::string, std::string> png_metadata(const GenerateOptions& o, const std::string& prompt,
-                                                int64_t width, int64_t height, const std::string& model) {
+                                                int64_t width, int64_t height,
+                                                const std::string& model) {
   return {{"prompt", prompt},
           {"negative_prompt", o.negative_prompt},
           {"seed", std::to_string(o.seed)},
@@ -127,17 +138,22 @@ std::map<std::string, std::string> png_metadata(const GenerateOptions& o, const 
 int run_generate(GenerateOptions o) {
   set_threads(o.threads);
   XDIT_CHECK(o.output_type == "pil" || o.output_type == "png" || o.output_type == "latent",
-             "--output_type must be pil (PNG files) or latent (a safetensors file), got '", o.output_type, "'");
+             "--output_type must be pil (PNG files) or latent (a safetensors file), got '",
+             o.output_type, "'");
   const bool latent_out = o.output_type == "latent";
   if (o.output.empty()) o.output = latent_out ? "latents.safetensors" : "xdit.png";
   const DType dtype = parse_dtype(o.dtype);
   XDIT_CHECK(dtype != DType::kF16, "--dtype f16 is not supported on CPU: use bf16 or f32");
-  XDIT_CHECK(o.prompt_embeds.empty() || o.prompts.empty(), "pass either --prompt or --prompt_embeds, not both");
-  XDIT_CHECK(!o.prompt_embeds.empty() || !o.prompts.empty(), "nothing to generate: pass --prompt \"...\"");
+  XDIT_CHECK(o.prompt_embeds.empty() || o.prompts.empty(),
+             "pass either --prompt or --prompt_embeds, not both");
+  XDIT_CHECK(!o.prompt_embeds.empty() || !o.prompts.empty(),
+             "nothing to generate: pass --prompt \"...\"");
   if (o.model.empty()) {
     o.model = default_model_dir();
-    XDIT_WARN("no --model given: using the built-in tiny PixArt model (random weights, its picture is noise); "
-              "pass --model with a PixArt-α/Σ diffusers folder for real images");
+    XDIT_WARN(
+        "no --model given: using the built-in tiny PixArt model (random weights, its picture is "
+        "noise); "
+        "pass --model with a PixArt-α/Σ diffusers folder for real images");
   }
   const size_t n_images = o.prompts.empty() ? 0 : o.prompts.size();
   if (!latent_out && n_images > 0)
@@ -147,7 +163,9 @@ int run_generate(GenerateOptions o) {
 
   pipeline::PixArtPipeline pipe(o.model, dtype);
   using Clock = std::chrono::steady_clock;
-  auto secs = [](Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); };
+  auto secs = [](Clock::time_point a) {
+    return std::chrono::duration<double>(Clock::now() - a).count();
+  };
   Progress progress;
 
   if (!o.prompts.empty() && o.latents.empty() && !latent_out) {
@@ -163,15 +181,16 @@ int run_generate(GenerateOptions o) {
     r.max_sequence_length = o.max_sequence_length;
     pipe.validate(r);  // everything checked before the weights load
     if (r.run_height != r.height || r.run_width != r.width)
-      XDIT_INFO("resolution binning: generating at ", r.run_width, "x", r.run_height, ", resized to ", r.width,
-                "x", r.height, " (--no_resolution_binning to turn off)");
+      XDIT_INFO("resolution binning: generating at ", r.run_width, "x", r.run_height,
+                ", resized to ", r.width, "x", r.height, " (--no_resolution_binning to turn off)");
     pipeline::ImageResult res = pipe.generate(r, std::ref(progress));
     const auto paths = output_paths(o.output, res.rgb.size());
     for (size_t i = 0; i < res.rgb.size(); ++i)
       io::write_png(paths[i], res.width, res.height, res.rgb[i],
                     png_metadata(o, o.prompts[i], res.width, res.height, o.model));
-    XDIT_INFO("text encoding ", seconds(res.text_seconds), ", denoising ", seconds(res.denoise_seconds),
-              ", decoding ", seconds(res.decode_seconds), ", peak memory ", human_bytes(static_cast<double>(peak_rss_bytes())), " -> ",
+    XDIT_INFO("text encoding ", seconds(res.text_seconds), ", denoising ",
+              seconds(res.denoise_seconds), ", decoding ", seconds(res.decode_seconds),
+              ", peak memory ", human_bytes(static_cast<double>(peak_rss_bytes())), " -> ",
               paths.size() == 1 ? paths[0] : paths[0] + " ... " + paths.back());
     return 0;
   }
@@ -227,7 +246,8 @@ int run_generate(GenerateOptions o) {
     probe.height = req.height;
     probe.width = req.width;
     pipe.validate(probe);
-    for (const auto& p : output_paths(o.output, static_cast<size_t>(req.prompt_embeds.dim(0)))) check_writable(p);
+    for (const auto& p : output_paths(o.output, static_cast<size_t>(req.prompt_embeds.dim(0))))
+      check_writable(p);
   }
   const auto t1 = Clock::now();
   pipe.load();
@@ -242,8 +262,9 @@ int run_generate(GenerateOptions o) {
                            {"width", std::to_string(req.width)},
                            {"model", o.model},
                            {"xdit_version", XDIT_VERSION}});
-    XDIT_INFO("text encoding ", seconds(text_s), ", denoising ", seconds(denoise_s), ", peak memory ",
-              human_bytes(static_cast<double>(peak_rss_bytes())), " -> ", o.output, " ", shape_str(latents.shape()));
+    XDIT_INFO("text encoding ", seconds(text_s), ", denoising ", seconds(denoise_s),
+              ", peak memory ", human_bytes(static_cast<double>(peak_rss_bytes())), " -> ",
+              o.output, " ", shape_str(latents.shape()));
     return 0;
   }
   const auto t2 = Clock::now();
@@ -251,11 +272,11 @@ int run_generate(GenerateOptions o) {
   const auto paths = output_paths(o.output, rgb.size());
   for (size_t i = 0; i < rgb.size(); ++i)
     io::write_png(paths[i], req.width, req.height, rgb[i],
-                  png_metadata(o, o.prompts.empty() ? "(prompt embeddings)" : o.prompts[i], req.width, req.height,
-                               o.model));
-  XDIT_INFO("text encoding ", seconds(text_s), ", denoising ", seconds(denoise_s), ", decoding ", seconds(secs(t2)),
-            ", peak memory ",
-            human_bytes(static_cast<double>(peak_rss_bytes())), " -> ", paths[0]);
+                  png_metadata(o, o.prompts.empty() ? "(prompt embeddings)" : o.prompts[i],
+                               req.width, req.height, o.model));
+  XDIT_INFO("text encoding ", seconds(text_s), ", denoising ", seconds(denoise_s), ", decoding ",
+            seconds(secs(t2)), ", peak memory ", human_bytes(static_cast<double>(peak_rss_bytes())),
+            " -> ", paths[0]);
   return 0;
 }
 
@@ -264,26 +285,35 @@ int run_generate(GenerateOptions o) {
 std::function<int()> add_generate(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* g = app.add_subcommand("generate", "run the PixArt pipeline: prompts to PNG images");
-  g->add_option("--model", o->model, "diffusers PixArt-α/Σ pipeline folder (default: the built-in tiny model)");
-  g->add_option("--prompt", o->prompts, "prompt; repeat for a batch (one image each)")->multi_option_policy(
-      CLI::MultiOptionPolicy::TakeAll);
-  g->add_option("--negative_prompt,--negative-prompt", o->negative_prompt, "negative prompt (default empty)");
-  g->add_option("--prompt_embeds,--prompt-embeds", o->prompt_embeds,
-                "instead of --prompt: safetensors with prompt_embeds, prompt_attention_mask and, for CFG, "
-                "negative_prompt_embeds, negative_prompt_attention_mask");
-  g->add_option("--latents", o->latents, "safetensors with initial 'latents' (default: drawn from --seed)");
+  g->add_option("--model", o->model,
+                "diffusers PixArt-α/Σ pipeline folder (default: the built-in tiny model)");
+  g->add_option("--prompt", o->prompts, "prompt; repeat for a batch (one image each)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  g->add_option("--negative_prompt,--negative-prompt", o->negative_prompt,
+                "negative prompt (default empty)");
+  g->add_option(
+      "--prompt_embeds,--prompt-embeds", o->prompt_embeds,
+      "instead of --prompt: safetensors with prompt_embeds, prompt_attention_mask and, for CFG, "
+      "negative_prompt_embeds, negative_prompt_attention_mask");
+  g->add_option("--latents", o->latents,
+                "safetensors with initial 'latents' (default: drawn from --seed)");
   g->add_option("--height", o->height, "image height in pixels (default: the model's)");
   g->add_option("--width", o->width, "image width in pixels (default: the model's)");
-  g->add_option("--num_inference_steps,--num-inference-steps", o->steps, "denoising steps")->capture_default_str();
-  g->add_option("--guidance_scale,--guidance-scale", o->guidance, "classifier-free guidance scale")->capture_default_str();
-  g->add_option("--seed", o->seed, "seed of the initial noise (as torch.manual_seed)")->capture_default_str();
+  g->add_option("--num_inference_steps,--num-inference-steps", o->steps, "denoising steps")
+      ->capture_default_str();
+  g->add_option("--guidance_scale,--guidance-scale", o->guidance, "classifier-free guidance scale")
+      ->capture_default_str();
+  g->add_option("--seed", o->seed, "seed of the initial noise (as torch.manual_seed)")
+      ->capture_default_str();
   g->add_flag("--no_resolution_binning,--no-resolution-binning", o->no_binning,
               "generate at the requested size instead of the nearest aspect-ratio bin");
   g->add_option("--max_sequence_length,--max-sequence-length", o->max_sequence_length,
                 "T5 tokens (default 120 for PixArt-α, 300 for PixArt-Σ)");
-  g->add_option("--output_type,--output-type", o->output_type, "pil (PNG) or latent")->capture_default_str();
-  g->add_option("--output,-o", o->output, "output file (default xdit.png, or latents.safetensors); "
-                                          "several prompts write NAME_0.png, NAME_1.png, ...");
+  g->add_option("--output_type,--output-type", o->output_type, "pil (PNG) or latent")
+      ->capture_default_str();
+  g->add_option("--output,-o", o->output,
+                "output file (default xdit.png, or latents.safetensors); "
+                "several prompts write NAME_0.png, NAME_1.png, ...");
   g->add_option("--dtype", o->dtype, "compute type: bf16 or f32")->capture_default_str();
   g->add_option("--threads", o->threads, "OpenMP threads (default: all cores)");
   return [o] { return run_generate(*o); };

@@ -60,7 +60,8 @@ float cephes_logf(float x) {
   x = std::max(x, std::bit_cast<float>(0x00800000u));  // no denormals
   const uint32_t bits = std::bit_cast<uint32_t>(x);
   float e = static_cast<float>(static_cast<int32_t>(bits >> 23) - 0x7f);
-  x = std::bit_cast<float>((bits & ~0x7f800000u) | std::bit_cast<uint32_t>(0.5f));  // mantissa in [0.5, 1)
+  x = std::bit_cast<float>((bits & ~0x7f800000u) |
+                           std::bit_cast<uint32_t>(0.5f));  // mantissa in [0.5, 1)
   e = e + 1.0f;
   const bool below = x < 0.707106781186547524f;  // sqrt(1/2)
   const float keep = below ? x : 0.0f;

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/file.h"
 
 namespace xdit::io {
 
@@ -18,8 +19,8 @@ void check(int rc, const char* what, const std::string& path) {
 }
 }  // namespace
 
-void write_png(const std::string& path, int64_t width, int64_t height, const std::vector<uint8_t>& rgb,
-               const std::map<std::string, std::string>& text) {
+void write_png(const std::string& path, int64_t width, int64_t height,
+               const std::vector<uint8_t>& rgb, const std::map<std::string, std::string>& text) {
   XDIT_CHECK(width > 0 && height > 0 && rgb.size() == static_cast<size_t>(width * height * 3),
              "PNG ", path, ": pixel buffer does not match ", width, "x", height, " RGB");
   Ctx ctx(spng_ctx_new(SPNG_CTX_ENCODER), spng_ctx_free);
@@ -35,34 +36,27 @@ void write_png(const std::string& path, int64_t width, int64_t height, const std
   for (const auto& [k, v] : text) {
     if (v.empty()) continue;  // libspng rejects empty text; an absent key reads the same
     spng_text t{};
-    XDIT_CHECK(!k.empty() && k.size() < sizeof(t.keyword), "PNG text keyword '", k, "' must be 1-79 bytes");
+    XDIT_CHECK(!k.empty() && k.size() < sizeof(t.keyword), "PNG text keyword '", k,
+               "' must be 1-79 bytes");
     std::snprintf(t.keyword, sizeof(t.keyword), "%s", k.c_str());
     t.type = SPNG_TEXT;
     t.length = v.size();
     t.text = const_cast<char*>(v.c_str());
     chunks.push_back(t);
   }
-  if (!chunks.empty()) check(spng_set_text(ctx.get(), chunks.data(), static_cast<uint32_t>(chunks.size())), "PNG text for", path);
-  check(spng_encode_image(ctx.get(), rgb.data(), rgb.size(), SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE), "encoding PNG", path);
+  if (!chunks.empty())
+    check(spng_set_text(ctx.get(), chunks.data(), static_cast<uint32_t>(chunks.size())),
+          "PNG text for", path);
+  check(spng_encode_image(ctx.get(), rgb.data(), rgb.size(), SPNG_FMT_PNG, SPNG_ENCODE_FINALIZE),
+        "encoding PNG", path);
   size_t len = 0;
   int rc = 0;
-  std::unique_ptr<void, decltype(&std::free)> buf(spng_get_png_buffer(ctx.get(), &len, &rc), std::free);
+  std::unique_ptr<void, decltype(&std::free)> buf(spng_get_png_buffer(ctx.get(), &len, &rc),
+                                                  std::free);
   check(rc, "encoding PNG", path);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    XDIT_CHECK(f.good(), "cannot write ", path);
+  write_file_atomic(path, [&](std::ostream& f) {
     f.write(static_cast<const char*>(buf.get()), static_cast<std::streamsize>(len));
-    f.flush();
-    if (!f.good()) {
-      std::remove(tmp.c_str());
-      XDIT_FAIL("failed writing ", path, " (disk full?)");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    XDIT_FAIL("cannot write ", path);
-  }
+  });
 }
 
 PngImage read_png(const std::string& path) {

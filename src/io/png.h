@@ -11,8 +11,8 @@ namespace xdit::io {
 // Writes rgb (height·width·3 bytes, row-major) with the given text chunks
 // (entries with empty values are left out).
 // Writes a temporary file and renames it: no partial file on failure.
-void write_png(const std::string& path, int64_t width, int64_t height, const std::vector<uint8_t>& rgb,
-               const std::map<std::string, std::string>& text);
+void write_png(const std::string& path, int64_t width, int64_t height,
+               const std::vector<uint8_t>& rgb, const std::map<std::string, std::string>& text);
 
 struct PngImage {
   int64_t width = 0, height = 0;

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/file.h"
 
 namespace xdit::io {
 
@@ -185,27 +186,15 @@ void write_safetensors(const std::string& path,
   }
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');  // keep the data section 8-byte aligned
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    XDIT_CHECK(f.good(), "cannot write ", path, ": ", errno_text());
+  write_file_atomic(path, [&](std::ostream& f) {
     unsigned char len[8];
-    uint64_t n = h.size();
+    const uint64_t n = h.size();
     for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
     f.write(reinterpret_cast<const char*>(len), 8);
     f.write(h.data(), static_cast<std::streamsize>(h.size()));
     for (const auto& [name, t] : tensors)
       f.write(static_cast<const char*>(t.raw()), static_cast<std::streamsize>(t.nbytes()));
-    f.flush();
-    if (!f.good()) {
-      std::remove(tmp.c_str());
-      XDIT_FAIL("failed writing ", path, " (disk full?)");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    XDIT_FAIL("cannot write ", path, ": ", errno_text());
-  }
+  });
 }
 
 std::map<std::string, Tensor> read_safetensors_f32(const std::string& path) {

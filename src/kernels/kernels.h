@@ -84,7 +84,7 @@ struct AttentionArgs {
   // Optional additive bias [H, q_len, kv_len], the same for every batch
   // (T5's relative position bias): logits = scale·q·k + bias.
   const float* bias = nullptr;
-  bool bf16 = false;                  // the two products in bf16, f32 accumulation
+  bool bf16 = false;  // the two products in bf16, f32 accumulation
 };
 void attention(const AttentionArgs& a);
 

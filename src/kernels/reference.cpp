@@ -38,7 +38,8 @@ void rms_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps, co
     double sq = 0;
     for (int64_t i = 0; i < dim; ++i) sq += static_cast<double>(x[r * dim + i]) * x[r * dim + i];
     const double inv = 1.0 / std::sqrt(sq / dim + eps);
-    for (int64_t i = 0; i < dim; ++i) y[r * dim + i] = static_cast<float>(weight[i] * x[r * dim + i] * inv);
+    for (int64_t i = 0; i < dim; ++i)
+      y[r * dim + i] = static_cast<float>(weight[i] * x[r * dim + i] * inv);
   }
 }
 
@@ -111,8 +112,8 @@ void patch_conv(const float* latent, const float* w, const float* bias, int64_t 
         }
 }
 
-void conv2d_nhwc(const float* x, const float* w, const float* bias, int64_t batch, int64_t h, int64_t wd,
-                 int64_t in, int64_t out, int64_t k, int64_t pad, float* y) {
+void conv2d_nhwc(const float* x, const float* w, const float* bias, int64_t batch, int64_t h,
+                 int64_t wd, int64_t in, int64_t out, int64_t k, int64_t pad, float* y) {
   const int64_t oh = h + 2 * pad - k + 1, ow = wd + 2 * pad - k + 1;
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t r = 0; r < oh; ++r)
@@ -124,14 +125,15 @@ void conv2d_nhwc(const float* x, const float* w, const float* bias, int64_t batc
               const int64_t rr = r + i - pad, cc = c + j - pad;
               if (rr < 0 || rr >= h || cc < 0 || cc >= wd) continue;
               for (int64_t ch = 0; ch < in; ++ch)
-                acc += static_cast<double>(w[((o * in + ch) * k + i) * k + j]) * x[((b * h + rr) * wd + cc) * in + ch];
+                acc += static_cast<double>(w[((o * in + ch) * k + i) * k + j]) *
+                       x[((b * h + rr) * wd + cc) * in + ch];
             }
           y[((b * oh + r) * ow + c) * out + o] = static_cast<float>(acc);
         }
 }
 
-void group_norm_nhwc(const float* x, float* y, int64_t batch, int64_t hw, int64_t channels, int64_t groups,
-                     float eps, const float* gamma, const float* beta, bool silu) {
+void group_norm_nhwc(const float* x, float* y, int64_t batch, int64_t hw, int64_t channels,
+                     int64_t groups, float eps, const float* gamma, const float* beta, bool silu) {
   const int64_t cg = channels / groups;
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t g = 0; g < groups; ++g) {

@@ -24,10 +24,10 @@ void attention(const AttentionArgs& a);
 void patch_conv(const float* latent, const float* w, const float* bias, int64_t batch, int64_t c,
                 int64_t h, int64_t wd, int64_t p, int64_t d, float* out);
 // Direct convolution, NHWC activations, torch [out, in, k, k] weight, stride 1.
-void conv2d_nhwc(const float* x, const float* w, const float* bias, int64_t batch, int64_t h, int64_t wd,
-                 int64_t in, int64_t out, int64_t k, int64_t pad, float* y);
-void group_norm_nhwc(const float* x, float* y, int64_t batch, int64_t hw, int64_t channels, int64_t groups,
-                     float eps, const float* gamma, const float* beta, bool silu);
+void conv2d_nhwc(const float* x, const float* w, const float* bias, int64_t batch, int64_t h,
+                 int64_t wd, int64_t in, int64_t out, int64_t k, int64_t pad, float* y);
+void group_norm_nhwc(const float* x, float* y, int64_t batch, int64_t hw, int64_t channels,
+                     int64_t groups, float eps, const float* gamma, const float* beta, bool silu);
 void timestep_embedding(const float* t, int64_t n, int64_t dim, bool flip, float shift, float* out);
 void sincos_pos_embed_2d(int64_t dim, int64_t gh, int64_t gw, float base_size, float interp,
                          float* out);

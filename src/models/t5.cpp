@@ -28,17 +28,21 @@ T5Config T5Config::from_json(const io::Json& j, const std::string& w) {
   return c;
 }
 
-T5Config T5Config::xxl() { return T5Config{}; }
+T5Config T5Config::xxl() {
+  return T5Config{};
+}
 
 int64_t T5Config::parameter_count() const {
   const int64_t inner = num_heads * d_kv;
   const int64_t block = 4 * d_model * inner + (gated_gelu ? 3 : 2) * d_model * d_ff + 2 * d_model;
-  return vocab_size * d_model + num_layers * block + relative_attention_num_buckets * num_heads + d_model;
+  return vocab_size * d_model + num_layers * block + relative_attention_num_buckets * num_heads +
+         d_model;
 }
 
 double T5Config::encoder_flops(int64_t batch, int64_t seq) const {
   const double m = static_cast<double>(batch * seq), inner = static_cast<double>(num_heads * d_kv);
-  const double linear = 2.0 * m * (4.0 * d_model * inner + (gated_gelu ? 3.0 : 2.0) * d_model * d_ff);
+  const double linear =
+      2.0 * m * (4.0 * d_model * inner + (gated_gelu ? 3.0 : 2.0) * d_model * d_ff);
   const double attention = 4.0 * batch * static_cast<double>(seq) * seq * inner;
   return num_layers * (linear + attention);
 }
@@ -53,7 +57,8 @@ int64_t t5_relative_bucket(int64_t rp, int64_t num_buckets, int64_t max_distance
   // torch: log(float(rp) / max_exact) / log(max_distance / max_exact) * (nb − max_exact),
   // each step in f32 (the Python scalars become f32), truncated.
   const float a = std::log(static_cast<float>(rp) / static_cast<float>(max_exact));
-  const float b = a / static_cast<float>(std::log(static_cast<double>(max_distance) / static_cast<double>(max_exact)));
+  const float b = a / static_cast<float>(std::log(static_cast<double>(max_distance) /
+                                                  static_cast<double>(max_exact)));
   const float c = b * static_cast<float>(num_buckets - max_exact);
   const int64_t large = std::min<int64_t>(max_exact + static_cast<int64_t>(c), num_buckets - 1);
   return bucket + large;
@@ -69,19 +74,22 @@ T5Encoder::T5Encoder(const T5Config& cfg, const io::WeightSource& w, DType compu
   const int64_t d = cfg.d_model, inner = cfg.num_heads * cfg.d_kv;
   const char* emb_name = w.has("shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight";
   embedding_ = w.get(emb_name, {cfg.vocab_size, d});  // kept as stored; rows converted on lookup
-  rel_bias_ = nn::load_param(w, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
-                             {cfg.relative_attention_num_buckets, cfg.num_heads});
+  rel_bias_ =
+      nn::load_param(w, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+                     {cfg.relative_attention_num_buckets, cfg.num_heads});
   for (int64_t i = 0; i < cfg.num_layers; ++i) {
     const std::string p = "encoder.block." + std::to_string(i) + ".layer.";
     auto b = std::make_unique<Block>();
     b->ln0 = nn::load_param(w, p + "0.layer_norm.weight", {d});
     b->ln1 = nn::load_param(w, p + "1.layer_norm.weight", {d});
     const std::string sa = p + "0.SelfAttention.";
-    b->qkv = nn::load_fused_linear(w, {sa + "q", sa + "k", sa + "v"}, d, {inner, inner, inner}, false, ct_);
+    b->qkv = nn::load_fused_linear(w, {sa + "q", sa + "k", sa + "v"}, d, {inner, inner, inner},
+                                   false, ct_);
     b->o = nn::load_linear(w, sa + "o", inner, d, false, ct_);
     const std::string ff = p + "1.DenseReluDense.";
     if (cfg.gated_gelu) {
-      b->wi = nn::load_fused_linear(w, {ff + "wi_0", ff + "wi_1"}, d, {cfg.d_ff, cfg.d_ff}, false, ct_);
+      b->wi =
+          nn::load_fused_linear(w, {ff + "wi_0", ff + "wi_1"}, d, {cfg.d_ff, cfg.d_ff}, false, ct_);
     } else {
       b->wi = nn::load_linear(w, ff + "wi", d, cfg.d_ff, false, ct_);
     }
@@ -93,8 +101,8 @@ T5Encoder::T5Encoder(const T5Config& cfg, const io::WeightSource& w, DType compu
 
 T5Encoder::~T5Encoder() = default;
 
-Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask, int64_t B,
-                         int64_t S) {
+Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask,
+                         int64_t B, int64_t S) {
   const T5Config& c = cfg_;
   const int64_t d = c.d_model, H = c.num_heads, inner = H * c.d_kv, M = B * S;
   XDIT_CHECK(static_cast<int64_t>(ids.size()) == M && static_cast<int64_t>(mask.size()) == M,
@@ -103,7 +111,8 @@ Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint
   const size_t row_bytes = static_cast<size_t>(d) * dtype_size(embedding_.dtype());
   for (int64_t t = 0; t < M; ++t) {
     const int32_t id = ids[static_cast<size_t>(t)];
-    XDIT_CHECK(id >= 0 && id < c.vocab_size, "token id ", id, " is outside the T5 vocabulary of ", c.vocab_size);
+    XDIT_CHECK(id >= 0 && id < c.vocab_size, "token id ", id, " is outside the T5 vocabulary of ",
+               c.vocab_size);
     convert_to_f32(static_cast<const char*>(embedding_.raw()) + static_cast<size_t>(id) * row_bytes,
                    embedding_.dtype(), h + t * d, static_cast<size_t>(d));
   }
@@ -112,13 +121,14 @@ Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint
   {
     std::vector<int64_t> bucket(static_cast<size_t>(2 * S - 1));
     for (int64_t rp = -(S - 1); rp <= S - 1; ++rp)
-      bucket[static_cast<size_t>(rp + S - 1)] =
-          t5_relative_bucket(rp, c.relative_attention_num_buckets, c.relative_attention_max_distance);
+      bucket[static_cast<size_t>(rp + S - 1)] = t5_relative_bucket(
+          rp, c.relative_attention_num_buckets, c.relative_attention_max_distance);
     const float* table = rel_bias_.data<float>();
     for (int64_t hh = 0; hh < H; ++hh)
       for (int64_t q = 0; q < S; ++q)
         for (int64_t k = 0; k < S; ++k)
-          bias[static_cast<size_t>((hh * S + q) * S + k)] = table[bucket[static_cast<size_t>(k - q + S - 1)] * H + hh];
+          bias[static_cast<size_t>((hh * S + q) * S + k)] =
+              table[bucket[static_cast<size_t>(k - q + S - 1)] * H + hh];
   }
   const float eps = static_cast<float>(c.layer_norm_epsilon);
   float* n = n_.get(static_cast<size_t>(M * d));

@@ -28,8 +28,10 @@ VaeConfig VaeConfig::from_json(const io::Json& j, const std::string& w) {
   XDIT_CHECK(cls == "AutoencoderKL", w, ": VAE class ", cls, " is not supported (AutoencoderKL)");
   if (j.contains("up_block_types"))
     for (const auto& t : j["up_block_types"])
-      XDIT_CHECK(t == "UpDecoderBlock2D", w, ": up block ", t.dump(), " is not supported (UpDecoderBlock2D)");
-  XDIT_CHECK(io::string_or(j, "act_fn", "silu", w) == "silu", w, ": only act_fn \"silu\" is supported");
+      XDIT_CHECK(t == "UpDecoderBlock2D", w, ": up block ", t.dump(),
+                 " is not supported (UpDecoderBlock2D)");
+  XDIT_CHECK(io::string_or(j, "act_fn", "silu", w) == "silu", w,
+             ": only act_fn \"silu\" is supported");
   for (int64_t ch : c.block_out_channels)
     XDIT_CHECK(ch > 0 && ch % c.norm_num_groups == 0, w, ": block channels ", ch,
                " must be a positive multiple of norm_num_groups ", c.norm_num_groups);
@@ -91,9 +93,10 @@ struct VaeDecoder::UpBlock {
 };
 
 namespace {
-kernels::Conv2d load_conv(const io::WeightSource& w, const std::string& p, int64_t in, int64_t out, int64_t k,
-                          nn::ComputeType ct) {
-  return kernels::Conv2d(w.get(p + ".weight", {out, in, k, k}), w.get(p + ".bias", {out}), k / 2, ct);
+kernels::Conv2d load_conv(const io::WeightSource& w, const std::string& p, int64_t in, int64_t out,
+                          int64_t k, nn::ComputeType ct) {
+  return kernels::Conv2d(w.get(p + ".weight", {out, in, k, k}), w.get(p + ".bias", {out}), k / 2,
+                         ct);
 }
 }  // namespace
 
@@ -132,7 +135,8 @@ VaeDecoder::VaeDecoder(const VaeConfig& cfg, const io::WeightSource& w, DType co
     auto ub = std::make_unique<UpBlock>();
     const std::string p = "decoder.up_blocks." + std::to_string(i);
     for (int64_t r = 0; r <= cfg.layers_per_block; ++r)
-      ub->resnets.push_back(make_resnet(p + ".resnets." + std::to_string(r), r == 0 ? prev : out, out));
+      ub->resnets.push_back(
+          make_resnet(p + ".resnets." + std::to_string(r), r == 0 ? prev : out, out));
     ub->upsample = i + 1 < n;
     if (ub->upsample) ub->upsample_conv = load_conv(w, p + ".upsamplers.0.conv", out, out, 3, ct_);
     up_.push_back(std::move(ub));
@@ -149,12 +153,12 @@ void VaeDecoder::resnet(const Resnet& r, Tensor& x, int64_t b, int64_t h, int64_
   const int64_t hw = h * w, G = cfg_.norm_num_groups;
   const float eps = 1e-6f;
   Tensor t = Tensor::empty({b, h, w, r.in});
-  kernels::group_norm_nhwc(x.data<float>(), t.data<float>(), b, hw, r.in, G, eps, r.n1w.data<float>(),
-                           r.n1b.data<float>(), true);
+  kernels::group_norm_nhwc(x.data<float>(), t.data<float>(), b, hw, r.in, G, eps,
+                           r.n1w.data<float>(), r.n1b.data<float>(), true);
   Tensor u = Tensor::empty({b, h, w, r.out});
   r.conv1.forward(t.data<float>(), b, h, w, u.data<float>());
-  kernels::group_norm_nhwc(u.data<float>(), u.data<float>(), b, hw, r.out, G, eps, r.n2w.data<float>(),
-                           r.n2b.data<float>(), true);
+  kernels::group_norm_nhwc(u.data<float>(), u.data<float>(), b, hw, r.out, G, eps,
+                           r.n2w.data<float>(), r.n2b.data<float>(), true);
   if (r.out != r.in) t = Tensor::empty({b, h, w, r.out});
   r.conv2.forward(u.data<float>(), b, h, w, t.data<float>());
   if (r.has_shortcut) {
@@ -174,7 +178,8 @@ Tensor VaeDecoder::decode(const Tensor& z_nchw) {
   const float* src = z_nchw.data<float>();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t ch = 0; ch < lc; ++ch)
-      for (int64_t p = 0; p < h * w; ++p) z.data<float>()[(b * h * w + p) * lc + ch] = src[(b * lc + ch) * h * w + p];
+      for (int64_t p = 0; p < h * w; ++p)
+        z.data<float>()[(b * h * w + p) * lc + ch] = src[(b * lc + ch) * h * w + p];
   if (c.use_post_quant_conv) {
     Tensor t = Tensor::empty({B, h, w, lc});
     post_quant_.forward(z.data<float>(), B, h, w, t.data<float>());
@@ -190,8 +195,8 @@ Tensor VaeDecoder::decode(const Tensor& z_nchw) {
     Tensor n = Tensor::empty({B, h, w, top}), o = Tensor::empty({B, h, w, top});
     kernels::group_norm_nhwc(x.data<float>(), n.data<float>(), B, hw, top, c.norm_num_groups, 1e-6f,
                              attn_norm_w_.data<float>(), attn_norm_b_.data<float>(), false);
-    mid_attn_.forward(n.data<float>(), B, hw, nullptr, 0, nullptr, o.data<float>(), nn::serial_attention(),
-                      {0, false}, attn_scratch_);
+    mid_attn_.forward(n.data<float>(), B, hw, nullptr, 0, nullptr, o.data<float>(),
+                      nn::serial_attention(), {0, false}, attn_scratch_);
     kernels::gated_residual_add(x.data<float>(), o.data<float>(), 1, 1, B * hw * top, nullptr, 0);
   }
   resnet(*mid_resnets_[1], x, B, h, w);
@@ -217,7 +222,8 @@ Tensor VaeDecoder::decode(const Tensor& z_nchw) {
   for (int64_t b = 0; b < B; ++b)
     for (int64_t p = 0; p < h * w; ++p)
       for (int64_t k = 0; k < c.out_channels; ++k)
-        out.data<float>()[(b * c.out_channels + k) * h * w + p] = y.data<float>()[(b * h * w + p) * c.out_channels + k];
+        out.data<float>()[(b * c.out_channels + k) * h * w + p] =
+            y.data<float>()[(b * h * w + p) * c.out_channels + k];
   return out;
 }
 

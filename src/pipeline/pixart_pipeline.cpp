@@ -175,25 +175,27 @@ Tensor PixArtPipeline::generate_latents(const LatentRequest& req,
 
 void PixArtPipeline::validate(ImageRequest& r) {
   XDIT_CHECK(!r.prompts.empty(), "at least one prompt is needed");
-  XDIT_CHECK(r.num_inference_steps >= 1, "num_inference_steps must be at least 1 for an image, got ",
-             r.num_inference_steps);
+  XDIT_CHECK(r.num_inference_steps >= 1,
+             "num_inference_steps must be at least 1 for an image, got ", r.num_inference_steps);
   XDIT_CHECK(r.guidance_scale >= 0, "guidance_scale must be >= 0");
   // Text side: tokenizer/spiece.model, text_encoder/config.json and weights.
-  if (!tokenizer_) tokenizer_ = std::make_unique<tokenizers::T5Tokenizer>(folder_.component("tokenizer"));
+  if (!tokenizer_)
+    tokenizer_ = std::make_unique<tokenizers::T5Tokenizer>(folder_.component("tokenizer"));
   if (!t5_cfg_) {
     const std::string dir = folder_.component("text_encoder");
-    t5_cfg_ = std::make_unique<models::T5Config>(
-        models::T5Config::from_json(folder_.component_config("text_encoder", "config.json"), dir + "/config.json"));
+    t5_cfg_ = std::make_unique<models::T5Config>(models::T5Config::from_json(
+        folder_.component_config("text_encoder", "config.json"), dir + "/config.json"));
     XDIT_CHECK(t5_cfg_->d_model == cfg_.caption_channels, "text encoder width ", t5_cfg_->d_model,
                " does not match the transformer's caption_channels ", cfg_.caption_channels);
     t5_weights_ = std::make_unique<io::WeightStore>(dir);
   }
   if (!vae_cfg_) {
     const std::string dir = folder_.component("vae");
-    vae_cfg_ = std::make_unique<models::VaeConfig>(
-        models::VaeConfig::from_json(folder_.component_config("vae", "config.json"), dir + "/config.json"));
-    XDIT_CHECK(vae_cfg_->latent_channels == cfg_.in_channels, "VAE latent_channels ", vae_cfg_->latent_channels,
-               " does not match the transformer's in_channels ", cfg_.in_channels);
+    vae_cfg_ = std::make_unique<models::VaeConfig>(models::VaeConfig::from_json(
+        folder_.component_config("vae", "config.json"), dir + "/config.json"));
+    XDIT_CHECK(vae_cfg_->latent_channels == cfg_.in_channels, "VAE latent_channels ",
+               vae_cfg_->latent_channels, " does not match the transformer's in_channels ",
+               cfg_.in_channels);
     vae_weights_ = std::make_unique<io::WeightStore>(dir);
   }
   if (r.max_sequence_length == 0) r.max_sequence_length = default_max_sequence_length();
@@ -209,9 +211,9 @@ void PixArtPipeline::validate(ImageRequest& r) {
         classify_height_width_bin(r.height, r.width, bin_table_for_sample_size(cfg_.sample_size));
   } else {
     const int64_t unit = vsf * cfg_.patch_size;
-    XDIT_CHECK(r.height % unit == 0 && r.width % unit == 0, "height ", r.height, " and width ", r.width,
-               " must be multiples of ", unit, " (VAE factor ", vsf, " x patch size ", cfg_.patch_size,
-               "), or leave resolution binning on");
+    XDIT_CHECK(r.height % unit == 0 && r.width % unit == 0, "height ", r.height, " and width ",
+               r.width, " must be multiples of ", unit, " (VAE factor ", vsf, " x patch size ",
+               cfg_.patch_size, "), or leave resolution binning on");
   }
 }
 
@@ -257,10 +259,13 @@ Tensor PixArtPipeline::decode_latents(const Tensor& latents) {
   return vae_->decode(z);
 }
 
-ImageResult PixArtPipeline::generate(ImageRequest r, const std::function<void(const StepEvent&)>& on_step) {
+ImageResult PixArtPipeline::generate(ImageRequest r,
+                                     const std::function<void(const StepEvent&)>& on_step) {
   validate(r);
   using Clock = std::chrono::steady_clock;
-  auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  auto secs = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
   ImageResult out;
   const auto t0 = Clock::now();
   PromptEmbeddings e = encode_prompts(r);

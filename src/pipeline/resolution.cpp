@@ -41,16 +41,21 @@ Axis linear_axis(int64_t in, int64_t out) {
 
 int64_t bin_table_for_sample_size(int64_t s) {
   switch (s) {
-    case 32: return 256;
-    case 64: return 512;
-    case 128: return 1024;
-    case 256: return 2048;
+    case 32:
+      return 256;
+    case 64:
+      return 512;
+    case 128:
+      return 1024;
+    case 256:
+      return 2048;
   }
   XDIT_FAIL("resolution binning has no table for transformer sample_size ", s,
             " (32, 64, 128 or 256): pass --no_resolution_binning");
 }
 
-std::pair<int64_t, int64_t> classify_height_width_bin(int64_t height, int64_t width, int64_t table) {
+std::pair<int64_t, int64_t> classify_height_width_bin(int64_t height, int64_t width,
+                                                      int64_t table) {
   const double ar = static_cast<double>(height) / static_cast<double>(width);
   const Bin* best = nullptr;
   double best_d = 0;

@@ -22,7 +22,9 @@ T5Tokenizer::T5Tokenizer(const std::string& folder)
 
 T5Tokenizer::~T5Tokenizer() = default;
 
-int32_t T5Tokenizer::vocab_size() const { return sp_->GetPieceSize(); }
+int32_t T5Tokenizer::vocab_size() const {
+  return sp_->GetPieceSize();
+}
 
 Tokens T5Tokenizer::encode(const std::string& text, int64_t max_length) const {
   XDIT_CHECK(max_length >= 1, "tokenizer max_length must be positive");
@@ -57,7 +59,7 @@ namespace {
 char32_t to_lower(char32_t c) {
   if (c < 0x80) return (c >= 'A' && c <= 'Z') ? c + 32 : c;
   if ((c >= 0xC0 && c <= 0xDE && c != 0xD7)) return c + 32;  // Latin-1
-  if (c == 0x178) return 0xFF;                                 // Ÿ → ÿ
+  if (c == 0x178) return 0xFF;                               // Ÿ → ÿ
   if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x138 && c != 0x149 && c != 0x17F) {
     // Latin Extended-A: pairs (even upper, odd lower) with two shifted ranges.
     const bool shifted = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);

@@ -53,7 +53,8 @@ class Cli : public ::testing::Test {
   // A copy of the tiny α model that a test may damage.
   std::string model_copy() const {
     const fs::path m = dir_ / "model";
-    if (!fs::exists(m)) fs::copy(std::string(XDIT_MODELS) + "/pixart-alpha-tiny", m, fs::copy_options::recursive);
+    if (!fs::exists(m))
+      fs::copy(std::string(XDIT_MODELS) + "/pixart-alpha-tiny", m, fs::copy_options::recursive);
     return m.string();
   }
 
@@ -88,8 +89,10 @@ class Cli : public ::testing::Test {
 
   // `generate` from a prompt on a model folder, PNG out.
   std::string prompt_args(const std::string& model, const std::string& extra = "") const {
-    return "generate --model '" + model + "' --prompt 'a red fox in the snow' --height 48 --width 80 " +
-           "--num_inference_steps 4 --guidance_scale 4.5 --seed 0 --no_resolution_binning --dtype f32 -o '" +
+    return "generate --model '" + model +
+           "' --prompt 'a red fox in the snow' --height 48 --width 80 " +
+           "--num_inference_steps 4 --guidance_scale 4.5 --seed 0 --no_resolution_binning --dtype "
+           "f32 -o '" +
            path("out.png") + "' " + extra;
   }
 
@@ -107,11 +110,11 @@ TEST_F(Cli, GenerateLatentsMatchesDiffusers) {
 }
 
 TEST_F(Cli, ZeroStepsWritesTheInitialLatentsOfTheSeed) {
-  Result r =
-      xdit("generate --model '" + std::string(XDIT_MODELS) + "/pixart-alpha-tiny' --prompt_embeds '" +
-           path("pos_only.safetensors") +
-           "' --height 48 --width 80 --num_inference_steps 0 --guidance_scale 1 --seed 42 --output_type latent -o '" +
-           path("out.safetensors") + "'");
+  Result r = xdit("generate --model '" + std::string(XDIT_MODELS) +
+                  "/pixart-alpha-tiny' --prompt_embeds '" + path("pos_only.safetensors") +
+                  "' --height 48 --width 80 --num_inference_steps 0 --guidance_scale 1 --seed 42 "
+                  "--output_type latent -o '" +
+                  path("out.safetensors") + "'");
   ASSERT_EQ(r.code, 0) << r.err;
   auto rng = io::read_safetensors_f32(kData + "/goldens/torch_randn.safetensors");
   auto lat = io::read_safetensors_f32(path("out.safetensors"));
@@ -155,7 +158,8 @@ TEST_F(Cli, MissingWeights) {
 
 TEST_F(Cli, TruncatedWeights) {
   const std::string m = model_copy();
-  const fs::path w = fs::path(m) / "transformer" / "diffusion_pytorch_model-00002-of-00004.safetensors";
+  const fs::path w =
+      fs::path(m) / "transformer" / "diffusion_pytorch_model-00002-of-00004.safetensors";
   ASSERT_TRUE(fs::exists(w));
   fs::resize_file(w, fs::file_size(w) - 100);
   expect_error(xdit(generate_args(m)), "truncated");
@@ -175,21 +179,22 @@ TEST_F(Cli, WeightOfWrongShape) {
 }
 
 TEST_F(Cli, SizeNotOnThePatchGrid) {
-  expect_error(xdit(generate_args(std::string(XDIT_MODELS) + "/pixart-alpha-tiny", "--height 56")), "multiples of 16");
+  expect_error(xdit(generate_args(std::string(XDIT_MODELS) + "/pixart-alpha-tiny", "--height 56")),
+               "multiples of 16");
 }
 
 TEST_F(Cli, EmbeddingsOfWrongHiddenSize) {
-  Result r = xdit("generate --model '" + std::string(XDIT_MODELS) + "/pixart-alpha-tiny' --prompt_embeds '" +
-                  path("wide.safetensors") + "' --height 48 --width 80 -o '" +
-                  path("out.safetensors") + "'");
+  Result r = xdit("generate --model '" + std::string(XDIT_MODELS) +
+                  "/pixart-alpha-tiny' --prompt_embeds '" + path("wide.safetensors") +
+                  "' --height 48 --width 80 -o '" + path("out.safetensors") + "'");
   expect_error(r, "hidden size 40");
 }
 
 TEST_F(Cli, GuidanceWithoutNegativeEmbeddings) {
   Result r =
-      xdit("generate --model '" + std::string(XDIT_MODELS) + "/pixart-alpha-tiny' --prompt_embeds '" +
-           path("pos_only.safetensors") + "' --height 48 --width 80 --guidance_scale 4.5 -o '" +
-           path("out.safetensors") + "'");
+      xdit("generate --model '" + std::string(XDIT_MODELS) +
+           "/pixart-alpha-tiny' --prompt_embeds '" + path("pos_only.safetensors") +
+           "' --height 48 --width 80 --guidance_scale 4.5 -o '" + path("out.safetensors") + "'");
   expect_error(r, "negative_prompt_embeds");
 }
 
@@ -206,7 +211,8 @@ TEST_F(Cli, UnwritableOutput) {
 
 TEST_F(Cli, MalformedEmbeddingsFile) {
   std::ofstream(path("embeds.safetensors"), std::ios::trunc) << "garbage";
-  expect_error(xdit(generate_args(std::string(XDIT_MODELS) + "/pixart-alpha-tiny")), "embeds.safetensors");
+  expect_error(xdit(generate_args(std::string(XDIT_MODELS) + "/pixart-alpha-tiny")),
+               "embeds.safetensors");
 }
 
 TEST_F(Cli, PromptToPngWithMetadataMatchesDiffusers) {
@@ -229,12 +235,14 @@ TEST_F(Cli, PromptToPngWithMetadataMatchesDiffusers) {
   ASSERT_EQ(want.size(), png.rgb.size());
   int worst = 0;
   for (size_t i = 0; i < want.size(); ++i)
-    worst = std::max(worst, std::abs(static_cast<int>(std::nearbyint(want[i] * 255.0f)) - png.rgb[i]));
+    worst =
+        std::max(worst, std::abs(static_cast<int>(std::nearbyint(want[i] * 255.0f)) - png.rgb[i]));
   EXPECT_LE(worst, 1);
 }
 
 TEST_F(Cli, SeveralPromptsWriteOneFileEach) {
-  Result r = xdit(prompt_args(std::string(XDIT_MODELS) + "/pixart-alpha-tiny", "--prompt 'a blue bird' --num_inference_steps 2"));
+  Result r = xdit(prompt_args(std::string(XDIT_MODELS) + "/pixart-alpha-tiny",
+                              "--prompt 'a blue bird' --num_inference_steps 2"));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_FALSE(fs::exists(path("out.png")));
   EXPECT_EQ(io::read_png(path("out_0.png")).text["prompt"], "a red fox in the snow");
@@ -242,8 +250,10 @@ TEST_F(Cli, SeveralPromptsWriteOneFileEach) {
 }
 
 TEST_F(Cli, BuiltInModelWhenNoModelIsGiven) {
-  Result r = xdit("generate --prompt 'x' --height 32 --width 32 --num_inference_steps 1 --no_resolution_binning -o '" +
-                  path("out.png") + "'");
+  Result r = xdit(
+      "generate --prompt 'x' --height 32 --width 32 --num_inference_steps 1 "
+      "--no_resolution_binning -o '" +
+      path("out.png") + "'");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("built-in tiny PixArt model"), std::string::npos) << r.err;
   EXPECT_EQ(io::read_png(path("out.png")).width, 32);
@@ -287,24 +297,27 @@ TEST_F(Cli, TruncatedTextEncoderShard) {
 }
 
 TEST_F(Cli, UnwritablePngPath) {
-  expect_error(xdit(prompt_args(std::string(XDIT_MODELS) + "/pixart-alpha-tiny", "-o '" + path("nope/x.png") + "'")),
+  expect_error(xdit(prompt_args(std::string(XDIT_MODELS) + "/pixart-alpha-tiny",
+                                "-o '" + path("nope/x.png") + "'")),
                "does not exist");
 }
 
 TEST_F(Cli, SizeOffTheGridWithoutBinning) {
-  expect_error(xdit(prompt_args(std::string(XDIT_MODELS) + "/pixart-alpha-tiny", "--height 50")), "multiples of 16");
+  expect_error(xdit(prompt_args(std::string(XDIT_MODELS) + "/pixart-alpha-tiny", "--height 50")),
+               "multiples of 16");
 }
 
 TEST_F(Cli, InfoDescribesTheModel) {
   const std::string out = path("info.txt");
   const int rc = std::system((std::string("'") + XDIT_BINARY + "' info --model '" + XDIT_MODELS +
-                              "/pixart-sigma-tiny' > '" + out + "' 2>&1").c_str());
+                              "/pixart-sigma-tiny' > '" + out + "' 2>&1")
+                                 .c_str());
   ASSERT_EQ(rc, 0);
   std::ifstream in(out);
   std::stringstream ss;
   ss << in.rdbuf();
-  for (const char* want : {"PixArtSigmaPipeline", "3 blocks", "T5 encoder", "max sequence length 300",
-                           "AutoencoderKL", "memory (estimate"})
+  for (const char* want : {"PixArtSigmaPipeline", "3 blocks", "T5 encoder",
+                           "max sequence length 300", "AutoencoderKL", "memory (estimate"})
     EXPECT_NE(ss.str().find(want), std::string::npos) << want << " in:\n" << ss.str();
 }
 

@@ -48,7 +48,8 @@ TEST(Ops, GatedGelu) {
   gelu_tanh_gate(x.data(), y.data(), rows, n);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < n; ++j) {
-      const double want = static_cast<double>(ref::gelu_tanh(x[r * 2 * n + j])) * x[r * 2 * n + n + j];
+      const double want =
+          static_cast<double>(ref::gelu_tanh(x[r * 2 * n + j])) * x[r * 2 * n + n + j];
       ASSERT_NEAR(y[r * n + j], want, 1e-5 * (1 + std::fabs(want)));
     }
 }
@@ -64,7 +65,8 @@ TEST(Ops, Conv2dNhwcAgainstDirectConvolution) {
     ref::conv2d_nhwc(x.data(), w.data(), b.data(), B, H, W, I, O, k, pad, r.data());
     EXPECT_LT(rel_max_err(y, r), 1e-5) << "k=" << k;
     if (cpu_has_bf16()) {
-      kernels::Conv2d cb(Tensor::from_vector(w, {O, I, k, k}), Tensor::from_vector(b, {O}), pad, ComputeType::kBF16);
+      kernels::Conv2d cb(Tensor::from_vector(w, {O, I, k, k}), Tensor::from_vector(b, {O}), pad,
+                         ComputeType::kBF16);
       cb.forward(x.data(), B, H, W, y.data());
       EXPECT_LT(rel_max_err(y, r), 2e-2) << "bf16 k=" << k;
     }
@@ -92,7 +94,8 @@ TEST(Ops, UpsampleNearest2x) {
     for (int64_t r = 0; r < 2 * H; ++r)
       for (int64_t c = 0; c < 2 * W; ++c)
         for (int64_t k = 0; k < C; ++k)
-          ASSERT_EQ(y[((b * 2 * H + r) * 2 * W + c) * C + k], x[((b * H + r / 2) * W + c / 2) * C + k]);
+          ASSERT_EQ(y[((b * 2 * H + r) * 2 * W + c) * C + k],
+                    x[((b * H + r / 2) * W + c / 2) * C + k]);
 }
 
 TEST(Ops, GeluTanhAndSilu) {

@@ -15,10 +15,12 @@ namespace xdit {
 namespace {
 
 void check_against_diffusers(const std::string& variant) {
-  const std::string golden = std::string(XDIT_TEST_DATA) + "/goldens/pipeline_" + variant + ".safetensors";
+  const std::string golden =
+      std::string(XDIT_TEST_DATA) + "/goldens/pipeline_" + variant + ".safetensors";
   io::SafeTensorsFile f(golden);
   const auto req = io::parse_json_text(f.metadata().at("request"), "request");
-  pipeline::PixArtPipeline pipe(std::string(XDIT_MODELS) + "/pixart-" + variant + "-tiny", DType::kF32);
+  pipeline::PixArtPipeline pipe(std::string(XDIT_MODELS) + "/pixart-" + variant + "-tiny",
+                                DType::kF32);
   pipeline::ImageRequest r;
   r.prompts = req["prompts"].get<std::vector<std::string>>();
   r.negative_prompt = req["negative"].get<std::string>();
@@ -43,14 +45,21 @@ void check_against_diffusers(const std::string& variant) {
   EXPECT_LE(worst, 1) << "largest per-pixel difference (of 255)";
 }
 
-TEST(PipelineParity, AlphaPromptToImage) { check_against_diffusers("alpha"); }
-TEST(PipelineParity, SigmaBatchWithResolutionBinning) { check_against_diffusers("sigma"); }
+TEST(PipelineParity, AlphaPromptToImage) {
+  check_against_diffusers("alpha");
+}
+TEST(PipelineParity, SigmaBatchWithResolutionBinning) {
+  check_against_diffusers("sigma");
+}
 
 TEST(Resolution, BinsLikeDiffusers) {
   // 256-px table: 40x72 (ratio 0.556) → the 0.57 bin (192x336).
-  EXPECT_EQ(pipeline::classify_height_width_bin(40, 72, 256), (std::pair<int64_t, int64_t>{192, 336}));
-  EXPECT_EQ(pipeline::classify_height_width_bin(1024, 1024, 1024), (std::pair<int64_t, int64_t>{1024, 1024}));
-  EXPECT_EQ(pipeline::classify_height_width_bin(720, 1280, 1024), (std::pair<int64_t, int64_t>{768, 1344}));
+  EXPECT_EQ(pipeline::classify_height_width_bin(40, 72, 256),
+            (std::pair<int64_t, int64_t>{192, 336}));
+  EXPECT_EQ(pipeline::classify_height_width_bin(1024, 1024, 1024),
+            (std::pair<int64_t, int64_t>{1024, 1024}));
+  EXPECT_EQ(pipeline::classify_height_width_bin(720, 1280, 1024),
+            (std::pair<int64_t, int64_t>{768, 1344}));
   EXPECT_THROW(pipeline::bin_table_for_sample_size(48), Error);
 }
 

@@ -39,9 +39,10 @@ std::unique_ptr<ForwardCase> forward_case(const std::string& variant, DType dtyp
   auto cfg = models::PixArtConfig::from_json(folder.component_config("transformer", "config.json"),
                                              variant);
   io::WeightStore weights(folder.component("transformer"));
-  auto c = std::unique_ptr<ForwardCase>(new ForwardCase{
-      models::PixArtTransformer(cfg, weights, dtype),
-      load_golden("pixart_" + variant + "_forward.safetensors"), {}});
+  auto c = std::unique_ptr<ForwardCase>(
+      new ForwardCase{models::PixArtTransformer(cfg, weights, dtype),
+                      load_golden("pixart_" + variant + "_forward.safetensors"),
+                      {}});
   const Golden& g = c->g;
   c->in.latents = &g["hidden_states"];
   c->in.timesteps = g["timestep"].to_vector();

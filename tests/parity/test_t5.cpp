@@ -33,8 +33,10 @@ TEST(T5Tokenizer, IdsAndMasksEqualTransformers) {
       tokenizers::Tokens t = tok.encode(tokenizers::lower_strip(prompts[p]), max_len);
       ASSERT_EQ(t.ids.size(), static_cast<size_t>(max_len));
       for (int64_t i = 0; i < max_len; ++i) {
-        ASSERT_EQ(t.ids[i], static_cast<int32_t>(ids[p * max_len + i])) << "prompt " << p << " token " << i;
-        ASSERT_EQ(t.mask[i], static_cast<uint8_t>(mask[p * max_len + i])) << "prompt " << p << " token " << i;
+        ASSERT_EQ(t.ids[i], static_cast<int32_t>(ids[p * max_len + i]))
+            << "prompt " << p << " token " << i;
+        ASSERT_EQ(t.mask[i], static_cast<uint8_t>(mask[p * max_len + i]))
+            << "prompt " << p << " token " << i;
       }
     }
   }
@@ -46,7 +48,8 @@ TEST(T5Tokenizer, IdsAndMasksEqualTransformers) {
 
 TEST(T5Tokenizer, LowerStripLikePython) {
   EXPECT_EQ(tokenizers::lower_strip("  A Photo of TWO Cats \n"), "a photo of two cats");
-  EXPECT_EQ(tokenizers::lower_strip("\u00c9T\u00c9 \u0100B \u0391\u0392 \u0416"), "\u00e9t\u00e9 \u0101b \u03b1\u03b2 \u0436");
+  EXPECT_EQ(tokenizers::lower_strip("\u00c9T\u00c9 \u0100B \u0391\u0392 \u0416"),
+            "\u00e9t\u00e9 \u0101b \u03b1\u03b2 \u0436");
   EXPECT_EQ(tokenizers::lower_strip(" \t "), "");
 }
 
@@ -69,8 +72,9 @@ TEST(T5Tokenizer, RelativeBucketsMatchTheFormula) {
   EXPECT_EQ(models::t5_relative_bucket(1000, 32, 128), 31);
 }
 
-double encoder_error(const std::string& folder, const std::string& golden, const std::string& ids_key,
-                     const std::string& mask_key, const std::string& out_key, DType dtype) {
+double encoder_error(const std::string& folder, const std::string& golden,
+                     const std::string& ids_key, const std::string& mask_key,
+                     const std::string& out_key, DType dtype) {
   io::ModelFolder mf(kModel);
   auto cfg = models::T5Config::from_json(mf.component_config("text_encoder", "config.json"), "t5");
   io::WeightStore w(folder);
@@ -88,19 +92,24 @@ double encoder_error(const std::string& folder, const std::string& golden, const
 }
 
 TEST(T5Encoder, ShardedF32MatchesTransformers) {
-  EXPECT_LE(encoder_error(kModel + "/text_encoder", kGolden, "ids_120", "mask_120", "embeds_120", DType::kF32), 1e-4);
-  EXPECT_LE(encoder_error(kModel + "/text_encoder", kGolden, "ids_300", "mask_300", "embeds_300", DType::kF32), 1e-4);
-}
-
-TEST(T5Encoder, Bf16CheckpointMatchesItsUpcast) {
-  EXPECT_LE(encoder_error(std::string(XDIT_TEST_DATA) + "/t5_bf16",
-                          std::string(XDIT_TEST_DATA) + "/goldens/t5_bf16.safetensors", "ids", "mask", "embeds",
+  EXPECT_LE(encoder_error(kModel + "/text_encoder", kGolden, "ids_120", "mask_120", "embeds_120",
+                          DType::kF32),
+            1e-4);
+  EXPECT_LE(encoder_error(kModel + "/text_encoder", kGolden, "ids_300", "mask_300", "embeds_300",
                           DType::kF32),
             1e-4);
 }
 
+TEST(T5Encoder, Bf16CheckpointMatchesItsUpcast) {
+  EXPECT_LE(encoder_error(std::string(XDIT_TEST_DATA) + "/t5_bf16",
+                          std::string(XDIT_TEST_DATA) + "/goldens/t5_bf16.safetensors", "ids",
+                          "mask", "embeds", DType::kF32),
+            1e-4);
+}
+
 TEST(T5Encoder, Bf16Compute) {
-  EXPECT_LE(encoder_error(kModel + "/text_encoder", kGolden, "ids_120", "mask_120", "embeds_120", DType::kBF16),
+  EXPECT_LE(encoder_error(kModel + "/text_encoder", kGolden, "ids_120", "mask_120", "embeds_120",
+                          DType::kBF16),
             5e-2);
 }
 

@@ -16,15 +16,19 @@ double decode_error(DType dtype) {
   auto cfg = models::VaeConfig::from_json(mf.component_config("vae", "config.json"), "vae");
   io::WeightStore w(mf.component("vae"));
   models::VaeDecoder vae(cfg, w, dtype);
-  auto g = io::read_safetensors_f32(std::string(XDIT_TEST_DATA) + "/goldens/vae_decoder.safetensors");
+  auto g =
+      io::read_safetensors_f32(std::string(XDIT_TEST_DATA) + "/goldens/vae_decoder.safetensors");
   Tensor z = g["latents"].clone();
-  for (int64_t i = 0; i < z.numel(); ++i) z.data<float>()[i] /= static_cast<float>(cfg.scaling_factor);
+  for (int64_t i = 0; i < z.numel(); ++i)
+    z.data<float>()[i] /= static_cast<float>(cfg.scaling_factor);
   Tensor img = vae.decode(z);
   EXPECT_EQ(img.shape(), g["image"].shape());
   return test::rel_max_err(img.to_vector(), g["image"].to_vector());
 }
 
-TEST(VaeDecoder, F32MatchesDiffusers) { EXPECT_LE(decode_error(DType::kF32), 1e-4); }
+TEST(VaeDecoder, F32MatchesDiffusers) {
+  EXPECT_LE(decode_error(DType::kF32), 1e-4);
+}
 TEST(VaeDecoder, Bf16) {
   if (!kernels::cpu_has_bf16()) GTEST_SKIP() << "no native bf16";
   EXPECT_LE(decode_error(DType::kBF16), 5e-2);

@@ -126,7 +126,9 @@ void attention(const AttentionArgs& a) {
                   bm = cpu::scale_and_max(sr, cols, a.scale);
                 } else {  // bias row of this query, at the kept keys' original positions
                   const float* br = a.bias + (h * Sq + q0 + r) * Sk;
-                  const int32_t* idx = keep[static_cast<size_t>(b)].empty() ? nullptr : keep[static_cast<size_t>(b)].data();
+                  const int32_t* idx = keep[static_cast<size_t>(b)].empty()
+                                           ? nullptr
+                                           : keep[static_cast<size_t>(b)].data();
                   bm = -INFINITY;
                   for (int64_t j = 0; j < cols; ++j) {
                     sr[j] = sr[j] * a.scale + br[idx != nullptr ? idx[k0 + j] : k0 + j];

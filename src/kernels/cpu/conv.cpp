@@ -32,12 +32,14 @@ struct Conv2d::Impl {
                                                     const dnnl::memory::desc& wmd) const {
     const dt sdt = ct == ComputeType::kBF16 ? dt::bf16 : dt::f32;
     dnnl::memory::desc src({b, in, h, w}, sdt, tag::nhwc);
-    dnnl::memory::desc dst({b, out, h + 2 * pad - kh + 1, w + 2 * pad - kw + 1}, dt::f32, tag::nhwc);
+    dnnl::memory::desc dst({b, out, h + 2 * pad - kh + 1, w + 2 * pad - kw + 1}, dt::f32,
+                           tag::nhwc);
     dnnl::memory::desc bmd({out}, dt::f32, tag::a);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                      src, wmd, bmd, dst, {1, 1}, {pad, pad}, {pad, pad});
+    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
+                                      dnnl::algorithm::convolution_direct, src, wmd, bmd, dst,
+                                      {1, 1}, {pad, pad}, {pad, pad});
     return {d, attr, cpu::engine()};
   }
 
@@ -50,7 +52,8 @@ struct Conv2d::Impl {
       Prim p;
       p.pd = make_pd(b, h, w, packed_md);
       p.prim = dnnl::convolution_forward(p.pd);
-      XDIT_DEBUG("conv ", in, "->", out, " k", kh, " on ", b, "x", h, "x", w, ": ", p.pd.impl_info_str());
+      XDIT_DEBUG("conv ", in, "->", out, " k", kh, " on ", b, "x", h, "x", w, ": ",
+                 p.pd.impl_info_str());
       return prims.emplace(key, std::move(p)).first->second;
     } catch (const dnnl::error& e) {
       cpu::rethrow_dnnl(e, "creating a convolution primitive");
@@ -65,7 +68,8 @@ Conv2d::~Conv2d() = default;
 
 Conv2d::Conv2d(const Tensor& weight, const Tensor& bias, int64_t padding, ComputeType ct)
     : impl_(std::make_unique<Impl>()) {
-  XDIT_CHECK(weight.ndim() == 4, "conv weight must be [out, in, kh, kw], got ", shape_str(weight.shape()));
+  XDIT_CHECK(weight.ndim() == 4, "conv weight must be [out, in, kh, kw], got ",
+             shape_str(weight.shape()));
   Impl& im = *impl_;
   im.out = weight.dim(0);
   im.in = weight.dim(1);
@@ -77,10 +81,10 @@ Conv2d::Conv2d(const Tensor& weight, const Tensor& bias, int64_t padding, Comput
   im.bias = bias.to_vector();
   try {
     Tensor w = weight.dtype() == DType::kF16 ? weight.to(DType::kF32) : weight;
-    dnnl::memory::desc user_md({im.out, im.in, im.kh, im.kw}, w.dtype() == DType::kBF16 ? dt::bf16 : dt::f32,
-                               tag::oihw);
-    dnnl::memory::desc any_md({im.out, im.in, im.kh, im.kw}, ct == ComputeType::kBF16 ? dt::bf16 : dt::f32,
-                              tag::any);
+    dnnl::memory::desc user_md({im.out, im.in, im.kh, im.kw},
+                               w.dtype() == DType::kBF16 ? dt::bf16 : dt::f32, tag::oihw);
+    dnnl::memory::desc any_md({im.out, im.in, im.kh, im.kw},
+                              ct == ComputeType::kBF16 ? dt::bf16 : dt::f32, tag::any);
     // The layout is chosen for a representative problem and reused for all sizes.
     auto pd = im.make_pd(1, 64, 64, any_md);
     im.packed_md = pd.weights_desc();
@@ -115,8 +119,14 @@ void Conv2d::forward(const float* x, int64_t b, int64_t h, int64_t w, float* y) 
                                         {DNNL_ARG_SCRATCHPAD, cpu::thread_scratchpad(p.pd)}});
 }
 
-int64_t Conv2d::in_channels() const { return impl_->in; }
-int64_t Conv2d::out_channels() const { return impl_->out; }
-int64_t Conv2d::out_size(int64_t in) const { return in + 2 * impl_->pad - impl_->kh + 1; }
+int64_t Conv2d::in_channels() const {
+  return impl_->in;
+}
+int64_t Conv2d::out_channels() const {
+  return impl_->out;
+}
+int64_t Conv2d::out_size(int64_t in) const {
+  return in + 2 * impl_->pad - impl_->kh + 1;
+}
 
 }  // namespace xdit::kernels

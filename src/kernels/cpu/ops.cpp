@@ -152,7 +152,8 @@ void gated_residual_add(float* h, const float* y, int64_t batch, int64_t tokens,
 }
 
 void group_norm_nhwc(const float* x, float* y, int64_t batch, int64_t hw, int64_t channels,
-                     int64_t groups, float eps, const float* gamma, const float* beta, bool silu_after) {
+                     int64_t groups, float eps, const float* gamma, const float* beta,
+                     bool silu_after) {
   const int64_t cg = channels / groups;
   std::vector<double> mean(static_cast<size_t>(batch * groups)), rstd(mean.size());
 #pragma omp parallel for collapse(2)
@@ -192,7 +193,8 @@ void upsample_nearest2x_nhwc(const float* x, float* y, int64_t batch, int64_t h,
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t r = 0; r < 2 * h; ++r)
       for (int64_t c = 0; c < 2 * w; ++c)
-        std::memcpy(y + ((b * 2 * h + r) * 2 * w + c) * channels, x + ((b * h + r / 2) * w + c / 2) * channels,
+        std::memcpy(y + ((b * 2 * h + r) * 2 * w + c) * channels,
+                    x + ((b * h + r / 2) * w + c / 2) * channels,
                     static_cast<size_t>(channels) * 4);
 }
 
