@@ -7,6 +7,7 @@ pkgs=(cmake ninja-build g++
       libcli11-dev           # command line
       libsentencepiece-dev   # T5 tokenizer (spiece.model)
       libspng-dev            # PNG output with text chunks
+      libopenmpi-dev openmpi-bin  # multi-process runtime (mpirun)
       libgtest-dev googletest)
 missing=()
 for p in "${pkgs[@]}"; do

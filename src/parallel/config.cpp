@@ -1,0 +1,92 @@
+#include "parallel/config.h"
+
+#include <sstream>
+
+#include "core/error.h"
+
+namespace xdit::parallel {
+
+std::string ParallelConfig::describe() const {
+  std::ostringstream s;
+  s << "dp=" << data_parallel_degree << " cfg=" << cfg() << " pp=" << pipefusion_parallel_degree
+    << " ulysses=" << ulysses_degree << " ring=" << ring_degree << " tp=" << tensor_parallel_degree;
+  return s.str();
+}
+
+void ParallelConfig::validate(int world_size) const {
+  for (auto [name, v] : {std::pair{"--data_parallel_degree", data_parallel_degree},
+                         {"--pipefusion_parallel_degree", pipefusion_parallel_degree},
+                         {"--ulysses_degree", ulysses_degree},
+                         {"--ring_degree", ring_degree},
+                         {"--tensor_parallel_degree", tensor_parallel_degree}})
+    XDIT_CHECK(v >= 1, name, " must be at least 1, got ", v);
+  XDIT_CHECK(world() == world_size, "the parallel degrees multiply to ", world(), " (", describe(),
+             ") but the job has ", world_size, " rank", world_size == 1 ? "" : "s",
+             ": make dp x cfg x pp x ulysses x ring x tp equal the number of processes (mpirun -np)");
+  XDIT_CHECK(pipefusion_parallel_degree == 1, "--pipefusion_parallel_degree ", pipefusion_parallel_degree,
+             " is not supported yet: PipeFusion is the next runtime feature");
+  XDIT_CHECK(tensor_parallel_degree == 1, "--tensor_parallel_degree ", tensor_parallel_degree,
+             " is not supported yet");
+}
+
+void ParallelConfig::validate_request(int64_t heads, int64_t patch_rows, double guidance_scale,
+                                      size_t prompts) const {
+  XDIT_CHECK(heads % ulysses_degree == 0, "the model's ", heads, " attention heads are not divisible by --ulysses_degree ",
+             ulysses_degree, ": choose a Ulysses degree that divides ", heads, " (and use --ring_degree for the rest)");
+  XDIT_CHECK(patch_rows % sp() == 0, "the image has ", patch_rows, " rows of patches, not divisible by the sequence-parallel degree ",
+             sp(), " (ulysses ", ulysses_degree, " x ring ", ring_degree,
+             "): pick a height whose latent rows / patch size divide evenly");
+  XDIT_CHECK(!use_cfg_parallel || guidance_scale > 1.0, "--use_cfg_parallel needs classifier-free guidance (--guidance_scale > 1), got ",
+             guidance_scale);
+  XDIT_CHECK(static_cast<size_t>(data_parallel_degree) <= prompts, "--data_parallel_degree ", data_parallel_degree,
+             " is more than the ", prompts, " prompt", prompts == 1 ? "" : "s", ": each data-parallel group needs a prompt");
+}
+
+Coord Mesh::coord_of(const ParallelConfig& c, int rank) {
+  Coord k;
+  int r = rank;
+  k.tp = r % c.tensor_parallel_degree;
+  r /= c.tensor_parallel_degree;
+  k.sp = r % c.sp();
+  r /= c.sp();
+  k.ulysses = k.sp % c.ulysses_degree;  // Ulysses: contiguous ranks
+  k.ring = k.sp / c.ulysses_degree;     // Ring: strided
+  k.pp = r % c.pipefusion_parallel_degree;
+  r /= c.pipefusion_parallel_degree;
+  k.cfg = r % c.cfg();
+  k.dp = r / c.cfg();
+  return k;
+}
+
+Mesh::Mesh(const ParallelConfig& cfg, comm::Communicator& world) : cfg_(cfg), world_(world) {
+  cfg.validate(world.size());
+  coord_ = coord_of(cfg, world.rank());
+  const Coord& k = coord_;
+  // color: every coordinate but the group's own; key: the group's coordinate.
+  auto color = [&](int dp, int cf, int pp, int sp, int tp) {
+    return (((dp * 2 + cf) * cfg.pipefusion_parallel_degree + pp) * (cfg.sp() + 1) + sp) *
+               cfg.tensor_parallel_degree +
+           tp;
+  };
+  const int none = cfg.sp();  // a value no sp coordinate takes
+  sp_ = world.split(color(k.dp, k.cfg, k.pp, none, k.tp), k.sp);
+  ulysses_ = sp_->split(k.ring, k.ulysses);
+  ring_ = sp_->split(k.ulysses, k.ring);
+  cfg_group_ = world.split(color(k.dp, 0, k.pp, k.sp, k.tp), k.cfg);
+  dp_ = world.split(color(0, k.cfg, k.pp, k.sp, k.tp), k.dp);
+}
+
+Mesh::~Mesh() = default;
+
+std::string Mesh::layout() const {
+  std::ostringstream s;
+  s << "mesh " << cfg_.describe() << " over " << cfg_.world() << " ranks:";
+  for (int r = 0; r < cfg_.world(); ++r) {
+    const Coord k = coord_of(cfg_, r);
+    s << (r ? ";" : "") << " rank " << r << " = dp " << k.dp << " cfg " << k.cfg << " sp " << k.sp << " (u " << k.ulysses
+      << ", r " << k.ring << ")";
+  }
+  return s.str();
+}
+
+}  // namespace xdit::parallel

@@ -1,0 +1,67 @@
+// The parallel layout, with xDiT's flag names, and the device mesh: which
+// rank holds which position. Ranks are ordered as in xDiT: tp varies fastest,
+// then sp (Ulysses contiguous inside, Ring strided), then pp, cfg, and dp
+// outermost (../shared/research/REFERENCE.md, "Mesh").
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+
+namespace xdit::parallel {
+
+struct ParallelConfig {
+  int data_parallel_degree = 1;
+  bool use_cfg_parallel = false;
+  int pipefusion_parallel_degree = 1;
+  int ulysses_degree = 1;
+  int ring_degree = 1;
+  int tensor_parallel_degree = 1;
+
+  int cfg() const { return use_cfg_parallel ? 2 : 1; }
+  int sp() const { return ulysses_degree * ring_degree; }
+  int world() const {
+    return data_parallel_degree * cfg() * pipefusion_parallel_degree * sp() * tensor_parallel_degree;
+  }
+  bool serial() const { return world() == 1; }
+  std::string describe() const;  // "dp=1 cfg=2 pp=1 ulysses=2 ring=1 tp=1"
+
+  // Degrees against the number of ranks (before anything is loaded).
+  void validate(int world_size) const;
+  // Degrees against the model and the request: heads divisible by Ulysses,
+  // patch rows by the sequence-parallel degree, CFG parallel needs guidance,
+  // no more data-parallel groups than prompts.
+  void validate_request(int64_t heads, int64_t patch_rows, double guidance_scale, size_t prompts) const;
+};
+
+struct Coord {
+  int dp = 0, cfg = 0, pp = 0, sp = 0, ulysses = 0, ring = 0, tp = 0;
+};
+
+class Mesh {
+ public:
+  // Splits `world` into the groups of `cfg` (which must be validated).
+  Mesh(const ParallelConfig& cfg, comm::Communicator& world);
+  ~Mesh();
+
+  static Coord coord_of(const ParallelConfig& cfg, int rank);
+  const ParallelConfig& config() const { return cfg_; }
+  const Coord& coord() const { return coord_; }
+  comm::Communicator& world() { return world_; }
+  comm::Communicator& sp_group() { return *sp_; }
+  comm::Communicator& ulysses_group() { return *ulysses_; }
+  comm::Communicator& ring_group() { return *ring_; }
+  comm::Communicator& cfg_group() { return *cfg_group_; }
+  comm::Communicator& dp_group() { return *dp_; }
+  // One line per rank: "rank 3: dp 0 cfg 1 sp 1 (ulysses 1, ring 0)".
+  std::string layout() const;
+
+ private:
+  ParallelConfig cfg_;
+  comm::Communicator& world_;
+  Coord coord_;
+  std::unique_ptr<comm::Communicator> sp_, ulysses_, ring_, cfg_group_, dp_;
+};
+
+}  // namespace xdit::parallel

@@ -1,0 +1,145 @@
+#include "parallel/usp_attention.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace xdit::parallel {
+
+UspAttention::UspAttention(comm::Communicator& ulysses, comm::Communicator& ring)
+    : ulysses_(ulysses), ring_(ring) {}
+
+void merge_attention(float* o, float* lse, const float* ob, const float* lse_b, int64_t B, int64_t S, int64_t H,
+                     int64_t D) {
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t li = (b * H + h) * S + s;
+        const float a = lse[li], c = lse_b[li];
+        const float m = std::max(a, c);
+        if (m == -INFINITY) continue;
+        const float l = m + std::log(std::exp(a - m) + std::exp(c - m));
+        const float wa = std::exp(a - l), wc = std::exp(c - l);
+        float* dst = o + ((b * S + s) * H + h) * D;
+        const float* src = ob + ((b * S + s) * H + h) * D;
+        for (int64_t d = 0; d < D; ++d) dst[d] = wa * dst[d] + wc * src[d];
+        lse[li] = l;
+      }
+}
+
+void UspAttention::ring_attention(const float* q, const float* k, const float* v, float* out, int64_t B, int64_t H,
+                                  int64_t S, int64_t D, float scale, bool bf16) {
+  const int r = ring_.size(), me = ring_.rank();
+  const size_t kv_n = static_cast<size_t>(B * S * H * D);
+  // K and V of the current block travel together: [2][B, S, H, D].
+  kv_.resize(2 * kv_n);
+  kv_next_.resize(2 * kv_n);
+  std::memcpy(kv_.data(), k, kv_n * 4);
+  std::memcpy(kv_.data() + kv_n, v, kv_n * 4);
+  part_.resize(kv_n);
+  lse_.resize(static_cast<size_t>(B * H * S));
+  lse_part_.resize(lse_.size());
+  kernels::AttentionArgs a;
+  a.q = q;
+  a.q_stride = a.k_stride = a.v_stride = a.out_stride = H * D;
+  a.batch = B;
+  a.heads = H;
+  a.q_len = a.kv_len = S;
+  a.head_dim = D;
+  a.scale = scale;
+  a.bf16 = bf16;
+  for (int step = 0; step < r; ++step) {
+    // Post the exchange for the next block before computing on this one.
+    std::unique_ptr<comm::Request> sreq, rreq;
+    if (step + 1 < r) {
+      rreq = ring_.irecv(kv_next_.data(), 2 * kv_n, comm::Type::kF32, (me - 1 + r) % r, 100 + step);
+      sreq = ring_.isend(kv_.data(), 2 * kv_n, comm::Type::kF32, (me + 1) % r, 100 + step);
+    }
+    a.k = kv_.data();
+    a.v = kv_.data() + kv_n;
+    a.out = step == 0 ? out : part_.data();
+    a.lse = step == 0 ? lse_.data() : lse_part_.data();
+    kernels::attention(a);
+    if (step > 0) merge_attention(out, lse_.data(), part_.data(), lse_part_.data(), B, S, H, D);
+    if (step + 1 < r) {
+      rreq->wait();
+      sreq->wait();
+      std::swap(kv_, kv_next_);
+    }
+  }
+}
+
+void UspAttention::attend(const kernels::AttentionArgs& args, const nn::AttentionSite& site) {
+  const int u = ulysses_.size(), r = ring_.size();
+  if (site.cross || (u == 1 && r == 1)) {
+    kernels::attention(args);  // the text stays whole on every rank
+    return;
+  }
+  XDIT_CHECK(args.key_mask == nullptr && args.bias == nullptr && args.kv_len == args.q_len,
+             "sequence-parallel self-attention takes unmasked, unbiased attention");
+  const int64_t B = args.batch, H = args.heads, D = args.head_dim, N = args.q_len;
+  XDIT_CHECK(H % u == 0, "attention heads ", H, " not divisible by the Ulysses degree ", u);
+  const int64_t Hu = H / u, Nu = N * u;  // after the all-to-all: my heads, the group's tokens
+  const size_t block = static_cast<size_t>(B * N * Hu * D);  // one q/k/v block per destination
+
+  // Pack [dest j][q|k|v][B, N, Hu, D] with heads [j·Hu, (j+1)·Hu).
+  send_.resize(static_cast<size_t>(u) * 3 * block);
+  const float* src[3] = {args.q, args.k, args.v};
+  const int64_t stride[3] = {args.q_stride, args.k_stride, args.v_stride};
+#pragma omp parallel for collapse(2)
+  for (int j = 0; j < u; ++j)
+    for (int t = 0; t < 3; ++t)
+      for (int64_t bn = 0; bn < B * N; ++bn)
+        std::memcpy(send_.data() + (static_cast<size_t>(j) * 3 + t) * block + bn * Hu * D,
+                    src[t] + bn * stride[t] + j * Hu * D, static_cast<size_t>(Hu * D) * 4);
+  recv_.resize(send_.size());
+  ulysses_.alltoall(send_.data(), recv_.data(), 3 * block, comm::Type::kF32);
+  // Unpack to q/k/v [B, Nu, Hu, D], token chunk i from Ulysses rank i.
+  const size_t full = static_cast<size_t>(B * Nu * Hu * D);
+  q_.resize(3 * full);
+  float* qkv[3] = {q_.data(), q_.data() + full, q_.data() + 2 * full};
+#pragma omp parallel for collapse(2)
+  for (int i = 0; i < u; ++i)
+    for (int t = 0; t < 3; ++t)
+      for (int64_t b = 0; b < B; ++b)
+        std::memcpy(qkv[t] + (b * Nu + i * N) * Hu * D,
+                    recv_.data() + (static_cast<size_t>(i) * 3 + t) * block + b * N * Hu * D,
+                    static_cast<size_t>(N * Hu * D) * 4);
+  out_.resize(full);
+  if (r == 1) {
+    kernels::AttentionArgs a;
+    a.q = qkv[0];
+    a.k = qkv[1];
+    a.v = qkv[2];
+    a.q_stride = a.k_stride = a.v_stride = a.out_stride = Hu * D;
+    a.out = out_.data();
+    a.batch = B;
+    a.heads = Hu;
+    a.q_len = a.kv_len = Nu;
+    a.head_dim = D;
+    a.scale = args.scale;
+    a.bf16 = args.bf16;
+    kernels::attention(a);
+  } else {
+    ring_attention(qkv[0], qkv[1], qkv[2], out_.data(), B, Hu, Nu, D, args.scale, args.bf16);
+  }
+  // Back: token chunk i of my heads goes to Ulysses rank i; I receive my tokens' heads.
+  const size_t oblock = static_cast<size_t>(B * N * Hu * D);
+  send_.resize(static_cast<size_t>(u) * oblock);
+#pragma omp parallel for collapse(2)
+  for (int i = 0; i < u; ++i)
+    for (int64_t b = 0; b < B; ++b)
+      std::memcpy(send_.data() + static_cast<size_t>(i) * oblock + b * N * Hu * D,
+                  out_.data() + (b * Nu + i * N) * Hu * D, static_cast<size_t>(N * Hu * D) * 4);
+  recv_.resize(send_.size());
+  ulysses_.alltoall(send_.data(), recv_.data(), oblock, comm::Type::kF32);
+#pragma omp parallel for collapse(2)
+  for (int j = 0; j < u; ++j)
+    for (int64_t bn = 0; bn < B * N; ++bn)
+      std::memcpy(args.out + bn * args.out_stride + j * Hu * D,
+                  recv_.data() + static_cast<size_t>(j) * oblock + bn * Hu * D, static_cast<size_t>(Hu * D) * 4);
+}
+
+}  // namespace xdit::parallel

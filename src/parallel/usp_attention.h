@@ -1,0 +1,38 @@
+// Sequence-parallel self-attention behind nn::AttentionBackend: Ulysses
+// (all-to-all of Q, K, V from "all heads, my tokens" to "my heads, the
+// Ulysses group's tokens" and back), Ring (K/V blocks passed around the ring
+// with non-blocking sends overlapped with the block's attention, partial
+// results merged exactly through their log-sum-exp in f32), and the USP hybrid
+// (Ulysses inside, Ring outside). Cross-attention keeps the whole text on every
+// rank and runs locally. Model files are unchanged.
+#pragma once
+
+#include <vector>
+
+#include "comm/communicator.h"
+#include "nn/attention.h"
+
+namespace xdit::parallel {
+
+class UspAttention : public nn::AttentionBackend {
+ public:
+  // `ulysses` and `ring` are the rank's groups (either may have size 1).
+  UspAttention(comm::Communicator& ulysses, comm::Communicator& ring);
+  void attend(const kernels::AttentionArgs& args, const nn::AttentionSite& site) override;
+
+ private:
+  // Exact attention of the local queries against the ring's K/V blocks.
+  void ring_attention(const float* q, const float* k, const float* v, float* out, int64_t batch, int64_t heads,
+                      int64_t tokens, int64_t head_dim, float scale, bool bf16);
+  comm::Communicator& ulysses_;
+  comm::Communicator& ring_;
+  std::vector<float> send_, recv_, q_, kv_, kv_next_, out_, part_, lse_, lse_part_;
+};
+
+// Merges a partial attention result into an accumulator, exactly:
+// lse' = log(e^lse + e^lse_b), o' = e^(lse−lse')·o + e^(lse_b−lse')·o_b, in f32.
+// o, ob: [B, S, H, D]; lse, lse_b: [B, H, S].
+void merge_attention(float* o, float* lse, const float* ob, const float* lse_b, int64_t batch, int64_t tokens,
+                     int64_t heads, int64_t head_dim);
+
+}  // namespace xdit::parallel
