@@ -7,7 +7,9 @@
 
 namespace xdit::comm {
 
-size_t type_size(Type t) { return t == Type::kF32 ? 4 : 1; }
+size_t type_size(Type t) {
+  return t == Type::kF32 ? 4 : 1;
+}
 
 namespace {
 
@@ -49,6 +51,8 @@ class SingleComm : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_single() { return std::make_unique<SingleComm>(); }
+std::unique_ptr<Communicator> make_single() {
+  return std::make_unique<SingleComm>();
+}
 
 }  // namespace xdit::comm

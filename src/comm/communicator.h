@@ -38,7 +38,8 @@ class Communicator {
 
   virtual void send(const void* buf, size_t count, Type t, int dest, int tag) = 0;
   virtual void recv(void* buf, size_t count, Type t, int src, int tag) = 0;
-  virtual std::unique_ptr<Request> isend(const void* buf, size_t count, Type t, int dest, int tag) = 0;
+  virtual std::unique_ptr<Request> isend(const void* buf, size_t count, Type t, int dest,
+                                         int tag) = 0;
   virtual std::unique_ptr<Request> irecv(void* buf, size_t count, Type t, int src, int tag) = 0;
 
   // In place sum over all ranks (f32).

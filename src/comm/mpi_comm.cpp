@@ -26,7 +26,9 @@ namespace xdit::comm {
 
 namespace {
 
-MPI_Datatype mpi_type(Type t) { return t == Type::kF32 ? MPI_FLOAT : MPI_BYTE; }
+MPI_Datatype mpi_type(Type t) {
+  return t == Type::kF32 ? MPI_FLOAT : MPI_BYTE;
+}
 
 // Times a communication call into the stats.
 class Timer {
@@ -34,7 +36,9 @@ class Timer {
   explicit Timer(CommStats& s, uint64_t bytes = 0) : s_(s), t0_(std::chrono::steady_clock::now()) {
     s_.bytes_sent += bytes;
   }
-  ~Timer() { s_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+  ~Timer() {
+    s_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
 
  private:
   CommStats& s_;
@@ -55,7 +59,8 @@ class MpiRequest : public Request {
     return done != 0;
   }
   ~MpiRequest() override {
-    if (req != MPI_REQUEST_NULL) MPI_Wait(&req, MPI_STATUS_IGNORE);  // never leave a request dangling
+    if (req != MPI_REQUEST_NULL)
+      MPI_Wait(&req, MPI_STATUS_IGNORE);  // never leave a request dangling
   }
 
  private:

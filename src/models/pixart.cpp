@@ -139,7 +139,11 @@ Tensor PixArtTransformer::forward(const PixArtInputs& in) {
   const int64_t B = x.dim(0), H = x.dim(2), W = x.dim(3), p = c.patch_size, d = c.hidden();
   XDIT_CHECK(H % p == 0 && W % p == 0, "latent size ", H, "x", W,
              " is not divisible by the patch size ", p);
-  const int64_t gh = H / p, gw = W / p, N = gh * gw;
+  const int64_t gh = H / p, gw = W / p;
+  const int64_t r0 = in.patch_row_begin, r1 = in.patch_row_end == 0 ? gh : in.patch_row_end;
+  XDIT_CHECK(r0 >= 0 && r0 < r1 && r1 <= gh, "patch rows [", r0, ", ", r1, ") outside the ", gh,
+             "-row grid");
+  const int64_t rows = r1 - r0, N = rows * gw;  // the tokens this call computes
   const Tensor& text = *in.text;
   XDIT_CHECK(text.ndim() == 3 && text.dim(0) == B && text.dim(2) == c.caption_channels,
              "text embeddings must be [", B, ", L, ", c.caption_channels, "], got ",
@@ -161,13 +165,22 @@ Tensor PixArtTransformer::forward(const PixArtInputs& in) {
   {
     const int64_t k = c.in_channels * p * p;
     float* cols = cols_.get(static_cast<size_t>(B * N * k));
-    kernels::patchify(x.data<float>(), B, c.in_channels, H, W, p, cols);
+    const float* lat = x.data<float>();
+    std::vector<float> slab;
+    if (rows != gh) {  // the latent rows of this slice, [B, C, rows·p, W]
+      slab.resize(static_cast<size_t>(B * c.in_channels * rows * p * W));
+      for (int64_t bc = 0; bc < B * c.in_channels; ++bc)
+        std::memcpy(slab.data() + bc * rows * p * W, lat + (bc * H + r0 * p) * W,
+                    static_cast<size_t>(rows * p * W) * 4);
+      lat = slab.data();
+    }
+    kernels::patchify(lat, B, c.in_channels, rows * p, W, p, cols);
     patch_proj_.forward(cols, B * N, h);
-    std::vector<float> pos(static_cast<size_t>(N * d));
+    std::vector<float> pos(static_cast<size_t>(gh * gw * d));
     kernels::sincos_pos_embed_2d(d, gh, gw, static_cast<float>(c.sample_size / p),
                                  static_cast<float>(c.interpolation_scale), pos.data());
     for (int64_t b = 0; b < B; ++b)
-      kernels::gated_residual_add(h + b * N * d, pos.data(), 1, N, d, nullptr, 0);
+      kernels::gated_residual_add(h + b * N * d, pos.data() + r0 * gw * d, 1, N, d, nullptr, 0);
   }
 
   // AdaLayerNormSingle: timestep (+ micro-conditions) → embedded_timestep [B, d] and t6 [B, 6d].
@@ -256,8 +269,8 @@ Tensor PixArtTransformer::forward(const PixArtInputs& in) {
     patches = patch_buf.data();
   }
   proj_out_.forward(nrm, B * N, patches);
-  Tensor out = Tensor::empty({B, c.out_channels, H, W});
-  kernels::unpatchify(patches, B, c.out_channels, gh, gw, p, out.data<float>());
+  Tensor out = Tensor::empty({B, c.out_channels, rows * p, W});
+  kernels::unpatchify(patches, B, c.out_channels, rows, gw, p, out.data<float>());
   return out;
 }
 

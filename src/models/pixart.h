@@ -50,6 +50,10 @@ struct PixArtInputs {
   const Tensor* text_mask = nullptr;     // [B, L] (1 = token, 0 = padding) or null
   const Tensor* resolution = nullptr;    // [B, 2] (height, width in pixels) when micro-conditioned
   const Tensor* aspect_ratio = nullptr;  // [B, 1]
+  // Sequence parallelism: compute only the patch rows [begin, end) of the
+  // image (end 0 = all). Positions stay global; attention over the other rows
+  // is the attention backend's job. The output then holds those rows only.
+  int64_t patch_row_begin = 0, patch_row_end = 0;
 };
 
 class PixArtTransformer {
@@ -58,7 +62,7 @@ class PixArtTransformer {
   ~PixArtTransformer();
 
   const PixArtConfig& config() const { return cfg_; }
-  // Returns [B, out_channels, H, W].
+  // Returns [B, out_channels, H, W] (or the computed rows' part of it).
   Tensor forward(const PixArtInputs& in);
   void set_attention_backend(nn::AttentionBackend* b) { backend_ = b; }
 

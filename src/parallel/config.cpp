@@ -20,10 +20,12 @@ void ParallelConfig::validate(int world_size) const {
                          {"--ring_degree", ring_degree},
                          {"--tensor_parallel_degree", tensor_parallel_degree}})
     XDIT_CHECK(v >= 1, name, " must be at least 1, got ", v);
-  XDIT_CHECK(world() == world_size, "the parallel degrees multiply to ", world(), " (", describe(),
-             ") but the job has ", world_size, " rank", world_size == 1 ? "" : "s",
-             ": make dp x cfg x pp x ulysses x ring x tp equal the number of processes (mpirun -np)");
-  XDIT_CHECK(pipefusion_parallel_degree == 1, "--pipefusion_parallel_degree ", pipefusion_parallel_degree,
+  XDIT_CHECK(
+      world() == world_size, "the parallel degrees multiply to ", world(), " (", describe(),
+      ") but the job has ", world_size, " rank", world_size == 1 ? "" : "s",
+      ": make dp x cfg x pp x ulysses x ring x tp equal the number of processes (mpirun -np)");
+  XDIT_CHECK(pipefusion_parallel_degree == 1, "--pipefusion_parallel_degree ",
+             pipefusion_parallel_degree,
              " is not supported yet: PipeFusion is the next runtime feature");
   XDIT_CHECK(tensor_parallel_degree == 1, "--tensor_parallel_degree ", tensor_parallel_degree,
              " is not supported yet");
@@ -31,15 +33,20 @@ void ParallelConfig::validate(int world_size) const {
 
 void ParallelConfig::validate_request(int64_t heads, int64_t patch_rows, double guidance_scale,
                                       size_t prompts) const {
-  XDIT_CHECK(heads % ulysses_degree == 0, "the model's ", heads, " attention heads are not divisible by --ulysses_degree ",
-             ulysses_degree, ": choose a Ulysses degree that divides ", heads, " (and use --ring_degree for the rest)");
-  XDIT_CHECK(patch_rows % sp() == 0, "the image has ", patch_rows, " rows of patches, not divisible by the sequence-parallel degree ",
-             sp(), " (ulysses ", ulysses_degree, " x ring ", ring_degree,
+  XDIT_CHECK(heads % ulysses_degree == 0, "the model's ", heads,
+             " attention heads are not divisible by --ulysses_degree ", ulysses_degree,
+             ": choose a Ulysses degree that divides ", heads,
+             " (and use --ring_degree for the rest)");
+  XDIT_CHECK(patch_rows % sp() == 0, "the image has ", patch_rows,
+             " rows of patches, not divisible by the sequence-parallel degree ", sp(), " (ulysses ",
+             ulysses_degree, " x ring ", ring_degree,
              "): pick a height whose latent rows / patch size divide evenly");
-  XDIT_CHECK(!use_cfg_parallel || guidance_scale > 1.0, "--use_cfg_parallel needs classifier-free guidance (--guidance_scale > 1), got ",
+  XDIT_CHECK(!use_cfg_parallel || guidance_scale > 1.0,
+             "--use_cfg_parallel needs classifier-free guidance (--guidance_scale > 1), got ",
              guidance_scale);
-  XDIT_CHECK(static_cast<size_t>(data_parallel_degree) <= prompts, "--data_parallel_degree ", data_parallel_degree,
-             " is more than the ", prompts, " prompt", prompts == 1 ? "" : "s", ": each data-parallel group needs a prompt");
+  XDIT_CHECK(static_cast<size_t>(data_parallel_degree) <= prompts, "--data_parallel_degree ",
+             data_parallel_degree, " is more than the ", prompts, " prompt",
+             prompts == 1 ? "" : "s", ": each data-parallel group needs a prompt");
 }
 
 Coord Mesh::coord_of(const ParallelConfig& c, int rank) {
@@ -83,8 +90,8 @@ std::string Mesh::layout() const {
   s << "mesh " << cfg_.describe() << " over " << cfg_.world() << " ranks:";
   for (int r = 0; r < cfg_.world(); ++r) {
     const Coord k = coord_of(cfg_, r);
-    s << (r ? ";" : "") << " rank " << r << " = dp " << k.dp << " cfg " << k.cfg << " sp " << k.sp << " (u " << k.ulysses
-      << ", r " << k.ring << ")";
+    s << (r ? ";" : "") << " rank " << r << " = dp " << k.dp << " cfg " << k.cfg << " sp " << k.sp
+      << " (u " << k.ulysses << ", r " << k.ring << ")";
   }
   return s.str();
 }

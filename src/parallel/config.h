@@ -22,7 +22,8 @@ struct ParallelConfig {
   int cfg() const { return use_cfg_parallel ? 2 : 1; }
   int sp() const { return ulysses_degree * ring_degree; }
   int world() const {
-    return data_parallel_degree * cfg() * pipefusion_parallel_degree * sp() * tensor_parallel_degree;
+    return data_parallel_degree * cfg() * pipefusion_parallel_degree * sp() *
+           tensor_parallel_degree;
   }
   bool serial() const { return world() == 1; }
   std::string describe() const;  // "dp=1 cfg=2 pp=1 ulysses=2 ring=1 tp=1"
@@ -32,7 +33,8 @@ struct ParallelConfig {
   // Degrees against the model and the request: heads divisible by Ulysses,
   // patch rows by the sequence-parallel degree, CFG parallel needs guidance,
   // no more data-parallel groups than prompts.
-  void validate_request(int64_t heads, int64_t patch_rows, double guidance_scale, size_t prompts) const;
+  void validate_request(int64_t heads, int64_t patch_rows, double guidance_scale,
+                        size_t prompts) const;
 };
 
 struct Coord {

@@ -10,8 +10,8 @@ namespace xdit::parallel {
 UspAttention::UspAttention(comm::Communicator& ulysses, comm::Communicator& ring)
     : ulysses_(ulysses), ring_(ring) {}
 
-void merge_attention(float* o, float* lse, const float* ob, const float* lse_b, int64_t B, int64_t S, int64_t H,
-                     int64_t D) {
+void merge_attention(float* o, float* lse, const float* ob, const float* lse_b, int64_t B,
+                     int64_t S, int64_t H, int64_t D) {
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
@@ -29,8 +29,9 @@ void merge_attention(float* o, float* lse, const float* ob, const float* lse_b, 
       }
 }
 
-void UspAttention::ring_attention(const float* q, const float* k, const float* v, float* out, int64_t B, int64_t H,
-                                  int64_t S, int64_t D, float scale, bool bf16) {
+void UspAttention::ring_attention(const float* q, const float* k, const float* v, float* out,
+                                  int64_t B, int64_t H, int64_t S, int64_t D, float scale,
+                                  bool bf16) {
   const int r = ring_.size(), me = ring_.rank();
   const size_t kv_n = static_cast<size_t>(B * S * H * D);
   // K and V of the current block travel together: [2][B, S, H, D].
@@ -139,7 +140,8 @@ void UspAttention::attend(const kernels::AttentionArgs& args, const nn::Attentio
   for (int j = 0; j < u; ++j)
     for (int64_t bn = 0; bn < B * N; ++bn)
       std::memcpy(args.out + bn * args.out_stride + j * Hu * D,
-                  recv_.data() + static_cast<size_t>(j) * oblock + bn * Hu * D, static_cast<size_t>(Hu * D) * 4);
+                  recv_.data() + static_cast<size_t>(j) * oblock + bn * Hu * D,
+                  static_cast<size_t>(Hu * D) * 4);
 }
 
 }  // namespace xdit::parallel

@@ -22,8 +22,8 @@ class UspAttention : public nn::AttentionBackend {
 
  private:
   // Exact attention of the local queries against the ring's K/V blocks.
-  void ring_attention(const float* q, const float* k, const float* v, float* out, int64_t batch, int64_t heads,
-                      int64_t tokens, int64_t head_dim, float scale, bool bf16);
+  void ring_attention(const float* q, const float* k, const float* v, float* out, int64_t batch,
+                      int64_t heads, int64_t tokens, int64_t head_dim, float scale, bool bf16);
   comm::Communicator& ulysses_;
   comm::Communicator& ring_;
   std::vector<float> send_, recv_, q_, kv_, kv_next_, out_, part_, lse_, lse_part_;
@@ -32,7 +32,7 @@ class UspAttention : public nn::AttentionBackend {
 // Merges a partial attention result into an accumulator, exactly:
 // lse' = log(e^lse + e^lse_b), o' = e^(lse−lse')·o + e^(lse_b−lse')·o_b, in f32.
 // o, ob: [B, S, H, D]; lse, lse_b: [B, H, S].
-void merge_attention(float* o, float* lse, const float* ob, const float* lse_b, int64_t batch, int64_t tokens,
-                     int64_t heads, int64_t head_dim);
+void merge_attention(float* o, float* lse, const float* ob, const float* lse_b, int64_t batch,
+                     int64_t tokens, int64_t heads, int64_t head_dim);
 
 }  // namespace xdit::parallel

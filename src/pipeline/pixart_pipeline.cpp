@@ -74,6 +74,10 @@ void PixArtPipeline::validate(LatentRequest& r) const {
                "negative_prompt_embeds ", shape_str(r.negative_embeds.shape()),
                " must match prompt_embeds ", shape_str(r.prompt_embeds.shape()));
   }
+  if (mesh_ != nullptr)
+    mesh_->config().validate_request(cfg_.num_attention_heads, r.height / vsf / cfg_.patch_size,
+                                     r.guidance_scale,
+                                     static_cast<size_t>(mesh_->config().data_parallel_degree));
   if (r.latents.defined()) {
     const Shape want{P, cfg_.in_channels, r.height / vsf, r.width / vsf};
     XDIT_CHECK(r.latents.shape() == want, "latents have shape ", shape_str(r.latents.shape()),
@@ -83,8 +87,12 @@ void PixArtPipeline::validate(LatentRequest& r) const {
 }
 
 void PixArtPipeline::load() {
-  if (!transformer_)
-    transformer_ = std::make_unique<models::PixArtTransformer>(cfg_, *weights_, dtype_);
+  if (transformer_) return;
+  transformer_ = std::make_unique<models::PixArtTransformer>(cfg_, *weights_, dtype_);
+  if (mesh_ != nullptr && mesh_->config().sp() > 1) {
+    usp_ = std::make_unique<parallel::UspAttention>(mesh_->ulysses_group(), mesh_->ring_group());
+    transformer_->set_attention_backend(usp_.get());
+  }
 }
 
 namespace {
@@ -98,6 +106,36 @@ Tensor cat_batch(const Tensor& a, const Tensor& b) {
   std::memcpy(out.data<float>() + af.numel(), bf.data<float>(), bf.nbytes());
   return out;
 }
+// All-gathers row slices [B, C, rows, W] of equal height over `group` into
+// the whole [B, C, rows·n, W], slices in rank order.
+Tensor gather_rows(comm::Communicator& group, const Tensor& local) {
+  const int n = group.size();
+  if (n == 1) return local;
+  const int64_t B = local.dim(0), C = local.dim(1), rows = local.dim(2), W = local.dim(3);
+  std::vector<float> all(static_cast<size_t>(local.numel()) * static_cast<size_t>(n));
+  group.allgather(local.data<float>(), all.data(), static_cast<size_t>(local.numel()),
+                  comm::Type::kF32);
+  Tensor out = Tensor::empty({B, C, rows * n, W});
+  for (int i = 0; i < n; ++i)
+    for (int64_t bc = 0; bc < B * C; ++bc)
+      std::memcpy(
+          out.data<float>() + (bc * rows * n + i * rows) * W,
+          all.data() + static_cast<size_t>(i) * static_cast<size_t>(local.numel()) + bc * rows * W,
+          static_cast<size_t>(rows * W) * 4);
+  return out;
+}
+
+// Concatenates equal-sized blocks from every rank of `group` along the batch.
+Tensor gather_batch(comm::Communicator& group, const Tensor& local) {
+  if (group.size() == 1) return local;
+  Shape s = local.shape();
+  s[0] *= group.size();
+  Tensor out = Tensor::empty(s);
+  group.allgather(local.data<float>(), out.data<float>(), static_cast<size_t>(local.numel()),
+                  comm::Type::kF32);
+  return out;
+}
+
 Tensor ones_mask(const Tensor& e) {
   Tensor m = Tensor::empty({e.dim(0), e.dim(1)});
   std::fill(m.data<float>(), m.data<float>() + m.numel(), 1.0f);
@@ -121,14 +159,26 @@ Tensor PixArtPipeline::generate_latents(const LatentRequest& req,
   // latents * init_noise_sigma (1 for DPM-Solver).
 
   const bool cfg = r.guidance_scale > 1.0;
+  // Under CFG parallel each CFG group runs one half: group 0 the negative
+  // prompt, group 1 the prompt; the predictions are all-gathered after.
+  const bool cfg_split = cfg && mesh_ != nullptr && mesh_->config().use_cfg_parallel;
+  const int cfg_rank = cfg_split ? mesh_->coord().cfg : 0;
   const Tensor pmask = r.prompt_mask.defined() ? r.prompt_mask : ones_mask(r.prompt_embeds);
-  Tensor text =
-      cfg ? cat_batch(r.negative_embeds, r.prompt_embeds) : r.prompt_embeds.to(DType::kF32);
-  Tensor mask =
-      cfg ? cat_batch(r.negative_mask.defined() ? r.negative_mask : ones_mask(r.negative_embeds),
-                      pmask)
-          : pmask.to(DType::kF32);
-  const int64_t MB = cfg ? 2 * P : P;
+  const Tensor nmask = !cfg                        ? Tensor()
+                       : r.negative_mask.defined() ? r.negative_mask
+                                                   : ones_mask(r.negative_embeds);
+  Tensor text, mask;
+  if (cfg_split) {
+    text = (cfg_rank == 0 ? r.negative_embeds : r.prompt_embeds).to(DType::kF32);
+    mask = (cfg_rank == 0 ? nmask : pmask).to(DType::kF32);
+  } else if (cfg) {
+    text = cat_batch(r.negative_embeds, r.prompt_embeds);
+    mask = cat_batch(nmask, pmask);
+  } else {
+    text = r.prompt_embeds.to(DType::kF32);
+    mask = pmask.to(DType::kF32);
+  }
+  const int64_t MB = (cfg && !cfg_split) ? 2 * P : P;
   Tensor resolution = Tensor::empty({MB, 2}), aspect = Tensor::empty({MB, 1});
   for (int64_t b = 0; b < MB; ++b) {
     resolution.data<float>()[2 * b] = static_cast<float>(r.height);
@@ -136,6 +186,10 @@ Tensor PixArtPipeline::generate_latents(const LatentRequest& req,
     aspect.data<float>()[b] =
         static_cast<float>(static_cast<double>(r.height) / static_cast<double>(r.width));
   }
+  // Sequence parallelism: this rank computes its share of the patch rows.
+  const int sp = mesh_ != nullptr ? mesh_->config().sp() : 1;
+  const int64_t rows_per_rank = h / cfg_.patch_size / sp;
+  const int64_t row0 = mesh_ != nullptr ? mesh_->coord().sp * rows_per_rank : 0;
 
   Tensor model_in = Tensor::empty({MB, C, h, w});
   Tensor noise = Tensor::empty({P, C, h, w});
@@ -153,7 +207,13 @@ Tensor PixArtPipeline::generate_latents(const LatentRequest& req,
     in.text_mask = &mask;
     in.resolution = &resolution;
     in.aspect_ratio = &aspect;
-    Tensor out = transformer_->forward(in);  // [MB, out_channels, h, w]
+    if (sp > 1) {
+      in.patch_row_begin = row0;
+      in.patch_row_end = row0 + rows_per_rank;
+    }
+    Tensor out = transformer_->forward(in);  // [MB, out_channels, h (or this rank's rows), w]
+    if (sp > 1) out = gather_rows(mesh_->sp_group(), out);
+    if (cfg_split) out = gather_batch(mesh_->cfg_group(), out);  // [uncond P; cond P]
     // CFG: uncond + g·(cond − uncond); learned sigma: keep the first C channels.
     const int64_t oc = cfg_.out_channels;
     const float g = static_cast<float>(r.guidance_scale);
@@ -281,6 +341,7 @@ ImageResult PixArtPipeline::generate(ImageRequest r,
   lr.num_inference_steps = r.num_inference_steps;
   lr.guidance_scale = r.guidance_scale;
   lr.seed = r.seed;
+  lr.latents = r.latents;
   Tensor latents = generate_latents(lr, on_step);
   const auto t2 = Clock::now();
   Tensor image = decode_latents(latents);

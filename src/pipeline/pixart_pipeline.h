@@ -17,6 +17,8 @@
 #include "models/pixart.h"
 #include "models/t5.h"
 #include "models/vae.h"
+#include "parallel/config.h"
+#include "parallel/usp_attention.h"
 #include "schedulers/dpm_solver.h"
 #include "tokenizers/t5_tokenizer.h"
 
@@ -45,6 +47,7 @@ struct ImageRequest {
   uint64_t seed = 42;
   bool resolution_binning = true;
   int64_t max_sequence_length = 0;  // 0 = 120 (PixArt-α) or 300 (PixArt-Σ)
+  Tensor latents;                   // initial latents; undefined = drawn from the seed
   // Filled by validate(): the size the model runs at (the bin, when binning).
   int64_t run_height = 0, run_width = 0;
 };
@@ -96,6 +99,11 @@ class PixArtPipeline {
   Tensor decode_latents(const Tensor& latents);
   // The whole pipeline.
   ImageResult generate(ImageRequest r, const std::function<void(const StepEvent&)>& on_step = {});
+  // Runs the transformer over the mesh: CFG halves on the two CFG groups,
+  // image rows split over the sequence-parallel group (Ulysses / Ring / USP
+  // attention). nullptr (the default) is the serial run. Set before load().
+  void set_mesh(parallel::Mesh* mesh) { mesh_ = mesh; }
+
   // generate() frees the text encoder after encoding (bounding peak memory
   // to the larger of T5 and transformer + VAE) unless asked to keep it.
   void set_keep_text_encoder(bool keep) { keep_text_encoder_ = keep; }
@@ -116,6 +124,8 @@ class PixArtPipeline {
   std::unique_ptr<io::WeightStore> vae_weights_;
   std::unique_ptr<models::VaeDecoder> vae_;
   bool keep_text_encoder_ = false;
+  parallel::Mesh* mesh_ = nullptr;
+  std::unique_ptr<parallel::UspAttention> usp_;
 };
 
 }  // namespace xdit::pipeline

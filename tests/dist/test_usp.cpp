@@ -41,7 +41,8 @@ void check_factorisation(int u, int r, bool bf16) {
   a.bf16 = bf16;
   kernels::attention(a);
   // This rank's token chunk, packed as the model would hold it.
-  std::vector<float> local(static_cast<size_t>(B * Nl * stride)), out(static_cast<size_t>(B * Nl * H * D));
+  std::vector<float> local(static_cast<size_t>(B * Nl * stride)),
+      out(static_cast<size_t>(B * Nl * H * D));
   for (int64_t b = 0; b < B; ++b)
     std::memcpy(local.data() + b * Nl * stride, qkv.data() + (b * N + me * Nl) * stride,
                 static_cast<size_t>(Nl * stride) * 4);
@@ -57,7 +58,8 @@ void check_factorisation(int u, int r, bool bf16) {
   for (int64_t b = 0; b < B; ++b)
     std::memcpy(want.data() + b * Nl * H * D, ref.data() + (b * N + me * Nl) * H * D,
                 static_cast<size_t>(Nl * H * D) * 4);
-  EXPECT_LT(test::rel_max_err(out, want), bf16 ? 3e-2 : 1e-5) << "ulysses " << u << " ring " << r << " rank " << me;
+  EXPECT_LT(test::rel_max_err(out, want), bf16 ? 3e-2 : 1e-5)
+      << "ulysses " << u << " ring " << r << " rank " << me;
 }
 
 TEST(UspAttention, EveryFactorisationMatchesSerial) {
@@ -78,7 +80,8 @@ TEST(UspAttention, CrossAttentionStaysLocal) {
   pc.ulysses_degree = world().size();
   Mesh mesh(pc, world());
   const int64_t B = 1, H = 4, D = 8, Sq = 5, Sk = 9;
-  auto q = test::randn(static_cast<size_t>(B * Sq * H * D), 7 + mesh.coord().sp), kv = test::randn(static_cast<size_t>(B * Sk * H * D), 8);
+  auto q = test::randn(static_cast<size_t>(B * Sq * H * D), 7 + mesh.coord().sp),
+       kv = test::randn(static_cast<size_t>(B * Sk * H * D), 8);
   std::vector<float> o1(static_cast<size_t>(B * Sq * H * D)), o2(o1.size());
   kernels::AttentionArgs a;
   a.q = q.data();
@@ -102,16 +105,17 @@ TEST(Mesh, RankOrderIsXDiTs) {
   pc.ring_degree = 2;
   for (int r = 0; r < 16; ++r) {
     const Coord k = Mesh::coord_of(pc, r);
-    EXPECT_EQ(k.ulysses, r % 2);        // Ulysses: contiguous
-    EXPECT_EQ(k.ring, (r / 2) % 2);     // Ring: strided
+    EXPECT_EQ(k.ulysses, r % 2);     // Ulysses: contiguous
+    EXPECT_EQ(k.ring, (r / 2) % 2);  // Ring: strided
     EXPECT_EQ(k.cfg, (r / 4) % 2);
-    EXPECT_EQ(k.dp, r / 8);             // dp outermost
+    EXPECT_EQ(k.dp, r / 8);  // dp outermost
   }
 }
 
 TEST(Merge, TwoHalvesOfTheKeysEqualTheWhole) {
   const int64_t B = 2, H = 3, S = 5, D = 4, K = 11;
-  auto q = test::randn(static_cast<size_t>(B * S * H * D), 1), k = test::randn(static_cast<size_t>(B * K * H * D), 2),
+  auto q = test::randn(static_cast<size_t>(B * S * H * D), 1),
+       k = test::randn(static_cast<size_t>(B * K * H * D), 2),
        v = test::randn(static_cast<size_t>(B * K * H * D), 3);
   auto run = [&](int64_t k0, int64_t k1, std::vector<float>& o, std::vector<float>& lse) {
     std::vector<float> ks, vs;

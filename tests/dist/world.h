@@ -4,5 +4,7 @@
 
 namespace xdit::test {
 extern comm::Communicator* g_world;  // set by dist/mpi_main.cpp
-inline comm::Communicator& world() { return *g_world; }
+inline comm::Communicator& world() {
+  return *g_world;
+}
 }  // namespace xdit::test

@@ -1,0 +1,106 @@
+#include "pipeline/distributed.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace xdit::pipeline {
+
+std::pair<int64_t, int64_t> dp_share(int64_t prompts, int dp, int g) {
+  return {prompts * g / dp, prompts * (g + 1) / dp};
+}
+
+namespace {
+
+// Rows [b, e) of a batch-major tensor.
+Tensor batch_slice(const Tensor& t, int64_t b, int64_t e) {
+  if (!t.defined()) return t;
+  Tensor f = t.to(DType::kF32);
+  Shape s = f.shape();
+  const int64_t per = f.numel() / s[0];
+  s[0] = e - b;
+  Tensor out = Tensor::empty(s);
+  std::memcpy(out.data<float>(), f.data<float>() + b * per, static_cast<size_t>((e - b) * per) * 4);
+  return out;
+}
+
+// Every DP group's bytes, in group order, on every rank of `dp_group`.
+std::vector<uint8_t> gather_groups(comm::Communicator& dp_group, const std::vector<uint8_t>& mine) {
+  std::vector<uint8_t> all;
+  for (int g = 0; g < dp_group.size(); ++g) {
+    uint64_t n = g == dp_group.rank() ? mine.size() : 0;
+    dp_group.broadcast(&n, sizeof n, comm::Type::kByte, g);
+    std::vector<uint8_t> buf = g == dp_group.rank() ? mine : std::vector<uint8_t>(n);
+    dp_group.broadcast(buf.data(), n, comm::Type::kByte, g);
+    all.insert(all.end(), buf.begin(), buf.end());
+  }
+  return all;
+}
+
+}  // namespace
+
+Tensor generate_latents_distributed(PixArtPipeline& pipe, parallel::Mesh& mesh, LatentRequest r,
+                                    const std::function<void(const StepEvent&)>& on_step) {
+  pipe.validate(r);
+  const int64_t P = r.prompt_embeds.dim(0);
+  const int dp = mesh.config().data_parallel_degree;
+  mesh.config().validate_request(pipe.config().num_attention_heads,
+                                 r.height / pipe.vae_scale_factor() / pipe.config().patch_size,
+                                 r.guidance_scale, static_cast<size_t>(P));
+  const auto [b, e] = dp_share(P, dp, mesh.coord().dp);
+  const int64_t vsf = pipe.vae_scale_factor();
+  if (!r.latents.defined())
+    r.latents =
+        TorchGenerator(r.seed).randn({P, pipe.config().in_channels, r.height / vsf, r.width / vsf});
+  LatentRequest mine = r;
+  mine.prompt_embeds = batch_slice(r.prompt_embeds, b, e);
+  mine.prompt_mask = batch_slice(r.prompt_mask, b, e);
+  mine.negative_embeds = batch_slice(r.negative_embeds, b, e);
+  mine.negative_mask = batch_slice(r.negative_mask, b, e);
+  mine.latents = batch_slice(r.latents, b, e);
+  Tensor out = pipe.generate_latents(mine, on_step);
+  if (dp == 1) return out;
+  std::vector<uint8_t> bytes(out.nbytes());
+  std::memcpy(bytes.data(), out.raw(), bytes.size());
+  std::vector<uint8_t> all = gather_groups(mesh.dp_group(), bytes);
+  Shape s = out.shape();
+  s[0] = P;
+  Tensor full = Tensor::empty(s);
+  XDIT_CHECK(all.size() == full.nbytes(), "data-parallel gather: got ", all.size(),
+             " bytes, expected ", full.nbytes());
+  std::memcpy(full.raw(), all.data(), all.size());
+  return full;
+}
+
+ImageResult generate_distributed(PixArtPipeline& pipe, parallel::Mesh& mesh, ImageRequest r,
+                                 const std::function<void(const StepEvent&)>& on_step) {
+  pipe.validate(r);
+  const int64_t P = static_cast<int64_t>(r.prompts.size());
+  const int dp = mesh.config().data_parallel_degree;
+  const int64_t vsf = pipe.vae_scale_factor();
+  mesh.config().validate_request(pipe.config().num_attention_heads,
+                                 r.run_height / vsf / pipe.config().patch_size, r.guidance_scale,
+                                 static_cast<size_t>(P));
+  const auto [b, e] = dp_share(P, dp, mesh.coord().dp);
+  if (!r.latents.defined())
+    r.latents = TorchGenerator(r.seed).randn(
+        {P, pipe.config().in_channels, r.run_height / vsf, r.run_width / vsf});
+  ImageRequest mine = r;
+  mine.prompts.assign(r.prompts.begin() + b, r.prompts.begin() + e);
+  mine.latents = batch_slice(r.latents, b, e);
+  ImageResult res = pipe.generate(mine, on_step);
+  if (dp == 1) return res;
+  std::vector<uint8_t> bytes;
+  for (const auto& img : res.rgb) bytes.insert(bytes.end(), img.begin(), img.end());
+  std::vector<uint8_t> all = gather_groups(mesh.dp_group(), bytes);
+  const size_t per = static_cast<size_t>(res.height * res.width * 3);
+  XDIT_CHECK(all.size() == per * static_cast<size_t>(P),
+             "data-parallel gather: image sizes differ");
+  res.rgb.clear();
+  for (int64_t i = 0; i < P; ++i)
+    res.rgb.emplace_back(all.begin() + i * per, all.begin() + (i + 1) * per);
+  return res;
+}
+
+}  // namespace xdit::pipeline

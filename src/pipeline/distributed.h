@@ -1,0 +1,27 @@
+// Running a request over the device mesh: data parallelism splits the prompts
+// into contiguous shares, one per DP group (each group draws the whole
+// batch's noise from the seed and takes its share, so the result equals the
+// serial batch); inside a group the pipeline runs with CFG / sequence
+// parallelism (PixArtPipeline::set_mesh). Results are assembled in prompt
+// order on every rank.
+#pragma once
+
+#include <utility>
+
+#include "parallel/config.h"
+#include "pipeline/pixart_pipeline.h"
+
+namespace xdit::pipeline {
+
+// The prompts [begin, end) of data-parallel group g of dp, for P prompts.
+std::pair<int64_t, int64_t> dp_share(int64_t prompts, int dp, int g);
+
+// Embeddings → final latents for the whole batch.
+Tensor generate_latents_distributed(PixArtPipeline& pipe, parallel::Mesh& mesh, LatentRequest r,
+                                    const std::function<void(const StepEvent&)>& on_step = {});
+
+// Prompts → images for the whole batch.
+ImageResult generate_distributed(PixArtPipeline& pipe, parallel::Mesh& mesh, ImageRequest r,
+                                 const std::function<void(const StepEvent&)>& on_step = {});
+
+}  // namespace xdit::pipeline
