@@ -5,12 +5,19 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 
+#include "comm/communicator.h"
+
 namespace xdit::app {
 
 // Registers the subcommand; the returned function runs it (returns the exit code).
 std::function<int()> add_generate(CLI::App& app);
 std::function<int()> add_bench(CLI::App& app);
 std::function<int()> add_info(CLI::App& app);
+std::function<int()> add_launch(CLI::App& app);
+
+// The job's world communicator (single-rank when not under mpirun).
+void set_world(comm::Communicator* world);
+comm::Communicator& world();
 
 // Shared by the subcommands.
 std::string default_model_dir();    // the built-in tiny model

@@ -16,14 +16,36 @@
 #include "io/png.h"
 #include "io/safetensors.h"
 #include "models/vae.h"
+#include "parallel/config.h"
+#include "pipeline/distributed.h"
 #include "pipeline/pixart_pipeline.h"
 
 namespace xdit::app {
 
 namespace fs = std::filesystem;
 
+namespace {
+comm::Communicator* g_world = nullptr;
+}
+
+void set_world(comm::Communicator* w) {
+  g_world = w;
+}
+comm::Communicator& world() {
+  XDIT_CHECK(g_world != nullptr, "no world communicator");
+  return *g_world;
+}
+
 void set_threads(int threads) {
-  if (threads > 0) omp_set_num_threads(threads);
+  if (threads > 0) {
+    omp_set_num_threads(threads);
+    return;
+  }
+  // Under mpirun, share the cores among the ranks on this machine.
+  if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) {
+    const int n = std::atoi(local);
+    if (n > 1) omp_set_num_threads(std::max(1, omp_get_num_procs() / n));
+  }
 }
 
 std::string default_model_dir() {
@@ -61,6 +83,7 @@ std::string human_bytes(double b) {
 namespace {
 
 struct GenerateOptions {
+  parallel::ParallelConfig parallel;
   std::string model, prompt_embeds, latents, output, output_type = "pil", dtype = "bf16",
                                                      negative_prompt;
   std::vector<std::string> prompts;
@@ -123,20 +146,36 @@ class Progress {
 std::map<std::string, std::string> png_metadata(const GenerateOptions& o, const std::string& prompt,
                                                 int64_t width, int64_t height,
                                                 const std::string& model) {
-  return {{"prompt", prompt},
-          {"negative_prompt", o.negative_prompt},
-          {"seed", std::to_string(o.seed)},
-          {"num_inference_steps", std::to_string(o.steps)},
-          {"guidance_scale", std::to_string(o.guidance)},
-          {"size", std::to_string(width) + "x" + std::to_string(height)},
-          {"model", model},
-          {"dtype", o.dtype},
-          {"parallel", "serial (1 process)"},
-          {"software", std::string("xdit ") + XDIT_VERSION}};
+  return {
+      {"prompt", prompt},
+      {"negative_prompt", o.negative_prompt},
+      {"seed", std::to_string(o.seed)},
+      {"num_inference_steps", std::to_string(o.steps)},
+      {"guidance_scale", std::to_string(o.guidance)},
+      {"size", std::to_string(width) + "x" + std::to_string(height)},
+      {"model", model},
+      {"dtype", o.dtype},
+      {"parallel", o.parallel.serial() ? std::string("serial (1 process)") : o.parallel.describe()},
+      {"software", std::string("xdit ") + XDIT_VERSION}};
+}
+
+// Test hook for the failure tests: XDIT_FAULT_RANK=r makes rank r fail at the
+// first denoising step, by throwing (XDIT_FAULT=throw, default) or by dying
+// without a word (XDIT_FAULT=kill).
+void maybe_inject_fault() {
+  const char* r = std::getenv("XDIT_FAULT_RANK");
+  if (r == nullptr || std::atoi(r) != world().rank()) return;
+  const char* how = std::getenv("XDIT_FAULT");
+  if (how != nullptr && std::string(how) == "kill") std::_Exit(9);
+  XDIT_FAIL("injected fault (XDIT_FAULT_RANK=", r, ")");
 }
 
 int run_generate(GenerateOptions o) {
   set_threads(o.threads);
+  comm::Communicator& w = world();
+  parallel::Mesh mesh(o.parallel, w);  // checks the degrees against the job before anything loads
+  if (w.size() > 1) XDIT_INFO(mesh.layout());
+  const bool writer = w.rank() == 0;  // one rank writes files
   XDIT_CHECK(o.output_type == "pil" || o.output_type == "png" || o.output_type == "latent",
              "--output_type must be pil (PNG files) or latent (a safetensors file), got '",
              o.output_type, "'");
@@ -156,17 +195,24 @@ int run_generate(GenerateOptions o) {
         "pass --model with a PixArt-α/Σ diffusers folder for real images");
   }
   const size_t n_images = o.prompts.empty() ? 0 : o.prompts.size();
-  if (!latent_out && n_images > 0)
-    for (const auto& p : output_paths(o.output, n_images)) check_writable(p);
-  else
-    check_writable(o.output);
+  if (writer) {
+    if (!latent_out && n_images > 0)
+      for (const auto& p : output_paths(o.output, n_images)) check_writable(p);
+    else
+      check_writable(o.output);
+  }
 
   pipeline::PixArtPipeline pipe(o.model, dtype);
+  pipe.set_mesh(&mesh);
   using Clock = std::chrono::steady_clock;
   auto secs = [](Clock::time_point a) {
     return std::chrono::duration<double>(Clock::now() - a).count();
   };
-  Progress progress;
+  Progress bar;
+  auto progress = [&](const pipeline::StepEvent& e) {
+    if (e.step == 1) maybe_inject_fault();
+    bar(e);
+  };
 
   if (!o.prompts.empty() && o.latents.empty() && !latent_out) {
     pipeline::ImageRequest r;
@@ -183,11 +229,12 @@ int run_generate(GenerateOptions o) {
     if (r.run_height != r.height || r.run_width != r.width)
       XDIT_INFO("resolution binning: generating at ", r.run_width, "x", r.run_height,
                 ", resized to ", r.width, "x", r.height, " (--no_resolution_binning to turn off)");
-    pipeline::ImageResult res = pipe.generate(r, std::ref(progress));
+    pipeline::ImageResult res = pipeline::generate_distributed(pipe, mesh, r, progress);
     const auto paths = output_paths(o.output, res.rgb.size());
-    for (size_t i = 0; i < res.rgb.size(); ++i)
-      io::write_png(paths[i], res.width, res.height, res.rgb[i],
-                    png_metadata(o, o.prompts[i], res.width, res.height, o.model));
+    if (writer)
+      for (size_t i = 0; i < res.rgb.size(); ++i)
+        io::write_png(paths[i], res.width, res.height, res.rgb[i],
+                      png_metadata(o, o.prompts[i], res.width, res.height, o.model));
     XDIT_INFO("text encoding ", seconds(res.text_seconds), ", denoising ",
               seconds(res.denoise_seconds), ", decoding ", seconds(res.decode_seconds),
               ", peak memory ", human_bytes(static_cast<double>(peak_rss_bytes())), " -> ",
@@ -246,14 +293,16 @@ int run_generate(GenerateOptions o) {
     probe.height = req.height;
     probe.width = req.width;
     pipe.validate(probe);
-    for (const auto& p : output_paths(o.output, static_cast<size_t>(req.prompt_embeds.dim(0))))
-      check_writable(p);
+    if (writer)
+      for (const auto& p : output_paths(o.output, static_cast<size_t>(req.prompt_embeds.dim(0))))
+        check_writable(p);
   }
   const auto t1 = Clock::now();
   pipe.load();
-  Tensor latents = pipe.generate_latents(req, std::ref(progress));
+  Tensor latents = pipeline::generate_latents_distributed(pipe, mesh, req, progress);
   const double denoise_s = secs(t1);
   if (latent_out) {
+    if (!writer) return 0;
     io::write_safetensors(o.output, {{"latents", latents}},
                           {{"seed", std::to_string(o.seed)},
                            {"steps", std::to_string(o.steps)},
@@ -270,6 +319,7 @@ int run_generate(GenerateOptions o) {
   const auto t2 = Clock::now();
   auto rgb = models::image_to_rgb8(pipe.decode_latents(latents));
   const auto paths = output_paths(o.output, rgb.size());
+  if (!writer) return 0;
   for (size_t i = 0; i < rgb.size(); ++i)
     io::write_png(paths[i], req.width, req.height, rgb[i],
                   png_metadata(o, o.prompts.empty() ? "(prompt embeddings)" : o.prompts[i],
@@ -315,7 +365,27 @@ std::function<int()> add_generate(CLI::App& app) {
                 "output file (default xdit.png, or latents.safetensors); "
                 "several prompts write NAME_0.png, NAME_1.png, ...");
   g->add_option("--dtype", o->dtype, "compute type: bf16 or f32")->capture_default_str();
-  g->add_option("--threads", o->threads, "OpenMP threads (default: all cores)");
+  g->add_option("--threads", o->threads,
+                "OpenMP threads per process (default: the cores, shared among local ranks)");
+  auto& p = o->parallel;
+  const char* par = "Parallel (under mpirun; the degrees must multiply to the number of ranks)";
+  g->add_option("--data_parallel_degree,--data-parallel-degree", p.data_parallel_degree,
+                "prompts split over this many groups")
+      ->group(par);
+  g->add_flag("--use_cfg_parallel,--use-cfg-parallel", p.use_cfg_parallel,
+              "the two halves of classifier-free guidance on two rank groups")
+      ->group(par);
+  g->add_option("--ulysses_degree,--ulysses-degree", p.ulysses_degree,
+                "Ulysses sequence parallelism")
+      ->group(par);
+  g->add_option("--ring_degree,--ring-degree", p.ring_degree, "Ring sequence parallelism")
+      ->group(par);
+  g->add_option("--pipefusion_parallel_degree,--pipefusion-parallel-degree",
+                p.pipefusion_parallel_degree, "PipeFusion stages (not yet)")
+      ->group(par);
+  g->add_option("--tensor_parallel_degree,--tensor-parallel-degree", p.tensor_parallel_degree,
+                "tensor parallelism (not yet)")
+      ->group(par);
   return [o] { return run_generate(*o); };
 }
 

@@ -6,10 +6,21 @@
 #include <string>
 
 #include "app/commands.h"
+#include "comm/communicator.h"
 #include "core/error.h"
 #include "core/log.h"
 
 int main(int argc, char** argv) {
+  // Under mpirun every rank runs this; MPI starts before anything else.
+  std::unique_ptr<xdit::comm::Communicator> world;
+  try {
+    world = xdit::comm::init_world(&argc, &argv);
+  } catch (const xdit::Error& e) {
+    std::fprintf(stderr, "xdit: error: %s\n", e.what());
+    return 1;
+  }
+  xdit::set_log_rank(world->rank(), world->size());
+  xdit::app::set_world(world.get());
   CLI::App app{"xdit: Diffusion Transformer inference (PixArt) on CPU, serial or parallel"};
   app.require_subcommand(1);
   // As with argparse (diffusers / xDiT scripts), a repeated option keeps its last value.
@@ -22,6 +33,7 @@ int main(int argc, char** argv) {
   add(xdit::app::add_generate(app));
   add(xdit::app::add_bench(app));
   add(xdit::app::add_info(app));
+  add(xdit::app::add_launch(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -31,19 +43,29 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "xdit: error: %s (see xdit --help)\n", e.what());
+    std::fprintf(stderr, "xdit: error: %s%s (see xdit --help)\n", xdit::rank_prefix().c_str(),
+                 e.what());
     return 2;
   }
+  // One rank's error ends every rank: print it, then abort the whole job
+  // (mpirun stops the others), so nothing waits forever in a collective.
+  auto fail = [&](const char* what) {
+    std::fprintf(stderr, "xdit: error: %s%s\n", xdit::rank_prefix().c_str(), what);
+    std::fflush(stderr);
+    if (world->size() > 1) world->abort(1);
+    return 1;
+  };
+  int rc = 0;
   try {
     for (auto& [sub, run] : runners)
-      if (sub->parsed()) return run();
+      if (sub->parsed()) rc = run();
   } catch (const xdit::Error& e) {
-    std::fprintf(stderr, "xdit: error: %s\n", e.what());
     XDIT_DEBUG("(raised at ", e.where(), ")");
-    return 1;
+    return fail(e.what());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "xdit: error: %s\n", e.what());
-    return 1;
+    return fail(e.what());
   }
-  return 0;
+  world.reset();
+  xdit::comm::finalize();
+  return rc;
 }

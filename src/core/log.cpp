@@ -13,7 +13,21 @@ bool env_flag(const char* name) {
 }
 }  // namespace
 
+namespace {
+int g_rank = 0, g_size = 1;
+}
+
+void set_log_rank(int rank, int size) {
+  g_rank = rank;
+  g_size = size;
+}
+
+std::string rank_prefix() {
+  return g_size > 1 ? "[rank " + std::to_string(g_rank) + "/" + std::to_string(g_size) + "] " : "";
+}
+
 bool log_enabled(LogLevel level) {
+  if (g_rank != 0) return false;
   static const bool verbose = env_flag("XDIT_VERBOSE");
   static const bool quiet = env_flag("XDIT_QUIET");
   switch (level) {

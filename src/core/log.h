@@ -12,6 +12,10 @@ enum class LogLevel { kDebug, kInfo, kWarn };
 
 bool log_enabled(LogLevel level);
 void log_line(LogLevel level, const std::string& line);
+// In a multi-rank job only rank 0 prints info and warnings (set once at start).
+void set_log_rank(int rank, int size);
+// "" in a single-process run, "[rank 3/4] " otherwise: prefixes error lines.
+std::string rank_prefix();
 
 }  // namespace xdit
 

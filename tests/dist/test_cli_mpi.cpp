@@ -1,0 +1,153 @@
+// xdit under mpirun end to end: parallel runs write the serial run's pixels,
+// configuration errors are one clear line, and a rank that fails (by an error
+// or by dying) ends the whole job quickly with its message — never a hang.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "io/png.h"
+#include "test_util.h"
+
+namespace xdit {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code;
+  std::string err;
+  double seconds;
+};
+
+class CliMpi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("xdit_mpi_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& n) const { return (dir_ / n).string(); }
+
+  // Runs `xdit ARGS` on `np` ranks (np 0: directly), with a hard time limit.
+  Result run(int np, const std::string& args, const std::string& env = "") const {
+    const std::string err = path("stderr.txt");
+    std::string cmd =
+        "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
+        "XDIT_QUIET=1 " +
+        env + " timeout 120 ";
+    if (np > 0)
+      cmd += std::string(MPIEXEC) + " -np " + std::to_string(np) +
+             " --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none ";
+    cmd += std::string("'") + XDIT_BINARY + "' " + args + " >/dev/null 2>'" + err + "'";
+    const auto t0 = std::chrono::steady_clock::now();
+    const int status = std::system(cmd.c_str());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::ifstream in(err);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, ss.str(), s};
+  }
+
+  std::string args(const std::string& out, const std::string& extra) const {
+    return "generate --model '" + std::string(XDIT_MODELS) +
+           "/pixart-sigma-tiny' --prompt 'a red fox' --prompt 'a cat on a mat' --height 128 "
+           "--width 96 "
+           "--num_inference_steps 3 --guidance_scale 3 --seed 5 --no_resolution_binning --dtype "
+           "f32 -o '" +
+           path(out) + "' " + extra;
+  }
+
+  // Max per-pixel difference between two PNGs.
+  static int pixel_diff(const std::string& a, const std::string& b) {
+    io::PngImage x = io::read_png(a), y = io::read_png(b);
+    EXPECT_EQ(x.rgb.size(), y.rgb.size());
+    int worst = 0;
+    for (size_t i = 0; i < std::min(x.rgb.size(), y.rgb.size()); ++i)
+      worst = std::max(worst, std::abs(static_cast<int>(x.rgb[i]) - y.rgb[i]));
+    return worst;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(CliMpi, ParallelRunsWriteTheSerialImages) {
+  Result s = run(0, args("serial.png", ""));
+  ASSERT_EQ(s.code, 0) << s.err;
+  for (const auto& [np, flags] :
+       std::vector<std::pair<int, std::string>>{{2, "--use_cfg_parallel"},
+                                                {2, "--ulysses_degree 2"},
+                                                {2, "--ring_degree 2"},
+                                                {2, "--data_parallel_degree 2"},
+                                                {4, "--use_cfg_parallel --ulysses_degree 2"},
+                                                {4, "--data_parallel_degree 2 --ring_degree 2"}}) {
+    SCOPED_TRACE(flags);
+    Result r = run(np, args("par.png", flags));
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_LE(pixel_diff(path("par_0.png"), path("serial_0.png")), 1);
+    EXPECT_LE(pixel_diff(path("par_1.png"), path("serial_1.png")), 1);
+    EXPECT_NE(io::read_png(path("par_0.png")).text["parallel"].find("dp="), std::string::npos);
+  }
+}
+
+TEST_F(CliMpi, DegreesThatDoNotMatchTheRanks) {
+  Result r = run(2, args("x.png", "--ulysses_degree 2 --ring_degree 2"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("xdit: error: [rank 0/2] the parallel degrees multiply to 4"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(path("x_0.png")));
+}
+
+TEST_F(CliMpi, HeadsNotDivisible) {
+  // PixArt-α tiny has 3 heads.
+  Result r =
+      run(2, "generate --model '" + std::string(XDIT_MODELS) +
+                 "/pixart-alpha-tiny' --prompt x --height 64 --width 64 --no_resolution_binning "
+                 "--ulysses_degree 2 -o '" +
+                 path("x.png") + "'");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("3 attention heads are not divisible by --ulysses_degree 2"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST_F(CliMpi, CfgParallelWithoutGuidanceAndTooManyDpGroups) {
+  Result r = run(2, args("x.png", "--use_cfg_parallel --guidance_scale 1"));
+  EXPECT_NE(r.err.find("--use_cfg_parallel needs classifier-free guidance"), std::string::npos)
+      << r.err;
+  r = run(4, args("x.png", "--data_parallel_degree 4"));
+  EXPECT_NE(r.err.find("more than the 2 prompts"), std::string::npos) << r.err;
+}
+
+TEST_F(CliMpi, AFailingRankEndsTheJobWithItsMessage) {
+  Result r = run(2, args("x.png", "--use_cfg_parallel"), "XDIT_FAULT_RANK=1");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.code, 124) << "timed out: the job hung";
+  EXPECT_NE(r.err.find("xdit: error: [rank 1/2] injected fault"), std::string::npos) << r.err;
+  EXPECT_LT(r.seconds, 30.0);
+}
+
+TEST_F(CliMpi, AKilledRankEndsTheJob) {
+  Result r = run(2, args("x.png", "--ulysses_degree 2"), "XDIT_FAULT_RANK=0 XDIT_FAULT=kill");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.code, 124) << "timed out: the job hung";
+  EXPECT_LT(r.seconds, 30.0);
+}
+
+TEST_F(CliMpi, LaunchRunsMpirun) {
+  Result r = run(0, "launch -n 2 -- " + args("l.png", "--use_cfg_parallel"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(path("l_0.png")));
+  EXPECT_TRUE(fs::exists(path("l_1.png")));
+}
+
+}  // namespace
+}  // namespace xdit
