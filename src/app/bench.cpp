@@ -29,6 +29,9 @@
 #include "models/pixart.h"
 #include "models/t5.h"
 #include "models/vae.h"
+#include "parallel/config.h"
+#include "parallel/gather.h"
+#include "parallel/usp_attention.h"
 
 namespace xdit::app {
 
@@ -168,13 +171,102 @@ nlohmann::json run_row(int64_t res, const std::string& dt_name, int warmup, int 
   return r;
 }
 
+// One step of the full-size transformer over two ranks with one layout
+// ("ulysses", "ring" or "cfg"), as the pipeline runs it: CFG halves or patch
+// rows per rank, then the gathers. Rank 0 returns the row.
+nlohmann::json run_parallel_row(int64_t res, const std::string& dt_name, const std::string& layout, int warmup,
+                                int repeat) {
+  comm::Communicator& w = world();
+  XDIT_CHECK(w.size() == 2, "bench parallel rows run on 2 ranks (got ", w.size(), ")");
+  parallel::ParallelConfig pc;
+  if (layout == "ulysses") pc.ulysses_degree = 2;
+  else if (layout == "ring") pc.ring_degree = 2;
+  else if (layout == "cfg") pc.use_cfg_parallel = true;
+  else XDIT_FAIL("unknown layout '", layout, "': ulysses, ring or cfg");
+  parallel::Mesh mesh(pc, w);
+  const DType dtype = parse_dtype(dt_name);
+  const double peak = gemm_peak(dtype);
+  const models::PixArtConfig cfg = models::PixArtConfig::alpha_xl_1024();
+  io::RandomWeights weights(1);
+  models::PixArtTransformer model(cfg, weights, dtype);
+  parallel::UspAttention usp(mesh.ulysses_group(), mesh.ring_group());
+  if (pc.sp() > 1) model.set_attention_backend(&usp);
+  const int64_t B = pc.use_cfg_parallel ? 1 : 2, h = res / 8, w8 = res / 8;
+  TorchGenerator g(0);
+  Tensor latents = g.randn({B, cfg.in_channels, h, w8});
+  Tensor text = g.randn({B, kTextTokens, cfg.caption_channels});
+  Tensor mask = Tensor::empty({B, kTextTokens});
+  for (int64_t i = 0; i < mask.numel(); ++i) mask.data<float>()[i] = (i % kTextTokens) < 100 ? 1.0f : 0.0f;
+  std::vector<float> rv, av;
+  for (int64_t b = 0; b < B; ++b) {
+    rv.push_back(static_cast<float>(res));
+    rv.push_back(static_cast<float>(res));
+    av.push_back(1.0f);
+  }
+  Tensor resolution = Tensor::from_vector(rv, {B, 2}), aspect = Tensor::from_vector(av, {B, 1});
+  models::PixArtInputs in;
+  in.latents = &latents;
+  in.timesteps.assign(static_cast<size_t>(B), 500.0f);
+  in.text = &text;
+  in.text_mask = &mask;
+  in.resolution = &resolution;
+  in.aspect_ratio = &aspect;
+  const int64_t rows = h / cfg.patch_size / pc.sp();
+  in.patch_row_begin = mesh.coord().sp * rows;
+  in.patch_row_end = in.patch_row_begin + rows;
+  auto step = [&] {
+    Tensor out = model.forward(in);
+    out = parallel::gather_rows(mesh.sp_group(), out);
+    if (pc.use_cfg_parallel) out = parallel::gather_batch(mesh.cfg_group(), out);
+  };
+  comm::Communicator* groups[] = {&mesh.sp_group(), &mesh.ulysses_group(), &mesh.ring_group(), &mesh.cfg_group()};
+  for (int i = 0; i < warmup; ++i) step();
+  double best = 1e30, comm_s = 0;
+  uint64_t comm_bytes = 0;
+  for (int i = 0; i < std::max(1, repeat); ++i) {
+    for (auto* c : groups) c->stats() = {};
+    w.barrier();
+    const auto t = Clock::now();
+    step();
+    const double s = seconds_since(t);
+    if (s < best) {
+      best = s;
+      comm_s = 0;
+      comm_bytes = 0;
+      for (auto* c : groups) comm_s += c->stats().seconds, comm_bytes += c->stats().bytes_sent;
+    }
+  }
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  const double flops = step_flops(cfg, 2, h, w8, kTextTokens);
+  return {{"name", "pixart_alpha_step_cfg_parallel"},
+          {"layout", layout},
+          {"ranks", 2},
+          {"resolution", res},
+          {"dtype", dt_name},
+          {"seconds", best},
+          {"comm_seconds", comm_s},
+          {"comm_bytes", comm_bytes},
+          {"flops", flops},
+          {"flops_per_s", flops / best},
+          {"peak_flops_per_s", peak},
+          {"peak_rss_bytes", static_cast<int64_t>(ru.ru_maxrss) * 1024},
+          {"threads", omp_get_max_threads()}};
+}
+
 // Runs one row in a child process (this binary with --row) and parses its JSON.
+// A layout runs the row on two ranks under mpirun.
 nlohmann::json run_child(const std::string& what, int64_t res, const std::string& dt,
-                         const BenchOptions& o) {
+                         const BenchOptions& o, const std::string& layout = "", int threads = 0) {
   std::ostringstream cmd;
+  if (!layout.empty())
+    cmd << "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe "
+           "--bind-to none ";
   cmd << "'/proc/" << ::getpid() << "/exe' bench " << what << " --row " << what << ":" << res << ":"
-      << dt << " --warmup " << o.warmup << " --repeat " << o.repeat;
-  if (o.threads > 0) cmd << " --threads " << o.threads;
+      << dt << (layout.empty() ? "" : ":" + layout) << " --warmup " << o.warmup << " --repeat "
+      << o.repeat;
+  if (threads > 0) cmd << " --threads " << threads;
+  else if (o.threads > 0) cmd << " --threads " << o.threads;
   FILE* f = ::popen(cmd.str().c_str(), "r");
   XDIT_CHECK(f != nullptr, "bench: cannot start a child process");
   std::string out;
@@ -194,21 +286,63 @@ std::string human(double v, const char* unit) {
   return s.str();
 }
 
+// 1 rank x 2 threads against 2 ranks x 1 thread for Ulysses, Ring and CFG parallel.
+int run_parallel_bench(const BenchOptions& o) {
+  XDIT_CHECK(world().size() == 1, "run `xdit bench parallel` itself without mpirun: it starts mpirun for its rows");
+  const int64_t res = *std::max_element(o.resolutions.begin(), o.resolutions.end());
+  const std::string dt = o.dtypes.front();
+  nlohmann::json base = run_child("transformer", res, dt, o, "", 2);
+  const double t1 = base["seconds"].get<double>();
+  if (o.json) std::cout << base.dump() << std::endl;
+  else
+    std::cout << "PixArt-alpha XL/2 step with CFG at " << res << " px, " << dt
+              << ": 1 rank x 2 threads against 2 ranks x 1 thread\n"
+              << std::left << std::setw(22) << "layout" << std::right << std::setw(10) << "s/step" << std::setw(12)
+              << "comm s" << std::setw(14) << "sent/rank" << std::setw(10) << "speed-up" << std::setw(12)
+              << "efficiency" << std::setw(11) << "peak RSS" << "\n"
+              << std::left << std::setw(22) << "serial (1x2 threads)" << std::right << std::setw(10) << std::fixed
+              << std::setprecision(2) << t1 << std::setw(12) << "-" << std::setw(14) << "-" << std::setw(10) << "1.00"
+              << std::setw(12) << "1.00" << std::setw(11)
+              << human(static_cast<double>(base["peak_rss_bytes"].get<int64_t>()), "B") << std::endl;
+  for (const char* layout : {"ulysses", "ring", "cfg"}) {
+    nlohmann::json r = run_child("parallel", res, dt, o, layout, 1);
+    const double t = r["seconds"].get<double>();
+    r["speedup"] = t1 / t;
+    r["efficiency"] = t1 / t;  // the same two cores either way
+    if (o.json) {
+      std::cout << r.dump() << std::endl;
+      continue;
+    }
+    std::cout << std::left << std::setw(22) << (std::string(layout) + " (2x1)") << std::right << std::setw(10)
+              << std::fixed << std::setprecision(2) << t << std::setw(12) << r["comm_seconds"].get<double>()
+              << std::setw(14) << human(static_cast<double>(r["comm_bytes"].get<uint64_t>()), "B") << std::setw(10)
+              << t1 / t << std::setw(12) << t1 / t << std::setw(11)
+              << human(static_cast<double>(r["peak_rss_bytes"].get<int64_t>()), "B") << std::endl;
+  }
+  return 0;
+}
+
 int run_bench(const BenchOptions& o) {
   set_threads(o.threads);
-  XDIT_CHECK(o.what == "transformer" || o.what == "t5" || o.what == "vae" || o.what == "all",
-             "unknown benchmark '", o.what, "': transformer, t5, vae or all");
-  if (!o.row.empty()) {  // child: WHAT:RES:DTYPE
-    const auto a = o.row.find(':'), b = o.row.rfind(':');
-    XDIT_CHECK(a != std::string::npos && b != a, "--row expects WHAT:RES:DTYPE");
-    const std::string what = o.row.substr(0, a), dt = o.row.substr(b + 1);
-    const int64_t res = std::stoll(o.row.substr(a + 1, b - a - 1));
-    nlohmann::json r = what == "t5"    ? run_t5_row(dt, o.warmup, o.repeat)
-                       : what == "vae" ? run_vae_row(res, dt, o.warmup, o.repeat)
-                                       : run_row(res, dt, o.warmup, o.repeat);
-    std::cout << r.dump() << std::endl;
+  XDIT_CHECK(o.what == "transformer" || o.what == "t5" || o.what == "vae" || o.what == "parallel" ||
+                 o.what == "all",
+             "unknown benchmark '", o.what, "': transformer, t5, vae, parallel or all");
+  if (!o.row.empty()) {  // child: WHAT:RES:DTYPE[:LAYOUT]
+    std::vector<std::string> f;
+    std::stringstream ss(o.row);
+    for (std::string part; std::getline(ss, part, ':');) f.push_back(part);
+    XDIT_CHECK(f.size() >= 3, "--row expects WHAT:RES:DTYPE[:LAYOUT]");
+    const std::string& what = f[0];
+    const std::string& dt = f[2];
+    const int64_t res = std::stoll(f[1]);
+    nlohmann::json r = what == "t5"         ? run_t5_row(dt, o.warmup, o.repeat)
+                       : what == "vae"      ? run_vae_row(res, dt, o.warmup, o.repeat)
+                       : what == "parallel" ? run_parallel_row(res, dt, f.at(3), o.warmup, o.repeat)
+                                            : run_row(res, dt, o.warmup, o.repeat);
+    if (world().rank() == 0) std::cout << r.dump() << std::endl;
     return 0;
   }
+  if (o.what == "parallel") return run_parallel_bench(o);
   for (const auto& dt : o.dtypes) {
     const DType t = parse_dtype(dt);
     XDIT_CHECK(t != DType::kF16, "bench: --dtypes takes bf16 and/or f32");
@@ -266,7 +400,7 @@ std::function<int()> add_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* b =
       app.add_subcommand("bench", "benchmarks against the GEMM peak measured in the same run");
-  b->add_option("what", o->what, "benchmark: transformer, t5, vae or all")->capture_default_str();
+  b->add_option("what", o->what, "benchmark: transformer, t5, vae, parallel or all")->capture_default_str();
   b->add_option("--resolutions", o->resolutions, "image sizes in pixels")
       ->delimiter(',')
       ->capture_default_str();

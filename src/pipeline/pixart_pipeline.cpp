@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/rng.h"
+#include "parallel/gather.h"
 #include "pipeline/resolution.h"
 
 namespace xdit::pipeline {
@@ -106,36 +107,6 @@ Tensor cat_batch(const Tensor& a, const Tensor& b) {
   std::memcpy(out.data<float>() + af.numel(), bf.data<float>(), bf.nbytes());
   return out;
 }
-// All-gathers row slices [B, C, rows, W] of equal height over `group` into
-// the whole [B, C, rows·n, W], slices in rank order.
-Tensor gather_rows(comm::Communicator& group, const Tensor& local) {
-  const int n = group.size();
-  if (n == 1) return local;
-  const int64_t B = local.dim(0), C = local.dim(1), rows = local.dim(2), W = local.dim(3);
-  std::vector<float> all(static_cast<size_t>(local.numel()) * static_cast<size_t>(n));
-  group.allgather(local.data<float>(), all.data(), static_cast<size_t>(local.numel()),
-                  comm::Type::kF32);
-  Tensor out = Tensor::empty({B, C, rows * n, W});
-  for (int i = 0; i < n; ++i)
-    for (int64_t bc = 0; bc < B * C; ++bc)
-      std::memcpy(
-          out.data<float>() + (bc * rows * n + i * rows) * W,
-          all.data() + static_cast<size_t>(i) * static_cast<size_t>(local.numel()) + bc * rows * W,
-          static_cast<size_t>(rows * W) * 4);
-  return out;
-}
-
-// Concatenates equal-sized blocks from every rank of `group` along the batch.
-Tensor gather_batch(comm::Communicator& group, const Tensor& local) {
-  if (group.size() == 1) return local;
-  Shape s = local.shape();
-  s[0] *= group.size();
-  Tensor out = Tensor::empty(s);
-  group.allgather(local.data<float>(), out.data<float>(), static_cast<size_t>(local.numel()),
-                  comm::Type::kF32);
-  return out;
-}
-
 Tensor ones_mask(const Tensor& e) {
   Tensor m = Tensor::empty({e.dim(0), e.dim(1)});
   std::fill(m.data<float>(), m.data<float>() + m.numel(), 1.0f);
@@ -212,8 +183,8 @@ Tensor PixArtPipeline::generate_latents(const LatentRequest& req,
       in.patch_row_end = row0 + rows_per_rank;
     }
     Tensor out = transformer_->forward(in);  // [MB, out_channels, h (or this rank's rows), w]
-    if (sp > 1) out = gather_rows(mesh_->sp_group(), out);
-    if (cfg_split) out = gather_batch(mesh_->cfg_group(), out);  // [uncond P; cond P]
+    if (sp > 1) out = parallel::gather_rows(mesh_->sp_group(), out);
+    if (cfg_split) out = parallel::gather_batch(mesh_->cfg_group(), out);  // [uncond P; cond P]
     // CFG: uncond + g·(cond − uncond); learned sigma: keep the first C channels.
     const int64_t oc = cfg_.out_channels;
     const float g = static_cast<float>(r.guidance_scale);
