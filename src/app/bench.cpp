@@ -174,15 +174,19 @@ nlohmann::json run_row(int64_t res, const std::string& dt_name, int warmup, int 
 // One step of the full-size transformer over two ranks with one layout
 // ("ulysses", "ring" or "cfg"), as the pipeline runs it: CFG halves or patch
 // rows per rank, then the gathers. Rank 0 returns the row.
-nlohmann::json run_parallel_row(int64_t res, const std::string& dt_name, const std::string& layout, int warmup,
-                                int repeat) {
+nlohmann::json run_parallel_row(int64_t res, const std::string& dt_name, const std::string& layout,
+                                int warmup, int repeat) {
   comm::Communicator& w = world();
   XDIT_CHECK(w.size() == 2, "bench parallel rows run on 2 ranks (got ", w.size(), ")");
   parallel::ParallelConfig pc;
-  if (layout == "ulysses") pc.ulysses_degree = 2;
-  else if (layout == "ring") pc.ring_degree = 2;
-  else if (layout == "cfg") pc.use_cfg_parallel = true;
-  else XDIT_FAIL("unknown layout '", layout, "': ulysses, ring or cfg");
+  if (layout == "ulysses")
+    pc.ulysses_degree = 2;
+  else if (layout == "ring")
+    pc.ring_degree = 2;
+  else if (layout == "cfg")
+    pc.use_cfg_parallel = true;
+  else
+    XDIT_FAIL("unknown layout '", layout, "': ulysses, ring or cfg");
   parallel::Mesh mesh(pc, w);
   const DType dtype = parse_dtype(dt_name);
   const double peak = gemm_peak(dtype);
@@ -196,7 +200,8 @@ nlohmann::json run_parallel_row(int64_t res, const std::string& dt_name, const s
   Tensor latents = g.randn({B, cfg.in_channels, h, w8});
   Tensor text = g.randn({B, kTextTokens, cfg.caption_channels});
   Tensor mask = Tensor::empty({B, kTextTokens});
-  for (int64_t i = 0; i < mask.numel(); ++i) mask.data<float>()[i] = (i % kTextTokens) < 100 ? 1.0f : 0.0f;
+  for (int64_t i = 0; i < mask.numel(); ++i)
+    mask.data<float>()[i] = (i % kTextTokens) < 100 ? 1.0f : 0.0f;
   std::vector<float> rv, av;
   for (int64_t b = 0; b < B; ++b) {
     rv.push_back(static_cast<float>(res));
@@ -219,7 +224,8 @@ nlohmann::json run_parallel_row(int64_t res, const std::string& dt_name, const s
     out = parallel::gather_rows(mesh.sp_group(), out);
     if (pc.use_cfg_parallel) out = parallel::gather_batch(mesh.cfg_group(), out);
   };
-  comm::Communicator* groups[] = {&mesh.sp_group(), &mesh.ulysses_group(), &mesh.ring_group(), &mesh.cfg_group()};
+  comm::Communicator* groups[] = {&mesh.sp_group(), &mesh.ulysses_group(), &mesh.ring_group(),
+                                  &mesh.cfg_group()};
   for (int i = 0; i < warmup; ++i) step();
   double best = 1e30, comm_s = 0;
   uint64_t comm_bytes = 0;
@@ -265,8 +271,10 @@ nlohmann::json run_child(const std::string& what, int64_t res, const std::string
   cmd << "'/proc/" << ::getpid() << "/exe' bench " << what << " --row " << what << ":" << res << ":"
       << dt << (layout.empty() ? "" : ":" + layout) << " --warmup " << o.warmup << " --repeat "
       << o.repeat;
-  if (threads > 0) cmd << " --threads " << threads;
-  else if (o.threads > 0) cmd << " --threads " << o.threads;
+  if (threads > 0)
+    cmd << " --threads " << threads;
+  else if (o.threads > 0)
+    cmd << " --threads " << o.threads;
   FILE* f = ::popen(cmd.str().c_str(), "r");
   XDIT_CHECK(f != nullptr, "bench: cannot start a child process");
   std::string out;
@@ -288,22 +296,26 @@ std::string human(double v, const char* unit) {
 
 // 1 rank x 2 threads against 2 ranks x 1 thread for Ulysses, Ring and CFG parallel.
 int run_parallel_bench(const BenchOptions& o) {
-  XDIT_CHECK(world().size() == 1, "run `xdit bench parallel` itself without mpirun: it starts mpirun for its rows");
+  XDIT_CHECK(world().size() == 1,
+             "run `xdit bench parallel` itself without mpirun: it starts mpirun for its rows");
   const int64_t res = *std::max_element(o.resolutions.begin(), o.resolutions.end());
   const std::string dt = o.dtypes.front();
   nlohmann::json base = run_child("transformer", res, dt, o, "", 2);
   const double t1 = base["seconds"].get<double>();
-  if (o.json) std::cout << base.dump() << std::endl;
+  if (o.json)
+    std::cout << base.dump() << std::endl;
   else
     std::cout << "PixArt-alpha XL/2 step with CFG at " << res << " px, " << dt
               << ": 1 rank x 2 threads against 2 ranks x 1 thread\n"
-              << std::left << std::setw(22) << "layout" << std::right << std::setw(10) << "s/step" << std::setw(12)
-              << "comm s" << std::setw(14) << "sent/rank" << std::setw(10) << "speed-up" << std::setw(12)
-              << "efficiency" << std::setw(11) << "peak RSS" << "\n"
-              << std::left << std::setw(22) << "serial (1x2 threads)" << std::right << std::setw(10) << std::fixed
-              << std::setprecision(2) << t1 << std::setw(12) << "-" << std::setw(14) << "-" << std::setw(10) << "1.00"
-              << std::setw(12) << "1.00" << std::setw(11)
-              << human(static_cast<double>(base["peak_rss_bytes"].get<int64_t>()), "B") << std::endl;
+              << std::left << std::setw(22) << "layout" << std::right << std::setw(10) << "s/step"
+              << std::setw(12) << "comm s" << std::setw(14) << "sent/rank" << std::setw(10)
+              << "speed-up" << std::setw(12) << "efficiency" << std::setw(11) << "peak RSS"
+              << "\n"
+              << std::left << std::setw(22) << "serial (1x2 threads)" << std::right << std::setw(10)
+              << std::fixed << std::setprecision(2) << t1 << std::setw(12) << "-" << std::setw(14)
+              << "-" << std::setw(10) << "1.00" << std::setw(12) << "1.00" << std::setw(11)
+              << human(static_cast<double>(base["peak_rss_bytes"].get<int64_t>()), "B")
+              << std::endl;
   for (const char* layout : {"ulysses", "ring", "cfg"}) {
     nlohmann::json r = run_child("parallel", res, dt, o, layout, 1);
     const double t = r["seconds"].get<double>();
@@ -313,9 +325,10 @@ int run_parallel_bench(const BenchOptions& o) {
       std::cout << r.dump() << std::endl;
       continue;
     }
-    std::cout << std::left << std::setw(22) << (std::string(layout) + " (2x1)") << std::right << std::setw(10)
-              << std::fixed << std::setprecision(2) << t << std::setw(12) << r["comm_seconds"].get<double>()
-              << std::setw(14) << human(static_cast<double>(r["comm_bytes"].get<uint64_t>()), "B") << std::setw(10)
+    std::cout << std::left << std::setw(22) << (std::string(layout) + " (2x1)") << std::right
+              << std::setw(10) << std::fixed << std::setprecision(2) << t << std::setw(12)
+              << r["comm_seconds"].get<double>() << std::setw(14)
+              << human(static_cast<double>(r["comm_bytes"].get<uint64_t>()), "B") << std::setw(10)
               << t1 / t << std::setw(12) << t1 / t << std::setw(11)
               << human(static_cast<double>(r["peak_rss_bytes"].get<int64_t>()), "B") << std::endl;
   }
@@ -400,7 +413,8 @@ std::function<int()> add_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* b =
       app.add_subcommand("bench", "benchmarks against the GEMM peak measured in the same run");
-  b->add_option("what", o->what, "benchmark: transformer, t5, vae, parallel or all")->capture_default_str();
+  b->add_option("what", o->what, "benchmark: transformer, t5, vae, parallel or all")
+      ->capture_default_str();
   b->add_option("--resolutions", o->resolutions, "image sizes in pixels")
       ->delimiter(',')
       ->capture_default_str();

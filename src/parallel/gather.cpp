@@ -26,7 +26,8 @@ Tensor gather_batch(comm::Communicator& group, const Tensor& local) {
   Shape s = local.shape();
   s[0] *= group.size();
   Tensor out = Tensor::empty(s);
-  group.allgather(local.data<float>(), out.data<float>(), static_cast<size_t>(local.numel()), comm::Type::kF32);
+  group.allgather(local.data<float>(), out.data<float>(), static_cast<size_t>(local.numel()),
+                  comm::Type::kF32);
   return out;
 }
 
