@@ -142,6 +142,35 @@ nlohmann::json run_vae_row(int64_t res, const std::string& dt_name, int warmup, 
                    [&] { vae.decode(z); });
 }
 
+// Random inputs of one PixArt step for batch B at res px: latents, 120 text
+// tokens of which 100 valid, micro-conditions, timestep 500.
+struct StepInputs {
+  Tensor latents, text, mask, resolution, aspect;
+  models::PixArtInputs in;
+  StepInputs(const models::PixArtConfig& cfg, int64_t B, int64_t res) {
+    TorchGenerator g(0);
+    latents = g.randn({B, cfg.in_channels, res / 8, res / 8});
+    text = g.randn({B, kTextTokens, cfg.caption_channels});
+    mask = Tensor::empty({B, kTextTokens});
+    resolution = Tensor::empty({B, 2});
+    aspect = Tensor::empty({B, 1});
+    for (int64_t i = 0; i < mask.numel(); ++i)
+      mask.data<float>()[i] = (i % kTextTokens) < 100 ? 1.0f : 0.0f;
+    for (int64_t b = 0; b < B; ++b) {
+      resolution.data<float>()[2 * b] = resolution.data<float>()[2 * b + 1] =
+          static_cast<float>(res);
+      aspect.data<float>()[b] = 1.0f;
+    }
+    in.latents = &latents;
+    in.timesteps.assign(static_cast<size_t>(B), 500.0f);
+    in.text = &text;
+    in.text_mask = &mask;
+    in.resolution = &resolution;
+    in.aspect_ratio = &aspect;
+  }
+  StepInputs(const StepInputs&) = delete;  // `in` points into this object
+};
+
 nlohmann::json run_row(int64_t res, const std::string& dt_name, int warmup, int repeat) {
   const DType dtype = parse_dtype(dt_name);
   const double peak = gemm_peak(dtype);
@@ -149,21 +178,8 @@ nlohmann::json run_row(int64_t res, const std::string& dt_name, int warmup, int 
   io::RandomWeights weights(1);
   models::PixArtTransformer model(cfg, weights, dtype);
   const int64_t B = 2, h = res / 8, w = res / 8;
-  TorchGenerator g(0);
-  Tensor latents = g.randn({B, cfg.in_channels, h, w});
-  Tensor text = g.randn({B, kTextTokens, cfg.caption_channels});
-  Tensor mask = Tensor::empty({B, kTextTokens});
-  for (int64_t i = 0; i < mask.numel(); ++i)
-    mask.data<float>()[i] = (i % kTextTokens) < 100 ? 1.0f : 0.0f;
-  Tensor resolution = Tensor::from_vector({float(res), float(res), float(res), float(res)}, {B, 2});
-  Tensor aspect = Tensor::from_vector({1.0f, 1.0f}, {B, 1});
-  models::PixArtInputs in;
-  in.latents = &latents;
-  in.timesteps = {500.0f, 500.0f};
-  in.text = &text;
-  in.text_mask = &mask;
-  in.resolution = &resolution;
-  in.aspect_ratio = &aspect;
+  StepInputs step(cfg, B, res);
+  models::PixArtInputs& in = step.in;
   nlohmann::json r =
       timed_row("pixart_alpha_step_cfg", res, dt_name, step_flops(cfg, B, h, w, kTextTokens), peak,
                 warmup, repeat, [&] { model.forward(in); });
@@ -196,26 +212,8 @@ nlohmann::json run_parallel_row(int64_t res, const std::string& dt_name, const s
   parallel::UspAttention usp(mesh.ulysses_group(), mesh.ring_group());
   if (pc.sp() > 1) model.set_attention_backend(&usp);
   const int64_t B = pc.use_cfg_parallel ? 1 : 2, h = res / 8, w8 = res / 8;
-  TorchGenerator g(0);
-  Tensor latents = g.randn({B, cfg.in_channels, h, w8});
-  Tensor text = g.randn({B, kTextTokens, cfg.caption_channels});
-  Tensor mask = Tensor::empty({B, kTextTokens});
-  for (int64_t i = 0; i < mask.numel(); ++i)
-    mask.data<float>()[i] = (i % kTextTokens) < 100 ? 1.0f : 0.0f;
-  std::vector<float> rv, av;
-  for (int64_t b = 0; b < B; ++b) {
-    rv.push_back(static_cast<float>(res));
-    rv.push_back(static_cast<float>(res));
-    av.push_back(1.0f);
-  }
-  Tensor resolution = Tensor::from_vector(rv, {B, 2}), aspect = Tensor::from_vector(av, {B, 1});
-  models::PixArtInputs in;
-  in.latents = &latents;
-  in.timesteps.assign(static_cast<size_t>(B), 500.0f);
-  in.text = &text;
-  in.text_mask = &mask;
-  in.resolution = &resolution;
-  in.aspect_ratio = &aspect;
+  StepInputs step_in(cfg, B, res);
+  models::PixArtInputs& in = step_in.in;
   const int64_t rows = h / cfg.patch_size / pc.sp();
   in.patch_row_begin = mesh.coord().sp * rows;
   in.patch_row_end = in.patch_row_begin + rows;
