@@ -89,13 +89,22 @@ struct PixArtTransformer::Block {
   nn::FeedForwardGelu ff;
 };
 
-PixArtTransformer::PixArtTransformer(const PixArtConfig& cfg, const WeightSource& w, DType compute)
-    : cfg_(cfg), ct_(kernels::resolve_compute_type(compute)), backend_(&nn::serial_attention()) {
+PixArtTransformer::PixArtTransformer(const PixArtConfig& cfg, const WeightSource& w, DType compute,
+                                     PixArtStage stage)
+    : cfg_(cfg),
+      stage_(stage),
+      ct_(kernels::resolve_compute_type(compute)),
+      backend_(&nn::serial_attention()) {
+  if (stage_.block_end < 0) stage_.block_end = cfg.num_layers;
+  XDIT_CHECK(stage_.block_begin >= 0 && stage_.block_begin <= stage_.block_end &&
+                 stage_.block_end <= cfg.num_layers,
+             "stage blocks [", stage_.block_begin, ", ", stage_.block_end, ") outside the model's ",
+             cfg.num_layers, " blocks");
   const int64_t d = cfg.hidden(), p = cfg.patch_size;
   XDIT_CHECK(!cfg.norm_elementwise_affine,
              "PixArt with norm_elementwise_affine=true is not supported");
   // The patch convolution's weight [d, C, p, p] is a [d, C·p·p] matrix over im2col columns.
-  {
+  if (stage_.first) {
     Tensor cw = w.get("pos_embed.proj.weight", {d, cfg.in_channels, p, p});
     Tensor cb = w.get("pos_embed.proj.bias", {d});
     patch_proj_ = Linear(cw.reshape({d, cfg.in_channels * p * p}), cb, ct_);
@@ -111,7 +120,7 @@ PixArtTransformer::PixArtTransformer(const PixArtConfig& cfg, const WeightSource
   caption_1_ = nn::load_linear(w, "caption_projection.linear_1", cfg.caption_channels, d, true, ct_,
                                kernels::Activation::kGeluTanh);
   caption_2_ = nn::load_linear(w, "caption_projection.linear_2", d, d, true, ct_);
-  for (int64_t i = 0; i < cfg.num_layers; ++i) {
+  for (int64_t i = stage_.block_begin; i < stage_.block_end; ++i) {
     const std::string pre = "transformer_blocks." + std::to_string(i);
     auto b = std::make_unique<Block>();
     b->table = nn::load_param(w, pre + ".scale_shift_table", {6, d});
@@ -122,15 +131,17 @@ PixArtTransformer::PixArtTransformer(const PixArtConfig& cfg, const WeightSource
     b->ff = nn::FeedForwardGelu(w, pre + ".ff", d, 4 * d, ct_);
     blocks_.push_back(std::move(b));
   }
-  out_table_ = nn::load_param(w, "scale_shift_table", {2, d});
-  proj_out_ = nn::load_linear(w, "proj_out", d, p * p * cfg.out_channels, true, ct_);
+  if (stage_.last) {
+    out_table_ = nn::load_param(w, "scale_shift_table", {2, d});
+    proj_out_ = nn::load_linear(w, "proj_out", d, p * p * cfg.out_channels, true, ct_);
+  }
   XDIT_DEBUG("PixArt transformer: ", cfg.num_layers, " blocks, hidden ", d, ", compute ",
              ct_ == nn::ComputeType::kBF16 ? "bf16" : "f32");
 }
 
 PixArtTransformer::~PixArtTransformer() = default;
 
-Tensor PixArtTransformer::forward(const PixArtInputs& in) {
+Tensor PixArtTransformer::forward(const PixArtInputs& in, const Tensor* hidden) {
   const PixArtConfig& c = cfg_;
   XDIT_CHECK(in.latents && in.text, "PixArt forward needs latents and text embeddings");
   const Tensor& x = *in.latents;
@@ -160,9 +171,15 @@ Tensor PixArtTransformer::forward(const PixArtInputs& in) {
   }
 
   // Patch embedding + position embedding (recomputed for the actual grid, as
-  // PatchEmbed does when it differs from the config's sample size).
+  // PatchEmbed does when it differs from the config's sample size); later
+  // pipeline stages start from the previous stage's hidden states.
   float* h = h_.get(static_cast<size_t>(B * N * d));
-  {
+  if (!stage_.first) {
+    XDIT_CHECK(hidden != nullptr && hidden->numel() == B * N * d,
+               "a later pipeline stage needs the previous stage's hidden states [", B, ", ", N,
+               ", ", d, "]");
+    std::memcpy(h, hidden->data<float>(), static_cast<size_t>(B * N * d) * 4);
+  } else {
     const int64_t k = c.in_channels * p * p;
     float* cols = cols_.get(static_cast<size_t>(B * N * k));
     const float* lat = x.data<float>();
@@ -234,7 +251,7 @@ Tensor PixArtTransformer::forward(const PixArtInputs& in) {
       for (int64_t i = 0; i < 6 * d; ++i) mod[b * 6 * d + i] = table[i] + t6[b * 6 * d + i];
     const float* m = mod.data();
     const int64_t ms = 6 * d;
-    const int layer = static_cast<int>(li);
+    const int layer = static_cast<int>(stage_.block_begin + static_cast<int64_t>(li));
 
     kernels::layer_norm(h, nrm, B * N, d, eps);
     kernels::modulate(nrm, nrm, B, N, d, m + 0 * d, m + 1 * d, ms);
@@ -254,6 +271,11 @@ Tensor PixArtTransformer::forward(const PixArtInputs& in) {
     XDIT_DEBUG("block ", li, " done, rss ", current_rss_bytes() >> 20, " MiB");
   }
 
+  if (!stage_.last) {
+    Tensor out = Tensor::empty({B, N, d});
+    std::memcpy(out.data<float>(), h, static_cast<size_t>(B * N * d) * 4);
+    return out;
+  }
   // Final layer: shift, scale = scale_shift_table + embedded_timestep.
   std::vector<float> fin(static_cast<size_t>(B * 2 * d));
   const float* ot = out_table_.data<float>();

@@ -56,19 +56,34 @@ struct PixArtInputs {
   int64_t patch_row_begin = 0, patch_row_end = 0;
 };
 
+// A pipeline stage: blocks [block_begin, block_end) of the model; the first
+// stage also embeds the patches, the last also has the output layer. Every
+// stage keeps the small timestep and caption embedders (each needs them).
+struct PixArtStage {
+  int64_t block_begin = 0;
+  int64_t block_end = -1;  // -1: to the last block
+  bool first = true, last = true;
+};
+
 class PixArtTransformer {
  public:
-  PixArtTransformer(const PixArtConfig& cfg, const io::WeightSource& weights, DType compute);
+  PixArtTransformer(const PixArtConfig& cfg, const io::WeightSource& weights, DType compute,
+                    PixArtStage stage = {});
   ~PixArtTransformer();
 
   const PixArtConfig& config() const { return cfg_; }
-  // Returns [B, out_channels, H, W] (or the computed rows' part of it).
-  Tensor forward(const PixArtInputs& in);
+  const PixArtStage& stage() const { return stage_; }
+  // The whole model (or a stage of it): returns [B, out_channels, H, W] (or
+  // the computed rows' part) from the last stage, and the hidden states
+  // [B, tokens, hidden] from other stages. A stage that is not the first takes
+  // the previous stage's hidden states in `hidden`.
+  Tensor forward(const PixArtInputs& in, const Tensor* hidden = nullptr);
   void set_attention_backend(nn::AttentionBackend* b) { backend_ = b; }
 
  private:
   struct Block;
   PixArtConfig cfg_;
+  PixArtStage stage_;
   nn::ComputeType ct_;
   kernels::Linear patch_proj_;
   nn::MlpSilu t_embedder_, res_embedder_, ar_embedder_;
