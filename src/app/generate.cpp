@@ -381,7 +381,19 @@ std::function<int()> add_generate(CLI::App& app) {
   g->add_option("--ring_degree,--ring-degree", p.ring_degree, "Ring sequence parallelism")
       ->group(par);
   g->add_option("--pipefusion_parallel_degree,--pipefusion-parallel-degree",
-                p.pipefusion_parallel_degree, "PipeFusion stages (not yet)")
+                p.pipefusion_parallel_degree,
+                "PipeFusion stages (the blocks split over this many ranks)")
+      ->group(par);
+  g->add_option("--num_pipeline_patch,--num-pipeline-patch", p.num_pipeline_patch,
+                "PipeFusion patches (default: the PipeFusion degree)")
+      ->group(par);
+  g->add_option("--warmup_steps,--warmup-steps", p.warmup_steps,
+                "PipeFusion warm-up steps on the whole image")
+      ->capture_default_str()
+      ->group(par);
+  g->add_option("--attn_layer_num_for_pp,--attn-layer-num-for-pp", p.attn_layer_num_for_pp,
+                "blocks per PipeFusion stage, e.g. 10,18 (must sum to the blocks)")
+      ->delimiter(',')
       ->group(par);
   g->add_option("--tensor_parallel_degree,--tensor-parallel-degree", p.tensor_parallel_degree,
                 "tensor parallelism (not yet)")

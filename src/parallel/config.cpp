@@ -24,9 +24,17 @@ void ParallelConfig::validate(int world_size) const {
       world() == world_size, "the parallel degrees multiply to ", world(), " (", describe(),
       ") but the job has ", world_size, " rank", world_size == 1 ? "" : "s",
       ": make dp x cfg x pp x ulysses x ring x tp equal the number of processes (mpirun -np)");
-  XDIT_CHECK(pipefusion_parallel_degree == 1, "--pipefusion_parallel_degree ",
-             pipefusion_parallel_degree,
-             " is not supported yet: PipeFusion is the next runtime feature");
+  XDIT_CHECK(pipefusion_parallel_degree == 1 || sp() == 1,
+             "PipeFusion combined with Ulysses/Ring (--pipefusion_parallel_degree ",
+             pipefusion_parallel_degree, " with sequence parallel degree ", sp(),
+             ") is not supported yet");
+  XDIT_CHECK(pipefusion_parallel_degree == 1 || warmup_steps >= 1,
+             "--warmup_steps must be at least 1, got ", warmup_steps,
+             ": PipeFusion fills its K/V buffers in the warm-up steps");
+  XDIT_CHECK(num_pipeline_patch == 0 || num_pipeline_patch >= pipefusion_parallel_degree,
+             "--num_pipeline_patch ", num_pipeline_patch,
+             " is smaller than --pipefusion_parallel_degree ", pipefusion_parallel_degree,
+             ": PipeFusion needs at least one patch per stage");
   XDIT_CHECK(tensor_parallel_degree == 1, "--tensor_parallel_degree ", tensor_parallel_degree,
              " is not supported yet");
 }
@@ -47,6 +55,44 @@ void ParallelConfig::validate_request(int64_t heads, int64_t patch_rows, double 
   XDIT_CHECK(static_cast<size_t>(data_parallel_degree) <= prompts, "--data_parallel_degree ",
              data_parallel_degree, " is more than the ", prompts, " prompt",
              prompts == 1 ? "" : "s", ": each data-parallel group needs a prompt");
+}
+
+void ParallelConfig::validate_pipefusion(int64_t num_blocks) const {
+  const int P = pipefusion_parallel_degree;
+  XDIT_CHECK(P <= num_blocks, "--pipefusion_parallel_degree ", P, " is more than the model's ",
+             num_blocks, " blocks");
+  if (!attn_layer_num_for_pp.empty()) {
+    XDIT_CHECK(static_cast<int>(attn_layer_num_for_pp.size()) == P, "--attn_layer_num_for_pp has ",
+               attn_layer_num_for_pp.size(), " entries but there are ", P, " PipeFusion stages");
+    int64_t sum = 0;
+    for (int n : attn_layer_num_for_pp) {
+      XDIT_CHECK(n >= 1, "--attn_layer_num_for_pp entries must be at least 1");
+      sum += n;
+    }
+    XDIT_CHECK(sum == num_blocks, "--attn_layer_num_for_pp sums to ", sum, " but the model has ",
+               num_blocks, " blocks");
+  }
+}
+
+std::vector<std::pair<int64_t, int64_t>> ParallelConfig::stage_blocks(int64_t num_blocks) const {
+  const int P = pipefusion_parallel_degree;
+  std::vector<std::pair<int64_t, int64_t>> v;
+  int64_t b = 0;
+  for (int s = 0; s < P; ++s) {
+    const int64_t n = attn_layer_num_for_pp.empty() ? num_blocks / P + (s < num_blocks % P ? 1 : 0)
+                                                    : attn_layer_num_for_pp[static_cast<size_t>(s)];
+    v.emplace_back(b, b + n);
+    b += n;
+  }
+  return v;
+}
+
+std::vector<std::pair<int64_t, int64_t>> ParallelConfig::patches(int64_t rows) const {
+  int64_t m = num_pipeline_patch > 0 ? num_pipeline_patch : pipefusion_parallel_degree;
+  if (m > rows) m = rows;  // the caller warns
+  std::vector<std::pair<int64_t, int64_t>> v;
+  for (int64_t j = 0; j < m; ++j) v.emplace_back(rows * j / m, rows * (j + 1) / m);
+  return v;
 }
 
 Coord Mesh::coord_of(const ParallelConfig& c, int rank) {
@@ -81,6 +127,7 @@ Mesh::Mesh(const ParallelConfig& cfg, comm::Communicator& world) : cfg_(cfg), wo
   ring_ = sp_->split(k.ulysses, k.ring);
   cfg_group_ = world.split(color(k.dp, 0, k.pp, k.sp, k.tp), k.cfg);
   dp_ = world.split(color(0, k.cfg, k.pp, k.sp, k.tp), k.dp);
+  pp_ = world.split(color(k.dp, k.cfg, 0, k.sp, k.tp), k.pp);
 }
 
 Mesh::~Mesh() = default;
@@ -90,8 +137,8 @@ std::string Mesh::layout() const {
   s << "mesh " << cfg_.describe() << " over " << cfg_.world() << " ranks:";
   for (int r = 0; r < cfg_.world(); ++r) {
     const Coord k = coord_of(cfg_, r);
-    s << (r ? ";" : "") << " rank " << r << " = dp " << k.dp << " cfg " << k.cfg << " sp " << k.sp
-      << " (u " << k.ulysses << ", r " << k.ring << ")";
+    s << (r ? ";" : "") << " rank " << r << " = dp " << k.dp << " cfg " << k.cfg << " pp " << k.pp
+      << " sp " << k.sp << " (u " << k.ulysses << ", r " << k.ring << ")";
   }
   return s.str();
 }

@@ -6,6 +6,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "comm/communicator.h"
 
@@ -18,6 +20,11 @@ struct ParallelConfig {
   int ulysses_degree = 1;
   int ring_degree = 1;
   int tensor_parallel_degree = 1;
+  // PipeFusion: patches (0 = the PipeFusion degree), warm-up steps, and blocks
+  // per stage (empty = as even as possible).
+  int num_pipeline_patch = 0;
+  int warmup_steps = 1;
+  std::vector<int> attn_layer_num_for_pp;
 
   int cfg() const { return use_cfg_parallel ? 2 : 1; }
   int sp() const { return ulysses_degree * ring_degree; }
@@ -35,6 +42,13 @@ struct ParallelConfig {
   // no more data-parallel groups than prompts.
   void validate_request(int64_t heads, int64_t patch_rows, double guidance_scale,
                         size_t prompts) const;
+  // PipeFusion against the model: blocks per stage, patches.
+  void validate_pipefusion(int64_t num_blocks) const;
+  // The blocks [begin, end) of each stage.
+  std::vector<std::pair<int64_t, int64_t>> stage_blocks(int64_t num_blocks) const;
+  // The patch-row ranges of the M patches over `patch_rows` rows (M reduced to
+  // the rows when it does not fit; the caller warns).
+  std::vector<std::pair<int64_t, int64_t>> patches(int64_t patch_rows) const;
 };
 
 struct Coord {
@@ -56,6 +70,7 @@ class Mesh {
   comm::Communicator& ring_group() { return *ring_; }
   comm::Communicator& cfg_group() { return *cfg_group_; }
   comm::Communicator& dp_group() { return *dp_; }
+  comm::Communicator& pp_group() { return *pp_; }
   // One line per rank: "rank 3: dp 0 cfg 1 sp 1 (ulysses 1, ring 0)".
   std::string layout() const;
 
@@ -63,7 +78,7 @@ class Mesh {
   ParallelConfig cfg_;
   comm::Communicator& world_;
   Coord coord_;
-  std::unique_ptr<comm::Communicator> sp_, ulysses_, ring_, cfg_group_, dp_;
+  std::unique_ptr<comm::Communicator> sp_, ulysses_, ring_, cfg_group_, dp_, pp_;
 };
 
 }  // namespace xdit::parallel

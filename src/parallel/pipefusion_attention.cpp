@@ -8,13 +8,15 @@
 namespace xdit::parallel {
 
 void PipeFusionAttention::set_window(int64_t total, int64_t t0, int64_t t1) {
-  XDIT_CHECK(0 <= t0 && t0 < t1 && t1 <= total, "PipeFusion window [", t0, ", ", t1, ") of ", total);
+  XDIT_CHECK(0 <= t0 && t0 < t1 && t1 <= total, "PipeFusion window [", t0, ", ", t1, ") of ",
+             total);
   total_ = total;
   t0_ = t0;
   t1_ = t1;
 }
 
-void PipeFusionAttention::attend(const kernels::AttentionArgs& args, const nn::AttentionSite& site) {
+void PipeFusionAttention::attend(const kernels::AttentionArgs& args,
+                                 const nn::AttentionSite& site) {
   if (site.cross) {
     kernels::attention(args);
     return;
@@ -37,8 +39,10 @@ void PipeFusionAttention::attend(const kernels::AttentionArgs& args, const nn::A
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < n; ++t) {
         const size_t row = static_cast<size_t>((b * total_ + t0_ + t) * HD);
-        std::memcpy(buf.k.data() + row, args.k + (b * n + t) * args.k_stride, static_cast<size_t>(HD) * 4);
-        std::memcpy(buf.v.data() + row, args.v + (b * n + t) * args.v_stride, static_cast<size_t>(HD) * 4);
+        std::memcpy(buf.k.data() + row, args.k + (b * n + t) * args.k_stride,
+                    static_cast<size_t>(HD) * 4);
+        std::memcpy(buf.v.data() + row, args.v + (b * n + t) * args.v_stride,
+                    static_cast<size_t>(HD) * 4);
       }
     buf.filled = buf.filled || whole;
   }

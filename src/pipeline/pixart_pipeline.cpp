@@ -12,6 +12,29 @@
 
 namespace xdit::pipeline {
 
+namespace {
+// Stored bytes of the weights a stage loads, as text ("412 MB").
+std::string human_weight_bytes(const io::WeightStore& w, const models::PixArtStage& stage) {
+  double bytes = 0;
+  for (const auto& name : w.names()) {
+    bool mine = true;
+    if (name.rfind("transformer_blocks.", 0) == 0) {
+      const int64_t b = std::stoll(name.substr(19));
+      mine = b >= stage.block_begin && b < stage.block_end;
+    } else if (name.rfind("pos_embed.", 0) == 0) {
+      mine = stage.first;
+    } else if (name.rfind("proj_out.", 0) == 0 || name == "scale_shift_table") {
+      mine = stage.last;
+    }
+    if (mine) bytes += static_cast<double>(shape_numel(w.shape(name))) * 4.0;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, bytes >= 1e9 ? "%.2f GB" : "%.1f MB",
+                bytes >= 1e9 ? bytes / 1e9 : bytes / 1e6);
+  return std::string(buf) + " (f32)";
+}
+}  // namespace
+
 PixArtPipeline::PixArtPipeline(const std::string& folder, DType dtype)
     : folder_(folder), dtype_(dtype) {
   const std::string tdir = folder_.component("transformer");
@@ -89,8 +112,24 @@ void PixArtPipeline::validate(LatentRequest& r) const {
 
 void PixArtPipeline::load() {
   if (transformer_) return;
-  transformer_ = std::make_unique<models::PixArtTransformer>(cfg_, *weights_, dtype_);
-  if (mesh_ != nullptr && mesh_->config().sp() > 1) {
+  models::PixArtStage stage;
+  if (mesh_ != nullptr && mesh_->config().pipefusion_parallel_degree > 1) {
+    // PipeFusion: this rank keeps only its stage's blocks.
+    const auto& pc = mesh_->config();
+    pc.validate_pipefusion(cfg_.num_layers);
+    const int s = mesh_->coord().pp;
+    const auto blocks = pc.stage_blocks(cfg_.num_layers)[static_cast<size_t>(s)];
+    stage = {blocks.first, blocks.second, s == 0, s == pc.pipefusion_parallel_degree - 1};
+  }
+  transformer_ = std::make_unique<models::PixArtTransformer>(cfg_, *weights_, dtype_, stage);
+  if (mesh_ != nullptr && mesh_->config().pipefusion_parallel_degree > 1) {
+    pipefusion_ = std::make_unique<parallel::PipeFusionAttention>();
+    transformer_->set_attention_backend(pipefusion_.get());
+    XDIT_INFO("PipeFusion stage ", mesh_->coord().pp, ": blocks [", stage.block_begin, ", ",
+              stage.block_end, ")", stage.first ? " + embeddings" : "",
+              stage.last ? " + output layer" : "", ", ", human_weight_bytes(*weights_, stage),
+              " of weights");
+  } else if (mesh_ != nullptr && mesh_->config().sp() > 1) {
     usp_ = std::make_unique<parallel::UspAttention>(mesh_->ulysses_group(), mesh_->ring_group());
     transformer_->set_attention_backend(usp_.get());
   }
@@ -113,6 +152,22 @@ Tensor ones_mask(const Tensor& e) {
   return m;
 }
 }  // namespace
+
+Tensor guided_noise(const Tensor& out, int64_t P, int64_t C, bool cfg, double guidance_scale) {
+  // CFG: uncond + g·(cond − uncond) with out = [uncond P; cond P]; learned
+  // sigma: keep the first C of the out_channels.
+  const int64_t oc = out.dim(1), hw = out.dim(2) * out.dim(3), plane = C * hw;
+  const float g = static_cast<float>(guidance_scale);
+  Tensor noise = Tensor::empty({P, C, out.dim(2), out.dim(3)});
+  const float* ob = out.data<float>();
+  for (int64_t b = 0; b < P; ++b)
+    for (int64_t j = 0; j < plane; ++j) {
+      const float cond = ob[(cfg ? P + b : b) * oc * hw + j];
+      noise.data<float>()[b * plane + j] =
+          cfg ? ob[b * oc * hw + j] + g * (cond - ob[b * oc * hw + j]) : cond;
+    }
+  return noise;
+}
 
 Tensor PixArtPipeline::generate_latents(const LatentRequest& req,
                                         const std::function<void(const StepEvent&)>& on_step) {
@@ -162,8 +217,11 @@ Tensor PixArtPipeline::generate_latents(const LatentRequest& req,
   const int64_t rows_per_rank = h / cfg_.patch_size / sp;
   const int64_t row0 = mesh_ != nullptr ? mesh_->coord().sp * rows_per_rank : 0;
 
+  if (mesh_ != nullptr && mesh_->config().pipefusion_parallel_degree > 1)
+    return pipefusion_loop(latents, sched, text, mask, resolution, aspect, MB, cfg, cfg_split,
+                           r.guidance_scale, on_step);
   Tensor model_in = Tensor::empty({MB, C, h, w});
-  Tensor noise = Tensor::empty({P, C, h, w});
+  Tensor noise;
   const int64_t plane = C * h * w;
   const auto& ts = sched.timesteps();
   for (size_t i = 0; i < ts.size(); ++i) {
@@ -185,16 +243,7 @@ Tensor PixArtPipeline::generate_latents(const LatentRequest& req,
     Tensor out = transformer_->forward(in);  // [MB, out_channels, h (or this rank's rows), w]
     if (sp > 1) out = parallel::gather_rows(mesh_->sp_group(), out);
     if (cfg_split) out = parallel::gather_batch(mesh_->cfg_group(), out);  // [uncond P; cond P]
-    // CFG: uncond + g·(cond − uncond); learned sigma: keep the first C channels.
-    const int64_t oc = cfg_.out_channels;
-    const float g = static_cast<float>(r.guidance_scale);
-    for (int64_t b = 0; b < P; ++b)
-      for (int64_t j = 0; j < plane; ++j) {
-        const float* ob = out.data<float>();
-        const float cond = ob[(cfg ? P + b : b) * oc * h * w + j];
-        noise.data<float>()[b * plane + j] =
-            cfg ? ob[b * oc * h * w + j] + g * (cond - ob[b * oc * h * w + j]) : cond;
-      }
+    noise = guided_noise(out, P, C, cfg, r.guidance_scale);
     sched.step(noise, latents);
     if (on_step) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -18,6 +18,7 @@
 #include "models/t5.h"
 #include "models/vae.h"
 #include "parallel/config.h"
+#include "parallel/pipefusion_attention.h"
 #include "parallel/usp_attention.h"
 #include "schedulers/dpm_solver.h"
 #include "tokenizers/t5_tokenizer.h"
@@ -69,6 +70,11 @@ struct StepEvent {
   double seconds = 0;  // this step
 };
 
+// The noise prediction from the transformer output [(2)P, out_channels, h, w]:
+// classifier-free guidance (when cfg, out = [uncond; cond]) and the first C
+// channels (PixArt's learned sigma).
+Tensor guided_noise(const Tensor& out, int64_t P, int64_t C, bool cfg, double guidance_scale);
+
 class PixArtPipeline {
  public:
   static constexpr int64_t kVaeScaleFactor = 8;
@@ -109,6 +115,11 @@ class PixArtPipeline {
   void set_keep_text_encoder(bool keep) { keep_text_encoder_ = keep; }
 
  private:
+  // PipeFusion's patch pipeline over the mesh's stages (pipeline/pipefusion.cpp).
+  Tensor pipefusion_loop(Tensor latents, schedulers::DPMSolverMultistep& sched, const Tensor& text,
+                         const Tensor& mask, const Tensor& resolution, const Tensor& aspect,
+                         int64_t MB, bool cfg, bool cfg_split, double guidance_scale,
+                         const std::function<void(const StepEvent&)>& on_step);
   io::ModelFolder folder_;
   DType dtype_;
   models::PixArtConfig cfg_;
@@ -126,6 +137,16 @@ class PixArtPipeline {
   bool keep_text_encoder_ = false;
   parallel::Mesh* mesh_ = nullptr;
   std::unique_ptr<parallel::UspAttention> usp_;
+  std::unique_ptr<parallel::PipeFusionAttention> pipefusion_;
+
+ public:
+  // After a PipeFusion run: this stage's attention (its K/V buffers) and the
+  // number of patch forwards it ran after the warm-up (for tests).
+  const parallel::PipeFusionAttention* pipefusion_attention() const { return pipefusion_.get(); }
+  int64_t pipefusion_patch_forwards() const { return patch_forwards_; }
+
+ private:
+  int64_t patch_forwards_ = 0;
 };
 
 }  // namespace xdit::pipeline

@@ -1,0 +1,215 @@
+// PipeFusion (arXiv 2405.14430, ../shared/research/REFERENCE.md §2): the
+// transformer's blocks split into P stages (one per rank of the PipeFusion
+// group), the latent into M row patches. Warm-up steps run the whole image
+// through the stages synchronously, filling every attention layer's K/V
+// buffer. Then, for each step and patch, stage s receives patch j's hidden
+// states (stage 0: patch j's latent as the last stage updated it), runs its
+// blocks with Q from patch j and K/V from its buffer (patch j fresh, the rest
+// as last computed), and sends patch j on without blocking; the next receive
+// is posted before computing. The last stage applies CFG and the DPM-Solver++
+// step to the patch's rows (the patch-aware step; the step index advances
+// after the last patch) and sends the updated rows back to stage 0.
+#include <chrono>
+#include <cstring>
+#include <deque>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "parallel/gather.h"
+#include "pipeline/pixart_pipeline.h"
+
+namespace xdit::pipeline {
+
+namespace {
+
+// Rows [r0, r1) of a [B, C, H, W] tensor.
+Tensor take_rows(const Tensor& t, int64_t r0, int64_t r1) {
+  const int64_t BC = t.dim(0) * t.dim(1), H = t.dim(2), W = t.dim(3), rows = r1 - r0;
+  Tensor out = Tensor::empty({t.dim(0), t.dim(1), rows, W});
+  for (int64_t bc = 0; bc < BC; ++bc)
+    std::memcpy(out.data<float>() + bc * rows * W, t.data<float>() + (bc * H + r0) * W,
+                static_cast<size_t>(rows * W) * 4);
+  return out;
+}
+
+void put_rows(Tensor& t, const float* rows_data, int64_t r0, int64_t r1) {
+  const int64_t BC = t.dim(0) * t.dim(1), H = t.dim(2), W = t.dim(3), rows = r1 - r0;
+  for (int64_t bc = 0; bc < BC; ++bc)
+    std::memcpy(t.data<float>() + (bc * H + r0) * W, rows_data + bc * rows * W,
+                static_cast<size_t>(rows * W) * 4);
+}
+
+// Non-blocking sends whose buffers live until they complete.
+class Outbox {
+ public:
+  explicit Outbox(comm::Communicator& c) : c_(c) {}
+  ~Outbox() { drain(); }
+  void send(Tensor t, int dest, int tag) {
+    auto req = c_.isend(t.raw(), static_cast<size_t>(t.numel()), comm::Type::kF32, dest, tag);
+    pending_.push_back({std::move(t), std::move(req)});
+    while (!pending_.empty() && pending_.front().second->test()) pending_.pop_front();
+  }
+  void drain() {
+    for (auto& p : pending_) p.second->wait();
+    pending_.clear();
+  }
+
+ private:
+  comm::Communicator& c_;
+  std::deque<std::pair<Tensor, std::unique_ptr<comm::Request>>> pending_;
+};
+
+constexpr int kHiddenTag = 1 << 20;  // + message index
+constexpr int kLatentTag = 2 << 20;
+
+}  // namespace
+
+Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::DPMSolverMultistep& sched,
+                                       const Tensor& text, const Tensor& mask,
+                                       const Tensor& resolution, const Tensor& aspect, int64_t MB,
+                                       bool cfg, bool cfg_split, double guidance_scale,
+                                       const std::function<void(const StepEvent&)>& on_step) {
+  parallel::Mesh& mesh = *mesh_;
+  comm::Communicator& pp = mesh.pp_group();
+  const auto& pc = mesh.config();
+  const int P = pc.pipefusion_parallel_degree, s = mesh.coord().pp;
+  const bool first = s == 0, last = s == P - 1;
+  const int64_t Pn = latents.dim(0), C = latents.dim(1), h = latents.dim(2), w = latents.dim(3);
+  const int64_t p = cfg_.patch_size, gw = w / p, gh = h / p, d = cfg_.hidden();
+  const auto patches = pc.patches(gh);
+  const int64_t M = static_cast<int64_t>(patches.size());
+  const int64_t requested = pc.num_pipeline_patch > 0 ? pc.num_pipeline_patch : P;
+  if (M != requested)
+    XDIT_WARN("--num_pipeline_patch ", requested, " does not fit the ", gh, " patch rows: using ",
+              M);
+  XDIT_CHECK(M >= P, "PipeFusion needs at least one patch row per stage: ", gh, " patch rows for ",
+             P, " stages");
+  const auto& ts = sched.timesteps();
+  const int64_t S = static_cast<int64_t>(ts.size());
+  const int64_t warmup = std::min<int64_t>(pc.warmup_steps, S);
+  patch_forwards_ = 0;
+
+  Tensor model_in = Tensor::empty({MB, C, h, w});
+  auto fill_model_in = [&] {
+    const int64_t plane = C * h * w;
+    for (int64_t k = 0; k < MB; ++k)
+      std::memcpy(model_in.data<float>() + k * plane, latents.data<float>() + (k % Pn) * plane,
+                  static_cast<size_t>(plane) * 4);
+  };
+  auto inputs = [&](int64_t step, int64_t r0, int64_t r1) {
+    models::PixArtInputs in;
+    in.latents = &model_in;
+    in.timesteps.assign(static_cast<size_t>(MB), static_cast<float>(ts[static_cast<size_t>(step)]));
+    in.text = &text;
+    in.text_mask = &mask;
+    in.resolution = &resolution;
+    in.aspect_ratio = &aspect;
+    in.patch_row_begin = r0;
+    in.patch_row_end = r1;
+    return in;
+  };
+  // The last stage: noise for rows [r0, r1) from the stage output, then the step.
+  auto finish_rows = [&](Tensor out, int64_t r0, int64_t r1) {
+    if (cfg_split) out = parallel::gather_batch(mesh.cfg_group(), out);
+    Tensor noise = guided_noise(out, Pn, C, cfg, guidance_scale);
+    Tensor rows = take_rows(latents, r0 * p, r1 * p);
+    sched.step(noise.data<float>(), rows.data<float>(), latents.shape(), r0 * p, r1 * p);
+    put_rows(latents, rows.data<float>(), r0 * p, r1 * p);
+    return rows;
+  };
+
+  Outbox outbox(pp);
+  int msg = 0;                            // message index, the same sequence on every stage
+  for (int64_t i = 0; i < warmup; ++i) {  // warm-up: the whole image, synchronously
+    const auto t0 = std::chrono::steady_clock::now();
+    if (pipefusion_) pipefusion_->set_window(gh * gw, 0, gh * gw);
+    fill_model_in();
+    models::PixArtInputs in = inputs(i, 0, gh);
+    Tensor hidden;
+    if (!first) {
+      hidden = Tensor::empty({MB, gh * gw, d});
+      pp.recv(hidden.raw(), static_cast<size_t>(hidden.numel()), comm::Type::kF32, s - 1,
+              kHiddenTag + msg);
+    }
+    Tensor out = transformer_->forward(in, first ? nullptr : &hidden);
+    if (!last) {
+      outbox.send(out, s + 1, kHiddenTag + msg);
+    } else {
+      finish_rows(out, 0, gh);
+    }
+    ++msg;
+    if (P > 1) {  // stage 0 needs the updated latents for the next step
+      if (last) outbox.send(latents.clone(), 0, kLatentTag + static_cast<int>(i));
+      if (first)
+        pp.recv(latents.raw(), static_cast<size_t>(latents.numel()), comm::Type::kF32, P - 1,
+                kLatentTag + static_cast<int>(i));
+    }
+    if (on_step) {
+      const double sec =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      on_step({i + 1, S, sec});
+    }
+  }
+
+  // The patch pipeline. Receive buffers are sized once per patch.
+  std::vector<Tensor> hidden_in(static_cast<size_t>(M)), latent_in(static_cast<size_t>(M));
+  for (int64_t j = 0; j < M; ++j) {
+    const int64_t rows =
+        patches[static_cast<size_t>(j)].second - patches[static_cast<size_t>(j)].first;
+    if (!first) hidden_in[static_cast<size_t>(j)] = Tensor::empty({MB, rows * gw, d});
+    if (first) latent_in[static_cast<size_t>(j)] = Tensor::empty({Pn, C, rows * p, w});
+  }
+  // The receive this stage needs for (step i, patch j), posted ahead of time.
+  auto post = [&](int64_t i, int64_t j, int m) -> std::unique_ptr<comm::Request> {
+    if (i >= S) return nullptr;
+    if (!first) {
+      Tensor& b = hidden_in[static_cast<size_t>(j)];
+      return pp.irecv(b.raw(), static_cast<size_t>(b.numel()), comm::Type::kF32, s - 1,
+                      kHiddenTag + m);
+    }
+    if (i > warmup &&
+        P > 1) {  // stage 0: patch j's rows as the last stage updated them in step i−1
+      Tensor& b = latent_in[static_cast<size_t>(j)];
+      return pp.irecv(b.raw(), static_cast<size_t>(b.numel()), comm::Type::kF32, P - 1,
+                      kLatentTag + static_cast<int>((i - 1) * M + j) + 1024);
+    }
+    return nullptr;
+  };
+  std::unique_ptr<comm::Request> pending = post(warmup, 0, msg);
+  for (int64_t i = warmup; i < S; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t j = 0; j < M; ++j) {
+      const auto [r0, r1] = patches[static_cast<size_t>(j)];
+      std::unique_ptr<comm::Request> mine = std::move(pending);
+      const int64_t ni = j + 1 < M ? i : i + 1, nj = j + 1 < M ? j + 1 : 0;
+      pending = post(ni, nj, msg + 1);  // the next receive, before computing this patch
+      if (mine) mine->wait();
+      if (first && i > warmup && P > 1)
+        put_rows(latents, latent_in[static_cast<size_t>(j)].data<float>(), r0 * p, r1 * p);
+      if (pipefusion_) pipefusion_->set_window(gh * gw, r0 * gw, r1 * gw);
+      if (first) fill_model_in();
+      models::PixArtInputs in = inputs(i, r0, r1);
+      Tensor out = transformer_->forward(in, first ? nullptr : &hidden_in[static_cast<size_t>(j)]);
+      ++patch_forwards_;
+      if (!last) {
+        outbox.send(out, s + 1, kHiddenTag + msg);
+      } else {
+        Tensor rows = finish_rows(out, r0, r1);
+        if (P > 1 && i + 1 < S)
+          outbox.send(rows, 0, kLatentTag + static_cast<int>(i * M + j) + 1024);
+      }
+      ++msg;
+    }
+    if (on_step) {
+      const double sec =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      on_step({i + 1, S, sec});
+    }
+  }
+  outbox.drain();
+  // The last stage holds the final latents; every rank returns them.
+  pp.broadcast(latents.raw(), static_cast<size_t>(latents.numel()), comm::Type::kF32, P - 1);
+  return latents;
+}
+
+}  // namespace xdit::pipeline
