@@ -124,6 +124,7 @@ void PixArtPipeline::load() {
   transformer_ = std::make_unique<models::PixArtTransformer>(cfg_, *weights_, dtype_, stage);
   if (mesh_ != nullptr && mesh_->config().pipefusion_parallel_degree > 1) {
     pipefusion_ = std::make_unique<parallel::PipeFusionAttention>();
+    pipefusion_->set_refresh(pipefusion_refresh_);
     transformer_->set_attention_backend(pipefusion_.get());
     XDIT_INFO("PipeFusion stage ", mesh_->coord().pp, ": blocks [", stage.block_begin, ", ",
               stage.block_end, ")", stage.first ? " + embeddings" : "",

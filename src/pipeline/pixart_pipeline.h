@@ -144,9 +144,13 @@ class PixArtPipeline {
   // number of patch forwards it ran after the warm-up (for tests).
   const parallel::PipeFusionAttention* pipefusion_attention() const { return pipefusion_.get(); }
   int64_t pipefusion_patch_forwards() const { return patch_forwards_; }
+  // Test switch: a PipeFusion stage that never refreshes its K/V buffers after
+  // the warm-up (the deviation test must catch it). Set before load().
+  void set_pipefusion_refresh(bool refresh) { pipefusion_refresh_ = refresh; }
 
  private:
   int64_t patch_forwards_ = 0;
+  bool pipefusion_refresh_ = true;
 };
 
 }  // namespace xdit::pipeline
