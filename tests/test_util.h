@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -31,6 +33,16 @@ inline double rel_max_err(const float* a, const float* b, size_t n) {
 inline double rel_max_err(const std::vector<float>& a, const std::vector<float>& b) {
   return rel_max_err(a.data(), b.data(), std::min(a.size(), b.size())) +
          (a.size() == b.size() ? 0.0 : 1e9);
+}
+
+// The message of the xdit::Error that `f` throws, or "(no error)".
+inline std::string error_message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
 }
 
 }  // namespace xdit::test

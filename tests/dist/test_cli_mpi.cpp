@@ -81,17 +81,18 @@ class CliMpi : public ::testing::Test {
 TEST_F(CliMpi, ParallelRunsWriteTheSerialImages) {
   Result s = run(0, args("serial.png", ""));
   ASSERT_EQ(s.code, 0) << s.err;
-  for (const auto& [np, flags] :
-       std::vector<std::pair<int, std::string>>{{2, "--use_cfg_parallel"},
-                                                {2, "--ulysses_degree 2"},
-                                                {2, "--ring_degree 2"},
-                                                {2, "--data_parallel_degree 2"},
-                                                {4, "--use_cfg_parallel --ulysses_degree 2"},
-                                                {4, "--data_parallel_degree 2 --ring_degree 2"},
-                                                // PipeFusion warmed up on every step is exact
-                                                {2, "--pipefusion_parallel_degree 2 --warmup_steps 3"},
-                                                {4, "--data_parallel_degree 2 --pipefusion_parallel_degree 2 "
-                                                    "--num_pipeline_patch 4 --warmup_steps 3"}}) {
+  for (const auto& [np, flags] : std::vector<std::pair<int, std::string>>{
+           {2, "--use_cfg_parallel"},
+           {2, "--ulysses_degree 2"},
+           {2, "--ring_degree 2"},
+           {2, "--data_parallel_degree 2"},
+           {4, "--use_cfg_parallel --ulysses_degree 2"},
+           {4, "--data_parallel_degree 2 --ring_degree 2"},
+           // PipeFusion warmed up on every step is exact
+           {2, "--pipefusion_parallel_degree 2 --warmup_steps 3"},
+           {4,
+            "--data_parallel_degree 2 --pipefusion_parallel_degree 2 "
+            "--num_pipeline_patch 4 --warmup_steps 3"}}) {
     SCOPED_TRACE(flags);
     Result r = run(np, args("par.png", flags));
     ASSERT_EQ(r.code, 0) << r.err;

@@ -135,14 +135,7 @@ TEST(ParallelForward, SequenceSlicesEqualTheWholeForward) {
 }
 
 TEST(ParallelConfigErrors, OneClearMessageEach) {
-  auto message = [](const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
+  const auto& message = test::error_message;
   EXPECT_NE(message([] { layout(1, true, 2, 1).validate(3); }).find("multiply to 4"),
             std::string::npos);
   EXPECT_NE(message([] {

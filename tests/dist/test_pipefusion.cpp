@@ -227,14 +227,7 @@ TEST(PipeFusion, EachStageRunsMTimesTheStepsAfterWarmup) {
 }
 
 TEST(PipeFusion, ConfigurationErrors) {
-  auto message = [](const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
+  const auto& message = test::error_message;
   EXPECT_NE(
       message([] { pf(8, 8, 1).validate_pipefusion(5); }).find("more than the model's 5 blocks"),
       std::string::npos);
