@@ -126,10 +126,16 @@ void PixArtPipeline::load() {
     pipefusion_ = std::make_unique<parallel::PipeFusionAttention>();
     pipefusion_->set_refresh(pipefusion_refresh_);
     transformer_->set_attention_backend(pipefusion_.get());
-    XDIT_INFO("PipeFusion stage ", mesh_->coord().pp, ": blocks [", stage.block_begin, ", ",
-              stage.block_end, ")", stage.first ? " + embeddings" : "",
-              stage.last ? " + output layer" : "", ", ", human_weight_bytes(*weights_, stage),
-              " of weights");
+    // Every stage's blocks and weight bytes, logged by rank 0.
+    const std::string line = detail::concat(
+        "PipeFusion stage ", mesh_->coord().pp, ": blocks [", stage.block_begin, ", ", stage.block_end, ")",
+        stage.first ? " + embeddings" : "", stage.last ? " + output layer" : "", ", ",
+        human_weight_bytes(*weights_, stage), " of weights");
+    constexpr size_t kLine = 256;
+    std::vector<char> mine(kLine, '\0'), all(kLine * static_cast<size_t>(mesh_->pp_group().size()));
+    std::memcpy(mine.data(), line.data(), std::min(line.size(), kLine - 1));
+    mesh_->pp_group().allgather(mine.data(), all.data(), kLine, comm::Type::kByte);
+    for (int i = 0; i < mesh_->pp_group().size(); ++i) XDIT_INFO(std::string(all.data() + i * kLine));
   } else if (mesh_ != nullptr && mesh_->config().sp() > 1) {
     usp_ = std::make_unique<parallel::UspAttention>(mesh_->ulysses_group(), mesh_->ring_group());
     transformer_->set_attention_backend(usp_.get());
