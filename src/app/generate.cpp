@@ -13,6 +13,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/memory.h"
+#include "core/trace.h"
+#include "io/file.h"
 #include "io/png.h"
 #include "io/safetensors.h"
 #include "models/vae.h"
@@ -84,6 +86,7 @@ namespace {
 
 struct GenerateOptions {
   parallel::ParallelConfig parallel;
+  std::string trace;
   std::string model, prompt_embeds, latents, output, output_type = "pil", dtype = "bf16",
                                                      negative_prompt;
   std::vector<std::string> prompts;
@@ -159,6 +162,23 @@ std::map<std::string, std::string> png_metadata(const GenerateOptions& o, const 
       {"software", std::string("xdit ") + XDIT_VERSION}};
 }
 
+// Every rank's trace events into one Chrome-trace file, written by rank 0.
+void write_trace(comm::Communicator& w, const std::string& path) {
+  std::string all;
+  for (int r = 0; r < w.size(); ++r) {
+    std::string mine = r == w.rank() ? trace::events_json() : std::string();
+    uint64_t n = mine.size();
+    w.broadcast(&n, sizeof n, comm::Type::kByte, r);
+    mine.resize(n);
+    w.broadcast(mine.data(), n, comm::Type::kByte, r);
+    if (!mine.empty()) all += (all.empty() ? "" : ",\n") + mine;
+  }
+  if (w.rank() == 0)
+    io::write_file_atomic(path, [&](std::ostream& f) {
+      f << "{\"traceEvents\": [\n" << all << "\n]}\n";
+    });
+}
+
 // Test hook for the failure tests: XDIT_FAULT_RANK=r makes rank r fail at the
 // first denoising step, by throwing (XDIT_FAULT=throw, default) or by dying
 // without a word (XDIT_FAULT=kill).
@@ -176,6 +196,17 @@ int run_generate(GenerateOptions o) {
   parallel::Mesh mesh(o.parallel, w);  // checks the degrees against the job before anything loads
   if (w.size() > 1) XDIT_INFO(mesh.layout());
   const bool writer = w.rank() == 0;  // one rank writes files
+  if (!o.trace.empty()) {
+    if (writer) check_writable(o.trace);
+    trace::enable(w.rank());
+  }
+  struct TraceAtEnd {  // written when generation returns normally
+    comm::Communicator& w;
+    const std::string& path;
+    ~TraceAtEnd() {
+      if (!path.empty() && std::uncaught_exceptions() == 0) write_trace(w, path);
+    }
+  } trace_at_end{w, o.trace};
   XDIT_CHECK(o.output_type == "pil" || o.output_type == "png" || o.output_type == "latent",
              "--output_type must be pil (PNG files) or latent (a safetensors file), got '",
              o.output_type, "'");
@@ -365,6 +396,9 @@ std::function<int()> add_generate(CLI::App& app) {
                 "output file (default xdit.png, or latents.safetensors); "
                 "several prompts write NAME_0.png, NAME_1.png, ...");
   g->add_option("--dtype", o->dtype, "compute type: bf16 or f32")->capture_default_str();
+  g->add_option(
+      "--trace", o->trace,
+      "write a Chrome-trace JSON timeline (each rank's compute, sends and receives) to FILE");
   g->add_option("--threads", o->threads,
                 "OpenMP threads per process (default: the cores, shared among local ranks)");
   auto& p = o->parallel;

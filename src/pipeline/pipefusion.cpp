@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/trace.h"
 #include "parallel/gather.h"
 #include "pipeline/pixart_pipeline.h"
 
@@ -127,11 +128,16 @@ Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::DPMSolverMult
     models::PixArtInputs in = inputs(i, 0, gh);
     Tensor hidden;
     if (!first) {
+      trace::Span sp("recv warm-up " + std::to_string(i), "comm");
       hidden = Tensor::empty({MB, gh * gw, d});
       pp.recv(hidden.raw(), static_cast<size_t>(hidden.numel()), comm::Type::kF32, s - 1,
               kHiddenTag + msg);
     }
-    Tensor out = transformer_->forward(in, first ? nullptr : &hidden);
+    Tensor out;
+    {
+      trace::Span sp("warm-up step " + std::to_string(i), "compute");
+      out = transformer_->forward(in, first ? nullptr : &hidden);
+    }
     if (!last) {
       outbox.send(out, s + 1, kHiddenTag + msg);
     } else {
@@ -183,17 +189,26 @@ Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::DPMSolverMult
       std::unique_ptr<comm::Request> mine = std::move(pending);
       const int64_t ni = j + 1 < M ? i : i + 1, nj = j + 1 < M ? j + 1 : 0;
       pending = post(ni, nj, msg + 1);  // the next receive, before computing this patch
-      if (mine) mine->wait();
+      if (mine) {
+        trace::Span sp("wait patch " + std::to_string(j) + " step " + std::to_string(i), "comm");
+        mine->wait();
+      }
       if (first && i > warmup && P > 1)
         put_rows(latents, latent_in[static_cast<size_t>(j)].data<float>(), r0 * p, r1 * p);
       if (pipefusion_) pipefusion_->set_window(gh * gw, r0 * gw, r1 * gw);
       if (first) fill_model_in();
       models::PixArtInputs in = inputs(i, r0, r1);
-      Tensor out = transformer_->forward(in, first ? nullptr : &hidden_in[static_cast<size_t>(j)]);
+      Tensor out;
+      {
+        trace::Span sp("patch " + std::to_string(j) + " step " + std::to_string(i), "compute");
+        out = transformer_->forward(in, first ? nullptr : &hidden_in[static_cast<size_t>(j)]);
+      }
       ++patch_forwards_;
       if (!last) {
+        trace::Span sp("send patch " + std::to_string(j), "comm");
         outbox.send(out, s + 1, kHiddenTag + msg);
       } else {
+        trace::Span sp("scheduler patch " + std::to_string(j), "scheduler");
         Tensor rows = finish_rows(out, r0, r1);
         if (P > 1 && i + 1 < S)
           outbox.send(rows, 0, kLatentTag + static_cast<int>(i * M + j) + 1024);

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/rng.h"
+#include "core/trace.h"
 #include "parallel/gather.h"
 #include "pipeline/resolution.h"
 
@@ -127,15 +128,17 @@ void PixArtPipeline::load() {
     pipefusion_->set_refresh(pipefusion_refresh_);
     transformer_->set_attention_backend(pipefusion_.get());
     // Every stage's blocks and weight bytes, logged by rank 0.
-    const std::string line = detail::concat(
-        "PipeFusion stage ", mesh_->coord().pp, ": blocks [", stage.block_begin, ", ", stage.block_end, ")",
-        stage.first ? " + embeddings" : "", stage.last ? " + output layer" : "", ", ",
-        human_weight_bytes(*weights_, stage), " of weights");
+    const std::string line =
+        detail::concat("PipeFusion stage ", mesh_->coord().pp, ": blocks [", stage.block_begin,
+                       ", ", stage.block_end, ")", stage.first ? " + embeddings" : "",
+                       stage.last ? " + output layer" : "", ", ",
+                       human_weight_bytes(*weights_, stage), " of weights");
     constexpr size_t kLine = 256;
     std::vector<char> mine(kLine, '\0'), all(kLine * static_cast<size_t>(mesh_->pp_group().size()));
     std::memcpy(mine.data(), line.data(), std::min(line.size(), kLine - 1));
     mesh_->pp_group().allgather(mine.data(), all.data(), kLine, comm::Type::kByte);
-    for (int i = 0; i < mesh_->pp_group().size(); ++i) XDIT_INFO(std::string(all.data() + i * kLine));
+    for (int i = 0; i < mesh_->pp_group().size(); ++i)
+      XDIT_INFO(std::string(all.data() + i * kLine));
   } else if (mesh_ != nullptr && mesh_->config().sp() > 1) {
     usp_ = std::make_unique<parallel::UspAttention>(mesh_->ulysses_group(), mesh_->ring_group());
     transformer_->set_attention_backend(usp_.get());
@@ -247,7 +250,11 @@ Tensor PixArtPipeline::generate_latents(const LatentRequest& req,
       in.patch_row_begin = row0;
       in.patch_row_end = row0 + rows_per_rank;
     }
-    Tensor out = transformer_->forward(in);  // [MB, out_channels, h (or this rank's rows), w]
+    Tensor out;
+    {
+      trace::Span span("step " + std::to_string(i), "compute");
+      out = transformer_->forward(in);  // [MB, out_channels, h (or this rank's rows), w]
+    }
     if (sp > 1) out = parallel::gather_rows(mesh_->sp_group(), out);
     if (cfg_split) out = parallel::gather_batch(mesh_->cfg_group(), out);  // [uncond P; cond P]
     noise = guided_noise(out, P, C, cfg, r.guidance_scale);

@@ -10,6 +10,9 @@
 #include <fstream>
 #include <sstream>
 
+#include <map>
+#include <nlohmann/json.hpp>
+
 #include "io/png.h"
 #include "test_util.h"
 
@@ -145,6 +148,26 @@ TEST_F(CliMpi, AKilledRankEndsTheJob) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.code, 124) << "timed out: the job hung";
   EXPECT_LT(r.seconds, 30.0);
+}
+
+TEST_F(CliMpi, PipeFusionTraceShowsEachStagesPatches) {
+  // pp 2, M 4, 3 steps with 1 warm-up: each stage computes 1 + 4·2 times.
+  Result r =
+      run(2, args("t.png", "--pipefusion_parallel_degree 2 --num_pipeline_patch 4 --trace '" +
+                               path("trace.json") + "'"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream in(path("trace.json"));
+  const auto j = nlohmann::json::parse(in);
+  std::map<std::pair<int, std::string>, int> count;
+  for (const auto& e : j.at("traceEvents")) {
+    EXPECT_EQ(e.at("ph"), "X");
+    EXPECT_GE(e.at("dur").get<int64_t>(), 0);
+    ++count[{e.at("pid").get<int>(), e.at("cat").get<std::string>()}];
+  }
+  EXPECT_EQ((count[{0, "compute"}]), 9);
+  EXPECT_EQ((count[{1, "compute"}]), 9);
+  EXPECT_EQ((count[{1, "scheduler"}]), 8);  // the last stage steps each patch
+  EXPECT_GT((count[{0, "comm"}]), 0);
 }
 
 TEST_F(CliMpi, LaunchRunsMpirun) {
