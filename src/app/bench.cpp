@@ -32,6 +32,7 @@
 #include "parallel/config.h"
 #include "parallel/gather.h"
 #include "parallel/usp_attention.h"
+#include "pipeline/pixart_pipeline.h"
 
 namespace xdit::app {
 
@@ -258,6 +259,58 @@ nlohmann::json run_parallel_row(int64_t res, const std::string& dt_name, const s
           {"threads", omp_get_max_threads()}};
 }
 
+// PipeFusion on two ranks (two stages of 14 blocks, M patches): the full
+// pipeline loop for one prompt with CFG, one warm-up step then one patch step;
+// the patch step is timed. Rank 0 returns the row with both ranks' memory.
+nlohmann::json run_pipefusion_row(int64_t res, const std::string& dt_name, int64_t m) {
+  comm::Communicator& w = world();
+  XDIT_CHECK(w.size() == 2, "bench PipeFusion rows run on 2 ranks (got ", w.size(), ")");
+  parallel::ParallelConfig pc;
+  pc.pipefusion_parallel_degree = 2;
+  pc.num_pipeline_patch = static_cast<int>(m);
+  pc.warmup_steps = 1;
+  parallel::Mesh mesh(pc, w);
+  const models::PixArtConfig cfg = models::PixArtConfig::alpha_xl_1024();
+  pipeline::PixArtPipeline pipe(cfg, schedulers::DPMSolverConfig{},
+                                std::make_unique<io::RandomWeights>(1), parse_dtype(dt_name));
+  pipe.set_mesh(&mesh);
+  TorchGenerator g(0);
+  pipeline::LatentRequest r;
+  r.prompt_embeds = g.randn({1, kTextTokens, cfg.caption_channels});
+  r.negative_embeds = g.randn({1, kTextTokens, cfg.caption_channels});
+  r.height = r.width = res;
+  r.num_inference_steps = 2;
+  r.guidance_scale = 4.5;
+  comm::Communicator& pp = mesh.pp_group();
+  double step_s = 0, comm_s = 0;
+  uint64_t bytes = 0;
+  pipe.generate_latents(r, [&](const pipeline::StepEvent& e) {
+    if (e.step == 1) {  // the warm-up: start counting the patch step from here
+      pp.stats() = {};
+      return;
+    }
+    step_s = e.seconds;
+    comm_s = pp.stats().seconds;
+    bytes = pp.stats().bytes_sent;
+  });
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  int64_t rss[2] = {static_cast<int64_t>(ru.ru_maxrss) * 1024, 0}, all[4];
+  w.allgather(rss, all, sizeof rss, comm::Type::kByte);
+  return {{"name", "pixart_alpha_step_cfg_pipefusion"},
+          {"layout", "pipefusion"},
+          {"ranks", 2},
+          {"patches", m},
+          {"resolution", res},
+          {"dtype", dt_name},
+          {"seconds", step_s},
+          {"comm_seconds", comm_s},
+          {"comm_bytes", bytes},
+          {"peak_rss_bytes", all[0]},
+          {"peak_rss_bytes_rank1", all[2]},
+          {"threads", omp_get_max_threads()}};
+}
+
 // Runs one row in a child process (this binary with --row) and parses its JSON.
 // A layout runs the row on two ranks under mpirun.
 nlohmann::json run_child(const std::string& what, int64_t res, const std::string& dt,
@@ -314,7 +367,8 @@ int run_parallel_bench(const BenchOptions& o) {
               << "-" << std::setw(10) << "1.00" << std::setw(12) << "1.00" << std::setw(11)
               << human(static_cast<double>(base["peak_rss_bytes"].get<int64_t>()), "B")
               << std::endl;
-  for (const char* layout : {"ulysses", "ring", "cfg"}) {
+  for (const char* layout :
+       {"ulysses", "ring", "cfg", "pipefusion-2", "pipefusion-4", "pipefusion-8"}) {
     nlohmann::json r = run_child("parallel", res, dt, o, layout, 1);
     const double t = r["seconds"].get<double>();
     r["speedup"] = t1 / t;
@@ -328,7 +382,11 @@ int run_parallel_bench(const BenchOptions& o) {
               << r["comm_seconds"].get<double>() << std::setw(14)
               << human(static_cast<double>(r["comm_bytes"].get<uint64_t>()), "B") << std::setw(10)
               << t1 / t << std::setw(12) << t1 / t << std::setw(11)
-              << human(static_cast<double>(r["peak_rss_bytes"].get<int64_t>()), "B") << std::endl;
+              << human(static_cast<double>(r["peak_rss_bytes"].get<int64_t>()), "B");
+    if (r.contains("peak_rss_bytes_rank1"))  // PipeFusion: each rank holds its stage
+      std::cout << " / "
+                << human(static_cast<double>(r["peak_rss_bytes_rank1"].get<int64_t>()), "B");
+    std::cout << std::endl;
   }
   return 0;
 }
@@ -346,8 +404,10 @@ int run_bench(const BenchOptions& o) {
     const std::string& what = f[0];
     const std::string& dt = f[2];
     const int64_t res = std::stoll(f[1]);
-    nlohmann::json r = what == "t5"         ? run_t5_row(dt, o.warmup, o.repeat)
-                       : what == "vae"      ? run_vae_row(res, dt, o.warmup, o.repeat)
+    nlohmann::json r = what == "t5"    ? run_t5_row(dt, o.warmup, o.repeat)
+                       : what == "vae" ? run_vae_row(res, dt, o.warmup, o.repeat)
+                       : what == "parallel" && f.at(3).rfind("pipefusion", 0) == 0
+                           ? run_pipefusion_row(res, dt, std::stoll(f.at(3).substr(11)))
                        : what == "parallel" ? run_parallel_row(res, dt, f.at(3), o.warmup, o.repeat)
                                             : run_row(res, dt, o.warmup, o.repeat);
     if (world().rank() == 0) std::cout << r.dump() << std::endl;

@@ -15,7 +15,10 @@ namespace xdit::pipeline {
 
 namespace {
 // Stored bytes of the weights a stage loads, as text ("412 MB").
-std::string human_weight_bytes(const io::WeightStore& w, const models::PixArtStage& stage) {
+std::string human_weight_bytes(const io::WeightSource& src, const models::PixArtStage& stage) {
+  const auto* store = dynamic_cast<const io::WeightStore*>(&src);
+  if (store == nullptr) return "random weights";
+  const io::WeightStore& w = *store;
   double bytes = 0;
   for (const auto& name : w.names()) {
     bool mine = true;
@@ -32,23 +35,32 @@ std::string human_weight_bytes(const io::WeightStore& w, const models::PixArtSta
   char buf[32];
   std::snprintf(buf, sizeof buf, bytes >= 1e9 ? "%.2f GB" : "%.1f MB",
                 bytes >= 1e9 ? bytes / 1e9 : bytes / 1e6);
-  return std::string(buf) + " (f32)";
+  return std::string(buf) + " of weights (as f32)";
 }
 }  // namespace
 
 PixArtPipeline::PixArtPipeline(const std::string& folder, DType dtype)
     : folder_(folder), dtype_(dtype) {
-  const std::string tdir = folder_.component("transformer");
-  cfg_ = models::PixArtConfig::from_json(folder_.component_config("transformer", "config.json"),
+  const std::string tdir = folder_->component("transformer");
+  cfg_ = models::PixArtConfig::from_json(folder_->component_config("transformer", "config.json"),
                                          tdir + "/config.json");
-  const std::string sdir = folder_.component("scheduler");
+  const std::string sdir = folder_->component("scheduler");
   sched_cfg_ = schedulers::DPMSolverConfig::from_json(
-      folder_.component_config("scheduler", "scheduler_config.json"),
+      folder_->component_config("scheduler", "scheduler_config.json"),
       sdir + "/scheduler_config.json");
   weights_ = std::make_unique<io::WeightStore>(tdir);  // maps files, checks headers
 }
 
+PixArtPipeline::PixArtPipeline(const models::PixArtConfig& cfg, const schedulers::DPMSolverConfig& sched,
+                               std::unique_ptr<io::WeightSource> weights, DType dtype)
+    : dtype_(dtype), cfg_(cfg), sched_cfg_(sched), weights_(std::move(weights)) {}
+
 PixArtPipeline::~PixArtPipeline() = default;
+
+const io::ModelFolder& PixArtPipeline::folder() const {
+  XDIT_CHECK(folder_.has_value(), "this pipeline was built without a model folder");
+  return *folder_;
+}
 
 namespace {
 void check_embeds(const Tensor& e, const Tensor& mask, const char* name, int64_t channels) {
@@ -66,14 +78,15 @@ void check_embeds(const Tensor& e, const Tensor& mask, const char* name, int64_t
 
 int64_t PixArtPipeline::vae_scale_factor() const {
   if (vae_cfg_) return vae_cfg_->scale_factor();
-  const std::string cfg = folder_.root() + "/vae/config.json";
+  if (!folder_) return kVaeScaleFactor;
+  const std::string cfg = folder_->root() + "/vae/config.json";
   if (std::filesystem::is_regular_file(cfg))
     return models::VaeConfig::from_json(io::read_json_file(cfg), cfg).scale_factor();
   return kVaeScaleFactor;
 }
 
 int64_t PixArtPipeline::default_max_sequence_length() const {
-  return folder_.pipeline_class() == "PixArtSigmaPipeline" ? 300 : 120;
+  return folder_ && folder_->pipeline_class() == "PixArtSigmaPipeline" ? 300 : 120;
 }
 
 void PixArtPipeline::validate(LatentRequest& r) const {
@@ -132,7 +145,7 @@ void PixArtPipeline::load() {
         detail::concat("PipeFusion stage ", mesh_->coord().pp, ": blocks [", stage.block_begin,
                        ", ", stage.block_end, ")", stage.first ? " + embeddings" : "",
                        stage.last ? " + output layer" : "", ", ",
-                       human_weight_bytes(*weights_, stage), " of weights");
+                       human_weight_bytes(*weights_, stage));
     constexpr size_t kLine = 256;
     std::vector<char> mine(kLine, '\0'), all(kLine * static_cast<size_t>(mesh_->pp_group().size()));
     std::memcpy(mine.data(), line.data(), std::min(line.size(), kLine - 1));
@@ -274,19 +287,19 @@ void PixArtPipeline::validate(ImageRequest& r) {
   XDIT_CHECK(r.guidance_scale >= 0, "guidance_scale must be >= 0");
   // Text side: tokenizer/spiece.model, text_encoder/config.json and weights.
   if (!tokenizer_)
-    tokenizer_ = std::make_unique<tokenizers::T5Tokenizer>(folder_.component("tokenizer"));
+    tokenizer_ = std::make_unique<tokenizers::T5Tokenizer>(folder().component("tokenizer"));
   if (!t5_cfg_) {
-    const std::string dir = folder_.component("text_encoder");
+    const std::string dir = folder().component("text_encoder");
     t5_cfg_ = std::make_unique<models::T5Config>(models::T5Config::from_json(
-        folder_.component_config("text_encoder", "config.json"), dir + "/config.json"));
+        folder().component_config("text_encoder", "config.json"), dir + "/config.json"));
     XDIT_CHECK(t5_cfg_->d_model == cfg_.caption_channels, "text encoder width ", t5_cfg_->d_model,
                " does not match the transformer's caption_channels ", cfg_.caption_channels);
     t5_weights_ = std::make_unique<io::WeightStore>(dir);
   }
   if (!vae_cfg_) {
-    const std::string dir = folder_.component("vae");
+    const std::string dir = folder().component("vae");
     vae_cfg_ = std::make_unique<models::VaeConfig>(models::VaeConfig::from_json(
-        folder_.component_config("vae", "config.json"), dir + "/config.json"));
+        folder().component_config("vae", "config.json"), dir + "/config.json"));
     XDIT_CHECK(vae_cfg_->latent_channels == cfg_.in_channels, "VAE latent_channels ",
                vae_cfg_->latent_channels, " does not match the transformer's in_channels ",
                cfg_.in_channels);

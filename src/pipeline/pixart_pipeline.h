@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 
@@ -80,10 +81,14 @@ class PixArtPipeline {
   static constexpr int64_t kVaeScaleFactor = 8;
 
   PixArtPipeline(const std::string& folder, DType dtype);
+  // A transformer-only pipeline (prompt embeddings → latents) from a config
+  // and any weight source — the benchmarks' random full-size models.
+  PixArtPipeline(const models::PixArtConfig& cfg, const schedulers::DPMSolverConfig& sched,
+                 std::unique_ptr<io::WeightSource> weights, DType dtype);
   ~PixArtPipeline();
 
   const models::PixArtConfig& config() const { return cfg_; }
-  const io::ModelFolder& folder() const { return folder_; }
+  const io::ModelFolder& folder() const;
   // Pixels per latent pixel: from vae/config.json, 8 without a VAE.
   int64_t vae_scale_factor() const;
   // 120 for PixArt-α pipelines, 300 for PixArt-Σ (diffusers' defaults).
@@ -120,11 +125,11 @@ class PixArtPipeline {
                          const Tensor& mask, const Tensor& resolution, const Tensor& aspect,
                          int64_t MB, bool cfg, bool cfg_split, double guidance_scale,
                          const std::function<void(const StepEvent&)>& on_step);
-  io::ModelFolder folder_;
+  std::optional<io::ModelFolder> folder_;
   DType dtype_;
   models::PixArtConfig cfg_;
   schedulers::DPMSolverConfig sched_cfg_;
-  std::unique_ptr<io::WeightStore> weights_;
+  std::unique_ptr<io::WeightSource> weights_;
   std::unique_ptr<models::PixArtTransformer> transformer_;
   // Text side and VAE, opened by validate(ImageRequest), built on first use.
   std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_;
