@@ -35,7 +35,6 @@ class Linear {
 
   int64_t in_features() const;
   int64_t out_features() const;
-  size_t packed_bytes() const;
 
  private:
   struct Impl;

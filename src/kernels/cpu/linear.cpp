@@ -167,8 +167,4 @@ int64_t Linear::in_features() const {
 int64_t Linear::out_features() const {
   return impl_->out;
 }
-size_t Linear::packed_bytes() const {
-  return impl_->packed_md.get_size();
-}
-
 }  // namespace xdit::kernels
