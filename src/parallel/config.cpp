@@ -39,8 +39,8 @@ void ParallelConfig::validate(int world_size) const {
              " is not supported yet");
 }
 
-void ParallelConfig::validate_request(int64_t heads, int64_t patch_rows, double guidance_scale,
-                                      size_t prompts) const {
+void ParallelConfig::validate_request(int64_t heads, int64_t patch_rows,
+                                      double guidance_scale) const {
   XDIT_CHECK(heads % ulysses_degree == 0, "the model's ", heads,
              " attention heads are not divisible by --ulysses_degree ", ulysses_degree,
              ": choose a Ulysses degree that divides ", heads,
@@ -52,6 +52,9 @@ void ParallelConfig::validate_request(int64_t heads, int64_t patch_rows, double 
   XDIT_CHECK(!use_cfg_parallel || guidance_scale > 1.0,
              "--use_cfg_parallel needs classifier-free guidance (--guidance_scale > 1), got ",
              guidance_scale);
+}
+
+void ParallelConfig::validate_prompts(size_t prompts) const {
   XDIT_CHECK(static_cast<size_t>(data_parallel_degree) <= prompts, "--data_parallel_degree ",
              data_parallel_degree, " is more than the ", prompts, " prompt",
              prompts == 1 ? "" : "s", ": each data-parallel group needs a prompt");

@@ -38,10 +38,10 @@ struct ParallelConfig {
   // Degrees against the number of ranks (before anything is loaded).
   void validate(int world_size) const;
   // Degrees against the model and the request: heads divisible by Ulysses,
-  // patch rows by the sequence-parallel degree, CFG parallel needs guidance,
-  // no more data-parallel groups than prompts.
-  void validate_request(int64_t heads, int64_t patch_rows, double guidance_scale,
-                        size_t prompts) const;
+  // patch rows by the sequence-parallel degree, CFG parallel needs guidance.
+  void validate_request(int64_t heads, int64_t patch_rows, double guidance_scale) const;
+  // No more data-parallel groups than prompts.
+  void validate_prompts(size_t prompts) const;
   // PipeFusion against the model: blocks per stage, patches.
   void validate_pipefusion(int64_t num_blocks) const;
   // The blocks [begin, end) of each stage.

@@ -42,12 +42,11 @@ std::vector<uint8_t> gather_groups(comm::Communicator& dp_group, const std::vect
 
 Tensor generate_latents_distributed(PixArtPipeline& pipe, parallel::Mesh& mesh, LatentRequest r,
                                     const std::function<void(const StepEvent&)>& on_step) {
-  pipe.validate(r);
+  XDIT_CHECK(pipe.mesh() == &mesh, "generate_latents_distributed: call pipe.set_mesh(&mesh) first");
+  pipe.validate(r);  // includes the mesh's checks against the model and size
   const int64_t P = r.prompt_embeds.dim(0);
   const int dp = mesh.config().data_parallel_degree;
-  mesh.config().validate_request(pipe.config().num_attention_heads,
-                                 r.height / pipe.vae_scale_factor() / pipe.config().patch_size,
-                                 r.guidance_scale, static_cast<size_t>(P));
+  mesh.config().validate_prompts(static_cast<size_t>(P));
   const auto [b, e] = dp_share(P, dp, mesh.coord().dp);
   const int64_t vsf = pipe.vae_scale_factor();
   if (!r.latents.defined())
@@ -75,13 +74,12 @@ Tensor generate_latents_distributed(PixArtPipeline& pipe, parallel::Mesh& mesh, 
 
 ImageResult generate_distributed(PixArtPipeline& pipe, parallel::Mesh& mesh, ImageRequest r,
                                  const std::function<void(const StepEvent&)>& on_step) {
-  pipe.validate(r);
+  XDIT_CHECK(pipe.mesh() == &mesh, "generate_distributed: call pipe.set_mesh(&mesh) first");
+  pipe.validate(r);  // includes the mesh's checks against the model and the binned size
   const int64_t P = static_cast<int64_t>(r.prompts.size());
   const int dp = mesh.config().data_parallel_degree;
   const int64_t vsf = pipe.vae_scale_factor();
-  mesh.config().validate_request(pipe.config().num_attention_heads,
-                                 r.run_height / vsf / pipe.config().patch_size, r.guidance_scale,
-                                 static_cast<size_t>(P));
+  mesh.config().validate_prompts(static_cast<size_t>(P));
   const auto [b, e] = dp_share(P, dp, mesh.coord().dp);
   if (!r.latents.defined())
     r.latents = TorchGenerator(r.seed).randn(

@@ -51,7 +51,8 @@ PixArtPipeline::PixArtPipeline(const std::string& folder, DType dtype)
   weights_ = std::make_unique<io::WeightStore>(tdir);  // maps files, checks headers
 }
 
-PixArtPipeline::PixArtPipeline(const models::PixArtConfig& cfg, const schedulers::DPMSolverConfig& sched,
+PixArtPipeline::PixArtPipeline(const models::PixArtConfig& cfg,
+                               const schedulers::DPMSolverConfig& sched,
                                std::unique_ptr<io::WeightSource> weights, DType dtype)
     : dtype_(dtype), cfg_(cfg), sched_cfg_(sched), weights_(std::move(weights)) {}
 
@@ -114,8 +115,7 @@ void PixArtPipeline::validate(LatentRequest& r) const {
   }
   if (mesh_ != nullptr)
     mesh_->config().validate_request(cfg_.num_attention_heads, r.height / vsf / cfg_.patch_size,
-                                     r.guidance_scale,
-                                     static_cast<size_t>(mesh_->config().data_parallel_degree));
+                                     r.guidance_scale);
   if (r.latents.defined()) {
     const Shape want{P, cfg_.in_channels, r.height / vsf, r.width / vsf};
     XDIT_CHECK(r.latents.shape() == want, "latents have shape ", shape_str(r.latents.shape()),
@@ -141,11 +141,10 @@ void PixArtPipeline::load() {
     pipefusion_->set_refresh(pipefusion_refresh_);
     transformer_->set_attention_backend(pipefusion_.get());
     // Every stage's blocks and weight bytes, logged by rank 0.
-    const std::string line =
-        detail::concat("PipeFusion stage ", mesh_->coord().pp, ": blocks [", stage.block_begin,
-                       ", ", stage.block_end, ")", stage.first ? " + embeddings" : "",
-                       stage.last ? " + output layer" : "", ", ",
-                       human_weight_bytes(*weights_, stage));
+    const std::string line = detail::concat(
+        "PipeFusion stage ", mesh_->coord().pp, ": blocks [", stage.block_begin, ", ",
+        stage.block_end, ")", stage.first ? " + embeddings" : "",
+        stage.last ? " + output layer" : "", ", ", human_weight_bytes(*weights_, stage));
     constexpr size_t kLine = 256;
     std::vector<char> mine(kLine, '\0'), all(kLine * static_cast<size_t>(mesh_->pp_group().size()));
     std::memcpy(mine.data(), line.data(), std::min(line.size(), kLine - 1));
@@ -322,6 +321,10 @@ void PixArtPipeline::validate(ImageRequest& r) {
                r.width, " must be multiples of ", unit, " (VAE factor ", vsf, " x patch size ",
                cfg_.patch_size, "), or leave resolution binning on");
   }
+  // The size the model runs at against the mesh, before any encoding.
+  if (mesh_ != nullptr)
+    mesh_->config().validate_request(cfg_.num_attention_heads, r.run_height / vsf / cfg_.patch_size,
+                                     r.guidance_scale);
 }
 
 PromptEmbeddings PixArtPipeline::encode_prompts(const ImageRequest& r) {

@@ -8,8 +8,8 @@
 #pragma once
 
 #include <functional>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/tensor.h"
@@ -114,6 +114,7 @@ class PixArtPipeline {
   // image rows split over the sequence-parallel group (Ulysses / Ring / USP
   // attention). nullptr (the default) is the serial run. Set before load().
   void set_mesh(parallel::Mesh* mesh) { mesh_ = mesh; }
+  parallel::Mesh* mesh() const { return mesh_; }
 
   // generate() frees the text encoder after encoding (bounding peak memory
   // to the larger of T5 and transformer + VAE) unless asked to keep it.

@@ -138,22 +138,20 @@ TEST(ParallelConfigErrors, OneClearMessageEach) {
   const auto& message = test::error_message;
   EXPECT_NE(message([] { layout(1, true, 2, 1).validate(3); }).find("multiply to 4"),
             std::string::npos);
+  EXPECT_NE(
+      message([] { layout(1, false, 2, 1).validate_request(3, 8, 4.5); }).find("3 attention heads"),
+      std::string::npos);
   EXPECT_NE(message([] {
-              layout(1, false, 2, 1).validate_request(3, 8, 4.5, 1);
-            }).find("3 attention heads"),
-            std::string::npos);
-  EXPECT_NE(message([] {
-              layout(1, false, 1, 3).validate_request(16, 64, 4.5, 1);
+              layout(1, false, 1, 3).validate_request(16, 64, 4.5);
             }).find("64 rows of patches"),
             std::string::npos);
   EXPECT_NE(message([] {
-              layout(1, true, 1, 1).validate_request(16, 64, 1.0, 1);
+              layout(1, true, 1, 1).validate_request(16, 64, 1.0);
             }).find("--use_cfg_parallel needs"),
             std::string::npos);
-  EXPECT_NE(message([] {
-              layout(3, false, 1, 1).validate_request(16, 64, 4.5, 2);
-            }).find("more than the 2 prompts"),
-            std::string::npos);
+  EXPECT_NE(
+      message([] { layout(3, false, 1, 1).validate_prompts(2); }).find("more than the 2 prompts"),
+      std::string::npos);
   // And through the pipeline, before any weights load.
   ParallelConfig pc = layout(1, false, world().size(), 1);
   parallel::Mesh mesh(pc, world());
