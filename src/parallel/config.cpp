@@ -24,10 +24,6 @@ void ParallelConfig::validate(int world_size) const {
       world() == world_size, "the parallel degrees multiply to ", world(), " (", describe(),
       ") but the job has ", world_size, " rank", world_size == 1 ? "" : "s",
       ": make dp x cfg x pp x ulysses x ring x tp equal the number of processes (mpirun -np)");
-  XDIT_CHECK(pipefusion_parallel_degree == 1 || sp() == 1,
-             "PipeFusion combined with Ulysses/Ring (--pipefusion_parallel_degree ",
-             pipefusion_parallel_degree, " with sequence parallel degree ", sp(),
-             ") is not supported yet");
   XDIT_CHECK(pipefusion_parallel_degree == 1 || warmup_steps >= 1,
              "--warmup_steps must be at least 1, got ", warmup_steps,
              ": PipeFusion fills its K/V buffers in the warm-up steps");
@@ -49,6 +45,12 @@ void ParallelConfig::validate_request(int64_t heads, int64_t patch_rows,
              " rows of patches, not divisible by the sequence-parallel degree ", sp(), " (ulysses ",
              ulysses_degree, " x ring ", ring_degree,
              "): pick a height whose latent rows / patch size divide evenly");
+  XDIT_CHECK(
+      pipefusion_parallel_degree == 1 || patch_rows / sp() >= pipefusion_parallel_degree,
+      "the image has ", patch_rows, " rows of patches",
+      sp() > 1 ? detail::concat(" (", patch_rows / sp(), " per sequence-parallel rank)") : "",
+      ", fewer than the ", pipefusion_parallel_degree,
+      " PipeFusion stages: each stage needs a patch; use a taller image or fewer stages");
   XDIT_CHECK(!use_cfg_parallel || guidance_scale > 1.0,
              "--use_cfg_parallel needs classifier-free guidance (--guidance_scale > 1), got ",
              guidance_scale);
@@ -91,10 +93,16 @@ std::vector<std::pair<int64_t, int64_t>> ParallelConfig::stage_blocks(int64_t nu
 }
 
 std::vector<std::pair<int64_t, int64_t>> ParallelConfig::patches(int64_t rows) const {
+  // Patches are whole multiples of the sequence-parallel degree, so that each
+  // SP rank of a stage computes the same number of rows of every patch.
+  const int64_t unit = sp(), units = rows / unit;
+  XDIT_CHECK(units * unit == rows, rows, " patch rows do not split over ", unit,
+             " sequence-parallel ranks");
   int64_t m = num_pipeline_patch > 0 ? num_pipeline_patch : pipefusion_parallel_degree;
-  if (m > rows) m = rows;  // the caller warns
+  if (m > units) m = units;  // the caller warns
   std::vector<std::pair<int64_t, int64_t>> v;
-  for (int64_t j = 0; j < m; ++j) v.emplace_back(rows * j / m, rows * (j + 1) / m);
+  for (int64_t j = 0; j < m; ++j)
+    v.emplace_back(unit * (units * j / m), unit * (units * (j + 1) / m));
   return v;
 }
 

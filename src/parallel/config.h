@@ -38,7 +38,8 @@ struct ParallelConfig {
   // Degrees against the number of ranks (before anything is loaded).
   void validate(int world_size) const;
   // Degrees against the model and the request: heads divisible by Ulysses,
-  // patch rows by the sequence-parallel degree, CFG parallel needs guidance.
+  // patch rows by the sequence-parallel degree, a patch row per PipeFusion
+  // stage (per SP rank), CFG parallel needs guidance.
   void validate_request(int64_t heads, int64_t patch_rows, double guidance_scale) const;
   // No more data-parallel groups than prompts.
   void validate_prompts(size_t prompts) const;
@@ -46,8 +47,9 @@ struct ParallelConfig {
   void validate_pipefusion(int64_t num_blocks) const;
   // The blocks [begin, end) of each stage.
   std::vector<std::pair<int64_t, int64_t>> stage_blocks(int64_t num_blocks) const;
-  // The patch-row ranges of the M patches over `patch_rows` rows (M reduced to
-  // the rows when it does not fit; the caller warns).
+  // The patch-row ranges of the M patches over `patch_rows` rows, each a
+  // multiple of the sequence-parallel degree (M reduced when it does not
+  // fit; the caller warns).
   std::vector<std::pair<int64_t, int64_t>> patches(int64_t patch_rows) const;
 };
 

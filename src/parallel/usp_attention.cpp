@@ -8,7 +8,7 @@
 namespace xdit::parallel {
 
 UspAttention::UspAttention(comm::Communicator& ulysses, comm::Communicator& ring)
-    : ulysses_(ulysses), ring_(ring) {}
+    : ulysses_(ulysses), ring_(ring), exchange_(ulysses) {}
 
 void merge_attention(float* o, float* lse, const float* ob, const float* lse_b, int64_t B,
                      int64_t S, int64_t H, int64_t D) {
@@ -72,19 +72,18 @@ void UspAttention::ring_attention(const float* q, const float* k, const float* v
   }
 }
 
-void UspAttention::attend(const kernels::AttentionArgs& args, const nn::AttentionSite& site) {
-  const int u = ulysses_.size(), r = ring_.size();
-  if (site.cross || (u == 1 && r == 1)) {
-    kernels::attention(args);  // the text stays whole on every rank
-    return;
-  }
+void check_sequence_parallel_args(const kernels::AttentionArgs& args, int u) {
   XDIT_CHECK(args.key_mask == nullptr && args.bias == nullptr && args.kv_len == args.q_len,
              "sequence-parallel self-attention takes unmasked, unbiased attention");
+  XDIT_CHECK(args.heads % u == 0, "attention heads ", args.heads,
+             " not divisible by the Ulysses degree ", u);
+}
+
+float* UlyssesExchange::to_heads(const kernels::AttentionArgs& args) {
+  const int u = group_.size();
   const int64_t B = args.batch, H = args.heads, D = args.head_dim, N = args.q_len;
-  XDIT_CHECK(H % u == 0, "attention heads ", H, " not divisible by the Ulysses degree ", u);
   const int64_t Hu = H / u, Nu = N * u;  // after the all-to-all: my heads, the group's tokens
   const size_t block = static_cast<size_t>(B * N * Hu * D);  // one q/k/v block per destination
-
   // Pack [dest j][q|k|v][B, N, Hu, D] with heads [j·Hu, (j+1)·Hu).
   send_.resize(static_cast<size_t>(u) * 3 * block);
   const float* src[3] = {args.q, args.k, args.v};
@@ -96,11 +95,11 @@ void UspAttention::attend(const kernels::AttentionArgs& args, const nn::Attentio
         std::memcpy(send_.data() + (static_cast<size_t>(j) * 3 + t) * block + bn * Hu * D,
                     src[t] + bn * stride[t] + j * Hu * D, static_cast<size_t>(Hu * D) * 4);
   recv_.resize(send_.size());
-  ulysses_.alltoall(send_.data(), recv_.data(), 3 * block, comm::Type::kF32);
+  group_.alltoall(send_.data(), recv_.data(), 3 * block, comm::Type::kF32);
   // Unpack to q/k/v [B, Nu, Hu, D], token chunk i from Ulysses rank i.
   const size_t full = static_cast<size_t>(B * Nu * Hu * D);
-  q_.resize(3 * full);
-  float* qkv[3] = {q_.data(), q_.data() + full, q_.data() + 2 * full};
+  qkv_.resize(3 * full);
+  float* qkv[3] = {qkv_.data(), qkv_.data() + full, qkv_.data() + 2 * full};
 #pragma omp parallel for collapse(2)
   for (int i = 0; i < u; ++i)
     for (int t = 0; t < 3; ++t)
@@ -108,12 +107,47 @@ void UspAttention::attend(const kernels::AttentionArgs& args, const nn::Attentio
         std::memcpy(qkv[t] + (b * Nu + i * N) * Hu * D,
                     recv_.data() + (static_cast<size_t>(i) * 3 + t) * block + b * N * Hu * D,
                     static_cast<size_t>(N * Hu * D) * 4);
+  return qkv_.data();
+}
+
+void UlyssesExchange::to_tokens(const float* out, const kernels::AttentionArgs& args) {
+  const int u = group_.size();
+  const int64_t B = args.batch, D = args.head_dim, N = args.q_len;
+  const int64_t Hu = args.heads / u, Nu = N * u;
+  // Token chunk i of my heads goes to Ulysses rank i; I receive my tokens' heads.
+  const size_t oblock = static_cast<size_t>(B * N * Hu * D);
+  send_.resize(static_cast<size_t>(u) * oblock);
+#pragma omp parallel for collapse(2)
+  for (int i = 0; i < u; ++i)
+    for (int64_t b = 0; b < B; ++b)
+      std::memcpy(send_.data() + static_cast<size_t>(i) * oblock + b * N * Hu * D,
+                  out + (b * Nu + i * N) * Hu * D, static_cast<size_t>(N * Hu * D) * 4);
+  recv_.resize(send_.size());
+  group_.alltoall(send_.data(), recv_.data(), oblock, comm::Type::kF32);
+#pragma omp parallel for collapse(2)
+  for (int j = 0; j < u; ++j)
+    for (int64_t bn = 0; bn < B * N; ++bn)
+      std::memcpy(args.out + bn * args.out_stride + j * Hu * D,
+                  recv_.data() + static_cast<size_t>(j) * oblock + bn * Hu * D,
+                  static_cast<size_t>(Hu * D) * 4);
+}
+
+void UspAttention::attend(const kernels::AttentionArgs& args, const nn::AttentionSite& site) {
+  const int u = ulysses_.size(), r = ring_.size();
+  if (site.cross || (u == 1 && r == 1)) {
+    kernels::attention(args);  // the text stays whole on every rank
+    return;
+  }
+  check_sequence_parallel_args(args, u);
+  const int64_t B = args.batch, D = args.head_dim, Hu = args.heads / u, Nu = args.q_len * u;
+  const size_t full = static_cast<size_t>(B * Nu * Hu * D);
+  const float* q = exchange_.to_heads(args);
   out_.resize(full);
   if (r == 1) {
     kernels::AttentionArgs a;
-    a.q = qkv[0];
-    a.k = qkv[1];
-    a.v = qkv[2];
+    a.q = q;
+    a.k = q + full;
+    a.v = q + 2 * full;
     a.q_stride = a.k_stride = a.v_stride = a.out_stride = Hu * D;
     a.out = out_.data();
     a.batch = B;
@@ -124,24 +158,9 @@ void UspAttention::attend(const kernels::AttentionArgs& args, const nn::Attentio
     a.bf16 = args.bf16;
     kernels::attention(a);
   } else {
-    ring_attention(qkv[0], qkv[1], qkv[2], out_.data(), B, Hu, Nu, D, args.scale, args.bf16);
+    ring_attention(q, q + full, q + 2 * full, out_.data(), B, Hu, Nu, D, args.scale, args.bf16);
   }
-  // Back: token chunk i of my heads goes to Ulysses rank i; I receive my tokens' heads.
-  const size_t oblock = static_cast<size_t>(B * N * Hu * D);
-  send_.resize(static_cast<size_t>(u) * oblock);
-#pragma omp parallel for collapse(2)
-  for (int i = 0; i < u; ++i)
-    for (int64_t b = 0; b < B; ++b)
-      std::memcpy(send_.data() + static_cast<size_t>(i) * oblock + b * N * Hu * D,
-                  out_.data() + (b * Nu + i * N) * Hu * D, static_cast<size_t>(N * Hu * D) * 4);
-  recv_.resize(send_.size());
-  ulysses_.alltoall(send_.data(), recv_.data(), oblock, comm::Type::kF32);
-#pragma omp parallel for collapse(2)
-  for (int j = 0; j < u; ++j)
-    for (int64_t bn = 0; bn < B * N; ++bn)
-      std::memcpy(args.out + bn * args.out_stride + j * Hu * D,
-                  recv_.data() + static_cast<size_t>(j) * oblock + bn * Hu * D,
-                  static_cast<size_t>(Hu * D) * 4);
+  exchange_.to_tokens(out_.data(), args);
 }
 
 }  // namespace xdit::parallel

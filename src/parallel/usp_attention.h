@@ -14,6 +14,24 @@
 
 namespace xdit::parallel {
 
+// Ulysses' two all-to-alls, shared by UspAttention and PipeFusion's
+// sequence-parallel mode. Rank i of the Ulysses group holds token chunk i.
+class UlyssesExchange {
+ public:
+  explicit UlyssesExchange(comm::Communicator& group) : group_(group) {}
+  // Q, K, V of args ("all H heads, my N tokens") → "heads [me·H/u, (me+1)·H/u),
+  // the group's u·N tokens": three [B, u·N, H/u, D] arrays, token chunk i from
+  // Ulysses rank i. Returns q; k and v follow at q + n and q + 2n
+  // (n = B·u·N·H/u·D). The pointer is valid until the next call.
+  float* to_heads(const kernels::AttentionArgs& args);
+  // Back: out [B, u·N, H/u, D] (my heads) → args.out [B, N, H·D] (my tokens).
+  void to_tokens(const float* out, const kernels::AttentionArgs& args);
+
+ private:
+  comm::Communicator& group_;
+  std::vector<float> send_, recv_, qkv_;
+};
+
 class UspAttention : public nn::AttentionBackend {
  public:
   // `ulysses` and `ring` are the rank's groups (either may have size 1).
@@ -26,7 +44,8 @@ class UspAttention : public nn::AttentionBackend {
                       int64_t heads, int64_t tokens, int64_t head_dim, float scale, bool bf16);
   comm::Communicator& ulysses_;
   comm::Communicator& ring_;
-  std::vector<float> send_, recv_, q_, kv_, kv_next_, out_, part_, lse_, lse_part_;
+  UlyssesExchange exchange_;
+  std::vector<float> kv_, kv_next_, out_, part_, lse_, lse_part_;
 };
 
 // Merges a partial attention result into an accumulator, exactly:
@@ -34,5 +53,8 @@ class UspAttention : public nn::AttentionBackend {
 // o, ob: [B, S, H, D]; lse, lse_b: [B, H, S].
 void merge_attention(float* o, float* lse, const float* ob, const float* lse_b, int64_t batch,
                      int64_t tokens, int64_t heads, int64_t head_dim);
+
+// The checks every sequence-parallel self-attention call shares.
+void check_sequence_parallel_args(const kernels::AttentionArgs& args, int ulysses_degree);
 
 }  // namespace xdit::parallel

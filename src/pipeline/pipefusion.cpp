@@ -9,6 +9,14 @@
 // is posted before computing. The last stage applies CFG and the DPM-Solver++
 // step to the patch's rows (the patch-aware step; the step index advances
 // after the last patch) and sends the updated rows back to stage 0.
+//
+// With Ulysses/Ring inside each stage, every patch (a multiple of the SP
+// degree in rows) is split over the stage's SP group exactly as plain
+// sequence parallelism splits the image: SP rank k computes its k-th share of
+// the patch's rows and passes its hidden states to SP rank k of the next stage
+// (the PipeFusion group links equal SP coordinates). PipeFusionAttention keeps
+// every SP rank's buffer complete; the last stage gathers the patch's rows
+// over its SP group before CFG and the step.
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -74,6 +82,7 @@ Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::DPMSolverMult
   comm::Communicator& pp = mesh.pp_group();
   const auto& pc = mesh.config();
   const int P = pc.pipefusion_parallel_degree, s = mesh.coord().pp;
+  const int sp = pc.sp(), k_sp = mesh.coord().sp;
   const bool first = s == 0, last = s == P - 1;
   const int64_t Pn = latents.dim(0), C = latents.dim(1), h = latents.dim(2), w = latents.dim(3);
   const int64_t p = cfg_.patch_size, gw = w / p, gh = h / p, d = cfg_.hidden();
@@ -83,8 +92,13 @@ Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::DPMSolverMult
   if (M != requested)
     XDIT_WARN("--num_pipeline_patch ", requested, " does not fit the ", gh, " patch rows: using ",
               M);
-  XDIT_CHECK(M >= P, "PipeFusion needs at least one patch row per stage: ", gh, " patch rows for ",
-             P, " stages");
+  XDIT_CHECK(M >= P, "PipeFusion needs at least one patch per stage: ", gh, " patch rows over ", sp,
+             " sequence-parallel ranks for ", P, " stages");
+  // This SP rank's share [r0', r1') of the patch rows [r0, r1).
+  auto my_rows = [&](int64_t r0, int64_t r1) {
+    const int64_t n = (r1 - r0) / sp;
+    return std::pair<int64_t, int64_t>{r0 + k_sp * n, r0 + (k_sp + 1) * n};
+  };
   const auto& ts = sched.timesteps();
   const int64_t S = static_cast<int64_t>(ts.size());
   const int64_t warmup = std::min<int64_t>(pc.warmup_steps, S);
@@ -111,6 +125,7 @@ Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::DPMSolverMult
   };
   // The last stage: noise for rows [r0, r1) from the stage output, then the step.
   auto finish_rows = [&](Tensor out, int64_t r0, int64_t r1) {
+    if (sp > 1) out = parallel::gather_rows(mesh.sp_group(), out);
     if (cfg_split) out = parallel::gather_batch(mesh.cfg_group(), out);
     Tensor noise = guided_noise(out, Pn, C, cfg, guidance_scale);
     Tensor rows = take_rows(latents, r0 * p, r1 * p);
@@ -125,17 +140,18 @@ Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::DPMSolverMult
     const auto t0 = std::chrono::steady_clock::now();
     if (pipefusion_) pipefusion_->set_window(gh * gw, 0, gh * gw);
     fill_model_in();
-    models::PixArtInputs in = inputs(i, 0, gh);
+    const auto [w0, w1] = my_rows(0, gh);
+    models::PixArtInputs in = inputs(i, w0, w1);
     Tensor hidden;
     if (!first) {
-      trace::Span sp("recv warm-up " + std::to_string(i), "comm");
-      hidden = Tensor::empty({MB, gh * gw, d});
+      trace::Span span("recv warm-up " + std::to_string(i), "comm");
+      hidden = Tensor::empty({MB, (w1 - w0) * gw, d});
       pp.recv(hidden.raw(), static_cast<size_t>(hidden.numel()), comm::Type::kF32, s - 1,
               kHiddenTag + msg);
     }
     Tensor out;
     {
-      trace::Span sp("warm-up step " + std::to_string(i), "compute");
+      trace::Span span("warm-up step " + std::to_string(i), "compute");
       out = transformer_->forward(in, first ? nullptr : &hidden);
     }
     if (!last) {
@@ -162,7 +178,7 @@ Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::DPMSolverMult
   for (int64_t j = 0; j < M; ++j) {
     const int64_t rows =
         patches[static_cast<size_t>(j)].second - patches[static_cast<size_t>(j)].first;
-    if (!first) hidden_in[static_cast<size_t>(j)] = Tensor::empty({MB, rows * gw, d});
+    if (!first) hidden_in[static_cast<size_t>(j)] = Tensor::empty({MB, rows / sp * gw, d});
     if (first) latent_in[static_cast<size_t>(j)] = Tensor::empty({Pn, C, rows * p, w});
   }
   // The receive this stage needs for (step i, patch j), posted ahead of time.
@@ -190,25 +206,26 @@ Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::DPMSolverMult
       const int64_t ni = j + 1 < M ? i : i + 1, nj = j + 1 < M ? j + 1 : 0;
       pending = post(ni, nj, msg + 1);  // the next receive, before computing this patch
       if (mine) {
-        trace::Span sp("wait patch " + std::to_string(j) + " step " + std::to_string(i), "comm");
+        trace::Span span("wait patch " + std::to_string(j) + " step " + std::to_string(i), "comm");
         mine->wait();
       }
       if (first && i > warmup && P > 1)
         put_rows(latents, latent_in[static_cast<size_t>(j)].data<float>(), r0 * p, r1 * p);
       if (pipefusion_) pipefusion_->set_window(gh * gw, r0 * gw, r1 * gw);
       if (first) fill_model_in();
-      models::PixArtInputs in = inputs(i, r0, r1);
+      const auto [l0, l1] = my_rows(r0, r1);
+      models::PixArtInputs in = inputs(i, l0, l1);
       Tensor out;
       {
-        trace::Span sp("patch " + std::to_string(j) + " step " + std::to_string(i), "compute");
+        trace::Span span("patch " + std::to_string(j) + " step " + std::to_string(i), "compute");
         out = transformer_->forward(in, first ? nullptr : &hidden_in[static_cast<size_t>(j)]);
       }
       ++patch_forwards_;
       if (!last) {
-        trace::Span sp("send patch " + std::to_string(j), "comm");
+        trace::Span span("send patch " + std::to_string(j), "comm");
         outbox.send(out, s + 1, kHiddenTag + msg);
       } else {
-        trace::Span sp("scheduler patch " + std::to_string(j), "scheduler");
+        trace::Span span("scheduler patch " + std::to_string(j), "scheduler");
         Tensor rows = finish_rows(out, r0, r1);
         if (P > 1 && i + 1 < S)
           outbox.send(rows, 0, kLatentTag + static_cast<int>(i * M + j) + 1024);

@@ -137,7 +137,8 @@ void PixArtPipeline::load() {
   }
   transformer_ = std::make_unique<models::PixArtTransformer>(cfg_, *weights_, dtype_, stage);
   if (mesh_ != nullptr && mesh_->config().pipefusion_parallel_degree > 1) {
-    pipefusion_ = std::make_unique<parallel::PipeFusionAttention>();
+    pipefusion_ = std::make_unique<parallel::PipeFusionAttention>(mesh_->ulysses_group(),
+                                                                  mesh_->ring_group());
     pipefusion_->set_refresh(pipefusion_refresh_);
     transformer_->set_attention_backend(pipefusion_.get());
     // Every stage's blocks and weight bytes, logged by rank 0.

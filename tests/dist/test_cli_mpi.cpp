@@ -95,7 +95,11 @@ TEST_F(CliMpi, ParallelRunsWriteTheSerialImages) {
            {2, "--pipefusion_parallel_degree 2 --warmup_steps 3"},
            {4,
             "--data_parallel_degree 2 --pipefusion_parallel_degree 2 "
-            "--num_pipeline_patch 4 --warmup_steps 3"}}) {
+            "--num_pipeline_patch 4 --warmup_steps 3"},
+           {4, "--pipefusion_parallel_degree 2 --ulysses_degree 2 --warmup_steps 3"},
+           {4,
+            "--pipefusion_parallel_degree 2 --ring_degree 2 --num_pipeline_patch 4 "
+            "--warmup_steps 3"}}) {
     SCOPED_TRACE(flags);
     Result r = run(np, args("par.png", flags));
     ASSERT_EQ(r.code, 0) << r.err;
@@ -133,6 +137,21 @@ TEST_F(CliMpi, CfgParallelWithoutGuidanceAndTooManyDpGroups) {
       << r.err;
   r = run(4, args("x.png", "--data_parallel_degree 4"));
   EXPECT_NE(r.err.find("more than the 2 prompts"), std::string::npos) << r.err;
+}
+
+TEST_F(CliMpi, PipeFusionStagesWithoutAPatchEach) {
+  // 32 px: 2 rows of patches, 1 per ring rank, for 2 stages.
+  Result r = run(4, "generate --model '" + std::string(XDIT_MODELS) +
+                        "/pixart-sigma-tiny' --prompt x --height 32 --width 64 "
+                        "--no_resolution_binning --pipefusion_parallel_degree 2 --ring_degree 2 "
+                        "-o '" +
+                        path("x.png") + "'");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("2 rows of patches (1 per sequence-parallel rank), fewer than the 2 "
+                       "PipeFusion stages"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(path("x_0.png")));
 }
 
 TEST_F(CliMpi, AFailingRankEndsTheJobWithItsMessage) {

@@ -2,7 +2,9 @@
 // with warm-up ≥ steps (pp = 2 and 4, M = P and 2P, uneven stages, with CFG
 // parallel), each stage's K/V buffers after a warm-up step equal the serial
 // K/V, bounded deviation in normal mode (and a pipeline that forgets to
-// refresh its buffers breaks the bound), and the number of patch forwards.
+// refresh its buffers breaks the bound), the number of patch forwards, and
+// PipeFusion × Ulysses/Ring: exact with full warm-up, and in normal mode the
+// same stale-K/V result as PipeFusion alone (every SP rank's buffer complete).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -73,13 +75,16 @@ std::string five_block_model() {
   return dir;
 }
 
-ParallelConfig pf(int pp, int m, int warmup, std::vector<int> layers = {}, bool cfg = false) {
+ParallelConfig pf(int pp, int m, int warmup, std::vector<int> layers = {}, bool cfg = false,
+                  int ulysses = 1, int ring = 1) {
   ParallelConfig c;
   c.pipefusion_parallel_degree = pp;
   c.num_pipeline_patch = m;
   c.warmup_steps = warmup;
   c.attn_layer_num_for_pp = std::move(layers);
   c.use_cfg_parallel = cfg;
+  c.ulysses_degree = ulysses;
+  c.ring_degree = ring;
   return c;
 }
 
@@ -115,8 +120,9 @@ struct PfRun {
   int64_t patch_forwards;
 };
 
-PfRun run_pf(const ParallelConfig& pc, int64_t steps, bool refresh = true) {
-  parallel::Mesh mesh(pc, world());
+PfRun run_pf(const ParallelConfig& pc, int64_t steps, bool refresh = true,
+             comm::Communicator* on = nullptr) {
+  parallel::Mesh mesh(pc, on != nullptr ? *on : world());
   pipeline::PixArtPipeline p(five_block_model(), DType::kF32);
   p.set_mesh(&mesh);
   p.set_pipefusion_refresh(refresh);
@@ -154,6 +160,45 @@ TEST(PipeFusion, WithCfgParallel) {
   Tensor want = serial(3);
   PfRun r = run_pf(pf(2, 4, 3, {}, true), 3);
   EXPECT_LE(test::rel_max_err(r.latents.to_vector(), want.to_vector()), 1e-4);
+}
+
+TEST(PipeFusion, WithUlyssesOrRingAndFullWarmupEqualsSerial) {
+  if (world().size() != 4) GTEST_SKIP() << "pp 2 x sp 2 needs 4 ranks";
+  const int64_t S = 3;
+  Tensor want = serial(S);
+  for (auto [u, r] : {std::pair{2, 1}, {1, 2}})
+    for (int m : {2, 4}) {
+      PfRun run = run_pf(pf(2, m, S, {}, false, u, r), S);
+      EXPECT_LE(test::rel_max_err(run.latents.to_vector(), want.to_vector()), 1e-4)
+          << "pp 2 x ulysses " << u << " x ring " << r << ", M " << m;
+    }
+}
+
+TEST(PipeFusion, WithUlyssesOrRingNormalModeMatchesPipeFusionAlone) {
+  // The stale K/V are the same whether a stage runs on one rank or on an SP
+  // group, provided every SP rank's buffer holds the whole sequence: so
+  // pp 2 x sp 2 in normal mode must give pp 2's result (same patches) to
+  // rounding — and not the serial one. A buffer holding only the rank's own
+  // tokens, or not refreshed from the other ring ranks, breaks the equality.
+  // Measured: 1.6e-7 relative between the two (0 with M = 4); pp 2 differs
+  // from serial by 3.3e-4, and a ring that stores only its own super-chunk of
+  // each patch by 2.7e-4 from pp 2. The bound 1e-5 separates them.
+  if (world().size() != 4) GTEST_SKIP() << "pp 2 x sp 2 needs 4 ranks";
+  const int64_t S = 4;
+  // pp 2 alone on each half of the ranks (both halves compute the same).
+  auto half = world().split(world().rank() / 2, world().rank() % 2);
+  for (int m : {2, 4}) {
+    PfRun alone = run_pf(pf(2, m, 1), S, true, half.get());
+    Tensor want = serial(S);
+    EXPECT_GT(test::rel_max_err(alone.latents.to_vector(), want.to_vector()), 1e-4)
+        << "normal mode should differ from serial (stale K/V)";
+    for (auto [u, r] : {std::pair{2, 1}, {1, 2}}) {
+      PfRun run = run_pf(pf(2, m, 1, {}, false, u, r), S);
+      EXPECT_LE(test::rel_max_err(run.latents.to_vector(), alone.latents.to_vector()), 1e-5)
+          << "pp 2 x ulysses " << u << " x ring " << r << ", M " << m;
+      EXPECT_EQ(run.patch_forwards, static_cast<int64_t>(m) * (S - 1));
+    }
+  }
 }
 
 TEST(PipeFusion, KVBuffersAfterAWarmupStepEqualSerialKV) {
@@ -263,6 +308,20 @@ TEST(PipeFusion, ConfigurationErrors) {
       std::string::npos);
   EXPECT_NE(message([] { pf(2, 2, 0).validate(2); }).find("--warmup_steps must be at least 1"),
             std::string::npos);
+  // 2 patch rows over 2 Ulysses ranks leave one row per SP rank for 2 stages
+  // — enough; 2 rows over ring 2 with 4 stages are not.
+  EXPECT_NO_THROW(pf(2, 2, 1, {}, false, 2, 1).validate_request(2, 4, 3.0));
+  EXPECT_NE(message([] {
+              pf(4, 4, 1, {}, false, 1, 2).validate_request(2, 4, 3.0);
+            }).find("4 rows of patches (2 per sequence-parallel rank), fewer than the 4"),
+            std::string::npos);
+  // Patches are multiples of the SP degree: 8 rows, sp 2, M 3 → 2, 2, 4 rows...
+  const auto v = pf(2, 3, 1, {}, false, 2, 1).patches(8);
+  ASSERT_EQ(v.size(), 3u);
+  for (auto [a, b] : v) EXPECT_EQ((b - a) % 2, 0) << a << ".." << b;
+  EXPECT_EQ(v.back().second, 8);
+  // ... and M is cut to the rows per SP rank when it does not fit.
+  EXPECT_EQ(pf(2, 8, 1, {}, false, 1, 2).patches(8).size(), 4u);
 }
 
 }  // namespace
