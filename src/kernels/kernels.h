@@ -85,8 +85,25 @@ struct AttentionArgs {
   // (T5's relative position bias): logits = scale·q·k + bias.
   const float* bias = nullptr;
   bool bf16 = false;  // the two products in bf16, f32 accumulation
+  // Optional: K and V already packed by attention_pack_kv (head-major
+  // [B, H, kv_len, D] in the compute type); k, v and their strides are then
+  // unused. For callers that keep K/V across calls (PipeFusion's buffers).
+  const void* k_packed = nullptr;
+  const void* v_packed = nullptr;
 };
 void attention(const AttentionArgs& a);
+
+// Whether attention with `bf16` requested computes (and packs) in bf16.
+bool attention_packs_bf16(bool bf16);
+// Packs tokens [0, n) of src ([B, n, H, D], `stride` elements between tokens)
+// into tokens [t, t + n) of dst, a head-major [B, H, total, D] buffer of the
+// compute type (bf16 when attention_packs_bf16(bf16), else f32).
+void attention_pack_kv(const float* src, int64_t stride, int64_t batch, int64_t heads, int64_t n,
+                       int64_t head_dim, bool bf16, void* dst, int64_t total, int64_t t);
+// The inverse, for inspection: tokens [0, total) of a packed buffer → f32
+// [B, total, H·D].
+void attention_unpack_kv(const void* src, int64_t batch, int64_t heads, int64_t total,
+                         int64_t head_dim, bool bf16, float* dst);
 
 // Block sizes used by attention (exposed for tests that force several blocks).
 void set_attention_blocks(int64_t q_block, int64_t kv_block);

@@ -20,17 +20,23 @@ void PipeFusionAttention::set_window(int64_t total, int64_t t0, int64_t t1) {
 
 size_t PipeFusionAttention::buffer_bytes() const {
   size_t n = 0;
-  for (const auto& [layer, b] : buffers_) n += (b.k.size() + b.v.size()) * sizeof(float);
+  for (const auto& [layer, b] : buffers_) n += b.k.size() + b.v.size();
   return n;
 }
 
-PipeFusionAttention::Buffer& PipeFusionAttention::buffer(int layer, int64_t B, int64_t cols,
-                                                         bool whole) {
+PipeFusionAttention::Buffer& PipeFusionAttention::buffer(int layer,
+                                                         const kernels::AttentionArgs& args,
+                                                         int64_t heads, bool whole) {
   Buffer& buf = buffers_[layer];
-  const size_t size = static_cast<size_t>(B * total_ * cols);
-  if (buf.k.size() != size) {
-    buf.k.assign(size, 0.0f);
-    buf.v.assign(size, 0.0f);
+  const size_t esz = kernels::attention_packs_bf16(args.bf16) ? 2 : 4;
+  const size_t size = static_cast<size_t>(args.batch * heads * total_ * args.head_dim) * esz;
+  if (buf.k.size() != size || buf.bf16 != args.bf16 || buf.heads != heads) {
+    buf.k.assign(size, 0);
+    buf.v.assign(size, 0);
+    buf.batch = args.batch;
+    buf.heads = heads;
+    buf.head_dim = args.head_dim;
+    buf.bf16 = args.bf16;
     buf.filled = false;
   }
   XDIT_CHECK(whole || buf.filled, "PipeFusion: layer ", layer,
@@ -39,15 +45,38 @@ PipeFusionAttention::Buffer& PipeFusionAttention::buffer(int layer, int64_t B, i
 }
 
 void PipeFusionAttention::store(Buffer& buf, const float* k, const float* v, int64_t k_stride,
-                                int64_t v_stride, int64_t B, int64_t t, int64_t n,
-                                int64_t cols) const {
-#pragma omp parallel for collapse(2)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t i = 0; i < n; ++i) {
-      const size_t row = static_cast<size_t>((b * total_ + t + i) * cols);
-      std::memcpy(buf.k.data() + row, k + (b * n + i) * k_stride, static_cast<size_t>(cols) * 4);
-      std::memcpy(buf.v.data() + row, v + (b * n + i) * v_stride, static_cast<size_t>(cols) * 4);
-    }
+                                int64_t v_stride, int64_t t, int64_t n) const {
+  kernels::attention_pack_kv(k, k_stride, buf.batch, buf.heads, n, buf.head_dim, buf.bf16,
+                             buf.k.data(), total_, t);
+  kernels::attention_pack_kv(v, v_stride, buf.batch, buf.heads, n, buf.head_dim, buf.bf16,
+                             buf.v.data(), total_, t);
+}
+
+void PipeFusionAttention::attend_buffer(const Buffer& buf, const kernels::AttentionArgs& args,
+                                        const float* q, int64_t q_stride, int64_t q_len, float* out,
+                                        int64_t out_stride) const {
+  kernels::AttentionArgs a;
+  a.q = q;
+  a.q_stride = q_stride;
+  a.out = out;
+  a.out_stride = out_stride;
+  a.k_packed = buf.k.data();
+  a.v_packed = buf.v.data();
+  a.batch = buf.batch;
+  a.heads = buf.heads;
+  a.q_len = q_len;
+  a.kv_len = total_;
+  a.head_dim = buf.head_dim;
+  a.scale = args.scale;
+  a.bf16 = buf.bf16;
+  kernels::attention(a);
+}
+
+std::vector<float> PipeFusionAttention::unpack(const Buffer& buf, bool keys) const {
+  std::vector<float> out(static_cast<size_t>(buf.batch * total_ * buf.heads * buf.head_dim));
+  kernels::attention_unpack_kv(keys ? buf.k.data() : buf.v.data(), buf.batch, buf.heads, total_,
+                               buf.head_dim, buf.bf16, out.data());
+  return out;
 }
 
 void PipeFusionAttention::attend(const kernels::AttentionArgs& args,
@@ -60,22 +89,17 @@ void PipeFusionAttention::attend(const kernels::AttentionArgs& args,
     attend_sequence_parallel(args, site);
     return;
   }
-  XDIT_CHECK(total_ > 0 && args.q_len == t1_ - t0_ && args.kv_len == args.q_len,
+  XDIT_CHECK(total_ > 0 && args.q_len == t1_ - t0_ && args.kv_len == args.q_len &&
+                 args.key_mask == nullptr && args.bias == nullptr,
              "PipeFusion attention called on ", args.q_len, " tokens for the window [", t0_, ", ",
              t1_, ")");
-  const int64_t B = args.batch, HD = args.heads * args.head_dim, n = args.q_len;
   const bool whole = t0_ == 0 && t1_ == total_;
-  Buffer& buf = buffer(site.layer, B, HD, whole);
+  Buffer& buf = buffer(site.layer, args, args.heads, whole);
   if (whole || refresh_) {
-    store(buf, args.k, args.v, args.k_stride, args.v_stride, B, t0_, n, HD);
+    store(buf, args.k, args.v, args.k_stride, args.v_stride, t0_, args.q_len);
     buf.filled = buf.filled || whole;
   }
-  kernels::AttentionArgs a = args;
-  a.k = buf.k.data();
-  a.v = buf.v.data();
-  a.k_stride = a.v_stride = HD;
-  a.kv_len = total_;
-  kernels::attention(a);
+  attend_buffer(buf, args, args.q, args.q_stride, args.q_len, args.out, args.out_stride);
 }
 
 void PipeFusionAttention::attend_sequence_parallel(const kernels::AttentionArgs& args,
@@ -88,12 +112,12 @@ void PipeFusionAttention::attend_sequence_parallel(const kernels::AttentionArgs&
              " tokens per rank (", u * r, " sequence-parallel ranks) for the window [", t0_, ", ",
              t1_, ")");
   const bool whole = t0_ == 0 && t1_ == total_;
-  Buffer& buf = buffer(site.layer, B, cols, whole);
+  Buffer& buf = buffer(site.layer, args, Hu, whole);
   const float* q = exchange_->to_heads(args);  // q, k, v: [B, Nu, Hu, D]
   const size_t n = static_cast<size_t>(B * Nu * cols);
   if (whole || refresh_) {
     if (r == 1) {
-      store(buf, q + n, q + 2 * n, cols, cols, B, t0_, Nu, cols);
+      store(buf, q + n, q + 2 * n, cols, cols, t0_, Nu);
     } else {
       // Every ring rank's super-chunk of fresh K/V, stored at its tokens.
       kv_.resize(2 * n);
@@ -102,26 +126,13 @@ void PipeFusionAttention::attend_sequence_parallel(const kernels::AttentionArgs&
       ring_->allgather(kv_.data(), kv_all_.data(), 2 * n, comm::Type::kF32);
       for (int i = 0; i < r; ++i) {
         const float* kv = kv_all_.data() + 2 * n * static_cast<size_t>(i);
-        store(buf, kv, kv + n, cols, cols, B, t0_ + i * Nu, Nu, cols);
+        store(buf, kv, kv + n, cols, cols, t0_ + i * Nu, Nu);
       }
     }
     buf.filled = buf.filled || whole;
   }
   out_.resize(n);
-  kernels::AttentionArgs a;
-  a.q = q;
-  a.k = buf.k.data();
-  a.v = buf.v.data();
-  a.q_stride = a.k_stride = a.v_stride = a.out_stride = cols;
-  a.out = out_.data();
-  a.batch = B;
-  a.heads = Hu;
-  a.q_len = Nu;
-  a.kv_len = total_;
-  a.head_dim = D;
-  a.scale = args.scale;
-  a.bf16 = args.bf16;
-  kernels::attention(a);
+  attend_buffer(buf, args, q, cols, Nu, out_.data(), cols);
   exchange_->to_tokens(out_.data(), args);
 }
 

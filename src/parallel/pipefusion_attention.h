@@ -34,10 +34,10 @@ class PipeFusionAttention : public nn::AttentionBackend {
   void set_window(int64_t total, int64_t t0, int64_t t1);
   void attend(const kernels::AttentionArgs& args, const nn::AttentionSite& site) override;
 
-  // The buffers of a layer: [B, total, heads·D] each, the rank's heads under
+  // The buffers of a layer as f32 [B, total, heads·D], the rank's heads under
   // Ulysses (tests compare them).
-  const std::vector<float>& keys(int layer) const { return buffers_.at(layer).k; }
-  const std::vector<float>& values(int layer) const { return buffers_.at(layer).v; }
+  std::vector<float> keys(int layer) const { return unpack(buffers_.at(layer), true); }
+  std::vector<float> values(int layer) const { return unpack(buffers_.at(layer), false); }
   // Bytes held by the K/V buffers.
   size_t buffer_bytes() const;
   // Test switch: a pipeline that "forgets to refresh" its buffers after the
@@ -45,15 +45,24 @@ class PipeFusionAttention : public nn::AttentionBackend {
   void set_refresh(bool refresh) { refresh_ = refresh; }
 
  private:
+  // K and V as the attention kernel packs them (head-major [B, H, total, D],
+  // bf16 when the attention computes in bf16): nothing is converted or
+  // re-packed per patch but the patch's own tokens, and bf16 halves the bytes.
   struct Buffer {
-    std::vector<float> k, v;
+    std::vector<uint8_t> k, v;
+    int64_t batch = 0, heads = 0, head_dim = 0;
+    bool bf16 = false;  // as requested by the attention call
     bool filled = false;
   };
-  // The layer's buffer for `heads`·`head_dim` columns, checked against the window.
-  Buffer& buffer(int layer, int64_t batch, int64_t cols, bool whole);
-  // Tokens [t, t + n) of k, v ([B, n, cols] with the given row strides) into the buffer.
+  // The layer's buffer, (re)sized for the call and checked against the window.
+  Buffer& buffer(int layer, const kernels::AttentionArgs& args, int64_t heads, bool whole);
+  // Tokens [t, t + n) of k, v ([B, n, H, D] with the given token strides) into the buffer.
   void store(Buffer& buf, const float* k, const float* v, int64_t k_stride, int64_t v_stride,
-             int64_t batch, int64_t t, int64_t n, int64_t cols) const;
+             int64_t t, int64_t n) const;
+  // Attention of q ([B, q_len, H, D] at q_stride) against the whole buffer.
+  void attend_buffer(const Buffer& buf, const kernels::AttentionArgs& args, const float* q,
+                     int64_t q_stride, int64_t q_len, float* out, int64_t out_stride) const;
+  std::vector<float> unpack(const Buffer& buf, bool keys) const;
   void attend_sequence_parallel(const kernels::AttentionArgs& args, const nn::AttentionSite& site);
 
   std::map<int, Buffer> buffers_;

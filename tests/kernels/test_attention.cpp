@@ -88,6 +88,56 @@ TEST(Attention, Bf16) {
   set_attention_blocks(128, 512);
 }
 
+TEST(Attention, PrepackedKVGivesTheSameResultAsStridedKV) {
+  // K/V packed in two pieces at token offsets (as PipeFusion's buffers fill),
+  // then attention from the packed buffer: bit-equal to packing inside the
+  // call, in f32 and (where the CPU has it) bf16; the unpacked copy round-trips
+  // (exactly in f32, to bf16 rounding otherwise).
+  set_attention_blocks(16, 24);
+  const int64_t B = 2, H = 3, Sq = 19, Sk = 53, D = 8, ks = H * D + 3, split = 21;
+  auto q = test::randn(B * Sq * H * D, 7), k = test::randn(B * Sk * ks, 8),
+       v = test::randn(B * Sk * ks, 9);
+  for (bool bf16 : {false, true}) {
+    if (bf16 && !cpu_has_bf16()) continue;
+    AttentionArgs a;
+    a.q = q.data(), a.k = k.data(), a.v = v.data();
+    a.q_stride = a.out_stride = H * D;
+    a.k_stride = a.v_stride = ks;
+    a.batch = B, a.heads = H, a.q_len = Sq, a.kv_len = Sk, a.head_dim = D, a.scale = 0.3f;
+    a.bf16 = bf16;
+    std::vector<float> want(B * Sq * H * D), got(want.size(), -1.0f);
+    a.out = want.data();
+    attention(a);
+    // Pack tokens [split, Sk) first, then [0, split), from per-piece copies.
+    const size_t esz = attention_packs_bf16(bf16) ? 2 : 4;
+    std::vector<uint8_t> kp(B * H * Sk * D * esz), vp(kp.size());
+    for (auto [t0, t1] : {std::pair<int64_t, int64_t>{split, Sk}, {0, split}}) {
+      std::vector<float> kk((t1 - t0) * B * ks), vv(kk.size());
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = t0; t < t1; ++t)
+          for (int64_t i = 0; i < ks; ++i) {
+            kk[(b * (t1 - t0) + t - t0) * ks + i] = k[(b * Sk + t) * ks + i];
+            vv[(b * (t1 - t0) + t - t0) * ks + i] = v[(b * Sk + t) * ks + i];
+          }
+      attention_pack_kv(kk.data(), ks, B, H, t1 - t0, D, bf16, kp.data(), Sk, t0);
+      attention_pack_kv(vv.data(), ks, B, H, t1 - t0, D, bf16, vp.data(), Sk, t0);
+    }
+    AttentionArgs p = a;
+    p.k = p.v = nullptr;
+    p.k_packed = kp.data();
+    p.v_packed = vp.data();
+    p.out = got.data();
+    attention(p);
+    EXPECT_EQ(got, want) << (bf16 ? "bf16" : "f32");
+    std::vector<float> back(B * Sk * H * D), dense(back.size());
+    attention_unpack_kv(kp.data(), B, H, Sk, D, bf16, back.data());
+    for (int64_t bt = 0; bt < B * Sk; ++bt)
+      for (int64_t i = 0; i < H * D; ++i) dense[bt * H * D + i] = k[bt * ks + i];
+    EXPECT_LE(test::rel_max_err(back, dense), bf16 ? 1e-2 : 0.0) << (bf16 ? "bf16" : "f32");
+  }
+  set_attention_blocks(128, 512);
+}
+
 TEST(Attention, FullyMaskedRowAttendsUniformlyLikeDiffusersBias) {
   // All keys padded: diffusers adds −10000 to every score, which cancels.
   set_attention_blocks(128, 512);

@@ -41,12 +41,47 @@ void set_attention_blocks(int64_t q_block, int64_t kv_block) {
   g_kv_block = kv_block;
 }
 
+bool attention_packs_bf16(bool bf16) {
+  return bf16 && cpu_has_bf16();
+}
+
+void attention_pack_kv(const float* src, int64_t stride, int64_t B, int64_t H, int64_t n, int64_t D,
+                       bool bf16_requested, void* dst, int64_t total, int64_t t) {
+  XDIT_CHECK(t >= 0 && t + n <= total, "attention_pack_kv: tokens [", t, ", ", t + n, ") outside ",
+             total);
+  const bool bf16 = attention_packs_bf16(bf16_requested);
+  const size_t esz = bf16 ? 2 : 4;
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      pack_rows(src + b * n * stride + h * D, stride, n, D, bf16,
+                static_cast<char*>(dst) + static_cast<size_t>(((b * H + h) * total + t) * D) * esz,
+                nullptr);
+}
+
+void attention_unpack_kv(const void* src, int64_t B, int64_t H, int64_t total, int64_t D,
+                         bool bf16_requested, float* dst) {
+  const bool bf16 = attention_packs_bf16(bf16_requested);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t t = 0; t < total; ++t) {
+        const size_t at = static_cast<size_t>(((b * H + h) * total + t) * D);
+        float* o = dst + (b * total + t) * H * D + h * D;
+        for (int64_t i = 0; i < D; ++i)
+          o[i] = bf16 ? bf16_to_f32(static_cast<const uint16_t*>(src)[at + static_cast<size_t>(i)])
+                      : static_cast<const float*>(src)[at + static_cast<size_t>(i)];
+      }
+}
+
 void attention(const AttentionArgs& a) {
-  XDIT_CHECK(a.q && a.k && a.v && a.out, "attention: null tensor");
+  const bool packed = a.k_packed != nullptr;
+  XDIT_CHECK(a.q && a.out && (packed ? a.v_packed != nullptr : a.k && a.v),
+             "attention: null tensor");
   XDIT_CHECK(a.batch > 0 && a.heads > 0 && a.head_dim > 0 && a.q_len >= 0 && a.kv_len > 0,
              "attention: bad sizes");
+  XDIT_CHECK(!packed || a.key_mask == nullptr, "attention: packed K/V take no key mask");
   const int64_t B = a.batch, H = a.heads, D = a.head_dim, Sq = a.q_len, Sk = a.kv_len;
-  const bool bf16 = a.bf16 && cpu_has_bf16();
+  const bool bf16 = attention_packs_bf16(a.bf16);
   const size_t esz = bf16 ? 2 : 4;
   const auto dt = bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
 
@@ -69,13 +104,15 @@ void attention(const AttentionArgs& a) {
   // Head-major packed copies in the compute type: q [B,H,Sq,D], k/v [B,H,Sk,D].
   thread_local std::vector<char> qbuf, kbuf, vbuf;
   const size_t qbytes = static_cast<size_t>(B * H * Sq * D) * esz;
-  const size_t kvbytes = static_cast<size_t>(B * H * Sk * D) * esz;
+  const size_t kvbytes = packed ? 0 : static_cast<size_t>(B * H * Sk * D) * esz;
   if (qbuf.size() < qbytes) qbuf.resize(qbytes);
   if (kbuf.size() < kvbytes) kbuf.resize(kvbytes);
   if (vbuf.size() < kvbytes) vbuf.resize(kvbytes);
   char* qp = qbuf.data();
-  char* kp = kbuf.data();
-  char* vp = vbuf.data();
+  char* kw = kbuf.data();  // thread_local: take the pointers outside the parallel region
+  char* vw = vbuf.data();
+  const char* kp = packed ? static_cast<const char*>(a.k_packed) : kw;
+  const char* vp = packed ? static_cast<const char*>(a.v_packed) : vw;
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
@@ -84,10 +121,11 @@ void attention(const AttentionArgs& a) {
           keep[static_cast<size_t>(b)].empty() ? nullptr : keep[static_cast<size_t>(b)].data();
       pack_rows(a.q + b * Sq * a.q_stride + h * D, a.q_stride, Sq, D, bf16,
                 qp + bh * static_cast<size_t>(Sq * D) * esz, nullptr);
+      if (packed) continue;
       pack_rows(a.k + b * Sk * a.k_stride + h * D, a.k_stride, kv_n[static_cast<size_t>(b)], D,
-                bf16, kp + bh * static_cast<size_t>(Sk * D) * esz, idx);
+                bf16, kw + bh * static_cast<size_t>(Sk * D) * esz, idx);
       pack_rows(a.v + b * Sk * a.v_stride + h * D, a.v_stride, kv_n[static_cast<size_t>(b)], D,
-                bf16, vp + bh * static_cast<size_t>(Sk * D) * esz, idx);
+                bf16, vw + bh * static_cast<size_t>(Sk * D) * esz, idx);
     }
 
   const int64_t QB = g_q_block, KB = g_kv_block;
