@@ -70,6 +70,50 @@ class Outbox {
 
 constexpr int kHiddenTag = 1 << 20;  // + message index
 constexpr int kLatentTag = 2 << 20;
+constexpr int kShapeTag = 3 << 20;
+
+// The one shape exchange before the pipeline: the shape of every message a
+// rank will send (`per` entries each) goes to the rank that will receive them,
+// which compares it with its own expectation. Ranks started with different
+// models, sizes or flags then stop with one clear line instead of hanging or
+// receiving a truncated message. Every rank posts its sends before checking
+// what it receives, so that each receiver of a mismatch finds it.
+struct ShapeSend {
+  int64_t count = 0;
+  std::unique_ptr<comm::Request> head, body;
+  void post(comm::Communicator& c, const std::vector<int64_t>& shapes, int to, int tag) {
+    count = static_cast<int64_t>(shapes.size());
+    head = c.isend(&count, sizeof count, comm::Type::kByte, to, tag);
+    body = c.isend(shapes.data(), shapes.size() * sizeof(int64_t), comm::Type::kByte, to, tag + 1);
+  }
+  void wait() {
+    if (head) head->wait();
+    if (body) body->wait();
+  }
+};
+
+void check_shapes(comm::Communicator& c, const std::vector<int64_t>& want, int from, size_t per,
+                  int tag, const char* what) {
+  int64_t m = 0;
+  c.recv(&m, sizeof m, comm::Type::kByte, from, tag);
+  XDIT_CHECK(m >= 0 && m < (1 << 20), "PipeFusion stage ", c.rank(), ": a bad shape count ", m,
+             " from stage ", from);
+  std::vector<int64_t> got(static_cast<size_t>(m));
+  c.recv(got.data(), got.size() * sizeof(int64_t), comm::Type::kByte, from, tag + 1);
+  XDIT_CHECK(got.size() == want.size(), "PipeFusion stage ", c.rank(), " expects ",
+             want.size() / per, " messages of ", what, " from stage ", from, ", which will send ",
+             got.size() / per,
+             ": start every rank with the same model, image size and parallel flags");
+  for (size_t i = 0; i < got.size(); i += per) {
+    const Shape w(want.begin() + static_cast<std::ptrdiff_t>(i),
+                  want.begin() + static_cast<std::ptrdiff_t>(i + per));
+    const Shape g(got.begin() + static_cast<std::ptrdiff_t>(i),
+                  got.begin() + static_cast<std::ptrdiff_t>(i + per));
+    XDIT_CHECK(w == g, "PipeFusion stage ", c.rank(), " expects ", what, " ", shape_str(w),
+               " from stage ", from, ", which will send ", shape_str(g), " (message ", i / per,
+               "): start every rank with the same model, image size and parallel flags");
+  }
+}
 
 }  // namespace
 
@@ -133,6 +177,28 @@ Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::DPMSolverMult
     put_rows(latents, rows.data<float>(), r0 * p, r1 * p);
     return rows;
   };
+
+  // Shapes of every hidden-state message (warm-up, then each patch) and of
+  // every latent-row message (the last stage to stage 0), for the exchange.
+  std::vector<int64_t> hidden_shapes, latent_shapes;
+  {
+    const auto [w0, w1] = my_rows(0, gh);
+    hidden_shapes.insert(hidden_shapes.end(), {MB, (w1 - w0) * gw, d});
+    latent_shapes.insert(latent_shapes.end(), {Pn, C, h, w});
+    for (const auto& [r0, r1] : patches) {
+      hidden_shapes.insert(hidden_shapes.end(), {MB, (r1 - r0) / sp * gw, d});
+      latent_shapes.insert(latent_shapes.end(), {Pn, C, (r1 - r0) * p, w});
+    }
+  }
+  if (P > 1) {
+    ShapeSend hidden_out, latent_out;
+    if (!last) hidden_out.post(pp, hidden_shapes, s + 1, kShapeTag);
+    if (last) latent_out.post(pp, latent_shapes, 0, kShapeTag + 2);
+    if (!first) check_shapes(pp, hidden_shapes, s - 1, 3, kShapeTag, "hidden states");
+    if (first) check_shapes(pp, latent_shapes, P - 1, 4, kShapeTag + 2, "latent rows");
+    hidden_out.wait();
+    latent_out.wait();
+  }
 
   Outbox outbox(pp);
   int msg = 0;                            // message index, the same sequence on every stage

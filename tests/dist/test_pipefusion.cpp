@@ -290,6 +290,27 @@ TEST(PipeFusion, EachStageRunsMTimesTheStepsAfterWarmup) {
   }
 }
 
+TEST(PipeFusion, RanksThatDisagreeOnShapesStopWithAClearError) {
+  // Every other rank asks for a shorter image: each stage then expects other
+  // shapes than its sender will send, and the shape exchange says so (instead
+  // of a hang or a truncated receive).
+  const int n = world().size();
+  parallel::Mesh mesh(pf(n, n, 1), world());
+  pipeline::PixArtPipeline p(five_block_model(), DType::kF32);
+  p.set_mesh(&mesh);
+  pipeline::LatentRequest r = request(2);
+  if (world().rank() % 2 == 1) r.height = 112;
+  const std::string err =
+      test::error_message([&] { pipeline::generate_latents_distributed(p, mesh, r); });
+  const bool first = mesh.coord().pp == 0;
+  EXPECT_NE(err.find(first ? "expects latent rows [" : "expects hidden states ["),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("start every rank with the same model, image size and parallel flags"),
+            std::string::npos)
+      << err;
+}
+
 TEST(PipeFusion, ConfigurationErrors) {
   const auto& message = test::error_message;
   EXPECT_NE(
