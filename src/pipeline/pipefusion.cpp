@@ -71,6 +71,7 @@ class Outbox {
 constexpr int kHiddenTag = 1 << 20;  // + message index
 constexpr int kLatentTag = 2 << 20;
 constexpr int kShapeTag = 3 << 20;
+constexpr int kClockTag = 4 << 20;  // the micro-step clock beside each patch message
 
 // The one shape exchange before the pipeline: the shape of every message a
 // rank will send (`per` entries each) goes to the rank that will receive them,
@@ -239,42 +240,69 @@ Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::DPMSolverMult
     }
   }
 
-  // The patch pipeline. Receive buffers are sized once per patch.
-  std::vector<Tensor> hidden_in(static_cast<size_t>(M)), latent_in(static_cast<size_t>(M));
+  // The patch pipeline. Receive buffers are sized once per patch. Beside each
+  // patch message travels the sender's micro-step (a Lamport clock: a patch
+  // forward's micro-step is one more than the later of this stage's previous
+  // one and the sender's), so each stage knows where in the M·S + P − 1
+  // micro-step schedule its forwards fell (exposed for tests, and in the trace).
+  std::vector<Tensor> hidden_in(static_cast<size_t>(M)), latent_in(static_cast<size_t>(M)),
+      clock_in(static_cast<size_t>(M));
+  int64_t clock = 0;
+  first_micro_step_ = last_micro_step_ = 0;
   for (int64_t j = 0; j < M; ++j) {
+    clock_in[static_cast<size_t>(j)] = Tensor::empty({1});
     const int64_t rows =
         patches[static_cast<size_t>(j)].second - patches[static_cast<size_t>(j)].first;
     if (!first) hidden_in[static_cast<size_t>(j)] = Tensor::empty({MB, rows / sp * gw, d});
     if (first) latent_in[static_cast<size_t>(j)] = Tensor::empty({Pn, C, rows * p, w});
   }
   // The receive this stage needs for (step i, patch j), posted ahead of time.
-  auto post = [&](int64_t i, int64_t j, int m) -> std::unique_ptr<comm::Request> {
-    if (i >= S) return nullptr;
+  struct Pending {
+    std::unique_ptr<comm::Request> data, clock;
+  };
+  auto post = [&](int64_t i, int64_t j, int m) -> Pending {
+    if (i >= S) return {};
+    float* c = clock_in[static_cast<size_t>(j)].data<float>();
     if (!first) {
       Tensor& b = hidden_in[static_cast<size_t>(j)];
-      return pp.irecv(b.raw(), static_cast<size_t>(b.numel()), comm::Type::kF32, s - 1,
-                      kHiddenTag + m);
+      return {pp.irecv(b.raw(), static_cast<size_t>(b.numel()), comm::Type::kF32, s - 1,
+                       kHiddenTag + m),
+              pp.irecv(c, 1, comm::Type::kF32, s - 1, kClockTag + m)};
     }
     if (i > warmup &&
         P > 1) {  // stage 0: patch j's rows as the last stage updated them in step i−1
       Tensor& b = latent_in[static_cast<size_t>(j)];
-      return pp.irecv(b.raw(), static_cast<size_t>(b.numel()), comm::Type::kF32, P - 1,
-                      kLatentTag + static_cast<int>((i - 1) * M + j) + 1024);
+      const int tag = static_cast<int>((i - 1) * M + j) + 1024;
+      return {pp.irecv(b.raw(), static_cast<size_t>(b.numel()), comm::Type::kF32, P - 1,
+                       kLatentTag + tag),
+              pp.irecv(c, 1, comm::Type::kF32, P - 1, kClockTag + (1 << 19) + tag)};
     }
-    return nullptr;
+    return {};
   };
-  std::unique_ptr<comm::Request> pending = post(warmup, 0, msg);
+  // The micro-step as a 1-element message (exact in f32 below 2^24).
+  auto clock_message = [](int64_t step) {
+    Tensor t = Tensor::empty({1});
+    t.data<float>()[0] = static_cast<float>(step);
+    return t;
+  };
+  Pending pending = post(warmup, 0, msg);
   for (int64_t i = warmup; i < S; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t j = 0; j < M; ++j) {
       const auto [r0, r1] = patches[static_cast<size_t>(j)];
-      std::unique_ptr<comm::Request> mine = std::move(pending);
+      Pending mine = std::move(pending);
       const int64_t ni = j + 1 < M ? i : i + 1, nj = j + 1 < M ? j + 1 : 0;
       pending = post(ni, nj, msg + 1);  // the next receive, before computing this patch
-      if (mine) {
+      int64_t sender = 0;
+      if (mine.data) {
         trace::Span span("wait patch " + std::to_string(j) + " step " + std::to_string(i), "comm");
-        mine->wait();
+        mine.data->wait();
+        mine.clock->wait();
+        sender = static_cast<int64_t>(clock_in[static_cast<size_t>(j)].data<float>()[0]);
       }
+      clock = std::max(clock, sender) + 1;
+      if (first_micro_step_ == 0) first_micro_step_ = clock;
+      last_micro_step_ = clock;
       if (first && i > warmup && P > 1)
         put_rows(latents, latent_in[static_cast<size_t>(j)].data<float>(), r0 * p, r1 * p);
       if (pipefusion_) pipefusion_->set_window(gh * gw, r0 * gw, r1 * gw);
@@ -283,18 +311,24 @@ Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::DPMSolverMult
       models::PixArtInputs in = inputs(i, l0, l1);
       Tensor out;
       {
-        trace::Span span("patch " + std::to_string(j) + " step " + std::to_string(i), "compute");
+        trace::Span span("patch " + std::to_string(j) + " step " + std::to_string(i) +
+                             " (micro-step " + std::to_string(clock) + ")",
+                         "compute");
         out = transformer_->forward(in, first ? nullptr : &hidden_in[static_cast<size_t>(j)]);
       }
       ++patch_forwards_;
       if (!last) {
         trace::Span span("send patch " + std::to_string(j), "comm");
         outbox.send(out, s + 1, kHiddenTag + msg);
+        outbox.send(clock_message(clock), s + 1, kClockTag + msg);
       } else {
         trace::Span span("scheduler patch " + std::to_string(j), "scheduler");
         Tensor rows = finish_rows(out, r0, r1);
-        if (P > 1 && i + 1 < S)
-          outbox.send(rows, 0, kLatentTag + static_cast<int>(i * M + j) + 1024);
+        if (P > 1 && i + 1 < S) {
+          const int tag = static_cast<int>(i * M + j) + 1024;
+          outbox.send(rows, 0, kLatentTag + tag);
+          outbox.send(clock_message(clock), 0, kClockTag + (1 << 19) + tag);
+        }
       }
       ++msg;
     }

@@ -150,12 +150,17 @@ class PixArtPipeline {
   // number of patch forwards it ran after the warm-up (for tests).
   const parallel::PipeFusionAttention* pipefusion_attention() const { return pipefusion_.get(); }
   int64_t pipefusion_patch_forwards() const { return patch_forwards_; }
+  // The micro-steps (1-based, of the patch pipeline after the warm-up) of
+  // this stage's first and last patch forward; 0 when none ran.
+  std::pair<int64_t, int64_t> pipefusion_micro_steps() const {
+    return {first_micro_step_, last_micro_step_};
+  }
   // Test switch: a PipeFusion stage that never refreshes its K/V buffers after
   // the warm-up (the deviation test must catch it). Set before load().
   void set_pipefusion_refresh(bool refresh) { pipefusion_refresh_ = refresh; }
 
  private:
-  int64_t patch_forwards_ = 0;
+  int64_t patch_forwards_ = 0, first_micro_step_ = 0, last_micro_step_ = 0;
   bool pipefusion_refresh_ = true;
 };
 

@@ -118,6 +118,8 @@ double psnr(const Tensor& a, const Tensor& b) {
 struct PfRun {
   Tensor latents;
   int64_t patch_forwards;
+  std::pair<int64_t, int64_t> micro_steps;  // this stage's first and last
+  int stage;
 };
 
 PfRun run_pf(const ParallelConfig& pc, int64_t steps, bool refresh = true,
@@ -127,7 +129,7 @@ PfRun run_pf(const ParallelConfig& pc, int64_t steps, bool refresh = true,
   p.set_mesh(&mesh);
   p.set_pipefusion_refresh(refresh);
   Tensor out = pipeline::generate_latents_distributed(p, mesh, request(steps));
-  return {out, p.pipefusion_patch_forwards()};
+  return {out, p.pipefusion_patch_forwards(), p.pipefusion_micro_steps(), mesh.coord().pp};
 }
 
 Tensor serial(int64_t steps) {
@@ -197,6 +199,7 @@ TEST(PipeFusion, WithUlyssesOrRingNormalModeMatchesPipeFusionAlone) {
       EXPECT_LE(test::rel_max_err(run.latents.to_vector(), alone.latents.to_vector()), 1e-5)
           << "pp 2 x ulysses " << u << " x ring " << r << ", M " << m;
       EXPECT_EQ(run.patch_forwards, static_cast<int64_t>(m) * (S - 1));
+      EXPECT_EQ(run.micro_steps.second, run.stage + m * (S - 1));
     }
   }
 }
@@ -282,11 +285,23 @@ TEST(PipeFusion, NormalModeStaysCloseAndAForgetfulPipelineDoesNot) {
   EXPECT_LT(ib, kMinImagePsnrDb);
 }
 
-TEST(PipeFusion, EachStageRunsMTimesTheStepsAfterWarmup) {
+TEST(PipeFusion, EachStageRunsMTimesTheStepsAfterWarmupInMSPlusPMinus1MicroSteps) {
+  // After the warm-up, S steps of M patches: each stage computes M·S patches,
+  // stage s in micro-steps s+1 … s+M·S (no bubble once it has started), so the
+  // whole run takes M·S + P − 1 micro-steps. The micro-steps come from the
+  // clock that travels with the patches: a schedule that waited for a whole
+  // step's latents before starting the next, or that serialised the stages,
+  // would end later.
   const int n = world().size();
+  const int64_t steps = 4, S = steps - 1;
   for (int m : {n, 2 * n}) {
-    PfRun r = run_pf(pf(n, m, 1), 4);
-    EXPECT_EQ(r.patch_forwards, static_cast<int64_t>(m) * (4 - 1)) << "M " << m;
+    PfRun r = run_pf(pf(n, m, 1), steps);
+    EXPECT_EQ(r.patch_forwards, m * S) << "M " << m;
+    EXPECT_EQ(r.micro_steps.first, r.stage + 1) << "M " << m;
+    EXPECT_EQ(r.micro_steps.second, r.stage + m * S) << "M " << m;
+    if (r.stage == n - 1) {
+      EXPECT_EQ(r.micro_steps.second, m * S + n - 1) << "M " << m;
+    }
   }
 }
 
