@@ -99,6 +99,13 @@ TEST_F(CliMpi, ParallelRunsWriteTheSerialImages) {
            {4, "--pipefusion_parallel_degree 2 --ulysses_degree 2 --warmup_steps 3"},
            {4,
             "--pipefusion_parallel_degree 2 --ring_degree 2 --num_pipeline_patch 4 "
+            "--warmup_steps 3"},
+           // the hybrids: every method of the mesh at once, 8 ranks
+           {8,
+            "--use_cfg_parallel --pipefusion_parallel_degree 2 --ulysses_degree 2 "
+            "--warmup_steps 3"},
+           {8,
+            "--data_parallel_degree 2 --pipefusion_parallel_degree 2 --ring_degree 2 "
             "--warmup_steps 3"}}) {
     SCOPED_TRACE(flags);
     Result r = run(np, args("par.png", flags));
