@@ -30,7 +30,8 @@ PipeFusionAttention::Buffer& PipeFusionAttention::buffer(int layer,
   Buffer& buf = buffers_[layer];
   const size_t esz = kernels::attention_packs_bf16(args.bf16) ? 2 : 4;
   const size_t size = static_cast<size_t>(args.batch * heads * total_ * args.head_dim) * esz;
-  if (buf.k.size() != size || buf.bf16 != args.bf16 || buf.heads != heads) {
+  if (buf.k.size() != size || buf.bf16 != args.bf16 || buf.heads != heads ||
+      buf.batch != args.batch || buf.head_dim != args.head_dim) {
     buf.k.assign(size, 0);
     buf.v.assign(size, 0);
     buf.batch = args.batch;

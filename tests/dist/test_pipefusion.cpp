@@ -16,6 +16,7 @@
 #include "core/rng.h"
 #include "dist/world.h"
 #include "io/safetensors.h"
+#include "kernels/kernels.h"
 #include "parallel/config.h"
 #include "parallel/pipefusion_attention.h"
 #include "pipeline/distributed.h"
@@ -243,6 +244,24 @@ TEST(PipeFusion, KVBuffersAfterAWarmupStepEqualSerialKV) {
         << "layer " << l;
     EXPECT_LE(test::rel_max_err(p.pipefusion_attention()->values(li), ref.values(li)), 1e-5)
         << "layer " << l;
+  }
+}
+
+TEST(PipeFusion, KVBuffersHoldTheStagesLayersInTheAttentionComputeType) {
+  // One buffer per self-attention layer of the stage, K and V, B × tokens ×
+  // H·D each: 2 bytes per value when attention runs in bf16, 4 in f32.
+  const int n = world().size();
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    ParallelConfig pc = pf(n, n, 1);
+    parallel::Mesh mesh(pc, world());
+    pipeline::PixArtPipeline p(five_block_model(), dt);
+    p.set_mesh(&mesh);
+    pipeline::generate_latents_distributed(p, mesh, request(2));
+    const auto blocks = pc.stage_blocks(5)[static_cast<size_t>(mesh.coord().pp)];
+    const size_t per_value = dt == DType::kBF16 && kernels::cpu_has_bf16() ? 2 : 4;
+    EXPECT_EQ(p.pipefusion_attention()->buffer_bytes(),
+              static_cast<size_t>(blocks.second - blocks.first) * 2 * (4 * 48 * 24) * per_value)
+        << dtype_name(dt);
   }
 }
 
