@@ -1,7 +1,5 @@
 #include "parallel/pipefusion_attention.h"
 
-#include <cstring>
-
 #include "core/error.h"
 #include "kernels/kernels.h"
 
@@ -120,11 +118,10 @@ void PipeFusionAttention::attend_sequence_parallel(const kernels::AttentionArgs&
     if (r == 1) {
       store(buf, q + n, q + 2 * n, cols, cols, t0_, Nu);
     } else {
-      // Every ring rank's super-chunk of fresh K/V, stored at its tokens.
-      kv_.resize(2 * n);
-      std::memcpy(kv_.data(), q + n, 2 * n * sizeof(float));
+      // Every ring rank's super-chunk of fresh K/V (k and v lie together
+      // after q in the exchange's output), stored at its tokens.
       kv_all_.resize(2 * n * static_cast<size_t>(r));
-      ring_->allgather(kv_.data(), kv_all_.data(), 2 * n, comm::Type::kF32);
+      ring_->allgather(q + n, kv_all_.data(), 2 * n, comm::Type::kF32);
       for (int i = 0; i < r; ++i) {
         const float* kv = kv_all_.data() + 2 * n * static_cast<size_t>(i);
         store(buf, kv, kv + n, cols, cols, t0_ + i * Nu, Nu);

@@ -71,7 +71,7 @@ class PipeFusionAttention : public nn::AttentionBackend {
   comm::Communicator* ulysses_ = nullptr;
   comm::Communicator* ring_ = nullptr;
   std::unique_ptr<UlyssesExchange> exchange_;
-  std::vector<float> kv_, kv_all_, out_;
+  std::vector<float> kv_all_, out_;
 };
 
 }  // namespace xdit::parallel

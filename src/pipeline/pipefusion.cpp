@@ -73,19 +73,31 @@ constexpr int kLatentTag = 2 << 20;
 constexpr int kShapeTag = 3 << 20;
 constexpr int kClockTag = 4 << 20;  // the micro-step clock beside each patch message
 
-// The one shape exchange before the pipeline: the shape of every message a
-// rank will send (`per` entries each) goes to the rank that will receive them,
-// which compares it with its own expectation. Ranks started with different
-// models, sizes or flags then stop with one clear line instead of hanging or
-// receiving a truncated message. Every rank posts its sends before checking
-// what it receives, so that each receiver of a mismatch finds it.
+// The one shape exchange before the pipeline: the shapes of every message a
+// rank will send go to the rank that will receive them, which compares them
+// with the shapes it sized its receive buffers from. Ranks started with
+// different models, sizes or flags then stop with one clear line instead of
+// hanging or receiving a truncated message. Every rank posts its sends before
+// checking what it receives, so that each receiver of a mismatch finds it.
+std::vector<int64_t> flatten(const std::vector<Shape>& shapes) {
+  std::vector<int64_t> v;
+  for (const Shape& sh : shapes) {
+    v.push_back(static_cast<int64_t>(sh.size()));
+    v.insert(v.end(), sh.begin(), sh.end());
+  }
+  return v;
+}
+
 struct ShapeSend {
+  std::vector<int64_t> body_data;
   int64_t count = 0;
   std::unique_ptr<comm::Request> head, body;
-  void post(comm::Communicator& c, const std::vector<int64_t>& shapes, int to, int tag) {
-    count = static_cast<int64_t>(shapes.size());
+  void post(comm::Communicator& c, const std::vector<Shape>& shapes, int to, int tag) {
+    body_data = flatten(shapes);
+    count = static_cast<int64_t>(body_data.size());
     head = c.isend(&count, sizeof count, comm::Type::kByte, to, tag);
-    body = c.isend(shapes.data(), shapes.size() * sizeof(int64_t), comm::Type::kByte, to, tag + 1);
+    body = c.isend(body_data.data(), body_data.size() * sizeof(int64_t), comm::Type::kByte, to,
+                   tag + 1);
   }
   void wait() {
     if (head) head->wait();
@@ -93,27 +105,32 @@ struct ShapeSend {
   }
 };
 
-void check_shapes(comm::Communicator& c, const std::vector<int64_t>& want, int from, size_t per,
-                  int tag, const char* what) {
+void check_shapes(comm::Communicator& c, const std::vector<Shape>& want, int from, int tag,
+                  const char* what) {
   int64_t m = 0;
   c.recv(&m, sizeof m, comm::Type::kByte, from, tag);
   XDIT_CHECK(m >= 0 && m < (1 << 20), "PipeFusion stage ", c.rank(), ": a bad shape count ", m,
              " from stage ", from);
   std::vector<int64_t> got(static_cast<size_t>(m));
   c.recv(got.data(), got.size() * sizeof(int64_t), comm::Type::kByte, from, tag + 1);
-  XDIT_CHECK(got.size() == want.size(), "PipeFusion stage ", c.rank(), " expects ",
-             want.size() / per, " messages of ", what, " from stage ", from, ", which will send ",
-             got.size() / per,
-             ": start every rank with the same model, image size and parallel flags");
-  for (size_t i = 0; i < got.size(); i += per) {
-    const Shape w(want.begin() + static_cast<std::ptrdiff_t>(i),
-                  want.begin() + static_cast<std::ptrdiff_t>(i + per));
-    const Shape g(got.begin() + static_cast<std::ptrdiff_t>(i),
-                  got.begin() + static_cast<std::ptrdiff_t>(i + per));
-    XDIT_CHECK(w == g, "PipeFusion stage ", c.rank(), " expects ", what, " ", shape_str(w),
-               " from stage ", from, ", which will send ", shape_str(g), " (message ", i / per,
-               "): start every rank with the same model, image size and parallel flags");
+  // Unflatten what the sender will send: [rank, dims...] per message.
+  std::vector<Shape> sent;
+  for (size_t i = 0; i < got.size();) {
+    const int64_t rank = got[i];
+    XDIT_CHECK(rank >= 0 && i + 1 + static_cast<size_t>(rank) <= got.size(), "PipeFusion stage ",
+               c.rank(), ": a malformed shape list from stage ", from);
+    sent.emplace_back(got.begin() + static_cast<std::ptrdiff_t>(i + 1),
+                      got.begin() + static_cast<std::ptrdiff_t>(i + 1 + rank));
+    i += 1 + static_cast<size_t>(rank);
   }
+  XDIT_CHECK(sent.size() == want.size(), "PipeFusion stage ", c.rank(), " expects ", want.size(),
+             " messages of ", what, " from stage ", from, ", which will send ", sent.size(),
+             ": start every rank with the same model, image size and parallel flags");
+  for (size_t i = 0; i < sent.size(); ++i)
+    XDIT_CHECK(want[i] == sent[i], "PipeFusion stage ", c.rank(), " expects ", what, " ",
+               shape_str(want[i]), " from stage ", from, ", which will send ", shape_str(sent[i]),
+               " (message ", i,
+               "): start every rank with the same model, image size and parallel flags");
 }
 
 }  // namespace
@@ -137,8 +154,6 @@ Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::DPMSolverMult
   if (M != requested)
     XDIT_WARN("--num_pipeline_patch ", requested, " does not fit the ", gh, " patch rows: using ",
               M);
-  XDIT_CHECK(M >= P, "PipeFusion needs at least one patch per stage: ", gh, " patch rows over ", sp,
-             " sequence-parallel ranks for ", P, " stages");
   // This SP rank's share [r0', r1') of the patch rows [r0, r1).
   auto my_rows = [&](int64_t r0, int64_t r1) {
     const int64_t n = (r1 - r0) / sp;
@@ -170,7 +185,7 @@ Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::DPMSolverMult
   };
   // The last stage: noise for rows [r0, r1) from the stage output, then the step.
   auto finish_rows = [&](Tensor out, int64_t r0, int64_t r1) {
-    if (sp > 1) out = parallel::gather_rows(mesh.sp_group(), out);
+    out = parallel::gather_rows(mesh.sp_group(), out);  // the SP ranks' shares of the rows
     if (cfg_split) out = parallel::gather_batch(mesh.cfg_group(), out);
     Tensor noise = guided_noise(out, Pn, C, cfg, guidance_scale);
     Tensor rows = take_rows(latents, r0 * p, r1 * p);
@@ -179,24 +194,26 @@ Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::DPMSolverMult
     return rows;
   };
 
-  // Shapes of every hidden-state message (warm-up, then each patch) and of
-  // every latent-row message (the last stage to stage 0), for the exchange.
-  std::vector<int64_t> hidden_shapes, latent_shapes;
+  // The shapes of every message between the stages, in order: hidden states
+  // (this SP rank's rows) for the warm-up and then each patch, and latent rows
+  // (the last stage to stage 0) likewise. The receive buffers are sized from
+  // them, after the shape exchange has checked them against the sender's.
+  std::vector<Shape> hidden_shapes, latent_shapes;
   {
     const auto [w0, w1] = my_rows(0, gh);
-    hidden_shapes.insert(hidden_shapes.end(), {MB, (w1 - w0) * gw, d});
-    latent_shapes.insert(latent_shapes.end(), {Pn, C, h, w});
+    hidden_shapes.push_back({MB, (w1 - w0) * gw, d});
+    latent_shapes.push_back({Pn, C, h, w});
     for (const auto& [r0, r1] : patches) {
-      hidden_shapes.insert(hidden_shapes.end(), {MB, (r1 - r0) / sp * gw, d});
-      latent_shapes.insert(latent_shapes.end(), {Pn, C, (r1 - r0) * p, w});
+      hidden_shapes.push_back({MB, (r1 - r0) / sp * gw, d});
+      latent_shapes.push_back({Pn, C, (r1 - r0) * p, w});
     }
   }
   if (P > 1) {
     ShapeSend hidden_out, latent_out;
     if (!last) hidden_out.post(pp, hidden_shapes, s + 1, kShapeTag);
     if (last) latent_out.post(pp, latent_shapes, 0, kShapeTag + 2);
-    if (!first) check_shapes(pp, hidden_shapes, s - 1, 3, kShapeTag, "hidden states");
-    if (first) check_shapes(pp, latent_shapes, P - 1, 4, kShapeTag + 2, "latent rows");
+    if (!first) check_shapes(pp, hidden_shapes, s - 1, kShapeTag, "hidden states");
+    if (first) check_shapes(pp, latent_shapes, P - 1, kShapeTag + 2, "latent rows");
     hidden_out.wait();
     latent_out.wait();
   }
@@ -212,7 +229,7 @@ Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::DPMSolverMult
     Tensor hidden;
     if (!first) {
       trace::Span span("recv warm-up " + std::to_string(i), "comm");
-      hidden = Tensor::empty({MB, (w1 - w0) * gw, d});
+      hidden = Tensor::empty(hidden_shapes[0]);
       pp.recv(hidden.raw(), static_cast<size_t>(hidden.numel()), comm::Type::kF32, s - 1,
               kHiddenTag + msg);
     }
@@ -251,10 +268,10 @@ Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::DPMSolverMult
   first_micro_step_ = last_micro_step_ = 0;
   for (int64_t j = 0; j < M; ++j) {
     clock_in[static_cast<size_t>(j)] = Tensor::empty({1});
-    const int64_t rows =
-        patches[static_cast<size_t>(j)].second - patches[static_cast<size_t>(j)].first;
-    if (!first) hidden_in[static_cast<size_t>(j)] = Tensor::empty({MB, rows / sp * gw, d});
-    if (first) latent_in[static_cast<size_t>(j)] = Tensor::empty({Pn, C, rows * p, w});
+    if (!first)
+      hidden_in[static_cast<size_t>(j)] = Tensor::empty(hidden_shapes[static_cast<size_t>(1 + j)]);
+    if (first)
+      latent_in[static_cast<size_t>(j)] = Tensor::empty(latent_shapes[static_cast<size_t>(1 + j)]);
   }
   // The receive this stage needs for (step i, patch j), posted ahead of time.
   struct Pending {
