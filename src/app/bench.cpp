@@ -478,7 +478,8 @@ std::function<int()> add_bench(CLI::App& app) {
       ->capture_default_str();
   b->add_option("--dtypes", o->dtypes, "bf16 and/or f32")->delimiter(',')->capture_default_str();
   b->add_flag("--json", o->json, "one JSON object per row");
-  b->add_option("--threads", o->threads, "OpenMP threads (default: all cores)");
+  b->add_option("--threads", o->threads, "OpenMP threads, 1 … 4 x cores (default: all cores)")
+      ->check(thread_count());
   b->add_option("--warmup", o->warmup, "untimed steps before timing")->capture_default_str();
   b->add_option("--repeat", o->repeat, "timed steps (the best is reported)")->capture_default_str();
   b->add_option("--row", o->row, "internal: run one row (WHAT:RES:DTYPE) in this process")

@@ -20,9 +20,14 @@ void set_world(comm::Communicator* world);
 comm::Communicator& world();
 
 // Shared by the subcommands.
-std::string default_model_dir();    // the built-in tiny model
-std::string human_bytes(double b);  // "1.22 GB"
-std::string seconds(double s);      // "0.41 s"
+std::string default_model_dir();  // the built-in tiny model
+std::string seconds(double s);    // "0.41 s"
+
+// Option checks shared by the subcommands: --threads from 1 to 4 x the cores
+// (more crashes OpenMP's runtime), and a float that must be finite.
+int max_threads();
+CLI::Validator thread_count();
+CLI::Validator finite_number();
 
 // Sets the OpenMP thread count (0 = leave the default).
 void set_threads(int threads);

@@ -4,15 +4,18 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "app/commands.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/memory.h"
+#include "core/rng.h"
 #include "core/trace.h"
 #include "io/file.h"
 #include "io/png.h"
@@ -44,10 +47,8 @@ void set_threads(int threads) {
     return;
   }
   // Under mpirun, share the cores among the ranks on this machine.
-  if (const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) {
-    const int n = std::atoi(local);
-    if (n > 1) omp_set_num_threads(std::max(1, omp_get_num_procs() / n));
-  }
+  const int n = comm::local_process_count();
+  if (n > 1) omp_set_num_threads(std::max(1, omp_get_num_procs() / n));
 }
 
 std::string default_model_dir() {
@@ -71,15 +72,32 @@ std::string seconds(double s) {
   return buf;
 }
 
-std::string human_bytes(double b) {
-  char buf[32];
-  if (b >= 1e9)
-    std::snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
-  else if (b >= 1e6)
-    std::snprintf(buf, sizeof buf, "%.0f MB", b / 1e6);
-  else
-    std::snprintf(buf, sizeof buf, "%.0f KB", b / 1e3);
-  return buf;
+int max_threads() {
+  return 4 * std::max(1, omp_get_num_procs());
+}
+
+CLI::Validator thread_count() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        int n = 0;
+        const int hi = max_threads();
+        if (!CLI::detail::lexical_cast(v, n) || n < 1 || n > hi)
+          return "--threads must be 1 … " + std::to_string(hi) + " (4 x the " +
+                 std::to_string(hi / 4) + " cores this process may use), got " + v;
+        return {};
+      },
+      "1 … 4 x cores");
+}
+
+CLI::Validator finite_number() {
+  return CLI::Validator(
+      [](std::string& v) -> std::string {
+        double x = 0;
+        if (!CLI::detail::lexical_cast(v, x) || !std::isfinite(x))
+          return "must be a finite number, got " + v;
+        return {};
+      },
+      "finite");
 }
 
 namespace {
@@ -92,21 +110,11 @@ struct GenerateOptions {
   std::vector<std::string> prompts;
   int64_t height = 0, width = 0, steps = 20, max_sequence_length = 0;
   double guidance = 4.5;
+  std::string seed_text = "42";
   uint64_t seed = 42;
   int threads = 0;
   bool no_binning = false;
 };
-
-// Checks that `path` can be created before any heavy work starts.
-void check_writable(const std::string& path) {
-  const fs::path p(path);
-  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
-  XDIT_CHECK(fs::is_directory(dir), "cannot write ", path, ": folder ", dir.string(),
-             " does not exist");
-  XDIT_CHECK(!fs::is_directory(p), "cannot write ", path, ": it is a folder");
-  XDIT_CHECK(::access(dir.c_str(), W_OK) == 0, "cannot write ", path, ": folder ", dir.string(),
-             " is not writable");
-}
 
 // out.png → out.png for one image; out_0.png, out_1.png, … for several.
 std::vector<std::string> output_paths(const std::string& path, size_t n) {
@@ -162,8 +170,9 @@ std::map<std::string, std::string> png_metadata(const GenerateOptions& o, const 
       {"software", std::string("xdit ") + XDIT_VERSION}};
 }
 
-// Every rank's trace events into one Chrome-trace file, written by rank 0.
-void write_trace(comm::Communicator& w, const std::string& path) {
+// Every rank's trace events into one Chrome-trace file, written by rank 0
+// into the output it reserved at the start (`out`, null on other ranks).
+void write_trace(comm::Communicator& w, io::OutputFile* out) {
   std::string all;
   for (int r = 0; r < w.size(); ++r) {
     std::string mine = r == w.rank() ? trace::events_json() : std::string();
@@ -173,10 +182,8 @@ void write_trace(comm::Communicator& w, const std::string& path) {
     w.broadcast(mine.data(), n, comm::Type::kByte, r);
     if (!mine.empty()) all += (all.empty() ? "" : ",\n") + mine;
   }
-  if (w.rank() == 0)
-    io::write_file_atomic(path, [&](std::ostream& f) {
-      f << "{\"traceEvents\": [\n" << all << "\n]}\n";
-    });
+  if (out != nullptr)
+    out->commit([&](std::ostream& f) { f << "{\"traceEvents\": [\n" << all << "\n]}\n"; });
 }
 
 // Test hook for the failure tests: XDIT_FAULT_RANK=r makes rank r fail at the
@@ -191,22 +198,27 @@ void maybe_inject_fault() {
 }
 
 int run_generate(GenerateOptions o) {
+  o.seed = parse_torch_seed(o.seed_text);
   set_threads(o.threads);
   comm::Communicator& w = world();
   parallel::Mesh mesh(o.parallel, w);  // checks the degrees against the job before anything loads
   if (w.size() > 1) XDIT_INFO(mesh.layout());
   const bool writer = w.rank() == 0;  // one rank writes files
+  // Outputs are reserved before any work (checked, temporary file created)
+  // and renamed into place at the end; an error anywhere removes them.
+  std::optional<io::OutputFile> trace_out;
   if (!o.trace.empty()) {
-    if (writer) check_writable(o.trace);
+    if (writer) trace_out.emplace(o.trace);
     trace::enable(w.rank());
   }
   struct TraceAtEnd {  // written when generation returns normally
     comm::Communicator& w;
-    const std::string& path;
+    bool on;
+    io::OutputFile* out;
     ~TraceAtEnd() {
-      if (!path.empty() && std::uncaught_exceptions() == 0) write_trace(w, path);
+      if (on && std::uncaught_exceptions() == 0) write_trace(w, out);
     }
-  } trace_at_end{w, o.trace};
+  } trace_at_end{w, !o.trace.empty(), trace_out ? &*trace_out : nullptr};
   XDIT_CHECK(o.output_type == "pil" || o.output_type == "png" || o.output_type == "latent",
              "--output_type must be pil (PNG files) or latent (a safetensors file), got '",
              o.output_type, "'");
@@ -225,13 +237,15 @@ int run_generate(GenerateOptions o) {
         "noise); "
         "pass --model with a PixArt-α/Σ diffusers folder for real images");
   }
-  const size_t n_images = o.prompts.empty() ? 0 : o.prompts.size();
-  if (writer) {
-    if (!latent_out && n_images > 0)
-      for (const auto& p : output_paths(o.output, n_images)) check_writable(p);
-    else
-      check_writable(o.output);
-  }
+  std::vector<io::OutputFile> outputs;
+  auto reserve = [&](size_t n) {
+    if (writer)
+      for (const auto& p : output_paths(o.output, n)) outputs.emplace_back(p);
+  };
+  if (latent_out)
+    reserve(1);
+  else if (!o.prompts.empty())
+    reserve(o.prompts.size());
 
   pipeline::PixArtPipeline pipe(o.model, dtype);
   pipe.set_mesh(&mesh);
@@ -264,11 +278,11 @@ int run_generate(GenerateOptions o) {
     const auto paths = output_paths(o.output, res.rgb.size());
     if (writer)
       for (size_t i = 0; i < res.rgb.size(); ++i)
-        io::write_png(paths[i], res.width, res.height, res.rgb[i],
+        io::write_png(outputs.at(i), res.width, res.height, res.rgb[i],
                       png_metadata(o, o.prompts[i], res.width, res.height, o.model));
     XDIT_INFO("text encoding ", seconds(res.text_seconds), ", denoising ",
               seconds(res.denoise_seconds), ", decoding ", seconds(res.decode_seconds),
-              ", peak memory ", human_bytes(static_cast<double>(peak_rss_bytes())), " -> ",
+              ", peak memory ", human_size(static_cast<double>(peak_rss_bytes())), " -> ",
               paths.size() == 1 ? paths[0] : paths[0] + " ... " + paths.back());
     return 0;
   }
@@ -324,9 +338,7 @@ int run_generate(GenerateOptions o) {
     probe.height = req.height;
     probe.width = req.width;
     pipe.validate(probe);
-    if (writer)
-      for (const auto& p : output_paths(o.output, static_cast<size_t>(req.prompt_embeds.dim(0))))
-        check_writable(p);
+    if (o.prompts.empty()) reserve(static_cast<size_t>(req.prompt_embeds.dim(0)));
   }
   const auto t1 = Clock::now();
   pipe.load();
@@ -334,7 +346,7 @@ int run_generate(GenerateOptions o) {
   const double denoise_s = secs(t1);
   if (latent_out) {
     if (!writer) return 0;
-    io::write_safetensors(o.output, {{"latents", latents}},
+    io::write_safetensors(outputs.at(0), {{"latents", latents}},
                           {{"seed", std::to_string(o.seed)},
                            {"steps", std::to_string(o.steps)},
                            {"guidance_scale", std::to_string(o.guidance)},
@@ -343,8 +355,8 @@ int run_generate(GenerateOptions o) {
                            {"model", o.model},
                            {"xdit_version", XDIT_VERSION}});
     XDIT_INFO("text encoding ", seconds(text_s), ", denoising ", seconds(denoise_s),
-              ", peak memory ", human_bytes(static_cast<double>(peak_rss_bytes())), " -> ",
-              o.output, " ", shape_str(latents.shape()));
+              ", peak memory ", human_size(static_cast<double>(peak_rss_bytes())), " -> ", o.output,
+              " ", shape_str(latents.shape()));
     return 0;
   }
   const auto t2 = Clock::now();
@@ -352,11 +364,11 @@ int run_generate(GenerateOptions o) {
   const auto paths = output_paths(o.output, rgb.size());
   if (!writer) return 0;
   for (size_t i = 0; i < rgb.size(); ++i)
-    io::write_png(paths[i], req.width, req.height, rgb[i],
+    io::write_png(outputs.at(i), req.width, req.height, rgb[i],
                   png_metadata(o, o.prompts.empty() ? "(prompt embeddings)" : o.prompts[i],
                                req.width, req.height, o.model));
   XDIT_INFO("text encoding ", seconds(text_s), ", denoising ", seconds(denoise_s), ", decoding ",
-            seconds(secs(t2)), ", peak memory ", human_bytes(static_cast<double>(peak_rss_bytes())),
+            seconds(secs(t2)), ", peak memory ", human_size(static_cast<double>(peak_rss_bytes())),
             " -> ", paths[0]);
   return 0;
 }
@@ -383,8 +395,11 @@ std::function<int()> add_generate(CLI::App& app) {
   g->add_option("--num_inference_steps,--num-inference-steps", o->steps, "denoising steps")
       ->capture_default_str();
   g->add_option("--guidance_scale,--guidance-scale", o->guidance, "classifier-free guidance scale")
+      ->check(finite_number())
       ->capture_default_str();
-  g->add_option("--seed", o->seed, "seed of the initial noise (as torch.manual_seed)")
+  g->add_option("--seed", o->seed_text,
+                "seed of the initial noise, as torch.manual_seed takes it: -2^63 … 2^64-1 "
+                "(a negative seed wraps to 2^64 + seed, as in torch)")
       ->capture_default_str();
   g->add_flag("--no_resolution_binning,--no-resolution-binning", o->no_binning,
               "generate at the requested size instead of the nearest aspect-ratio bin");
@@ -400,7 +415,9 @@ std::function<int()> add_generate(CLI::App& app) {
       "--trace", o->trace,
       "write a Chrome-trace JSON timeline (each rank's compute, sends and receives) to FILE");
   g->add_option("--threads", o->threads,
-                "OpenMP threads per process (default: the cores, shared among local ranks)");
+                "OpenMP threads per process, 1 … 4 x cores (default: the cores, shared among "
+                "local ranks)")
+      ->check(thread_count());
   auto& p = o->parallel;
   const char* par = "Parallel (under mpirun; the degrees must multiply to the number of ranks)";
   g->add_option("--data_parallel_degree,--data-parallel-degree", p.data_parallel_degree,

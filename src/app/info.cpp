@@ -2,10 +2,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "app/commands.h"
 #include "core/error.h"
+#include "core/memory.h"
 #include "io/model_folder.h"
 #include "io/weights.h"
 #include "models/pixart.h"
@@ -21,6 +23,7 @@ namespace {
 struct InfoOptions {
   std::string model, dtype = "bf16";
   int64_t height = 0, width = 0, batch = 1;
+  bool check_weights = false;
 };
 
 std::string join(const std::vector<std::string>& v) {
@@ -40,13 +43,33 @@ std::string count(int64_t n) {
   return buf;
 }
 
+// Scans every weight of every component for NaN/Inf; prints one line per
+// tensor that holds any. Returns the number of such tensors.
+int64_t check_weights(const io::ModelFolder& f, std::ostream& out) {
+  int64_t bad_tensors = 0, tensors = 0;
+  for (const char* comp : {"transformer", "text_encoder", "vae"}) {
+    if (!std::filesystem::is_directory(f.root() + "/" + comp)) continue;
+    io::WeightStore w(f.component(comp));
+    const auto bad = w.nonfinite_tensors();
+    tensors += static_cast<int64_t>(w.names().size());
+    for (const auto& [name, n] : bad) {
+      const Shape shape = w.shape(name);
+      out << "non-finite:   " << comp << "/" << name << " " << shape_str(shape) << ": " << n
+          << " NaN/Inf of " << shape_numel(shape) << " values\n";
+    }
+    bad_tensors += static_cast<int64_t>(bad.size());
+  }
+  out << "weights:      " << tensors << " tensors scanned, " << bad_tensors
+      << " with NaN/Inf values\n";
+  return bad_tensors;
+}
+
 int run_info(InfoOptions o) {
   if (o.model.empty()) o.model = default_model_dir();
-  pipeline::PixArtPipeline pipe(o.model, DType::kF32);  // checks configs and weight headers
+  const DType dt = parse_dtype(o.dtype);
+  pipeline::PixArtPipeline pipe(o.model, dt);  // checks configs and weight headers
   const io::ModelFolder& f = pipe.folder();
   const auto& c = pipe.config();
-  const DType dt = parse_dtype(o.dtype);
-  const double wbytes = dt == DType::kF32 ? 4.0 : 2.0;
   std::ostringstream out;
   out << "model:        " << o.model << " (" << f.pipeline_class() << ")\n";
   io::WeightStore tw(f.component("transformer"));
@@ -57,56 +80,64 @@ int run_info(InfoOptions o) {
       << c.caption_channels << ", micro-conditions " << (c.use_additional_conditions ? "yes" : "no")
       << "\n"
       << "              " << count(tp) << " parameters, stored " << join(tw.dtypes()) << " ("
-      << human_bytes(static_cast<double>(tw.stored_bytes())) << ")\n";
-  double text_bytes = 0, vae_bytes = 0;
+      << human_size(static_cast<double>(tw.stored_bytes())) << ")\n";
+  pipeline::MemoryQuery q;
+  std::optional<models::T5Config> t5;
+  std::optional<models::VaeConfig> vae;
   int64_t max_len = pipe.default_max_sequence_length();
   if (std::filesystem::is_directory(f.root() + "/text_encoder")) {
-    auto t5 = models::T5Config::from_json(f.component_config("text_encoder", "config.json"),
-                                          "text_encoder");
+    const std::string where = f.component("text_encoder") + "/config.json";
+    t5 = models::T5Config::from_json(f.component_config("text_encoder", "config.json"), where);
     io::WeightStore w(f.component("text_encoder"));
-    text_bytes = static_cast<double>(w.parameter_count()) * wbytes;
-    out << "text_encoder: T5 encoder, " << t5.num_layers << " layers, d_model " << t5.d_model
-        << ", " << t5.num_heads << " heads, " << (t5.gated_gelu ? "gated-gelu" : "relu") << "\n"
+    out << "text_encoder: T5 encoder, " << t5->num_layers << " layers, d_model " << t5->d_model
+        << ", " << t5->num_heads << " heads, " << (t5->gated_gelu ? "gated-gelu" : "relu") << "\n"
         << "              " << count(w.parameter_count()) << " parameters, stored "
-        << join(w.dtypes()) << " (" << human_bytes(static_cast<double>(w.stored_bytes())) << ")\n";
+        << join(w.dtypes()) << " (" << human_size(static_cast<double>(w.stored_bytes())) << ")\n";
   } else {
     out << "text_encoder: (none: generate takes --prompt_embeds)\n";
   }
   if (std::filesystem::is_directory(f.root() + "/tokenizer")) {
     tokenizers::T5Tokenizer tok(f.component("tokenizer"));
     out << "tokenizer:    SentencePiece, " << tok.vocab_size() << " pieces; max sequence length "
-        << max_len << "\n";
+        << max_len << " (at most " << tok.model_max_length() << ")\n";
   }
-  int64_t first_ch = 128;
   if (std::filesystem::is_directory(f.root() + "/vae")) {
-    auto v = models::VaeConfig::from_json(f.component_config("vae", "config.json"), "vae");
+    const std::string where = f.component("vae") + "/config.json";
+    vae = models::VaeConfig::from_json(f.component_config("vae", "config.json"), where);
     io::WeightStore w(f.component("vae"));
-    vae_bytes = static_cast<double>(v.decoder_parameter_count()) * wbytes;
-    first_ch = v.block_out_channels.front();
     out << "vae:          AutoencoderKL, blocks";
-    for (int64_t ch : v.block_out_channels) out << " " << ch;
-    out << ", scale factor " << v.scale_factor() << ", scaling " << v.scaling_factor << "\n"
-        << "              " << count(v.decoder_parameter_count()) << " decoder parameters of "
+    for (int64_t ch : vae->block_out_channels) out << " " << ch;
+    out << ", scale factor " << vae->scale_factor() << ", scaling " << vae->scaling_factor << "\n"
+        << "              " << count(vae->decoder_parameter_count()) << " decoder parameters of "
         << count(w.parameter_count()) << ", stored " << join(w.dtypes()) << "\n";
   }
   out << "scheduler:    DPMSolverMultistepScheduler\n";
-  // Memory estimate: weights in the compute type, plus the largest activations.
+  // Memory estimate: the same one generate checks requests against.
   const int64_t vsf = pipe.vae_scale_factor();
-  const int64_t H = o.height ? o.height : c.sample_size * vsf,
-                W = o.width ? o.width : c.sample_size * vsf;
-  const double B = 2.0 * static_cast<double>(o.batch);  // with CFG
-  const double tokens = static_cast<double>((H / vsf / c.patch_size) * (W / vsf / c.patch_size));
-  const double act =
-      B * tokens * static_cast<double>(c.hidden()) * 4.0 * 12.0;  // residual, qkv, ff, ...
-  const double vae_act =
-      static_cast<double>(o.batch) * H * W * static_cast<double>(first_ch) * 4.0 * 4.0;
-  const double tr = static_cast<double>(tp) * wbytes;
-  out << "memory (estimate, --dtype " << o.dtype << ", " << W << "x" << H << ", " << o.batch
-      << " image(s), CFG): text encoder " << human_bytes(text_bytes)
-      << " (freed after encoding); transformer " << human_bytes(tr) << " + activations "
-      << human_bytes(act) << "; VAE decode " << human_bytes(vae_bytes) << " + "
-      << human_bytes(vae_act) << "; peak about "
-      << human_bytes(std::max(text_bytes, tr + std::max(act, vae_bytes + vae_act))) << "\n";
+  q.prompts = o.batch;
+  q.run_height = q.out_height = o.height ? o.height : c.sample_size * vsf;
+  q.run_width = q.out_width = o.width ? o.width : c.sample_size * vsf;
+  q.text_tokens = max_len;
+  q.dtype = dt;
+  q.vae_scale_factor = vsf;
+  q.t5 = t5 ? &*t5 : nullptr;
+  q.vae = vae ? &*vae : nullptr;
+  const pipeline::MemoryEstimate e = pipeline::estimate_memory(c, q);
+  std::string source;
+  const size_t avail = available_memory_bytes(&source);
+  out << "memory (estimate, --dtype " << o.dtype << ", " << q.run_width << "x" << q.run_height
+      << ", " << o.batch << " image(s), CFG): " << e.describe() << "; peak about "
+      << human_size(e.peak()) << " (text encoder freed after encoding)";
+  if (avail > 0) out << "; available " << human_size(static_cast<double>(avail));
+  out << "\n";
+  if (o.check_weights) {
+    const int64_t bad = check_weights(f, out);
+    std::cout << out.str();
+    XDIT_CHECK(bad == 0, bad,
+               " weight tensor(s) hold NaN/Inf values (listed above): the model "
+               "files are damaged or were saved from a diverged run");
+    return 0;
+  }
   std::cout << out.str();
   return 0;
 }
@@ -119,9 +150,15 @@ std::function<int()> add_info(CLI::App& app) {
       app.add_subcommand("info", "describe a model folder: architecture, sizes, memory estimate");
   i->add_option("--model", o->model, "diffusers PixArt folder (default: the built-in tiny model)");
   i->add_option("--dtype", o->dtype, "compute type for the estimate")->capture_default_str();
-  i->add_option("--height", o->height, "image height for the estimate (default: the model's)");
-  i->add_option("--width", o->width, "image width for the estimate (default: the model's)");
-  i->add_option("--batch", o->batch, "images per batch for the estimate")->capture_default_str();
+  i->add_option("--batch", o->batch, "images per batch for the estimate")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  i->add_option("--height", o->height, "image height for the estimate (default: the model's)")
+      ->check(CLI::Range(int64_t{1}, pipeline::PixArtPipeline::kMaxImageSide));
+  i->add_option("--width", o->width, "image width for the estimate (default: the model's)")
+      ->check(CLI::Range(int64_t{1}, pipeline::PixArtPipeline::kMaxImageSide));
+  i->add_flag("--check-weights,--check_weights", o->check_weights,
+              "scan every weight for NaN/Inf values and list the tensors that hold any");
   return [o] { return run_info(*o); };
 }
 

@@ -2,13 +2,44 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <map>
+#include <new>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 
 #include "app/commands.h"
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "core/log.h"
+
+namespace {
+
+// One line for an exception that escaped the checks.
+std::string describe_exception(std::exception_ptr p) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const std::bad_alloc&) {
+    return "out of memory: a buffer could not be allocated (the request needs more memory than "
+           "this machine has left; use a smaller size, fewer prompts or --dtype bf16)";
+  } catch (const std::length_error& e) {
+    return std::string("a size is too large to allocate (") + e.what() +
+           "): use a smaller size or fewer prompts";
+  } catch (const std::filesystem::filesystem_error& e) {
+    std::string s = "cannot access " + e.path1().string() + ": " + e.code().message();
+    if (!e.path2().empty()) s += " (and " + e.path2().string() + ")";
+    return s;
+  } catch (const nlohmann::json::exception& e) {
+    return std::string("malformed JSON value: ") + e.what();
+  } catch (const std::exception& e) {
+    return std::string("internal error (please report it): ") + e.what();
+  } catch (...) {
+    return "internal error (please report it): unknown exception";
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   // Under mpirun every rank runs this; MPI starts before anything else.
@@ -62,8 +93,10 @@ int main(int argc, char** argv) {
   } catch (const xdit::Error& e) {
     XDIT_DEBUG("(raised at ", e.where(), ")");
     return fail(e.what());
-  } catch (const std::exception& e) {
-    return fail(e.what());
+  } catch (...) {
+    // A library's exception that no check turned into a message: say what
+    // it means, never only its what().
+    return fail(describe_exception(std::current_exception()).c_str());
   }
   world.reset();
   xdit::comm::finalize();

@@ -72,5 +72,7 @@ std::unique_ptr<Communicator> init_world(int* argc, char*** argv);
 void finalize();
 // True when running under an MPI launcher with more than one process.
 bool launched_by_mpi();
+// Processes of this job on this machine (OpenMPI's local size; 1 without a launcher).
+int local_process_count();
 
 }  // namespace xdit::comm

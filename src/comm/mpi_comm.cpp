@@ -152,6 +152,12 @@ bool launched_by_mpi() {
   return false;
 }
 
+int local_process_count() {
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int n = local != nullptr ? std::atoi(local) : 1;
+  return n > 1 ? n : 1;
+}
+
 std::unique_ptr<Communicator> init_world(int* argc, char*** argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);

@@ -2,10 +2,17 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 namespace xdit {
 
 size_t current_rss_bytes();  // VmRSS
 size_t peak_rss_bytes();     // VmHWM
+
+// Memory this process can still use: the smallest of MemAvailable
+// (/proc/meminfo), the cgroup's limit less its usage, and RLIMIT_AS less the
+// current size. 0 when none can be read. `source` (optional) names which
+// limit bound it, for messages.
+size_t available_memory_bytes(std::string* source = nullptr);
 
 }  // namespace xdit

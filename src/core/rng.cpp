@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <bit>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <limits>
+
+#include "core/error.h"
 
 namespace xdit {
 
@@ -167,6 +170,30 @@ Tensor TorchGenerator::randn(const Shape& shape) {
   Tensor t = Tensor::empty(shape);
   randn(t.data<float>(), t.numel());
   return t;
+}
+
+uint64_t parse_torch_seed(const std::string& text) {
+  // torch/csrc/Generator.cpp unpack_uint64: an unsigned 64-bit value, else a
+  // signed one reinterpreted (two's complement); larger values raise.
+  auto fail = [&] {
+    XDIT_FAIL("--seed ", text,
+              " is not a seed: give an integer from -9223372036854775808 to "
+              "18446744073709551615 (torch.manual_seed's range; negative seeds wrap as in torch)");
+  };
+  const char* b = text.data();
+  const char* e = b + text.size();
+  if (b != e && *b == '+') ++b;
+  if (b == e) fail();
+  if (*b == '-') {
+    int64_t v = 0;
+    auto [p, ec] = std::from_chars(b, e, v);
+    if (ec != std::errc() || p != e) fail();
+    return static_cast<uint64_t>(v);
+  }
+  uint64_t v = 0;
+  auto [p, ec] = std::from_chars(b, e, v);
+  if (ec != std::errc() || p != e) fail();
+  return v;
 }
 
 }  // namespace xdit

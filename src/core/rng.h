@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -25,5 +26,10 @@ class TorchGenerator {
   bool has_cached_normal_ = false;
   double cached_normal_ = 0.0;
 };
+
+// A seed as torch.manual_seed takes it: an integer in [-2^63, 2^64 − 1];
+// negative values wrap to 2^64 + value, as torch does. Anything else throws
+// one line naming the value.
+uint64_t parse_torch_seed(const std::string& text);
 
 }  // namespace xdit

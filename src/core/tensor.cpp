@@ -1,5 +1,6 @@
 #include "core/tensor.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -22,15 +23,37 @@ int64_t shape_numel(const Shape& s) {
   return n;
 }
 
+std::string human_size(double b) {
+  char buf[32];
+  if (b >= 1e12)
+    std::snprintf(buf, sizeof buf, "%.2f TB", b / 1e12);
+  else if (b >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
+  else if (b >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.0f MB", b / 1e6);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f KB", b / 1e3);
+  return buf;
+}
+
 Tensor Tensor::empty(Shape shape, DType dtype) {
-  for (int64_t d : shape) XDIT_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
+  size_t count = 1;
+  for (int64_t d : shape) {
+    XDIT_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
+    XDIT_CHECK(!__builtin_mul_overflow(count, static_cast<size_t>(d), &count),
+               "cannot allocate a tensor of shape ", shape_str(shape),
+               ": its size overflows 64 bits");
+  }
+  size_t bytes = 0;
+  XDIT_CHECK(!__builtin_mul_overflow(count, dtype_size(dtype), &bytes) && bytes < (size_t{1} << 62),
+             "cannot allocate a tensor of shape ", shape_str(shape), ": it is too large");
   Tensor t;
   t.shape_ = std::move(shape);
   t.dtype_ = dtype;
-  const size_t bytes =
-      (static_cast<size_t>(shape_numel(t.shape_)) * dtype_size(dtype) + 63) / 64 * 64;
+  bytes = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, bytes == 0 ? 64 : bytes);
-  XDIT_CHECK(p != nullptr, "out of memory allocating ", bytes, " bytes for a tensor of shape ",
+  XDIT_CHECK(p != nullptr, "out of memory: cannot allocate ",
+             human_size(static_cast<double>(bytes)), " for a tensor of shape ",
              shape_str(t.shape_));
   t.storage_ = std::shared_ptr<void>(p, std::free);
   t.data_ = p;
@@ -96,6 +119,28 @@ std::vector<float> Tensor::to_vector() const {
   std::vector<float> v(static_cast<size_t>(numel()));
   convert_to_f32(data_, dtype_, v.data(), v.size());
   return v;
+}
+
+int64_t count_nonfinite(const Tensor& t) {
+  if (!t.defined()) return 0;
+  const int64_t n = t.numel();
+  int64_t bad = 0;
+  auto scan = [&](const auto* p, auto exp_mask) {
+#pragma omp parallel for reduction(+ : bad) if (n > (1 << 20))
+    for (int64_t i = 0; i < n; ++i) bad += (p[i] & exp_mask) == exp_mask;
+  };
+  switch (t.dtype()) {
+    case DType::kF32:
+      scan(static_cast<const uint32_t*>(t.raw()), uint32_t{0x7f800000});
+      break;
+    case DType::kBF16:
+      scan(static_cast<const uint16_t*>(t.raw()), uint16_t{0x7f80});
+      break;
+    case DType::kF16:
+      scan(static_cast<const uint16_t*>(t.raw()), uint16_t{0x7c00});
+      break;
+  }
+  return bad;
 }
 
 }  // namespace xdit

@@ -19,6 +19,8 @@ enum class Device { kCPU, kCUDA };
 
 std::string shape_str(const Shape& s);  // "[2, 4, 8]"
 int64_t shape_numel(const Shape& s);
+// "12 KB", "3.4 GB": byte counts in messages.
+std::string human_size(double bytes);
 
 class Tensor {
  public:
@@ -68,5 +70,9 @@ class Tensor {
   Shape shape_;
   DType dtype_ = DType::kF32;
 };
+
+// NaN and ±Inf values in an f32/f16/bf16 tensor (from the bit patterns, so no
+// conversion; parallel for large tensors).
+int64_t count_nonfinite(const Tensor& t);
 
 }  // namespace xdit

@@ -50,6 +50,13 @@ std::string quote_python_specials(const std::string& in) {
   return out;
 }
 
+// A value as shown in a message: one line, at most 60 characters.
+std::string shown(const Json& v) {
+  std::string s = v.dump(-1, ' ', false, Json::error_handler_t::replace);
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+
 const Json* find(const Json& j, const std::string& key) {
   if (!j.is_object()) return nullptr;
   auto it = j.find(key);
@@ -76,31 +83,68 @@ Json read_json_file(const std::string& path) {
   return parse_json_text(ss.str(), path);
 }
 
-double number_or(const Json& j, const std::string& key, double fallback, const std::string& what) {
+void require_object(const Json& j, const std::string& what) {
+  XDIT_CHECK(j.is_object(), what, " should hold a JSON object {...}, found ", j.type_name());
+}
+
+double number_or(const Json& j, const std::string& key, double fallback, const std::string& what,
+                 bool allow_infinite) {
   const Json* v = find(j, key);
   if (v == nullptr) return fallback;
-  if (v->is_number()) return v->get<double>();
-  if (v->is_string()) {
+  double x = std::numeric_limits<double>::quiet_NaN();
+  bool number = v->is_number();
+  if (number) {
+    x = v->get<double>();
+  } else if (v->is_string()) {
     const std::string s = v->get<std::string>();
-    if (s == "Infinity") return std::numeric_limits<double>::infinity();
-    if (s == "-Infinity") return -std::numeric_limits<double>::infinity();
-    if (s == "NaN") return std::numeric_limits<double>::quiet_NaN();
+    number = s == "Infinity" || s == "-Infinity" || s == "NaN";
+    if (s == "Infinity") x = std::numeric_limits<double>::infinity();
+    if (s == "-Infinity") x = -std::numeric_limits<double>::infinity();
   }
-  XDIT_FAIL(what, ": \"", key, "\" should be a number, found ", v->dump());
+  XDIT_CHECK(number, what, ": \"", key, "\" should be a number, found ", shown(*v));
+  XDIT_CHECK(std::isfinite(x) || (allow_infinite && std::isinf(x)), what, ": \"", key,
+             "\" should be a finite number, found ", shown(*v));
+  return x;
+}
+
+int64_t int_in(const Json& j, const std::string& key, int64_t fallback, int64_t lo, int64_t hi,
+               const std::string& what) {
+  const int64_t v = int_or(j, key, fallback, what);
+  XDIT_CHECK(v >= lo && v <= hi, what, ": \"", key, "\" is ", v, ", outside ", lo, " … ", hi);
+  return v;
+}
+
+std::vector<int64_t> int_list_in(const Json& j, const std::string& key,
+                                 const std::vector<int64_t>& fallback, size_t max_len, int64_t lo,
+                                 int64_t hi, const std::string& what) {
+  const Json* v = find(j, key);
+  if (v == nullptr) return fallback;
+  XDIT_CHECK(v->is_array() && !v->empty() && v->size() <= max_len, what, ": \"", key,
+             "\" should be a list of 1 … ", max_len, " integers, found ",
+             v->is_array() ? std::to_string(v->size()) + " entries" : shown(*v));
+  std::vector<int64_t> out;
+  for (const Json& e : *v) {
+    XDIT_CHECK(e.is_number_integer(), what, ": \"", key, "\" should hold integers, found ",
+               shown(e));
+    const int64_t x = e.get<int64_t>();
+    XDIT_CHECK(x >= lo && x <= hi, what, ": \"", key, "\" holds ", x, ", outside ", lo, " … ", hi);
+    out.push_back(x);
+  }
+  return out;
 }
 
 int64_t int_or(const Json& j, const std::string& key, int64_t fallback, const std::string& what) {
   const Json* v = find(j, key);
   if (v == nullptr) return fallback;
   XDIT_CHECK(v->is_number_integer(), what, ": \"", key, "\" should be an integer, found ",
-             v->dump());
+             shown(*v));
   return v->get<int64_t>();
 }
 
 bool bool_or(const Json& j, const std::string& key, bool fallback, const std::string& what) {
   const Json* v = find(j, key);
   if (v == nullptr) return fallback;
-  XDIT_CHECK(v->is_boolean(), what, ": \"", key, "\" should be true or false, found ", v->dump());
+  XDIT_CHECK(v->is_boolean(), what, ": \"", key, "\" should be true or false, found ", shown(*v));
   return v->get<bool>();
 }
 
@@ -108,7 +152,7 @@ std::string string_or(const Json& j, const std::string& key, const std::string& 
                       const std::string& what) {
   const Json* v = find(j, key);
   if (v == nullptr) return fallback;
-  XDIT_CHECK(v->is_string(), what, ": \"", key, "\" should be a string, found ", v->dump());
+  XDIT_CHECK(v->is_string(), what, ": \"", key, "\" should be a string, found ", shown(*v));
   return v->get<std::string>();
 }
 

@@ -21,6 +21,13 @@ void check(int rc, const char* what, const std::string& path) {
 
 void write_png(const std::string& path, int64_t width, int64_t height,
                const std::vector<uint8_t>& rgb, const std::map<std::string, std::string>& text) {
+  OutputFile out(path);
+  write_png(out, width, height, rgb, text);
+}
+
+void write_png(OutputFile& out, int64_t width, int64_t height, const std::vector<uint8_t>& rgb,
+               const std::map<std::string, std::string>& text) {
+  const std::string& path = out.path();
   XDIT_CHECK(width > 0 && height > 0 && rgb.size() == static_cast<size_t>(width * height * 3),
              "PNG ", path, ": pixel buffer does not match ", width, "x", height, " RGB");
   Ctx ctx(spng_ctx_new(SPNG_CTX_ENCODER), spng_ctx_free);
@@ -54,9 +61,7 @@ void write_png(const std::string& path, int64_t width, int64_t height,
   std::unique_ptr<void, decltype(&std::free)> buf(spng_get_png_buffer(ctx.get(), &len, &rc),
                                                   std::free);
   check(rc, "encoding PNG", path);
-  write_file_atomic(path, [&](std::ostream& f) {
-    f.write(static_cast<const char*>(buf.get()), static_cast<std::streamsize>(len));
-  });
+  out.commit(buf.get(), len);
 }
 
 PngImage read_png(const std::string& path) {

@@ -8,11 +8,16 @@
 
 namespace xdit::io {
 
+class OutputFile;
+
 // Writes rgb (height·width·3 bytes, row-major) with the given text chunks
 // (entries with empty values are left out).
 // Writes a temporary file and renames it: no partial file on failure.
 void write_png(const std::string& path, int64_t width, int64_t height,
                const std::vector<uint8_t>& rgb, const std::map<std::string, std::string>& text);
+// The same into an output reserved before the work (io/file.h).
+void write_png(OutputFile& out, int64_t width, int64_t height, const std::vector<uint8_t>& rgb,
+               const std::map<std::string, std::string>& text);
 
 struct PngImage {
   int64_t width = 0, height = 0;

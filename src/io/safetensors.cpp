@@ -67,7 +67,17 @@ SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
   const size_t size = file_size_;
   map_ = std::shared_ptr<const void>(
       p, [size](const void* q) { ::munmap(const_cast<void*>(q), size); });
-  const auto* bytes = static_cast<const unsigned char*>(p);
+  parse();
+}
+
+SafeTensorsFile::SafeTensorsFile(std::shared_ptr<const void> data, size_t size, std::string name)
+    : path_(std::move(name)), map_(std::move(data)), file_size_(size) {
+  parse();
+}
+
+void SafeTensorsFile::parse() {
+  const std::string& path = path_;
+  const auto* bytes = static_cast<const unsigned char*>(map_.get());
 
   XDIT_CHECK(file_size_ >= 8, "safetensors file ", path, " is truncated: ", file_size_,
              " bytes, shorter than the 8-byte header length");
@@ -115,7 +125,8 @@ SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
     for (const auto& d : v["shape"]) {
       XDIT_CHECK(d.is_number_unsigned(), where, ": shape has a non-integer or negative dimension");
       const uint64_t dim = d.get<uint64_t>();
-      XDIT_CHECK(dim == 0 || count <= (uint64_t{1} << 62) / dim, where, ": shape is too large");
+      XDIT_CHECK(dim <= (uint64_t{1} << 62) && (dim == 0 || count <= (uint64_t{1} << 62) / dim),
+                 where, ": shape is too large");
       count *= dim;
       e.shape.push_back(static_cast<int64_t>(dim));
     }
@@ -174,6 +185,12 @@ Tensor SafeTensorsFile::get(const std::string& name) const {
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata) {
+  OutputFile out(path);
+  write_safetensors(out, tensors, metadata);
+}
+
+void write_safetensors(OutputFile& out, const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   size_t offset = 0;
@@ -186,7 +203,7 @@ void write_safetensors(const std::string& path,
   }
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');  // keep the data section 8-byte aligned
-  write_file_atomic(path, [&](std::ostream& f) {
+  out.commit([&](std::ostream& f) {
     unsigned char len[8];
     const uint64_t n = h.size();
     for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));

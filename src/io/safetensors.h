@@ -27,6 +27,8 @@ struct TensorEntry {
 class SafeTensorsFile {
  public:
   explicit SafeTensorsFile(const std::string& path);
+  // The same checks on a file's bytes already in memory (`name` for messages).
+  SafeTensorsFile(std::shared_ptr<const void> data, size_t size, std::string name);
 
   const std::string& path() const { return path_; }
   bool contains(const std::string& name) const { return entries_.count(name) != 0; }
@@ -36,6 +38,7 @@ class SafeTensorsFile {
   Tensor get(const std::string& name) const;
 
  private:
+  void parse();  // validates the header of the bytes in map_
   std::string path_;
   std::shared_ptr<const void> map_;  // the whole file
   size_t file_size_ = 0;
@@ -44,10 +47,15 @@ class SafeTensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+class OutputFile;
+
 // Writes tensors (any of f32/f16/bf16) and string metadata. Writes to a
 // temporary file and renames it, so a failure never leaves a partial file.
 void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+// The same into an output reserved before the work (io/file.h).
+void write_safetensors(OutputFile& out, const std::vector<std::pair<std::string, Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
 // Reads every tensor of a file into memory as f32 (small files: inputs, goldens).

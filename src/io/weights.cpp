@@ -92,6 +92,29 @@ Tensor WeightStore::get(const std::string& name, const Shape& expected) const {
   return t;
 }
 
+void WeightStore::check_shapes(const WeightSpecs& specs) const {
+  for (const auto& [name, shape] : specs) {
+    auto it = index_.find(name);
+    XDIT_CHECK(it != index_.end(), "weight '", name, "' is missing from ", folder_,
+               " (does the config.json there belong to these weights?)");
+    const Shape& stored = it->second->entries().at(name).shape;
+    XDIT_CHECK(stored == shape, "weight '", name, "' in ", folder_, " has shape ",
+               shape_str(stored), " but config.json implies ", shape_str(shape),
+               " (the config and the weights disagree)");
+  }
+}
+
+std::vector<std::pair<std::string, int64_t>> WeightStore::nonfinite_tensors() const {
+  std::vector<std::pair<std::string, int64_t>> bad;
+  for (const auto& [name, f] : index_) {
+    const std::string& dt = f->entries().at(name).dtype;
+    if (dt != "F32" && dt != "F16" && dt != "BF16") continue;  // integers are always finite
+    const int64_t n = count_nonfinite(f->get(name));
+    if (n > 0) bad.emplace_back(name, n);
+  }
+  return bad;
+}
+
 size_t WeightStore::stored_bytes() const {
   size_t n = 0;
   for (const auto& [name, f] : index_) {

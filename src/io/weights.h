@@ -11,6 +11,10 @@
 
 namespace xdit::io {
 
+// The weights a model reads, by state-dict key, with the shape its config
+// implies: checked against the safetensors headers before anything loads.
+using WeightSpecs = std::vector<std::pair<std::string, Shape>>;
+
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
@@ -32,6 +36,14 @@ class WeightStore : public WeightSource {
   std::vector<std::string> names() const;
   // The stored shape of `name` (throws when missing).
   Shape shape(const std::string& name) const;
+  // Every weight of `specs` is stored with that shape: throws one line naming
+  // the first that is missing or of another shape (a config the weights
+  // contradict), from the headers alone.
+  void check_shapes(const WeightSpecs& specs) const;
+  // Scans every stored value: (name, count of NaN/Inf values) for each tensor
+  // that holds any, in name order.
+  std::vector<std::pair<std::string, int64_t>> nonfinite_tensors() const;
+  const std::string& folder() const { return folder_; }
   // Parameter count and the stored dtypes ("F32", "BF16", ...) of all weights
   // whose names start with `prefix`.
   int64_t parameter_count(const std::string& prefix = "") const;

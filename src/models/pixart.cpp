@@ -12,77 +12,6 @@ namespace xdit::models {
 using io::WeightSource;
 using kernels::Linear;
 
-namespace {
-constexpr int64_t kTimeProjDim = 256;  // Timesteps(num_channels=256) in AdaLayerNormSingle
-}
-
-PixArtConfig PixArtConfig::from_json(const io::Json& j, const std::string& where) {
-  PixArtConfig c;
-  c.sample_size = io::int_or(j, "sample_size", 64, where);
-  c.in_channels = io::int_or(j, "in_channels", 4, where);
-  c.out_channels = io::int_or(j, "out_channels", c.in_channels, where);
-  c.num_layers = io::int_or(j, "num_layers", 28, where);
-  c.num_attention_heads = io::int_or(j, "num_attention_heads", 16, where);
-  c.attention_head_dim = io::int_or(j, "attention_head_dim", 72, where);
-  c.cross_attention_dim = io::int_or(j, "cross_attention_dim", c.hidden(), where);
-  c.caption_channels = io::int_or(j, "caption_channels", 4096, where);
-  c.patch_size = io::int_or(j, "patch_size", 2, where);
-  c.norm_eps = io::number_or(j, "norm_eps", 1e-6, where);
-  c.norm_elementwise_affine = io::bool_or(j, "norm_elementwise_affine", false, where);
-  c.attention_bias = io::bool_or(j, "attention_bias", true, where);
-  // diffusers: use_additional_conditions defaults to (sample_size == 128) and
-  // interpolation_scale to max(sample_size // 64, 1).
-  c.use_additional_conditions =
-      io::bool_or(j, "use_additional_conditions", c.sample_size == 128, where);
-  c.interpolation_scale =
-      io::number_or(j, "interpolation_scale",
-                    static_cast<double>(std::max<int64_t>(c.sample_size / 64, 1)), where);
-
-  const std::string norm_type = io::string_or(j, "norm_type", "ada_norm_single", where);
-  XDIT_CHECK(norm_type == "ada_norm_single", where, ": norm_type '", norm_type,
-             "' is not supported (PixArt uses ada_norm_single)");
-  const std::string act = io::string_or(j, "activation_fn", "gelu-approximate", where);
-  XDIT_CHECK(act == "gelu-approximate", where, ": activation_fn '", act,
-             "' is not supported (PixArt uses gelu-approximate)");
-  XDIT_CHECK(io::string_or(j, "attention_type", "default", where) == "default", where,
-             ": only attention_type \"default\" is supported");
-  for (auto [name, v] : {std::pair{"sample_size", c.sample_size},
-                         {"in_channels", c.in_channels},
-                         {"out_channels", c.out_channels},
-                         {"num_layers", c.num_layers},
-                         {"num_attention_heads", c.num_attention_heads},
-                         {"attention_head_dim", c.attention_head_dim},
-                         {"caption_channels", c.caption_channels},
-                         {"patch_size", c.patch_size}})
-    XDIT_CHECK(v > 0, where, ": ", name, " must be positive, found ", v);
-  XDIT_CHECK(c.cross_attention_dim == c.hidden(), where, ": cross_attention_dim ",
-             c.cross_attention_dim,
-             " must equal num_attention_heads x attention_head_dim = ", c.hidden(),
-             " (the caption projection outputs that width)");
-  XDIT_CHECK(!c.use_additional_conditions || c.hidden() % 3 == 0, where,
-             ": micro-conditions need a hidden size divisible by 3, found ", c.hidden());
-  XDIT_CHECK(c.hidden() % 4 == 0, where,
-             ": the 2-D position embedding needs a hidden size divisible by 4");
-  return c;
-}
-
-PixArtConfig PixArtConfig::alpha_xl_1024() {
-  return PixArtConfig{};
-}
-
-int64_t PixArtConfig::parameter_count() const {
-  const int64_t d = hidden(), p2 = patch_size * patch_size;
-  auto lin = [](int64_t in, int64_t out) { return in * out + out; };
-  int64_t n = lin(in_channels * p2, d);                   // patch embedding
-  n += lin(kTimeProjDim, d) + lin(d, d) + lin(d, 6 * d);  // timestep + adaLN
-  if (use_additional_conditions) n += 2 * (lin(kTimeProjDim, d / 3) + lin(d / 3, d / 3));
-  n += lin(caption_channels, d) + lin(d, d);  // caption projection
-  const int64_t block = 6 * d + 4 * lin(d, d) + 4 * lin(d, d) + lin(d, 4 * d) + lin(4 * d, d);
-  n += num_layers * block;
-  n += 2 * d + lin(d, p2 * out_channels);
-  return n;
-}
-
 struct PixArtTransformer::Block {
   Tensor table;  // scale_shift_table [6, hidden]
   nn::Attention attn1, attn2;
@@ -101,20 +30,19 @@ PixArtTransformer::PixArtTransformer(const PixArtConfig& cfg, const WeightSource
              "stage blocks [", stage_.block_begin, ", ", stage_.block_end, ") outside the model's ",
              cfg.num_layers, " blocks");
   const int64_t d = cfg.hidden(), p = cfg.patch_size;
-  XDIT_CHECK(!cfg.norm_elementwise_affine,
-             "PixArt with norm_elementwise_affine=true is not supported");
   // The patch convolution's weight [d, C, p, p] is a [d, C·p·p] matrix over im2col columns.
   if (stage_.first) {
     Tensor cw = w.get("pos_embed.proj.weight", {d, cfg.in_channels, p, p});
     Tensor cb = w.get("pos_embed.proj.bias", {d});
     patch_proj_ = Linear(cw.reshape({d, cfg.in_channels * p * p}), cb, ct_);
   }
-  t_embedder_ = nn::MlpSilu(w, "adaln_single.emb.timestep_embedder", kTimeProjDim, d, d, ct_);
+  t_embedder_ =
+      nn::MlpSilu(w, "adaln_single.emb.timestep_embedder", PixArtConfig::kTimeProjDim, d, d, ct_);
   if (cfg.use_additional_conditions) {
-    res_embedder_ =
-        nn::MlpSilu(w, "adaln_single.emb.resolution_embedder", kTimeProjDim, d / 3, d / 3, ct_);
-    ar_embedder_ =
-        nn::MlpSilu(w, "adaln_single.emb.aspect_ratio_embedder", kTimeProjDim, d / 3, d / 3, ct_);
+    res_embedder_ = nn::MlpSilu(w, "adaln_single.emb.resolution_embedder",
+                                PixArtConfig::kTimeProjDim, d / 3, d / 3, ct_);
+    ar_embedder_ = nn::MlpSilu(w, "adaln_single.emb.aspect_ratio_embedder",
+                               PixArtConfig::kTimeProjDim, d / 3, d / 3, ct_);
   }
   adaln_linear_ = nn::load_linear(w, "adaln_single.linear", d, 6 * d, true, ct_);
   caption_1_ = nn::load_linear(w, "caption_projection.linear_1", cfg.caption_channels, d, true, ct_,
@@ -203,8 +131,9 @@ Tensor PixArtTransformer::forward(const PixArtInputs& in, const Tensor* hidden) 
   // AdaLayerNormSingle: timestep (+ micro-conditions) → embedded_timestep [B, d] and t6 [B, 6d].
   std::vector<float> emb(static_cast<size_t>(B * d)), t6(static_cast<size_t>(B * 6 * d));
   {
-    std::vector<float> proj(static_cast<size_t>(B * kTimeProjDim));
-    kernels::timestep_embedding(in.timesteps.data(), B, kTimeProjDim, true, 0.0f, proj.data());
+    std::vector<float> proj(static_cast<size_t>(B * PixArtConfig::kTimeProjDim));
+    kernels::timestep_embedding(in.timesteps.data(), B, PixArtConfig::kTimeProjDim, true, 0.0f,
+                                proj.data());
     t_embedder_.forward(proj.data(), B, emb.data());
     if (c.use_additional_conditions) {
       XDIT_CHECK(
@@ -213,10 +142,11 @@ Tensor PixArtTransformer::forward(const PixArtInputs& in, const Tensor* hidden) 
           "this PixArt model uses resolution/aspect-ratio micro-conditions: pass [B,2] and [B,1]");
       const int64_t e = d / 3;
       auto res = in.resolution->to_vector(), ar = in.aspect_ratio->to_vector();
-      std::vector<float> rp(static_cast<size_t>(2 * B * kTimeProjDim)),
-          ap(static_cast<size_t>(B * kTimeProjDim));
-      kernels::timestep_embedding(res.data(), 2 * B, kTimeProjDim, true, 0.0f, rp.data());
-      kernels::timestep_embedding(ar.data(), B, kTimeProjDim, true, 0.0f, ap.data());
+      std::vector<float> rp(static_cast<size_t>(2 * B * PixArtConfig::kTimeProjDim)),
+          ap(static_cast<size_t>(B * PixArtConfig::kTimeProjDim));
+      kernels::timestep_embedding(res.data(), 2 * B, PixArtConfig::kTimeProjDim, true, 0.0f,
+                                  rp.data());
+      kernels::timestep_embedding(ar.data(), B, PixArtConfig::kTimeProjDim, true, 0.0f, ap.data());
       std::vector<float> re(static_cast<size_t>(2 * B * e)), ae(static_cast<size_t>(B * e));
       res_embedder_.forward(rp.data(), 2 * B, re.data());  // [B·2, e] = [B, 2e]
       ar_embedder_.forward(ap.data(), B, ae.data());

@@ -17,7 +17,18 @@
 
 namespace xdit::models {
 
+// A pipeline stage: blocks [block_begin, block_end) of the model; the first
+// stage also embeds the patches, the last also has the output layer. Every
+// stage keeps the small timestep and caption embedders (each needs them).
+struct PixArtStage {
+  int64_t block_begin = 0;
+  int64_t block_end = -1;  // -1: to the last block
+  bool first = true, last = true;
+};
+
 struct PixArtConfig {
+  // Timesteps(num_channels=256) in AdaLayerNormSingle.
+  static constexpr int64_t kTimeProjDim = 256;
   int64_t sample_size = 128;
   int64_t in_channels = 4;
   int64_t out_channels = 8;
@@ -35,10 +46,13 @@ struct PixArtConfig {
 
   int64_t hidden() const { return num_attention_heads * attention_head_dim; }
   // Reads diffusers' transformer/config.json (defaults as diffusers applies
-  // them) and rejects configurations this implementation does not cover.
+  // them), bounds every size and rejects configurations this implementation
+  // does not cover; throws one line naming `where` and the key.
   static PixArtConfig from_json(const io::Json& j, const std::string& where);
   // PixArt-α XL/2 at 1024 px (the benchmark configuration).
   static PixArtConfig alpha_xl_1024();
+  // The weights (state-dict keys and shapes) the model, or a stage of it, reads.
+  io::WeightSpecs weight_specs(const PixArtStage& stage = {}) const;
   // Parameter count implied by the config.
   int64_t parameter_count() const;
 };
@@ -54,15 +68,6 @@ struct PixArtInputs {
   // image (end 0 = all). Positions stay global; attention over the other rows
   // is the attention backend's job. The output then holds those rows only.
   int64_t patch_row_begin = 0, patch_row_end = 0;
-};
-
-// A pipeline stage: blocks [block_begin, block_end) of the model; the first
-// stage also embeds the patches, the last also has the output layer. Every
-// stage keeps the small timestep and caption embedders (each needs them).
-struct PixArtStage {
-  int64_t block_begin = 0;
-  int64_t block_end = -1;  // -1: to the last block
-  bool first = true, last = true;
 };
 
 class PixArtTransformer {

@@ -8,45 +8,6 @@
 
 namespace xdit::models {
 
-T5Config T5Config::from_json(const io::Json& j, const std::string& w) {
-  T5Config c;
-  c.vocab_size = io::int_or(j, "vocab_size", c.vocab_size, w);
-  c.d_model = io::int_or(j, "d_model", c.d_model, w);
-  c.d_kv = io::int_or(j, "d_kv", c.d_kv, w);
-  c.d_ff = io::int_or(j, "d_ff", c.d_ff, w);
-  c.num_layers = io::int_or(j, "num_layers", c.num_layers, w);
-  c.num_heads = io::int_or(j, "num_heads", c.num_heads, w);
-  c.relative_attention_num_buckets = io::int_or(j, "relative_attention_num_buckets", 32, w);
-  c.relative_attention_max_distance = io::int_or(j, "relative_attention_max_distance", 128, w);
-  c.layer_norm_epsilon = io::number_or(j, "layer_norm_epsilon", 1e-6, w);
-  const std::string ff = io::string_or(j, "feed_forward_proj", "relu", w);
-  XDIT_CHECK(ff == "gated-gelu" || ff == "relu", w, ": feed_forward_proj \"", ff,
-             "\" is not supported (gated-gelu or relu)");
-  c.gated_gelu = ff == "gated-gelu";
-  for (int64_t v : {c.vocab_size, c.d_model, c.d_kv, c.d_ff, c.num_layers, c.num_heads})
-    XDIT_CHECK(v > 0, w, ": T5 sizes must be positive");
-  return c;
-}
-
-T5Config T5Config::xxl() {
-  return T5Config{};
-}
-
-int64_t T5Config::parameter_count() const {
-  const int64_t inner = num_heads * d_kv;
-  const int64_t block = 4 * d_model * inner + (gated_gelu ? 3 : 2) * d_model * d_ff + 2 * d_model;
-  return vocab_size * d_model + num_layers * block + relative_attention_num_buckets * num_heads +
-         d_model;
-}
-
-double T5Config::encoder_flops(int64_t batch, int64_t seq) const {
-  const double m = static_cast<double>(batch * seq), inner = static_cast<double>(num_heads * d_kv);
-  const double linear =
-      2.0 * m * (4.0 * d_model * inner + (gated_gelu ? 3.0 : 2.0) * d_model * d_ff);
-  const double attention = 4.0 * batch * static_cast<double>(seq) * seq * inner;
-  return num_layers * (linear + attention);
-}
-
 int64_t t5_relative_bucket(int64_t rp, int64_t num_buckets, int64_t max_distance) {
   // transformers T5Attention._relative_position_bucket, bidirectional.
   num_buckets /= 2;

@@ -28,8 +28,13 @@ struct T5Config {
   bool gated_gelu = true;  // feed_forward_proj "gated-gelu"; false: "relu"
   double layer_norm_epsilon = 1e-6;
 
+  // Reads transformers' text_encoder/config.json, bounding every size;
+  // throws one line naming `where` and the key.
   static T5Config from_json(const io::Json& j, const std::string& where);
   static T5Config xxl();  // google/t5-v1_1-xxl, PixArt's text encoder
+  // The weights the encoder reads; the token embedding is stored as
+  // "shared.weight" or "encoder.embed_tokens.weight" (`embedding_name`).
+  io::WeightSpecs weight_specs(const std::string& embedding_name = "shared.weight") const;
   int64_t parameter_count() const;
   // FLOPs (2 × multiply-adds) of encoding batch × seq tokens.
   double encoder_flops(int64_t batch, int64_t seq) const;

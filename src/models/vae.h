@@ -27,9 +27,14 @@ struct VaeConfig {
   bool use_post_quant_conv = true;
   bool mid_block_add_attention = true;
 
+  // Reads diffusers' vae/config.json, bounding every size (at most 8 blocks,
+  // channels divisible by norm_num_groups); throws one line naming `where`
+  // and the key.
   static VaeConfig from_json(const io::Json& j, const std::string& where);
   // Pixels per latent pixel: 2^(number of blocks − 1).
   int64_t scale_factor() const { return int64_t{1} << (block_out_channels.size() - 1); }
+  // The weights the decoder reads.
+  io::WeightSpecs decoder_weight_specs() const;
   int64_t decoder_parameter_count() const;
   // FLOPs (2 × multiply-adds) of decoding a batch of h×w latents.
   double decoder_flops(int64_t batch, int64_t h, int64_t w) const;

@@ -244,6 +244,7 @@ Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::DPMSolverMult
       finish_rows(out, 0, gh);
     }
     ++msg;
+    if (last) check_finite_latents(latents, i + 1, S);
     if (P > 1) {  // stage 0 needs the updated latents for the next step
       if (last) outbox.send(latents.clone(), 0, kLatentTag + static_cast<int>(i));
       if (first)
@@ -349,6 +350,7 @@ Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::DPMSolverMult
       }
       ++msg;
     }
+    if (last) check_finite_latents(latents, i + 1, S);
     if (on_step) {
       const double sec =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -1,6 +1,8 @@
 #include "pipeline/pixart_pipeline.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
@@ -39,8 +41,21 @@ std::string human_weight_bytes(const io::WeightSource& src, const models::PixArt
 }
 }  // namespace
 
+const std::vector<std::string>& PixArtPipeline::supported_pipelines() {
+  static const std::vector<std::string> names{"PixArtAlphaPipeline", "PixArtSigmaPipeline"};
+  return names;
+}
+
 PixArtPipeline::PixArtPipeline(const std::string& folder, DType dtype)
     : folder_(folder), dtype_(dtype) {
+  const std::string cls = folder_->pipeline_class();
+  const auto& ok = supported_pipelines();
+  if (std::find(ok.begin(), ok.end(), cls) == ok.end()) {
+    std::string list;
+    for (const auto& n : ok) list += (list.empty() ? "" : ", ") + n;
+    XDIT_FAIL(folder_->root(), "/model_index.json names the pipeline \"", cls,
+              "\", which xdit does not run; supported pipelines: ", list);
+  }
   const std::string tdir = folder_->component("transformer");
   cfg_ = models::PixArtConfig::from_json(folder_->component_config("transformer", "config.json"),
                                          tdir + "/config.json");
@@ -48,7 +63,9 @@ PixArtPipeline::PixArtPipeline(const std::string& folder, DType dtype)
   sched_cfg_ = schedulers::DPMSolverConfig::from_json(
       folder_->component_config("scheduler", "scheduler_config.json"),
       sdir + "/scheduler_config.json");
-  weights_ = std::make_unique<io::WeightStore>(tdir);  // maps files, checks headers
+  auto store = std::make_unique<io::WeightStore>(tdir);  // maps files, checks headers
+  store->check_shapes(cfg_.weight_specs());              // the config against the headers
+  weights_ = std::move(store);
 }
 
 PixArtPipeline::PixArtPipeline(const models::PixArtConfig& cfg,
@@ -95,11 +112,13 @@ void PixArtPipeline::validate(LatentRequest& r) const {
   const int64_t unit = vsf * cfg_.patch_size;
   if (r.height == 0) r.height = cfg_.sample_size * vsf;
   if (r.width == 0) r.width = cfg_.sample_size * vsf;
-  XDIT_CHECK(r.height > 0 && r.width > 0, "height and width must be positive");
+  check_size(r.height, r.width);
   XDIT_CHECK(r.height % unit == 0 && r.width % unit == 0, "height ", r.height, " and width ",
              r.width, " must be multiples of ", unit, " (VAE factor 8 x patch size ",
              cfg_.patch_size, ")");
   XDIT_CHECK(r.num_inference_steps >= 0, "num_inference_steps must be >= 0");
+  check_steps(r.num_inference_steps);
+  check_guidance(r.guidance_scale);
   XDIT_CHECK(r.prompt_embeds.defined(), "prompt_embeds are required");
   check_embeds(r.prompt_embeds, r.prompt_mask, "prompt_embeds", cfg_.caption_channels);
   const int64_t P = r.prompt_embeds.dim(0);
@@ -122,6 +141,53 @@ void PixArtPipeline::validate(LatentRequest& r) const {
                " but ", r.height, "x", r.width, " px with ", P, " prompt(s) needs ",
                shape_str(want));
   }
+  for (const auto& [t, name] : {std::pair{&r.prompt_embeds, "prompt_embeds"},
+                                {&r.negative_embeds, "negative_prompt_embeds"},
+                                {&r.latents, "latents"}}) {
+    const int64_t bad = count_nonfinite(*t);
+    XDIT_CHECK(bad == 0, name, " hold ", bad, " NaN/Inf value(s): give finite values");
+  }
+  MemoryQuery q = memory_query(P, r.height, r.width, r.guidance_scale > 1.0);
+  q.text_tokens = r.prompt_embeds.dim(1);
+  MemoryEstimate e = estimate_memory(cfg_, q);
+  if (transformer_) e.transformer = 0;  // already resident
+  check_memory(e, comm::local_process_count());
+}
+
+void PixArtPipeline::check_size(int64_t height, int64_t width) const {
+  XDIT_CHECK(height > 0 && width > 0, "height and width must be positive, got ", height, "x",
+             width);
+  XDIT_CHECK(height <= kMaxImageSide && width <= kMaxImageSide, "height and width must be at most ",
+             kMaxImageSide, " px, got ", height, "x", width);
+}
+
+void PixArtPipeline::check_steps(int64_t steps) const {
+  XDIT_CHECK(steps <= sched_cfg_.num_train_timesteps, "num_inference_steps ", steps,
+             " exceeds the scheduler's ", sched_cfg_.num_train_timesteps,
+             " training timesteps (num_train_timesteps in scheduler_config.json)");
+}
+
+void PixArtPipeline::check_guidance(double g) const {
+  XDIT_CHECK(std::isfinite(g) && g >= 0, "guidance_scale must be a finite number >= 0, got ", g);
+}
+
+MemoryQuery PixArtPipeline::memory_query(int64_t prompts, int64_t height, int64_t width,
+                                         bool cfg) const {
+  MemoryQuery q;
+  q.prompts = prompts;
+  q.run_height = q.out_height = height;
+  q.run_width = q.out_width = width;
+  q.cfg = cfg;
+  q.dtype = dtype_;
+  q.vae_scale_factor = vae_scale_factor();
+  if (mesh_ != nullptr) {
+    const auto& pc = mesh_->config();
+    q.data_parallel = pc.data_parallel_degree;
+    q.sequence_parallel = pc.sp();
+    q.pipeline_stages = pc.pipefusion_parallel_degree;
+    q.cfg_parallel = pc.use_cfg_parallel;
+  }
+  return q;
 }
 
 void PixArtPipeline::load() {
@@ -175,6 +241,15 @@ Tensor ones_mask(const Tensor& e) {
   return m;
 }
 }  // namespace
+
+void check_finite_latents(const Tensor& latents, int64_t step, int64_t total) {
+  const int64_t bad = count_nonfinite(latents);
+  XDIT_CHECK(bad == 0, "the latents hold ", bad, " NaN/Inf value(s) after denoising step ", step,
+             " of ", total,
+             "; stopped without writing an image. Likely causes: non-finite weights (check with "
+             "xdit info --model DIR --check-weights), non-finite prompt embeddings, or a "
+             "guidance_scale so large that the noise prediction overflows");
+}
 
 Tensor guided_noise(const Tensor& out, int64_t P, int64_t C, bool cfg, double guidance_scale) {
   // CFG: uncond + g·(cond − uncond) with out = [uncond P; cond P]; learned
@@ -272,6 +347,7 @@ Tensor PixArtPipeline::generate_latents(const LatentRequest& req,
     if (cfg_split) out = parallel::gather_batch(mesh_->cfg_group(), out);  // [uncond P; cond P]
     noise = guided_noise(out, P, C, cfg, r.guidance_scale);
     sched.step(noise, latents);
+    check_finite_latents(latents, static_cast<int64_t>(i) + 1, static_cast<int64_t>(ts.size()));
     if (on_step) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       on_step({static_cast<int64_t>(i) + 1, static_cast<int64_t>(ts.size()), s});
@@ -284,7 +360,8 @@ void PixArtPipeline::validate(ImageRequest& r) {
   XDIT_CHECK(!r.prompts.empty(), "at least one prompt is needed");
   XDIT_CHECK(r.num_inference_steps >= 1,
              "num_inference_steps must be at least 1 for an image, got ", r.num_inference_steps);
-  XDIT_CHECK(r.guidance_scale >= 0, "guidance_scale must be >= 0");
+  check_steps(r.num_inference_steps);
+  check_guidance(r.guidance_scale);
   // Text side: tokenizer/spiece.model, text_encoder/config.json and weights.
   if (!tokenizer_)
     tokenizer_ = std::make_unique<tokenizers::T5Tokenizer>(folder().component("tokenizer"));
@@ -295,6 +372,8 @@ void PixArtPipeline::validate(ImageRequest& r) {
     XDIT_CHECK(t5_cfg_->d_model == cfg_.caption_channels, "text encoder width ", t5_cfg_->d_model,
                " does not match the transformer's caption_channels ", cfg_.caption_channels);
     t5_weights_ = std::make_unique<io::WeightStore>(dir);
+    t5_weights_->check_shapes(t5_cfg_->weight_specs(
+        t5_weights_->has("shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight"));
   }
   if (!vae_cfg_) {
     const std::string dir = folder().component("vae");
@@ -304,13 +383,17 @@ void PixArtPipeline::validate(ImageRequest& r) {
                vae_cfg_->latent_channels, " does not match the transformer's in_channels ",
                cfg_.in_channels);
     vae_weights_ = std::make_unique<io::WeightStore>(dir);
+    vae_weights_->check_shapes(vae_cfg_->decoder_weight_specs());
   }
   if (r.max_sequence_length == 0) r.max_sequence_length = default_max_sequence_length();
   XDIT_CHECK(r.max_sequence_length >= 1, "max_sequence_length must be positive");
+  XDIT_CHECK(r.max_sequence_length <= tokenizer_->model_max_length(), "max_sequence_length ",
+             r.max_sequence_length, " exceeds the ", tokenizer_->model_max_length(),
+             " tokens this text encoder accepts (model_max_length of its tokenizer)");
   const int64_t vsf = vae_scale_factor();
   if (r.height == 0) r.height = cfg_.sample_size * vsf;
   if (r.width == 0) r.width = cfg_.sample_size * vsf;
-  XDIT_CHECK(r.height > 0 && r.width > 0, "height and width must be positive");
+  check_size(r.height, r.width);
   r.run_height = r.height;
   r.run_width = r.width;
   if (r.resolution_binning) {
@@ -326,6 +409,18 @@ void PixArtPipeline::validate(ImageRequest& r) {
   if (mesh_ != nullptr)
     mesh_->config().validate_request(cfg_.num_attention_heads, r.run_height / vsf / cfg_.patch_size,
                                      r.guidance_scale);
+  // Everything the request will hold, up to the resized PNGs, against the
+  // memory this machine has left.
+  MemoryQuery q = memory_query(static_cast<int64_t>(r.prompts.size()), r.run_height, r.run_width,
+                               r.guidance_scale > 1.0);
+  q.out_height = r.height;
+  q.out_width = r.width;
+  q.text_tokens = r.max_sequence_length;
+  q.t5 = t5_cfg_.get();
+  q.vae = vae_cfg_.get();
+  MemoryEstimate e = estimate_memory(cfg_, q);
+  if (transformer_) e.transformer = 0;  // already resident
+  check_memory(e, comm::local_process_count());
 }
 
 PromptEmbeddings PixArtPipeline::encode_prompts(const ImageRequest& r) {
@@ -350,7 +445,12 @@ PromptEmbeddings PixArtPipeline::encode_prompts(const ImageRequest& r) {
     }
     Tensor m = Tensor::empty({n, L});
     for (size_t i = 0; i < mask.size(); ++i) m.data<float>()[i] = mask[i];
-    return std::make_pair(t5_->encode(ids, mask, n, L), m);
+    Tensor embeds = t5_->encode(ids, mask, n, L);
+    const int64_t bad = count_nonfinite(embeds);
+    XDIT_CHECK(bad == 0, "the text encoder produced ", bad,
+               " NaN/Inf value(s); stopped without writing an image. Likely cause: non-finite "
+               "weights in text_encoder/ (check with xdit info --model DIR --check-weights)");
+    return std::make_pair(embeds, m);
   };
   PromptEmbeddings e;
   std::tie(e.embeds, e.mask) = encode(r.prompts, true);
@@ -367,7 +467,12 @@ Tensor PixArtPipeline::decode_latents(const Tensor& latents) {
   const float inv = static_cast<float>(1.0 / vae_cfg_->scaling_factor);
   const float shift = static_cast<float>(vae_cfg_->shift_factor);
   for (int64_t i = 0; i < z.numel(); ++i) z.data<float>()[i] = z.data<float>()[i] * inv + shift;
-  return vae_->decode(z);
+  Tensor image = vae_->decode(z);
+  const int64_t bad = count_nonfinite(image);
+  XDIT_CHECK(bad == 0, "the VAE decoder produced ", bad,
+             " NaN/Inf value(s); stopped without writing an image. Likely cause: non-finite "
+             "weights in vae/ (check with xdit info --model DIR --check-weights)");
+  return image;
 }
 
 ImageResult PixArtPipeline::generate(ImageRequest r,

@@ -21,6 +21,7 @@
 #include "parallel/config.h"
 #include "parallel/pipefusion_attention.h"
 #include "parallel/usp_attention.h"
+#include "pipeline/memory_estimate.h"
 #include "schedulers/dpm_solver.h"
 #include "tokenizers/t5_tokenizer.h"
 
@@ -76,9 +77,19 @@ struct StepEvent {
 // channels (PixArt's learned sigma).
 Tensor guided_noise(const Tensor& out, int64_t P, int64_t C, bool cfg, double guidance_scale);
 
+// Stops the run (throws one line naming the step and the likely causes) when
+// the latents hold NaN or Inf after denoising step `step` of `total`: such
+// latents decode to a black image.
+void check_finite_latents(const Tensor& latents, int64_t step, int64_t total);
+
 class PixArtPipeline {
  public:
   static constexpr int64_t kVaeScaleFactor = 8;
+  // No side may exceed this (a bound that keeps every size product in 64
+  // bits; the memory estimate refuses far smaller sizes on real machines).
+  static constexpr int64_t kMaxImageSide = int64_t{1} << 20;
+  // The model_index.json classes this pipeline runs.
+  static const std::vector<std::string>& supported_pipelines();
 
   PixArtPipeline(const std::string& folder, DType dtype);
   // A transformer-only pipeline (prompt embeddings → latents) from a config
@@ -121,6 +132,11 @@ class PixArtPipeline {
   void set_keep_text_encoder(bool keep) { keep_text_encoder_ = keep; }
 
  private:
+  void check_size(int64_t height, int64_t width) const;
+  void check_steps(int64_t steps) const;
+  void check_guidance(double guidance_scale) const;
+  // The memory query for `prompts` images at height x width px on this mesh.
+  MemoryQuery memory_query(int64_t prompts, int64_t height, int64_t width, bool cfg) const;
   // PipeFusion's patch pipeline over the mesh's stages (pipeline/pipefusion.cpp).
   Tensor pipefusion_loop(Tensor latents, schedulers::DPMSolverMultistep& sched, const Tensor& text,
                          const Tensor& mask, const Tensor& resolution, const Tensor& aspect,

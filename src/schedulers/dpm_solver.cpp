@@ -9,11 +9,12 @@
 namespace xdit::schedulers {
 
 DPMSolverConfig DPMSolverConfig::from_json(const io::Json& j, const std::string& w) {
+  io::require_object(j, w);
   DPMSolverConfig c;
   const std::string cls = io::string_or(j, "_class_name", "DPMSolverMultistepScheduler", w);
   XDIT_CHECK(cls == "DPMSolverMultistepScheduler", w, ": scheduler ", cls,
              " is not supported yet (xdit implements DPMSolverMultistepScheduler)");
-  c.num_train_timesteps = io::int_or(j, "num_train_timesteps", 1000, w);
+  c.num_train_timesteps = io::int_in(j, "num_train_timesteps", 1000, 2, 1 << 20, w);
   c.beta_start = io::number_or(j, "beta_start", 0.0001, w);
   c.beta_end = io::number_or(j, "beta_end", 0.02, w);
   c.beta_schedule = io::string_or(j, "beta_schedule", "linear", w);
@@ -25,9 +26,12 @@ DPMSolverConfig DPMSolverConfig::from_json(const io::Json& j, const std::string&
   c.euler_at_final = io::bool_or(j, "euler_at_final", false, w);
   c.final_sigmas_type = io::string_or(j, "final_sigmas_type", "zero", w);
   c.timestep_spacing = io::string_or(j, "timestep_spacing", "linspace", w);
-  c.steps_offset = io::int_or(j, "steps_offset", 0, w);
+  c.steps_offset = io::int_in(j, "steps_offset", 0, 0, c.num_train_timesteps - 1, w);
   c.lambda_min_clipped =
-      io::number_or(j, "lambda_min_clipped", -std::numeric_limits<double>::infinity(), w);
+      io::number_or(j, "lambda_min_clipped", -std::numeric_limits<double>::infinity(), w, true);
+  if (c.beta_schedule != "squaredcos_cap_v2")  // the cosine schedule does not use them
+    for (double b : {c.beta_start, c.beta_end})
+      XDIT_CHECK(b > 0 && b < 1, w, ": beta_start and beta_end must lie in (0, 1), found ", b);
 
   auto one_of = [&](const std::string& key, const std::string& v,
                     std::initializer_list<const char*> ok) {
@@ -43,7 +47,6 @@ DPMSolverConfig DPMSolverConfig::from_json(const io::Json& j, const std::string&
   one_of("timestep_spacing", c.timestep_spacing, {"linspace", "leading", "trailing"});
   XDIT_CHECK(c.solver_order == 1 || c.solver_order == 2, w, ": solver_order ", c.solver_order,
              " is not supported (1 or 2)");
-  XDIT_CHECK(c.num_train_timesteps > 1, w, ": num_train_timesteps must be > 1");
   for (const char* flag :
        {"use_karras_sigmas", "use_exponential_sigmas", "use_beta_sigmas", "use_lu_lambdas",
         "use_flow_sigmas", "thresholding", "rescale_betas_zero_snr", "use_dynamic_shifting"})
@@ -103,6 +106,8 @@ void DPMSolverMultistep::set_timesteps(int64_t steps) {
     }
   }
   const int64_t last = T - clipped;
+  XDIT_CHECK(last >= 2, "lambda_min_clipped ", cfg_.lambda_min_clipped,
+             " clips the whole noise schedule: fix scheduler_config.json");
   timesteps_.clear();
   if (cfg_.timestep_spacing == "linspace") {
     // np.linspace(0, last − 1, steps + 1).round()[::-1][:-1]
@@ -120,6 +125,10 @@ void DPMSolverMultistep::set_timesteps(int64_t steps) {
                                                                static_cast<double>(k) * ratio)) -
                            1);
   }
+  for (int64_t t : timesteps_)
+    XDIT_CHECK(t >= 0 && t < T, "the scheduler's timestep ", t, " for ", steps,
+               " steps lies outside its ", T,
+               " training steps (steps_offset / timestep_spacing in scheduler_config.json)");
   // sigmas = sqrt((1 − ᾱ)/ᾱ) at each timestep (f32 as torch computes it), then the final sigma.
   sigmas_.clear();
   auto sigma_at = [&](int64_t t) {

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/json.h"
 
 namespace xdit::tokenizers {
 
@@ -18,6 +19,13 @@ T5Tokenizer::T5Tokenizer(const std::string& folder)
   XDIT_CHECK(sp_->pad_id() == kPad && sp_->eos_id() == kEos, "tokenizer ", path,
              " does not use T5's special ids (pad 0, eos 1): pad ", sp_->pad_id(), ", eos ",
              sp_->eos_id());
+  const std::string cfg = (std::filesystem::path(folder) / "tokenizer_config.json").string();
+  if (std::filesystem::is_regular_file(cfg)) {
+    const io::Json j = io::read_json_file(cfg);
+    io::require_object(j, cfg);
+    const double n = io::number_or(j, "model_max_length", 512, cfg);
+    if (n >= 1 && n <= 1e6) model_max_length_ = static_cast<int64_t>(n);
+  }
 }
 
 T5Tokenizer::~T5Tokenizer() = default;

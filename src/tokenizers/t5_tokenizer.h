@@ -33,11 +33,16 @@ class T5Tokenizer {
   // Pieces of ids (for warnings about truncated text).
   std::string decode(const std::vector<int32_t>& ids) const;
   int32_t vocab_size() const;  // SentencePiece pieces (T5's 100 extra ids come after)
+  // The longest text the encoder accepts: tokenizer_config.json's
+  // model_max_length, or T5's 512 where that file has none or transformers'
+  // "no limit" placeholder (1e30).
+  int64_t model_max_length() const { return model_max_length_; }
 
   static constexpr int32_t kPad = 0, kEos = 1;
 
  private:
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  int64_t model_max_length_ = 512;
 };
 
 // diffusers' caption preprocessing with clean_caption=False: text.lower().strip().

@@ -1,0 +1,83 @@
+// T5Config: text_encoder/config.json as transformers reads it, bounded and
+// checked, and the weights it implies.
+#include "core/error.h"
+#include "models/t5.h"
+#include "nn/weight_specs.h"
+
+namespace xdit::models {
+
+T5Config T5Config::from_json(const io::Json& j, const std::string& w) {
+  io::require_object(j, w);
+  // Bounds far beyond T5-XXL (d_model 4096, d_ff 10240, 24 layers, 64 heads).
+  constexpr int64_t kSize = 1 << 12, kWide = 1 << 16;
+  T5Config c;
+  c.vocab_size = io::int_in(j, "vocab_size", c.vocab_size, 1, int64_t{1} << 22, w);
+  c.d_model = io::int_in(j, "d_model", c.d_model, 1, kWide, w);
+  c.d_kv = io::int_in(j, "d_kv", c.d_kv, 1, kSize, w);
+  c.d_ff = io::int_in(j, "d_ff", c.d_ff, 1, kWide * 4, w);
+  c.num_layers = io::int_in(j, "num_layers", c.num_layers, 1, kSize, w);
+  c.num_heads = io::int_in(j, "num_heads", c.num_heads, 1, kSize, w);
+  XDIT_CHECK(c.num_heads * c.d_kv <= kWide, w, ": num_heads x d_kv = ", c.num_heads * c.d_kv,
+             " is larger than ", kWide);
+  // The bucket formula (transformers T5Attention._relative_position_bucket)
+  // halves the buckets, keeps half of those exact and divides by
+  // log(max_distance / exact): it needs >= 4 buckets and a larger distance.
+  c.relative_attention_num_buckets =
+      io::int_in(j, "relative_attention_num_buckets", 32, 4, kSize, w);
+  c.relative_attention_max_distance =
+      io::int_in(j, "relative_attention_max_distance", 128,
+                 c.relative_attention_num_buckets / 4 + 1, kWide, w);
+  c.layer_norm_epsilon = io::number_or(j, "layer_norm_epsilon", 1e-6, w);
+  XDIT_CHECK(c.layer_norm_epsilon >= 0, w, ": layer_norm_epsilon must be >= 0");
+  const std::string ff = io::string_or(j, "feed_forward_proj", "relu", w);
+  XDIT_CHECK(ff == "gated-gelu" || ff == "relu", w, ": feed_forward_proj \"", ff,
+             "\" is not supported (gated-gelu or relu)");
+  c.gated_gelu = ff == "gated-gelu";
+  return c;
+}
+
+T5Config T5Config::xxl() {
+  return T5Config{};
+}
+
+io::WeightSpecs T5Config::weight_specs(const std::string& embedding_name) const {
+  const int64_t d = d_model, inner = num_heads * d_kv;
+  io::WeightSpecs s;
+  s.emplace_back(embedding_name, Shape{vocab_size, d});
+  s.emplace_back("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+                 Shape{relative_attention_num_buckets, num_heads});
+  for (int64_t i = 0; i < num_layers; ++i) {
+    const std::string p = "encoder.block." + std::to_string(i) + ".layer.";
+    s.emplace_back(p + "0.layer_norm.weight", Shape{d});
+    s.emplace_back(p + "1.layer_norm.weight", Shape{d});
+    const std::string sa = p + "0.SelfAttention.";
+    for (const char* m : {"q", "k", "v"}) nn::linear_specs(s, sa + m, d, inner, false);
+    nn::linear_specs(s, sa + "o", inner, d, false);
+    const std::string ff = p + "1.DenseReluDense.";
+    if (gated_gelu) {
+      nn::linear_specs(s, ff + "wi_0", d, d_ff, false);
+      nn::linear_specs(s, ff + "wi_1", d, d_ff, false);
+    } else {
+      nn::linear_specs(s, ff + "wi", d, d_ff, false);
+    }
+    nn::linear_specs(s, ff + "wo", d_ff, d, false);
+  }
+  s.emplace_back("encoder.final_layer_norm.weight", Shape{d});
+  return s;
+}
+
+int64_t T5Config::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& [name, shape] : weight_specs()) n += shape_numel(shape);
+  return n;
+}
+
+double T5Config::encoder_flops(int64_t batch, int64_t seq) const {
+  const double m = static_cast<double>(batch * seq), inner = static_cast<double>(num_heads * d_kv);
+  const double linear =
+      2.0 * m * (4.0 * d_model * inner + (gated_gelu ? 3.0 : 2.0) * d_model * d_ff);
+  const double attention = 4.0 * batch * static_cast<double>(seq) * seq * inner;
+  return num_layers * (linear + attention);
+}
+
+}  // namespace xdit::models

@@ -1,0 +1,82 @@
+#include "pipeline/memory_estimate.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/memory.h"
+#include "core/tensor.h"
+
+namespace xdit::pipeline {
+
+double MemoryEstimate::peak() const {
+  return std::max(text_encoder, transformer + std::max(denoise, decode + output));
+}
+
+std::string MemoryEstimate::describe() const {
+  std::string s;
+  auto part = [&](const char* name, double b) {
+    if (b <= 0) return;
+    s += (s.empty() ? "" : ", ") + std::string(name) + " " + human_size(b);
+  };
+  part("text encoder", text_encoder);
+  part("transformer", transformer);
+  part("denoising", denoise);
+  part("VAE decode", decode);
+  part("images", output);
+  return s;
+}
+
+MemoryEstimate estimate_memory(const models::PixArtConfig& c, const MemoryQuery& q) {
+  // All in double: the sizes asked for may be absurd, and must not overflow.
+  const double wb = q.dtype == DType::kF32 ? 4.0 : 2.0, f = 4.0;
+  const double P = std::ceil(static_cast<double>(q.prompts) / std::max(1, q.data_parallel));
+  MemoryEstimate e;
+  const double L = static_cast<double>(q.text_tokens);
+  if (q.t5 != nullptr) {
+    const models::T5Config& t = *q.t5;
+    const double n = P * (q.cfg ? 2 : 1), d = static_cast<double>(t.d_model);
+    e.text_encoder = static_cast<double>(t.parameter_count()) * wb +
+                     n * L * (8 * d + 3 * static_cast<double>(t.d_ff)) * f  // states, q/k/v, ff
+                     + static_cast<double>(t.num_heads) * L * L * f;        // position bias
+  }
+  e.transformer = static_cast<double>(c.parameter_count()) * wb / std::max(1, q.pipeline_stages);
+  const double vsf = static_cast<double>(q.vae_scale_factor);
+  const double h = static_cast<double>(q.run_height) / vsf,
+               w = static_cast<double>(q.run_width) / vsf;
+  const double p = static_cast<double>(c.patch_size), d = static_cast<double>(c.hidden());
+  const double batch = P * (q.cfg && !q.cfg_parallel ? 2 : 1);
+  const double tokens = (h / p) * (w / p) / std::max(1, q.sequence_parallel);
+  // Residual, norm, fused q/k/v, attention output and the 4x MLP hidden
+  // layer (about 12 widths per token), the text and the latents with the
+  // scheduler's history.
+  e.denoise = batch * tokens * d * f * 12 + batch * L * d * f * 2 +
+              P * static_cast<double>(c.in_channels) * h * w * f * 4;
+  if (q.vae != nullptr) {
+    const models::VaeConfig& v = *q.vae;
+    const double H = static_cast<double>(q.run_height), W = static_cast<double>(q.run_width);
+    const double top = static_cast<double>(v.block_out_channels.back());
+    const double first = static_cast<double>(v.block_out_channels.front());
+    // The full-resolution stage holds about four maps of the first block's
+    // channels; the mid block's attention runs over every latent pixel.
+    e.decode = static_cast<double>(v.decoder_parameter_count()) * wb +
+               P * (H * W * first * f * 4 + h * w * top * f * 4);
+    const double OH = static_cast<double>(q.out_height), OW = static_cast<double>(q.out_width);
+    e.output =
+        P * (H * W * 3 * f + OH * OW * 3 * f + OH * OW * 3 * 2);  // image, resized, RGB + PNG
+  }
+  return e;
+}
+
+void check_memory(const MemoryEstimate& e, int local_ranks) {
+  std::string source;
+  const double available = static_cast<double>(available_memory_bytes(&source));
+  if (available <= 0) return;  // unknown: nothing to compare with
+  const double need = e.peak() * std::max(1, local_ranks);
+  XDIT_CHECK(need <= available, "this request needs about ", human_size(need), " of memory (",
+             e.describe(), local_ranks > 1 ? ", per process x " + std::to_string(local_ranks) : "",
+             ") but ", human_size(available), " is available (", source,
+             "): use a smaller size, fewer prompts or a shorter --max_sequence_length");
+}
+
+}  // namespace xdit::pipeline

@@ -1,0 +1,52 @@
+// What a request needs in memory, estimated from the configs before anything
+// loads, so that a request that cannot fit is refused at once instead of
+// failing in an allocation after minutes of work. Weights count in the compute
+// type; activations as the engine allocates them (f32). Deliberately not an
+// upper bound: it refuses what cannot fit, it does not promise what can.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+#include "models/pixart.h"
+#include "models/t5.h"
+#include "models/vae.h"
+
+namespace xdit::pipeline {
+
+struct MemoryQuery {
+  int64_t prompts = 1;
+  int64_t run_height = 0, run_width = 0;  // pixels the model runs at
+  int64_t out_height = 0, out_width = 0;  // pixels written (after the binning resize)
+  int64_t text_tokens = 0;                // T5 sequence length
+  bool cfg = true;                        // classifier-free guidance doubles the batch
+  DType dtype = DType::kBF16;
+  const models::T5Config* t5 = nullptr;    // the text encoder, when it runs
+  const models::VaeConfig* vae = nullptr;  // the VAE decoder, when it runs
+  int64_t vae_scale_factor = 8;
+  // This rank's share under a parallel layout.
+  int data_parallel = 1, sequence_parallel = 1, pipeline_stages = 1;
+  bool cfg_parallel = false;
+};
+
+struct MemoryEstimate {
+  double text_encoder = 0;  // T5 weights + activations (freed before denoising)
+  double transformer = 0;   // transformer weights
+  double denoise = 0;       // latents, activations and attention scratch of a step
+  double decode = 0;        // VAE weights + activations
+  double output = 0;        // decoded, resized and 8-bit images
+  // The most held at once: text encoding, then denoising, then decoding
+  // (the transformer stays loaded).
+  double peak() const;
+  // "text encoder 1.2 GB, transformer 1.2 GB, denoising 3.4 GB, ..."
+  std::string describe() const;
+};
+
+MemoryEstimate estimate_memory(const models::PixArtConfig& cfg, const MemoryQuery& q);
+
+// Throws one line with the estimate and the limit when `e` cannot fit in
+// what the machine has left for each of `local_ranks` processes.
+void check_memory(const MemoryEstimate& e, int local_ranks = 1);
+
+}  // namespace xdit::pipeline
