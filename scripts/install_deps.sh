@@ -8,7 +8,9 @@ pkgs=(cmake ninja-build g++
       libsentencepiece-dev   # T5 tokenizer (spiece.model)
       libspng-dev            # PNG output with text chunks
       libopenmpi-dev openmpi-bin  # multi-process runtime (mpirun)
-      libgtest-dev googletest)
+      libgtest-dev googletest
+      clang libclang-rt-dev  # libFuzzer + sanitizers for the fuzz tests (tests/fuzz/libfuzzer)
+      )
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

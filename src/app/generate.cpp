@@ -82,7 +82,7 @@ CLI::Validator thread_count() {
         int n = 0;
         const int hi = max_threads();
         if (!CLI::detail::lexical_cast(v, n) || n < 1 || n > hi)
-          return "--threads must be 1 … " + std::to_string(hi) + " (4 x the " +
+          return "must be 1 … " + std::to_string(hi) + " (4 x the " +
                  std::to_string(hi / 4) + " cores this process may use), got " + v;
         return {};
       },

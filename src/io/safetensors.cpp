@@ -179,6 +179,13 @@ Tensor SafeTensorsFile::get(const std::string& name) const {
               "; xdit reads F32, F16 and BF16 tensors");
   }
   const auto* base = static_cast<const unsigned char*>(map_.get()) + data_start_ + e.begin;
+  // The format does not promise aligned offsets: a misaligned tensor is
+  // copied (reading it in place would be undefined behaviour).
+  if (reinterpret_cast<uintptr_t>(base) % dtype_size(t) != 0) {
+    Tensor copy = Tensor::empty(e.shape, t);
+    std::memcpy(copy.raw(), base, e.end - e.begin);
+    return copy;
+  }
   return Tensor::view(map_, base, e.shape, t);
 }
 

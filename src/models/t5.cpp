@@ -8,23 +8,6 @@
 
 namespace xdit::models {
 
-int64_t t5_relative_bucket(int64_t rp, int64_t num_buckets, int64_t max_distance) {
-  // transformers T5Attention._relative_position_bucket, bidirectional.
-  num_buckets /= 2;
-  int64_t bucket = rp > 0 ? num_buckets : 0;
-  rp = rp < 0 ? -rp : rp;
-  const int64_t max_exact = num_buckets / 2;
-  if (rp < max_exact) return bucket + rp;
-  // torch: log(float(rp) / max_exact) / log(max_distance / max_exact) * (nb − max_exact),
-  // each step in f32 (the Python scalars become f32), truncated.
-  const float a = std::log(static_cast<float>(rp) / static_cast<float>(max_exact));
-  const float b = a / static_cast<float>(std::log(static_cast<double>(max_distance) /
-                                                  static_cast<double>(max_exact)));
-  const float c = b * static_cast<float>(num_buckets - max_exact);
-  const int64_t large = std::min<int64_t>(max_exact + static_cast<int64_t>(c), num_buckets - 1);
-  return bucket + large;
-}
-
 struct T5Encoder::Block {
   Tensor ln0, ln1;
   kernels::Linear qkv, o, wi, wo;

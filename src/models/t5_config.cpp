@@ -1,5 +1,7 @@
 // T5Config: text_encoder/config.json as transformers reads it, bounded and
 // checked, and the weights it implies.
+#include <cmath>
+
 #include "core/error.h"
 #include "models/t5.h"
 #include "nn/weight_specs.h"
@@ -78,6 +80,23 @@ double T5Config::encoder_flops(int64_t batch, int64_t seq) const {
       2.0 * m * (4.0 * d_model * inner + (gated_gelu ? 3.0 : 2.0) * d_model * d_ff);
   const double attention = 4.0 * batch * static_cast<double>(seq) * seq * inner;
   return num_layers * (linear + attention);
+}
+
+int64_t t5_relative_bucket(int64_t rp, int64_t num_buckets, int64_t max_distance) {
+  // transformers T5Attention._relative_position_bucket, bidirectional.
+  num_buckets /= 2;
+  int64_t bucket = rp > 0 ? num_buckets : 0;
+  rp = rp < 0 ? -rp : rp;
+  const int64_t max_exact = num_buckets / 2;
+  if (rp < max_exact) return bucket + rp;
+  // torch: log(float(rp) / max_exact) / log(max_distance / max_exact) * (nb − max_exact),
+  // each step in f32 (the Python scalars become f32), truncated.
+  const float a = std::log(static_cast<float>(rp) / static_cast<float>(max_exact));
+  const float b = a / static_cast<float>(std::log(static_cast<double>(max_distance) /
+                                                  static_cast<double>(max_exact)));
+  const float c = b * static_cast<float>(num_buckets - max_exact);
+  const int64_t large = std::min<int64_t>(max_exact + static_cast<int64_t>(c), num_buckets - 1);
+  return bucket + large;
 }
 
 }  // namespace xdit::models

@@ -165,6 +165,8 @@ void PixArtPipeline::check_steps(int64_t steps) const {
   XDIT_CHECK(steps <= sched_cfg_.num_train_timesteps, "num_inference_steps ", steps,
              " exceeds the scheduler's ", sched_cfg_.num_train_timesteps,
              " training timesteps (num_train_timesteps in scheduler_config.json)");
+  // The schedule itself (its checks on the timesteps it makes) costs microseconds.
+  if (steps >= 1) schedulers::DPMSolverMultistep(sched_cfg_).set_timesteps(steps);
 }
 
 void PixArtPipeline::check_guidance(double g) const {

@@ -1,0 +1,81 @@
+#include "fuzz_targets.h"
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "core/error.h"
+#include "io/json.h"
+#include "io/safetensors.h"
+#include "models/pixart.h"
+#include "models/t5.h"
+#include "models/vae.h"
+#include "pipeline/memory_estimate.h"
+#include "schedulers/dpm_solver.h"
+
+namespace xdit::fuzz {
+
+void safetensors_bytes(const uint8_t* data, size_t size) {
+  std::shared_ptr<uint8_t[]> copy(new uint8_t[size + 1]);
+  if (size > 0) std::memcpy(copy.get(), data, size);
+  try {
+    io::SafeTensorsFile f(std::shared_ptr<const void>(copy, copy.get()), size, "fuzz.safetensors");
+    for (const auto& [name, e] : f.entries()) {
+      if (e.dtype != "F32" && e.dtype != "F16" && e.dtype != "BF16") continue;
+      Tensor t = f.get(name);
+      count_nonfinite(t);
+      if (t.numel() <= (1 << 16)) t.to(DType::kF32);
+    }
+  } catch (const Error&) {
+  }
+}
+
+namespace {
+template <class F>
+void guarded(F&& f) {
+  try {
+    f();
+  } catch (const Error&) {
+  }
+}
+}  // namespace
+
+void config_bytes(const uint8_t* data, size_t size) {
+  io::Json j;
+  try {
+    j = io::parse_json_text(std::string(reinterpret_cast<const char*>(data), size), "fuzz.json");
+  } catch (const Error&) {
+    return;
+  }
+  guarded([&] {
+    const auto c = models::PixArtConfig::from_json(j, "transformer/config.json");
+    c.weight_specs({0, c.num_layers / 2, true, false});
+    pipeline::MemoryQuery q;
+    q.run_height = q.out_height = c.sample_size * 8;
+    q.run_width = q.out_width = c.sample_size * 8;
+    q.text_tokens = 120;
+    pipeline::estimate_memory(c, q).peak();
+  });
+  guarded([&] {
+    const auto c = models::T5Config::from_json(j, "text_encoder/config.json");
+    c.weight_specs("encoder.embed_tokens.weight");
+    c.parameter_count();
+    c.encoder_flops(2, 120);
+    for (int64_t rp : {-1000, -7, 0, 3, 130, 5000})
+      models::t5_relative_bucket(rp, c.relative_attention_num_buckets,
+                                 c.relative_attention_max_distance);
+  });
+  guarded([&] {
+    const auto c = models::VaeConfig::from_json(j, "vae/config.json");
+    c.decoder_parameter_count();
+    c.decoder_flops(1, 16, 24);
+    c.scale_factor();
+  });
+  guarded([&] {
+    schedulers::DPMSolverMultistep s(
+        schedulers::DPMSolverConfig::from_json(j, "scheduler/scheduler_config.json"));
+    for (int64_t n : {1, 2, 7, 20, 1000}) guarded([&] { s.set_timesteps(n); });
+  });
+}
+
+}  // namespace xdit::fuzz
