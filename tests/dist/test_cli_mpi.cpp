@@ -13,6 +13,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "cli_util.h"
 #include "io/png.h"
 #include "test_util.h"
 
@@ -29,13 +30,7 @@ struct Result {
 
 class CliMpi : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("xdit_mpi_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
+  void SetUp() override { dir_ = test::make_test_dir("xdit_mpi_"); }
   void TearDown() override { fs::remove_all(dir_); }
   std::string path(const std::string& n) const { return (dir_ / n).string(); }
 
@@ -43,20 +38,15 @@ class CliMpi : public ::testing::Test {
   Result run(int np, const std::string& args, const std::string& env = "") const {
     const std::string err = path("stderr.txt");
     std::string cmd =
-        "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
+        "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
         "XDIT_QUIET=1 " +
         env + " timeout 120 ";
     if (np > 0)
       cmd += std::string(MPIEXEC) + " -np " + std::to_string(np) +
              " --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none ";
-    cmd += std::string("'") + XDIT_BINARY + "' " + args + " >/dev/null 2>'" + err + "'";
-    const auto t0 = std::chrono::steady_clock::now();
-    const int status = std::system(cmd.c_str());
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::ifstream in(err);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, ss.str(), s};
+    cmd += std::string("'") + XDIT_BINARY + "' " + args;
+    const auto r = test::run_command(cmd, err);
+    return {r.code, r.err, r.wall_seconds};
   }
 
   std::string args(const std::string& out, const std::string& extra) const {

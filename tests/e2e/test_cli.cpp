@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cli_util.h"
 #include "io/json.h"
 #include "io/png.h"
 #include "io/safetensors.h"
@@ -27,11 +28,7 @@ struct Result {
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("xdit_cli_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = test::make_test_dir("xdit_cli_");
     // Inputs split out of the golden the way a user would supply them.
     auto g = io::read_safetensors_f32(kData + "/goldens/pixart_alpha_loop.safetensors");
     io::write_safetensors(
@@ -59,14 +56,9 @@ class Cli : public ::testing::Test {
   }
 
   Result xdit(const std::string& args) const {
-    const std::string err = path("stderr.txt");
-    const std::string cmd =
-        std::string("XDIT_QUIET=1 '") + XDIT_BINARY + "' " + args + " >/dev/null 2>'" + err + "'";
-    const int status = std::system(cmd.c_str());
-    std::ifstream in(err);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, ss.str()};
+    const auto r = test::run_command(std::string("env XDIT_QUIET=1 '") + XDIT_BINARY + "' " + args,
+                                     path("stderr.txt"));
+    return {r.code, r.err};
   }
 
   std::string generate_args(const std::string& model, const std::string& extra = "") const {

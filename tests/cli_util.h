@@ -1,0 +1,85 @@
+// Running the xdit binary from tests: a shell command line with its stderr
+// captured, its exit status or signal, and what it cost (wall and CPU time,
+// peak memory, from wait4's rusage of the process itself: the command is
+// exec'd by the shell, not forked).
+#pragma once
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace xdit::test {
+
+struct CommandResult {
+  int code = -1;    // exit status, or 128 + signal
+  int signal = 0;   // the signal that ended it, 0 when it exited
+  std::string err;  // what it wrote to stderr
+  double wall_seconds = 0, cpu_seconds = 0;
+  double max_rss_mb = 0;
+};
+
+// A command running in the background.
+struct Spawned {
+  pid_t pid = -1;
+  std::string err_file;
+  std::chrono::steady_clock::time_point start;
+};
+
+// Starts `sh -c "exec COMMAND 2>ERR_FILE"` (stdout to /dev/null).
+inline Spawned spawn_command(const std::string& command, const std::string& err_file) {
+  Spawned s{-1, err_file, std::chrono::steady_clock::now()};
+  const std::string line = "exec " + command + " >/dev/null 2>'" + err_file + "'";
+  s.pid = ::fork();
+  if (s.pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return s;
+}
+
+inline CommandResult wait_command(const Spawned& s) {
+  CommandResult r;
+  int status = 0;
+  rusage ru{};
+  ::wait4(s.pid, &status, 0, &ru);
+  r.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - s.start).count();
+  r.cpu_seconds = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                  1e-6 * static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+  r.max_rss_mb = static_cast<double>(ru.ru_maxrss) / 1024.0;
+  if (WIFEXITED(status)) {
+    r.code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    r.signal = WTERMSIG(status);
+    r.code = 128 + r.signal;
+  }
+  std::ifstream in(s.err_file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.err = ss.str();
+  return r;
+}
+
+inline CommandResult run_command(const std::string& command, const std::string& err_file) {
+  return wait_command(spawn_command(command, err_file));
+}
+
+// A fresh folder per test under the system's temporary folder, removed after.
+inline std::filesystem::path make_test_dir(const std::string& prefix) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::filesystem::path d =
+      std::filesystem::temp_directory_path() /
+      (prefix + std::to_string(::getpid()) + "_" + info->test_suite_name() + "_" + info->name());
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+}  // namespace xdit::test
