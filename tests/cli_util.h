@@ -15,6 +15,8 @@
 #include <sstream>
 #include <string>
 
+#include "io/safetensors.h"
+
 namespace xdit::test {
 
 struct CommandResult {
@@ -80,6 +82,29 @@ inline std::filesystem::path make_test_dir(const std::string& prefix) {
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
   return d;
+}
+
+// Writes a NaN over the first value of the f32 tensor `tensor`, in whichever
+// safetensors file of `folder` holds it (a damaged model for the tests).
+// Returns false when no file holds it.
+inline bool poison_f32(const std::filesystem::path& folder, const std::string& tensor) {
+  for (const auto& e : std::filesystem::directory_iterator(folder)) {
+    if (e.path().extension() != ".safetensors") continue;
+    size_t begin = 0;
+    {
+      io::SafeTensorsFile f(e.path().string());
+      if (!f.contains(tensor) || f.entries().at(tensor).dtype != "F32") continue;
+      begin = f.entries().at(tensor).begin;
+    }
+    std::fstream io(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t header = 0;
+    io.read(reinterpret_cast<char*>(&header), 8);
+    io.seekp(static_cast<std::streamoff>(8 + header + begin));
+    const float nan = __builtin_nanf("");
+    io.write(reinterpret_cast<const char*>(&nan), 4);
+    return io.good();
+  }
+  return false;
 }
 
 }  // namespace xdit::test

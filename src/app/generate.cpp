@@ -82,8 +82,8 @@ CLI::Validator thread_count() {
         int n = 0;
         const int hi = max_threads();
         if (!CLI::detail::lexical_cast(v, n) || n < 1 || n > hi)
-          return "must be 1 … " + std::to_string(hi) + " (4 x the " +
-                 std::to_string(hi / 4) + " cores this process may use), got " + v;
+          return "must be 1 … " + std::to_string(hi) + " (4 x the " + std::to_string(hi / 4) +
+                 " cores this process may use), got " + v;
         return {};
       },
       "1 … 4 x cores");

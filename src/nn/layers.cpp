@@ -1,11 +1,24 @@
 #include "nn/layers.h"
 
 #include <cstring>
+#include <new>
+#include <stdexcept>
 
 #include "core/error.h"
 #include "kernels/kernels.h"
 
 namespace xdit::nn {
+
+void Scratch::grow(size_t n) {
+  try {
+    buf_.resize(n);
+  } catch (const std::bad_alloc&) {
+    XDIT_FAIL("out of memory: cannot allocate ", human_size(static_cast<double>(n) * 4),
+              " of activations (use a smaller size or fewer prompts)");
+  } catch (const std::length_error&) {
+    XDIT_FAIL("cannot allocate ", n, " floats of activations: too large");
+  }
+}
 
 kernels::Linear load_linear(const io::WeightSource& w, const std::string& prefix, int64_t in,
                             int64_t out, bool bias, ComputeType ct, kernels::Activation act) {

@@ -17,11 +17,12 @@ using kernels::ComputeType;
 class Scratch {
  public:
   float* get(size_t n) {
-    if (buf_.size() < n) buf_.resize(n);
+    if (buf_.size() < n) grow(n);
     return buf_.data();
   }
 
  private:
+  void grow(size_t n);  // throws one line with the size when memory runs out
   std::vector<float> buf_;
 };
 

@@ -70,9 +70,14 @@ std::pair<int64_t, int64_t> classify_height_width_bin(int64_t height, int64_t wi
 
 Tensor resize_and_crop(const Tensor& image, int64_t nh, int64_t nw) {
   const int64_t B = image.dim(0), C = image.dim(1), H = image.dim(2), W = image.dim(3);
+  XDIT_CHECK(nh > 0 && nw > 0 && H > 0 && W > 0, "cannot resize ", H, "x", W, " to ", nh, "x", nw);
   if (H == nh && W == nw) return image;
   const double ratio = std::max(static_cast<double>(nh) / H, static_cast<double>(nw) / W);
-  const int64_t rw = static_cast<int64_t>(W * ratio), rh = static_cast<int64_t>(H * ratio);
+  // int(W · ratio) as diffusers computes it; never below the target, which a
+  // rounding of W · (nw / W) to nw − 1 would make (the crop would read
+  // outside the resized image).
+  const int64_t rw = std::max(static_cast<int64_t>(W * ratio), nw);
+  const int64_t rh = std::max(static_cast<int64_t>(H * ratio), nh);
   const Axis ay = linear_axis(H, rh), ax = linear_axis(W, rw);
   const int64_t sx = (rw - nw) / 2, sy = (rh - nh) / 2;
   Tensor out = Tensor::empty({B, C, nh, nw});

@@ -2,6 +2,7 @@
 // configuration errors are one clear line, and a rank that fails (by an error
 // or by dying) ends the whole job quickly with its message — never a hang.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -184,6 +185,36 @@ TEST_F(CliMpi, PipeFusionTraceShowsEachStagesPatches) {
   EXPECT_EQ((count[{1, "compute"}]), 9);
   EXPECT_EQ((count[{1, "scheduler"}]), 8);  // the last stage steps each patch
   EXPECT_GT((count[{0, "comm"}]), 0);
+}
+
+TEST_F(CliMpi, NonFiniteLatentsEndEveryRankAndWriteNothing) {
+  fs::copy(std::string(XDIT_MODELS) + "/pixart-sigma-tiny", dir_ / "model",
+           fs::copy_options::recursive);
+  ASSERT_TRUE(test::poison_f32(dir_ / "model" / "transformer", "proj_out.bias"));
+  for (const char* layout : {"--ulysses_degree 2", "--pipefusion_parallel_degree 2"}) {
+    Result r = run(2, "generate --model '" + path("model") +
+                          "' --prompt x --height 64 --width 48 --no_resolution_binning "
+                          "--num_inference_steps 3 -o '" +
+                          path("nan.png") + "' " + layout);
+    EXPECT_NE(r.code, 0) << layout;
+    EXPECT_NE(r.code, 124) << "timed out: the job hung";
+    EXPECT_NE(r.err.find("NaN/Inf value(s) after denoising step 1 of 3"), std::string::npos)
+        << layout << ": " << r.err;
+    for (const auto& e : fs::directory_iterator(dir_))
+      EXPECT_EQ(e.path().filename().string().find("nan.png"), std::string::npos)
+          << layout << " left " << e.path();
+  }
+}
+
+TEST_F(CliMpi, OutputOnAFifoIsRefusedBeforeAnyRankWorks) {
+  // Two prompts write x_0.png and x_1.png; the second is a FIFO.
+  ASSERT_EQ(::mkfifo(path("x_1.png").c_str(), 0666), 0);
+  Result r = run(2, args("x.png", "--use_cfg_parallel"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("cannot write " + path("x_1.png") + ": it is a FIFO"), std::string::npos)
+      << r.err;
+  EXPECT_TRUE(fs::is_fifo(path("x_1.png")));
+  EXPECT_FALSE(fs::exists(path("x_0.png")));
 }
 
 TEST_F(CliMpi, LaunchRunsMpirun) {
