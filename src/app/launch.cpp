@@ -55,7 +55,10 @@ int run_launch(const LaunchOptions& o) {
 std::function<int()> add_launch(CLI::App& app) {
   auto o = std::make_shared<LaunchOptions>();
   CLI::App* l = app.add_subcommand("launch", "run an xdit command on N processes through mpirun");
-  l->add_option("-n,--np", o->n, "number of processes")->capture_default_str();
+  // mpirun itself crashes when asked for tens of thousands of processes.
+  l->add_option("-n,--np", o->n, "number of processes (1 … 1024)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   l->add_option("--mpirun", o->mpirun, "the launcher")->capture_default_str();
   l->add_option("args", o->args, "the xdit command and its options, after --")->expected(-1);
   l->prefix_command();  // everything after the options belongs to the command

@@ -1,5 +1,6 @@
 #include "parallel/config.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/error.h"
@@ -20,10 +21,20 @@ void ParallelConfig::validate(int world_size) const {
                          {"--ring_degree", ring_degree},
                          {"--tensor_parallel_degree", tensor_parallel_degree}})
     XDIT_CHECK(v >= 1, name, " must be at least 1, got ", v);
+  // The product, saturated: degrees of a billion each must not wrap around
+  // to the number of ranks.
+  int64_t product = 1;
+  for (int v : {data_parallel_degree, cfg(), pipefusion_parallel_degree, ulysses_degree,
+                ring_degree, tensor_parallel_degree})
+    product = std::min<int64_t>(product * v, int64_t{1} << 40);
   XDIT_CHECK(
-      world() == world_size, "the parallel degrees multiply to ", world(), " (", describe(),
-      ") but the job has ", world_size, " rank", world_size == 1 ? "" : "s",
+      product == world_size, "the parallel degrees multiply to ",
+      product < (int64_t{1} << 40) ? std::to_string(product) : std::string("more than 2^40"), " (",
+      describe(), ") but the job has ", world_size, " rank", world_size == 1 ? "" : "s",
       ": make dp x cfg x pp x ulysses x ring x tp equal the number of processes (mpirun -np)");
+  XDIT_CHECK(warmup_steps >= 0, "--warmup_steps must be at least 0, got ", warmup_steps);
+  for (int n : attn_layer_num_for_pp)
+    XDIT_CHECK(n >= 1, "--attn_layer_num_for_pp entries must be at least 1, got ", n);
   XDIT_CHECK(pipefusion_parallel_degree == 1 || warmup_steps >= 1,
              "--warmup_steps must be at least 1, got ", warmup_steps,
              ": PipeFusion fills its K/V buffers in the warm-up steps");

@@ -327,6 +327,16 @@ TEST_F(Hardening, ThreadCountIsBounded) {
     expect_refused(xdit(generate(std::string("--threads ") + t)), "--threads: must be 1 …");
 }
 
+TEST_F(Hardening, ProcessCountsAndParallelFlagsAreBounded) {
+  expect_refused(xdit("launch -n 100000 -- generate --prompt x"), "not in range 1 to 1024");
+  expect_refused(
+      xdit(generate("--ulysses_degree 65536 --ring_degree 65536 --data_parallel_degree 65536")),
+      "multiply to more than 2^40");
+  expect_refused(xdit(generate("--warmup_steps -1")), "--warmup_steps must be at least 0");
+  expect_refused(xdit(generate("--attn_layer_num_for_pp -1,3")),
+                 "--attn_layer_num_for_pp entries must be at least 1");
+}
+
 TEST_F(Hardening, StepsAreBoundedBeforeAnythingLoads) {
   expect_refused(xdit(generate("--num_inference_steps 100000")),
                  "num_inference_steps 100000 exceeds the scheduler's 1000 training timesteps");
