@@ -182,8 +182,4 @@ void OutputFile::commit(const void* data, size_t bytes) {
   });
 }
 
-void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& write) {
-  OutputFile(path).commit(write);
-}
-
 }  // namespace xdit::io

@@ -41,7 +41,4 @@ class OutputFile {
   int slot_ = -1;       // in the signal-cleanup table
 };
 
-// Reserves `path` and writes it at once (see OutputFile).
-void write_file_atomic(const std::string& path, const std::function<void(std::ostream&)>& write);
-
 }  // namespace xdit::io
