@@ -55,15 +55,17 @@ void install_handlers() {
   });
 }
 
-int register_temporary(const std::string& path) {
+// Puts `name` (malloc'd) into the table, which then owns it; -1 (and `name`
+// freed) when the table is full. The handlers are installed first, and the
+// caller lets mkstemp fill in `name` in place afterwards, so there is no
+// moment when the file exists but a signal would not remove it.
+int register_temporary(char* name) {
   install_handlers();
-  char* copy = ::strdup(path.c_str());
-  if (copy == nullptr) return -1;
   for (int i = 0; i < kSlots; ++i) {
     char* expected = nullptr;
-    if (g_slots[i].compare_exchange_strong(expected, copy, std::memory_order_acq_rel)) return i;
+    if (g_slots[i].compare_exchange_strong(expected, name, std::memory_order_acq_rel)) return i;
   }
-  std::free(copy);  // table full: the file is still removed on every error path
+  std::free(name);  // table full: the file is still removed on every error path
   return -1;
 }
 
@@ -125,14 +127,23 @@ OutputFile::OutputFile(const std::string& path) : path_(path) {
   std::string name(1, '.');  // a hidden name beside the target
   name += target.filename().string();
   name += ".xdit-XXXXXX";
-  std::string tmpl = (dir / name).string();
-  const int fd = ::mkstemp(tmpl.data());
-  XDIT_CHECK(fd >= 0, "cannot write ", path, ": cannot create a file in folder ", dir.string(),
-             ": ", std::strerror(errno));
+  const std::string tmpl = (dir / name).string();
+  char* buf = ::strdup(tmpl.c_str());
+  XDIT_CHECK(buf != nullptr, "out of memory");
+  std::string unregistered = tmpl;  // the name's storage when the signal table is full
+  slot_ = register_temporary(buf);
+  if (slot_ < 0) buf = unregistered.data();
+  const int fd = ::mkstemp(buf);  // fills in the XXXXXX of the registered name
+  if (fd < 0) {
+    const std::string why = std::strerror(errno);
+    unregister_temporary(slot_);
+    slot_ = -1;
+    XDIT_FAIL("cannot write ", path, ": cannot create a file in folder ",
+              dir.lexically_normal().string(), ": ", why);
+  }
   ::fchmod(fd, file_mode());  // mkstemp makes 0600; a finished output has the usual mode
   ::close(fd);
-  tmp_ = tmpl;
-  slot_ = register_temporary(tmp_);
+  tmp_ = buf;
 }
 
 OutputFile::OutputFile(OutputFile&& o) noexcept
