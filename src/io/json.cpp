@@ -75,7 +75,11 @@ Json parse_json_text(const std::string& text, const std::string& what) {
 }
 
 Json read_json_file(const std::string& path) {
-  XDIT_CHECK(std::filesystem::is_regular_file(path), "missing file ", path);
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  XDIT_CHECK(std::filesystem::exists(st), "missing file ", path,
+             ec && ec != std::errc::no_such_file_or_directory ? " (" + ec.message() + ")" : "");
+  XDIT_CHECK(std::filesystem::is_regular_file(st), path, " is not a regular file");
   std::ifstream in(path);
   XDIT_CHECK(in.good(), "cannot read ", path);
   std::stringstream ss;

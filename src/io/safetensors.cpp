@@ -49,7 +49,9 @@ std::string errno_text() {
 }  // namespace
 
 SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO given as a weights or embeddings file must not
+  // wait for a writer; fstat then refuses it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   XDIT_CHECK(fd >= 0, "cannot open safetensors file ", path, ": ", errno_text());
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

@@ -187,6 +187,18 @@ TEST_F(Hardening, ASignalRemovesTheTemporaryFile) {
   }
 }
 
+TEST_F(Hardening, InputsThatAreNotFilesAreRefusedWithoutWaiting) {
+  // A FIFO would block a reader until someone writes to it.
+  ASSERT_EQ(::mkfifo(path("embeds.safetensors").c_str(), 0666), 0);
+  expect_refused(xdit("generate --model '" + model() + "' --prompt_embeds '" +
+                      path("embeds.safetensors") + "' -o '" + path("out.png") + "'"),
+                 "is not a regular file", {"embeds.safetensors"});
+  fs::remove(fs::path(model()) / "vae" / "config.json");
+  ASSERT_EQ(::mkfifo((fs::path(model()) / "vae" / "config.json").c_str(), 0666), 0);
+  expect_refused(xdit(generate("")), "vae/config.json is not a regular file",
+                 {"embeds.safetensors"});
+}
+
 // --- configs -----------------------------------------------------------
 
 TEST_F(Hardening, ConfigValuesThatCrashedAreRefusedByName) {
