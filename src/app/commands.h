@@ -13,6 +13,7 @@ namespace xdit::app {
 std::function<int()> add_generate(CLI::App& app);
 std::function<int()> add_bench(CLI::App& app);
 std::function<int()> add_info(CLI::App& app);
+std::function<int()> add_list_models(CLI::App& app);
 std::function<int()> add_launch(CLI::App& app);
 
 // The job's world communicator (single-rank when not under mpirun).

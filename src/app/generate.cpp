@@ -18,6 +18,7 @@
 #include "core/rng.h"
 #include "core/trace.h"
 #include "io/file.h"
+#include "io/model_ref.h"
 #include "io/png.h"
 #include "io/safetensors.h"
 #include "models/vae.h"
@@ -156,15 +157,17 @@ class Progress {
 
 std::map<std::string, std::string> png_metadata(const GenerateOptions& o, const std::string& prompt,
                                                 int64_t width, int64_t height,
-                                                const std::string& model) {
+                                                const io::ModelRef& model) {
   return {
+      {"model_revision", model.commit},  // empty (left out) for a folder
+      {"model_folder", model.from_cache() ? model.folder : ""},
       {"prompt", prompt},
       {"negative_prompt", o.negative_prompt},
       {"seed", std::to_string(o.seed)},
       {"num_inference_steps", std::to_string(o.steps)},
       {"guidance_scale", std::to_string(o.guidance)},
       {"size", std::to_string(width) + "x" + std::to_string(height)},
-      {"model", model},
+      {"model", model.from_cache() ? model.id : model.folder},
       {"dtype", o.dtype},
       {"parallel", o.parallel.serial() ? std::string("serial (1 process)") : o.parallel.describe()},
       {"software", std::string("xdit ") + XDIT_VERSION}};
@@ -247,7 +250,9 @@ int run_generate(GenerateOptions o) {
   else if (!o.prompts.empty())
     reserve(o.prompts.size());
 
-  pipeline::PixArtPipeline pipe(o.model, dtype);
+  const io::ModelRef model = io::resolve_model(o.model);  // a folder, or an id in the HF cache
+  if (model.from_cache()) XDIT_INFO("model ", model.describe());
+  pipeline::PixArtPipeline pipe(model.folder, dtype);
   pipe.set_mesh(&mesh);
   using Clock = std::chrono::steady_clock;
   auto secs = [](Clock::time_point a) {
@@ -279,7 +284,7 @@ int run_generate(GenerateOptions o) {
     if (writer)
       for (size_t i = 0; i < res.rgb.size(); ++i)
         io::write_png(outputs.at(i), res.width, res.height, res.rgb[i],
-                      png_metadata(o, o.prompts[i], res.width, res.height, o.model));
+                      png_metadata(o, o.prompts[i], res.width, res.height, model));
     XDIT_INFO("text encoding ", seconds(res.text_seconds), ", denoising ",
               seconds(res.denoise_seconds), ", decoding ", seconds(res.decode_seconds),
               ", peak memory ", human_size(static_cast<double>(peak_rss_bytes())), " -> ",
@@ -352,7 +357,8 @@ int run_generate(GenerateOptions o) {
                            {"guidance_scale", std::to_string(o.guidance)},
                            {"height", std::to_string(req.height)},
                            {"width", std::to_string(req.width)},
-                           {"model", o.model},
+                           {"model", model.from_cache() ? model.id : model.folder},
+                           {"model_revision", model.commit},
                            {"xdit_version", XDIT_VERSION}});
     XDIT_INFO("text encoding ", seconds(text_s), ", denoising ", seconds(denoise_s),
               ", peak memory ", human_size(static_cast<double>(peak_rss_bytes())), " -> ", o.output,
@@ -366,7 +372,7 @@ int run_generate(GenerateOptions o) {
   for (size_t i = 0; i < rgb.size(); ++i)
     io::write_png(outputs.at(i), req.width, req.height, rgb[i],
                   png_metadata(o, o.prompts.empty() ? "(prompt embeddings)" : o.prompts[i],
-                               req.width, req.height, o.model));
+                               req.width, req.height, model));
   XDIT_INFO("text encoding ", seconds(text_s), ", denoising ", seconds(denoise_s), ", decoding ",
             seconds(secs(t2)), ", peak memory ", human_size(static_cast<double>(peak_rss_bytes())),
             " -> ", paths[0]);
@@ -379,7 +385,8 @@ std::function<int()> add_generate(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* g = app.add_subcommand("generate", "run the PixArt pipeline: prompts to PNG images");
   g->add_option("--model", o->model,
-                "diffusers PixArt-α/Σ pipeline folder (default: the built-in tiny model)");
+                "diffusers PixArt-α/Σ pipeline folder, or a Hugging Face repo id "
+                "ORG/NAME[@REVISION] in the local cache (default: the built-in tiny model)");
   g->add_option("--prompt", o->prompts, "prompt; repeat for a batch (one image each)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   g->add_option("--negative_prompt,--negative-prompt", o->negative_prompt,

@@ -1,4 +1,5 @@
 // xdit info: what a model folder holds, its sizes, and a memory estimate.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -9,6 +10,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "io/model_folder.h"
+#include "io/model_ref.h"
 #include "io/weights.h"
 #include "models/pixart.h"
 #include "models/t5.h"
@@ -67,11 +69,12 @@ int64_t check_weights(const io::ModelFolder& f, std::ostream& out) {
 int run_info(InfoOptions o) {
   if (o.model.empty()) o.model = default_model_dir();
   const DType dt = parse_dtype(o.dtype);
-  pipeline::PixArtPipeline pipe(o.model, dt);  // checks configs and weight headers
+  const io::ModelRef model = io::resolve_model(o.model);
+  pipeline::PixArtPipeline pipe(model.folder, dt);  // checks configs and weight headers
   const io::ModelFolder& f = pipe.folder();
   const auto& c = pipe.config();
   std::ostringstream out;
-  out << "model:        " << o.model << " (" << f.pipeline_class() << ")\n";
+  out << "model:        " << model.describe() << " (" << f.pipeline_class() << ")\n";
   io::WeightStore tw(f.component("transformer"));
   const int64_t tp = tw.parameter_count();
   out << "transformer:  PixArtTransformer2DModel, " << c.num_layers << " blocks, hidden "
@@ -142,13 +145,47 @@ int run_info(InfoOptions o) {
   return 0;
 }
 
+int run_list_models() {
+  const auto models = io::list_cached_models();
+  const auto& ok = pipeline::PixArtPipeline::supported_pipelines();
+  std::ostringstream out;
+  int n = 0;
+  for (const auto& m : models) {
+    if (std::find(ok.begin(), ok.end(), m.pipeline_class) == ok.end()) continue;
+    std::string refs;
+    for (const auto& r : m.refs) refs += (refs.empty() ? "" : ",") + r;
+    char line[512];
+    std::snprintf(line, sizeof line, "%-48s %-20s %-12s %-10s %s\n", m.id.c_str(),
+                  m.pipeline_class.c_str(), m.commit.substr(0, 12).c_str(),
+                  refs.empty() ? "-" : refs.c_str(),
+                  human_size(static_cast<double>(m.bytes)).c_str());
+    if (n++ == 0)
+      out << "model                                            pipeline             revision     "
+             "refs       size\n";
+    out << line;
+  }
+  if (n == 0)
+    out << "no pipelines xdit can run in the Hugging Face cache at " << io::hf_hub_cache()
+        << " (download one with `huggingface-cli download PixArt-alpha/PixArt-XL-2-1024-MS`)\n";
+  std::cout << out.str();
+  return 0;
+}
+
 }  // namespace
+
+std::function<int()> add_list_models(CLI::App& app) {
+  app.add_subcommand("list-models",
+                     "list the diffusers pipelines in the Hugging Face cache that xdit can run");
+  return [] { return run_list_models(); };
+}
 
 std::function<int()> add_info(CLI::App& app) {
   auto o = std::make_shared<InfoOptions>();
   CLI::App* i =
       app.add_subcommand("info", "describe a model folder: architecture, sizes, memory estimate");
-  i->add_option("--model", o->model, "diffusers PixArt folder (default: the built-in tiny model)");
+  i->add_option("--model", o->model,
+                "diffusers PixArt folder or Hugging Face repo id ORG/NAME[@REVISION] in the local "
+                "cache (default: the built-in tiny model)");
   i->add_option("--dtype", o->dtype, "compute type for the estimate")->capture_default_str();
   i->add_option("--batch", o->batch, "images per batch for the estimate")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))

@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   add(xdit::app::add_generate(app));
   add(xdit::app::add_bench(app));
   add(xdit::app::add_info(app));
+  add(xdit::app::add_list_models(app));
   add(xdit::app::add_launch(app));
   try {
     app.parse(argc, argv);
