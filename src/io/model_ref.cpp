@@ -75,7 +75,11 @@ std::string hf_hub_cache() {
 
 ModelRef resolve_model(const std::string& ref) {
   std::error_code ec;
-  if (fs::is_directory(ref, ec)) return {ref, "", "", ""};
+  const fs::file_status st = fs::status(ref, ec);
+  XDIT_CHECK(!ec || ec == std::errc::no_such_file_or_directory || ec == std::errc::not_a_directory,
+             "cannot access model folder ", ref, ": ", ec.message());
+  if (fs::is_directory(st)) return {ref, "", "", ""};
+  XDIT_CHECK(!fs::exists(st), "--model ", ref, " is a file, not a diffusers pipeline folder");
   // ORG/NAME[@REVISION]
   const size_t at = ref.find('@');
   const std::string id = ref.substr(0, at);
