@@ -2,7 +2,7 @@
 # Installs the Debian packages xdit needs to build and test. Safe to run again.
 set -euo pipefail
 pkgs=(cmake ninja-build g++
-      libdnnl-dev            # oneDNN: matmul / reorder primitives (bf16 on AVX-512-bf16 / AMX)
+      python3 python3-pip    # fetches oneDNN 3 (below) when the system has none
       nlohmann-json3-dev     # config.json, safetensors headers
       libcli11-dev           # command line
       libsentencepiece-dev   # T5 tokenizer (spiece.model)
@@ -20,4 +20,38 @@ if ((${#missing[@]})); then
   [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# oneDNN >= 3 (matmul, convolution and reorder primitives; AMX / AVX-512-bf16
+# kernels). Debian's libdnnl-dev is 2.x, whose bf16 NHWC convolutions fall
+# back to a scalar reference kernel; a system oneDNN 3 is used when present,
+# otherwise the GNU-OpenMP CPU build from PyPI (onednn-cpu-gomp and
+# onednn-devel-cpu-gomp 2023.2.0 = oneDNN 3.2: libdnnl.so.3 and headers) is
+# unpacked into .deps/onednn. Nothing of Python is needed at run time: the
+# binary finds the library through its rpath.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+prefix="$root/.deps/onednn"
+system_major=$(sed -n 's/^#define DNNL_VERSION_MAJOR \([0-9]*\).*/\1/p' \
+  /usr/include/oneapi/dnnl/dnnl_version.h 2>/dev/null || true)
+if [ "${system_major:-0}" -lt 3 ] && [ ! -f "$prefix/lib/libdnnl.so.3" ]; then
+  tmp=$(mktemp -d)
+  python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$tmp" \
+    onednn-cpu-gomp==2023.2.0 onednn-devel-cpu-gomp==2023.2.0
+  rm -rf "$prefix.partial" && mkdir -p "$prefix.partial"
+  python3 - "$tmp" "$prefix.partial" <<'PY'
+import glob, os, sys, zipfile
+src, dst = sys.argv[1], sys.argv[2]
+for whl in glob.glob(os.path.join(src, "*.whl")):
+    with zipfile.ZipFile(whl) as z:
+        for name in z.namelist():
+            # <dist>.data/data/{include,lib,share}/... -> dst/{include,lib,share}/...
+            parts = name.split("/")
+            if len(parts) > 3 and parts[0].endswith(".data") and parts[1] == "data":
+                out = os.path.join(dst, *parts[2:])
+                os.makedirs(os.path.dirname(out), exist_ok=True)
+                with z.open(name) as f, open(out, "wb") as g:
+                    g.write(f.read())
+PY
+  rm -rf "$prefix" && mv "$prefix.partial" "$prefix"
+  rm -rf "$tmp"
 fi

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "core/tensor.h"
 #include "kernels/linear.h"
@@ -24,6 +25,10 @@ class Conv2d {
   int64_t in_channels() const;
   int64_t out_channels() const;
   int64_t out_size(int64_t in) const;
+  // The oneDNN implementation the convolution runs for this input size
+  // ("brgconv:avx512_core_amx", ...), creating its primitive without running
+  // it: the tests check that no size falls to a reference kernel.
+  std::string implementation(int64_t batch, int64_t height, int64_t width) const;
 
  private:
   struct Impl;

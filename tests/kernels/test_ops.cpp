@@ -2,10 +2,15 @@
 // odd-sized inputs.
 #include <gtest/gtest.h>
 
+#include <set>
+#include <tuple>
+
 #include "core/tensor.h"
+#include "io/weights.h"
 #include "kernels/conv.h"
 #include "kernels/kernels.h"
 #include "kernels/reference.h"
+#include "models/vae.h"
 #include "test_util.h"
 
 namespace xdit::kernels {
@@ -71,6 +76,56 @@ TEST(Ops, Conv2dNhwcAgainstDirectConvolution) {
       EXPECT_LT(rel_max_err(y, r), 2e-2) << "bf16 k=" << k;
     }
   }
+}
+
+// The SD / PixArt VAE decoder's convolutions at a 1024 px image (latents
+// 128 x 128): each has a JIT kernel in the compute type this CPU uses — a
+// reference kernel there turned a decode into hours. Primitives are created,
+// not run.
+TEST(Ops, VaeDecoderConvolutionsAt1024PxHaveJitKernels) {
+  const models::VaeConfig vae;  // block_out_channels 128, 256, 512, 512
+  const ComputeType ct = resolve_compute_type(DType::kBF16);
+  io::RandomWeights random(3);
+  std::set<std::tuple<int64_t, int64_t, int64_t, int64_t>> seen;
+  for (const auto& [name, shape] : vae.decoder_weight_specs()) {
+    if (shape.size() != 4) continue;
+    // The spatial size each convolution runs at: latent size in the mid
+    // block, doubled by every up block's upsampler.
+    int64_t size = 128;
+    if (name.rfind("decoder.up_blocks.", 0) == 0) {
+      const int64_t block = std::stoll(name.substr(18));
+      size <<= block + (name.find("upsamplers") != std::string::npos ? 1 : 0);
+    } else if (name == "decoder.conv_out.weight") {
+      size = 1024;
+    }
+    if (!seen.insert({shape[0], shape[1], shape[2], size}).second) continue;
+    const std::string prefix = name.substr(0, name.size() - 7);
+    Conv2d conv(random.get(name, shape), random.get(prefix + ".bias", {shape[0]}), shape[2] / 2,
+                ct);
+    const std::string impl = conv.implementation(1, size, size);
+    EXPECT_NE(impl.rfind("ref", 0), 0u) << name << " at " << size << " px: " << impl;
+  }
+  EXPECT_GE(seen.size(), 10u);
+}
+
+// The convolution that oneDNN 3.2 runs with a reference kernel in the layout
+// packed at load (256 -> 128 channels at 256 x 256): re-packed for its size,
+// it still computes the convolution (against oneDNN's f32 result).
+TEST(Ops, Conv2dRepackedForItsSizeComputesTheSame) {
+  if (!cpu_has_bf16()) GTEST_SKIP() << "needs native bf16 (the case arises in bf16)";
+  const int64_t I = 256, O = 128, H = 256, W = 256;
+  auto w = randn(O * I * 9, 41, 0.05f), b = randn(O, 42), x = randn(H * W * I, 43);
+  Conv2d f32(Tensor::from_vector(w, {O, I, 3, 3}), Tensor::from_vector(b, {O}), 1,
+             ComputeType::kF32);
+  if (f32.implementation(1, H, W).rfind("ref", 0) == 0)
+    GTEST_SKIP() << "no f32 JIT kernel to compare with";
+  Conv2d bf16(Tensor::from_vector(w, {O, I, 3, 3}), Tensor::from_vector(b, {O}), 1,
+              ComputeType::kBF16);
+  EXPECT_NE(bf16.implementation(1, H, W).rfind("ref", 0), 0u);
+  std::vector<float> y(H * W * O), r(y.size());
+  f32.forward(x.data(), 1, H, W, r.data());
+  bf16.forward(x.data(), 1, H, W, y.data());
+  EXPECT_LT(rel_max_err(y, r), 2e-2);
 }
 
 TEST(Ops, GroupNormNhwcWithAndWithoutSilu) {

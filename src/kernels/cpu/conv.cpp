@@ -24,6 +24,7 @@ struct Conv2d::Impl {
   struct Prim {
     dnnl::convolution_forward::primitive_desc pd;
     dnnl::convolution_forward prim;
+    dnnl::memory weights;  // this size's own weight layout; empty: the shared `packed`
   };
   mutable std::mutex mu;
   mutable std::map<std::tuple<int64_t, int64_t, int64_t>, Prim> prims;
@@ -37,10 +38,17 @@ struct Conv2d::Impl {
     dnnl::memory::desc bmd({out}, dt::f32, tag::a);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference,
-                                      dnnl::algorithm::convolution_direct, src, wmd, bmd, dst,
-                                      {1, 1}, {pad, pad}, {pad, pad});
-    return {d, attr, cpu::engine()};
+    return {cpu::engine(),
+            dnnl::prop_kind::forward_inference,
+            dnnl::algorithm::convolution_direct,
+            src,
+            wmd,
+            bmd,
+            dst,
+            {1, 1},
+            {pad, pad},
+            {pad, pad},
+            attr};
   }
 
   const Prim& prim_for(int64_t b, int64_t h, int64_t w) const {
@@ -51,6 +59,24 @@ struct Conv2d::Impl {
     try {
       Prim p;
       p.pd = make_pd(b, h, w, packed_md);
+      if (cpu::is_reference_impl(p.pd.impl_info_str())) {
+        // The layout packed at load has no JIT kernel for this size (oneDNN
+        // 3.2: 256 -> 128 channels at 256 x 256 px falls to ref:any, hours
+        // for a 1024 px image): let oneDNN choose the layout for this size
+        // and keep the weights in it too.
+        dnnl::memory::desc any_md(packed_md.get_dims(), packed_md.get_data_type(), tag::any);
+        auto alt = make_pd(b, h, w, any_md);
+        if (!cpu::is_reference_impl(alt.impl_info_str())) {
+          p.weights = dnnl::memory(alt.weights_desc(), cpu::engine());
+          dnnl::memory from = packed;  // a handle: execute() takes non-const memories
+          dnnl::reorder(from, p.weights).execute(cpu::thread_stream(), from, p.weights);
+          cpu::thread_stream().wait();
+          p.pd = alt;
+        }
+      }
+      cpu::warn_if_reference(p.pd.impl_info_str(), "convolution",
+                             detail::concat(in, "->", out, " channels, ", kh, "x", kw, " kernel, ",
+                                            b, "x", h, "x", w));
       p.prim = dnnl::convolution_forward(p.pd);
       XDIT_DEBUG("conv ", in, "->", out, " k", kh, " on ", b, "x", h, "x", w, ": ",
                  p.pd.impl_info_str());
@@ -113,10 +139,14 @@ void Conv2d::forward(const float* x, int64_t b, int64_t h, int64_t w, float* y) 
   dnnl::memory md(p.pd.dst_desc(), e, y);
   dnnl::memory mb(p.pd.bias_desc(), e, const_cast<float*>(im.bias.data()));
   p.prim.execute(cpu::thread_stream(), {{DNNL_ARG_SRC, ms},
-                                        {DNNL_ARG_WEIGHTS, im.packed},
+                                        {DNNL_ARG_WEIGHTS, p.weights ? p.weights : im.packed},
                                         {DNNL_ARG_BIAS, mb},
                                         {DNNL_ARG_DST, md},
                                         {DNNL_ARG_SCRATCHPAD, cpu::thread_scratchpad(p.pd)}});
+}
+
+std::string Conv2d::implementation(int64_t b, int64_t h, int64_t w) const {
+  return impl_->prim_for(b, h, w).pd.impl_info_str();
 }
 
 int64_t Conv2d::in_channels() const {

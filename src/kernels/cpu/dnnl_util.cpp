@@ -3,6 +3,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -29,6 +30,20 @@ dnnl::memory thread_scratchpad(const dnnl::primitive_desc_base& pd) {
   const size_t need = md.get_size();
   if (buf.size() < need) buf.resize(need);
   return dnnl::memory(md, engine(), buf.data());
+}
+
+bool is_reference_impl(const std::string& impl) {
+  return impl.rfind("ref", 0) == 0;
+}
+
+void warn_if_reference(const std::string& impl, const char* op, const std::string& shape) {
+  if (!is_reference_impl(impl)) return;
+  static std::mutex mu;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> lock(mu);
+  if (warned.insert(std::string(op) + shape).second)
+    XDIT_WARN("oneDNN has only a slow reference kernel (", impl, ") for the ", op, " ", shape,
+              " on this CPU");
 }
 
 void rethrow_dnnl(const dnnl::error& e, const std::string& what) {
@@ -67,7 +82,7 @@ const Gemm& get_gemm(const GemmShape& s) {
       po.append_sum(1.0f);
       attr.set_post_ops(po);
     }
-    g->pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(g->a, g->b, g->c), attr, engine());
+    g->pd = dnnl::matmul::primitive_desc(engine(), g->a, g->b, g->c, attr);
     g->prim = dnnl::matmul(g->pd);
     XDIT_DEBUG("gemm ", s.m, "x", s.n, "x", s.k, (s.b_trans ? " (B^T)" : ""), " -> ",
                g->pd.impl_info_str());

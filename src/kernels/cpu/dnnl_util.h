@@ -28,6 +28,12 @@ struct GemmShape {
 // Runs on the calling thread's stream (single-threaded inside an OpenMP region).
 void gemm(const GemmShape& s, const void* a, const void* b, float* c);
 
+// oneDNN's scalar reference implementations ("ref:any", ...): correct, but
+// orders of magnitude slower than its JIT kernels.
+bool is_reference_impl(const std::string& impl);
+// One warning per (op, shape) when a primitive still runs a reference kernel.
+void warn_if_reference(const std::string& impl, const char* op, const std::string& shape);
+
 // Thrown oneDNN errors become xdit::Error with `what` as context.
 [[noreturn]] void rethrow_dnnl(const dnnl::error& e, const std::string& what);
 

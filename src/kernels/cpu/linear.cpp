@@ -60,13 +60,13 @@ struct Linear::Impl {
     dnnl::post_ops po;
     if (accumulate) po.append_sum(1.0f);
     if (act == Activation::kGeluTanh)
-      po.append_eltwise(1.0f, dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
+      po.append_eltwise(dnnl::algorithm::eltwise_gelu_tanh, 0.0f, 0.0f);
     attr.set_post_ops(po);
     if (has_bias) {
       dnnl::memory::desc b({1, out}, dt::f32, tag::ab);
-      return {dnnl::matmul::desc(src, wmd, b, dst), attr, engine()};
+      return {engine(), src, wmd, b, dst, attr};
     }
-    return {dnnl::matmul::desc(src, wmd, dst), attr, engine()};
+    return {engine(), src, wmd, dst, attr};
   }
 
   const Prim& prim_for(int64_t m, bool accumulate) const {
