@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "core/tensor.h"
 
@@ -33,6 +34,9 @@ class Linear {
   void forward(const float* x, int64_t m, float* y, bool accumulate = false) const;
   Tensor forward(const Tensor& x) const;  // x [..., in] → [..., out]
 
+  // The oneDNN implementation the matmul runs for m rows ("brg:avx512_core_amx",
+  // ...), creating its primitive without running it.
+  std::string implementation(int64_t m) const;
   int64_t in_features() const;
   int64_t out_features() const;
 

@@ -2,11 +2,16 @@
 // f32 and bf16, for odd sizes and several row counts on one packed weight.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "core/error.h"
 #include "core/tensor.h"
+#include "io/weights.h"
 #include "kernels/kernels.h"
 #include "kernels/linear.h"
 #include "kernels/reference.h"
+#include "models/pixart.h"
+#include "models/t5.h"
 #include "test_util.h"
 
 namespace xdit::kernels {
@@ -64,6 +69,34 @@ TEST(Linear, RejectsWrongBias) {
   Tensor w = Tensor::from_vector(test::randn(6, 1), {2, 3});
   Tensor b = Tensor::from_vector(test::randn(3, 1), {3});
   EXPECT_THROW(Linear(w, b, ComputeType::kF32), Error);
+}
+
+// Every matmul of a full-size PixArt-α step at 1024 px with CFG (8192 token
+// rows, 240 text rows, 2 timestep rows) and of T5-XXL (120 and 240 tokens)
+// has a JIT kernel in the compute type this CPU uses; primitives are created,
+// not run.
+TEST(Linear, FullSizePixArtAndT5MatmulsHaveJitKernels) {
+  const ComputeType ct = resolve_compute_type(DType::kBF16);
+  std::set<std::pair<int64_t, int64_t>> shapes;  // (out, in)
+  for (const auto& [name, shape] : models::PixArtConfig::alpha_xl_1024().weight_specs())
+    if (shape.size() == 2 && name.find("scale_shift_table") == std::string::npos)
+      shapes.insert({shape[0], shape[1]});
+  for (const auto& [name, shape] : models::T5Config::xxl().weight_specs())
+    if (shape.size() == 2 && name.find("layer.") != std::string::npos)
+      shapes.insert({shape[0], shape[1]});
+  // The fused projections: PixArt's q/k/v and k/v, T5's q/k/v and wi_0/wi_1.
+  for (auto fused :
+       {std::pair<int64_t, int64_t>{3456, 1152}, {2304, 1152}, {12288, 4096}, {20480, 4096}})
+    shapes.insert(fused);
+  io::RandomWeights random(5);
+  for (const auto& [out, in] : shapes) {
+    Linear lin(random.get("w", {out, in}), random.get("b", {out}), ct);
+    for (int64_t m : {2, 120, 240, 8192}) {
+      const std::string impl = lin.implementation(m);
+      EXPECT_NE(impl.rfind("ref", 0), 0u) << m << "x" << in << " -> " << out << ": " << impl;
+    }
+  }
+  EXPECT_GE(shapes.size(), 10u);
 }
 
 }  // namespace

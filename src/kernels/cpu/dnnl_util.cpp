@@ -83,6 +83,8 @@ const Gemm& get_gemm(const GemmShape& s) {
       attr.set_post_ops(po);
     }
     g->pd = dnnl::matmul::primitive_desc(engine(), g->a, g->b, g->c, attr);
+    warn_if_reference(g->pd.impl_info_str(), "attention matmul",
+                      detail::concat(s.m, "x", s.k, " -> ", s.n));
     g->prim = dnnl::matmul(g->pd);
     XDIT_DEBUG("gemm ", s.m, "x", s.n, "x", s.k, (s.b_trans ? " (B^T)" : ""), " -> ",
                g->pd.impl_info_str());

@@ -77,6 +77,8 @@ struct Linear::Impl {
     try {
       Prim p;
       p.pd = make_pd(m, packed_md, accumulate);
+      cpu::warn_if_reference(p.pd.impl_info_str(), "matmul",
+                             detail::concat(m, "x", in, " -> ", out));
       p.prim = dnnl::matmul(p.pd);
       XDIT_DEBUG("linear ", m, "x", in, " -> ", out, " ",
                  (ct == ComputeType::kBF16 ? "bf16" : "f32"), ": ", p.pd.impl_info_str());
@@ -159,6 +161,10 @@ Tensor Linear::forward(const Tensor& x) const {
   Tensor y = Tensor::empty(s);
   forward(x.data<float>(), x.numel() / in_features(), y.data<float>());
   return y;
+}
+
+std::string Linear::implementation(int64_t m) const {
+  return impl_->prim_for(m, false).pd.impl_info_str();
 }
 
 int64_t Linear::in_features() const {
