@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iomanip>
 #include <iostream>
@@ -87,9 +88,14 @@ double step_flops(const models::PixArtConfig& c, int64_t B, int64_t h, int64_t w
 }
 
 // Times `run` (best of repeat after warmup) and fills the common fields.
+// The GEMM peak is measured again after the timed runs (`peak_before` was
+// taken before the model was built): the row divides by the better of the
+// two and is flagged when they differ by more than 15 %, since a machine
+// whose peak moves that much within one run makes any single ratio doubtful.
 template <class F>
 nlohmann::json timed_row(const std::string& name, int64_t res, const std::string& dt_name,
-                         double flops, double peak, int warmup, int repeat, F run) {
+                         double flops, DType dtype, double peak_before, int warmup, int repeat,
+                         F run) {
   for (int i = 0; i < warmup; ++i) run();
   double best = 1e30;
   for (int i = 0; i < std::max(1, repeat); ++i) {
@@ -98,7 +104,9 @@ nlohmann::json timed_row(const std::string& name, int64_t res, const std::string
     best = std::min(best, seconds_since(t));
   }
   rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
+  getrusage(RUSAGE_SELF, &ru);  // before the second peak measurement's buffers
+  const double peak_after = gemm_peak(dtype);
+  const double peak = std::max(peak_before, peak_after);
   return {{"name", name},
           {"resolution", res},
           {"dtype", dt_name},
@@ -106,6 +114,9 @@ nlohmann::json timed_row(const std::string& name, int64_t res, const std::string
           {"flops", flops},
           {"flops_per_s", flops / best},
           {"peak_flops_per_s", peak},
+          {"peak_before", peak_before},
+          {"peak_after", peak_after},
+          {"peak_unstable", std::fabs(peak_before - peak_after) > 0.15 * peak},
           {"ratio", flops / best / peak},
           {"peak_rss_bytes", static_cast<int64_t>(ru.ru_maxrss) * 1024},
           {"threads", omp_get_max_threads()},
@@ -123,8 +134,8 @@ nlohmann::json run_t5_row(const std::string& dt_name, int warmup, int repeat) {
   for (int64_t i = 0; i < kTextTokens; ++i)
     ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % 32000 + 3);
   nlohmann::json r =
-      timed_row("t5_xxl_encoder", 0, dt_name, cfg.encoder_flops(1, kTextTokens), peak, warmup,
-                repeat, [&] { enc.encode(ids, mask, 1, kTextTokens); });
+      timed_row("t5_xxl_encoder", 0, dt_name, cfg.encoder_flops(1, kTextTokens), dtype, peak,
+                warmup, repeat, [&] { enc.encode(ids, mask, 1, kTextTokens); });
   r["tokens"] = kTextTokens;
   r["weight_bytes_bf16"] = cfg.parameter_count() * 2;
   return r;
@@ -139,8 +150,8 @@ nlohmann::json run_vae_row(int64_t res, const std::string& dt_name, int warmup, 
   const int64_t h = res / cfg.scale_factor();
   TorchGenerator g(1);
   Tensor z = g.randn({1, cfg.latent_channels, h, h});
-  return timed_row("vae_decoder", res, dt_name, cfg.decoder_flops(1, h, h), peak, warmup, repeat,
-                   [&] { vae.decode(z); });
+  return timed_row("vae_decoder", res, dt_name, cfg.decoder_flops(1, h, h), dtype, peak, warmup,
+                   repeat, [&] { vae.decode(z); });
 }
 
 // Random inputs of one PixArt step for batch B at res px: latents, 120 text
@@ -182,8 +193,8 @@ nlohmann::json run_row(int64_t res, const std::string& dt_name, int warmup, int 
   StepInputs step(cfg, B, res);
   models::PixArtInputs& in = step.in;
   nlohmann::json r =
-      timed_row("pixart_alpha_step_cfg", res, dt_name, step_flops(cfg, B, h, w, kTextTokens), peak,
-                warmup, repeat, [&] { model.forward(in); });
+      timed_row("pixart_alpha_step_cfg", res, dt_name, step_flops(cfg, B, h, w, kTextTokens), dtype,
+                peak, warmup, repeat, [&] { model.forward(in); });
   r["weight_bytes_bf16"] = cfg.parameter_count() * 2;
   return r;
 }
@@ -460,7 +471,12 @@ int run_bench(const BenchOptions& o) {
               << human(r["flops_per_s"].get<double>(), "/s") << std::setw(14)
               << human(r["peak_flops_per_s"].get<double>(), "/s") << std::setw(7)
               << std::setprecision(2) << r["ratio"].get<double>() << std::setw(11)
-              << human(static_cast<double>(r["peak_rss_bytes"].get<int64_t>()), "B") << std::endl;
+              << human(static_cast<double>(r["peak_rss_bytes"].get<int64_t>()), "B");
+    if (r.value("peak_unstable", false))
+      std::cout << "  ! GEMM peak moved from " << human(r["peak_before"].get<double>(), "/s")
+                << " to " << human(r["peak_after"].get<double>(), "/s")
+                << " during the row: repeat it";
+    std::cout << std::endl;
   }
   return 0;
 }
