@@ -40,6 +40,9 @@ inline Spawned spawn_command(const std::string& command, const std::string& err_
   const std::string line = "exec " + command + " >/dev/null 2>'" + err_file + "'";
   s.pid = ::fork();
   if (s.pid == 0) {
+    // Default dispositions, whatever the test runner inherited (a runner
+    // started in the background may ignore SIGINT, and exec keeps that).
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
     ::execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
   }
