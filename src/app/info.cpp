@@ -133,15 +133,11 @@ int run_info(InfoOptions o) {
       << human_size(e.peak()) << " (text encoder freed after encoding)";
   if (avail > 0) out << "; available " << human_size(static_cast<double>(avail));
   out << "\n";
-  if (o.check_weights) {
-    const int64_t bad = check_weights(f, out);
-    std::cout << out.str();
-    XDIT_CHECK(bad == 0, bad,
-               " weight tensor(s) hold NaN/Inf values (listed above): the model "
-               "files are damaged or were saved from a diverged run");
-    return 0;
-  }
+  const int64_t bad = o.check_weights ? check_weights(f, out) : 0;
   std::cout << out.str();
+  XDIT_CHECK(bad == 0, bad,
+             " weight tensor(s) hold NaN/Inf values (listed above): the model "
+             "files are damaged or were saved from a diverged run");
   return 0;
 }
 

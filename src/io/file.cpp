@@ -29,7 +29,6 @@ constexpr int kSlots = 4096;
 std::atomic<char*> g_slots[kSlots];
 constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
 struct sigaction g_previous[std::size(kSignals)];
-bool g_installed[std::size(kSignals)];
 
 extern "C" void remove_temporaries_and_reraise(int sig) {
   for (auto& s : g_slots)
@@ -50,7 +49,7 @@ void install_handlers() {
       sa.sa_handler = remove_temporaries_and_reraise;
       sigemptyset(&sa.sa_mask);
       g_previous[i] = old;
-      g_installed[i] = ::sigaction(kSignals[i], &sa, nullptr) == 0;
+      ::sigaction(kSignals[i], &sa, nullptr);
     }
   });
 }

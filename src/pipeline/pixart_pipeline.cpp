@@ -16,28 +16,24 @@
 namespace xdit::pipeline {
 
 namespace {
-// Stored bytes of the weights a stage loads, as text ("412 MB").
-std::string human_weight_bytes(const io::WeightSource& src, const models::PixArtStage& stage) {
-  const auto* store = dynamic_cast<const io::WeightStore*>(&src);
-  if (store == nullptr) return "random weights";
-  const io::WeightStore& w = *store;
+// Bytes of the weights a stage loads, as f32, from the weights its config
+// lists for the stage ("412 MB of weights (as f32)").
+std::string stage_weight_bytes(const models::PixArtConfig& cfg, const models::PixArtStage& stage) {
   double bytes = 0;
-  for (const auto& name : w.names()) {
-    bool mine = true;
-    if (name.rfind("transformer_blocks.", 0) == 0) {
-      const int64_t b = std::stoll(name.substr(19));
-      mine = b >= stage.block_begin && b < stage.block_end;
-    } else if (name.rfind("pos_embed.", 0) == 0) {
-      mine = stage.first;
-    } else if (name.rfind("proj_out.", 0) == 0 || name == "scale_shift_table") {
-      mine = stage.last;
-    }
-    if (mine) bytes += static_cast<double>(shape_numel(w.shape(name))) * 4.0;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, bytes >= 1e9 ? "%.2f GB" : "%.1f MB",
-                bytes >= 1e9 ? bytes / 1e9 : bytes / 1e6);
-  return std::string(buf) + " of weights (as f32)";
+  for (const auto& [name, shape] : cfg.weight_specs(stage))
+    bytes += static_cast<double>(shape_numel(shape)) * 4.0;
+  return human_size(bytes) + " of weights (as f32)";
+}
+
+// Stops the run when a model's output holds NaN/Inf (it would decode to a
+// black image); `component` is the model's folder, whose weights are the
+// likely cause.
+void check_finite_output(const Tensor& t, const char* model, const char* component) {
+  const int64_t bad = count_nonfinite(t);
+  XDIT_CHECK(bad == 0, "the ", model, " produced ", bad,
+             " NaN/Inf value(s); stopped without writing an image. Likely cause: non-finite "
+             "weights in ",
+             component, "/ (check with xdit info --model DIR --check-weights)");
 }
 }  // namespace
 
@@ -149,9 +145,7 @@ void PixArtPipeline::validate(LatentRequest& r) const {
   }
   MemoryQuery q = memory_query(P, r.height, r.width, r.guidance_scale > 1.0);
   q.text_tokens = r.prompt_embeds.dim(1);
-  MemoryEstimate e = estimate_memory(cfg_, q);
-  if (transformer_) e.transformer = 0;  // already resident
-  check_memory(e, comm::local_process_count());
+  check_request_memory(q);
 }
 
 void PixArtPipeline::check_size(int64_t height, int64_t width) const {
@@ -171,6 +165,12 @@ void PixArtPipeline::check_steps(int64_t steps) const {
 
 void PixArtPipeline::check_guidance(double g) const {
   XDIT_CHECK(std::isfinite(g) && g >= 0, "guidance_scale must be a finite number >= 0, got ", g);
+}
+
+void PixArtPipeline::check_request_memory(const MemoryQuery& q) const {
+  MemoryEstimate e = estimate_memory(cfg_, q);
+  if (transformer_) e.transformer = 0;  // already resident
+  check_memory(e, comm::local_process_count());
 }
 
 MemoryQuery PixArtPipeline::memory_query(int64_t prompts, int64_t height, int64_t width,
@@ -210,10 +210,10 @@ void PixArtPipeline::load() {
     pipefusion_->set_refresh(pipefusion_refresh_);
     transformer_->set_attention_backend(pipefusion_.get());
     // Every stage's blocks and weight bytes, logged by rank 0.
-    const std::string line = detail::concat(
-        "PipeFusion stage ", mesh_->coord().pp, ": blocks [", stage.block_begin, ", ",
-        stage.block_end, ")", stage.first ? " + embeddings" : "",
-        stage.last ? " + output layer" : "", ", ", human_weight_bytes(*weights_, stage));
+    const std::string line =
+        detail::concat("PipeFusion stage ", mesh_->coord().pp, ": blocks [", stage.block_begin,
+                       ", ", stage.block_end, ")", stage.first ? " + embeddings" : "",
+                       stage.last ? " + output layer" : "", ", ", stage_weight_bytes(cfg_, stage));
     constexpr size_t kLine = 256;
     std::vector<char> mine(kLine, '\0'), all(kLine * static_cast<size_t>(mesh_->pp_group().size()));
     std::memcpy(mine.data(), line.data(), std::min(line.size(), kLine - 1));
@@ -420,9 +420,7 @@ void PixArtPipeline::validate(ImageRequest& r) {
   q.text_tokens = r.max_sequence_length;
   q.t5 = t5_cfg_.get();
   q.vae = vae_cfg_.get();
-  MemoryEstimate e = estimate_memory(cfg_, q);
-  if (transformer_) e.transformer = 0;  // already resident
-  check_memory(e, comm::local_process_count());
+  check_request_memory(q);
 }
 
 PromptEmbeddings PixArtPipeline::encode_prompts(const ImageRequest& r) {
@@ -448,10 +446,7 @@ PromptEmbeddings PixArtPipeline::encode_prompts(const ImageRequest& r) {
     Tensor m = Tensor::empty({n, L});
     for (size_t i = 0; i < mask.size(); ++i) m.data<float>()[i] = mask[i];
     Tensor embeds = t5_->encode(ids, mask, n, L);
-    const int64_t bad = count_nonfinite(embeds);
-    XDIT_CHECK(bad == 0, "the text encoder produced ", bad,
-               " NaN/Inf value(s); stopped without writing an image. Likely cause: non-finite "
-               "weights in text_encoder/ (check with xdit info --model DIR --check-weights)");
+    check_finite_output(embeds, "text encoder", "text_encoder");
     return std::make_pair(embeds, m);
   };
   PromptEmbeddings e;
@@ -470,10 +465,7 @@ Tensor PixArtPipeline::decode_latents(const Tensor& latents) {
   const float shift = static_cast<float>(vae_cfg_->shift_factor);
   for (int64_t i = 0; i < z.numel(); ++i) z.data<float>()[i] = z.data<float>()[i] * inv + shift;
   Tensor image = vae_->decode(z);
-  const int64_t bad = count_nonfinite(image);
-  XDIT_CHECK(bad == 0, "the VAE decoder produced ", bad,
-             " NaN/Inf value(s); stopped without writing an image. Likely cause: non-finite "
-             "weights in vae/ (check with xdit info --model DIR --check-weights)");
+  check_finite_output(image, "VAE decoder", "vae");
   return image;
 }
 

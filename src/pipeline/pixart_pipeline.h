@@ -137,6 +137,9 @@ class PixArtPipeline {
   void check_guidance(double guidance_scale) const;
   // The memory query for `prompts` images at height x width px on this mesh.
   MemoryQuery memory_query(int64_t prompts, int64_t height, int64_t width, bool cfg) const;
+  // The estimate of `q` against the memory left (weights already loaded not
+  // counted again); throws when it cannot fit.
+  void check_request_memory(const MemoryQuery& q) const;
   // PipeFusion's patch pipeline over the mesh's stages (pipeline/pipefusion.cpp).
   Tensor pipefusion_loop(Tensor latents, schedulers::DPMSolverMultistep& sched, const Tensor& text,
                          const Tensor& mask, const Tensor& resolution, const Tensor& aspect,

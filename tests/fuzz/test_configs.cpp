@@ -29,6 +29,10 @@ struct Case {
   const char* expect;  // in the message
 };
 
+// The four configs of a PixArt folder, each parsed by parse_error below.
+const char* const kConfigFiles[] = {"transformer/config.json", "text_encoder/config.json",
+                                    "vae/config.json", "scheduler/scheduler_config.json"};
+
 // The shipped tiny model's config of `file` with `key` set to `value`.
 io::Json with(const char* file, const char* key, const char* value) {
   io::Json j = io::read_json_file(std::string(XDIT_MODELS) + "/pixart-alpha-tiny/" + file);
@@ -50,8 +54,7 @@ std::string parse_error(const char* file, const io::Json& j) {
 }
 
 TEST(Configs, ShippedConfigsParse) {
-  for (const char* f : {"transformer/config.json", "text_encoder/config.json", "vae/config.json",
-                        "scheduler/scheduler_config.json"})
+  for (const char* f : kConfigFiles)
     EXPECT_EQ(
         parse_error(f, io::read_json_file(std::string(XDIT_MODELS) + "/pixart-alpha-tiny/" + f)),
         "(no error)")
@@ -131,8 +134,7 @@ TEST(Configs, LeadingSpacingWithAnOffsetPastTheScheduleIsRefused) {
 }
 
 TEST(Configs, ATopLevelThatIsNotAnObjectIsRefused) {
-  for (const char* f : {"transformer/config.json", "text_encoder/config.json", "vae/config.json",
-                        "scheduler/scheduler_config.json"}) {
+  for (const char* f : kConfigFiles) {
     const std::string msg = parse_error(f, io::parse_json_text("[1, 2]", "x"));
     EXPECT_NE(msg.find("should hold a JSON object"), std::string::npos) << f << ": " << msg;
   }
