@@ -141,6 +141,42 @@ nlohmann::json run_t5_row(const std::string& dt_name, int warmup, int repeat) {
   return r;
 }
 
+// The self-attention of one PixArt-α block at `res` px as the model calls it:
+// S = (res/16)² tokens, 16 heads × 72, batch 2 (CFG), Q/K/V interleaved in one
+// fused projection output, with the log-sum-exp that Ring attention merges.
+nlohmann::json run_attention_row(int64_t res, const std::string& dt_name, int warmup, int repeat) {
+  const DType dtype = parse_dtype(dt_name);
+  const double peak = gemm_peak(dtype);
+  const models::PixArtConfig cfg = models::PixArtConfig::alpha_xl_1024();
+  const int64_t B = 2, H = cfg.num_attention_heads, D = cfg.attention_head_dim;
+  const int64_t S = (res / 8 / cfg.patch_size) * (res / 8 / cfg.patch_size), inner = H * D;
+  TorchGenerator g(5);
+  Tensor qkv = g.randn({B, S, 3 * inner}), out = Tensor::empty({B, S, inner}),
+         lse = Tensor::empty({B, H, S});
+  kernels::AttentionArgs a;
+  a.q = qkv.data<float>();
+  a.k = a.q + inner;
+  a.v = a.q + 2 * inner;
+  a.q_stride = a.k_stride = a.v_stride = 3 * inner;
+  a.out = out.data<float>();
+  a.out_stride = inner;
+  a.batch = B;
+  a.heads = H;
+  a.q_len = a.kv_len = S;
+  a.head_dim = D;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  a.lse = lse.data<float>();
+  a.bf16 = dtype == DType::kBF16;
+  const double flops = 4.0 * static_cast<double>(B * H) * static_cast<double>(S) *
+                       static_cast<double>(S) * static_cast<double>(D);
+  nlohmann::json r = timed_row("attention", res, dt_name, flops, dtype, peak, warmup, repeat,
+                               [&] { kernels::attention(a); });
+  r["tokens"] = S;
+  r["heads"] = H;
+  r["head_dim"] = D;
+  return r;
+}
+
 nlohmann::json run_vae_row(int64_t res, const std::string& dt_name, int warmup, int repeat) {
   const DType dtype = parse_dtype(dt_name);
   const double peak = gemm_peak(dtype);
@@ -404,9 +440,9 @@ int run_parallel_bench(const BenchOptions& o) {
 
 int run_bench(const BenchOptions& o) {
   set_threads(o.threads);
-  XDIT_CHECK(o.what == "transformer" || o.what == "t5" || o.what == "vae" || o.what == "parallel" ||
-                 o.what == "all",
-             "unknown benchmark '", o.what, "': transformer, t5, vae, parallel or all");
+  XDIT_CHECK(o.what == "transformer" || o.what == "attention" || o.what == "t5" ||
+                 o.what == "vae" || o.what == "parallel" || o.what == "all",
+             "unknown benchmark '", o.what, "': transformer, attention, t5, vae, parallel or all");
   if (!o.row.empty()) {  // child: WHAT:RES:DTYPE[:LAYOUT]
     std::vector<std::string> f;
     std::stringstream ss(o.row);
@@ -415,8 +451,9 @@ int run_bench(const BenchOptions& o) {
     const std::string& what = f[0];
     const std::string& dt = f[2];
     const int64_t res = std::stoll(f[1]);
-    nlohmann::json r = what == "t5"    ? run_t5_row(dt, o.warmup, o.repeat)
-                       : what == "vae" ? run_vae_row(res, dt, o.warmup, o.repeat)
+    nlohmann::json r = what == "t5"          ? run_t5_row(dt, o.warmup, o.repeat)
+                       : what == "vae"       ? run_vae_row(res, dt, o.warmup, o.repeat)
+                       : what == "attention" ? run_attention_row(res, dt, o.warmup, o.repeat)
                        : what == "parallel" && f.at(3).rfind("pipefusion", 0) == 0
                            ? run_pipefusion_row(res, dt, std::stoll(f.at(3).substr(11)))
                        : what == "parallel" ? run_parallel_row(res, dt, f.at(3), o.warmup, o.repeat)
@@ -442,6 +479,9 @@ int run_bench(const BenchOptions& o) {
   if (all || o.what == "transformer")
     for (int64_t res : o.resolutions)
       for (const auto& dt : o.dtypes) rows.push_back({"transformer", res, dt});
+  if (all || o.what == "attention")
+    for (int64_t res : o.resolutions)
+      for (const auto& dt : o.dtypes) rows.push_back({"attention", res, dt});
   if (all || o.what == "t5")
     for (const auto& dt : o.dtypes)
       if (dt == "bf16" || o.dtypes.size() == 1) rows.push_back({"t5", 0, dt});

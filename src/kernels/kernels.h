@@ -110,6 +110,8 @@ void set_attention_blocks(int64_t q_block, int64_t kv_block);
 
 // Whether the CPU has native bf16 dot products (AVX-512-bf16 or AMX).
 bool cpu_has_bf16();
+// Whether oneDNN runs bf16 products on AMX tiles.
+bool cpu_has_amx();
 // The ISA oneDNN dispatches to, e.g. "avx512_core_bf16".
 const char* cpu_isa_name();
 

@@ -4,6 +4,7 @@
 #include <new>
 #include <stdexcept>
 
+#include "core/aligned.h"
 #include "core/error.h"
 #include "kernels/kernels.h"
 
@@ -57,7 +58,7 @@ MlpSilu::MlpSilu(const io::WeightSource& w, const std::string& prefix, int64_t i
       l2_(load_linear(w, prefix + ".linear_2", hidden, out, true, ct)) {}
 
 void MlpSilu::forward(const float* x, int64_t m, float* y) const {
-  std::vector<float> h(static_cast<size_t>(m * l1_.out_features()));
+  AlignedVector<float> h(static_cast<size_t>(m * l1_.out_features()));
   l1_.forward(x, m, h.data());
   kernels::silu(h.data(), h.data(), static_cast<int64_t>(h.size()));
   l2_.forward(h.data(), m, y);

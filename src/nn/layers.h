@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "core/aligned.h"
 #include "core/tensor.h"
 #include "io/weights.h"
 #include "kernels/linear.h"
@@ -23,7 +24,7 @@ class Scratch {
 
  private:
   void grow(size_t n);  // throws one line with the size when memory runs out
-  std::vector<float> buf_;
+  AlignedVector<float> buf_;
 };
 
 // "<prefix>.weight" [out, in] and, when `bias`, "<prefix>.bias" [out].

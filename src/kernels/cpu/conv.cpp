@@ -5,6 +5,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/aligned.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "kernels/cpu/convert.h"
@@ -128,7 +129,7 @@ void Conv2d::forward(const float* x, int64_t b, int64_t h, int64_t w, float* y) 
   const Impl::Prim& p = im.prim_for(b, h, w);
   const void* src = x;
   if (im.ct == ComputeType::kBF16) {
-    thread_local std::vector<uint16_t> xb;
+    thread_local AlignedVector<uint16_t> xb;
     const size_t n = static_cast<size_t>(b * h * w * im.in);
     if (xb.size() < n) xb.resize(n);
     cpu::f32_to_bf16_array(x, xb.data(), n);

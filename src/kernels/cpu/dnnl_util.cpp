@@ -7,6 +7,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/aligned.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -25,7 +26,7 @@ dnnl::stream& thread_stream() {
 }
 
 dnnl::memory thread_scratchpad(const dnnl::primitive_desc_base& pd) {
-  thread_local std::vector<char> buf;
+  thread_local AlignedVector<char> buf;
   const dnnl::memory::desc md = pd.scratchpad_desc();
   const size_t need = md.get_size();
   if (buf.size() < need) buf.resize(need);
@@ -57,15 +58,19 @@ struct Gemm {
   dnnl::matmul prim;
   dnnl::matmul::primitive_desc pd;
   dnnl::memory::desc a, b, c;
+  dnnl::memory::desc b_plain;  // b_blocked: the plain B that gemm_pack_b reads
+  dnnl::reorder::primitive_desc pack_pd;
+  dnnl::reorder pack;  // b_blocked: plain B → b
 };
 
-using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, int>;
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, int, bool>;
 
 const Gemm& get_gemm(const GemmShape& s) {
   static std::mutex mu;
   static std::map<Key, std::unique_ptr<Gemm>> cache;
   const Key key{
-      s.m, s.n, s.k, s.lda, s.ldb, s.ldc, s.b_trans, s.accumulate, static_cast<int>(s.dt)};
+      s.m,        s.n, s.k, s.lda, s.ldb, s.ldc, s.b_trans, s.accumulate, static_cast<int>(s.dt),
+      s.b_blocked};
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it != cache.end()) return *it->second;
@@ -74,6 +79,10 @@ const Gemm& get_gemm(const GemmShape& s) {
     g->a = dnnl::memory::desc({s.m, s.k}, s.dt, dnnl::memory::dims{s.lda, 1});
     g->b = s.b_trans ? dnnl::memory::desc({s.k, s.n}, s.dt, dnnl::memory::dims{1, s.ldb})
                      : dnnl::memory::desc({s.k, s.n}, s.dt, dnnl::memory::dims{s.ldb, 1});
+    if (s.b_blocked) {
+      g->b_plain = g->b;
+      g->b = dnnl::memory::desc({s.k, s.n}, s.dt, dnnl::memory::format_tag::any);
+    }
     g->c = dnnl::memory::desc({s.m, s.n}, dt::f32, dnnl::memory::dims{s.ldc, 1});
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -86,8 +95,18 @@ const Gemm& get_gemm(const GemmShape& s) {
     warn_if_reference(g->pd.impl_info_str(), "attention matmul",
                       detail::concat(s.m, "x", s.k, " -> ", s.n));
     g->prim = dnnl::matmul(g->pd);
-    XDIT_DEBUG("gemm ", s.m, "x", s.n, "x", s.k, (s.b_trans ? " (B^T)" : ""), " -> ",
-               g->pd.impl_info_str());
+    if (s.b_blocked) {
+      g->b = g->pd.weights_desc();
+      dnnl::primitive_attr pack_attr;
+      pack_attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      g->pack_pd = dnnl::reorder::primitive_desc(engine(), g->b_plain, engine(), g->b, pack_attr);
+      g->pack = dnnl::reorder(g->pack_pd);
+    }
+    XDIT_DEBUG("gemm ", s.m, "x", s.n, "x", s.k,
+               (s.b_blocked ? " (B blocked)"
+                : s.b_trans ? " (B^T)"
+                            : ""),
+               " -> ", g->pd.impl_info_str());
   } catch (const dnnl::error& e) {
     rethrow_dnnl(e, "creating a matmul");
   }
@@ -95,6 +114,29 @@ const Gemm& get_gemm(const GemmShape& s) {
 }
 
 }  // namespace
+
+size_t gemm_b_bytes(const GemmShape& s) {
+  return get_gemm(s).b.get_size();
+}
+
+void gemm_pack_b(const GemmShape& s, const void* plain, void* blocked) {
+  XDIT_CHECK(s.b_blocked, "gemm_pack_b needs a b_blocked shape");
+  const Gemm& g = get_gemm(s);
+  auto& e = engine();
+  dnnl::memory src(g.b_plain, e, const_cast<void*>(plain));
+  dnnl::memory dst(g.b, e, blocked);
+  try {
+    g.pack.execute(thread_stream(), {{DNNL_ARG_FROM, src},
+                                     {DNNL_ARG_TO, dst},
+                                     {DNNL_ARG_SCRATCHPAD, thread_scratchpad(g.pack_pd)}});
+  } catch (const dnnl::error& err) {
+    rethrow_dnnl(err, "packing a matmul operand");
+  }
+}
+
+std::string gemm_implementation(const GemmShape& s) {
+  return get_gemm(s).pd.impl_info_str();
+}
 
 void gemm(const GemmShape& s, const void* a, const void* b, float* c) {
   const Gemm& g = get_gemm(s);

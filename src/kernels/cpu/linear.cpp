@@ -5,6 +5,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/aligned.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "kernels/cpu/convert.h"
@@ -135,7 +136,7 @@ void Linear::forward(const float* x, int64_t m, float* y, bool accumulate) const
   auto& e = engine();
   const void* src = x;
   if (im.ct == ComputeType::kBF16) {
-    thread_local std::vector<uint16_t> xb;
+    thread_local AlignedVector<uint16_t> xb;
     const size_t n = static_cast<size_t>(m * im.in);
     if (xb.size() < n) xb.resize(n);
     cpu::f32_to_bf16_array(x, xb.data(), n);

@@ -283,6 +283,12 @@ bool cpu_has_bf16() {
   return has;
 }
 
+bool cpu_has_amx() {
+  static const bool has =
+      cpu_has_bf16() && dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_amx;
+  return has;
+}
+
 const char* cpu_isa_name() {
   switch (dnnl::get_effective_cpu_isa()) {
     case dnnl::cpu_isa::avx512_core_amx:

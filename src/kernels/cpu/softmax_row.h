@@ -6,12 +6,14 @@
 
 namespace xdit::kernels::cpu {
 
-// s[i] ← s[i]·scale for i < n; returns max_i s[i].
-float scale_and_max(float* s, int64_t n, float scale);
-// p[i] = exp(s[i] − m) (written as f32 to pf, and as bf16 to pb when pb is
-// not null); returns Σ p[i] in f32.
-float exp_and_sum(const float* s, int64_t n, float m, float* pf, uint16_t* pb);
-// o[i] ← o[i]·a.
-void scale_row(float* o, int64_t n, float a);
+// max_i s[i] over i < n.
+float row_max(const float* s, int64_t n);
+// p[i] = exp(s[i]·scale − m) for i < n and p[i] = 0 for n ≤ i < n_pad,
+// written as bf16 to pb when it is not null, else as f32 to pf (which may be
+// s itself); returns Σ p[i] in f32. `scale` ≥ 0 and m ≥ max_i s[i]·scale.
+float exp_row(const float* s, int64_t n, int64_t n_pad, float scale, float m, float* pf,
+              uint16_t* pb);
+// o[i] ← o[i]·a + t[i].
+void scale_add_row(float* o, const float* t, int64_t n, float a);
 
 }  // namespace xdit::kernels::cpu
