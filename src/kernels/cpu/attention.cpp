@@ -37,6 +37,9 @@ namespace {
 
 int64_t g_q_block = 128;
 int64_t g_kv_block = 512;
+// How far above the exponent's reference a block's scores may lie before the
+// reference moves: e^30 ≈ 1e13 leaves f32 sums of any length room.
+constexpr float kHeadroom = 30.0f;
 
 int64_t round_up(int64_t x, int64_t g) {
   return (x + g - 1) / g * g;
@@ -219,7 +222,9 @@ void attention(const AttentionArgs& a) {
     const int64_t KBp = round_up(KB, g);
     AlignedVector<char> qt(static_cast<size_t>(M * Dp) * esz, 0);  // padding columns stay 0
     AlignedVector<float> s(static_cast<size_t>(M * KBp)), t(static_cast<size_t>(M * Dp));
+    // P: bf16, or f32 (apart from the scores, which a second pass may reread).
     AlignedVector<uint16_t> p(bf16 ? static_cast<size_t>(M * KBp) : 0);
+    AlignedVector<float> pf32(bf16 ? 0 : static_cast<size_t>(M * KBp));
     std::vector<float> o(static_cast<size_t>(M * D)), m(static_cast<size_t>(M)),
         l(static_cast<size_t>(M)), alpha(static_cast<size_t>(M));
 #pragma omp for collapse(3) schedule(dynamic)
@@ -241,25 +246,30 @@ void attention(const AttentionArgs& a) {
               cpu::gemm(qk(colsp), qt.data(), slot_of(kw, b, h, j), s.data());
               for (int64_t r = 0; r < rows; ++r) {
                 float* sr = s.data() + r * colsp;
-                float row_m, exp_scale = a.scale;
-                if (a.bias == nullptr) {
-                  row_m = cpu::row_max(sr, cols) * a.scale;
-                } else {  // bias row of this query, at the kept keys' original positions
+                float exp_scale = a.scale;
+                if (a.bias != nullptr) {  // bias row of this query, at the kept keys' positions
                   const float* br = a.bias + (h * Sq + q0 + r) * Sk;
                   for (int64_t c = 0; c < cols; ++c)
                     sr[c] = sr[c] * a.scale + br[idx != nullptr ? idx[k0 + c] : k0 + c];
-                  row_m = cpu::row_max(sr, cols);
                   exp_scale = 1.0f;
                 }
-                const float m_new = std::max(m[r], row_m);
-                alpha[r] = std::exp(m[r] - m_new);  // 0 on the first block
-                const float sum = cpu::exp_row(sr, cols, colsp, exp_scale, m_new, sr,
-                                               bf16 ? p.data() + r * colsp : nullptr);
+                float* pf = bf16 ? nullptr : pf32.data() + r * colsp;
+                uint16_t* pr = bf16 ? p.data() + r * colsp : nullptr;
+                // The exponent's reference m only has to keep exp from
+                // overflowing: later blocks reuse the running m in one pass
+                // and start again from their own maximum only when it lies
+                // more than kHeadroom above; the first block finds its maximum.
+                float s_max, m_new = m[r], sum = 0.0f;
+                if (k0 > 0) sum = cpu::exp_row(sr, cols, colsp, exp_scale, m[r], pf, pr, &s_max);
+                if (k0 == 0 || s_max * exp_scale > m[r] + kHeadroom) {
+                  m_new = (k0 == 0 ? cpu::row_max(sr, cols) : s_max) * exp_scale;
+                  sum = cpu::exp_row(sr, cols, colsp, exp_scale, m_new, pf, pr, &s_max);
+                }
+                alpha[r] = std::exp(m[r] - m_new);  // 0 on the first block, 1 when m holds
                 l[r] = l[r] * alpha[r] + sum;
                 m[r] = m_new;
               }
-              // P is bf16 in p, or f32 in place of the scores.
-              cpu::gemm(pv(colsp), bf16 ? static_cast<const void*>(p.data()) : s.data(),
+              cpu::gemm(pv(colsp), bf16 ? static_cast<const void*>(p.data()) : pf32.data(),
                         slot_of(vw, b, h, j), t.data());
               for (int64_t r = 0; r < rows; ++r) {
                 if (k0 == 0)

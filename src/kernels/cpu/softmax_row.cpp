@@ -24,20 +24,31 @@ __mmask16 tail_mask(int64_t left) {
 }
 
 // 2^x on 16 lanes: x = n + f with n an integer and |f| ≤ ½, 2^f from a
-// degree-5 polynomial (a least-squares fit on Chebyshev nodes of [−½, ½],
-// relative error 2.5e-7, as good as f32 holds), and vscalefps multiplies by
-// 2^n, which also gives 0 for large negative n instead of a wrapped exponent.
-// The clamp keeps −inf from turning into NaN through x − n.
+// polynomial (least-squares fits on Chebyshev nodes of [−½, ½]: degree 5 has
+// a relative error of 2.5e-7, as good as f32 holds; degree 3 has 1e-4, enough
+// for values stored as bf16), and vscalefps multiplies by 2^n, which also
+// gives 0 for large negative n instead of a wrapped exponent. The clamp keeps
+// −inf from turning into NaN through x − n.
+template <int kDegree>
 __attribute__((target("avx512f"))) inline __m512 exp2_16(__m512 x) {
+  static_assert(kDegree == 3 || kDegree == 5);
   x = _mm512_max_ps(x, _mm512_set1_ps(-150.0f));
   const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(x, n);
-  __m512 p = _mm512_set1_ps(0.0013400432653725147f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.009676037356257439f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.05550327152013779f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.2402210682630539f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931471824645996f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000001192092896f));
+  __m512 p;
+  if constexpr (kDegree == 5) {
+    p = _mm512_set1_ps(0.0013400432653725147f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.009676037356257439f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.05550327152013779f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.2402210682630539f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931471824645996f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000001192092896f));
+  } else {
+    p = _mm512_set1_ps(0.05592203512787819f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.24264007806777954f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.6931210160255432f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.9999244809150696f));
+  }
   return _mm512_scalef_ps(p, n);
 }
 
@@ -55,40 +66,48 @@ __attribute__((target("avx512f"))) float row_max_avx512(const float* s, int64_t 
 // exp(s·scale − m) = 2^(s·c − m·log2 e) with c = scale·log2 e: one FMA.
 __attribute__((target("avx512f"))) float exp_row_f32_avx512(const float* s, int64_t n,
                                                             int64_t n_pad, float scale, float m,
-                                                            float* pf) {
+                                                            float* pf, float* s_max) {
   const __m512 c = _mm512_set1_ps(scale * kLog2e), mc = _mm512_set1_ps(m * kLog2e);
-  __m512 acc = _mm512_setzero_ps();
+  __m512 acc = _mm512_setzero_ps(), vm = _mm512_set1_ps(-INFINITY);
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 k = tail_mask(n - i);
-    const __m512 e = exp2_16(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, s + i), c, mc));
+    const __m512 v = _mm512_maskz_loadu_ps(k, s + i);
+    vm = _mm512_mask_max_ps(vm, k, vm, v);
+    const __m512 e = exp2_16<5>(_mm512_fmsub_ps(v, c, mc));
     acc = _mm512_mask_add_ps(acc, k, acc, e);
     _mm512_mask_storeu_ps(pf + i, k, e);
   }
   std::fill(pf + n, pf + n_pad, 0.0f);
+  *s_max = _mm512_reduce_max_ps(vm);
   return _mm512_reduce_add_ps(acc);
 }
 
 // The same with bf16 output, 32 values per conversion.
 __attribute__((target("avx512f,avx512bf16,avx512vl,avx512bw"))) float exp_row_bf16_avx512(
-    const float* s, int64_t n, int64_t n_pad, float scale, float m, uint16_t* pb) {
+    const float* s, int64_t n, int64_t n_pad, float scale, float m, uint16_t* pb, float* s_max) {
   const __m512 c = _mm512_set1_ps(scale * kLog2e), mc = _mm512_set1_ps(m * kLog2e);
-  __m512 acc = _mm512_setzero_ps();
+  __m512 acc = _mm512_setzero_ps(), vm = _mm512_set1_ps(-INFINITY);
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    const __m512 e0 = exp2_16(_mm512_fmsub_ps(_mm512_loadu_ps(s + i), c, mc));
-    const __m512 e1 = exp2_16(_mm512_fmsub_ps(_mm512_loadu_ps(s + i + 16), c, mc));
+    const __m512 v0 = _mm512_loadu_ps(s + i), v1 = _mm512_loadu_ps(s + i + 16);
+    vm = _mm512_max_ps(vm, _mm512_max_ps(v0, v1));
+    const __m512 e0 = exp2_16<3>(_mm512_fmsub_ps(v0, c, mc));
+    const __m512 e1 = exp2_16<3>(_mm512_fmsub_ps(v1, c, mc));
     acc = _mm512_add_ps(acc, _mm512_add_ps(e0, e1));
     const __m512bh b = _mm512_cvtne2ps_pbh(e1, e0);
     _mm512_storeu_si512(pb + i, reinterpret_cast<const __m512i&>(b));
   }
   for (; i < n; i += 16) {
     const __mmask16 k = tail_mask(n - i);
-    const __m512 e = exp2_16(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, s + i), c, mc));
+    const __m512 v = _mm512_maskz_loadu_ps(k, s + i);
+    vm = _mm512_mask_max_ps(vm, k, vm, v);
+    const __m512 e = exp2_16<3>(_mm512_fmsub_ps(v, c, mc));
     acc = _mm512_mask_add_ps(acc, k, acc, e);
     const __m256bh b = _mm512_cvtneps_pbh(e);
     _mm256_mask_storeu_epi16(pb + i, k, reinterpret_cast<const __m256i&>(b));
   }
   std::fill(pb + n, pb + n_pad, static_cast<uint16_t>(0));
+  *s_max = _mm512_reduce_max_ps(vm);
   return _mm512_reduce_add_ps(acc);
 }
 
@@ -117,11 +136,13 @@ float row_max(const float* s, int64_t n) {
 }
 
 float exp_row(const float* s, int64_t n, int64_t n_pad, float scale, float m, float* pf,
-              uint16_t* pb) {
-  if (kAvx512 && pb == nullptr) return exp_row_f32_avx512(s, n, n_pad, scale, m, pf);
-  if (kAvx512 && kBf16) return exp_row_bf16_avx512(s, n, n_pad, scale, m, pb);
+              uint16_t* pb, float* s_max) {
+  if (kAvx512 && pb == nullptr) return exp_row_f32_avx512(s, n, n_pad, scale, m, pf, s_max);
+  if (kAvx512 && kBf16) return exp_row_bf16_avx512(s, n, n_pad, scale, m, pb, s_max);
   float sum = 0.0f;
+  *s_max = -INFINITY;
   for (int64_t i = 0; i < n; ++i) {
+    *s_max = std::max(*s_max, s[i]);
     const float p = exp_approx(s[i] * scale - m);
     sum += p;
     if (pb != nullptr)
