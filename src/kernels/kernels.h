@@ -41,6 +41,10 @@ void softmax_rows(float* x, int64_t rows, int64_t cols);
 void modulate(const float* x, float* y, int64_t batch, int64_t tokens, int64_t dim,
               const float* shift, const float* scale, int64_t mod_stride);
 
+// layer_norm (no affine) followed by modulate, in one pass over x.
+void layer_norm_modulate(const float* x, float* y, int64_t batch, int64_t tokens, int64_t dim,
+                         float eps, const float* shift, const float* scale, int64_t mod_stride);
+
 // Gated residual: h[b,t,:] += gate_b * y[b,t,:] (gate_b = gate + b*gate_stride,
 // or 1 when gate is null).
 void gated_residual_add(float* h, const float* y, int64_t batch, int64_t tokens, int64_t dim,

@@ -32,6 +32,12 @@ class Linear {
   // y[M, out] = act(x[M, in] · Wᵀ + b). With accumulate (no activation),
   // y += x·Wᵀ + b instead.
   void forward(const float* x, int64_t m, float* y, bool accumulate = false) const;
+  // bf16 layers only: the input already in bf16, or the output written in
+  // bf16 (rounded after bias and activation), so that one layer feeds the
+  // next without an f32 round trip through memory.
+  void forward_bf16(const uint16_t* x, int64_t m, float* y) const;
+  void forward_to_bf16(const float* x, int64_t m, uint16_t* y) const;
+  bool is_bf16() const;
   Tensor forward(const Tensor& x) const;  // x [..., in] → [..., out]
 
   // The oneDNN implementation the matmul runs for m rows ("brg:avx512_core_amx",
@@ -41,6 +47,7 @@ class Linear {
   int64_t out_features() const;
 
  private:
+  void run(const void* src, int64_t m, void* y, bool accumulate, bool bf16_out) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -183,8 +183,7 @@ Tensor PixArtTransformer::forward(const PixArtInputs& in, const Tensor* hidden) 
     const int64_t ms = 6 * d;
     const int layer = static_cast<int>(stage_.block_begin + static_cast<int64_t>(li));
 
-    kernels::layer_norm(h, nrm, B * N, d, eps);
-    kernels::modulate(nrm, nrm, B, N, d, m + 0 * d, m + 1 * d, ms);
+    kernels::layer_norm_modulate(h, nrm, B, N, d, eps, m + 0 * d, m + 1 * d, ms);
     blk.attn1.forward(nrm, B, N, nullptr, 0, nullptr, tmp, *backend_, {layer, false},
                       attn_scratch_);
     kernels::gated_residual_add(h, tmp, B, N, d, m + 2 * d, ms);
@@ -194,8 +193,7 @@ Tensor PixArtTransformer::forward(const PixArtInputs& in, const Tensor* hidden) 
                       {layer, true}, attn_scratch_);
     kernels::gated_residual_add(h, tmp, B, N, d, nullptr, 0);
 
-    kernels::layer_norm(h, nrm, B * N, d, eps);
-    kernels::modulate(nrm, nrm, B, N, d, m + 3 * d, m + 4 * d, ms);
+    kernels::layer_norm_modulate(h, nrm, B, N, d, eps, m + 3 * d, m + 4 * d, ms);
     blk.ff.forward(nrm, B * N, tmp, ffh);
     kernels::gated_residual_add(h, tmp, B, N, d, m + 5 * d, ms);
     XDIT_DEBUG("block ", li, " done, rss ", current_rss_bytes() >> 20, " MiB");
@@ -211,8 +209,7 @@ Tensor PixArtTransformer::forward(const PixArtInputs& in, const Tensor* hidden) 
   const float* ot = out_table_.data<float>();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t i = 0; i < 2 * d; ++i) fin[b * 2 * d + i] = ot[i] + emb[b * d + i % d];
-  kernels::layer_norm(h, nrm, B * N, d, eps);
-  kernels::modulate(nrm, nrm, B, N, d, fin.data(), fin.data() + d, 2 * d);
+  kernels::layer_norm_modulate(h, nrm, B, N, d, eps, fin.data(), fin.data() + d, 2 * d);
   const int64_t po = p * p * c.out_channels;
   float* patches = ffh;  // reuse: B·N·po ≤ B·N·4d
   std::vector<float> patch_buf;

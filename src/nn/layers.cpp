@@ -71,7 +71,16 @@ FeedForwardGelu::FeedForwardGelu(const io::WeightSource& w, const std::string& p
       fc2_(load_linear(w, prefix + ".net.2", inner, dim, true, ct)) {}
 
 void FeedForwardGelu::forward(const float* x, int64_t m, float* y, float* hidden) const {
-  fc1_.forward(x, m, hidden);  // GELU(tanh) fused into the matmul
+  // GELU(tanh) is fused into fc1. In bf16 the hidden activations stay bf16
+  // (the largest activation of a block: no f32 copy written, reread and
+  // converted for fc2); `hidden` has room for either.
+  if (fc1_.is_bf16() && fc2_.is_bf16()) {
+    uint16_t* hb = reinterpret_cast<uint16_t*>(hidden);
+    fc1_.forward_to_bf16(x, m, hb);
+    fc2_.forward_bf16(hb, m, y);
+    return;
+  }
+  fc1_.forward(x, m, hidden);
   fc2_.forward(hidden, m, y);
 }
 

@@ -180,6 +180,19 @@ TEST(Ops, Softmax) {
   EXPECT_LT(rel_max_err(x, r), 1e-6);
 }
 
+TEST(Ops, LayerNormModulateEqualsLayerNormThenModulate) {
+  const int64_t B = 3, T = 19, D = 251, stride = 6 * D;
+  auto x = randn(B * T * D, 11, 2.0f), mod = randn(B * stride, 12);
+  for (auto& v : x) v -= 0.7f;  // non-zero mean
+  const float* shift = mod.data() + 3 * D;
+  const float* scale = mod.data() + 4 * D;
+  std::vector<float> fused(x.size()), two(x.size());
+  layer_norm_modulate(x.data(), fused.data(), B, T, D, 1e-6f, shift, scale, stride);
+  layer_norm(x.data(), two.data(), B * T, D, 1e-6f, nullptr, nullptr);
+  modulate(two.data(), two.data(), B, T, D, shift, scale, stride);
+  EXPECT_LT(rel_max_err(fused, two), 1e-6);
+}
+
 TEST(Ops, ModulateAndGatedResidual) {
   const int64_t B = 3, T = 17, D = 45, stride = 6 * D;
   auto x = randn(B * T * D, 6), mod = randn(B * stride, 7), y = randn(B * T * D, 8);

@@ -3,6 +3,7 @@
 
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "core/aligned.h"
@@ -50,12 +51,12 @@ struct Linear::Impl {
     dnnl::matmul prim;
   };
   mutable std::mutex mu;
-  mutable std::map<std::pair<int64_t, bool>, Prim> prims;
+  mutable std::map<std::tuple<int64_t, bool, bool>, Prim> prims;
 
-  dnnl::matmul::primitive_desc make_pd(int64_t m, const dnnl::memory::desc& wmd,
-                                       bool accumulate) const {
+  dnnl::matmul::primitive_desc make_pd(int64_t m, const dnnl::memory::desc& wmd, bool accumulate,
+                                       bool bf16_out = false) const {
     dnnl::memory::desc src({m, in}, src_dt, tag::ab);
-    dnnl::memory::desc dst({m, out}, dt::f32, tag::ab);
+    dnnl::memory::desc dst({m, out}, bf16_out ? dt::bf16 : dt::f32, tag::ab);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     dnnl::post_ops po;
@@ -70,19 +71,20 @@ struct Linear::Impl {
     return {engine(), src, wmd, dst, attr};
   }
 
-  const Prim& prim_for(int64_t m, bool accumulate) const {
+  const Prim& prim_for(int64_t m, bool accumulate, bool bf16_out = false) const {
     std::lock_guard<std::mutex> lock(mu);
-    auto key = std::make_pair(m, accumulate);
+    const auto key = std::make_tuple(m, accumulate, bf16_out);
     auto it = prims.find(key);
     if (it != prims.end()) return it->second;
     try {
       Prim p;
-      p.pd = make_pd(m, packed_md, accumulate);
+      p.pd = make_pd(m, packed_md, accumulate, bf16_out);
       cpu::warn_if_reference(p.pd.impl_info_str(), "matmul",
                              detail::concat(m, "x", in, " -> ", out));
       p.prim = dnnl::matmul(p.pd);
       XDIT_DEBUG("linear ", m, "x", in, " -> ", out, " ",
-                 (ct == ComputeType::kBF16 ? "bf16" : "f32"), ": ", p.pd.impl_info_str());
+                 (ct == ComputeType::kBF16 ? "bf16" : "f32"), (bf16_out ? " (bf16 out)" : ""), ": ",
+                 p.pd.impl_info_str());
       return prims.emplace(key, std::move(p)).first->second;
     } catch (const dnnl::error& e) {
       rethrow_dnnl(e, "creating a linear layer primitive");
@@ -132,8 +134,6 @@ void Linear::forward(const float* x, int64_t m, float* y, bool accumulate) const
   const Impl& im = *impl_;
   XDIT_CHECK(!(accumulate && im.act != Activation::kNone),
              "linear: accumulate with a fused activation");
-  const Impl::Prim& p = im.prim_for(m, accumulate);
-  auto& e = engine();
   const void* src = x;
   if (im.ct == ComputeType::kBF16) {
     thread_local AlignedVector<uint16_t> xb;
@@ -142,6 +142,28 @@ void Linear::forward(const float* x, int64_t m, float* y, bool accumulate) const
     cpu::f32_to_bf16_array(x, xb.data(), n);
     src = xb.data();
   }
+  run(src, m, y, accumulate, false);
+}
+
+void Linear::forward_bf16(const uint16_t* x, int64_t m, float* y) const {
+  XDIT_CHECK(impl_->ct == ComputeType::kBF16, "linear: bf16 input to an f32 layer");
+  if (m > 0) run(x, m, y, false, false);
+}
+
+void Linear::forward_to_bf16(const float* x, int64_t m, uint16_t* y) const {
+  XDIT_CHECK(impl_->ct == ComputeType::kBF16, "linear: bf16 output from an f32 layer");
+  if (m == 0) return;
+  thread_local AlignedVector<uint16_t> xb;
+  const size_t n = static_cast<size_t>(m * impl_->in);
+  if (xb.size() < n) xb.resize(n);
+  cpu::f32_to_bf16_array(x, xb.data(), n);
+  run(xb.data(), m, y, false, true);
+}
+
+void Linear::run(const void* src, int64_t m, void* y, bool accumulate, bool bf16_out) const {
+  const Impl& im = *impl_;
+  const Impl::Prim& p = im.prim_for(m, accumulate, bf16_out);
+  auto& e = engine();
   dnnl::memory ms(p.pd.src_desc(), e, const_cast<void*>(src));
   dnnl::memory md(p.pd.dst_desc(), e, y);
   std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, ms},
@@ -166,6 +188,10 @@ Tensor Linear::forward(const Tensor& x) const {
 
 std::string Linear::implementation(int64_t m) const {
   return impl_->prim_for(m, false).pd.impl_info_str();
+}
+
+bool Linear::is_bf16() const {
+  return impl_->ct == ComputeType::kBF16;
 }
 
 int64_t Linear::in_features() const {

@@ -31,17 +31,24 @@ inline double sum_f64(const float* x, int64_t n, F f) {
   return s;
 }
 
-XDIT_CLONES void layer_norm_row(const float* x, float* y, int64_t dim, float eps, const float* g,
-                                const float* b) {
-  // Two passes in f32 with a double-accumulated mean/variance: matches torch's
-  // f32 LayerNorm to rounding for the row widths DiTs use.
+// Mean and 1/std of one row: two passes in f32 with double-accumulated sums,
+// which matches torch's f32 LayerNorm to rounding for the row widths DiTs use.
+XDIT_CLONES void layer_norm_stats(const float* x, int64_t dim, float eps, float* mean_out,
+                                  float* rstd_out) {
   const float mean =
       static_cast<float>(sum_f64(x, dim, [](float v) { return static_cast<double>(v); }) / dim);
   const double sq = sum_f64(x, dim, [mean](float v) {
     const float d = v - mean;
     return static_cast<double>(d) * d;
   });
-  const float rstd = static_cast<float>(1.0 / std::sqrt(sq / dim + eps));
+  *mean_out = mean;
+  *rstd_out = static_cast<float>(1.0 / std::sqrt(sq / dim + eps));
+}
+
+XDIT_CLONES void layer_norm_row(const float* x, float* y, int64_t dim, float eps, const float* g,
+                                const float* b) {
+  float mean, rstd;
+  layer_norm_stats(x, dim, eps, &mean, &rstd);
   if (g != nullptr && b != nullptr) {
     for (int64_t i = 0; i < dim; ++i) y[i] = (x[i] - mean) * rstd * g[i] + b[i];
   } else if (g != nullptr) {
@@ -49,6 +56,14 @@ XDIT_CLONES void layer_norm_row(const float* x, float* y, int64_t dim, float eps
   } else {
     for (int64_t i = 0; i < dim; ++i) y[i] = (x[i] - mean) * rstd;
   }
+}
+
+// LayerNorm without affine, then ·(1 + scale) + shift, in one pass.
+XDIT_CLONES void layer_norm_modulate_row(const float* x, float* y, int64_t dim, float eps,
+                                         const float* shift, const float* scale) {
+  float mean, rstd;
+  layer_norm_stats(x, dim, eps, &mean, &rstd);
+  for (int64_t i = 0; i < dim; ++i) y[i] = (x[i] - mean) * rstd * (1.0f + scale[i]) + shift[i];
 }
 
 inline float gelu_tanh_one(float v) {
@@ -165,6 +180,17 @@ void softmax_rows(float* x, int64_t rows, int64_t cols) {
     const float inv = static_cast<float>(1.0 / s);
     for (int64_t i = 0; i < cols; ++i) p[i] *= inv;
   }
+}
+
+void layer_norm_modulate(const float* x, float* y, int64_t batch, int64_t tokens, int64_t dim,
+                         float eps, const float* shift, const float* scale, int64_t mod_stride) {
+#pragma omp parallel for collapse(2) if (batch * tokens * dim > kGrain)
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int64_t o = (b * tokens + t) * dim;
+      layer_norm_modulate_row(x + o, y + o, dim, eps, shift + b * mod_stride,
+                              scale + b * mod_stride);
+    }
 }
 
 void modulate(const float* x, float* y, int64_t batch, int64_t tokens, int64_t dim,

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# xdit against PyTorch + diffusers on the same work, in one invocation:
+#   the PixArt-alpha XL/2 step with CFG at 512 and 1024 px, the VAE decoder to
+#   1024 px and the T5-XXL encoder on 120 tokens; bf16, the same number of
+#   threads, warm-up runs first, the best timed run of each side.
+# Prints both times and xdit's speed-up (torch seconds / xdit seconds), with
+# the CPU model and the ISA oneDNN runs on.
+#
+#   bench/compare.sh [--threads N] [--warmup N] [--repeat N] [--rows LIST]
+#
+# LIST is a comma-separated subset of pixart512,pixart1024,vae1024,t5
+# (default: all). The Python side lives in a venv (default bench/.venv,
+# or $XDIT_BENCH_VENV) made from bench/requirements.txt when it is missing.
+# The xdit binary is $XDIT, or build/xdit.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+xdit="${XDIT:-$root/build/xdit}"
+venv="${XDIT_BENCH_VENV:-$root/bench/.venv}"
+threads="$(nproc)"
+warmup=1
+repeat=1
+rows="pixart512,pixart1024,vae1024,t5"
+
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --threads) threads="${2:?--threads needs a number}"; shift 2 ;;
+    --warmup) warmup="${2:?--warmup needs a number}"; shift 2 ;;
+    --repeat) repeat="${2:?--repeat needs a number}"; shift 2 ;;
+    --rows) rows="${2:?--rows needs a list}"; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "compare.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+for n in "$threads" "$warmup" "$repeat"; do
+  [[ "$n" =~ ^[0-9]+$ ]] || { echo "compare.sh: '$n' is not a whole number" >&2; exit 2; }
+done
+[[ -x "$xdit" ]] || { echo "compare.sh: no xdit binary at $xdit (build it: bash scripts/build.sh, or set XDIT)" >&2; exit 1; }
+
+if ! "$venv/bin/python" -c 'import torch, diffusers, transformers' 2>/dev/null; then
+  echo "compare.sh: installing PyTorch + diffusers into $venv (once; several GB)" >&2
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q -r "$root/bench/requirements.txt"
+fi
+
+# One row of each side: prints "seconds" (xdit: "seconds isa") or fails.
+xdit_row() {  # WHAT RES
+  "$xdit" bench "$1" --resolutions "$2" --dtypes bf16 --threads "$threads" --warmup "$warmup" \
+    --repeat "$repeat" --json |
+    "$venv/bin/python" -c 'import json,sys; r=json.loads(sys.stdin.readline()); print(r["seconds"], r["isa"])'
+}
+torch_row() {  # ROW
+  "$venv/bin/python" "$root/bench/torch_bench.py" "$1" --threads "$threads" --warmup "$warmup" \
+    --repeat "$repeat" | "$venv/bin/python" -c 'import json,sys; print(json.loads(sys.stdin.readline())["seconds"])'
+}
+
+cpu="$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
+versions="$("$venv/bin/python" -c 'import torch, diffusers; print(f"torch {torch.__version__}, diffusers {diffusers.__version__}")')"
+echo "CPU: $cpu; $threads threads; bf16; $versions"
+printf '%-32s %10s %10s %9s\n' work 'xdit s' 'torch s' speed-up
+IFS=',' read -ra list <<< "$rows"
+for row in "${list[@]}"; do
+  case "$row" in
+    pixart512) label="PixArt-alpha step, CFG, 512 px"; x=(transformer 512); t="pixart:512" ;;
+    pixart1024) label="PixArt-alpha step, CFG, 1024 px"; x=(transformer 1024); t="pixart:1024" ;;
+    vae1024) label="VAE decoder, 1024 px"; x=(vae 1024); t="vae:1024" ;;
+    t5) label="T5-XXL encoder, 120 tokens"; x=(t5 512); t="t5" ;;
+    *) echo "compare.sh: unknown row '$row' (pixart512, pixart1024, vae1024, t5)" >&2; exit 2 ;;
+  esac
+  read -r xs isa < <(xdit_row "${x[@]}")
+  ts="$(torch_row "$t")"
+  awk -v l="$label" -v x="$xs" -v t="$ts" -v i="$isa" \
+    'BEGIN { printf "%-32s %10.2f %10.2f %8.2fx  (oneDNN ISA %s)\n", l, x, t, t / x, i }'
+done

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""PyTorch + diffusers on the same work as `xdit bench` (bench/compare.sh runs
+both). Random weights in bf16, the same shapes and inputs as src/app/bench.cpp:
+
+  pixart   one PixArt-alpha XL/2 step (28 blocks, 16 heads x 72, 120 text
+           tokens of which 100 valid, micro-conditions, CFG batch 2) at RES px
+  vae      the AutoencoderKL decoder (SD / PixArt VAE) from RES/8 latents
+  t5       the T5-XXL encoder (google/t5-v1_1-xxl) on 120 tokens
+
+Each row: warm-up runs, then the best of --repeat timed runs under
+torch.inference_mode(), one JSON object per line on stdout.
+"""
+import argparse
+import json
+import sys
+import time
+
+import torch
+
+
+def best_time(fn, warmup, repeat):
+    for _ in range(warmup):
+        fn()
+    best = float("inf")
+    for _ in range(max(1, repeat)):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def pixart_row(res, warmup, repeat):
+    from diffusers import PixArtTransformer2DModel
+
+    model = PixArtTransformer2DModel(
+        num_attention_heads=16, attention_head_dim=72, in_channels=4, out_channels=8,
+        num_layers=28, cross_attention_dim=1152, caption_channels=4096, sample_size=128,
+        patch_size=2, norm_type="ada_norm_single", norm_elementwise_affine=False,
+        norm_eps=1e-6, attention_bias=True, use_additional_conditions=True,
+        interpolation_scale=2,
+    ).to(torch.bfloat16).eval()
+    g = torch.Generator().manual_seed(0)
+    batch, tokens = 2, 120
+    latents = torch.randn(batch, 4, res // 8, res // 8, generator=g).to(torch.bfloat16)
+    text = torch.randn(batch, tokens, 4096, generator=g).to(torch.bfloat16)
+    mask = torch.zeros(batch, tokens)
+    mask[:, :100] = 1
+    cond = {"resolution": torch.full((batch, 2), float(res), dtype=torch.bfloat16),
+            "aspect_ratio": torch.ones(batch, 1, dtype=torch.bfloat16)}
+    t = torch.full((batch,), 500.0)
+
+    def step():
+        model(latents, encoder_hidden_states=text, encoder_attention_mask=mask, timestep=t,
+              added_cond_kwargs=cond, return_dict=False)
+
+    return {"name": "pixart_alpha_step_cfg", "resolution": res,
+            "seconds": best_time(step, warmup, repeat)}
+
+
+def vae_row(res, warmup, repeat):
+    from diffusers import AutoencoderKL
+
+    vae = AutoencoderKL(
+        in_channels=3, out_channels=3, latent_channels=4,
+        down_block_types=["DownEncoderBlock2D"] * 4, up_block_types=["UpDecoderBlock2D"] * 4,
+        block_out_channels=[128, 256, 512, 512], layers_per_block=2, norm_num_groups=32,
+        sample_size=1024,
+    ).to(torch.bfloat16).eval()
+    z = torch.randn(1, 4, res // 8, res // 8, generator=torch.Generator().manual_seed(1))
+    z = z.to(torch.bfloat16)
+    return {"name": "vae_decoder", "resolution": res,
+            "seconds": best_time(lambda: vae.decode(z, return_dict=False), warmup, repeat)}
+
+
+def t5_row(warmup, repeat):
+    from transformers import T5Config, T5EncoderModel
+
+    cfg = T5Config(vocab_size=32128, d_model=4096, d_kv=64, d_ff=10240, num_layers=24,
+                   num_heads=64, feed_forward_proj="gated-gelu", is_encoder_decoder=False,
+                   use_cache=False)
+    # Built in bf16 from the start: the f32 XXL weights alone would be 19 GB.
+    torch.set_default_dtype(torch.bfloat16)
+    enc = T5EncoderModel(cfg).eval()
+    torch.set_default_dtype(torch.float32)
+    tokens = 120
+    ids = ((torch.arange(tokens) * 7919) % 32000 + 3).unsqueeze(0)
+    mask = torch.ones(1, tokens, dtype=torch.long)
+    return {"name": "t5_xxl_encoder", "resolution": 0, "tokens": tokens,
+            "seconds": best_time(lambda: enc(input_ids=ids, attention_mask=mask), warmup,
+                                 repeat)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("rows", nargs="+", help="pixart:RES, vae:RES or t5")
+    ap.add_argument("--threads", type=int, required=True)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=1)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    import diffusers
+    import transformers
+
+    versions = {"torch": torch.__version__, "diffusers": diffusers.__version__,
+                "transformers": transformers.__version__}
+    for row in a.rows:
+        what, _, res = row.partition(":")
+        with torch.inference_mode():
+            if what == "pixart":
+                r = pixart_row(int(res), a.warmup, a.repeat)
+            elif what == "vae":
+                r = vae_row(int(res), a.warmup, a.repeat)
+            elif what == "t5":
+                r = t5_row(a.warmup, a.repeat)
+            else:
+                sys.exit(f"torch_bench.py: unknown row '{row}' (pixart:RES, vae:RES or t5)")
+        r.update(versions, threads=a.threads, dtype="bf16")
+        print(json.dumps(r), flush=True)
+
+
+if __name__ == "__main__":
+    main()
