@@ -102,6 +102,8 @@ def main():
     import diffusers
     import transformers
 
+    diffusers.utils.logging.set_verbosity_error()  # the "cast with to()" notice
+
     versions = {"torch": torch.__version__, "diffusers": diffusers.__version__,
                 "transformers": transformers.__version__}
     for row in a.rows:

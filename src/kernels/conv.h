@@ -22,6 +22,10 @@ class Conv2d {
 
   // x [B, H, W, in] → y [B, H', W', out] (H' = H + 2·pad − kh + 1).
   void forward(const float* x, int64_t batch, int64_t height, int64_t width, float* y) const;
+  // bf16 layers only: the input already in bf16 (e.g. from group_norm_nhwc_bf16).
+  void forward_bf16(const uint16_t* x, int64_t batch, int64_t height, int64_t width,
+                    float* y) const;
+  bool is_bf16() const;
   int64_t in_channels() const;
   int64_t out_channels() const;
   int64_t out_size(int64_t in) const;
@@ -31,6 +35,7 @@ class Conv2d {
   std::string implementation(int64_t batch, int64_t height, int64_t width) const;
 
  private:
+  void run(const void* src, int64_t batch, int64_t height, int64_t width, float* y) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace xdit::kernels {
 
@@ -24,6 +26,12 @@ void gelu_tanh_gate(const float* x, float* y, int64_t rows, int64_t n);
 // by SiLU. y may equal x.
 void group_norm_nhwc(const float* x, float* y, int64_t batch, int64_t hw, int64_t channels,
                      int64_t groups, float eps, const float* gamma, const float* beta, bool silu);
+
+// The same with bf16 output (rounded to nearest even), the input of a bf16
+// convolution (Conv2d::forward_bf16).
+void group_norm_nhwc_bf16(const float* x, uint16_t* y, int64_t batch, int64_t hw, int64_t channels,
+                          int64_t groups, float eps, const float* gamma, const float* beta,
+                          bool silu);
 
 // Nearest-neighbour ×2 upsampling of NHWC x [B, H, W, C] → y [B, 2H, 2W, C].
 void upsample_nearest2x_nhwc(const float* x, float* y, int64_t batch, int64_t h, int64_t w,
@@ -108,6 +116,11 @@ void attention_pack_kv(const float* src, int64_t stride, int64_t batch, int64_t 
 // [B, total, H·D].
 void attention_unpack_kv(const void* src, int64_t batch, int64_t heads, int64_t total,
                          int64_t head_dim, bool bf16, float* dst);
+
+// The oneDNN implementations of the products attention runs for these sizes
+// (creating, not running, the primitives), for the no-reference-kernel check.
+std::vector<std::string> attention_implementations(int64_t q_len, int64_t kv_len, int64_t head_dim,
+                                                   bool bf16);
 
 // Block sizes used by attention (exposed for tests that force several blocks).
 void set_attention_blocks(int64_t q_block, int64_t kv_block);

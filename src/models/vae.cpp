@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/aligned.h"
 #include "core/error.h"
 #include "kernels/kernels.h"
 
@@ -81,18 +82,33 @@ VaeDecoder::~VaeDecoder() = default;
 void VaeDecoder::resnet(const Resnet& r, Tensor& x, int64_t b, int64_t h, int64_t w) {
   const int64_t hw = h * w, G = cfg_.norm_num_groups;
   const float eps = 1e-6f;
-  Tensor t = Tensor::empty({b, h, w, r.in});
-  kernels::group_norm_nhwc(x.data<float>(), t.data<float>(), b, hw, r.in, G, eps,
-                           r.n1w.data<float>(), r.n1b.data<float>(), true);
-  Tensor u = Tensor::empty({b, h, w, r.out});
-  r.conv1.forward(t.data<float>(), b, h, w, u.data<float>());
-  kernels::group_norm_nhwc(u.data<float>(), u.data<float>(), b, hw, r.out, G, eps,
-                           r.n2w.data<float>(), r.n2b.data<float>(), true);
-  if (r.out != r.in) t = Tensor::empty({b, h, w, r.out});
-  r.conv2.forward(u.data<float>(), b, h, w, t.data<float>());
-  if (r.has_shortcut) {
-    r.shortcut.forward(x.data<float>(), b, h, w, u.data<float>());
-    x = u;
+  Tensor u = Tensor::empty({b, h, w, r.out}), t;
+  if (r.conv1.is_bf16() && r.conv2.is_bf16()) {
+    // GroupNorm + SiLU write each convolution's bf16 input directly (half the
+    // bytes, no separate conversion pass), and conv2 reuses u, which GN2 has
+    // consumed: x, u and a bf16 buffer are live instead of three f32 tensors.
+    AlignedVector<uint16_t> nb(static_cast<size_t>(b * hw * std::max(r.in, r.out)));
+    kernels::group_norm_nhwc_bf16(x.data<float>(), nb.data(), b, hw, r.in, G, eps,
+                                  r.n1w.data<float>(), r.n1b.data<float>(), true);
+    r.conv1.forward_bf16(nb.data(), b, h, w, u.data<float>());
+    kernels::group_norm_nhwc_bf16(u.data<float>(), nb.data(), b, hw, r.out, G, eps,
+                                  r.n2w.data<float>(), r.n2b.data<float>(), true);
+    r.conv2.forward_bf16(nb.data(), b, h, w, u.data<float>());
+    t = u;
+  } else {
+    t = Tensor::empty({b, h, w, r.in});
+    kernels::group_norm_nhwc(x.data<float>(), t.data<float>(), b, hw, r.in, G, eps,
+                             r.n1w.data<float>(), r.n1b.data<float>(), true);
+    r.conv1.forward(t.data<float>(), b, h, w, u.data<float>());
+    kernels::group_norm_nhwc(u.data<float>(), u.data<float>(), b, hw, r.out, G, eps,
+                             r.n2w.data<float>(), r.n2b.data<float>(), true);
+    if (r.out != r.in) t = Tensor::empty({b, h, w, r.out});
+    r.conv2.forward(u.data<float>(), b, h, w, t.data<float>());
+  }
+  if (r.has_shortcut) {  // into u where conv2 left it free, else a new tensor
+    Tensor s = t.data<float>() == u.data<float>() ? Tensor::empty({b, h, w, r.out}) : u;
+    r.shortcut.forward(x.data<float>(), b, h, w, s.data<float>());
+    x = s;
   }
   kernels::gated_residual_add(x.data<float>(), t.data<float>(), 1, 1, b * hw * r.out, nullptr, 0);
 }

@@ -2,8 +2,10 @@
 // f32 and bf16, for odd sizes and several row counts on one packed weight.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <set>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/tensor.h"
 #include "io/weights.h"
@@ -48,6 +50,30 @@ TEST(Linear, F32FromBf16AndF16Weights) {
 TEST(Linear, Bf16) {
   if (!cpu_has_bf16()) GTEST_SKIP() << "no native bf16 on this CPU";
   check(ComputeType::kBF16, DType::kF32, 2e-2);
+}
+
+// forward_to_bf16 → forward_bf16 (a bf16 hidden layer between two linears)
+// equals the f32-hidden path to bf16 rounding, and refuses f32 layers.
+TEST(Linear, Bf16HiddenBetweenTwoLayers) {
+  if (!cpu_has_bf16()) GTEST_SKIP() << "no native bf16 on this CPU";
+  const int64_t K = 45, H = 70, N = 33, M = 19;
+  auto w1 = test::randn(H * K, 21, 0.3f), b1 = test::randn(H, 22),
+       w2 = test::randn(N * H, 23, 0.3f), b2 = test::randn(N, 24), x = test::randn(M * K, 25);
+  Linear l1(Tensor::from_vector(w1, {H, K}), Tensor::from_vector(b1, {H}), ComputeType::kBF16,
+            Activation::kGeluTanh);
+  Linear l2(Tensor::from_vector(w2, {N, H}), Tensor::from_vector(b2, {N}), ComputeType::kBF16);
+  std::vector<float> h(M * H), want(M * N), got(M * N);
+  l1.forward(x.data(), M, h.data());
+  l2.forward(h.data(), M, want.data());
+  std::vector<uint16_t> hb(M * H);
+  l1.forward_to_bf16(x.data(), M, hb.data());
+  for (int64_t i = 0; i < M * H; ++i)  // the bf16 hidden is the f32 hidden rounded
+    EXPECT_NEAR(bf16_to_f32(hb[i]), h[i], 8e-3 * (std::fabs(h[i]) + 1e-3)) << i;
+  l2.forward_bf16(hb.data(), M, got.data());
+  EXPECT_LT(test::rel_max_err(got, want), 1e-2);
+  Linear f32(Tensor::from_vector(w2, {N, H}), Tensor(), ComputeType::kF32);
+  EXPECT_THROW(f32.forward_bf16(hb.data(), M, got.data()), Error);
+  EXPECT_THROW(f32.forward_to_bf16(h.data(), M, hb.data()), Error);
 }
 
 TEST(Linear, FusedGeluTanh) {
@@ -97,6 +123,31 @@ TEST(Linear, FullSizePixArtAndT5MatmulsHaveJitKernels) {
     }
   }
   EXPECT_GE(shapes.size(), 10u);
+  // The bf16 output of the feed-forward's first layer too.
+  Linear fc1(random.get("w", {4608, 1152}), random.get("b", {4608}), ct, Activation::kGeluTanh);
+  if (fc1.is_bf16()) {
+    std::vector<float> x(2 * 1152, 0.5f);
+    std::vector<uint16_t> y(2 * 4608);
+    fc1.forward_to_bf16(x.data(), 2, y.data());  // creates its primitive (2 rows)
+  }
+}
+
+// The attention products of the same work: PixArt-α self- and cross-attention
+// at 512 and 1024 px (16 heads × 72; 120 text tokens), a PipeFusion patch of
+// 1024 queries on 4096 keys, and T5-XXL (64 × 64 on 120 tokens).
+TEST(Attention, FullSizeProductsHaveJitKernels) {
+  struct Case {
+    int64_t q, kv, d;
+  };
+  for (const Case c : {Case{4096, 4096, 72},
+                       {4096, 120, 72},
+                       {1024, 1024, 72},
+                       {1024, 120, 72},
+                       {1024, 4096, 72},
+                       {120, 120, 64}})
+    for (const std::string& impl : attention_implementations(c.q, c.kv, c.d, true))
+      EXPECT_NE(impl.rfind("ref", 0), 0u)
+          << "q " << c.q << ", kv " << c.kv << ", head_dim " << c.d << ": " << impl;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <set>
 #include <tuple>
 
+#include "core/dtype.h"
 #include "core/tensor.h"
 #include "io/weights.h"
 #include "kernels/conv.h"
@@ -74,6 +75,12 @@ TEST(Ops, Conv2dNhwcAgainstDirectConvolution) {
                          ComputeType::kBF16);
       cb.forward(x.data(), B, H, W, y.data());
       EXPECT_LT(rel_max_err(y, r), 2e-2) << "bf16 k=" << k;
+      // Input already in bf16: the same products, so the same result.
+      std::vector<uint16_t> xb(x.size());
+      for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
+      std::vector<float> yb(y.size());
+      cb.forward_bf16(xb.data(), B, H, W, yb.data());
+      EXPECT_EQ(yb, y) << "bf16 input k=" << k;
     }
   }
 }
@@ -137,6 +144,11 @@ TEST(Ops, GroupNormNhwcWithAndWithoutSilu) {
     group_norm_nhwc(x.data(), y.data(), B, HW, C, G, 1e-6f, g.data(), b.data(), s);
     ref::group_norm_nhwc(x.data(), r.data(), B, HW, C, G, 1e-6f, g.data(), b.data(), s);
     EXPECT_LT(rel_max_err(y, r), 1e-5) << "silu=" << s;
+    // bf16 output: the f32 result rounded (one bf16 step at most apart).
+    std::vector<uint16_t> yb(x.size());
+    group_norm_nhwc_bf16(x.data(), yb.data(), B, HW, C, G, 1e-6f, g.data(), b.data(), s);
+    for (size_t i = 0; i < y.size(); ++i)
+      ASSERT_NEAR(bf16_to_f32(yb[i]), y[i], std::fabs(y[i]) / 128 + 1e-30) << i;
   }
 }
 

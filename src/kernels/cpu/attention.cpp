@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstring>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include "core/aligned.h"
@@ -71,7 +72,42 @@ void guarded(std::exception_ptr& failure, F body) {
   }
 }
 
+// The products of one attention call. S = Q·Kᵀ with K packed from token rows
+// [cols, Dp]; O = P·V with V packed from [cols, Dp]; cols is padded to the
+// granule with zero keys and values. Every query block has M rows (the last
+// one padded), so one product shape, and one blocked layout of K and V,
+// serves the whole call.
+struct Plan {
+  int64_t g, Dp, KB, M;
+  dnnl::memory::data_type dt;
+  Plan(int64_t q_len, int64_t head_dim, bool bf16)
+      : g(bf16 && cpu_has_amx() ? 32 : 1),  // an AMX bf16 tile row holds 32 values
+        Dp(round_up(head_dim, g)),
+        KB(g_kv_block),
+        M(std::min(g_q_block, round_up(std::max<int64_t>(q_len, 1), 16))),
+        dt(bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32) {}
+  cpu::GemmShape qk(int64_t colsp) const {
+    return {M, colsp, Dp, Dp, Dp, colsp, true, false, dt, true};
+  }
+  cpu::GemmShape pv(int64_t colsp) const {
+    return {M, Dp, colsp, colsp, Dp, Dp, false, false, dt, true};
+  }
+};
+
 }  // namespace
+
+std::vector<std::string> attention_implementations(int64_t q_len, int64_t kv_len, int64_t head_dim,
+                                                   bool bf16) {
+  const Plan plan(q_len, head_dim, attention_packs_bf16(bf16));
+  std::vector<std::string> out;
+  for (const int64_t cols : {std::min(plan.KB, kv_len), kv_len % plan.KB}) {
+    if (cols == 0) continue;
+    const int64_t colsp = round_up(cols, plan.g);
+    out.push_back(cpu::gemm_implementation(plan.qk(colsp)));
+    out.push_back(cpu::gemm_implementation(plan.pv(colsp)));
+  }
+  return out;
+}
 
 void set_attention_blocks(int64_t q_block, int64_t kv_block) {
   XDIT_CHECK(q_block > 0 && kv_block > 0, "attention blocks must be positive");
@@ -123,23 +159,11 @@ void attention(const AttentionArgs& a) {
   const int64_t B = a.batch, H = a.heads, D = a.head_dim, Sq = a.q_len, Sk = a.kv_len;
   const bool bf16 = attention_packs_bf16(a.bf16);
   const size_t esz = bf16 ? 2 : 4;
-  const auto dt = bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32;
-  // Depth granule of the products: an AMX bf16 tile row holds 32 values.
-  const int64_t g = bf16 && cpu_has_amx() ? 32 : 1;
-  const int64_t Dp = round_up(D, g);
-  const int64_t KB = g_kv_block;
-  // Every query block has M rows (the last one padded), so that one product
-  // shape, and one blocked layout of K and V, serves the whole call.
-  const int64_t M = std::min(g_q_block, round_up(Sq, 16));
+  const Plan plan(Sq, D, bf16);
+  const int64_t g = plan.g, Dp = plan.Dp, KB = plan.KB, M = plan.M;
   const int64_t q_blocks = (Sq + M - 1) / M, kv_blocks = (Sk + KB - 1) / KB;
-  // S = Q·Kᵀ with K packed from token rows [cols, Dp]; O = P·V with V packed
-  // from [cols, Dp]. cols is padded to the granule with zero keys and values.
-  const auto qk = [&](int64_t colsp) {
-    return cpu::GemmShape{M, colsp, Dp, Dp, Dp, colsp, true, false, dt, true};
-  };
-  const auto pv = [&](int64_t colsp) {
-    return cpu::GemmShape{M, Dp, colsp, colsp, Dp, Dp, false, false, dt, true};
-  };
+  const auto qk = [&](int64_t colsp) { return plan.qk(colsp); };
+  const auto pv = [&](int64_t colsp) { return plan.pv(colsp); };
 
   // Valid keys per batch (all of them without a mask; all of them too when a
   // row is fully masked, which is what diffusers' additive −10000 bias gives).

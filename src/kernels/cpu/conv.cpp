@@ -126,7 +126,6 @@ Conv2d::Conv2d(const Tensor& weight, const Tensor& bias, int64_t padding, Comput
 
 void Conv2d::forward(const float* x, int64_t b, int64_t h, int64_t w, float* y) const {
   const Impl& im = *impl_;
-  const Impl::Prim& p = im.prim_for(b, h, w);
   const void* src = x;
   if (im.ct == ComputeType::kBF16) {
     thread_local AlignedVector<uint16_t> xb;
@@ -135,6 +134,21 @@ void Conv2d::forward(const float* x, int64_t b, int64_t h, int64_t w, float* y) 
     cpu::f32_to_bf16_array(x, xb.data(), n);
     src = xb.data();
   }
+  run(src, b, h, w, y);
+}
+
+void Conv2d::forward_bf16(const uint16_t* x, int64_t b, int64_t h, int64_t w, float* y) const {
+  XDIT_CHECK(impl_->ct == ComputeType::kBF16, "conv: bf16 input to an f32 layer");
+  run(x, b, h, w, y);
+}
+
+bool Conv2d::is_bf16() const {
+  return impl_->ct == ComputeType::kBF16;
+}
+
+void Conv2d::run(const void* src, int64_t b, int64_t h, int64_t w, float* y) const {
+  const Impl& im = *impl_;
+  const Impl::Prim& p = im.prim_for(b, h, w);
   auto& e = cpu::engine();
   dnnl::memory ms(p.pd.src_desc(), e, const_cast<void*>(src));
   dnnl::memory md(p.pd.dst_desc(), e, y);

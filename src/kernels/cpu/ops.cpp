@@ -3,9 +3,11 @@
 // one at load time, so the binary runs on any x86-64.
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/aligned.h"
+#include "core/dtype.h"
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/kernels.h"
@@ -114,17 +116,32 @@ XDIT_CLONES void channel_moments(const float* x, int64_t n, double* s, double* s
   }
 }
 
-// y = x·a + c (per channel), then x·sigmoid(x) when `silu`.
-XDIT_CLONES void affine_silu_row(const float* x, float* y, int64_t n, const float* a,
-                                 const float* c, bool silu) {
+// y = x·a + c (per channel), then x·sigmoid(x) when `silu`; f32 or bf16 out.
+template <class Out>
+inline void affine_silu(const float* x, Out* y, int64_t n, const float* a, const float* c,
+                        bool silu) {
+  const auto store = [](float v) {
+    if constexpr (std::is_same_v<Out, uint16_t>)
+      return f32_to_bf16(v);
+    else
+      return v;
+  };
   if (silu) {
     for (int64_t i = 0; i < n; ++i) {
       const float r = x[i] * a[i] + c[i];
-      y[i] = r / (1.0f + cpu::exp_approx(-r));
+      y[i] = store(r / (1.0f + cpu::exp_approx(-r)));
     }
   } else {
-    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * a[i] + c[i];
+    for (int64_t i = 0; i < n; ++i) y[i] = store(x[i] * a[i] + c[i]);
   }
+}
+XDIT_CLONES void affine_silu_row(const float* x, float* y, int64_t n, const float* a,
+                                 const float* c, bool silu) {
+  affine_silu(x, y, n, a, c, silu);
+}
+XDIT_CLONES void affine_silu_row_bf16(const float* x, uint16_t* y, int64_t n, const float* a,
+                                      const float* c, bool silu) {
+  affine_silu(x, y, n, a, c, silu);
 }
 
 constexpr int64_t kGrain = 1 << 14;  // elements per OpenMP chunk for elementwise ops
@@ -213,9 +230,11 @@ void gated_residual_add(float* h, const float* y, int64_t batch, int64_t tokens,
     }
 }
 
-void group_norm_nhwc(const float* x, float* y, int64_t batch, int64_t hw, int64_t channels,
-                     int64_t groups, float eps, const float* gamma, const float* beta,
-                     bool silu_after) {
+namespace {
+template <class Out>
+void group_norm_nhwc_to(const float* x, Out* y, int64_t batch, int64_t hw, int64_t channels,
+                        int64_t groups, float eps, const float* gamma, const float* beta,
+                        bool silu_after) {
   const int64_t cg = channels / groups;
   // Statistics: per-channel Σx and Σx² in double, each thread over its own
   // pixels (vectorised across channels), then summed per group.
@@ -256,9 +275,28 @@ void group_norm_nhwc(const float* x, float* y, int64_t batch, int64_t hw, int64_
     }
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < batch; ++b)
-    for (int64_t p = 0; p < hw; ++p)
-      affine_silu_row(x + (b * hw + p) * channels, y + (b * hw + p) * channels, channels,
-                      a.data() + b * channels, c.data() + b * channels, silu_after);
+    for (int64_t p = 0; p < hw; ++p) {
+      const int64_t o = (b * hw + p) * channels;
+      if constexpr (std::is_same_v<Out, uint16_t>)
+        affine_silu_row_bf16(x + o, y + o, channels, a.data() + b * channels,
+                             c.data() + b * channels, silu_after);
+      else
+        affine_silu_row(x + o, y + o, channels, a.data() + b * channels, c.data() + b * channels,
+                        silu_after);
+    }
+}
+}  // namespace
+
+void group_norm_nhwc(const float* x, float* y, int64_t batch, int64_t hw, int64_t channels,
+                     int64_t groups, float eps, const float* gamma, const float* beta,
+                     bool silu_after) {
+  group_norm_nhwc_to(x, y, batch, hw, channels, groups, eps, gamma, beta, silu_after);
+}
+
+void group_norm_nhwc_bf16(const float* x, uint16_t* y, int64_t batch, int64_t hw, int64_t channels,
+                          int64_t groups, float eps, const float* gamma, const float* beta,
+                          bool silu_after) {
+  group_norm_nhwc_to(x, y, batch, hw, channels, groups, eps, gamma, beta, silu_after);
 }
 
 void upsample_nearest2x_nhwc(const float* x, float* y, int64_t batch, int64_t h, int64_t w,
