@@ -92,6 +92,15 @@ struct Plan {
   cpu::GemmShape pv(int64_t colsp) const {
     return {M, Dp, colsp, colsp, Dp, Dp, false, false, dt, true};
   }
+  // Padded column counts of the key blocks of kv_len keys: a full block and
+  // the ragged last one (each listed once, none for an empty part).
+  std::vector<int64_t> block_cols(int64_t kv_len) const {
+    std::vector<int64_t> out;
+    for (const int64_t cols : {std::min(KB, kv_len), kv_len % KB})
+      if (cols > 0 && std::find(out.begin(), out.end(), round_up(cols, g)) == out.end())
+        out.push_back(round_up(cols, g));
+    return out;
+  }
 };
 
 }  // namespace
@@ -100,9 +109,7 @@ std::vector<std::string> attention_implementations(int64_t q_len, int64_t kv_len
                                                    bool bf16) {
   const Plan plan(q_len, head_dim, attention_packs_bf16(bf16));
   std::vector<std::string> out;
-  for (const int64_t cols : {std::min(plan.KB, kv_len), kv_len % plan.KB}) {
-    if (cols == 0) continue;
-    const int64_t colsp = round_up(cols, plan.g);
+  for (const int64_t colsp : plan.block_cols(kv_len)) {
     out.push_back(cpu::gemm_implementation(plan.qk(colsp)));
     out.push_back(cpu::gemm_implementation(plan.pv(colsp)));
   }
@@ -162,8 +169,6 @@ void attention(const AttentionArgs& a) {
   const Plan plan(Sq, D, bf16);
   const int64_t g = plan.g, Dp = plan.Dp, KB = plan.KB, M = plan.M;
   const int64_t q_blocks = (Sq + M - 1) / M, kv_blocks = (Sk + KB - 1) / KB;
-  const auto qk = [&](int64_t colsp) { return plan.qk(colsp); };
-  const auto pv = [&](int64_t colsp) { return plan.pv(colsp); };
 
   // Valid keys per batch (all of them without a mask; all of them too when a
   // row is fully masked, which is what diffusers' additive −10000 bias gives).
@@ -181,16 +186,18 @@ void attention(const AttentionArgs& a) {
     }
   }
 
+  // Original positions of the kept keys of batch b, or null when all are kept.
+  const auto kept = [&](int64_t b) -> const int32_t* {
+    const auto& k = keep[static_cast<size_t>(b)];
+    return k.empty() ? nullptr : k.data();
+  };
+
   // K and V of every (batch, head, key block) in their blocked layouts, each
   // in a slot of the largest size any block needs.
   size_t slot = 0;
   for (int64_t b = 0; b < B; ++b)
-    for (const int64_t cols :
-         {std::min(KB, kv_n[static_cast<size_t>(b)]), kv_n[static_cast<size_t>(b)] % KB}) {
-      if (cols == 0) continue;
-      const int64_t colsp = round_up(cols, g);
-      slot = std::max({slot, cpu::gemm_b_bytes(qk(colsp)), cpu::gemm_b_bytes(pv(colsp))});
-    }
+    for (const int64_t colsp : plan.block_cols(kv_n[static_cast<size_t>(b)]))
+      slot = std::max({slot, cpu::gemm_b_bytes(plan.qk(colsp)), cpu::gemm_b_bytes(plan.pv(colsp))});
   slot = static_cast<size_t>(
       round_up(static_cast<int64_t>(slot), static_cast<int64_t>(kBufferAlignment)));
   thread_local AlignedVector<char> kbuf, vbuf;
@@ -214,9 +221,7 @@ void attention(const AttentionArgs& a) {
             const int64_t n_kv = kv_n[static_cast<size_t>(b)], k0 = j * KB;
             if (k0 >= n_kv) return;
             const int64_t cols = std::min(KB, n_kv - k0), colsp = round_up(cols, g);
-            const int32_t* idx = keep[static_cast<size_t>(b)].empty()
-                                     ? nullptr
-                                     : keep[static_cast<size_t>(b)].data() + k0;
+            const int32_t* idx = kept(b) != nullptr ? kept(b) + k0 : nullptr;
             // Token rows [cols, D] → tile [colsp, Dp], padding rows zeroed.
             const auto load = [&](const float* src, int64_t stride, const void* src_packed) {
               if (src_packed != nullptr) {
@@ -234,9 +239,9 @@ void attention(const AttentionArgs& a) {
                           static_cast<size_t>((colsp - cols) * Dp) * esz);
             };
             load(a.k, a.k_stride, a.k_packed);
-            cpu::gemm_pack_b(qk(colsp), tile.data(), slot_of(kw, b, h, j));
+            cpu::gemm_pack_b(plan.qk(colsp), tile.data(), slot_of(kw, b, h, j));
             load(a.v, a.v_stride, a.v_packed);
-            cpu::gemm_pack_b(pv(colsp), tile.data(), slot_of(vw, b, h, j));
+            cpu::gemm_pack_b(plan.pv(colsp), tile.data(), slot_of(vw, b, h, j));
           });
   }
   if (failure) std::rethrow_exception(failure);
@@ -258,16 +263,14 @@ void attention(const AttentionArgs& a) {
           guarded(failure, [&] {
             const int64_t q0 = qb * M, rows = std::min(M, Sq - q0);
             const int64_t n_kv = kv_n[static_cast<size_t>(b)];
-            const int32_t* idx = keep[static_cast<size_t>(b)].empty()
-                                     ? nullptr
-                                     : keep[static_cast<size_t>(b)].data();
+            const int32_t* idx = kept(b);
             pack_rows(a.q + (b * Sq + q0) * a.q_stride + h * D, a.q_stride, rows, D, bf16,
                       qt.data(), Dp, nullptr);
             std::fill(m.begin(), m.end(), -INFINITY);
             std::fill(l.begin(), l.end(), 0.0f);
             for (int64_t k0 = 0, j = 0; k0 < n_kv; k0 += KB, ++j) {
               const int64_t cols = std::min(KB, n_kv - k0), colsp = round_up(cols, g);
-              cpu::gemm(qk(colsp), qt.data(), slot_of(kw, b, h, j), s.data());
+              cpu::gemm(plan.qk(colsp), qt.data(), slot_of(kw, b, h, j), s.data());
               for (int64_t r = 0; r < rows; ++r) {
                 float* sr = s.data() + r * colsp;
                 float exp_scale = a.scale;
@@ -293,7 +296,7 @@ void attention(const AttentionArgs& a) {
                 l[r] = l[r] * alpha[r] + sum;
                 m[r] = m_new;
               }
-              cpu::gemm(pv(colsp), bf16 ? static_cast<const void*>(p.data()) : pf32.data(),
+              cpu::gemm(plan.pv(colsp), bf16 ? static_cast<const void*>(p.data()) : pf32.data(),
                         slot_of(vw, b, h, j), t.data());
               for (int64_t r = 0; r < rows; ++r) {
                 if (k0 == 0)

@@ -5,7 +5,6 @@
 #include <tuple>
 #include <vector>
 
-#include "core/aligned.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "kernels/cpu/convert.h"
@@ -127,13 +126,8 @@ Conv2d::Conv2d(const Tensor& weight, const Tensor& bias, int64_t padding, Comput
 void Conv2d::forward(const float* x, int64_t b, int64_t h, int64_t w, float* y) const {
   const Impl& im = *impl_;
   const void* src = x;
-  if (im.ct == ComputeType::kBF16) {
-    thread_local AlignedVector<uint16_t> xb;
-    const size_t n = static_cast<size_t>(b * h * w * im.in);
-    if (xb.size() < n) xb.resize(n);
-    cpu::f32_to_bf16_array(x, xb.data(), n);
-    src = xb.data();
-  }
+  if (im.ct == ComputeType::kBF16)
+    src = cpu::thread_bf16_copy(x, static_cast<size_t>(b * h * w * im.in));
   run(src, b, h, w, y);
 }
 

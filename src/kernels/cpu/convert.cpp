@@ -3,6 +3,7 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include "core/aligned.h"
 #include "core/dtype.h"
 
 namespace xdit::kernels::cpu {
@@ -48,6 +49,13 @@ void f32_to_bf16_array(const float* src, uint16_t* dst, size_t n) {
     const size_t b = t * chunk, e = b + chunk < n ? b + chunk : n;
     if (b < e) run(b, e);
   }
+}
+
+const uint16_t* thread_bf16_copy(const float* src, size_t n) {
+  thread_local AlignedVector<uint16_t> buf;
+  if (buf.size() < n) buf.resize(n);
+  f32_to_bf16_array(src, buf.data(), n);
+  return buf.data();
 }
 
 }  // namespace xdit::kernels::cpu

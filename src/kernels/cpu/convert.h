@@ -9,4 +9,9 @@ namespace xdit::kernels::cpu {
 
 void f32_to_bf16_array(const float* src, uint16_t* dst, size_t n);
 
+// src converted into the calling thread's bf16 input buffer (64-byte aligned,
+// grown as needed, shared by the layers that convert their f32 input), valid
+// until the thread's next call.
+const uint16_t* thread_bf16_copy(const float* src, size_t n);
+
 }  // namespace xdit::kernels::cpu

@@ -6,7 +6,6 @@
 #include <tuple>
 #include <vector>
 
-#include "core/aligned.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "kernels/cpu/convert.h"
@@ -135,13 +134,7 @@ void Linear::forward(const float* x, int64_t m, float* y, bool accumulate) const
   XDIT_CHECK(!(accumulate && im.act != Activation::kNone),
              "linear: accumulate with a fused activation");
   const void* src = x;
-  if (im.ct == ComputeType::kBF16) {
-    thread_local AlignedVector<uint16_t> xb;
-    const size_t n = static_cast<size_t>(m * im.in);
-    if (xb.size() < n) xb.resize(n);
-    cpu::f32_to_bf16_array(x, xb.data(), n);
-    src = xb.data();
-  }
+  if (im.ct == ComputeType::kBF16) src = cpu::thread_bf16_copy(x, static_cast<size_t>(m * im.in));
   run(src, m, y, accumulate, false);
 }
 
@@ -153,11 +146,7 @@ void Linear::forward_bf16(const uint16_t* x, int64_t m, float* y) const {
 void Linear::forward_to_bf16(const float* x, int64_t m, uint16_t* y) const {
   XDIT_CHECK(impl_->ct == ComputeType::kBF16, "linear: bf16 output from an f32 layer");
   if (m == 0) return;
-  thread_local AlignedVector<uint16_t> xb;
-  const size_t n = static_cast<size_t>(m * impl_->in);
-  if (xb.size() < n) xb.resize(n);
-  cpu::f32_to_bf16_array(x, xb.data(), n);
-  run(xb.data(), m, y, false, true);
+  run(cpu::thread_bf16_copy(x, static_cast<size_t>(m * impl_->in)), m, y, false, true);
 }
 
 void Linear::run(const void* src, int64_t m, void* y, bool accumulate, bool bf16_out) const {
