@@ -117,13 +117,17 @@ void attention_pack_kv(const float* src, int64_t stride, int64_t batch, int64_t 
 void attention_unpack_kv(const void* src, int64_t batch, int64_t heads, int64_t total,
                          int64_t head_dim, bool bf16, float* dst);
 
-// The oneDNN implementations of the products attention runs for these sizes
-// (creating, not running, the primitives), for the no-reference-kernel check.
+// The implementations of the products attention runs for these sizes: oneDNN's
+// (creating, not running, the primitives), or "xdit:amx_tiles" for the
+// hand-written AMX products; for the no-reference-kernel check.
 std::vector<std::string> attention_implementations(int64_t q_len, int64_t kv_len, int64_t head_dim,
                                                    bool bf16);
 
 // Block sizes used by attention (exposed for tests that force several blocks).
 void set_attention_blocks(int64_t q_block, int64_t kv_block);
+// Whether bf16 attention on AMX uses the hand-written tile products (default)
+// or oneDNN matmuls; for tests and benchmarks that compare the two.
+void set_attention_tiles(bool enabled);
 
 // Whether the CPU has native bf16 dot products (AVX-512-bf16 or AMX).
 bool cpu_has_bf16();

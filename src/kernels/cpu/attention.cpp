@@ -27,6 +27,7 @@
 #include "core/aligned.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/cpu/softmax_row.h"
@@ -38,6 +39,7 @@ namespace {
 
 int64_t g_q_block = 128;
 int64_t g_kv_block = 512;
+bool g_tiles = true;
 // How far above the exponent's reference a block's scores may lie before the
 // reference moves: e^30 ≈ 1e13 leaves f32 sums of any length room.
 constexpr float kHeadroom = 30.0f;
@@ -76,21 +78,34 @@ void guarded(std::exception_ptr& failure, F body) {
 // [cols, Dp]; O = P·V with V packed from [cols, Dp]; cols is padded to the
 // granule with zero keys and values. Every query block has M rows (the last
 // one padded), so one product shape, and one blocked layout of K and V,
-// serves the whole call.
+// serves the whole call. With `tiles` the products are cpu::amx_qk / amx_pv
+// (M a multiple of 32, values padded to Dv = 16·⌈D/16⌉); otherwise oneDNN
+// matmuls, whose value operand keeps Dp columns (a ragged 80 ran at half the
+// speed of 96 there).
 struct Plan {
-  int64_t g, Dp, KB, M;
+  bool tiles;
+  int64_t g, Dp, Dv, KB, M;
   dnnl::memory::data_type dt;
   Plan(int64_t q_len, int64_t head_dim, bool bf16)
-      : g(bf16 && cpu_has_amx() ? 32 : 1),  // an AMX bf16 tile row holds 32 values
+      : tiles(bf16 && g_tiles && cpu::amx_tiles_ready()),
+        g(bf16 && cpu_has_amx() ? 32 : 1),  // an AMX bf16 tile row holds 32 values
         Dp(round_up(head_dim, g)),
+        Dv(tiles ? round_up(head_dim, 16) : Dp),
         KB(g_kv_block),
-        M(std::min(g_q_block, round_up(std::max<int64_t>(q_len, 1), 16))),
+        M(tiles ? round_up(std::min(g_q_block, std::max<int64_t>(q_len, 1)), 32)
+                : std::min(g_q_block, round_up(std::max<int64_t>(q_len, 1), 16))),
         dt(bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32) {}
   cpu::GemmShape qk(int64_t colsp) const {
     return {M, colsp, Dp, Dp, Dp, colsp, true, false, dt, true};
   }
   cpu::GemmShape pv(int64_t colsp) const {
-    return {M, Dp, colsp, colsp, Dp, Dp, false, false, dt, true};
+    return {M, Dv, colsp, colsp, Dp, Dv, false, false, dt, true};
+  }
+  size_t k_bytes(int64_t colsp) const {
+    return tiles ? static_cast<size_t>(colsp * Dp) * 2 : cpu::gemm_b_bytes(qk(colsp));
+  }
+  size_t v_bytes(int64_t colsp) const {
+    return tiles ? static_cast<size_t>(colsp * Dv) * 2 : cpu::gemm_b_bytes(pv(colsp));
   }
   // Padded column counts of the key blocks of kv_len keys: a full block and
   // the ragged last one (each listed once, none for an empty part).
@@ -108,12 +123,17 @@ struct Plan {
 std::vector<std::string> attention_implementations(int64_t q_len, int64_t kv_len, int64_t head_dim,
                                                    bool bf16) {
   const Plan plan(q_len, head_dim, attention_packs_bf16(bf16));
+  if (plan.tiles) return {"xdit:amx_tiles"};
   std::vector<std::string> out;
   for (const int64_t colsp : plan.block_cols(kv_len)) {
     out.push_back(cpu::gemm_implementation(plan.qk(colsp)));
     out.push_back(cpu::gemm_implementation(plan.pv(colsp)));
   }
   return out;
+}
+
+void set_attention_tiles(bool enabled) {
+  g_tiles = enabled;
 }
 
 void set_attention_blocks(int64_t q_block, int64_t kv_block) {
@@ -167,7 +187,7 @@ void attention(const AttentionArgs& a) {
   const bool bf16 = attention_packs_bf16(a.bf16);
   const size_t esz = bf16 ? 2 : 4;
   const Plan plan(Sq, D, bf16);
-  const int64_t g = plan.g, Dp = plan.Dp, KB = plan.KB, M = plan.M;
+  const int64_t g = plan.g, Dp = plan.Dp, Dv = plan.Dv, KB = plan.KB, M = plan.M;
   const int64_t q_blocks = (Sq + M - 1) / M, kv_blocks = (Sk + KB - 1) / KB;
 
   // Valid keys per batch (all of them without a mask; all of them too when a
@@ -197,7 +217,7 @@ void attention(const AttentionArgs& a) {
   size_t slot = 0;
   for (int64_t b = 0; b < B; ++b)
     for (const int64_t colsp : plan.block_cols(kv_n[static_cast<size_t>(b)]))
-      slot = std::max({slot, cpu::gemm_b_bytes(plan.qk(colsp)), cpu::gemm_b_bytes(plan.pv(colsp))});
+      slot = std::max({slot, plan.k_bytes(colsp), plan.v_bytes(colsp)});
   slot = static_cast<size_t>(
       round_up(static_cast<int64_t>(slot), static_cast<int64_t>(kBufferAlignment)));
   thread_local AlignedVector<char> kbuf, vbuf;
@@ -238,10 +258,18 @@ void attention(const AttentionArgs& a) {
               std::memset(tile.data() + static_cast<size_t>(cols * Dp) * esz, 0,
                           static_cast<size_t>((colsp - cols) * Dp) * esz);
             };
+            const auto* rows = reinterpret_cast<const uint16_t*>(tile.data());
             load(a.k, a.k_stride, a.k_packed);
-            cpu::gemm_pack_b(plan.qk(colsp), tile.data(), slot_of(kw, b, h, j));
+            if (plan.tiles)
+              cpu::amx_pack_k(rows, colsp, Dp, reinterpret_cast<uint16_t*>(slot_of(kw, b, h, j)));
+            else
+              cpu::gemm_pack_b(plan.qk(colsp), tile.data(), slot_of(kw, b, h, j));
             load(a.v, a.v_stride, a.v_packed);
-            cpu::gemm_pack_b(plan.pv(colsp), tile.data(), slot_of(vw, b, h, j));
+            if (plan.tiles)
+              cpu::amx_pack_v(rows, colsp, Dp, Dv,
+                              reinterpret_cast<uint16_t*>(slot_of(vw, b, h, j)));
+            else
+              cpu::gemm_pack_b(plan.pv(colsp), tile.data(), slot_of(vw, b, h, j));
           });
   }
   if (failure) std::rethrow_exception(failure);
@@ -250,12 +278,16 @@ void attention(const AttentionArgs& a) {
   {
     const int64_t KBp = round_up(KB, g);
     AlignedVector<char> qt(static_cast<size_t>(M * Dp) * esz, 0);  // padding columns stay 0
-    AlignedVector<float> s(static_cast<size_t>(M * KBp)), t(static_cast<size_t>(M * Dp));
+    // Scores: two buffers with the tiles, the next block's filling while
+    // this one's softmax runs.
+    AlignedVector<float> s(static_cast<size_t>(M * KBp * (plan.tiles ? 2 : 1))),
+        t(static_cast<size_t>(M * Dv));
     // P: bf16, or f32 (apart from the scores, which a second pass may reread).
     AlignedVector<uint16_t> p(bf16 ? static_cast<size_t>(M * KBp) : 0);
     AlignedVector<float> pf32(bf16 ? 0 : static_cast<size_t>(M * KBp));
     std::vector<float> o(static_cast<size_t>(M * D)), m(static_cast<size_t>(M)),
         l(static_cast<size_t>(M)), alpha(static_cast<size_t>(M));
+    const auto* qw = reinterpret_cast<const uint16_t*>(qt.data());
 #pragma omp for collapse(3) schedule(dynamic)
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < H; ++h)
@@ -268,43 +300,71 @@ void attention(const AttentionArgs& a) {
                       qt.data(), Dp, nullptr);
             std::fill(m.begin(), m.end(), -INFINITY);
             std::fill(l.begin(), l.end(), 0.0f);
+            // Softmax of row r of key block [k0, k0 + cols) from scores sc.
+            const auto softmax_row = [&](int64_t r, float* sc, int64_t k0, int64_t cols,
+                                         int64_t colsp) {
+              float* sr = sc + r * colsp;
+              float exp_scale = a.scale;
+              if (a.bias != nullptr) {  // bias row of this query, at the kept keys' positions
+                const float* br = a.bias + (h * Sq + q0 + r) * Sk;
+                for (int64_t c = 0; c < cols; ++c)
+                  sr[c] = sr[c] * a.scale + br[idx != nullptr ? idx[k0 + c] : k0 + c];
+                exp_scale = 1.0f;
+              }
+              float* pf = bf16 ? nullptr : pf32.data() + r * colsp;
+              uint16_t* pr = bf16 ? p.data() + r * colsp : nullptr;
+              // The exponent's reference m only has to keep exp from
+              // overflowing: later blocks reuse the running m in one pass
+              // and start again from their own maximum only when it lies
+              // more than kHeadroom above; the first block finds its maximum.
+              float s_max, m_new = m[r], sum = 0.0f;
+              if (k0 > 0) sum = cpu::exp_row(sr, cols, colsp, exp_scale, m[r], pf, pr, &s_max);
+              if (k0 == 0 || s_max * exp_scale > m[r] + kHeadroom) {
+                m_new = (k0 == 0 ? cpu::row_max(sr, cols) : s_max) * exp_scale;
+                sum = cpu::exp_row(sr, cols, colsp, exp_scale, m_new, pf, pr, &s_max);
+              }
+              alpha[r] = std::exp(m[r] - m_new);  // 0 on the first block, 1 when m holds
+              l[r] = l[r] * alpha[r] + sum;
+              m[r] = m_new;
+            };
+            float* s_now = s.data();
+            float* s_next = s.data() + (plan.tiles ? M * KBp : 0);
+            if (plan.tiles)
+              cpu::amx_qk(qw, M, Dp, reinterpret_cast<const uint16_t*>(slot_of(kw, b, h, 0)),
+                          round_up(std::min(KB, n_kv), g), s_now);
             for (int64_t k0 = 0, j = 0; k0 < n_kv; k0 += KB, ++j) {
               const int64_t cols = std::min(KB, n_kv - k0), colsp = round_up(cols, g);
-              cpu::gemm(plan.qk(colsp), qt.data(), slot_of(kw, b, h, j), s.data());
-              for (int64_t r = 0; r < rows; ++r) {
-                float* sr = s.data() + r * colsp;
-                float exp_scale = a.scale;
-                if (a.bias != nullptr) {  // bias row of this query, at the kept keys' positions
-                  const float* br = a.bias + (h * Sq + q0 + r) * Sk;
-                  for (int64_t c = 0; c < cols; ++c)
-                    sr[c] = sr[c] * a.scale + br[idx != nullptr ? idx[k0 + c] : k0 + c];
-                  exp_scale = 1.0f;
+              int64_t r = 0;
+              if (!plan.tiles) {
+                cpu::gemm(plan.qk(colsp), qt.data(), slot_of(kw, b, h, j), s_now);
+              } else if (k0 + KB < n_kv) {
+                // The next block's key product in pieces, this block's
+                // softmax rows spread evenly between them.
+                const int64_t next = round_up(std::min(KB, n_kv - k0 - KB), g);
+                const auto* kn = reinterpret_cast<const uint16_t*>(slot_of(kw, b, h, j + 1));
+                const int64_t pieces = cpu::amx_qk_pieces(M, next);
+                cpu::amx_tiles_configure();
+                for (int64_t i = 0; i < pieces; ++i) {
+                  cpu::amx_qk_piece(qw, M, Dp, kn, next, s_next, i);
+                  for (; r < rows * (i + 1) / pieces; ++r) softmax_row(r, s_now, k0, cols, colsp);
                 }
-                float* pf = bf16 ? nullptr : pf32.data() + r * colsp;
-                uint16_t* pr = bf16 ? p.data() + r * colsp : nullptr;
-                // The exponent's reference m only has to keep exp from
-                // overflowing: later blocks reuse the running m in one pass
-                // and start again from their own maximum only when it lies
-                // more than kHeadroom above; the first block finds its maximum.
-                float s_max, m_new = m[r], sum = 0.0f;
-                if (k0 > 0) sum = cpu::exp_row(sr, cols, colsp, exp_scale, m[r], pf, pr, &s_max);
-                if (k0 == 0 || s_max * exp_scale > m[r] + kHeadroom) {
-                  m_new = (k0 == 0 ? cpu::row_max(sr, cols) : s_max) * exp_scale;
-                  sum = cpu::exp_row(sr, cols, colsp, exp_scale, m_new, pf, pr, &s_max);
-                }
-                alpha[r] = std::exp(m[r] - m_new);  // 0 on the first block, 1 when m holds
-                l[r] = l[r] * alpha[r] + sum;
-                m[r] = m_new;
               }
-              cpu::gemm(plan.pv(colsp), bf16 ? static_cast<const void*>(p.data()) : pf32.data(),
-                        slot_of(vw, b, h, j), t.data());
-              for (int64_t r = 0; r < rows; ++r) {
+              for (; r < rows; ++r) softmax_row(r, s_now, k0, cols, colsp);
+              if (plan.tiles)
+                cpu::amx_pv(p.data(), M, colsp,
+                            reinterpret_cast<const uint16_t*>(slot_of(vw, b, h, j)), Dv, t.data());
+              else
+                cpu::gemm(plan.pv(colsp), bf16 ? static_cast<const void*>(p.data()) : pf32.data(),
+                          slot_of(vw, b, h, j), t.data());
+              for (int64_t i = 0; i < rows; ++i) {
                 if (k0 == 0)
-                  std::memcpy(o.data() + r * D, t.data() + r * Dp, static_cast<size_t>(D) * 4);
+                  std::memcpy(o.data() + i * D, t.data() + i * Dv, static_cast<size_t>(D) * 4);
                 else
-                  cpu::scale_add_row(o.data() + r * D, t.data() + r * Dp, D, alpha[r]);
+                  cpu::scale_add_row(o.data() + i * D, t.data() + i * Dv, D, alpha[i]);
               }
+              std::swap(s_now, s_next);
             }
+            if (plan.tiles) cpu::amx_tiles_release();
             for (int64_t r = 0; r < rows; ++r) {
               float* dst = a.out + (b * Sq + q0 + r) * a.out_stride + h * D;
               const float inv = 1.0f / l[r];

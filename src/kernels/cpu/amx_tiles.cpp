@@ -1,0 +1,184 @@
+#include "kernels/cpu/amx_tiles.h"
+
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/kernels.h"
+
+namespace xdit::kernels::cpu {
+
+namespace {
+
+// Linux keeps AMX's 8 KB of tile state off until a process asks for it.
+constexpr long kArchReqXcompPerm = 0x1023;
+constexpr long kXfeatureXtiledata = 18;
+
+// The LDTILECFG operand (palette 1): every tile used here is 16 rows of 64
+// bytes: 16 × 16 f32 results, 16 × 32 bf16 A rows, 16 × 16 VNNI pairs of B.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64);
+
+const TileConfig& config() {
+  static const TileConfig c = [] {
+    TileConfig t;
+    for (int i = 0; i < 8; ++i) {
+      t.colsb[i] = 64;
+      t.rows[i] = 16;
+    }
+    return t;
+  }();
+  return c;
+}
+
+// Tiles: 0–3 accumulate a 2 × 2 block of 16 × 16 results, 4–5 hold the A
+// rows of its two row halves, 6–7 the B tiles of its two column halves.
+// Piece i is key groups 2g, 2g+1 (i / row pairs) of row pair i % row pairs:
+// consecutive pieces share their 6 KB of K tiles, which stay in L1.
+__attribute__((target("amx-tile,amx-bf16"))) void qk_piece(const uint16_t* q, int64_t m, int64_t dp,
+                                                           const uint16_t* k, int64_t keys,
+                                                           float* s, int64_t i) {
+  const int64_t chunks = dp / 32, qs = dp * 2, ss = keys * 4;
+  const int64_t g = i / (m / 32) * 2, r = i % (m / 32) * 32;
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t c = 0; c < chunks; ++c) {
+    _tile_loadd(4, q + r * dp + c * 32, qs);
+    _tile_loadd(5, q + (r + 16) * dp + c * 32, qs);
+    _tile_loadd(6, k + (g * chunks + c) * 512, 64);
+    _tile_loadd(7, k + ((g + 1) * chunks + c) * 512, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  float* o = s + r * keys + g * 16;
+  _tile_stored(0, o, ss);
+  _tile_stored(1, o + 16, ss);
+  _tile_stored(2, o + 16 * keys, ss);
+  _tile_stored(3, o + 16 * keys + 16, ss);
+}
+
+__attribute__((target("amx-tile,amx-bf16"))) void pv_tiles(const uint16_t* p, int64_t m,
+                                                           int64_t keys, const uint16_t* v,
+                                                           int64_t dv, float* t) {
+  const int64_t groups = dv / 16, ps = keys * 2, ts = dv * 4;
+  for (int64_t r = 0; r < m; r += 32)
+    for (int64_t g = 0; g < groups; g += 2) {
+      const bool two = g + 1 < groups;  // a last odd column group runs alone
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (int64_t c = 0; c < keys / 32; ++c) {
+        _tile_loadd(4, p + r * keys + c * 32, ps);
+        _tile_loadd(5, p + (r + 16) * keys + c * 32, ps);
+        _tile_loadd(6, v + (c * groups + g) * 512, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(2, 5, 6);
+        if (two) {
+          _tile_loadd(7, v + (c * groups + g + 1) * 512, 64);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(3, 5, 7);
+        }
+      }
+      float* o = t + r * dv + g * 16;
+      _tile_stored(0, o, ts);
+      _tile_stored(2, o + 16 * dv, ts);
+      if (two) {
+        _tile_stored(1, o + 16, ts);
+        _tile_stored(3, o + 16 * dv + 16, ts);
+      }
+    }
+}
+
+__attribute__((target("amx-tile"))) void load_config() {
+  _tile_loadconfig(&config());
+}
+
+__attribute__((target("amx-tile"))) void release() {
+  _tile_release();
+}
+
+}  // namespace
+
+bool amx_tiles_ready() {
+  static const bool ready =
+      cpu_has_amx() && syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  return ready;
+}
+
+void amx_pack_k(const uint16_t* rows, int64_t keys, int64_t dp, uint16_t* out) {
+  // Word (key n, dims 2i, 2i+1) of chunk c goes to row i, column n of tile
+  // (key group, c): a 16 × 16 transpose of 32-bit words per tile.
+  const int64_t chunks = dp / 32;
+  auto* dst = reinterpret_cast<uint32_t*>(out);
+  for (int64_t g = 0; g < keys / 16; ++g)
+    for (int64_t c = 0; c < chunks; ++c, dst += 256)
+      for (int64_t n = 0; n < 16; ++n) {
+        uint32_t w[16];
+        std::memcpy(w, rows + (g * 16 + n) * dp + c * 32, 64);
+        for (int64_t i = 0; i < 16; ++i) dst[i * 16 + n] = w[i];
+      }
+}
+
+void amx_pack_v(const uint16_t* rows, int64_t keys, int64_t ld, int64_t dv, uint16_t* out) {
+  // Row i of tile (key group, column group) interleaves keys 2i and 2i+1.
+  const int64_t groups = dv / 16;
+  for (int64_t c = 0; c < keys / 32; ++c)
+    for (int64_t g = 0; g < groups; ++g, out += 512)
+      for (int64_t i = 0; i < 16; ++i) {
+        const uint16_t* a = rows + (c * 32 + 2 * i) * ld + g * 16;
+        const uint16_t* b = a + ld;
+        for (int64_t n = 0; n < 16; ++n) {
+          out[i * 32 + 2 * n] = a[n];
+          out[i * 32 + 2 * n + 1] = b[n];
+        }
+      }
+}
+
+void amx_tiles_configure() {
+  load_config();
+}
+
+void amx_tiles_release() {
+  release();
+}
+
+int64_t amx_qk_pieces(int64_t m, int64_t keys) {
+  return keys / 32 * (m / 32);
+}
+
+void amx_qk_piece(const uint16_t* q, int64_t m, int64_t dp, const uint16_t* k_packed, int64_t keys,
+                  float* s, int64_t piece) {
+  qk_piece(q, m, dp, k_packed, keys, s, piece);
+}
+
+void amx_qk(const uint16_t* q, int64_t m, int64_t dp, const uint16_t* k_packed, int64_t keys,
+            float* s) {
+  XDIT_CHECK(m % 32 == 0 && dp % 32 == 0 && keys % 32 == 0, "amx_qk: sizes ", m, "×", dp, "×", keys,
+             " are not multiples of 32");
+  load_config();
+  for (int64_t i = 0; i < amx_qk_pieces(m, keys); ++i) qk_piece(q, m, dp, k_packed, keys, s, i);
+}
+
+void amx_pv(const uint16_t* p, int64_t m, int64_t keys, const uint16_t* v_packed, int64_t dv,
+            float* t) {
+  XDIT_CHECK(m % 32 == 0 && keys % 32 == 0 && dv % 16 == 0, "amx_pv: sizes ", m, "×", keys, "×", dv,
+             " do not fit the tiles");
+  load_config();
+  pv_tiles(p, m, keys, v_packed, dv, t);
+}
+
+}  // namespace xdit::kernels::cpu

@@ -1,0 +1,57 @@
+// The two products of blockwise attention written directly with AMX tile
+// instructions, for bf16 on CPUs that have AMX.
+//
+// Why by hand: oneDNN 3.2 exposes no batch-reduce micro-kernel, and through
+// matmul primitives an attention call is ~16 000 small products (S = 4096,
+// 16 heads, batch 2), each paying a primitive dispatch, a tile configuration
+// and a C store to memory sized for its own blocking. Here the tiles are
+// configured once per query block, Q and P stay in L1, and the value width is
+// padded only to the 16-column tile granule (72 → 80, where a oneDNN operand
+// padded to the 32-deep granule of the key product would be 96).
+//
+// Layouts (all bf16 operands pack pairs of consecutive reduction values into
+// one 32-bit word, the VNNI layout AMX reads B in):
+// - Q, P (A operands): plain rows.
+// - K for S = Q·Kᵀ: for each group of 16 keys and each 32-deep chunk of the
+//   head dimension, one 1 KB tile [16 dim pairs][16 keys][2].
+// - V for O = P·V: for each group of 32 keys and each 16 columns of the
+//   value, one 1 KB tile [16 key pairs][16 columns][2].
+#pragma once
+
+#include <cstdint>
+
+namespace xdit::kernels::cpu {
+
+// Whether the tile kernels can run: AMX-BF16 present and the kernel granted
+// this process the tile state (asked for once).
+bool amx_tiles_ready();
+
+// K rows [keys, dp] (bf16, row stride dp; keys a multiple of 32, dp of 32)
+// → the key layout above (keys · dp values).
+void amx_pack_k(const uint16_t* rows, int64_t keys, int64_t dp, uint16_t* out);
+// V rows [keys, ld] (bf16, row stride ld ≥ dv; keys a multiple of 32, dv of
+// 16) → the value layout above (keys · dv values).
+void amx_pack_v(const uint16_t* rows, int64_t keys, int64_t ld, int64_t dv, uint16_t* out);
+
+// Both products load the tile configuration themselves; amx_tiles_release()
+// returns the tile state when a thread is done with them.
+void amx_tiles_release();
+
+// s[m, keys] (f32, row stride keys) = q[m, dp] · Kᵀ, q with row stride dp;
+// m a multiple of 32.
+void amx_qk(const uint16_t* q, int64_t m, int64_t dp, const uint16_t* k_packed, int64_t keys,
+            float* s);
+// The key product in amx_qk_pieces(m, keys) pieces, any order, for callers
+// that interleave vector work with it: the tile unit runs alongside the
+// vector units, so the softmax of one key block can hide the next block's
+// product. amx_tiles_configure() must have run on the thread, and nothing
+// may have reconfigured the tiles since.
+void amx_tiles_configure();
+int64_t amx_qk_pieces(int64_t m, int64_t keys);
+void amx_qk_piece(const uint16_t* q, int64_t m, int64_t dp, const uint16_t* k_packed, int64_t keys,
+                  float* s, int64_t piece);
+// t[m, dv] (f32, row stride dv) = p[m, keys] · V, p with row stride keys.
+void amx_pv(const uint16_t* p, int64_t m, int64_t keys, const uint16_t* v_packed, int64_t dv,
+            float* t);
+
+}  // namespace xdit::kernels::cpu
