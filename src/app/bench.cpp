@@ -318,7 +318,7 @@ nlohmann::json run_pipefusion_row(int64_t res, const std::string& dt_name, int64
   pc.warmup_steps = 1;
   parallel::Mesh mesh(pc, w);
   const models::PixArtConfig cfg = models::PixArtConfig::alpha_xl_1024();
-  pipeline::PixArtPipeline pipe(cfg, schedulers::DPMSolverConfig{},
+  pipeline::PixArtPipeline pipe(cfg, schedulers::SchedulerConfig{},
                                 std::make_unique<io::RandomWeights>(1), parse_dtype(dt_name));
   pipe.set_mesh(&mesh);
   TorchGenerator g(0);

@@ -114,7 +114,7 @@ int run_info(InfoOptions o) {
         << "              " << count(vae->decoder_parameter_count()) << " decoder parameters of "
         << count(w.parameter_count()) << ", stored " << join(w.dtypes()) << "\n";
   }
-  out << "scheduler:    DPMSolverMultistepScheduler\n";
+  out << "scheduler:    " << pipe.scheduler_config().class_name() << "\n";
   // Memory estimate: the same one generate checks requests against.
   const int64_t vsf = pipe.vae_scale_factor();
   q.prompts = o.batch;

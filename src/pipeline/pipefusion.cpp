@@ -135,7 +135,7 @@ void check_shapes(comm::Communicator& c, const std::vector<Shape>& want, int fro
 
 }  // namespace
 
-Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::DPMSolverMultistep& sched,
+Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::Scheduler& sched,
                                        const Tensor& text, const Tensor& mask,
                                        const Tensor& resolution, const Tensor& aspect, int64_t MB,
                                        bool cfg, bool cfg_split, double guidance_scale,

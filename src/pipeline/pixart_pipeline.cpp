@@ -56,7 +56,7 @@ PixArtPipeline::PixArtPipeline(const std::string& folder, DType dtype)
   cfg_ = models::PixArtConfig::from_json(folder_->component_config("transformer", "config.json"),
                                          tdir + "/config.json");
   const std::string sdir = folder_->component("scheduler");
-  sched_cfg_ = schedulers::DPMSolverConfig::from_json(
+  sched_cfg_ = schedulers::SchedulerConfig::from_json(
       folder_->component_config("scheduler", "scheduler_config.json"),
       sdir + "/scheduler_config.json");
   auto store = std::make_unique<io::WeightStore>(tdir);  // maps files, checks headers
@@ -65,7 +65,7 @@ PixArtPipeline::PixArtPipeline(const std::string& folder, DType dtype)
 }
 
 PixArtPipeline::PixArtPipeline(const models::PixArtConfig& cfg,
-                               const schedulers::DPMSolverConfig& sched,
+                               const schedulers::SchedulerConfig& sched,
                                std::unique_ptr<io::WeightSource> weights, DType dtype)
     : dtype_(dtype), cfg_(cfg), sched_cfg_(sched), weights_(std::move(weights)) {}
 
@@ -156,11 +156,12 @@ void PixArtPipeline::check_size(int64_t height, int64_t width) const {
 }
 
 void PixArtPipeline::check_steps(int64_t steps) const {
-  XDIT_CHECK(steps <= sched_cfg_.num_train_timesteps, "num_inference_steps ", steps,
-             " exceeds the scheduler's ", sched_cfg_.num_train_timesteps,
-             " training timesteps (num_train_timesteps in scheduler_config.json)");
+  if (sched_cfg_.dpm_solver() != nullptr)  // it picks steps among the training timesteps
+    XDIT_CHECK(steps <= sched_cfg_.num_train_timesteps(), "num_inference_steps ", steps,
+               " exceeds the scheduler's ", sched_cfg_.num_train_timesteps(),
+               " training timesteps (num_train_timesteps in scheduler_config.json)");
   // The schedule itself (its checks on the timesteps it makes) costs microseconds.
-  if (steps >= 1) schedulers::DPMSolverMultistep(sched_cfg_).set_timesteps(steps);
+  if (steps >= 1) sched_cfg_.make()->set_timesteps(steps, {});
 }
 
 void PixArtPipeline::check_guidance(double g) const {
@@ -279,9 +280,10 @@ Tensor PixArtPipeline::generate_latents(const LatentRequest& req,
   const int64_t h = r.height / vsf, w = r.width / vsf, C = cfg_.in_channels;
   Tensor latents =
       r.latents.defined() ? r.latents.to(DType::kF32) : TorchGenerator(r.seed).randn({P, C, h, w});
-  schedulers::DPMSolverMultistep sched(sched_cfg_);
+  const auto sched_ptr = sched_cfg_.make();
+  schedulers::Scheduler& sched = *sched_ptr;
   if (r.num_inference_steps == 0) return latents;
-  sched.set_timesteps(r.num_inference_steps);
+  sched.set_timesteps(r.num_inference_steps, {});
   // latents * init_noise_sigma (1 for DPM-Solver).
 
   const bool cfg = r.guidance_scale > 1.0;

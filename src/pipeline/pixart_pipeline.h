@@ -22,7 +22,7 @@
 #include "parallel/pipefusion_attention.h"
 #include "parallel/usp_attention.h"
 #include "pipeline/memory_estimate.h"
-#include "schedulers/dpm_solver.h"
+#include "schedulers/scheduler_config.h"
 #include "tokenizers/t5_tokenizer.h"
 
 namespace xdit::pipeline {
@@ -94,7 +94,7 @@ class PixArtPipeline {
   PixArtPipeline(const std::string& folder, DType dtype);
   // A transformer-only pipeline (prompt embeddings → latents) from a config
   // and any weight source — the benchmarks' random full-size models.
-  PixArtPipeline(const models::PixArtConfig& cfg, const schedulers::DPMSolverConfig& sched,
+  PixArtPipeline(const models::PixArtConfig& cfg, const schedulers::SchedulerConfig& sched,
                  std::unique_ptr<io::WeightSource> weights, DType dtype);
   ~PixArtPipeline();
 
@@ -102,6 +102,7 @@ class PixArtPipeline {
   const io::ModelFolder& folder() const;
   // Pixels per latent pixel: from vae/config.json, 8 without a VAE.
   int64_t vae_scale_factor() const;
+  const schedulers::SchedulerConfig& scheduler_config() const { return sched_cfg_; }
   // 120 for PixArt-α pipelines, 300 for PixArt-Σ (diffusers' defaults).
   int64_t default_max_sequence_length() const;
 
@@ -141,14 +142,14 @@ class PixArtPipeline {
   // counted again); throws when it cannot fit.
   void check_request_memory(const MemoryQuery& q) const;
   // PipeFusion's patch pipeline over the mesh's stages (pipeline/pipefusion.cpp).
-  Tensor pipefusion_loop(Tensor latents, schedulers::DPMSolverMultistep& sched, const Tensor& text,
+  Tensor pipefusion_loop(Tensor latents, schedulers::Scheduler& sched, const Tensor& text,
                          const Tensor& mask, const Tensor& resolution, const Tensor& aspect,
                          int64_t MB, bool cfg, bool cfg_split, double guidance_scale,
                          const std::function<void(const StepEvent&)>& on_step);
   std::optional<io::ModelFolder> folder_;
   DType dtype_;
   models::PixArtConfig cfg_;
-  schedulers::DPMSolverConfig sched_cfg_;
+  schedulers::SchedulerConfig sched_cfg_;
   std::unique_ptr<io::WeightSource> weights_;
   std::unique_ptr<models::PixArtTransformer> transformer_;
   // Text side and VAE, opened by validate(ImageRequest), built on first use.

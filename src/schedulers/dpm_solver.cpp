@@ -87,7 +87,9 @@ DPMSolverMultistep::DPMSolverMultistep(DPMSolverConfig cfg) : cfg_(std::move(cfg
   }
 }
 
-void DPMSolverMultistep::set_timesteps(int64_t steps) {
+void DPMSolverMultistep::set_timesteps(int64_t steps, const TimestepHints& hints) {
+  XDIT_CHECK(!hints.mu.has_value() && hints.sigmas.empty(),
+             "DPMSolverMultistepScheduler takes no mu or custom sigmas");
   XDIT_CHECK(steps >= 1, "num_inference_steps must be at least 1, got ", steps);
   const int64_t T = cfg_.num_train_timesteps;
   XDIT_CHECK(steps <= T, "num_inference_steps ", steps, " exceeds the scheduler's ", T,
@@ -106,26 +108,26 @@ void DPMSolverMultistep::set_timesteps(int64_t steps) {
     }
   }
   const int64_t last = T - clipped;
+  std::vector<int64_t> ts;
   XDIT_CHECK(last >= 2, "lambda_min_clipped ", cfg_.lambda_min_clipped,
              " clips the whole noise schedule: fix scheduler_config.json");
-  timesteps_.clear();
-  if (cfg_.timestep_spacing == "linspace") {
+    if (cfg_.timestep_spacing == "linspace") {
     // np.linspace(0, last − 1, steps + 1).round()[::-1][:-1]
     // (numpy computes arange · step with step = (last − 1)/steps; round half to even)
     const double step = static_cast<double>(last - 1) / static_cast<double>(steps);
     for (int64_t i = steps; i >= 1; --i)
-      timesteps_.push_back(static_cast<int64_t>(std::nearbyint(static_cast<double>(i) * step)));
+      ts.push_back(static_cast<int64_t>(std::nearbyint(static_cast<double>(i) * step)));
   } else if (cfg_.timestep_spacing == "leading") {
     const int64_t ratio = last / (steps + 1);
-    for (int64_t i = steps; i >= 1; --i) timesteps_.push_back(i * ratio + cfg_.steps_offset);
+    for (int64_t i = steps; i >= 1; --i) ts.push_back(i * ratio + cfg_.steps_offset);
   } else {  // trailing: np.arange(last, 0, −T/steps).round() − 1
     const double ratio = static_cast<double>(T) / static_cast<double>(steps);
     for (int64_t k = 0; static_cast<double>(last) - static_cast<double>(k) * ratio > 0; ++k)
-      timesteps_.push_back(static_cast<int64_t>(std::nearbyint(static_cast<double>(last) -
+      ts.push_back(static_cast<int64_t>(std::nearbyint(static_cast<double>(last) -
                                                                static_cast<double>(k) * ratio)) -
                            1);
   }
-  for (int64_t t : timesteps_)
+  for (int64_t t : ts)
     XDIT_CHECK(t >= 0 && t < T, "the scheduler's timestep ", t, " for ", steps,
                " steps lies outside its ", T,
                " training steps (steps_offset / timestep_spacing in scheduler_config.json)");
@@ -135,20 +137,14 @@ void DPMSolverMultistep::set_timesteps(int64_t steps) {
     const float ac = alphas_cumprod_[static_cast<size_t>(t)];
     return std::sqrt((1.0f - ac) / ac);
   };
-  for (int64_t t : timesteps_) sigmas_.push_back(sigma_at(t));
+  for (int64_t t : ts) sigmas_.push_back(sigma_at(t));
+  timesteps_.assign(ts.begin(), ts.end());
   sigmas_.push_back(cfg_.final_sigmas_type == "sigma_min" ? sigma_at(0) : 0.0f);
   step_index_ = 0;
   lower_order_nums_ = 0;
   rows_done_ = 0;
   cur_.clear();
   prev_.clear();
-}
-
-void DPMSolverMultistep::step(const Tensor& model_output, Tensor& sample) {
-  XDIT_CHECK(model_output.shape() == sample.shape() && sample.ndim() == 4,
-             "scheduler step: shapes ", shape_str(model_output.shape()), " and ",
-             shape_str(sample.shape()), " differ");
-  step(model_output.data<float>(), sample.data<float>(), sample.shape(), 0, sample.dim(2));
 }
 
 void DPMSolverMultistep::step(const float* model_output, float* sample, const Shape& shape,

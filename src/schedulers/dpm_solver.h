@@ -16,6 +16,7 @@
 
 #include "core/tensor.h"
 #include "io/json.h"
+#include "schedulers/scheduler.h"
 
 namespace xdit::schedulers {
 
@@ -40,29 +41,27 @@ struct DPMSolverConfig {
   static DPMSolverConfig from_json(const io::Json& j, const std::string& where);
 };
 
-class DPMSolverMultistep {
+class DPMSolverMultistep final : public Scheduler {
  public:
   explicit DPMSolverMultistep(DPMSolverConfig cfg);
 
-  void set_timesteps(int64_t num_inference_steps);
-  const std::vector<int64_t>& timesteps() const { return timesteps_; }
-  const std::vector<float>& sigmas() const { return sigmas_; }
-  float init_noise_sigma() const { return 1.0f; }
-  int64_t step_index() const { return step_index_; }
-
-  // One solver step on rows [row_begin, row_end) of latents shaped
-  // [B, C, H, W]: `model_output` and `sample` hold just those rows
-  // ([B, C, row_end − row_begin, W], contiguous); `sample` is updated in place.
-  // Call with the full range (0, H) for a whole-latent step.
+  // Takes no hints (a mu or custom sigmas are refused).
+  void set_timesteps(int64_t num_inference_steps, const TimestepHints& hints) override;
+  void set_timesteps(int64_t num_inference_steps) { set_timesteps(num_inference_steps, {}); }
+  // Integer training timesteps, as floats.
+  const std::vector<float>& timesteps() const override { return timesteps_; }
+  const std::vector<float>& sigmas() const override { return sigmas_; }
+  float init_noise_sigma() const override { return 1.0f; }
+  int64_t step_index() const override { return step_index_; }
   void step(const float* model_output, float* sample, const Shape& latent_shape, int64_t row_begin,
-            int64_t row_end);
-  void step(const Tensor& model_output, Tensor& sample);
+            int64_t row_end) override;
+  using Scheduler::step;
 
  private:
   DPMSolverConfig cfg_;
   std::vector<float> alphas_cumprod_;
   std::vector<float> sigmas_;
-  std::vector<int64_t> timesteps_;
+  std::vector<float> timesteps_;
   int64_t step_index_ = 0;
   int64_t lower_order_nums_ = 0;
   // Converted model outputs of the current and previous step, full latent size.

@@ -11,7 +11,7 @@
 #include "models/t5.h"
 #include "models/vae.h"
 #include "pipeline/memory_estimate.h"
-#include "schedulers/dpm_solver.h"
+#include "schedulers/scheduler_config.h"
 
 namespace xdit::fuzz {
 
@@ -72,9 +72,11 @@ void config_bytes(const uint8_t* data, size_t size) {
     c.scale_factor();
   });
   guarded([&] {
-    schedulers::DPMSolverMultistep s(
-        schedulers::DPMSolverConfig::from_json(j, "scheduler/scheduler_config.json"));
-    for (int64_t n : {1, 2, 7, 20, 1000}) guarded([&] { s.set_timesteps(n); });
+    const auto cfg = schedulers::SchedulerConfig::from_json(j, "scheduler/scheduler_config.json");
+    const auto s = cfg.make();
+    schedulers::TimestepHints hints;
+    if (cfg.flow_match() != nullptr) hints.mu = cfg.flow_match()->mu(4096);
+    for (int64_t n : {1, 2, 7, 20, 1000}) guarded([&] { s->set_timesteps(n, hints); });
   });
 }
 
