@@ -111,7 +111,7 @@ void DPMSolverMultistep::set_timesteps(int64_t steps, const TimestepHints& hints
   std::vector<int64_t> ts;
   XDIT_CHECK(last >= 2, "lambda_min_clipped ", cfg_.lambda_min_clipped,
              " clips the whole noise schedule: fix scheduler_config.json");
-    if (cfg_.timestep_spacing == "linspace") {
+  if (cfg_.timestep_spacing == "linspace") {
     // np.linspace(0, last − 1, steps + 1).round()[::-1][:-1]
     // (numpy computes arange · step with step = (last − 1)/steps; round half to even)
     const double step = static_cast<double>(last - 1) / static_cast<double>(steps);
@@ -123,9 +123,9 @@ void DPMSolverMultistep::set_timesteps(int64_t steps, const TimestepHints& hints
   } else {  // trailing: np.arange(last, 0, −T/steps).round() − 1
     const double ratio = static_cast<double>(T) / static_cast<double>(steps);
     for (int64_t k = 0; static_cast<double>(last) - static_cast<double>(k) * ratio > 0; ++k)
-      ts.push_back(static_cast<int64_t>(std::nearbyint(static_cast<double>(last) -
-                                                               static_cast<double>(k) * ratio)) -
-                           1);
+      ts.push_back(static_cast<int64_t>(
+                       std::nearbyint(static_cast<double>(last) - static_cast<double>(k) * ratio)) -
+                   1);
   }
   for (int64_t t : ts)
     XDIT_CHECK(t >= 0 && t < T, "the scheduler's timestep ", t, " for ", steps,

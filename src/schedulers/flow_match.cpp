@@ -37,8 +37,8 @@ FlowMatchConfig FlowMatchConfig::from_json(const io::Json& j, const std::string&
 }
 
 double FlowMatchConfig::mu(int64_t image_seq_len) const {
-  const double m = (max_shift - base_shift) / static_cast<double>(max_image_seq_len -
-                                                                  base_image_seq_len);
+  const double m =
+      (max_shift - base_shift) / static_cast<double>(max_image_seq_len - base_image_seq_len);
   const double b = base_shift - m * static_cast<double>(base_image_seq_len);
   return static_cast<double>(image_seq_len) * m + b;
 }
@@ -90,8 +90,9 @@ void FlowMatchEuler::set_timesteps(int64_t steps, const TimestepHints& hints) {
   XDIT_CHECK(steps >= 1, "num_inference_steps must be at least 1, got ", steps);
   XDIT_CHECK(hints.sigmas.empty() || static_cast<int64_t>(hints.sigmas.size()) == steps,
              "the scheduler got ", hints.sigmas.size(), " sigmas for ", steps, " steps");
-  XDIT_CHECK(!cfg_.use_dynamic_shifting || hints.mu.has_value(),
-             "the scheduler shifts by image size (use_dynamic_shifting) but the pipeline gave no mu");
+  XDIT_CHECK(
+      !cfg_.use_dynamic_shifting || hints.mu.has_value(),
+      "the scheduler shifts by image size (use_dynamic_shifting) but the pipeline gave no mu");
   const double N = static_cast<double>(cfg_.num_train_timesteps);
   std::vector<float> s;
   if (hints.sigmas.empty()) {

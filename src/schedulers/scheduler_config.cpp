@@ -13,8 +13,7 @@ void Scheduler::step(const Tensor& model_output, Tensor& sample) {
 
 SchedulerConfig SchedulerConfig::from_json(const io::Json& j, const std::string& where) {
   io::require_object(j, where);
-  const std::string cls =
-      io::string_or(j, "_class_name", "DPMSolverMultistepScheduler", where);
+  const std::string cls = io::string_or(j, "_class_name", "DPMSolverMultistepScheduler", where);
   if (cls == "DPMSolverMultistepScheduler") return DPMSolverConfig::from_json(j, where);
   if (cls == "FlowMatchEulerDiscreteScheduler") return FlowMatchConfig::from_json(j, where);
   XDIT_FAIL(where, ": scheduler ", cls,

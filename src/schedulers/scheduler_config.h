@@ -17,9 +17,9 @@ namespace xdit::schedulers {
 // A scheduler_config.json, read and checked before any weights load.
 class SchedulerConfig {
  public:
-  SchedulerConfig() = default;  // DPM-Solver++ with diffusers' defaults
-  SchedulerConfig(DPMSolverConfig c) : v_(std::move(c)) {}     // NOLINT(runtime/explicit)
-  SchedulerConfig(FlowMatchConfig c) : v_(std::move(c)) {}     // NOLINT(runtime/explicit)
+  SchedulerConfig() = default;                              // DPM-Solver++ with diffusers' defaults
+  SchedulerConfig(DPMSolverConfig c) : v_(std::move(c)) {}  // NOLINT(runtime/explicit)
+  SchedulerConfig(FlowMatchConfig c) : v_(std::move(c)) {}  // NOLINT(runtime/explicit)
   // Dispatches on _class_name; an unknown class is refused naming it.
   static SchedulerConfig from_json(const io::Json& j, const std::string& where);
   std::unique_ptr<Scheduler> make() const;
