@@ -6,6 +6,7 @@ pkgs=(cmake ninja-build g++
       nlohmann-json3-dev     # config.json, safetensors headers
       libcli11-dev           # command line
       libsentencepiece-dev   # T5 tokenizer (spiece.model)
+      libicu-dev             # CLIP tokenizer: NFC, lower-casing, Unicode regex classes
       libspng-dev            # PNG output with text chunks
       libopenmpi-dev openmpi-bin  # multi-process runtime (mpirun)
       libgtest-dev googletest

@@ -10,18 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "tokenizers/tokens.h"
+
 namespace sentencepiece {
 class SentencePieceProcessor;
 }
 
 namespace xdit::tokenizers {
-
-struct Tokens {
-  std::vector<int32_t> ids;   // max_length ids: pieces, EOS, then padding
-  std::vector<uint8_t> mask;  // 1 for pieces and EOS, 0 for padding
-  int64_t untruncated = 0;    // pieces + EOS before truncation
-  bool truncated() const { return untruncated > static_cast<int64_t>(ids.size()); }
-};
 
 class T5Tokenizer {
  public:

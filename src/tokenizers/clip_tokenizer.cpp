@@ -1,0 +1,320 @@
+#include "tokenizers/clip_tokenizer.h"
+
+#include <unicode/locid.h>
+#include <unicode/normalizer2.h>
+#include <unicode/regex.h>
+#include <unicode/uchar.h>
+#include <unicode/unistr.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "core/error.h"
+#include "io/json.h"
+
+namespace xdit::tokenizers {
+
+namespace fs = std::filesystem;
+
+struct ClipTokenizer::Regex {
+  std::unique_ptr<icu::RegexPattern> split;
+};
+
+namespace {
+
+// The pre-tokenizer of transformers' CLIPTokenizer. \s there is Oniguruma's,
+// which is Unicode White_Space; ICU's own \s is narrower, hence the property.
+constexpr const char* kSplit =
+    R"(<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|)"
+    R"([^\p{White_Space}\p{L}\p{N}]+)";
+
+// GPT-2's bytes_to_unicode: printable bytes map to themselves, the others to
+// U+0100 onwards in byte order. Returned as the UTF-8 text of each byte.
+const std::vector<std::string>& byte_symbols() {
+  static const std::vector<std::string> table = [] {
+    std::vector<std::string> t(256);
+    int next = 256;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+      icu::UnicodeString(static_cast<UChar32>(printable ? b : next++)).toUTF8String(t[b]);
+    }
+    return t;
+  }();
+  return table;
+}
+
+std::string utf8(const icu::UnicodeString& u) {
+  std::string s;
+  u.toUTF8String(s);
+  return s;
+}
+
+// A special token's text from tokenizer_config.json / special_tokens_map.json:
+// a string, or an object with "content".
+std::string token_text(const io::Json& j, const std::string& key, const std::string& fallback,
+                       const std::string& where) {
+  if (!j.is_object() || !j.contains(key) || j[key].is_null()) return fallback;
+  const io::Json& v = j[key];
+  if (v.is_string()) return v.get<std::string>();
+  XDIT_CHECK(v.is_object() && v.contains("content") && v["content"].is_string(), where, ": ", key,
+             " must be a string or an object with \"content\"");
+  return v["content"].get<std::string>();
+}
+
+}  // namespace
+
+ClipTokenizer::ClipTokenizer(const std::string& folder) : regex_(std::make_unique<Regex>()) {
+  const std::string vocab_path = folder + "/vocab.json", merges_path = folder + "/merges.txt";
+  XDIT_CHECK(
+      fs::is_regular_file(vocab_path), vocab_path,
+      " is missing: a CLIP tokenizer folder has vocab.json and merges.txt",
+      fs::exists(folder + "/spiece.model") ? " (this folder holds a SentencePiece model)" : "");
+  XDIT_CHECK(fs::is_regular_file(merges_path), merges_path,
+             " is missing: a CLIP tokenizer folder has vocab.json and merges.txt");
+
+  // Configuration first: a folder of another kind is refused before the vocabulary loads.
+  io::Json cfg = io::Json::object(), map = io::Json::object();
+  const std::string cfg_path = folder + "/tokenizer_config.json",
+                    map_path = folder + "/special_tokens_map.json";
+  if (fs::is_regular_file(cfg_path)) {
+    cfg = io::read_json_file(cfg_path);
+    io::require_object(cfg, cfg_path);
+    const std::string cls = io::string_or(cfg, "tokenizer_class", "CLIPTokenizer", cfg_path);
+    XDIT_CHECK(cls == "CLIPTokenizer" || cls == "CLIPTokenizerFast", cfg_path, ": tokenizer_class ",
+               cls, " is not a CLIP tokenizer (CLIPTokenizer expected here)");
+    const double max_len = io::number_or(cfg, "model_max_length", 77, cfg_path);
+    // transformers writes 1e30 for "no limit"; CLIP's position table has 77.
+    model_max_length_ = max_len >= 1 && max_len < 1e9 ? static_cast<int64_t>(max_len) : 77;
+  }
+  if (fs::is_regular_file(map_path)) {
+    map = io::read_json_file(map_path);
+    io::require_object(map, map_path);
+  }
+
+  const io::Json vocab = io::read_json_file(vocab_path);
+  XDIT_CHECK(vocab.is_object() && !vocab.empty(), vocab_path,
+             " must be a JSON object mapping tokens to ids");
+  for (const auto& [token, id] : vocab.items()) {
+    XDIT_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 &&
+                   id.get<int64_t>() < std::numeric_limits<int32_t>::max(),
+               vocab_path, ": the id of \"", token, "\" is not a non-negative integer");
+    const auto i = static_cast<int32_t>(id.get<int64_t>());
+    vocab_[token] = i;
+    if (static_cast<size_t>(i) >= id_to_token_.size())
+      id_to_token_.resize(static_cast<size_t>(i) + 1);
+    id_to_token_[static_cast<size_t>(i)] = token;
+  }
+
+  std::ifstream in(merges_path, std::ios::binary);
+  XDIT_CHECK(in.good(), "cannot read ", merges_path);
+  std::string line;
+  int64_t line_no = 0, rank = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if ((line_no == 1 && line.rfind("#version", 0) == 0) || line.empty()) continue;
+    const size_t sp = line.find(' ');
+    XDIT_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < line.size() &&
+                   line.find(' ', sp + 1) == std::string::npos,
+               merges_path, " line ", line_no, ": \"", line, "\" is not two symbols");
+    const std::string a = line.substr(0, sp), b = line.substr(sp + 1);
+    for (const std::string& s : {a, b, a + b})
+      XDIT_CHECK(vocab_.count(s) != 0, merges_path, " line ", line_no, ": \"", s,
+                 "\" is not in vocab.json");
+    merge_rank_.emplace(line, static_cast<int32_t>(rank++));
+  }
+  XDIT_CHECK(!in.bad(), "cannot read ", merges_path);
+
+  // Added tokens: the folder's added_tokens_decoder, then the special tokens
+  // (transformers registers them too, not normalized unless listed).
+  if (cfg.contains("added_tokens_decoder") && !cfg["added_tokens_decoder"].is_null()) {
+    const io::Json& dec = cfg["added_tokens_decoder"];
+    XDIT_CHECK(dec.is_object(), cfg_path, ": added_tokens_decoder must be an object");
+    for (const auto& [key, t] : dec.items()) {
+      XDIT_CHECK(t.is_object() && t.contains("content") && t["content"].is_string(), cfg_path,
+                 ": added_tokens_decoder[\"", key, "\"] has no \"content\"");
+      int32_t id = -1;
+      try {
+        id = static_cast<int32_t>(std::stol(key));
+      } catch (const std::exception&) {
+      }
+      XDIT_CHECK(id >= 0, cfg_path, ": added_tokens_decoder key \"", key, "\" is not an id");
+      added_.push_back(
+          {t["content"].get<std::string>(), id, io::bool_or(t, "normalized", true, cfg_path)});
+    }
+  }
+  const auto special = [&](const char* key, const char* fallback) {
+    const std::string text =
+        token_text(cfg, key, token_text(map, key, fallback, map_path), cfg_path);
+    for (const AddedToken& t : added_)
+      if (t.content == text) return t.id;
+    const auto it = vocab_.find(text);
+    XDIT_CHECK(it != vocab_.end(), folder, ": the ", key, " \"", text,
+               "\" is neither in vocab.json nor in added_tokens_decoder");
+    added_.push_back({text, it->second, false});
+    return it->second;
+  };
+  bos_ = special("bos_token", "<|startoftext|>");
+  eos_ = special("eos_token", "<|endoftext|>");
+  unk_ = special("unk_token", "<|endoftext|>");
+  pad_ = special("pad_token", "<|endoftext|>");
+  for (const AddedToken& t : added_) {
+    if (static_cast<size_t>(t.id) >= id_to_token_.size())
+      id_to_token_.resize(static_cast<size_t>(t.id) + 1);
+    id_to_token_[static_cast<size_t>(t.id)] = t.content;
+  }
+  // Longest first, so that one added token containing another wins.
+  std::stable_sort(added_.begin(), added_.end(), [](const AddedToken& x, const AddedToken& y) {
+    return x.content.size() > y.content.size();
+  });
+
+  UErrorCode st = U_ZERO_ERROR;
+  UParseError pe;
+  regex_->split.reset(icu::RegexPattern::compile(icu::UnicodeString::fromUTF8(kSplit), 0, pe, st));
+  XDIT_CHECK(U_SUCCESS(st), "ICU cannot compile the CLIP pre-tokenizer pattern: ", u_errorName(st));
+}
+
+ClipTokenizer::~ClipTokenizer() = default;
+
+// Splits `text` at the added tokens of this pass (normalized ones on
+// normalized text, the others on raw text), leftmost and longest first; the
+// text between them goes on to the next stage.
+void ClipTokenizer::split_added(const std::string& text, bool normalized_pass,
+                                std::vector<int32_t>& out) const {
+  size_t start = 0, i = 0;
+  const auto flush = [&](size_t end) {
+    if (end <= start) return;
+    const std::string part = text.substr(start, end - start);
+    if (normalized_pass) {
+      encode_plain(part, out);
+    } else {
+      // Normalization: NFC, white space runs → " ", lower case per character.
+      UErrorCode st = U_ZERO_ERROR;
+      const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(st);
+      XDIT_CHECK(U_SUCCESS(st), "ICU has no NFC normalizer: ", u_errorName(st));
+      const icu::UnicodeString n = nfc->normalize(icu::UnicodeString::fromUTF8(part), st);
+      XDIT_CHECK(U_SUCCESS(st), "ICU cannot normalize the prompt: ", u_errorName(st));
+      icu::UnicodeString norm;
+      bool in_space = false;
+      for (int32_t k = 0; k < n.length();) {
+        const UChar32 c = n.char32At(k);
+        k += U16_LENGTH(c);
+        if (u_hasBinaryProperty(c, UCHAR_WHITE_SPACE)) {
+          if (!in_space) norm.append(static_cast<UChar>(' '));
+          in_space = true;
+          continue;
+        }
+        in_space = false;
+        icu::UnicodeString one(c);
+        norm.append(one.toLower(icu::Locale::getRoot()));
+      }
+      split_added(utf8(norm), true, out);
+    }
+  };
+  while (i < text.size()) {
+    const AddedToken* hit = nullptr;
+    for (const AddedToken& t : added_)
+      if (t.normalized == normalized_pass && text.compare(i, t.content.size(), t.content) == 0) {
+        hit = &t;
+        break;
+      }
+    if (hit == nullptr) {
+      ++i;
+      continue;
+    }
+    flush(i);
+    out.push_back(hit->id);
+    i += hit->content.size();
+    start = i;
+  }
+  flush(text.size());
+}
+
+// Pre-tokenizer and BPE on normalized text without added tokens.
+void ClipTokenizer::encode_plain(const std::string& text, std::vector<int32_t>& out) const {
+  UErrorCode st = U_ZERO_ERROR;
+  const icu::UnicodeString u = icu::UnicodeString::fromUTF8(text);
+  std::unique_ptr<icu::RegexMatcher> m(regex_->split->matcher(u, st));
+  XDIT_CHECK(U_SUCCESS(st), "ICU regex matcher: ", u_errorName(st));
+  while (m->find(st) && U_SUCCESS(st)) bpe(utf8(m->group(st)), out);
+  XDIT_CHECK(U_SUCCESS(st), "ICU regex: ", u_errorName(st));
+}
+
+void ClipTokenizer::bpe(const std::string& piece, std::vector<int32_t>& out) const {
+  const auto& table = byte_symbols();
+  std::vector<std::string> sym;
+  sym.reserve(piece.size());
+  for (const unsigned char b : piece) sym.push_back(table[b]);
+  if (sym.empty()) return;
+  sym.back() += "</w>";
+  // Merge the lowest-ranked adjacent pair everywhere (left to right), again
+  // until no pair has a merge. A trained merge list ranks a pair above the
+  // merges that made its parts, so this equals the tokenizers library's
+  // heap order.
+  while (sym.size() > 1) {
+    int32_t best = std::numeric_limits<int32_t>::max();
+    std::string key;
+    for (size_t k = 0; k + 1 < sym.size(); ++k) {
+      key.assign(sym[k]).append(" ").append(sym[k + 1]);
+      const auto it = merge_rank_.find(key);
+      if (it != merge_rank_.end() && it->second < best) best = it->second;
+    }
+    if (best == std::numeric_limits<int32_t>::max()) break;
+    std::vector<std::string> next;
+    next.reserve(sym.size());
+    for (size_t k = 0; k < sym.size(); ++k) {
+      if (k + 1 < sym.size()) {
+        key.assign(sym[k]).append(" ").append(sym[k + 1]);
+        const auto it = merge_rank_.find(key);
+        if (it != merge_rank_.end() && it->second == best) {
+          next.push_back(sym[k] + sym[k + 1]);
+          ++k;
+          continue;
+        }
+      }
+      next.push_back(sym[k]);
+    }
+    sym.swap(next);
+  }
+  for (const std::string& s : sym) {
+    const auto it = vocab_.find(s);
+    out.push_back(it != vocab_.end() ? it->second : unk_);
+  }
+}
+
+std::vector<int32_t> ClipTokenizer::tokenize(const std::string& text) const {
+  std::vector<int32_t> out;
+  split_added(text, false, out);
+  return out;
+}
+
+Tokens ClipTokenizer::encode(const std::string& text, int64_t max_length) const {
+  XDIT_CHECK(max_length >= 2, "a CLIP token sequence needs room for BOS and EOS, got length ",
+             max_length);
+  const std::vector<int32_t> body = tokenize(text);
+  Tokens t;
+  t.untruncated = static_cast<int64_t>(body.size()) + 2;
+  const size_t keep = std::min(body.size(), static_cast<size_t>(max_length - 2));
+  t.ids.reserve(static_cast<size_t>(max_length));
+  t.ids.push_back(bos_);
+  t.ids.insert(t.ids.end(), body.begin(), body.begin() + static_cast<std::ptrdiff_t>(keep));
+  t.ids.push_back(eos_);
+  t.mask.assign(t.ids.size(), 1);
+  t.ids.resize(static_cast<size_t>(max_length), pad_);
+  t.mask.resize(static_cast<size_t>(max_length), 0);
+  return t;
+}
+
+std::vector<std::string> ClipTokenizer::pieces(const std::vector<int32_t>& ids) const {
+  std::vector<std::string> out;
+  out.reserve(ids.size());
+  for (const int32_t id : ids)
+    out.push_back(id >= 0 && static_cast<size_t>(id) < id_to_token_.size()
+                      ? id_to_token_[static_cast<size_t>(id)]
+                      : std::string("<?>"));
+  return out;
+}
+
+}  // namespace xdit::tokenizers
