@@ -15,6 +15,7 @@ std::function<int()> add_bench(CLI::App& app);
 std::function<int()> add_info(CLI::App& app);
 std::function<int()> add_list_models(CLI::App& app);
 std::function<int()> add_launch(CLI::App& app);
+std::function<int()> add_tokenize(CLI::App& app);
 
 // The job's world communicator (single-rank when not under mpirun).
 void set_world(comm::Communicator* world);

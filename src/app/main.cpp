@@ -66,6 +66,7 @@ int main(int argc, char** argv) {
   add(xdit::app::add_info(app));
   add(xdit::app::add_list_models(app));
   add(xdit::app::add_launch(app));
+  add(xdit::app::add_tokenize(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

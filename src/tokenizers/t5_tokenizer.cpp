@@ -60,6 +60,17 @@ std::string T5Tokenizer::decode(const std::vector<int32_t>& ids) const {
   return out;
 }
 
+std::vector<std::string> T5Tokenizer::pieces(const std::vector<int32_t>& ids) const {
+  const int32_t n = sp_->GetPieceSize();
+  std::vector<std::string> out;
+  out.reserve(ids.size());
+  for (const int32_t i : ids)  // T5's sentinel ids follow the SentencePiece vocabulary, last first
+    out.push_back(i >= 0 && i < n ? sp_->IdToPiece(i)
+                  : i < n + 100   ? "<extra_id_" + std::to_string(n + 99 - i) + ">"
+                                  : std::string("<?>"));
+  return out;
+}
+
 namespace {
 
 // Simple case mapping for the scripts prompts commonly use (Python's

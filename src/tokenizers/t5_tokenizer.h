@@ -27,6 +27,8 @@ class T5Tokenizer {
   Tokens encode(const std::string& text, int64_t max_length) const;
   // Pieces of ids (for warnings about truncated text).
   std::string decode(const std::vector<int32_t>& ids) const;
+  // The piece of each id ("▁cat", "</s>", "<extra_id_0>"), for display.
+  std::vector<std::string> pieces(const std::vector<int32_t>& ids) const;
   int32_t vocab_size() const;  // SentencePiece pieces (T5's 100 extra ids come after)
   // The longest text the encoder accepts: tokenizer_config.json's
   // model_max_length, or T5's 512 where that file has none or transformers'

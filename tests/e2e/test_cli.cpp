@@ -313,5 +313,51 @@ TEST_F(Cli, InfoDescribesTheModel) {
     EXPECT_NE(ss.str().find(want), std::string::npos) << want << " in:\n" << ss.str();
 }
 
+// xdit tokenize prints what transformers' tokenizers give (the CLIP goldens of
+// tools/goldens/make_clip.py; the T5 ids the PixArt goldens were made from).
+TEST_F(Cli, TokenizePrintsTransformersIdsAsJson) {
+  const auto tokenize = [&](const std::string& args) {
+    const std::string out = path("tokens.json");
+    const int rc = std::system((std::string("'") + XDIT_BINARY + "' tokenize " + args + " > '" +
+                                out + "' 2> '" + path("tokenize_err.txt") + "'")
+                                   .c_str());
+    EXPECT_EQ(rc, 0) << args;
+    std::ifstream in(out);
+    std::string line;
+    std::getline(in, line);
+    return io::parse_json_text(line, "xdit tokenize output");
+  };
+  const io::Json g = io::read_json_file(kData + "/goldens/clip_tokens.json");
+  for (const char* name : {"tokenizer", "tokenizer_2"})
+    for (const size_t i : {1u, 3u, 12u, 16u}) {  // "!!!", contractions, special text, too long
+      const std::string prompt = g["prompts"][i].get<std::string>();
+      std::string quoted = "'";
+      for (const char c : prompt) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+      quoted += "'";
+      const io::Json j =
+          tokenize("--model '" + kData + "/clip' --tokenizer " + name + " --prompt " + quoted);
+      EXPECT_EQ(j["ids"], g[name]["input_ids"][i]) << name << " " << i;
+      EXPECT_EQ(j["mask"], g[name]["attention_mask"][i]) << name << " " << i;
+      EXPECT_EQ(j["kind"], "clip");
+      EXPECT_EQ(j["max_length"], 77);
+      EXPECT_EQ(j["truncated"], i == 16u) << i;
+      EXPECT_EQ(j["tokens"].size(), 77u);
+    }
+  // T5 (the built-in PixArt folder) at a given length: EOS last, then padding.
+  const io::Json t = tokenize("--prompt 'a red fox in the snow' --max_sequence_length 12");
+  EXPECT_EQ(t["kind"], "t5");
+  ASSERT_EQ(t["ids"].size(), 12u);
+  const int64_t n = t["length"].get<int64_t>();
+  ASSERT_GT(n, 1);
+  EXPECT_EQ(t["ids"][n - 1], 1) << "EOS";
+  EXPECT_EQ(t["tokens"][n - 1], "</s>");
+  EXPECT_EQ(t["mask"][n], 0);
+  EXPECT_EQ(t["ids"][n], 0) << "pad";
+
+  expect_error(xdit("tokenize --model '" + kData + "/clip' --tokenizer tokenizer_3 --prompt x"),
+               "has no tokenizer_3/ folder");
+  expect_error(xdit("tokenize --model '" + kData + "/clip' --prompt x --max-length 1"), "--max");
+}
+
 }  // namespace
 }  // namespace xdit
