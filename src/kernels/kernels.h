@@ -38,8 +38,10 @@ void upsample_nearest2x_nhwc(const float* x, float* y, int64_t batch, int64_t h,
                              int64_t channels);
 
 // Elementwise; y may equal x.
-void gelu_tanh(const float* x, float* y, int64_t n);  // 0.5x(1+tanh(√(2/π)(x+0.044715x³)))
-void silu(const float* x, float* y, int64_t n);       // x·sigmoid(x)
+void gelu_tanh(const float* x, float* y, int64_t n);   // 0.5x(1+tanh(√(2/π)(x+0.044715x³)))
+void silu(const float* x, float* y, int64_t n);        // x·sigmoid(x)
+void gelu_erf(const float* x, float* y, int64_t n);    // 0.5x(1+erf(x/√2)), torch's exact GELU
+void quick_gelu(const float* x, float* y, int64_t n);  // x·sigmoid(1.702x), OpenAI CLIP's
 
 // Softmax over each row of `cols` values, in place.
 void softmax_rows(float* x, int64_t rows, int64_t cols);

@@ -49,6 +49,15 @@ float gelu_tanh(float x) {
                             (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v))));
 }
 
+float gelu_erf(float x) {
+  const double v = x;
+  return static_cast<float>(0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0))));
+}
+
+float quick_gelu(float x) {
+  return static_cast<float>(x / (1.0 + std::exp(-1.702 * static_cast<double>(x))));
+}
+
 float silu(float x) {
   return static_cast<float>(x / (1.0 + std::exp(-static_cast<double>(x))));
 }

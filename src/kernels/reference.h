@@ -17,6 +17,8 @@ void layer_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps, 
 void rms_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps, const float* weight);
 float gelu_tanh(float x);
 float silu(float x);
+float gelu_erf(float x);
+float quick_gelu(float x);
 void softmax_rows(float* x, int64_t rows, int64_t cols);
 // Full-matrix attention with the same argument conventions as kernels::attention.
 void attention(const AttentionArgs& a);

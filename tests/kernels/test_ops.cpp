@@ -183,6 +183,23 @@ TEST(Ops, GeluTanhAndSilu) {
   }
 }
 
+TEST(Ops, GeluErfAndQuickGelu) {
+  const int64_t n = 70001;
+  auto x = randn(n, 6, 4.0f);
+  x[0] = 30.0f;
+  x[1] = -30.0f;
+  std::vector<float> g(n), q(n);
+  gelu_erf(x.data(), g.data(), n);
+  quick_gelu(x.data(), q.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    const float rg = ref::gelu_erf(x[i]), rq = ref::quick_gelu(x[i]);
+    ASSERT_NEAR(g[i], rg, 1e-6 + 2e-6 * std::fabs(rg)) << "gelu (erf) at x=" << x[i];
+    ASSERT_NEAR(q[i], rq, 1e-6 + 2e-6 * std::fabs(rq)) << "quick_gelu at x=" << x[i];
+  }
+  // The two differ (CLIP-L and CLIP-G must not be swapped): by ~0.02 at x = 2.
+  EXPECT_GT(std::fabs(ref::gelu_erf(2.0f) - ref::quick_gelu(2.0f)), 0.01f);
+}
+
 TEST(Ops, Softmax) {
   const int64_t rows = 13, cols = 1031;
   auto x = randn(rows * cols, 5, 5.0f);

@@ -24,7 +24,7 @@ import shutil
 import torch
 import transformers
 from safetensors.torch import save_file
-from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
 from transformers import (CLIPTextConfig, CLIPTextModel, CLIPTextModelWithProjection,
                           CLIPTokenizer)
 
@@ -84,19 +84,45 @@ def bytes_to_unicode():
     return [chr(c) for c in cs]  # in CLIP's vocab order: printable bytes first ("!" = 0)
 
 
-def train_merges():
-    tok = Tokenizer(models.BPE(end_of_word_suffix="</w>", unk_token="<|endoftext|>"))
+def train_merges(max_merges=230):
+    """A small BPE trained on CORPUS with CLIP's normalizer and pre-tokenizer:
+    the most frequent adjacent pair first (ties: the smaller pair), "</w>" on
+    each word's last symbol. Written out here, not with the tokenizers
+    trainer, whose tie order changes from run to run."""
+    from collections import Counter
+    tok = Tokenizer(models.BPE())
     tok.normalizer = normalizers.Sequence(
         [normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Lowercase()])
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(SPLIT), behavior="removed", invert=True),
         pre_tokenizers.ByteLevel(add_prefix_space=False)])
-    trainer = trainers.BpeTrainer(vocab_size=900, min_frequency=2, end_of_word_suffix="</w>",
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
-    tok.train_from_iterator(CORPUS * 3, trainer)
-    merges = json.loads(tok.to_str())["model"]["merges"]
-    return [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in merges]
+    words = Counter()
+    for text in CORPUS:
+        for piece, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(text)):
+            words[tuple(piece[:-1]) + (piece[-1] + "</w>",)] += 1
+    merges = []
+    while len(merges) < max_merges:
+        pairs = Counter()
+        for w, n in words.items():
+            for a, b in zip(w, w[1:]):
+                pairs[(a, b)] += n
+        if not pairs:
+            break
+        best = min(pairs, key=lambda p: (-pairs[p], p))
+        merges.append(best)
+        merged = Counter()
+        for w, n in words.items():
+            out, i = [], 0
+            while i < len(w):
+                if i + 1 < len(w) and (w[i], w[i + 1]) == best:
+                    out.append(w[i] + w[i + 1])
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            merged[tuple(out)] += n
+        words = merged
+    return merges
 
 
 def write_tokenizer(folder, vocab, merges, pad):
@@ -177,7 +203,7 @@ def main():
             model.save_pretrained(os.path.join(ROOT, folder), safe_serialization=True)
             x = ids[tok][:6]
             r = model(input_ids=x, output_hidden_states=True)
-        out[f"{key}.ids"] = x.to(torch.int32)
+        out[f"{key}.ids"] = x.to(torch.float32)  # exact: ids < 2^24
         out[f"{key}.last"] = r.last_hidden_state.contiguous()
         out[f"{key}.penultimate"] = r.hidden_states[-2].contiguous()
         out[f"{key}.pooled"] = (r.text_embeds if key == "g" else r.pooler_output).contiguous()

@@ -183,6 +183,19 @@ void silu(const float* x, float* y, int64_t n) {
   parallel_chunks(n, [&](int64_t b, int64_t e) { silu_range(x + b, y + b, e - b); });
 }
 
+// libm's erf: CLIP-G's MLP is the only user, a few million values per prompt.
+void gelu_erf(const float* x, float* y, int64_t n) {
+  parallel_chunks(n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678f));
+  });
+}
+
+void quick_gelu(const float* x, float* y, int64_t n) {
+  parallel_chunks(n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] = x[i] / (1.0f + std::exp(-1.702f * x[i]));
+  });
+}
+
 void softmax_rows(float* x, int64_t rows, int64_t cols) {
 #pragma omp parallel for if (rows * cols > kGrain)
   for (int64_t r = 0; r < rows; ++r) {

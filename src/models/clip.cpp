@@ -1,0 +1,206 @@
+#include "models/clip.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/error.h"
+#include "kernels/kernels.h"
+#include "nn/weight_specs.h"
+
+namespace xdit::models {
+
+ClipTextConfig ClipTextConfig::from_json(const io::Json& root, const std::string& w) {
+  io::require_object(root, w);
+  // A full CLIPConfig (vision + text) keeps the text model's keys in text_config.
+  const io::Json& j =
+      root.contains("text_config") && root["text_config"].is_object() ? root["text_config"] : root;
+  // Bounds far beyond CLIP-G (hidden 1280, MLP 5120, 32 layers, 20 heads).
+  constexpr int64_t kSize = 1 << 12, kWide = 1 << 16;
+  ClipTextConfig c;
+  c.vocab_size = io::int_in(j, "vocab_size", c.vocab_size, 1, int64_t{1} << 22, w);
+  c.hidden_size = io::int_in(j, "hidden_size", 512, 1, kWide, w);
+  c.intermediate_size = io::int_in(j, "intermediate_size", 2048, 1, kWide * 4, w);
+  c.num_hidden_layers = io::int_in(j, "num_hidden_layers", 12, 1, kSize, w);
+  c.num_attention_heads = io::int_in(j, "num_attention_heads", 8, 1, kSize, w);
+  c.max_position_embeddings = io::int_in(j, "max_position_embeddings", 77, 1, kWide, w);
+  c.eos_token_id = io::int_in(j, "eos_token_id", 2, 0, c.vocab_size - 1, w);
+  c.layer_norm_eps = io::number_or(j, "layer_norm_eps", 1e-5, w);
+  XDIT_CHECK(c.layer_norm_eps >= 0, w, ": layer_norm_eps must be >= 0");
+  c.hidden_act = io::string_or(j, "hidden_act", "quick_gelu", w);
+  XDIT_CHECK(c.hidden_act == "quick_gelu" || c.hidden_act == "gelu", w, ": hidden_act \"",
+             c.hidden_act, "\" is not supported (quick_gelu or gelu)");
+  XDIT_CHECK(c.hidden_size % c.num_attention_heads == 0, w, ": hidden_size ", c.hidden_size,
+             " is not divisible by num_attention_heads ", c.num_attention_heads);
+  bool projection = false;
+  if (root.contains("architectures") && root["architectures"].is_array())
+    for (const auto& a : root["architectures"])
+      if (a.is_string() && a.get<std::string>() == "CLIPTextModelWithProjection") projection = true;
+  if (projection) c.projection_dim = io::int_in(j, "projection_dim", 512, 1, kWide, w);
+  return c;
+}
+
+io::WeightSpecs ClipTextConfig::weight_specs(const std::string& prefix) const {
+  const int64_t d = hidden_size;
+  io::WeightSpecs s;
+  const std::string p = prefix;
+  s.emplace_back(p + "embeddings.token_embedding.weight", Shape{vocab_size, d});
+  s.emplace_back(p + "embeddings.position_embedding.weight", Shape{max_position_embeddings, d});
+  for (int64_t i = 0; i < num_hidden_layers; ++i) {
+    const std::string l = p + "encoder.layers." + std::to_string(i) + ".";
+    for (const char* ln : {"layer_norm1", "layer_norm2"}) {
+      s.emplace_back(l + ln + ".weight", Shape{d});
+      s.emplace_back(l + ln + ".bias", Shape{d});
+    }
+    for (const char* m : {"q_proj", "k_proj", "v_proj", "out_proj"})
+      nn::linear_specs(s, l + "self_attn." + m, d, d, true);
+    nn::linear_specs(s, l + "mlp.fc1", d, intermediate_size, true);
+    nn::linear_specs(s, l + "mlp.fc2", intermediate_size, d, true);
+  }
+  s.emplace_back(p + "final_layer_norm.weight", Shape{d});
+  s.emplace_back(p + "final_layer_norm.bias", Shape{d});
+  if (projection_dim > 0) nn::linear_specs(s, "text_projection", d, projection_dim, false);
+  return s;
+}
+
+int64_t ClipTextConfig::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& [name, shape] : weight_specs()) n += shape_numel(shape);
+  return n;
+}
+
+struct ClipTextEncoder::Layer {
+  Tensor ln1_w, ln1_b, ln2_w, ln2_b;
+  kernels::Linear qkv, out, fc1, fc2;
+};
+
+ClipTextEncoder::ClipTextEncoder(const ClipTextConfig& cfg, const io::WeightSource& w,
+                                 DType compute)
+    : cfg_(cfg), ct_(kernels::resolve_compute_type(compute)) {
+  const int64_t d = cfg.hidden_size;
+  // transformers saves CLIPTextModel with or without the "text_model." prefix.
+  const std::string p = w.has("text_model.embeddings.token_embedding.weight") ? "text_model." : "";
+  token_embedding_ =
+      nn::load_param(w, p + "embeddings.token_embedding.weight", {cfg.vocab_size, d});
+  position_embedding_ = nn::load_param(w, p + "embeddings.position_embedding.weight",
+                                       {cfg.max_position_embeddings, d});
+  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
+    const std::string l = p + "encoder.layers." + std::to_string(i) + ".";
+    auto layer = std::make_unique<Layer>();
+    layer->ln1_w = nn::load_param(w, l + "layer_norm1.weight", {d});
+    layer->ln1_b = nn::load_param(w, l + "layer_norm1.bias", {d});
+    layer->ln2_w = nn::load_param(w, l + "layer_norm2.weight", {d});
+    layer->ln2_b = nn::load_param(w, l + "layer_norm2.bias", {d});
+    const std::string a = l + "self_attn.";
+    layer->qkv = nn::load_fused_linear(w, {a + "q_proj", a + "k_proj", a + "v_proj"}, d, {d, d, d},
+                                       true, ct_);
+    layer->out = nn::load_linear(w, a + "out_proj", d, d, true, ct_);
+    layer->fc1 = nn::load_linear(w, l + "mlp.fc1", d, cfg.intermediate_size, true, ct_);
+    layer->fc2 = nn::load_linear(w, l + "mlp.fc2", cfg.intermediate_size, d, true, ct_);
+    layers_.push_back(std::move(layer));
+  }
+  final_ln_w_ = nn::load_param(w, p + "final_layer_norm.weight", {d});
+  final_ln_b_ = nn::load_param(w, p + "final_layer_norm.bias", {d});
+  if (cfg.projection_dim > 0)
+    projection_ = nn::load_linear(w, "text_projection", d, cfg.projection_dim, false, ct_);
+}
+
+ClipTextEncoder::~ClipTextEncoder() = default;
+
+ClipTextOutput ClipTextEncoder::encode(const std::vector<int32_t>& ids, int64_t B, int64_t S,
+                                       int64_t hidden_state) {
+  const ClipTextConfig& c = cfg_;
+  const int64_t d = c.hidden_size, H = c.num_attention_heads, M = B * S;
+  const auto L = static_cast<int64_t>(layers_.size());
+  XDIT_CHECK(B >= 1 && S >= 1 && static_cast<int64_t>(ids.size()) == M,
+             "CLIP encode: ids must hold batch x seq values");
+  XDIT_CHECK(S <= c.max_position_embeddings, "CLIP encode: ", S, " tokens exceed the encoder's ",
+             c.max_position_embeddings, " positions");
+  const int64_t want = hidden_state == kNoHiddenState ? -1
+                       : hidden_state < 0             ? L + 1 + hidden_state
+                                                      : hidden_state;
+  XDIT_CHECK(hidden_state == kNoHiddenState || (want >= 0 && want <= L), "CLIP hidden state ",
+             hidden_state, " does not exist (the encoder has ", L, " layers: 0 … ", L,
+             ", or -1 … -", L + 1, ")");
+
+  ClipTextOutput out;
+  out.last_hidden = Tensor::empty({B, S, d});
+  float* h = out.last_hidden.data<float>();
+  const float* tok = token_embedding_.data<float>();
+  const float* pos = position_embedding_.data<float>();
+  for (int64_t t = 0; t < M; ++t) {
+    const int32_t id = ids[static_cast<size_t>(t)];
+    XDIT_CHECK(id >= 0 && id < c.vocab_size, "token id ", id, " is outside the CLIP vocabulary of ",
+               c.vocab_size);
+    for (int64_t k = 0; k < d; ++k) h[t * d + k] = tok[id * d + k] + pos[(t % S) * d + k];
+  }
+  const auto keep = [&](int64_t index) {
+    if (index == want) out.hidden = out.last_hidden.clone();
+  };
+  keep(0);
+
+  // The causal mask as an additive bias [H, S, S]: key k > query q is −∞.
+  std::vector<float> causal(static_cast<size_t>(H * S * S), 0.0f);
+  for (int64_t hh = 0; hh < H; ++hh)
+    for (int64_t q = 0; q < S; ++q)
+      for (int64_t k = q + 1; k < S; ++k)
+        causal[static_cast<size_t>((hh * S + q) * S + k)] = -INFINITY;
+  const auto eps = static_cast<float>(c.layer_norm_eps);
+  float* n = n_.get(static_cast<size_t>(M * d));
+  float* qkv = qkv_.get(static_cast<size_t>(M * 3 * d));
+  float* attn = attn_.get(static_cast<size_t>(M * d));
+  float* ff = ff_.get(static_cast<size_t>(M * c.intermediate_size));
+  for (int64_t i = 0; i < L; ++i) {
+    const Layer& l = *layers_[static_cast<size_t>(i)];
+    kernels::layer_norm(h, n, M, d, eps, l.ln1_w.data<float>(), l.ln1_b.data<float>());
+    l.qkv.forward(n, M, qkv);
+    kernels::AttentionArgs a;
+    a.q = qkv;
+    a.k = qkv + d;
+    a.v = qkv + 2 * d;
+    a.q_stride = a.k_stride = a.v_stride = 3 * d;
+    a.out = attn;
+    a.out_stride = d;
+    a.batch = B;
+    a.heads = H;
+    a.q_len = a.kv_len = S;
+    a.head_dim = d / H;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(d / H));
+    a.bias = causal.data();
+    a.bf16 = ct_ == nn::ComputeType::kBF16;
+    kernels::attention(a);
+    l.out.forward(attn, M, h, /*accumulate=*/true);  // h += out_proj(attn)
+    kernels::layer_norm(h, n, M, d, eps, l.ln2_w.data<float>(), l.ln2_b.data<float>());
+    l.fc1.forward(n, M, ff);
+    if (c.hidden_act == "gelu")
+      kernels::gelu_erf(ff, ff, M * c.intermediate_size);
+    else
+      kernels::quick_gelu(ff, ff, M * c.intermediate_size);
+    l.fc2.forward(ff, M, h, /*accumulate=*/true);  // h += fc2(act(fc1(ln2(h))))
+    keep(i + 1);
+  }
+  kernels::layer_norm(h, h, M, d, eps, final_ln_w_.data<float>(), final_ln_b_.data<float>());
+
+  // Pooled: the first EOS of each row (legacy configs: the largest id).
+  Tensor pooled = Tensor::empty({B, d});
+  for (int64_t b = 0; b < B; ++b) {
+    const int32_t* row = ids.data() + b * S;
+    int64_t at = 0;
+    for (int64_t t = 0; t < S; ++t) {
+      if (c.eos_token_id == 2 ? row[t] > row[at] : row[t] == c.eos_token_id) {
+        at = t;
+        if (c.eos_token_id != 2) break;
+      }
+    }
+    std::memcpy(pooled.data<float>() + b * d, h + (b * S + at) * d, static_cast<size_t>(d) * 4);
+  }
+  if (c.projection_dim > 0) {
+    out.pooled = Tensor::empty({B, c.projection_dim});
+    projection_.forward(pooled.data<float>(), B, out.pooled.data<float>());
+  } else {
+    out.pooled = std::move(pooled);
+  }
+  return out;
+}
+
+}  // namespace xdit::models
