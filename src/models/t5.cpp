@@ -49,7 +49,8 @@ Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint
                          int64_t B, int64_t S) {
   const T5Config& c = cfg_;
   const int64_t d = c.d_model, H = c.num_heads, inner = H * c.d_kv, M = B * S;
-  XDIT_CHECK(static_cast<int64_t>(ids.size()) == M && static_cast<int64_t>(mask.size()) == M,
+  XDIT_CHECK(static_cast<int64_t>(ids.size()) == M &&
+                 (mask.empty() || static_cast<int64_t>(mask.size()) == M),
              "T5 encode: ids and mask must hold batch x seq values");
   float* h = h_.get(static_cast<size_t>(M * d));
   const size_t row_bytes = static_cast<size_t>(d) * dtype_size(embedding_.dtype());
@@ -95,7 +96,7 @@ Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint
     a.q_len = a.kv_len = S;
     a.head_dim = c.d_kv;
     a.scale = 1.0f;  // T5 folds the scaling into its initialisation
-    a.key_mask = mask.data();
+    a.key_mask = mask.empty() ? nullptr : mask.data();
     a.bias = bias.data();
     a.bf16 = ct_ == nn::ComputeType::kBF16;
     kernels::attention(a);

@@ -50,6 +50,8 @@ class T5Encoder {
   ~T5Encoder();
   const T5Config& config() const { return cfg_; }
   // ids and mask: [batch, seq] row-major; returns [batch, seq, d_model].
+  // An empty mask runs without one, as FLUX.1 and SD3 call T5: the padding
+  // positions attend and are attended to like any token.
   Tensor encode(const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask, int64_t batch,
                 int64_t seq);
 

@@ -6,6 +6,7 @@
 #include "io/json.h"
 #include "io/model_folder.h"
 #include "io/safetensors.h"
+#include "io/weights.h"
 #include "models/t5.h"
 #include "test_util.h"
 #include "tokenizers/t5_tokenizer.h"
@@ -105,6 +106,39 @@ TEST(T5Encoder, Bf16CheckpointMatchesItsUpcast) {
                           std::string(XDIT_TEST_DATA) + "/goldens/t5_bf16.safetensors", "ids",
                           "mask", "embeds", DType::kF32),
             1e-4);
+}
+
+// FLUX / SD3: the prompt as given (no lower-casing), padded, and no mask.
+TEST(T5Encoder, UnmaskedAsFluxAndSd3CallItMatchesTransformers) {
+  const std::string file = std::string(XDIT_TEST_DATA) + "/goldens/t5_unmasked.safetensors";
+  io::SafeTensorsFile f(file);
+  const auto prompts =
+      io::parse_json_text(f.metadata().at("prompts"), "prompts").get<std::vector<std::string>>();
+  const int64_t L = std::stoll(f.metadata().at("length")), P = static_cast<int64_t>(prompts.size());
+  auto g = io::read_safetensors_f32(file);
+  const auto ids = g["ids"].to_vector();
+  tokenizers::T5Tokenizer tok(kModel + "/tokenizer");
+  std::vector<int32_t> iv;
+  std::vector<uint8_t> mv;
+  for (int64_t p = 0; p < P; ++p) {
+    const tokenizers::Tokens t = tok.encode(prompts[static_cast<size_t>(p)], L);
+    for (int64_t i = 0; i < L; ++i)
+      ASSERT_EQ(t.ids[static_cast<size_t>(i)], static_cast<int32_t>(ids[p * L + i]))
+          << "prompt " << p << " token " << i;
+    iv.insert(iv.end(), t.ids.begin(), t.ids.end());
+    mv.insert(mv.end(), t.mask.begin(), t.mask.end());
+  }
+  io::ModelFolder folder(kModel);
+  const auto cfg = models::T5Config::from_json(
+      folder.component_config("text_encoder", "config.json"), "text_encoder/config.json");
+  io::WeightStore w(kModel + "/text_encoder");
+  models::T5Encoder enc(cfg, w, DType::kF32);
+  const Tensor unmasked = enc.encode(iv, {}, P, L);
+  EXPECT_LE(test::rel_max_err(unmasked.to_vector(), g["embeds"].to_vector()), 1e-4);
+  // The mask changes the result: the golden's masked run is far from it.
+  const Tensor masked = enc.encode(iv, mv, P, L);
+  EXPECT_LE(test::rel_max_err(masked.to_vector(), g["masked"].to_vector()), 1e-4);
+  EXPECT_GT(test::rel_max_err(masked.to_vector(), g["embeds"].to_vector()), 1e-2);
 }
 
 TEST(T5Encoder, Bf16Compute) {
