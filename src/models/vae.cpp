@@ -113,6 +113,15 @@ void VaeDecoder::resnet(const Resnet& r, Tensor& x, int64_t b, int64_t h, int64_
   kernels::gated_residual_add(x.data<float>(), t.data<float>(), 1, 1, b * hw * r.out, nullptr, 0);
 }
 
+Tensor VaeDecoder::decode_latents(const Tensor& latents) {
+  Tensor z = latents.clone();
+  const auto scale = static_cast<float>(cfg_.scaling_factor);
+  const auto shift = static_cast<float>(cfg_.shift_factor);
+  float* v = z.data<float>();
+  for (int64_t i = 0; i < z.numel(); ++i) v[i] = v[i] / scale + shift;
+  return decode(z);
+}
+
 Tensor VaeDecoder::decode(const Tensor& z_nchw) {
   const VaeConfig& c = cfg_;
   XDIT_CHECK(z_nchw.ndim() == 4 && z_nchw.dim(1) == c.latent_channels, "VAE decode expects [B, ",

@@ -48,6 +48,10 @@ class VaeDecoder {
   // vae.decode(z): z [B, latent_channels, h, w] (already divided by the
   // scaling factor) → image [B, out_channels, h·f, w·f], roughly in [−1, 1].
   Tensor decode(const Tensor& z);
+  // What the pipelines decode from the denoising loop's latents:
+  // decode(latents / scaling_factor + shift_factor), in f32 as torch does
+  // (FLUX.1 and SD3 have a shift; the SD/PixArt VAE's is 0).
+  Tensor decode_latents(const Tensor& latents);
 
  private:
   struct Resnet;

@@ -41,6 +41,10 @@ VaeConfig VaeConfig::from_json(const io::Json& j, const std::string& w) {
     XDIT_CHECK(ch % c.norm_num_groups == 0, w, ": block channels ", ch,
                " must be a multiple of norm_num_groups ", c.norm_num_groups);
   XDIT_CHECK(c.scaling_factor != 0.0, w, ": scaling_factor must not be 0");
+  // Per-channel latent statistics (decode with latents·std/scaling + mean) are
+  // another pipeline's convention; refused rather than ignored.
+  for (const char* key : {"latents_mean", "latents_std"})
+    XDIT_CHECK(!j.contains(key) || j[key].is_null(), w, ": ", key, " is not supported yet");
   return c;
 }
 

@@ -462,11 +462,7 @@ PromptEmbeddings PixArtPipeline::encode_prompts(const ImageRequest& r) {
 Tensor PixArtPipeline::decode_latents(const Tensor& latents) {
   XDIT_CHECK(vae_cfg_, "decode_latents before validate");
   if (!vae_) vae_ = std::make_unique<models::VaeDecoder>(*vae_cfg_, *vae_weights_, dtype_);
-  Tensor z = latents.clone();
-  const float inv = static_cast<float>(1.0 / vae_cfg_->scaling_factor);
-  const float shift = static_cast<float>(vae_cfg_->shift_factor);
-  for (int64_t i = 0; i < z.numel(); ++i) z.data<float>()[i] = z.data<float>()[i] * inv + shift;
-  Tensor image = vae_->decode(z);
+  Tensor image = vae_->decode_latents(latents);
   check_finite_output(image, "VAE decoder", "vae");
   return image;
 }

@@ -1,7 +1,7 @@
 // CLIP text encoders against transformers (tools/goldens/make_clip.py): a
 // CLIP-L-like CLIPTextModel (quick_gelu, keys without "text_model.") and a
 // CLIP-G-like CLIPTextModelWithProjection (gelu, "text_model." keys,
-// projection) on the tokenizers' ids of six prompts: the last hidden state,
+// projection) on the tokenizers' ids of four prompts: the last hidden state,
 // the penultimate hidden state (SD3's features, no final LayerNorm) and the
 // pooled output (projected for G), in f32 ≤ 1e-4 relative; bf16 close.
 #include <gtest/gtest.h>

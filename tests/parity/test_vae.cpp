@@ -2,6 +2,7 @@
 // tiny VAE with channel changes (so conv_shortcut is used), stored sharded.
 #include <gtest/gtest.h>
 
+#include "io/json.h"
 #include "io/model_folder.h"
 #include "io/safetensors.h"
 #include "kernels/kernels.h"
@@ -45,6 +46,51 @@ TEST(VaeDecoder, ScaleFactorFromConfig) {
     if (n.rfind("decoder.", 0) == 0 || n.rfind("post_quant_conv.", 0) == 0)
       decoder_params += static_cast<size_t>(shape_numel(w.shape(n)));
   EXPECT_EQ(static_cast<int64_t>(decoder_params), cfg.decoder_parameter_count());
+}
+
+// FLUX.1 / SD3's VAE layout (tools/goldens/make_vae16.py): 16 latent
+// channels, no post_quant_conv, decode(latents / scaling_factor + shift_factor).
+TEST(VaeDecoder, SixteenChannelsWithShiftMatchesDiffusers) {
+  const std::string dir = std::string(XDIT_TEST_DATA) + "/vae16";
+  auto cfg = models::VaeConfig::from_json(io::read_json_file(dir + "/config.json"), dir);
+  EXPECT_EQ(cfg.latent_channels, 16);
+  EXPECT_FALSE(cfg.use_post_quant_conv);
+  EXPECT_NEAR(cfg.shift_factor, 0.1159, 1e-12);
+  io::WeightStore w(dir);
+  EXPECT_FALSE(w.has("post_quant_conv.weight"));
+  auto g =
+      io::read_safetensors_f32(std::string(XDIT_TEST_DATA) + "/goldens/vae16_decoder.safetensors");
+  for (const DType dt : {DType::kF32, DType::kBF16}) {
+    if (dt == DType::kBF16 && !kernels::cpu_has_bf16()) continue;
+    models::VaeDecoder vae(cfg, w, dt);
+    const Tensor img = vae.decode_latents(g["latents"]);
+    EXPECT_EQ(img.shape(), g["image"].shape());
+    EXPECT_LE(test::rel_max_err(img.to_vector(), g["image"].to_vector()),
+              dt == DType::kF32 ? 1e-4 : 5e-2);
+  }
+  // Without the shift the image is another one: the shift is applied.
+  models::VaeDecoder vae(cfg, w, DType::kF32);
+  Tensor z = g["latents"].clone();
+  for (int64_t i = 0; i < z.numel(); ++i)
+    z.data<float>()[i] /= static_cast<float>(cfg.scaling_factor);
+  EXPECT_GT(test::rel_max_err(vae.decode(z).to_vector(), g["image"].to_vector()), 1e-2);
+}
+
+TEST(VaeDecoder, UnsupportedLatentStatisticsAreRefusedByName) {
+  for (const char* key : {"latents_mean", "latents_std"}) {
+    const std::string json =
+        std::string(R"({"latent_channels": 16, ")") + key + R"(": [0.1, 0.2]})";
+    EXPECT_NE(test::error_message([&] {
+                models::VaeConfig::from_json(io::parse_json_text(json, "vae"), "vae/config.json");
+              }).find(std::string(key) + " is not supported"),
+              std::string::npos);
+  }
+  EXPECT_EQ(test::error_message([&] {
+              models::VaeConfig::from_json(
+                  io::parse_json_text(R"({"latents_mean": null, "use_quant_conv": false})", "vae"),
+                  "vae/config.json");
+            }),
+            "(no error)");
 }
 
 TEST(VaeDecoder, PostprocessRoundsLikeNumpy) {

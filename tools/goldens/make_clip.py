@@ -201,7 +201,7 @@ def main():
             for p in model.parameters():  # spread the weights so every layer matters
                 p.add_(torch.randn_like(p) * 0.05)
             model.save_pretrained(os.path.join(ROOT, folder), safe_serialization=True)
-            x = ids[tok][:6]
+            x = ids[tok][:4]
             r = model(input_ids=x, output_hidden_states=True)
         out[f"{key}.ids"] = x.to(torch.float32)  # exact: ids < 2^24
         out[f"{key}.last"] = r.last_hidden_state.contiguous()
