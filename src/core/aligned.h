@@ -8,6 +8,8 @@
 #include <new>
 #include <vector>
 
+#include "core/block_cache.h"
+
 namespace xdit {
 
 inline constexpr std::size_t kBufferAlignment = 64;
@@ -20,11 +22,11 @@ struct AlignedAllocator {
   AlignedAllocator(const AlignedAllocator<U>&) noexcept {}
   T* allocate(std::size_t n) {
     if (n > static_cast<std::size_t>(-1) / sizeof(T)) throw std::bad_array_new_length();
-    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(kBufferAlignment)));
+    void* p = block_alloc(n * sizeof(T));
+    if (p == nullptr) throw std::bad_alloc();
+    return static_cast<T*>(p);
   }
-  void deallocate(T* p, std::size_t) noexcept {
-    ::operator delete(p, std::align_val_t(kBufferAlignment));
-  }
+  void deallocate(T* p, std::size_t n) noexcept { block_free(p, n * sizeof(T)); }
   template <class U>
   bool operator==(const AlignedAllocator<U>&) const noexcept {
     return true;
@@ -33,5 +35,15 @@ struct AlignedAllocator {
 
 template <class T>
 using AlignedVector = std::vector<T, AlignedAllocator<T>>;
+
+// Grows a reusable buffer to at least n elements, discarding its contents:
+// the old block is released before the new one is allocated, so the two are
+// never held together (std::vector::resize would copy, holding both).
+template <class T>
+void grow_discarding(AlignedVector<T>& v, std::size_t n) {
+  if (v.size() >= n) return;
+  AlignedVector<T>().swap(v);
+  v.resize(n);
+}
 
 }  // namespace xdit

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "core/block_cache.h"
 #include "core/error.h"
 
 namespace xdit {
@@ -51,11 +52,11 @@ Tensor Tensor::empty(Shape shape, DType dtype) {
   t.shape_ = std::move(shape);
   t.dtype_ = dtype;
   bytes = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, bytes == 0 ? 64 : bytes);
+  void* p = block_alloc(bytes);
   XDIT_CHECK(p != nullptr, "out of memory: cannot allocate ",
              human_size(static_cast<double>(bytes)), " for a tensor of shape ",
              shape_str(t.shape_));
-  t.storage_ = std::shared_ptr<void>(p, std::free);
+  t.storage_ = std::shared_ptr<void>(p, [bytes](void* q) { block_free(q, bytes); });
   t.data_ = p;
   return t;
 }
@@ -93,6 +94,14 @@ int64_t Tensor::dim(int i) const {
 
 Tensor Tensor::reshape(Shape shape) const {
   XDIT_CHECK(shape_numel(shape) == numel(), "cannot reshape ", shape_str(shape_), " to ",
+             shape_str(shape));
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::leading(Shape shape) const {
+  XDIT_CHECK(shape_numel(shape) <= numel(), "cannot view ", shape_str(shape_), " as the larger ",
              shape_str(shape));
   Tensor t = *this;
   t.shape_ = std::move(shape);

@@ -58,6 +58,8 @@ class Tensor {
 
   // Same storage, new shape (element count must match).
   Tensor reshape(Shape shape) const;
+  // Same storage, the leading elements under a new shape of at most as many.
+  Tensor leading(Shape shape) const;
   // A copy converted to `dtype` (a plain copy when it already is).
   Tensor to(DType dtype) const;
   Tensor clone() const { return to(dtype_); }

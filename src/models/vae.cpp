@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/aligned.h"
+#include "core/block_cache.h"
 #include "core/error.h"
 #include "kernels/kernels.h"
 
@@ -83,17 +84,23 @@ void VaeDecoder::resnet(const Resnet& r, Tensor& x, int64_t b, int64_t h, int64_
   const int64_t hw = h * w, G = cfg_.norm_num_groups;
   const float eps = 1e-6f;
   Tensor u = Tensor::empty({b, h, w, r.out}), t;
+  Tensor buf;  // the bf16 convolution inputs, then the shortcut's output
   if (r.conv1.is_bf16() && r.conv2.is_bf16()) {
     // GroupNorm + SiLU write each convolution's bf16 input directly (half the
     // bytes, no separate conversion pass), and conv2 reuses u, which GN2 has
     // consumed: x, u and a bf16 buffer are live instead of three f32 tensors.
-    AlignedVector<uint16_t> nb(static_cast<size_t>(b * hw * std::max(r.in, r.out)));
-    kernels::group_norm_nhwc_bf16(x.data<float>(), nb.data(), b, hw, r.in, G, eps,
-                                  r.n1w.data<float>(), r.n1b.data<float>(), true);
-    r.conv1.forward_bf16(nb.data(), b, h, w, u.data<float>());
-    kernels::group_norm_nhwc_bf16(u.data<float>(), nb.data(), b, hw, r.out, G, eps,
-                                  r.n2w.data<float>(), r.n2b.data<float>(), true);
-    r.conv2.forward_bf16(nb.data(), b, h, w, u.data<float>());
+    // The shortcut then writes into the bf16 buffer, dead by then: where the
+    // channels halve its bytes are exactly the output's (the decoder's peak).
+    const int64_t px = b * hw;
+    buf = Tensor::empty(
+        {std::max((px * std::max(r.in, r.out) + 1) / 2, r.has_shortcut ? px * r.out : int64_t{0})});
+    auto* nb = reinterpret_cast<uint16_t*>(buf.data<float>());
+    kernels::group_norm_nhwc_bf16(x.data<float>(), nb, b, hw, r.in, G, eps, r.n1w.data<float>(),
+                                  r.n1b.data<float>(), true);
+    r.conv1.forward_bf16(nb, b, h, w, u.data<float>());
+    kernels::group_norm_nhwc_bf16(u.data<float>(), nb, b, hw, r.out, G, eps, r.n2w.data<float>(),
+                                  r.n2b.data<float>(), true);
+    r.conv2.forward_bf16(nb, b, h, w, u.data<float>());
     t = u;
   } else {
     t = Tensor::empty({b, h, w, r.in});
@@ -105,8 +112,8 @@ void VaeDecoder::resnet(const Resnet& r, Tensor& x, int64_t b, int64_t h, int64_
     if (r.out != r.in) t = Tensor::empty({b, h, w, r.out});
     r.conv2.forward(u.data<float>(), b, h, w, t.data<float>());
   }
-  if (r.has_shortcut) {  // into u where conv2 left it free, else a new tensor
-    Tensor s = t.data<float>() == u.data<float>() ? Tensor::empty({b, h, w, r.out}) : u;
+  if (r.has_shortcut) {  // into the dead bf16 buffer, or u where conv2 left it free
+    Tensor s = buf.defined() ? buf.leading({b, h, w, r.out}) : u;
     r.shortcut.forward(x.data<float>(), b, h, w, s.data<float>());
     x = s;
   }
@@ -163,6 +170,11 @@ Tensor VaeDecoder::decode(const Tensor& z_nchw) {
       kernels::upsample_nearest2x_nhwc(x.data<float>(), up.data<float>(), B, h, w, ch);
       h *= 2;
       w *= 2;
+      // No buffer of the smaller size is needed again: return them (and x)
+      // to the system rather than keep them (core/block_cache.h) through the
+      // decoder's peak, the upsampled input and output side by side.
+      x = Tensor();
+      release_cached_blocks();
       x = Tensor::empty({B, h, w, ch});
       ub->upsample_conv.forward(up.data<float>(), B, h, w, x.data<float>());
     }
@@ -178,6 +190,9 @@ Tensor VaeDecoder::decode(const Tensor& z_nchw) {
       for (int64_t k = 0; k < c.out_channels; ++k)
         out.data<float>()[(b * c.out_channels + k) * h * w + p] =
             y.data<float>()[(b * h * w + p) * c.out_channels + k];
+  x = Tensor();
+  y = Tensor();
+  release_cached_blocks();  // the decoder's buffers go back to the system
   return out;
 }
 

@@ -12,7 +12,7 @@ namespace xdit::nn {
 
 void Scratch::grow(size_t n) {
   try {
-    buf_.resize(n);
+    grow_discarding(buf_, n);
   } catch (const std::bad_alloc&) {
     XDIT_FAIL("out of memory: cannot allocate ", human_size(static_cast<double>(n) * 4),
               " of activations (use a smaller size or fewer prompts)");

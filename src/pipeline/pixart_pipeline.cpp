@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/block_cache.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/rng.h"
@@ -477,7 +478,10 @@ ImageResult PixArtPipeline::generate(ImageRequest r,
   ImageResult out;
   const auto t0 = Clock::now();
   PromptEmbeddings e = encode_prompts(r);
-  if (!keep_text_encoder_) t5_.reset();
+  if (!keep_text_encoder_) {
+    t5_.reset();
+    release_cached_blocks();  // its buffers go back to the system before the transformer's
+  }
   const auto t1 = Clock::now();
   LatentRequest lr;
   lr.prompt_embeds = e.embeds;

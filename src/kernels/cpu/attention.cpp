@@ -222,8 +222,8 @@ void attention(const AttentionArgs& a) {
       round_up(static_cast<int64_t>(slot), static_cast<int64_t>(kBufferAlignment)));
   thread_local AlignedVector<char> kbuf, vbuf;
   const size_t kv_bytes = static_cast<size_t>(B * H * kv_blocks) * slot;
-  if (kbuf.size() < kv_bytes) kbuf.resize(kv_bytes);
-  if (vbuf.size() < kv_bytes) vbuf.resize(kv_bytes);
+  grow_discarding(kbuf, kv_bytes);
+  grow_discarding(vbuf, kv_bytes);
   char* kw = kbuf.data();  // thread_local: take the pointers outside the parallel regions
   char* vw = vbuf.data();
   const auto slot_of = [&](char* base, int64_t b, int64_t h, int64_t j) {

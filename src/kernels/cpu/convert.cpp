@@ -59,7 +59,7 @@ void f32_to_bf16_array(const float* src, uint16_t* dst, size_t n) {
 
 const uint16_t* thread_bf16_copy(const float* src, size_t n) {
   thread_local AlignedVector<uint16_t> buf;
-  if (buf.size() < n) buf.resize(n);
+  grow_discarding(buf, n);
   f32_to_bf16_array(src, buf.data(), n);
   return buf.data();
 }

@@ -30,7 +30,7 @@ namespace {
 // The calling thread's scratchpad buffer, grown to at least `bytes`.
 void* thread_scratch_buffer(size_t bytes) {
   thread_local AlignedVector<char> buf;
-  if (buf.size() < bytes) buf.resize(bytes);
+  grow_discarding(buf, bytes);
   return buf.data();
 }
 }  // namespace

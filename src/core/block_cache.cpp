@@ -1,0 +1,77 @@
+#include "core/block_cache.h"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+namespace xdit {
+
+namespace {
+
+struct Cache {
+  std::mutex mu;
+  std::multimap<std::size_t, void*> kept;  // size → block
+  std::size_t bytes = 0;
+
+  void drop_all() {
+    for (auto& [size, p] : kept) std::free(p);
+    kept.clear();
+    bytes = 0;
+  }
+  ~Cache() { drop_all(); }
+};
+
+Cache& cache() {
+  static Cache c;
+  return c;
+}
+
+std::size_t rounded(std::size_t bytes) {
+  return bytes == 0 ? 64 : (bytes + 63) / 64 * 64;
+}
+
+}  // namespace
+
+void* block_alloc(std::size_t bytes) {
+  bytes = rounded(bytes);
+  if (bytes >= kCachedBlockMin) {
+    Cache& c = cache();
+    std::lock_guard<std::mutex> lock(c.mu);
+    const auto it = c.kept.find(bytes);
+    if (it != c.kept.end()) {
+      void* p = it->second;
+      c.kept.erase(it);
+      c.bytes -= bytes;
+      return p;
+    }
+    c.drop_all();
+  }
+  return std::aligned_alloc(64, bytes);
+}
+
+void block_free(void* p, std::size_t bytes) noexcept {
+  if (p == nullptr) return;
+  bytes = rounded(bytes);
+  if (bytes >= kCachedBlockMin) {
+    Cache& c = cache();
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.kept.emplace(bytes, p);
+    c.bytes += bytes;
+    return;
+  }
+  std::free(p);
+}
+
+void release_cached_blocks() noexcept {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.drop_all();
+}
+
+std::size_t cached_block_bytes() noexcept {
+  Cache& c = cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.bytes;
+}
+
+}  // namespace xdit
