@@ -1,6 +1,9 @@
 #include "tokenizers/t5_tokenizer.h"
 
 #include <sentencepiece_processor.h>
+#include <unicode/locid.h>
+#include <unicode/uchar.h>
+#include <unicode/unistr.h>
 
 #include <filesystem>
 
@@ -71,65 +74,21 @@ std::vector<std::string> T5Tokenizer::pieces(const std::vector<int32_t>& ids) co
   return out;
 }
 
-namespace {
-
-// Simple case mapping for the scripts prompts commonly use (Python's
-// str.lower() covers all of Unicode; this covers Latin, Greek and Cyrillic).
-char32_t to_lower(char32_t c) {
-  if (c < 0x80) return (c >= 'A' && c <= 'Z') ? c + 32 : c;
-  if ((c >= 0xC0 && c <= 0xDE && c != 0xD7)) return c + 32;  // Latin-1
-  if (c == 0x178) return 0xFF;                               // Ÿ → ÿ
-  if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x138 && c != 0x149 && c != 0x17F) {
-    // Latin Extended-A: pairs (even upper, odd lower) with two shifted ranges.
-    const bool shifted = (c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E);
-    if (shifted) return (c % 2 == 1) ? c + 1 : c;
-    return (c % 2 == 0) ? c + 1 : c;
-  }
-  if (c >= 0x391 && c <= 0x3AB && c != 0x3A2) return c + 32;  // Greek
-  if (c >= 0x410 && c <= 0x42F) return c + 32;                // Cyrillic
-  if (c >= 0x400 && c <= 0x40F) return c + 80;
-  return c;
-}
-
-void append_utf8(std::string& out, char32_t c) {
-  if (c < 0x80) {
-    out += static_cast<char>(c);
-  } else if (c < 0x800) {
-    out += static_cast<char>(0xC0 | (c >> 6));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    out += static_cast<char>(0xE0 | (c >> 12));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (c >> 18));
-    out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  }
-}
-
-}  // namespace
-
 std::string lower_strip(const std::string& text) {
+  // Python's str.lower(): full Unicode case mapping with the final-sigma rule,
+  // which ICU's root-locale lower-casing implements too.
+  icu::UnicodeString u = icu::UnicodeString::fromUTF8(text);
+  u.toLower(icu::Locale::getRoot());
+  // str.strip(): str.isspace() is Unicode White_Space plus U+001C … U+001F.
+  const auto space = [](UChar32 c) {
+    return u_hasBinaryProperty(c, UCHAR_WHITE_SPACE) || (c >= 0x1C && c <= 0x1F);
+  };
+  int32_t b = 0, e = u.length();
+  while (b < e && space(u.char32At(b))) b = u.moveIndex32(b, 1);
+  while (e > b && space(u.char32At(u.moveIndex32(e, -1)))) e = u.moveIndex32(e, -1);
   std::string out;
-  out.reserve(text.size());
-  for (size_t i = 0; i < text.size();) {
-    const auto b = static_cast<unsigned char>(text[i]);
-    int len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-    if (len == 0 || i + static_cast<size_t>(len) > text.size()) {  // invalid UTF-8: keep the byte
-      out += text[i++];
-      continue;
-    }
-    char32_t c = len == 1 ? b : (b & (0x7F >> len));
-    for (int k = 1; k < len; ++k) c = (c << 6) | (static_cast<unsigned char>(text[i + k]) & 0x3F);
-    append_utf8(out, to_lower(c));
-    i += static_cast<size_t>(len);
-  }
-  const char* ws = " \t\n\r\f\v";
-  const size_t b = out.find_first_not_of(ws);
-  if (b == std::string::npos) return {};
-  return out.substr(b, out.find_last_not_of(ws) - b + 1);
+  u.tempSubStringBetween(b, e).toUTF8String(out);
+  return out;
 }
 
 }  // namespace xdit::tokenizers

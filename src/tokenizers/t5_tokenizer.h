@@ -42,8 +42,9 @@ class T5Tokenizer {
   int64_t model_max_length_ = 512;
 };
 
-// diffusers' caption preprocessing with clean_caption=False: text.lower().strip().
-// Lowercases ASCII and the Latin-1/Latin Extended-A/Greek/Cyrillic letters.
+// diffusers' caption preprocessing with clean_caption=False: text.lower().strip(),
+// as Python does them (full Unicode lower-casing with the final-sigma rule,
+// Python's white space), through ICU.
 std::string lower_strip(const std::string& text);
 
 }  // namespace xdit::tokenizers

@@ -52,6 +52,16 @@ TEST(T5Tokenizer, LowerStripLikePython) {
   EXPECT_EQ(tokenizers::lower_strip("\u00c9T\u00c9 \u0100B \u0391\u0392 \u0416"),
             "\u00e9t\u00e9 \u0101b \u03b1\u03b2 \u0436");
   EXPECT_EQ(tokenizers::lower_strip(" \t "), "");
+  // Python 3.11's str.lower().strip() of each (printed with python3 -c):
+  // final sigma, dotted capital I, Python's extra white space, capital
+  // sharp s, title-case digraphs, Armenian and Cherokee.
+  EXPECT_EQ(tokenizers::lower_strip("\u039f\u0394\u039f\u03a3 \u03a3\u039f\u03a6\u039f\u03a3."),
+            "\u03bf\u03b4\u03bf\u03c2 \u03c3\u03bf\u03c6\u03bf\u03c2.");
+  EXPECT_EQ(tokenizers::lower_strip("\u0130STANBUL"), "i\u0307stanbul");
+  EXPECT_EQ(tokenizers::lower_strip("\x1c abc \u3000"), "abc");
+  EXPECT_EQ(tokenizers::lower_strip("\u1e9e STRASSE"), "\u00df strasse");
+  EXPECT_EQ(tokenizers::lower_strip("\u01c5 \u01c8"), "\u01c6 \u01c9");
+  EXPECT_EQ(tokenizers::lower_strip("\u0531 \u13a0"), "\u0561 \uab70");
 }
 
 TEST(T5Tokenizer, MissingModelIsNamed) {
