@@ -142,22 +142,14 @@ void DPMSolverMultistep::set_timesteps(int64_t steps, const TimestepHints& hints
   sigmas_.push_back(cfg_.final_sigmas_type == "sigma_min" ? sigma_at(0) : 0.0f);
   step_index_ = 0;
   lower_order_nums_ = 0;
-  rows_done_ = 0;
+  reset_rows();
   cur_.clear();
   prev_.clear();
 }
 
 void DPMSolverMultistep::step(const float* model_output, float* sample, const Shape& shape,
                               int64_t row_begin, int64_t row_end) {
-  XDIT_CHECK(!timesteps_.empty(), "scheduler step before set_timesteps");
-  XDIT_CHECK(step_index_ < static_cast<int64_t>(timesteps_.size()),
-             "scheduler stepped past the last timestep");
-  XDIT_CHECK(shape.size() == 4 && row_begin >= 0 && row_begin < row_end && row_end <= shape[2],
-             "scheduler step: bad row range [", row_begin, ", ", row_end, ") for latents ",
-             shape_str(shape));
-  if (shape_ != shape) {
-    XDIT_CHECK(rows_done_ == 0, "scheduler step: latent shape changed in the middle of a step");
-    shape_ = shape;
+  if (begin_rows(shape, row_begin, row_end, timesteps_.size(), step_index_)) {
     cur_.assign(static_cast<size_t>(shape_numel(shape)), 0.0f);
     prev_.assign(cur_.size(), 0.0f);
   }
@@ -241,10 +233,7 @@ void DPMSolverMultistep::step(const float* model_output, float* sample, const Sh
       sample[local + k] = out;
     }
   }
-  rows_done_ += rows;
-  if (rows_done_ >= H) {  // the step is complete: advance
-    XDIT_CHECK(rows_done_ == H, "scheduler step: patches covered ", rows_done_, " rows of ", H);
-    rows_done_ = 0;
+  if (end_rows(rows)) {  // the step is complete: advance
     std::swap(cur_, prev_);
     if (lower_order_nums_ < cfg_.solver_order) ++lower_order_nums_;
     ++step_index_;

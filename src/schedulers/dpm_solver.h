@@ -66,8 +66,6 @@ class DPMSolverMultistep final : public Scheduler {
   int64_t lower_order_nums_ = 0;
   // Converted model outputs of the current and previous step, full latent size.
   std::vector<float> cur_, prev_;
-  Shape shape_;
-  int64_t rows_done_ = 0;
 };
 
 }  // namespace xdit::schedulers

@@ -121,21 +121,12 @@ void FlowMatchEuler::set_timesteps(int64_t steps, const TimestepHints& hints) {
   sigmas_ = s;
   sigmas_.push_back(cfg_.invert_sigmas ? 1.0f : 0.0f);
   step_index_ = 0;
-  rows_done_ = 0;
+  reset_rows();
 }
 
 void FlowMatchEuler::step(const float* model_output, float* sample, const Shape& shape,
                           int64_t row_begin, int64_t row_end) {
-  XDIT_CHECK(!timesteps_.empty(), "scheduler step before set_timesteps");
-  XDIT_CHECK(step_index_ < static_cast<int64_t>(timesteps_.size()),
-             "scheduler stepped past the last timestep");
-  XDIT_CHECK(shape.size() == 4 && row_begin >= 0 && row_begin < row_end && row_end <= shape[2],
-             "scheduler step: bad row range [", row_begin, ", ", row_end, ") for latents ",
-             shape_str(shape));
-  if (shape_ != shape) {
-    XDIT_CHECK(rows_done_ == 0, "scheduler step: latent shape changed in the middle of a step");
-    shape_ = shape;
-  }
+  begin_rows(shape, row_begin, row_end, timesteps_.size(), step_index_);
   const auto i = static_cast<size_t>(step_index_);
   const float dt = sigmas_[i + 1] - sigmas_[i];
   const int64_t n = shape[0] * shape[1] * (row_end - row_begin) * shape[3];
@@ -143,13 +134,7 @@ void FlowMatchEuler::step(const float* model_output, float* sample, const Shape&
     const float d = dt * model_output[k];  // rounded before the add, as torch does
     sample[k] = sample[k] + d;
   }
-  rows_done_ += row_end - row_begin;
-  if (rows_done_ >= shape[2]) {
-    XDIT_CHECK(rows_done_ == shape[2], "scheduler step: patches covered ", rows_done_, " rows of ",
-               shape[2]);
-    rows_done_ = 0;
-    ++step_index_;
-  }
+  if (end_rows(row_end - row_begin)) ++step_index_;
 }
 
 }  // namespace xdit::schedulers

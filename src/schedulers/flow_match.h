@@ -64,8 +64,6 @@ class FlowMatchEuler final : public Scheduler {
   float sigma_max_ = 1.0f, sigma_min_ = 0.0f;  // of the training schedule
   std::vector<float> timesteps_, sigmas_;
   int64_t step_index_ = 0;
-  int64_t rows_done_ = 0;
-  Shape shape_;
 };
 
 }  // namespace xdit::schedulers

@@ -41,6 +41,24 @@ class Scheduler {
                     int64_t row_begin, int64_t row_end) = 0;
   // The whole latent.
   void step(const Tensor& model_output, Tensor& sample);
+
+ protected:
+  // The row-range bookkeeping every scheduler shares. begin_rows checks a
+  // step's arguments (after set_timesteps, not past the last of `steps`, a
+  // valid range of a [B, C, H, W] shape) and returns true when the shape is
+  // new, so the caller resets any full-size history; end_rows counts the rows
+  // and returns true when they complete the step.
+  bool begin_rows(const Shape& shape, int64_t row_begin, int64_t row_end, size_t steps,
+                  int64_t index);
+  bool end_rows(int64_t rows);
+  void reset_rows() {
+    rows_done_ = 0;
+    rows_shape_.clear();  // the next step re-initialises any history
+  }
+
+ private:
+  Shape rows_shape_;
+  int64_t rows_done_ = 0;
 };
 
 }  // namespace xdit::schedulers

@@ -11,6 +11,28 @@ void Scheduler::step(const Tensor& model_output, Tensor& sample) {
   step(model_output.data<float>(), sample.data<float>(), sample.shape(), 0, sample.dim(2));
 }
 
+bool Scheduler::begin_rows(const Shape& shape, int64_t row_begin, int64_t row_end, size_t steps,
+                           int64_t index) {
+  XDIT_CHECK(steps > 0, "scheduler step before set_timesteps");
+  XDIT_CHECK(index < static_cast<int64_t>(steps), "scheduler stepped past the last timestep");
+  XDIT_CHECK(shape.size() == 4 && row_begin >= 0 && row_begin < row_end && row_end <= shape[2],
+             "scheduler step: bad row range [", row_begin, ", ", row_end, ") for latents ",
+             shape_str(shape));
+  if (rows_shape_ == shape) return false;
+  XDIT_CHECK(rows_done_ == 0, "scheduler step: latent shape changed in the middle of a step");
+  rows_shape_ = shape;
+  return true;
+}
+
+bool Scheduler::end_rows(int64_t rows) {
+  rows_done_ += rows;
+  if (rows_done_ < rows_shape_[2]) return false;
+  XDIT_CHECK(rows_done_ == rows_shape_[2], "scheduler step: patches covered ", rows_done_,
+             " rows of ", rows_shape_[2]);
+  rows_done_ = 0;
+  return true;
+}
+
 SchedulerConfig SchedulerConfig::from_json(const io::Json& j, const std::string& where) {
   io::require_object(j, where);
   const std::string cls = io::string_or(j, "_class_name", "DPMSolverMultistepScheduler", where);

@@ -8,12 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <functional>
 
 #include "core/error.h"
 #include "io/json.h"
 #include "io/safetensors.h"
+#include "scheduler_util.h"
 #include "schedulers/scheduler_config.h"
 #include "test_util.h"
 
@@ -87,33 +87,9 @@ TEST(FlowMatch, PatchwiseStepsEqualWholeSteps) {
   hints.mu = cfg.mu(1530);
   whole.set_timesteps(5, hints);
   patched.set_timesteps(5, hints);
-  const int64_t B = 2, C = 16, H = 9, W = 5;
-  const Shape shape{B, C, H, W};
-  Tensor a = Tensor::from_vector(test::randn(B * C * H * W, 1), shape);
-  Tensor b = a.clone();
-  const std::vector<std::pair<int64_t, int64_t>> patches = {{0, 4}, {4, 5}, {5, 9}};
-  for (int step = 0; step < 5; ++step) {
-    Tensor m = Tensor::from_vector(test::randn(B * C * H * W, 100 + step), shape);
-    whole.step(m, a);
-    for (auto [r0, r1] : patches) {
-      const int64_t rows = r1 - r0;
-      std::vector<float> mo(B * C * rows * W), sp(mo.size());
-      for (int64_t bc = 0; bc < B * C; ++bc)
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t w = 0; w < W; ++w) {
-            mo[(bc * rows + r) * W + w] = m.data<float>()[(bc * H + r0 + r) * W + w];
-            sp[(bc * rows + r) * W + w] = b.data<float>()[(bc * H + r0 + r) * W + w];
-          }
-      EXPECT_EQ(patched.step_index(), step) << "the step index advances only after the last patch";
-      patched.step(mo.data(), sp.data(), shape, r0, r1);
-      for (int64_t bc = 0; bc < B * C; ++bc)
-        for (int64_t r = 0; r < rows; ++r)
-          std::memcpy(b.data<float>() + (bc * H + r0 + r) * W, sp.data() + (bc * rows + r) * W,
-                      W * 4);
-    }
-    EXPECT_EQ(patched.step_index(), step + 1);
-    ASSERT_EQ(0, std::memcmp(a.data<float>(), b.data<float>(), a.nbytes())) << "step " << step;
-  }
+  const Shape shape{2, 16, 9, 5};
+  test::expect_patchwise_equals_whole(whole, patched, shape, {{0, 4}, {4, 5}, {5, 9}});
+  Tensor b = Tensor::zeros(shape);
   EXPECT_THROW(patched.step(Tensor::zeros(shape), b), Error) << "stepping past the last timestep";
 }
 

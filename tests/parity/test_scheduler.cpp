@@ -3,11 +3,10 @@
 // patch-wise stepping equals whole-latent stepping.
 #include <gtest/gtest.h>
 
-#include <cstring>
-
 #include "core/error.h"
 #include "io/json.h"
 #include "io/safetensors.h"
+#include "scheduler_util.h"
 #include "schedulers/dpm_solver.h"
 #include "test_util.h"
 
@@ -57,33 +56,7 @@ TEST(DPMSolver, PatchwiseStepsEqualWholeSteps) {
   DPMSolverMultistep whole(cfg), patched(cfg);
   whole.set_timesteps(6);
   patched.set_timesteps(6);
-  const Shape shape{2, 4, 9, 5};
-  const int64_t B = 2, C = 4, H = 9, W = 5;
-  Tensor a = Tensor::from_vector(test::randn(B * C * H * W, 1), shape);
-  Tensor b = a.clone();
-  const std::vector<std::pair<int64_t, int64_t>> patches = {{0, 4}, {4, 5}, {5, 9}};
-  for (int step = 0; step < 6; ++step) {
-    Tensor m = Tensor::from_vector(test::randn(B * C * H * W, 100 + step), shape);
-    whole.step(m, a);
-    for (auto [r0, r1] : patches) {
-      const int64_t rows = r1 - r0;
-      std::vector<float> mo(B * C * rows * W), sp(mo.size());
-      for (int64_t bc = 0; bc < B * C; ++bc)
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t w = 0; w < W; ++w) {
-            mo[(bc * rows + r) * W + w] = m.data<float>()[(bc * H + r0 + r) * W + w];
-            sp[(bc * rows + r) * W + w] = b.data<float>()[(bc * H + r0 + r) * W + w];
-          }
-      EXPECT_EQ(patched.step_index(), step) << "the step index advances only after the last patch";
-      patched.step(mo.data(), sp.data(), shape, r0, r1);
-      for (int64_t bc = 0; bc < B * C; ++bc)
-        for (int64_t r = 0; r < rows; ++r)
-          std::memcpy(b.data<float>() + (bc * H + r0 + r) * W, sp.data() + (bc * rows + r) * W,
-                      W * 4);
-    }
-    EXPECT_EQ(patched.step_index(), step + 1);
-    ASSERT_EQ(0, std::memcmp(a.data<float>(), b.data<float>(), a.nbytes())) << "step " << step;
-  }
+  test::expect_patchwise_equals_whole(whole, patched, {2, 4, 9, 5}, {{0, 4}, {4, 5}, {5, 9}});
 }
 
 TEST(DPMSolver, RejectsUnsupportedOptions) {

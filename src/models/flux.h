@@ -1,0 +1,87 @@
+// FluxTransformer2DModel (diffusers models/transformers/transformer_flux.py),
+// FLUX.1 [schnell] and [dev]: x_embedder / context_embedder; the timestep
+// (+ guidance for dev) + pooled-CLIP embedding; a 3-axis rotary embedding
+// (text positions 0, image positions (0, row, col)); double-stream blocks
+// (AdaLN-Zero per stream, per-head RMSNorm on q and k, joint attention over
+// text then image, gated residuals, a GELU-tanh MLP per stream);
+// single-stream blocks (AdaLN-Zero-single, attention and MLP from the same
+// input, proj_out on their concatenation); norm_out (AdaLN-continuous,
+// [scale, shift]) and proj_out. The 2×2 packing of the latents into
+// 4·channels and back happens here, so callers keep [B, C, H, W] latents.
+// Weight names are diffusers' state-dict keys.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/json.h"
+#include "io/weights.h"
+#include "nn/attention.h"
+#include "nn/layers.h"
+
+namespace xdit::models {
+
+struct FluxConfig {
+  static constexpr int64_t kTimeProjDim = 256;  // Timesteps(num_channels=256)
+  int64_t in_channels = 64;                     // packed: 4 × the latent channels
+  int64_t num_layers = 19;                      // double-stream blocks
+  int64_t num_single_layers = 38;
+  int64_t attention_head_dim = 128;
+  int64_t num_attention_heads = 24;
+  int64_t joint_attention_dim = 4096;   // T5's width
+  int64_t pooled_projection_dim = 768;  // CLIP-L's
+  bool guidance_embeds = false;         // dev: true
+  std::vector<int64_t> axes_dims_rope{16, 56, 56};
+
+  int64_t hidden() const { return num_attention_heads * attention_head_dim; }
+  int64_t latent_channels() const { return in_channels / 4; }
+  int64_t blocks() const { return num_layers + num_single_layers; }
+  // Reads diffusers' transformer/config.json, bounding every size; throws one
+  // line naming `where` and the key.
+  static FluxConfig from_json(const io::Json& j, const std::string& where);
+  io::WeightSpecs weight_specs() const;
+  int64_t parameter_count() const;
+};
+
+struct FluxInputs {
+  const Tensor* latents = nullptr;  // [B, latent_channels, H, W], H and W even
+  // Per batch item, as FluxPipeline passes them: timestep t / 1000, and the
+  // guidance scale (dev models; empty for schnell).
+  std::vector<float> timesteps, guidance;
+  const Tensor* text = nullptr;    // [B, L, joint_attention_dim] (T5, unmasked)
+  const Tensor* pooled = nullptr;  // [B, pooled_projection_dim] (CLIP)
+};
+
+class FluxTransformer {
+ public:
+  FluxTransformer(const FluxConfig& cfg, const io::WeightSource& weights, DType compute);
+  ~FluxTransformer();
+  const FluxConfig& config() const { return cfg_; }
+  // The velocity [B, latent_channels, H, W].
+  Tensor forward(const FluxInputs& in);
+  void set_attention_backend(nn::AttentionBackend* b) { backend_ = b; }
+
+ private:
+  struct DoubleBlock;
+  struct SingleBlock;
+  // q and k of `tokens` rows of a fused [q | k | v] buffer (row stride
+  // 3·hidden): per-head RMSNorm with the given weights, then the rotation.
+  void norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin, int64_t rows,
+                 const Tensor& wq, const Tensor& wk) const;
+  void attend(float* qkv, int64_t batch, int64_t seq, float* out, int64_t out_stride, int layer);
+
+  FluxConfig cfg_;
+  nn::ComputeType ct_;
+  kernels::Linear x_embedder_, context_embedder_;
+  nn::MlpSilu timestep_embedder_, guidance_embedder_, text_embedder_;
+  std::vector<std::unique_ptr<DoubleBlock>> double_;
+  std::vector<std::unique_ptr<SingleBlock>> single_;
+  kernels::Linear norm_out_, proj_out_;
+  nn::AttentionBackend* backend_;
+  std::vector<float> rope_cos_, rope_sin_;  // [seq, head_dim] for the current call
+  nn::Scratch x_, h_, c_, n_, nc_, qkv_, attn_, tmp_, ff_, cat_, mod_;
+};
+
+}  // namespace xdit::models

@@ -1,0 +1,50 @@
+// Shared by the scheduler tests: stepping a latent patch by patch (row
+// ranges, as PipeFusion's last stage does) must equal stepping it whole.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+#include "schedulers/scheduler.h"
+#include "test_util.h"
+
+namespace xdit::test {
+
+// `whole` and `patched` have the same timesteps set; steps all of them on
+// random model outputs of `shape`, patched in the rows `patches`.
+inline void expect_patchwise_equals_whole(schedulers::Scheduler& whole,
+                                          schedulers::Scheduler& patched, const Shape& shape,
+                                          const std::vector<std::pair<int64_t, int64_t>>& patches) {
+  const int64_t B = shape[0], C = shape[1], H = shape[2], W = shape[3];
+  Tensor a = Tensor::from_vector(randn(B * C * H * W, 1), shape);
+  Tensor b = a.clone();
+  const auto steps = static_cast<int64_t>(whole.timesteps().size());
+  for (int64_t step = 0; step < steps; ++step) {
+    Tensor m = Tensor::from_vector(randn(B * C * H * W, 100 + static_cast<int>(step)), shape);
+    whole.step(m, a);
+    for (auto [r0, r1] : patches) {
+      const int64_t rows = r1 - r0;
+      std::vector<float> mo(static_cast<size_t>(B * C * rows * W)), sp(mo.size());
+      for (int64_t bc = 0; bc < B * C; ++bc)
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t w = 0; w < W; ++w) {
+            mo[(bc * rows + r) * W + w] = m.data<float>()[(bc * H + r0 + r) * W + w];
+            sp[(bc * rows + r) * W + w] = b.data<float>()[(bc * H + r0 + r) * W + w];
+          }
+      EXPECT_EQ(patched.step_index(), step) << "the step index advances only after the last patch";
+      patched.step(mo.data(), sp.data(), shape, r0, r1);
+      for (int64_t bc = 0; bc < B * C; ++bc)
+        for (int64_t r = 0; r < rows; ++r)
+          std::memcpy(b.data<float>() + (bc * H + r0 + r) * W, sp.data() + (bc * rows + r) * W,
+                      static_cast<size_t>(W) * 4);
+    }
+    EXPECT_EQ(patched.step_index(), step + 1);
+    ASSERT_EQ(0, std::memcmp(a.data<float>(), b.data<float>(), a.nbytes())) << "step " << step;
+  }
+}
+
+}  // namespace xdit::test
