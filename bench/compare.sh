@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # xdit against PyTorch + diffusers on the same work, in one invocation:
 #   the PixArt-alpha XL/2 step with CFG at 512 and 1024 px, the VAE decoder to
-#   1024 px and the T5-XXL encoder on 120 tokens; bf16, the same number of
+#   1024 px, the T5-XXL encoder on 120 tokens and a FLUX.1 forward at full
+#   width and 2 + 4 blocks at 1024 px; bf16, the same number of
 #   threads, warm-up runs first, the best timed run of each side.
 # Prints both times and xdit's speed-up (torch seconds / xdit seconds), with
 # the CPU model and the ISA oneDNN runs on.
 #
 #   bench/compare.sh [--threads N] [--warmup N] [--repeat N] [--rows LIST]
 #
-# LIST is a comma-separated subset of pixart512,pixart1024,vae1024,t5
+# LIST is a comma-separated subset of pixart512,pixart1024,vae1024,t5,flux1024
 # (default: all). The Python side lives in a venv (default bench/.venv,
 # or $XDIT_BENCH_VENV) made from bench/requirements.txt when it is missing.
 # The xdit binary is $XDIT, or build/xdit.
@@ -20,7 +21,7 @@ venv="${XDIT_BENCH_VENV:-$root/bench/.venv}"
 threads="$(nproc)"
 warmup=1
 repeat=1
-rows="pixart512,pixart1024,vae1024,t5"
+rows="pixart512,pixart1024,vae1024,t5,flux1024"
 
 usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
@@ -66,7 +67,8 @@ for row in "${list[@]}"; do
     pixart1024) label="PixArt-alpha step, CFG, 1024 px"; x=(transformer 1024); t="pixart:1024" ;;
     vae1024) label="VAE decoder, 1024 px"; x=(vae 1024); t="vae:1024" ;;
     t5) label="T5-XXL encoder, 120 tokens"; x=(t5 512); t="t5" ;;
-    *) echo "compare.sh: unknown row '$row' (pixart512, pixart1024, vae1024, t5)" >&2; exit 2 ;;
+    flux1024) label="FLUX.1 2+4 blocks, 1024 px"; x=(flux 1024); t="flux:1024" ;;
+    *) echo "compare.sh: unknown row '$row' (pixart512, pixart1024, vae1024, t5, flux1024)" >&2; exit 2 ;;
   esac
   read -r xs isa < <(xdit_row "${x[@]}")
   ts="$(torch_row "$t")"

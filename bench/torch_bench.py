@@ -6,6 +6,9 @@ both). Random weights in bf16, the same shapes and inputs as src/app/bench.cpp:
            tokens of which 100 valid, micro-conditions, CFG batch 2) at RES px
   vae      the AutoencoderKL decoder (SD / PixArt VAE) from RES/8 latents
   t5       the T5-XXL encoder (google/t5-v1_1-xxl) on 120 tokens
+  flux     a FLUX.1 forward at full width (3072, 24 heads x 128, guidance
+           embedding, 512 T5 tokens) and reduced depth (2 double + 4 single
+           blocks) at RES px: (RES/16)^2 image tokens, batch 1
 
 Each row: warm-up runs, then the best of --repeat timed runs under
 torch.inference_mode(), one JSON object per line on stdout.
@@ -90,10 +93,38 @@ def t5_row(warmup, repeat):
                                  repeat)}
 
 
+def flux_row(res, warmup, repeat):
+    from diffusers import FluxTransformer2DModel
+
+    torch.set_default_dtype(torch.bfloat16)
+    model = FluxTransformer2DModel(num_layers=2, num_single_layers=4,
+                                   guidance_embeds=True).eval()
+    torch.set_default_dtype(torch.float32)
+    g = torch.Generator().manual_seed(9)
+    side = res // 16
+    tokens = 512
+    x = torch.randn(1, side * side, 64, generator=g).to(torch.bfloat16)
+    text = torch.randn(1, tokens, 4096, generator=g).to(torch.bfloat16)
+    pooled = torch.randn(1, 768, generator=g).to(torch.bfloat16)
+    img_ids = torch.zeros(side, side, 3)
+    img_ids[..., 1] += torch.arange(side)[:, None]
+    img_ids[..., 2] += torch.arange(side)[None, :]
+    img_ids = img_ids.reshape(-1, 3)
+
+    def step():
+        model(hidden_states=x, encoder_hidden_states=text, pooled_projections=pooled,
+              timestep=torch.tensor([0.5], dtype=torch.bfloat16),
+              guidance=torch.tensor([3.5], dtype=torch.bfloat16), img_ids=img_ids,
+              txt_ids=torch.zeros(tokens, 3), return_dict=False)
+
+    return {"name": "flux_2+4_blocks", "resolution": res, "text_tokens": tokens,
+            "seconds": best_time(step, warmup, repeat)}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("rows", nargs="+", help="pixart:RES, vae:RES or t5")
+    ap.add_argument("rows", nargs="+", help="pixart:RES, vae:RES, t5 or flux:RES")
     ap.add_argument("--threads", type=int, required=True)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=1)
@@ -115,8 +146,10 @@ def main():
                 r = vae_row(int(res), a.warmup, a.repeat)
             elif what == "t5":
                 r = t5_row(a.warmup, a.repeat)
+            elif what == "flux":
+                r = flux_row(int(res), a.warmup, a.repeat)
             else:
-                sys.exit(f"torch_bench.py: unknown row '{row}' (pixart:RES, vae:RES or t5)")
+                sys.exit(f"torch_bench.py: unknown row '{row}' (pixart:RES, vae:RES, t5 or flux:RES)")
         r.update(versions, threads=a.threads, dtype="bf16")
         print(json.dumps(r), flush=True)
 

@@ -4,7 +4,9 @@
 //  - transformer: one denoising step of PixArt-α XL/2 (28 blocks, hidden
 //    1152, 16 heads, 120 text tokens, CFG batch 2) at 512 and 1024 px;
 //  - t5: the T5-XXL encoder (google/t5-v1_1-xxl) on 120 tokens;
-//  - vae: the AutoencoderKL decoder (SD/PixArt VAE) to a 1024 px image.
+//  - vae: the AutoencoderKL decoder (SD/PixArt VAE) to a 1024 px image;
+//  - flux: a FLUX.1 forward at full width and reduced depth (2 double + 4
+//    single blocks, 512 text tokens), per block and extrapolated to 19 + 38.
 // Each row runs in its own child process so that its peak memory is its own.
 #include <omp.h>
 #include <sys/resource.h>
@@ -27,6 +29,7 @@
 #include "io/weights.h"
 #include "kernels/kernels.h"
 #include "kernels/linear.h"
+#include "models/flux.h"
 #include "models/pixart.h"
 #include "models/t5.h"
 #include "models/vae.h"
@@ -174,6 +177,67 @@ nlohmann::json run_attention_row(int64_t res, const std::string& dt_name, int wa
   r["tokens"] = S;
   r["heads"] = H;
   r["head_dim"] = D;
+  return r;
+}
+
+// FLOPs of one FLUX forward: batch 1, N image and L text tokens.
+double flux_flops(const models::FluxConfig& c, int64_t N, int64_t L) {
+  const double D = static_cast<double>(c.hidden()), S = static_cast<double>(N + L);
+  double f = 2.0 * N * c.in_channels * D + 2.0 * L * c.joint_attention_dim * D;  // embedders
+  const double attention = 4.0 * S * S * D;
+  f += c.num_layers * (2.0 * S * D * 3 * D + 2.0 * S * D * D + attention + 2.0 * S * D * 8 * D);
+  f += c.num_single_layers *
+       (2.0 * S * D * 3 * D + 2.0 * S * D * 4 * D + attention + 2.0 * S * 5 * D * D);
+  return f + 2.0 * N * D * c.in_channels;  // proj_out
+}
+
+// A FLUX.1 forward at full width (3072, 24 heads x 128, 512 T5 tokens,
+// guidance embedding) at reduced depth: FLUX.1-dev's 19 + 38 blocks hold 11.9 B
+// parameters (24 GB in bf16), so the row runs 2 double + 4 single blocks. A
+// double and a single block have the same products (12·D² per token) and
+// attention, so the time per block is the time over 6, and the full 19 + 38
+// model is extrapolated by FLOPs (a second, smaller model timed alone to
+// separate the two kinds was swamped by run-to-run noise on shared machines).
+nlohmann::json run_flux_row(int64_t res, const std::string& dt_name, int warmup, int repeat) {
+  const DType dtype = parse_dtype(dt_name);
+  const double peak = gemm_peak(dtype);
+  models::FluxConfig cfg;  // FLUX.1's defaults
+  cfg.guidance_embeds = true;
+  const int64_t kFluxText = 512, h = res / 8, N = (h / 2) * (h / 2);
+  TorchGenerator g(9);
+  Tensor lat = g.randn({1, cfg.latent_channels(), h, h});
+  Tensor text = g.randn({1, kFluxText, cfg.joint_attention_dim});
+  Tensor pooled = g.randn({1, cfg.pooled_projection_dim});
+  models::FluxInputs in;
+  in.latents = &lat;
+  in.text = &text;
+  in.pooled = &pooled;
+  in.timesteps = {0.5f};
+  in.guidance = {3.5f};
+  models::FluxConfig reduced = cfg;
+  reduced.num_layers = 2;
+  reduced.num_single_layers = 4;
+  io::RandomWeights weights(4);
+  models::FluxTransformer model(reduced, weights, dtype);
+  const double flops = flux_flops(reduced, N, kFluxText), full = flux_flops(cfg, N, kFluxText);
+  nlohmann::json r = timed_row("flux_2+4_blocks", res, dt_name, flops, dtype, peak, warmup, repeat,
+                               [&] { model.forward(in); });
+  const double t = r["seconds"].get<double>();
+  r["image_tokens"] = N;
+  r["text_tokens"] = kFluxText;
+  r["seconds_per_block"] = t / 6;
+  r["full_model_flops"] = full;
+  r["extrapolated_seconds_19_38"] = t * full / flops;
+  // FLUX.1-dev's bf16 weights per rank when PipeFusion splits its 57 blocks
+  // evenly (the embedders and the output layer on every rank).
+  const int64_t all = cfg.parameter_count();
+  models::FluxConfig blockless = cfg;
+  blockless.num_layers = 0;
+  blockless.num_single_layers = 0;
+  const int64_t shared = blockless.parameter_count();
+  for (const int pp : {2, 4, 8})
+    r["weight_bytes_per_rank_pp" + std::to_string(pp)] =
+        2 * (shared + (all - shared + pp - 1) / pp);
   return r;
 }
 
@@ -441,8 +505,9 @@ int run_parallel_bench(const BenchOptions& o) {
 int run_bench(const BenchOptions& o) {
   set_threads(o.threads);
   XDIT_CHECK(o.what == "transformer" || o.what == "attention" || o.what == "t5" ||
-                 o.what == "vae" || o.what == "parallel" || o.what == "all",
-             "unknown benchmark '", o.what, "': transformer, attention, t5, vae, parallel or all");
+                 o.what == "vae" || o.what == "flux" || o.what == "parallel" || o.what == "all",
+             "unknown benchmark '", o.what,
+             "': transformer, attention, t5, vae, flux, parallel or all");
   if (!o.row.empty()) {  // child: WHAT:RES:DTYPE[:LAYOUT]
     std::vector<std::string> f;
     std::stringstream ss(o.row);
@@ -454,6 +519,7 @@ int run_bench(const BenchOptions& o) {
     nlohmann::json r = what == "t5"          ? run_t5_row(dt, o.warmup, o.repeat)
                        : what == "vae"       ? run_vae_row(res, dt, o.warmup, o.repeat)
                        : what == "attention" ? run_attention_row(res, dt, o.warmup, o.repeat)
+                       : what == "flux"      ? run_flux_row(res, dt, o.warmup, o.repeat)
                        : what == "parallel" && f.at(3).rfind("pipefusion", 0) == 0
                            ? run_pipefusion_row(res, dt, std::stoll(f.at(3).substr(11)))
                        : what == "parallel" ? run_parallel_row(res, dt, f.at(3), o.warmup, o.repeat)
@@ -488,6 +554,9 @@ int run_bench(const BenchOptions& o) {
   if (all || o.what == "vae")
     for (const auto& dt : o.dtypes)
       rows.push_back({"vae", *std::max_element(o.resolutions.begin(), o.resolutions.end()), dt});
+  if (all || o.what == "flux")
+    for (const auto& dt : o.dtypes)
+      rows.push_back({"flux", *std::max_element(o.resolutions.begin(), o.resolutions.end()), dt});
   if (!o.json)
     std::cout << "full-size components, random weights; ratio = achieved FLOP/s / GEMM peak "
                  "measured in the same "
@@ -512,6 +581,10 @@ int run_bench(const BenchOptions& o) {
               << human(r["peak_flops_per_s"].get<double>(), "/s") << std::setw(7)
               << std::setprecision(2) << r["ratio"].get<double>() << std::setw(11)
               << human(static_cast<double>(r["peak_rss_bytes"].get<int64_t>()), "B");
+    if (r.contains("extrapolated_seconds_19_38"))
+      std::cout << "  " << std::setprecision(2) << r["seconds_per_block"].get<double>()
+                << " s per block; 19 + 38 blocks ~ "
+                << r["extrapolated_seconds_19_38"].get<double>() << " s";
     if (r.value("peak_unstable", false))
       std::cout << "  ! GEMM peak moved from " << human(r["peak_before"].get<double>(), "/s")
                 << " to " << human(r["peak_after"].get<double>(), "/s")
@@ -527,7 +600,8 @@ std::function<int()> add_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* b =
       app.add_subcommand("bench", "benchmarks against the GEMM peak measured in the same run");
-  b->add_option("what", o->what, "benchmark: transformer, t5, vae, parallel or all")
+  b->add_option("what", o->what,
+                "benchmark: transformer, attention, t5, vae, flux, parallel or all")
       ->capture_default_str();
   b->add_option("--resolutions", o->resolutions, "image sizes in pixels")
       ->delimiter(',')

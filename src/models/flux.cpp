@@ -117,9 +117,26 @@ struct FluxTransformer::DoubleBlock {
 
 struct FluxTransformer::SingleBlock {
   kernels::Linear mod;  // norm.linear: silu(temb) → 3·D
-  kernels::Linear qkv, mlp, out;
+  kernels::Linear qkv, mlp;
+  // proj_out on [attention | MLP] as two products over its column blocks, so
+  // the two never need concatenating and the MLP half stays bf16.
+  kernels::Linear out_attn, out_mlp;
   Tensor nq, nk;
 };
+
+namespace {
+
+// Columns [c0, c0 + n) of a [rows, cols] f32 matrix.
+Tensor columns(const Tensor& w, int64_t c0, int64_t n) {
+  const int64_t rows = w.dim(0), cols = w.dim(1);
+  Tensor out = Tensor::empty({rows, n});
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(out.data<float>() + r * n, w.data<float>() + r * cols + c0,
+                static_cast<size_t>(n) * 4);
+  return out;
+}
+
+}  // namespace
 
 FluxTransformer::FluxTransformer(const FluxConfig& cfg, const io::WeightSource& w, DType compute)
     : cfg_(cfg), ct_(kernels::resolve_compute_type(compute)), backend_(&nn::serial_attention()) {
@@ -162,7 +179,10 @@ FluxTransformer::FluxTransformer(const FluxConfig& cfg, const io::WeightSource& 
         nn::load_fused_linear(w, {a + "to_q", a + "to_k", a + "to_v"}, D, {D, D, D}, true, ct_);
     b->mlp =
         nn::load_linear(w, p + "proj_mlp", D, 4 * D, true, ct_, kernels::Activation::kGeluTanh);
-    b->out = nn::load_linear(w, p + "proj_out", 5 * D, D, true, ct_);
+    const Tensor proj = nn::load_param(w, p + "proj_out.weight", {D, 5 * D});
+    b->out_attn =
+        kernels::Linear(columns(proj, 0, D), nn::load_param(w, p + "proj_out.bias", {D}), ct_);
+    b->out_mlp = kernels::Linear(columns(proj, D, 4 * D), Tensor(), ct_);
     b->nq = nn::load_param(w, a + "norm_q.weight", {hd});
     b->nk = nn::load_param(w, a + "norm_k.weight", {hd});
     single_.push_back(std::move(b));
@@ -349,8 +369,7 @@ Tensor FluxTransformer::forward(const FluxInputs& in) {
   }
 
   // Single stream: X [B, S, D], text rows first.
-  float* X = cat_.get(static_cast<size_t>(B * S * 6 * D));  // X, then [attention | MLP] (5D)
-  float* cat = X + B * S * D;
+  float* X = cat_.get(static_cast<size_t>(B * S * D));
   for (int64_t b = 0; b < B; ++b) {
     std::memcpy(X + b * S * D, cx + b * L * D, static_cast<size_t>(L * D) * 4);
     std::memcpy(X + (b * S + L) * D, h + b * N * D, static_cast<size_t>(N * D) * 4);
@@ -358,13 +377,19 @@ Tensor FluxTransformer::forward(const FluxInputs& in) {
   for (const auto& blk : single_) {
     blk->mod.forward(st.data(), B, mod);  // shift, scale, gate
     kernels::layer_norm_modulate(X, nh, B, S, D, kEps, mod, mod + D, 3 * D);
-    blk->mlp.forward(nh, B * S, ffh);  // GELU(tanh) fused
     blk->qkv.forward(nh, B * S, qkv);
     norm_rope(qkv, B, S, 0, S, blk->nq, blk->nk);
-    attend(qkv, B, S, cat, 5 * D, layer++);
-    for (int64_t r = 0; r < B * S; ++r)
-      std::memcpy(cat + r * 5 * D + D, ffh + r * 4 * D, static_cast<size_t>(4 * D) * 4);
-    blk->out.forward(cat, B * S, tmp);
+    attend(qkv, B, S, att, D, layer++);
+    // proj_out([attention | GELU(proj_mlp)]) = W_mlp·mlp + W_attn·attention + b.
+    if (blk->mlp.is_bf16() && blk->out_mlp.is_bf16()) {
+      auto* hb = reinterpret_cast<uint16_t*>(ffh);
+      blk->mlp.forward_to_bf16(nh, B * S, hb);  // GELU(tanh) fused
+      blk->out_mlp.forward_bf16(hb, B * S, tmp);
+    } else {
+      blk->mlp.forward(nh, B * S, ffh);
+      blk->out_mlp.forward(ffh, B * S, tmp);
+    }
+    blk->out_attn.forward(att, B * S, tmp, /*accumulate=*/true);
     kernels::gated_residual_add(X, tmp, B, S, D, mod + 2 * D, 3 * D);
   }
 
