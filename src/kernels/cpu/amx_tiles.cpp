@@ -19,6 +19,9 @@ constexpr long kXfeatureXtiledata = 18;
 
 // The LDTILECFG operand (palette 1): every tile used here is 16 rows of 64
 // bytes: 16 × 16 f32 results, 16 × 32 bf16 A rows, 16 × 16 VNNI pairs of B.
+// It lives in static storage on purpose: GCC 12 does not treat LDTILECFG as
+// reading its operand, and a configuration filled on the stack just before it
+// lost those stores as dead (seen while trying per-call tile shapes).
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
   uint8_t start_row = 0;
