@@ -7,6 +7,8 @@
 #include "core/error.h"
 #include "io/json.h"
 #include "io/safetensors.h"
+#include "models/clip.h"
+#include "models/flux.h"
 #include "models/pixart.h"
 #include "models/t5.h"
 #include "models/vae.h"
@@ -55,6 +57,16 @@ void config_bytes(const uint8_t* data, size_t size) {
     q.run_width = q.out_width = c.sample_size * 8;
     q.text_tokens = 120;
     pipeline::estimate_memory(c, q).peak();
+  });
+  guarded([&] {
+    const auto c = models::FluxConfig::from_json(j, "transformer/config.json");
+    c.weight_specs();
+    c.parameter_count();
+  });
+  guarded([&] {
+    const auto c = models::ClipTextConfig::from_json(j, "text_encoder/config.json");
+    c.weight_specs();
+    c.parameter_count();
   });
   guarded([&] {
     const auto c = models::T5Config::from_json(j, "text_encoder/config.json");
