@@ -18,12 +18,14 @@ struct Cache {
     kept.clear();
     bytes = 0;
   }
-  ~Cache() { drop_all(); }
 };
 
+// Never destroyed: blocks may be released by objects destroyed after any
+// static (other statics, OpenMP threads' thread-locals); what is kept at exit
+// stays reachable from here.
 Cache& cache() {
-  static Cache c;
-  return c;
+  static Cache* c = new Cache;
+  return *c;
 }
 
 std::size_t rounded(std::size_t bytes) {
