@@ -60,9 +60,7 @@ io::WeightSpecs ClipTextConfig::weight_specs(const std::string& prefix) const {
 }
 
 int64_t ClipTextConfig::parameter_count() const {
-  int64_t n = 0;
-  for (const auto& [name, shape] : weight_specs()) n += shape_numel(shape);
-  return n;
+  return nn::parameter_count(weight_specs());
 }
 
 }  // namespace xdit::models

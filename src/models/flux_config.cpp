@@ -92,9 +92,7 @@ io::WeightSpecs FluxConfig::weight_specs() const {
 }
 
 int64_t FluxConfig::parameter_count() const {
-  int64_t n = 0;
-  for (const auto& [name, shape] : weight_specs()) n += shape_numel(shape);
-  return n;
+  return nn::parameter_count(weight_specs());
 }
 
 }  // namespace xdit::models

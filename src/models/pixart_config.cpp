@@ -105,9 +105,7 @@ io::WeightSpecs PixArtConfig::weight_specs(const PixArtStage& stage) const {
 }
 
 int64_t PixArtConfig::parameter_count() const {
-  int64_t n = 0;
-  for (const auto& [name, shape] : weight_specs()) n += shape_numel(shape);
-  return n;
+  return nn::parameter_count(weight_specs());
 }
 
 }  // namespace xdit::models

@@ -69,9 +69,7 @@ io::WeightSpecs T5Config::weight_specs(const std::string& embedding_name) const 
 }
 
 int64_t T5Config::parameter_count() const {
-  int64_t n = 0;
-  for (const auto& [name, shape] : weight_specs()) n += shape_numel(shape);
-  return n;
+  return nn::parameter_count(weight_specs());
 }
 
 double T5Config::encoder_flops(int64_t batch, int64_t seq) const {

@@ -91,9 +91,7 @@ io::WeightSpecs VaeConfig::decoder_weight_specs() const {
 }
 
 int64_t VaeConfig::decoder_parameter_count() const {
-  int64_t n = 0;
-  for (const auto& [name, shape] : decoder_weight_specs()) n += shape_numel(shape);
-  return n;
+  return nn::parameter_count(decoder_weight_specs());
 }
 
 double VaeConfig::decoder_flops(int64_t batch, int64_t h, int64_t w) const {

@@ -11,6 +11,13 @@
 
 namespace xdit::nn {
 
+// Elements of all the weights a list names (a config's parameter count).
+inline int64_t parameter_count(const io::WeightSpecs& specs) {
+  int64_t n = 0;
+  for (const auto& [name, shape] : specs) n += shape_numel(shape);
+  return n;
+}
+
 // load_linear: "<prefix>.weight" [out, in], "<prefix>.bias" [out].
 inline void linear_specs(io::WeightSpecs& s, const std::string& prefix, int64_t in, int64_t out,
                          bool bias) {
