@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "io/safetensors.h"
 #include "schedulers/scheduler.h"
 #include "test_util.h"
 
@@ -45,6 +46,26 @@ inline void expect_patchwise_equals_whole(schedulers::Scheduler& whole,
     EXPECT_EQ(patched.step_index(), step + 1);
     ASSERT_EQ(0, std::memcmp(a.data<float>(), b.data<float>(), a.nbytes())) << "step " << step;
   }
+}
+
+// Steps `s` (timesteps already set) from golden case `c`'s sample0 through its
+// model_outputs; the relative error against each step's golden sample.
+inline std::vector<double> trajectory_errors(schedulers::Scheduler& s, io::SafeTensorsFile& f,
+                                             const std::string& c) {
+  Tensor x = f.get(c + ".sample0").to(DType::kF32);
+  Tensor outs = f.get(c + ".model_outputs").to(DType::kF32);
+  Tensor want = f.get(c + ".samples").to(DType::kF32);
+  const int64_t n = x.numel();
+  std::vector<double> errors;
+  for (size_t i = 0; i < s.timesteps().size(); ++i) {
+    Tensor m = Tensor::from_vector(
+        std::vector<float>(outs.data<float>() + i * n, outs.data<float>() + (i + 1) * n),
+        x.shape());
+    s.step(m, x);
+    errors.push_back(
+        rel_max_err(x.data<float>(), want.data<float>() + i * n, static_cast<size_t>(n)));
+  }
+  return errors;
 }
 
 }  // namespace xdit::test

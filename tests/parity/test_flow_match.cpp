@@ -60,20 +60,9 @@ TEST(FlowMatch, MatchesDiffusersOnEveryCase) {
       EXPECT_PRED3(near, s->sigmas()[i], sig[i], 1e-6) << "sigma " << i;
     EXPECT_EQ(s->init_noise_sigma(), 1.0f);
 
-    Tensor x = f.get(c + ".sample0").to(DType::kF32);
-    Tensor outs = f.get(c + ".model_outputs").to(DType::kF32);
-    Tensor want = f.get(c + ".samples").to(DType::kF32);
-    const int64_t n = x.numel();
-    for (size_t i = 0; i < ts.size(); ++i) {
-      Tensor m = Tensor::from_vector(
-          std::vector<float>(outs.data<float>() + i * n, outs.data<float>() + (i + 1) * n),
-          x.shape());
-      s->step(m, x);
-      EXPECT_LE(
-          test::rel_max_err(x.data<float>(), want.data<float>() + i * n, static_cast<size_t>(n)),
-          1e-6)
-          << "step " << i;
-    }
+    const auto errors = test::trajectory_errors(*s, f, c);
+    ASSERT_EQ(errors.size(), ts.size());
+    for (size_t k = 0; k < errors.size(); ++k) EXPECT_LE(errors[k], 1e-6) << "step " << k;
     EXPECT_EQ(s->step_index(), static_cast<int64_t>(ts.size()));
   }
 }

@@ -34,20 +34,9 @@ TEST(DPMSolver, MatchesDiffusersOnEveryCase) {
     for (size_t i = 0; i < sig.size(); ++i)
       EXPECT_NEAR(s.sigmas()[i], sig[i], 1e-6 * (1 + sig[i])) << i;
 
-    Tensor x = f.get(c + ".sample0").to(DType::kF32);
-    Tensor outs = f.get(c + ".model_outputs").to(DType::kF32);
-    Tensor want = f.get(c + ".samples").to(DType::kF32);
-    const int64_t n = x.numel();
-    for (size_t i = 0; i < ts.size(); ++i) {
-      Tensor m = Tensor::from_vector(
-          std::vector<float>(outs.data<float>() + i * n, outs.data<float>() + (i + 1) * n),
-          x.shape());
-      s.step(m, x);
-      EXPECT_LT(
-          test::rel_max_err(x.data<float>(), want.data<float>() + i * n, static_cast<size_t>(n)),
-          2e-5)
-          << "step " << i;
-    }
+    const auto errors = test::trajectory_errors(s, f, c);
+    ASSERT_EQ(errors.size(), ts.size());
+    for (size_t i = 0; i < errors.size(); ++i) EXPECT_LT(errors[i], 2e-5) << "step " << i;
   }
 }
 
