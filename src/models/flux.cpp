@@ -13,6 +13,21 @@ namespace {
 
 constexpr float kEps = 1e-6f;  // every LayerNorm and RMSNorm of the model
 
+// FluxPipeline's 2×2 packing: latents [B, C, H, W] ↔ [B, (H/2)·(W/2), 4C],
+// channel c·4 + dy·2 + dx of patch (row, col). `pack` picks the direction.
+void repack(const float* src, float* dst, int64_t B, int64_t C, int64_t H, int64_t W, bool pack) {
+  const int64_t gw = W / 2, N = (H / 2) * gw;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t ch = 0; ch < C; ++ch)
+      for (int64_t y = 0; y < H; ++y)
+        for (int64_t x = 0; x < W; ++x) {
+          const int64_t plain = ((b * C + ch) * H + y) * W + x;
+          const int64_t packed =
+              (b * N + (y / 2) * gw + x / 2) * 4 * C + ch * 4 + (y % 2) * 2 + x % 2;
+          dst[pack ? packed : plain] = src[pack ? plain : packed];
+        }
+}
+
 }  // namespace
 
 struct FluxTransformer::DoubleBlock {
@@ -172,15 +187,9 @@ Tensor FluxTransformer::forward(const FluxInputs& in) {
                         : "this FLUX model has no guidance embedding");
   const int64_t L = in.text->dim(1), S = L + N;
 
-  // Packed latents [B, N, 4C]: channel c·4 + dy·2 + dx of patch (row, col).
+  // Packed latents [B, N, 4C].
   float* x = x_.get(static_cast<size_t>(B * N * 4 * C));
-  const float* lv = lat.data<float>();
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t ch = 0; ch < C; ++ch)
-      for (int64_t y = 0; y < Hl; ++y)
-        for (int64_t xx = 0; xx < Wl; ++xx)
-          x[((b * N) + (y / 2) * gw + xx / 2) * 4 * C + ch * 4 + (y % 2) * 2 + xx % 2] =
-              lv[((b * C + ch) * Hl + y) * Wl + xx];
+  repack(lat.data<float>(), x, B, C, Hl, Wl, true);
 
   // Conditioning vector: timestep (+ guidance) + pooled text, then SiLU once
   // for every AdaLN projection. The model multiplies the pipeline's t / 1000
@@ -309,13 +318,7 @@ Tensor FluxTransformer::forward(const FluxInputs& in) {
   float* packed = x;  // [B, N, 4C], where the packed input was
   proj_out_.forward(nh, B * N, packed);
   Tensor out = Tensor::empty({B, C, Hl, Wl});
-  float* ov = out.data<float>();
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t ch = 0; ch < C; ++ch)
-      for (int64_t y = 0; y < Hl; ++y)
-        for (int64_t xx = 0; xx < Wl; ++xx)
-          ov[((b * C + ch) * Hl + y) * Wl + xx] =
-              packed[((b * N) + (y / 2) * gw + xx / 2) * 4 * C + ch * 4 + (y % 2) * 2 + xx % 2];
+  repack(packed, out.data<float>(), B, C, Hl, Wl, false);
   return out;
 }
 
