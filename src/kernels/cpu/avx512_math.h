@@ -8,6 +8,15 @@
 
 namespace xdit::kernels::cpu {
 
+// Whether the CPU runs the bf16 intrinsic kernels, which are compiled for
+// avx512f + avx512bf16 + avx512vl + avx512bw.
+inline bool has_avx512_bf16() {
+  static const bool has = __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512bf16") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw");
+  return has;
+}
+
 // 2^x on 16 lanes: x = n + f with n an integer and |f| ≤ ½, 2^f from a
 // polynomial (least-squares fits on Chebyshev nodes of [−½, ½]: degree 5 has
 // a relative error of 2.5e-7, as good as f32 holds; degree 3 has 1e-4, enough

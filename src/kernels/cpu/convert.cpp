@@ -5,6 +5,7 @@
 
 #include "core/aligned.h"
 #include "core/dtype.h"
+#include "kernels/cpu/avx512_math.h"
 
 namespace xdit::kernels::cpu {
 
@@ -35,8 +36,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void convert_generi
 }  // namespace
 
 void f32_to_bf16_array(const float* src, uint16_t* dst, size_t n) {
-  static const bool native =
-      __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
+  const bool native = has_avx512_bf16();
   auto run = [&](size_t b, size_t e) {
     if (native)
       convert_avx512bf16(src + b, dst + b, e - b);

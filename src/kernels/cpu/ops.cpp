@@ -164,10 +164,6 @@ __attribute__((target("avx512f,avx512bf16,avx512vl,avx512bw"))) void affine_silu
   }
 }
 
-const bool kAffineAvx512 = __builtin_cpu_supports("avx512f") &&
-                           __builtin_cpu_supports("avx512bf16") &&
-                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw");
-
 XDIT_CLONES void affine_silu_row_generic(const float* x, float* y, int64_t n, const float* a,
                                          const float* c, bool silu) {
   affine_silu(x, y, n, a, c, silu);
@@ -179,7 +175,7 @@ XDIT_CLONES void affine_silu_row_generic(const float* x, uint16_t* y, int64_t n,
 
 template <class Out>
 void affine_silu_row(const float* x, Out* y, int64_t n, const float* a, const float* c, bool silu) {
-  if (kAffineAvx512)
+  if (cpu::has_avx512_bf16())
     affine_silu_avx512<std::is_same_v<Out, uint16_t>>(x, y, n, a, c, silu);
   else
     affine_silu_row_generic(x, y, n, a, c, silu);

@@ -95,8 +95,6 @@ __attribute__((target("avx512f"))) void scale_add_row_avx512(float* o, const flo
 }
 
 const bool kAvx512 = __builtin_cpu_supports("avx512f");
-const bool kBf16 = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vl") &&
-                   __builtin_cpu_supports("avx512bw");
 
 }  // namespace
 
@@ -110,7 +108,7 @@ float row_max(const float* s, int64_t n) {
 float exp_row(const float* s, int64_t n, int64_t n_pad, float scale, float m, float* pf,
               uint16_t* pb, float* s_max) {
   if (kAvx512 && pb == nullptr) return exp_row_f32_avx512(s, n, n_pad, scale, m, pf, s_max);
-  if (kAvx512 && kBf16) return exp_row_bf16_avx512(s, n, n_pad, scale, m, pb, s_max);
+  if (has_avx512_bf16()) return exp_row_bf16_avx512(s, n, n_pad, scale, m, pb, s_max);
   float sum = 0.0f;
   *s_max = -INFINITY;
   for (int64_t i = 0; i < n; ++i) {
