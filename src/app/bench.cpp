@@ -208,7 +208,7 @@ nlohmann::json run_flux_row(int64_t res, const std::string& dt_name, int warmup,
   Tensor lat = g.randn({1, cfg.latent_channels(), h, h});
   Tensor text = g.randn({1, kFluxText, cfg.joint_attention_dim});
   Tensor pooled = g.randn({1, cfg.pooled_projection_dim});
-  models::FluxInputs in;
+  models::DiTInputs in;
   in.latents = &lat;
   in.text = &text;
   in.pooled = &pooled;
@@ -258,7 +258,7 @@ nlohmann::json run_vae_row(int64_t res, const std::string& dt_name, int warmup, 
 // tokens of which 100 valid, micro-conditions, timestep 500.
 struct StepInputs {
   Tensor latents, text, mask, resolution, aspect;
-  models::PixArtInputs in;
+  models::DiTInputs in;
   StepInputs(const models::PixArtConfig& cfg, int64_t B, int64_t res) {
     TorchGenerator g(0);
     latents = g.randn({B, cfg.in_channels, res / 8, res / 8});
@@ -291,7 +291,7 @@ nlohmann::json run_row(int64_t res, const std::string& dt_name, int warmup, int 
   models::PixArtTransformer model(cfg, weights, dtype);
   const int64_t B = 2, h = res / 8, w = res / 8;
   StepInputs step(cfg, B, res);
-  models::PixArtInputs& in = step.in;
+  models::DiTInputs& in = step.in;
   nlohmann::json r =
       timed_row("pixart_alpha_step_cfg", res, dt_name, step_flops(cfg, B, h, w, kTextTokens), dtype,
                 peak, warmup, repeat, [&] { model.forward(in); });
@@ -325,7 +325,7 @@ nlohmann::json run_parallel_row(int64_t res, const std::string& dt_name, const s
   if (pc.sp() > 1) model.set_attention_backend(&usp);
   const int64_t B = pc.use_cfg_parallel ? 1 : 2, h = res / 8, w8 = res / 8;
   StepInputs step_in(cfg, B, res);
-  models::PixArtInputs& in = step_in.in;
+  models::DiTInputs& in = step_in.in;
   const int64_t rows = h / cfg.patch_size / pc.sp();
   in.patch_row_begin = mesh.coord().sp * rows;
   in.patch_row_end = in.patch_row_begin + rows;

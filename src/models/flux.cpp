@@ -1,5 +1,6 @@
 #include "models/flux.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -13,17 +14,22 @@ namespace {
 
 constexpr float kEps = 1e-6f;  // every LayerNorm and RMSNorm of the model
 
-// FluxPipeline's 2×2 packing: latents [B, C, H, W] ↔ [B, (H/2)·(W/2), 4C],
-// channel c·4 + dy·2 + dx of patch (row, col). `pack` picks the direction.
-void repack(const float* src, float* dst, int64_t B, int64_t C, int64_t H, int64_t W, bool pack) {
-  const int64_t gw = W / 2, N = (H / 2) * gw;
+// FluxPipeline's 2×2 packing: latent rows [2·r0, 2·r1) of [B, C, H, W] ↔
+// the packed tokens of patch rows [r0, r1), [B, (r1 − r0)·(W/2), 4C]: channel
+// c·4 + dy·2 + dx of patch (row, col). `plain` is the whole [B, C, H, W]
+// tensor when packing, and the rows' [B, C, 2·(r1 − r0), W] when unpacking.
+void repack(const float* src, float* dst, int64_t B, int64_t C, int64_t H, int64_t W, int64_t r0,
+            int64_t r1, bool pack) {
+  const int64_t gw = W / 2, n = (r1 - r0) * gw, y0 = 2 * r0, rows = 2 * (r1 - r0);
+  const int64_t plain_h = pack ? H : rows, plain_y0 = pack ? y0 : 0;
+#pragma omp parallel for collapse(2) if (B * C * rows * W > (1 << 16))
   for (int64_t b = 0; b < B; ++b)
     for (int64_t ch = 0; ch < C; ++ch)
-      for (int64_t y = 0; y < H; ++y)
+      for (int64_t y = 0; y < rows; ++y)
         for (int64_t x = 0; x < W; ++x) {
-          const int64_t plain = ((b * C + ch) * H + y) * W + x;
+          const int64_t plain = ((b * C + ch) * plain_h + plain_y0 + y) * W + x;
           const int64_t packed =
-              (b * N + (y / 2) * gw + x / 2) * 4 * C + ch * 4 + (y % 2) * 2 + x % 2;
+              (b * n + (y / 2) * gw + x / 2) * 4 * C + ch * 4 + (y % 2) * 2 + x % 2;
           dst[pack ? packed : plain] = src[pack ? plain : packed];
         }
 }
@@ -61,11 +67,23 @@ Tensor columns(const Tensor& w, int64_t c0, int64_t n) {
 
 }  // namespace
 
-FluxTransformer::FluxTransformer(const FluxConfig& cfg, const io::WeightSource& w, DType compute)
-    : cfg_(cfg), ct_(kernels::resolve_compute_type(compute)), backend_(&nn::serial_attention()) {
+FluxTransformer::FluxTransformer(const FluxConfig& cfg, const io::WeightSource& w, DType compute,
+                                 DiTStage stage)
+    : cfg_(cfg),
+      stage_(stage),
+      ct_(kernels::resolve_compute_type(compute)),
+      backend_(&nn::serial_attention()) {
+  if (stage_.block_end < 0) stage_.block_end = cfg.blocks();
+  XDIT_CHECK(stage_.block_begin >= 0 && stage_.block_begin <= stage_.block_end &&
+                 stage_.block_end <= cfg.blocks(),
+             "stage blocks [", stage_.block_begin, ", ", stage_.block_end, ") outside the model's ",
+             cfg.blocks(), " blocks");
   const int64_t D = cfg.hidden(), hd = cfg.attention_head_dim;
-  x_embedder_ = nn::load_linear(w, "x_embedder", cfg.in_channels, D, true, ct_);
-  context_embedder_ = nn::load_linear(w, "context_embedder", cfg.joint_attention_dim, D, true, ct_);
+  if (stage_.first) {
+    x_embedder_ = nn::load_linear(w, "x_embedder", cfg.in_channels, D, true, ct_);
+    context_embedder_ =
+        nn::load_linear(w, "context_embedder", cfg.joint_attention_dim, D, true, ct_);
+  }
   const std::string te = "time_text_embed.";
   timestep_embedder_ =
       nn::MlpSilu(w, te + "timestep_embedder", FluxConfig::kTimeProjDim, D, D, ct_);
@@ -73,7 +91,7 @@ FluxTransformer::FluxTransformer(const FluxConfig& cfg, const io::WeightSource& 
     guidance_embedder_ =
         nn::MlpSilu(w, te + "guidance_embedder", FluxConfig::kTimeProjDim, D, D, ct_);
   text_embedder_ = nn::MlpSilu(w, te + "text_embedder", cfg.pooled_projection_dim, D, D, ct_);
-  for (int64_t i = 0; i < cfg.num_layers; ++i) {
+  for (int64_t i = stage_.block_begin; i < std::min(stage_.block_end, cfg.num_layers); ++i) {
     const std::string p = "transformer_blocks." + std::to_string(i) + ".";
     const std::string a = p + "attn.";
     auto b = std::make_unique<DoubleBlock>();
@@ -93,7 +111,8 @@ FluxTransformer::FluxTransformer(const FluxConfig& cfg, const io::WeightSource& 
     b->ff_context = nn::FeedForwardGelu(w, p + "ff_context", D, 4 * D, ct_);
     double_.push_back(std::move(b));
   }
-  for (int64_t i = 0; i < cfg.num_single_layers; ++i) {
+  for (int64_t i = std::max(stage_.block_begin, cfg.num_layers) - cfg.num_layers;
+       i < stage_.block_end - cfg.num_layers; ++i) {
     const std::string p = "single_transformer_blocks." + std::to_string(i) + ".";
     const std::string a = p + "attn.";
     auto b = std::make_unique<SingleBlock>();
@@ -110,8 +129,10 @@ FluxTransformer::FluxTransformer(const FluxConfig& cfg, const io::WeightSource& 
     b->nk = nn::load_param(w, a + "norm_k.weight", {hd});
     single_.push_back(std::move(b));
   }
-  norm_out_ = nn::load_linear(w, "norm_out.linear", D, 2 * D, true, ct_);
-  proj_out_ = nn::load_linear(w, "proj_out", D, cfg.in_channels, true, ct_);
+  if (stage_.last) {
+    norm_out_ = nn::load_linear(w, "norm_out.linear", D, 2 * D, true, ct_);
+    proj_out_ = nn::load_linear(w, "proj_out", D, cfg.in_channels, true, ct_);
+  }
 }
 
 FluxTransformer::~FluxTransformer() = default;
@@ -144,6 +165,9 @@ void FluxTransformer::norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t 
 
 void FluxTransformer::attend(float* qkv, int64_t batch, int64_t seq, float* out, int64_t out_stride,
                              int layer) {
+  nn::AttentionSite site;
+  site.layer = layer;
+  site.text_tokens = L_;
   const int64_t D = cfg_.hidden();
   kernels::AttentionArgs a;
   a.q = qkv;
@@ -158,10 +182,22 @@ void FluxTransformer::attend(float* qkv, int64_t batch, int64_t seq, float* out,
   a.head_dim = cfg_.attention_head_dim;
   a.scale = 1.0f / std::sqrt(static_cast<float>(cfg_.attention_head_dim));
   a.bf16 = ct_ == nn::ComputeType::kBF16;
-  backend_->attend(a, {layer, false});
+  backend_->attend(a, site);
 }
 
-Tensor FluxTransformer::forward(const FluxInputs& in) {
+DiTSpec FluxTransformer::spec() const {
+  DiTSpec s;
+  s.blocks = cfg_.blocks();
+  s.heads = cfg_.num_attention_heads;
+  s.hidden = cfg_.hidden();
+  s.latent_channels = s.out_channels = cfg_.latent_channels();
+  s.patch = 2;
+  s.timestep_scale = 1.0 / 1000.0;
+  s.text_stream = true;
+  return s;
+}
+
+Streams FluxTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
   const FluxConfig& c = cfg_;
   XDIT_CHECK(in.latents && in.text && in.pooled, "FLUX forward: latents, text and pooled needed");
   const Tensor& lat = *in.latents;
@@ -170,7 +206,11 @@ Tensor FluxTransformer::forward(const FluxInputs& in) {
              "FLUX latents must be [B, ", C, ", H, W] with H and W even, got ",
              shape_str(lat.shape()));
   const int64_t B = lat.dim(0), Hl = lat.dim(2), Wl = lat.dim(3), gh = Hl / 2, gw = Wl / 2;
-  const int64_t N = gh * gw, D = c.hidden(), hd = c.attention_head_dim;
+  const int64_t D = c.hidden(), hd = c.attention_head_dim;
+  const int64_t r0 = in.patch_row_begin, r1 = in.patch_row_end == 0 ? gh : in.patch_row_end;
+  XDIT_CHECK(r0 >= 0 && r0 < r1 && r1 <= gh, "patch rows [", r0, ", ", r1, ") outside the ", gh,
+             "-row grid");
+  const int64_t N = (r1 - r0) * gw;  // the image tokens this call computes
   XDIT_CHECK(
       in.text->ndim() == 3 && in.text->dim(0) == B && in.text->dim(2) == c.joint_attention_dim,
       "FLUX text must be [", B, ", L, ", c.joint_attention_dim, "], got ",
@@ -186,10 +226,11 @@ Tensor FluxTransformer::forward(const FluxInputs& in) {
       c.guidance_embeds ? "this FLUX model embeds a guidance scale: one per batch item"
                         : "this FLUX model has no guidance embedding");
   const int64_t L = in.text->dim(1), S = L + N;
-
-  // Packed latents [B, N, 4C].
-  float* x = x_.get(static_cast<size_t>(B * N * 4 * C));
-  repack(lat.data<float>(), x, B, C, Hl, Wl, true);
+  B_ = B;
+  L_ = L;
+  rows_ = r1 - r0;
+  gw_ = gw;
+  W_ = Wl;
 
   // Conditioning vector: timestep (+ guidance) + pooled text, then SiLU once
   // for every AdaLN projection. The model multiplies the pipeline's t / 1000
@@ -212,18 +253,18 @@ Tensor FluxTransformer::forward(const FluxInputs& in) {
   }
   text_embedder_.forward(in.pooled->data<float>(), B, part.data());
   for (size_t i = 0; i < temb.size(); ++i) temb[i] += part[i];
-  std::vector<float> st(temb.size());
-  kernels::silu(temb.data(), st.data(), static_cast<int64_t>(st.size()));
+  st_.resize(temb.size());
+  kernels::silu(temb.data(), st_.data(), static_cast<int64_t>(st_.size()));
 
-  // Rotary tables [S, head_dim]: text positions 0, image (0, row, col); per
-  // axis 1/θ^(2j/d) in f64, cos and sin in f64, rounded to f32, each value
-  // repeated for its pair.
+  // Rotary tables [S, head_dim]: text positions 0, image (0, row, col) of the
+  // global grid; per axis 1/θ^(2j/d) in f64, cos and sin in f64, rounded to
+  // f32, each value repeated for its pair.
   rope_cos_.assign(static_cast<size_t>(S * hd), 0.0f);
   rope_sin_.assign(static_cast<size_t>(S * hd), 0.0f);
   for (int64_t s = 0; s < S; ++s) {
-    const int64_t n = s - L;
-    const double pos[3] = {0.0, n < 0 ? 0.0 : static_cast<double>(n / gw),
-                           n < 0 ? 0.0 : static_cast<double>(n % gw)};
+    const int64_t n = s - L + r0 * gw;  // the token's index in the whole grid
+    const double pos[3] = {0.0, s < L ? 0.0 : static_cast<double>(n / gw),
+                           s < L ? 0.0 : static_cast<double>(n % gw)};
     int64_t off = 0;
     for (int ax = 0; ax < 3; ++ax) {
       const int64_t d = c.axes_dims_rope[static_cast<size_t>(ax)];
@@ -241,84 +282,136 @@ Tensor FluxTransformer::forward(const FluxInputs& in) {
     }
   }
 
-  // Streams: image h [B, N, D], text cx [B, L, D].
-  float* h = h_.get(static_cast<size_t>(B * N * D));
-  float* cx = c_.get(static_cast<size_t>(B * L * D));
-  x_embedder_.forward(x, B * N, h);
-  context_embedder_.forward(in.text->data<float>(), B * L, cx);
+  // Streams [B, L + N, D]: per batch item the embedded text, then the image tokens.
+  Streams st;
+  st.text = L;
+  if (!stage_.first) {
+    XDIT_CHECK(hidden != nullptr && hidden->numel() == B * S * D,
+               "a later FLUX pipeline stage needs the previous stage's streams [", B, ", ", S,
+               ", ", D, "]");
+    st.x = hidden->clone();
+    return st;
+  }
+  st.x = Tensor::empty({B, S, D});
+  float* X = st.x.data<float>();
+  float* packed = x_.get(static_cast<size_t>(B * N * 4 * C));  // [B, N, 4C]
+  repack(lat.data<float>(), packed, B, C, Hl, Wl, r0, r1, true);
+  float* emb = tmp_.get(static_cast<size_t>(B * N * D));
+  x_embedder_.forward(packed, B * N, emb);
+  for (int64_t b = 0; b < B; ++b) {
+    context_embedder_.forward(in.text->data<float>() + b * L * c.joint_attention_dim, L,
+                              X + b * S * D);
+    std::memcpy(X + (b * S + L) * D, emb + b * N * D, static_cast<size_t>(N * D) * 4);
+  }
+  return st;
+}
 
+void FluxTransformer::double_block(DoubleBlock& blk, float* X, int layer) {
+  const int64_t B = B_, L = L_, N = rows_ * gw_, S = L + N, D = cfg_.hidden();
+  float* mod = mod_.get(static_cast<size_t>(B * 12 * D));
+  float* mi = mod;              // image: shift, scale, gate (attention), shift, scale, gate (MLP)
+  float* mc = mod + B * 6 * D;  // text, the same
+  blk.mod.forward(st_.data(), B, mi);
+  blk.mod_context.forward(st_.data(), B, mc);
+  float* nh = n_.get(static_cast<size_t>(B * S * D));
+  float* qkv = qkv_.get(static_cast<size_t>(B * S * 3 * D));
+  float* att = attn_.get(static_cast<size_t>(B * S * D));
+  float* tmp = tmp_.get(static_cast<size_t>(B * S * D));
+  float* ffh = ff_.get(static_cast<size_t>(B * S * 4 * D));
+  // Per batch item: text rows [0, L), image rows [L, S) of X, nh, qkv, att, tmp.
+  const auto text = [&](float* p, int64_t b, int64_t width) { return p + b * S * width; };
+  const auto image = [&](float* p, int64_t b, int64_t width) { return p + (b * S + L) * width; };
+  for (int64_t b = 0; b < B; ++b) {
+    kernels::layer_norm_modulate(image(X, b, D), image(nh, b, D), 1, N, D, kEps, mi + b * 6 * D,
+                                 mi + b * 6 * D + D, 0);
+    kernels::layer_norm_modulate(text(X, b, D), text(nh, b, D), 1, L, D, kEps, mc + b * 6 * D,
+                                 mc + b * 6 * D + D, 0);
+    blk.qkv_context.forward(text(nh, b, D), L, text(qkv, b, 3 * D));
+    blk.qkv.forward(image(nh, b, D), N, image(qkv, b, 3 * D));
+  }
+  norm_rope(qkv, B, S, 0, L, blk.nq_context, blk.nk_context);
+  norm_rope(qkv, B, S, L, N, blk.nq, blk.nk);
+  attend(qkv, B, S, att, D, layer);
+  for (int64_t b = 0; b < B; ++b) {
+    blk.out_context.forward(text(att, b, D), L, text(tmp, b, D));
+    blk.out.forward(image(att, b, D), N, image(tmp, b, D));
+    kernels::gated_residual_add(text(X, b, D), text(tmp, b, D), 1, L, D, mc + b * 6 * D + 2 * D,
+                                0);
+    kernels::gated_residual_add(image(X, b, D), image(tmp, b, D), 1, N, D,
+                                mi + b * 6 * D + 2 * D, 0);
+    // MLPs: image, then text.
+    kernels::layer_norm_modulate(image(X, b, D), image(nh, b, D), 1, N, D, kEps,
+                                 mi + b * 6 * D + 3 * D, mi + b * 6 * D + 4 * D, 0);
+    blk.ff.forward(image(nh, b, D), N, image(tmp, b, D), ffh);
+    kernels::gated_residual_add(image(X, b, D), image(tmp, b, D), 1, N, D,
+                                mi + b * 6 * D + 5 * D, 0);
+    kernels::layer_norm_modulate(text(X, b, D), text(nh, b, D), 1, L, D, kEps,
+                                 mc + b * 6 * D + 3 * D, mc + b * 6 * D + 4 * D, 0);
+    blk.ff_context.forward(text(nh, b, D), L, text(tmp, b, D), ffh);
+    kernels::gated_residual_add(text(X, b, D), text(tmp, b, D), 1, L, D, mc + b * 6 * D + 5 * D,
+                                0);
+  }
+}
+
+void FluxTransformer::single_block(SingleBlock& blk, float* X, int layer) {
+  const int64_t B = B_, S = L_ + rows_ * gw_, D = cfg_.hidden();
   float* mod = mod_.get(static_cast<size_t>(B * 12 * D));
   float* nh = n_.get(static_cast<size_t>(B * S * D));
   float* qkv = qkv_.get(static_cast<size_t>(B * S * 3 * D));
   float* att = attn_.get(static_cast<size_t>(B * S * D));
   float* tmp = tmp_.get(static_cast<size_t>(B * S * D));
   float* ffh = ff_.get(static_cast<size_t>(B * S * 4 * D));
-  int layer = 0;
-  for (const auto& blk : double_) {
-    float* mi = mod;              // image: shift, scale, gate (attention), shift, scale, gate (MLP)
-    float* mc = mod + B * 6 * D;  // text, the same
-    blk->mod.forward(st.data(), B, mi);
-    blk->mod_context.forward(st.data(), B, mc);
-    float* nc = nh + B * N * D;
-    kernels::layer_norm_modulate(h, nh, B, N, D, kEps, mi, mi + D, 6 * D);
-    kernels::layer_norm_modulate(cx, nc, B, L, D, kEps, mc, mc + D, 6 * D);
-    // Joint q|k|v [B, S, 3D]: each batch item's text rows, then its image rows.
-    for (int64_t b = 0; b < B; ++b) {
-      blk->qkv_context.forward(nc + b * L * D, L, qkv + b * S * 3 * D);
-      blk->qkv.forward(nh + b * N * D, N, qkv + (b * S + L) * 3 * D);
-    }
-    norm_rope(qkv, B, S, 0, L, blk->nq_context, blk->nk_context);
-    norm_rope(qkv, B, S, L, N, blk->nq, blk->nk);
-    attend(qkv, B, S, att, D, layer++);
-    for (int64_t b = 0; b < B; ++b) {
-      blk->out_context.forward(att + b * S * D, L, tmp + b * L * D);
-      blk->out.forward(att + (b * S + L) * D, N, tmp + B * L * D + b * N * D);
-    }
-    kernels::gated_residual_add(cx, tmp, B, L, D, mc + 2 * D, 6 * D);
-    kernels::gated_residual_add(h, tmp + B * L * D, B, N, D, mi + 2 * D, 6 * D);
-    // MLPs: image, then text.
-    kernels::layer_norm_modulate(h, nh, B, N, D, kEps, mi + 3 * D, mi + 4 * D, 6 * D);
-    blk->ff.forward(nh, B * N, tmp, ffh);
-    kernels::gated_residual_add(h, tmp, B, N, D, mi + 5 * D, 6 * D);
-    kernels::layer_norm_modulate(cx, nc, B, L, D, kEps, mc + 3 * D, mc + 4 * D, 6 * D);
-    blk->ff_context.forward(nc, B * L, tmp, ffh);
-    kernels::gated_residual_add(cx, tmp, B, L, D, mc + 5 * D, 6 * D);
+  blk.mod.forward(st_.data(), B, mod);  // shift, scale, gate
+  kernels::layer_norm_modulate(X, nh, B, S, D, kEps, mod, mod + D, 3 * D);
+  blk.qkv.forward(nh, B * S, qkv);
+  norm_rope(qkv, B, S, 0, S, blk.nq, blk.nk);
+  attend(qkv, B, S, att, D, layer);
+  // proj_out([attention | GELU(proj_mlp)]) = W_mlp·mlp + W_attn·attention + b.
+  if (blk.mlp.is_bf16() && blk.out_mlp.is_bf16()) {
+    auto* hb = reinterpret_cast<uint16_t*>(ffh);
+    blk.mlp.forward_to_bf16(nh, B * S, hb);  // GELU(tanh) fused
+    blk.out_mlp.forward_bf16(hb, B * S, tmp);
+  } else {
+    blk.mlp.forward(nh, B * S, ffh);
+    blk.out_mlp.forward(ffh, B * S, tmp);
   }
+  blk.out_attn.forward(att, B * S, tmp, /*accumulate=*/true);
+  kernels::gated_residual_add(X, tmp, B, S, D, mod + 2 * D, 3 * D);
+}
 
-  // Single stream: X [B, S, D], text rows first.
-  float* X = cat_.get(static_cast<size_t>(B * S * D));
-  for (int64_t b = 0; b < B; ++b) {
-    std::memcpy(X + b * S * D, cx + b * L * D, static_cast<size_t>(L * D) * 4);
-    std::memcpy(X + (b * S + L) * D, h + b * N * D, static_cast<size_t>(N * D) * 4);
+void FluxTransformer::run_blocks(Streams& s, int64_t b0, int64_t b1) {
+  const int64_t S = L_ + rows_ * gw_, D = cfg_.hidden();
+  XDIT_CHECK(stage_.block_begin <= b0 && b0 <= b1 && b1 <= stage_.block_end, "blocks [", b0, ", ",
+             b1, ") outside this stage's [", stage_.block_begin, ", ", stage_.block_end, ")");
+  XDIT_CHECK(s.x.numel() == B_ * S * D && s.text == L_, "FLUX streams must be [", B_, ", ", S,
+             ", ", D, "] with ", L_, " text tokens, got ", shape_str(s.x.shape()));
+  const int64_t nl = cfg_.num_layers;
+  for (int64_t bi = b0; bi < b1; ++bi) {
+    if (bi < nl)
+      double_block(*double_[static_cast<size_t>(bi - stage_.block_begin)], s.x.data<float>(),
+                   static_cast<int>(bi));
+    else
+      single_block(*single_[static_cast<size_t>(bi - std::max(stage_.block_begin, nl))],
+                   s.x.data<float>(), static_cast<int>(bi));
   }
-  for (const auto& blk : single_) {
-    blk->mod.forward(st.data(), B, mod);  // shift, scale, gate
-    kernels::layer_norm_modulate(X, nh, B, S, D, kEps, mod, mod + D, 3 * D);
-    blk->qkv.forward(nh, B * S, qkv);
-    norm_rope(qkv, B, S, 0, S, blk->nq, blk->nk);
-    attend(qkv, B, S, att, D, layer++);
-    // proj_out([attention | GELU(proj_mlp)]) = W_mlp·mlp + W_attn·attention + b.
-    if (blk->mlp.is_bf16() && blk->out_mlp.is_bf16()) {
-      auto* hb = reinterpret_cast<uint16_t*>(ffh);
-      blk->mlp.forward_to_bf16(nh, B * S, hb);  // GELU(tanh) fused
-      blk->out_mlp.forward_bf16(hb, B * S, tmp);
-    } else {
-      blk->mlp.forward(nh, B * S, ffh);
-      blk->out_mlp.forward(ffh, B * S, tmp);
-    }
-    blk->out_attn.forward(att, B * S, tmp, /*accumulate=*/true);
-    kernels::gated_residual_add(X, tmp, B, S, D, mod + 2 * D, 3 * D);
-  }
+}
 
+Tensor FluxTransformer::finalize(const Streams& s) {
+  XDIT_CHECK(stage_.last, "only the last pipeline stage has the output layer");
+  const int64_t B = B_, L = L_, N = rows_ * gw_, S = L + N, D = cfg_.hidden();
+  const int64_t C = cfg_.latent_channels();
+  XDIT_CHECK(s.x.numel() == B * S * D, "FLUX streams must be [", B, ", ", S, ", ", D, "]");
   // norm_out on the image rows (AdaLN-continuous: [scale, shift]), proj_out.
-  norm_out_.forward(st.data(), B, mod);
+  float* mod = mod_.get(static_cast<size_t>(B * 12 * D));
+  float* nh = n_.get(static_cast<size_t>(B * S * D));
+  norm_out_.forward(st_.data(), B, mod);
   for (int64_t b = 0; b < B; ++b)
-    kernels::layer_norm_modulate(X + (b * S + L) * D, nh + b * N * D, 1, N, D, kEps,
-                                 mod + b * 2 * D + D, mod + b * 2 * D, 0);
-  float* packed = x;  // [B, N, 4C], where the packed input was
+    kernels::layer_norm_modulate(s.x.data<float>() + (b * S + L) * D, nh + b * N * D, 1, N, D,
+                                 kEps, mod + b * 2 * D + D, mod + b * 2 * D, 0);
+  float* packed = x_.get(static_cast<size_t>(B * N * 4 * C));
   proj_out_.forward(nh, B * N, packed);
-  Tensor out = Tensor::empty({B, C, Hl, Wl});
-  repack(packed, out.data<float>(), B, C, Hl, Wl, false);
+  Tensor out = Tensor::empty({B, C, 2 * rows_, W_});
+  repack(packed, out.data<float>(), B, C, 2 * rows_, W_, 0, rows_, false);
   return out;
 }
 

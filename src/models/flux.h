@@ -18,6 +18,7 @@
 #include "core/tensor.h"
 #include "io/json.h"
 #include "io/weights.h"
+#include "models/dit.h"
 #include "nn/attention.h"
 #include "nn/layers.h"
 
@@ -41,47 +42,60 @@ struct FluxConfig {
   // Reads diffusers' transformer/config.json, bounding every size; throws one
   // line naming `where` and the key.
   static FluxConfig from_json(const io::Json& j, const std::string& where);
-  io::WeightSpecs weight_specs() const;
+  // The weights the model, or a stage of it (blocks by flat index: double
+  // then single), reads.
+  io::WeightSpecs weight_specs(const DiTStage& stage = {}) const;
   int64_t parameter_count() const;
 };
 
-struct FluxInputs {
-  const Tensor* latents = nullptr;  // [B, latent_channels, H, W], H and W even
-  // Per batch item, as FluxPipeline passes them: timestep t / 1000, and the
-  // guidance scale (dev models; empty for schnell).
-  std::vector<float> timesteps, guidance;
-  const Tensor* text = nullptr;    // [B, L, joint_attention_dim] (T5, unmasked)
-  const Tensor* pooled = nullptr;  // [B, pooled_projection_dim] (CLIP)
-};
-
-class FluxTransformer {
+// Inputs (DiTInputs): latents [B, latent_channels, H, W] with H and W even;
+// per batch item the timestep t / 1000 and (dev models) the guidance scale, as
+// FluxPipeline passes them; text [B, L, joint_attention_dim] (T5, unmasked);
+// pooled [B, pooled_projection_dim] (CLIP). The streams are [B, L + tokens, D]:
+// the text stream, then the image tokens, per batch item; the double-stream
+// blocks update both, the single-stream blocks run on their concatenation.
+class FluxTransformer : public DiT {
  public:
-  FluxTransformer(const FluxConfig& cfg, const io::WeightSource& weights, DType compute);
-  ~FluxTransformer();
+  FluxTransformer(const FluxConfig& cfg, const io::WeightSource& weights, DType compute,
+                  DiTStage stage = {});
+  ~FluxTransformer() override;
   const FluxConfig& config() const { return cfg_; }
-  // The velocity [B, latent_channels, H, W].
-  Tensor forward(const FluxInputs& in);
-  void set_attention_backend(nn::AttentionBackend* b) { backend_ = b; }
+  DiTSpec spec() const override;
+  const DiTStage& stage() const override { return stage_; }
+  void set_attention_backend(nn::AttentionBackend* b) override { backend_ = b; }
+  Streams embed(const DiTInputs& in, const Tensor* hidden) override;
+  void run_blocks(Streams& s, int64_t b0, int64_t b1) override;
+  // The velocity [B, latent_channels, rows · 2, W].
+  Tensor finalize(const Streams& s) override;
 
  private:
   struct DoubleBlock;
   struct SingleBlock;
-  // q and k of `tokens` rows of a fused [q | k | v] buffer (row stride
-  // 3·hidden): per-head RMSNorm with the given weights, then the rotation.
+  // q and k of `rows` tokens from `row_begin` of a fused [q | k | v] buffer
+  // (row stride 3·hidden, `seq` tokens per batch item): per-head RMSNorm with
+  // the given weights, then the rotation.
   void norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin, int64_t rows,
                  const Tensor& wq, const Tensor& wk) const;
   void attend(float* qkv, int64_t batch, int64_t seq, float* out, int64_t out_stride, int layer);
+  void double_block(DoubleBlock& blk, float* x, int layer);
+  void single_block(SingleBlock& blk, float* x, int layer);
 
   FluxConfig cfg_;
+  DiTStage stage_;
   nn::ComputeType ct_;
   kernels::Linear x_embedder_, context_embedder_;
   nn::MlpSilu timestep_embedder_, guidance_embedder_, text_embedder_;
-  std::vector<std::unique_ptr<DoubleBlock>> double_;
+  std::vector<std::unique_ptr<DoubleBlock>> double_;  // this stage's, in order
   std::vector<std::unique_ptr<SingleBlock>> single_;
   kernels::Linear norm_out_, proj_out_;
   nn::AttentionBackend* backend_;
-  std::vector<float> rope_cos_, rope_sin_;  // [seq, head_dim] for the current call
-  nn::Scratch x_, h_, c_, n_, nc_, qkv_, attn_, tmp_, ff_, cat_, mod_;
+  // The current call (set by embed): batch, text tokens, patch rows, grid
+  // width, latent width, SiLU(conditioning vector) [B, D], and the rotary
+  // tables [L + tokens, head_dim] (text positions, then this call's rows').
+  int64_t B_ = 0, L_ = 0, rows_ = 0, gw_ = 0, W_ = 0;
+  std::vector<float> st_;
+  std::vector<float> rope_cos_, rope_sin_;
+  nn::Scratch x_, n_, qkv_, attn_, tmp_, ff_, mod_;
 };
 
 }  // namespace xdit::models

@@ -1,5 +1,7 @@
 // FluxConfig: transformer/config.json as diffusers reads it
 // (FluxTransformer2DModel), bounded and checked, and the weights it implies.
+#include <algorithm>
+
 #include "core/error.h"
 #include "models/flux.h"
 #include "nn/weight_specs.h"
@@ -47,11 +49,14 @@ FluxConfig FluxConfig::from_json(const io::Json& j, const std::string& w) {
   return c;
 }
 
-io::WeightSpecs FluxConfig::weight_specs() const {
+io::WeightSpecs FluxConfig::weight_specs(const DiTStage& stage) const {
   const int64_t D = hidden();
+  const int64_t b0 = stage.block_begin, b1 = stage.block_end < 0 ? blocks() : stage.block_end;
   io::WeightSpecs s;
-  nn::linear_specs(s, "x_embedder", in_channels, D, true);
-  nn::linear_specs(s, "context_embedder", joint_attention_dim, D, true);
+  if (stage.first) {
+    nn::linear_specs(s, "x_embedder", in_channels, D, true);
+    nn::linear_specs(s, "context_embedder", joint_attention_dim, D, true);
+  }
   const auto mlp = [&](const std::string& p, int64_t in) {
     nn::linear_specs(s, p + ".linear_1", in, D, true);
     nn::linear_specs(s, p + ".linear_2", D, D, true);
@@ -62,7 +67,7 @@ io::WeightSpecs FluxConfig::weight_specs() const {
   const auto head_norm = [&](const std::string& p) {
     s.emplace_back(p + ".weight", Shape{attention_head_dim});
   };
-  for (int64_t i = 0; i < num_layers; ++i) {
+  for (int64_t i = b0; i < std::min(b1, num_layers); ++i) {
     const std::string p = "transformer_blocks." + std::to_string(i);
     nn::linear_specs(s, p + ".norm1.linear", D, 6 * D, true);
     nn::linear_specs(s, p + ".norm1_context.linear", D, 6 * D, true);
@@ -76,7 +81,7 @@ io::WeightSpecs FluxConfig::weight_specs() const {
       nn::linear_specs(s, p + ff + ".net.2", 4 * D, D, true);
     }
   }
-  for (int64_t i = 0; i < num_single_layers; ++i) {
+  for (int64_t i = std::max(b0, num_layers) - num_layers; i < b1 - num_layers; ++i) {
     const std::string p = "single_transformer_blocks." + std::to_string(i);
     nn::linear_specs(s, p + ".norm.linear", D, 3 * D, true);
     for (const char* m : {"to_q", "to_k", "to_v"})
@@ -86,8 +91,10 @@ io::WeightSpecs FluxConfig::weight_specs() const {
     nn::linear_specs(s, p + ".proj_mlp", D, 4 * D, true);
     nn::linear_specs(s, p + ".proj_out", 5 * D, D, true);
   }
-  nn::linear_specs(s, "norm_out.linear", D, 2 * D, true);
-  nn::linear_specs(s, "proj_out", D, in_channels, true);
+  if (stage.last) {
+    nn::linear_specs(s, "norm_out.linear", D, 2 * D, true);
+    nn::linear_specs(s, "proj_out", D, in_channels, true);
+  }
   return s;
 }
 

@@ -1,5 +1,6 @@
 #include "models/pixart.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -19,7 +20,7 @@ struct PixArtTransformer::Block {
 };
 
 PixArtTransformer::PixArtTransformer(const PixArtConfig& cfg, const WeightSource& w, DType compute,
-                                     PixArtStage stage)
+                                     DiTStage stage)
     : cfg_(cfg),
       stage_(stage),
       ct_(kernels::resolve_compute_type(compute)),
@@ -69,7 +70,18 @@ PixArtTransformer::PixArtTransformer(const PixArtConfig& cfg, const WeightSource
 
 PixArtTransformer::~PixArtTransformer() = default;
 
-Tensor PixArtTransformer::forward(const PixArtInputs& in, const Tensor* hidden) {
+DiTSpec PixArtTransformer::spec() const {
+  DiTSpec s;
+  s.blocks = cfg_.num_layers;
+  s.heads = cfg_.num_attention_heads;
+  s.hidden = cfg_.hidden();
+  s.latent_channels = cfg_.in_channels;
+  s.out_channels = cfg_.out_channels;
+  s.patch = cfg_.patch_size;
+  return s;
+}
+
+Streams PixArtTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
   const PixArtConfig& c = cfg_;
   XDIT_CHECK(in.latents && in.text, "PixArt forward needs latents and text embeddings");
   const Tensor& x = *in.latents;
@@ -89,19 +101,26 @@ Tensor PixArtTransformer::forward(const PixArtInputs& in, const Tensor* hidden) 
              shape_str(text.shape()));
   const int64_t L = text.dim(1);
   XDIT_CHECK(static_cast<int64_t>(in.timesteps.size()) == B, "need one timestep per batch row");
-  std::vector<uint8_t> mask;
+  mask_.clear();
   if (in.text_mask != nullptr) {
     XDIT_CHECK(in.text_mask->numel() == B * L, "text mask must be [", B, ", ", L, "], got ",
                shape_str(in.text_mask->shape()));
     auto mv = in.text_mask->to_vector();
-    mask.resize(mv.size());
-    for (size_t i = 0; i < mv.size(); ++i) mask[i] = mv[i] != 0.0f;
+    mask_.resize(mv.size());
+    for (size_t i = 0; i < mv.size(); ++i) mask_[i] = mv[i] != 0.0f;
   }
+  B_ = B;
+  L_ = L;
+  rows_ = rows;
+  gw_ = gw;
+  W_ = W;
 
   // Patch embedding + position embedding (recomputed for the actual grid, as
   // PatchEmbed does when it differs from the config's sample size); later
   // pipeline stages start from the previous stage's hidden states.
-  float* h = h_.get(static_cast<size_t>(B * N * d));
+  Streams s;
+  s.x = Tensor::empty({B, N, d});
+  float* h = s.x.data<float>();
   if (!stage_.first) {
     XDIT_CHECK(hidden != nullptr && hidden->numel() == B * N * d,
                "a later pipeline stage needs the previous stage's hidden states [", B, ", ", N,
@@ -129,12 +148,13 @@ Tensor PixArtTransformer::forward(const PixArtInputs& in, const Tensor* hidden) 
   }
 
   // AdaLayerNormSingle: timestep (+ micro-conditions) → embedded_timestep [B, d] and t6 [B, 6d].
-  std::vector<float> emb(static_cast<size_t>(B * d)), t6(static_cast<size_t>(B * 6 * d));
+  emb_.assign(static_cast<size_t>(B * d), 0.0f);
+  t6_.assign(static_cast<size_t>(B * 6 * d), 0.0f);
   {
     std::vector<float> proj(static_cast<size_t>(B * PixArtConfig::kTimeProjDim));
     kernels::timestep_embedding(in.timesteps.data(), B, PixArtConfig::kTimeProjDim, true, 0.0f,
                                 proj.data());
-    t_embedder_.forward(proj.data(), B, emb.data());
+    t_embedder_.forward(proj.data(), B, emb_.data());
     if (c.use_additional_conditions) {
       XDIT_CHECK(
           in.resolution && in.aspect_ratio && in.resolution->numel() == 2 * B &&
@@ -152,11 +172,11 @@ Tensor PixArtTransformer::forward(const PixArtInputs& in, const Tensor* hidden) 
       ar_embedder_.forward(ap.data(), B, ae.data());
       for (int64_t b = 0; b < B; ++b)
         for (int64_t i = 0; i < d; ++i)
-          emb[b * d + i] += i < 2 * e ? re[b * 2 * e + i] : ae[b * e + i - 2 * e];
+          emb_[b * d + i] += i < 2 * e ? re[b * 2 * e + i] : ae[b * e + i - 2 * e];
     }
-    std::vector<float> act(emb.size());
-    kernels::silu(emb.data(), act.data(), static_cast<int64_t>(act.size()));
-    adaln_linear_.forward(act.data(), B, t6.data());
+    std::vector<float> act(emb_.size());
+    kernels::silu(emb_.data(), act.data(), static_cast<int64_t>(act.size()));
+    adaln_linear_.forward(act.data(), B, t6_.data());
   }
 
   // Caption projection: linear_1 → GELU(tanh) → linear_2.
@@ -167,21 +187,31 @@ Tensor PixArtTransformer::forward(const PixArtInputs& in, const Tensor* hidden) 
     caption_1_.forward(tf.data<float>(), B * L, t1);  // GELU(tanh) fused
     caption_2_.forward(t1, B * L, txt);
   }
+  return s;
+}
 
+void PixArtTransformer::run_blocks(Streams& s, int64_t b0, int64_t b1) {
+  const int64_t B = B_, L = L_, d = cfg_.hidden(), N = rows_ * gw_;
+  XDIT_CHECK(stage_.block_begin <= b0 && b0 <= b1 && b1 <= stage_.block_end, "blocks [", b0, ", ",
+             b1, ") outside this stage's [", stage_.block_begin, ", ", stage_.block_end, ")");
+  XDIT_CHECK(s.x.numel() == B * N * d && s.text == 0, "PixArt streams must be [", B, ", ", N,
+             ", ", d, "], got ", shape_str(s.x.shape()));
+  float* h = s.x.data<float>();
+  const float* txt = text_.get(static_cast<size_t>(B * L * d));
   float* nrm = norm_.get(static_cast<size_t>(B * N * d));
   float* tmp = tmp_.get(static_cast<size_t>(B * N * d));
   float* ffh = ffh_.get(static_cast<size_t>(B * N * 4 * d));
   std::vector<float> mod(static_cast<size_t>(B * 6 * d));
-  const float eps = static_cast<float>(c.norm_eps);
-  for (size_t li = 0; li < blocks_.size(); ++li) {
-    Block& blk = *blocks_[li];
+  const float eps = static_cast<float>(cfg_.norm_eps);
+  for (int64_t bi = b0; bi < b1; ++bi) {
+    Block& blk = *blocks_[static_cast<size_t>(bi - stage_.block_begin)];
     // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = table + t6.
     const float* table = blk.table.data<float>();
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t i = 0; i < 6 * d; ++i) mod[b * 6 * d + i] = table[i] + t6[b * 6 * d + i];
+      for (int64_t i = 0; i < 6 * d; ++i) mod[b * 6 * d + i] = table[i] + t6_[b * 6 * d + i];
     const float* m = mod.data();
     const int64_t ms = 6 * d;
-    const int layer = static_cast<int>(stage_.block_begin + static_cast<int64_t>(li));
+    const int layer = static_cast<int>(bi);
 
     kernels::layer_norm_modulate(h, nrm, B, N, d, eps, m + 0 * d, m + 1 * d, ms);
     blk.attn1.forward(nrm, B, N, nullptr, 0, nullptr, tmp, *backend_, {layer, false},
@@ -189,37 +219,36 @@ Tensor PixArtTransformer::forward(const PixArtInputs& in, const Tensor* hidden) 
     kernels::gated_residual_add(h, tmp, B, N, d, m + 2 * d, ms);
 
     // ada_norm_single: cross-attention reads the residual stream unnormalised.
-    blk.attn2.forward(h, B, N, txt, L, mask.empty() ? nullptr : mask.data(), tmp, *backend_,
+    blk.attn2.forward(h, B, N, txt, L, mask_.empty() ? nullptr : mask_.data(), tmp, *backend_,
                       {layer, true}, attn_scratch_);
     kernels::gated_residual_add(h, tmp, B, N, d, nullptr, 0);
 
     kernels::layer_norm_modulate(h, nrm, B, N, d, eps, m + 3 * d, m + 4 * d, ms);
     blk.ff.forward(nrm, B * N, tmp, ffh);
     kernels::gated_residual_add(h, tmp, B, N, d, m + 5 * d, ms);
-    XDIT_DEBUG("block ", li, " done, rss ", current_rss_bytes() >> 20, " MiB");
+    XDIT_DEBUG("block ", bi, " done, rss ", current_rss_bytes() >> 20, " MiB");
   }
+}
 
-  if (!stage_.last) {
-    Tensor out = Tensor::empty({B, N, d});
-    std::memcpy(out.data<float>(), h, static_cast<size_t>(B * N * d) * 4);
-    return out;
-  }
+Tensor PixArtTransformer::finalize(const Streams& s) {
+  XDIT_CHECK(stage_.last, "only the last pipeline stage has the output layer");
+  const PixArtConfig& c = cfg_;
+  const int64_t B = B_, d = c.hidden(), p = c.patch_size, N = rows_ * gw_;
+  XDIT_CHECK(s.x.numel() == B * N * d, "PixArt streams must be [", B, ", ", N, ", ", d, "]");
+  const float eps = static_cast<float>(c.norm_eps);
+  float* nrm = norm_.get(static_cast<size_t>(B * N * d));
   // Final layer: shift, scale = scale_shift_table + embedded_timestep.
   std::vector<float> fin(static_cast<size_t>(B * 2 * d));
   const float* ot = out_table_.data<float>();
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t i = 0; i < 2 * d; ++i) fin[b * 2 * d + i] = ot[i] + emb[b * d + i % d];
-  kernels::layer_norm_modulate(h, nrm, B, N, d, eps, fin.data(), fin.data() + d, 2 * d);
+    for (int64_t i = 0; i < 2 * d; ++i) fin[b * 2 * d + i] = ot[i] + emb_[b * d + i % d];
+  kernels::layer_norm_modulate(s.x.data<float>(), nrm, B, N, d, eps, fin.data(), fin.data() + d,
+                               2 * d);
   const int64_t po = p * p * c.out_channels;
-  float* patches = ffh;  // reuse: B·N·po ≤ B·N·4d
-  std::vector<float> patch_buf;
-  if (po > 4 * d) {
-    patch_buf.resize(static_cast<size_t>(B * N * po));
-    patches = patch_buf.data();
-  }
+  float* patches = ffh_.get(static_cast<size_t>(B * N * std::max(po, 4 * d)));
   proj_out_.forward(nrm, B * N, patches);
-  Tensor out = Tensor::empty({B, c.out_channels, rows * p, W});
-  kernels::unpatchify(patches, B, c.out_channels, rows, gw, p, out.data<float>());
+  Tensor out = Tensor::empty({B, c.out_channels, rows_ * p, W_});
+  kernels::unpatchify(patches, B, c.out_channels, rows_, gw_, p, out.data<float>());
   return out;
 }
 

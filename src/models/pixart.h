@@ -12,19 +12,11 @@
 #include "core/tensor.h"
 #include "io/json.h"
 #include "io/weights.h"
+#include "models/dit.h"
 #include "nn/attention.h"
 #include "nn/layers.h"
 
 namespace xdit::models {
-
-// A pipeline stage: blocks [block_begin, block_end) of the model; the first
-// stage also embeds the patches, the last also has the output layer. Every
-// stage keeps the small timestep and caption embedders (each needs them).
-struct PixArtStage {
-  int64_t block_begin = 0;
-  int64_t block_end = -1;  // -1: to the last block
-  bool first = true, last = true;
-};
 
 struct PixArtConfig {
   // Timesteps(num_channels=256) in AdaLayerNormSingle.
@@ -52,43 +44,32 @@ struct PixArtConfig {
   // PixArt-α XL/2 at 1024 px (the benchmark configuration).
   static PixArtConfig alpha_xl_1024();
   // The weights (state-dict keys and shapes) the model, or a stage of it, reads.
-  io::WeightSpecs weight_specs(const PixArtStage& stage = {}) const;
+  io::WeightSpecs weight_specs(const DiTStage& stage = {}) const;
   // Parameter count implied by the config.
   int64_t parameter_count() const;
 };
 
-struct PixArtInputs {
-  const Tensor* latents = nullptr;       // [B, in_channels, H, W]
-  std::vector<float> timesteps;          // B values
-  const Tensor* text = nullptr;          // [B, L, caption_channels]
-  const Tensor* text_mask = nullptr;     // [B, L] (1 = token, 0 = padding) or null
-  const Tensor* resolution = nullptr;    // [B, 2] (height, width in pixels) when micro-conditioned
-  const Tensor* aspect_ratio = nullptr;  // [B, 1]
-  // Sequence parallelism: compute only the patch rows [begin, end) of the
-  // image (end 0 = all). Positions stay global; attention over the other rows
-  // is the attention backend's job. The output then holds those rows only.
-  int64_t patch_row_begin = 0, patch_row_end = 0;
-};
-
-class PixArtTransformer {
+class PixArtTransformer : public DiT {
  public:
   PixArtTransformer(const PixArtConfig& cfg, const io::WeightSource& weights, DType compute,
-                    PixArtStage stage = {});
-  ~PixArtTransformer();
+                    DiTStage stage = {});
+  ~PixArtTransformer() override;
 
   const PixArtConfig& config() const { return cfg_; }
-  const PixArtStage& stage() const { return stage_; }
-  // The whole model (or a stage of it): returns [B, out_channels, H, W] (or
-  // the computed rows' part) from the last stage, and the hidden states
-  // [B, tokens, hidden] from other stages. A stage that is not the first takes
-  // the previous stage's hidden states in `hidden`.
-  Tensor forward(const PixArtInputs& in, const Tensor* hidden = nullptr);
-  void set_attention_backend(nn::AttentionBackend* b) { backend_ = b; }
+  DiTSpec spec() const override;
+  const DiTStage& stage() const override { return stage_; }
+  void set_attention_backend(nn::AttentionBackend* b) override { backend_ = b; }
+  // The text is a condition here (cross-attention), not a stream: the streams
+  // hold the image tokens [B, tokens, hidden] only.
+  Streams embed(const DiTInputs& in, const Tensor* hidden) override;
+  void run_blocks(Streams& s, int64_t b0, int64_t b1) override;
+  // [B, out_channels, rows · patch, W].
+  Tensor finalize(const Streams& s) override;
 
  private:
   struct Block;
   PixArtConfig cfg_;
-  PixArtStage stage_;
+  DiTStage stage_;
   nn::ComputeType ct_;
   kernels::Linear patch_proj_;
   nn::MlpSilu t_embedder_, res_embedder_, ar_embedder_;
@@ -98,7 +79,13 @@ class PixArtTransformer {
   Tensor out_table_;  // scale_shift_table [2, hidden]
   kernels::Linear proj_out_;
   nn::AttentionBackend* backend_;
-  nn::Scratch cols_, h_, norm_, tmp_, ffh_, text_, text_tmp_;
+  // The current call (set by embed): batch, text length, patch rows and grid
+  // width, latent width, the embedded timestep [B, d], its 6 modulations
+  // [B, 6d], the key mask and the projected caption (in text_).
+  int64_t B_ = 0, L_ = 0, rows_ = 0, gw_ = 0, W_ = 0;
+  std::vector<float> emb_, t6_;
+  std::vector<uint8_t> mask_;
+  nn::Scratch cols_, norm_, tmp_, ffh_, text_, text_tmp_;
   nn::AttentionScratch attn_scratch_;
 };
 

@@ -72,7 +72,7 @@ PixArtConfig PixArtConfig::alpha_xl_1024() {
   return PixArtConfig{};
 }
 
-io::WeightSpecs PixArtConfig::weight_specs(const PixArtStage& stage) const {
+io::WeightSpecs PixArtConfig::weight_specs(const DiTStage& stage) const {
   const int64_t d = hidden(), p = patch_size;
   const int64_t end = stage.block_end < 0 ? num_layers : stage.block_end;
   io::WeightSpecs s;

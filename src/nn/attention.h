@@ -17,6 +17,10 @@ namespace xdit::nn {
 struct AttentionSite {
   int layer = 0;
   bool cross = false;  // cross-attention to the text (keys not split)
+  // Joint attention (FLUX, SD3): the first text_tokens of each batch item's
+  // q/k/v are the text stream, the same on every rank; the rest are this
+  // rank's image tokens. 0: self-attention over image tokens only.
+  int64_t text_tokens = 0;
 };
 
 class AttentionBackend {

@@ -172,7 +172,7 @@ Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::Scheduler& sc
                   static_cast<size_t>(plane) * 4);
   };
   auto inputs = [&](int64_t step, int64_t r0, int64_t r1) {
-    models::PixArtInputs in;
+    models::DiTInputs in;
     in.latents = &model_in;
     in.timesteps.assign(static_cast<size_t>(MB), static_cast<float>(ts[static_cast<size_t>(step)]));
     in.text = &text;
@@ -225,7 +225,7 @@ Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::Scheduler& sc
     if (pipefusion_) pipefusion_->set_window(gh * gw, 0, gh * gw);
     fill_model_in();
     const auto [w0, w1] = my_rows(0, gh);
-    models::PixArtInputs in = inputs(i, w0, w1);
+    models::DiTInputs in = inputs(i, w0, w1);
     Tensor hidden;
     if (!first) {
       trace::Span span("recv warm-up " + std::to_string(i), "comm");
@@ -326,7 +326,7 @@ Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::Scheduler& sc
       if (pipefusion_) pipefusion_->set_window(gh * gw, r0 * gw, r1 * gw);
       if (first) fill_model_in();
       const auto [l0, l1] = my_rows(r0, r1);
-      models::PixArtInputs in = inputs(i, l0, l1);
+      models::DiTInputs in = inputs(i, l0, l1);
       Tensor out;
       {
         trace::Span span("patch " + std::to_string(j) + " step " + std::to_string(i) +

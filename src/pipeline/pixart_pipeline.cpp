@@ -19,7 +19,7 @@ namespace xdit::pipeline {
 namespace {
 // Bytes of the weights a stage loads, as f32, from the weights its config
 // lists for the stage ("412 MB of weights (as f32)").
-std::string stage_weight_bytes(const models::PixArtConfig& cfg, const models::PixArtStage& stage) {
+std::string stage_weight_bytes(const models::PixArtConfig& cfg, const models::DiTStage& stage) {
   double bytes = 0;
   for (const auto& [name, shape] : cfg.weight_specs(stage))
     bytes += static_cast<double>(shape_numel(shape)) * 4.0;
@@ -196,7 +196,7 @@ MemoryQuery PixArtPipeline::memory_query(int64_t prompts, int64_t height, int64_
 
 void PixArtPipeline::load() {
   if (transformer_) return;
-  models::PixArtStage stage;
+  models::DiTStage stage;
   if (mesh_ != nullptr && mesh_->config().pipefusion_parallel_degree > 1) {
     // PipeFusion: this rank keeps only its stage's blocks.
     const auto& pc = mesh_->config();
@@ -332,7 +332,7 @@ Tensor PixArtPipeline::generate_latents(const LatentRequest& req,
     for (int64_t k = 0; k < MB; ++k)
       std::memcpy(model_in.data<float>() + k * plane, latents.data<float>() + (k % P) * plane,
                   plane * 4);
-    models::PixArtInputs in;
+    models::DiTInputs in;
     in.latents = &model_in;
     in.timesteps.assign(static_cast<size_t>(MB), static_cast<float>(ts[i]));
     in.text = &text;

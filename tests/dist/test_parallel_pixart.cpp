@@ -115,7 +115,7 @@ TEST(ParallelForward, SequenceSlicesEqualTheWholeForward) {
     sliced.set_attention_backend(&usp);
     TorchGenerator g(5);
     Tensor x = g.randn({2, 4, 16, 12}), text = g.randn({2, 7, cfg.caption_channels});
-    models::PixArtInputs in;
+    models::DiTInputs in;
     in.latents = &x;
     in.timesteps = {999.0f, 3.0f};
     in.text = &text;

@@ -229,7 +229,7 @@ TEST(PipeFusion, KVBuffersAfterAWarmupStepEqualSerialKV) {
               r.prompt_embeds.nbytes());
   for (int i = 0; i < 18; ++i) mask.data<float>()[i] = 1.0f;
   std::memcpy(mask.data<float>() + 18, r.prompt_mask.data<float>(), 18 * 4);
-  models::PixArtInputs in;
+  models::DiTInputs in;
   in.latents = &in_lat;
   in.timesteps.assign(4, 999.0f);
   in.text = &text;

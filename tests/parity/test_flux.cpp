@@ -30,7 +30,7 @@ double forward_error(const std::string& name, DType dt) {
   FluxTransformer model(cfg, w, dt);
   auto g = io::read_safetensors_f32(std::string(XDIT_TEST_DATA) + "/goldens/flux_" + name +
                                     "_forward.safetensors");
-  FluxInputs in;
+  DiTInputs in;
   in.latents = &g["latents"];
   in.text = &g["text"];
   in.pooled = &g["pooled"];
@@ -115,7 +115,7 @@ void expect_loop_matches(const std::string& name) {
     sched->set_timesteps(steps, hints);
     const bool true_cfg = m["true_cfg_scale"].get<double>() > 1.0;
     const auto scale = static_cast<float>(m["true_cfg_scale"].get<double>());
-    FluxInputs in;
+    DiTInputs in;
     in.latents = &latents;
     for (const float t : sched->timesteps()) {
       in.timesteps = {t / 1000.0f};

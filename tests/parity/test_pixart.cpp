@@ -31,7 +31,7 @@ Golden load_golden(const std::string& name) {
 struct ForwardCase {
   models::PixArtTransformer model;
   Golden g;
-  models::PixArtInputs in;
+  models::DiTInputs in;
 };
 
 std::unique_ptr<ForwardCase> forward_case(const std::string& variant, DType dtype) {
@@ -114,7 +114,7 @@ TEST(PixArtParity, MaskedTokensDoNotMatter) {
   for (size_t i = 0; i < mask.size(); ++i)
     if (mask[i] == 0)
       for (int64_t ch = 0; ch < text.dim(2); ++ch) text.data<float>()[i * text.dim(2) + ch] += 5.0f;
-  models::PixArtInputs& in = c->in;
+  models::DiTInputs& in = c->in;
   in.text = &text;
   EXPECT_LE(test::rel_max_err(c->model.forward(in).to_vector(), g["output"].to_vector()), 1e-4);
   in.text_mask = nullptr;  // and without the mask they do

@@ -53,9 +53,9 @@ void expect_same(const std::map<std::string, Shape>& listed,
 TEST(WeightSpecs, PixArtListsWhatItsConstructorReads) {
   for (bool micro : {true, false})
     for (bool bias : {true, false})
-      for (models::PixArtStage stage :
-           {models::PixArtStage{}, models::PixArtStage{0, 2, true, false},
-            models::PixArtStage{1, 3, false, true}, models::PixArtStage{1, 2, false, false}}) {
+      for (models::DiTStage stage :
+           {models::DiTStage{}, models::DiTStage{0, 2, true, false},
+            models::DiTStage{1, 3, false, true}, models::DiTStage{1, 2, false, false}}) {
         models::PixArtConfig c;
         c.num_layers = 3;
         c.num_attention_heads = 3;

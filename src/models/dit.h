@@ -1,0 +1,91 @@
+// The interface every diffusion transformer implements (PixArt-α/Σ, FLUX.1;
+// SD3 next), so that one denoising loop and one implementation of each
+// parallel method serve them all (docs/ARCHITECTURE.md, "One engine").
+//
+// A call is three parts: embed (the conditioning of the call, and on the first
+// pipeline stage the image tokens of the requested patch rows), blocks by
+// their flat index (FLUX: 19 double-stream blocks, then 38 single-stream
+// ones), and the final layer. Between blocks the hidden states are one tensor
+// of streams: per batch item the text stream's tokens (models with joint
+// attention) then the image tokens this call computes. A PipeFusion stage
+// sends exactly that tensor to the next stage.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+#include "nn/attention.h"
+
+namespace xdit::models {
+
+// Everything a call may take; a model reads what it uses.
+struct DiTInputs {
+  const Tensor* latents = nullptr;  // [B, latent_channels, H, W]
+  std::vector<float> timesteps;     // B values, as the model takes them (DiTSpec::timestep_scale)
+  std::vector<float> guidance;      // B embedded guidance scales (FLUX.1 [dev]); else empty
+  const Tensor* text = nullptr;     // [B, L, text width]
+  const Tensor* text_mask = nullptr;     // [B, L] (1 = token, 0 = padding) or null (all tokens)
+  const Tensor* pooled = nullptr;        // [B, pooled width] (FLUX's CLIP vector)
+  const Tensor* resolution = nullptr;    // [B, 2] (height, width in pixels): PixArt-α
+  const Tensor* aspect_ratio = nullptr;  // [B, 1]
+  // Sequence parallelism and PipeFusion: compute only the patch rows
+  // [begin, end) of the token grid (end 0 = all). Positions stay global;
+  // attention over the other rows is the attention backend's job.
+  int64_t patch_row_begin = 0, patch_row_end = 0;
+};
+
+// A pipeline stage: blocks [block_begin, block_end) of the flat block list;
+// the first stage also embeds the latents, the last also has the final layer.
+// Every stage keeps the (small) conditioning embedders.
+struct DiTStage {
+  int64_t block_begin = 0;
+  int64_t block_end = -1;  // -1: to the last block
+  bool first = true, last = true;
+};
+
+// The hidden states between blocks: x [B, text + image tokens, hidden].
+struct Streams {
+  Tensor x;
+  int64_t text = 0;  // text-stream tokens at the front of each batch item (0: none)
+};
+
+// What the loop and the parallel layer need to know about a model.
+struct DiTSpec {
+  int64_t blocks = 0;           // the flat block list's length
+  int64_t heads = 0, hidden = 0;
+  int64_t latent_channels = 0;  // of the latents the loop holds
+  int64_t out_channels = 0;     // of the output (PixArt's learned sigma: 2× latent)
+  int64_t patch = 1;            // latent pixels per token side
+  // The model's timestep = the scheduler's × this (FLUX.1 takes t / 1000).
+  double timestep_scale = 1.0;
+  bool text_stream = false;  // joint attention over a text stream that blocks update
+};
+
+class DiT {
+ public:
+  virtual ~DiT() = default;
+  virtual DiTSpec spec() const = 0;
+  virtual const DiTStage& stage() const = 0;
+  virtual void set_attention_backend(nn::AttentionBackend* backend) = 0;
+  // The call's conditioning; the first stage embeds the latents' patch rows,
+  // a later stage starts from the previous stage's streams in `hidden`.
+  virtual Streams embed(const DiTInputs& in, const Tensor* hidden) = 0;
+  // Blocks [b0, b1) of the flat list, all within this stage's.
+  virtual void run_blocks(Streams& s, int64_t b0, int64_t b1) = 0;
+  // The last stage's output [B, out_channels, rows · patch, W].
+  virtual Tensor finalize(const Streams& s) = 0;
+
+  // A stage's whole call: the output on the last stage, else the streams' x.
+  Tensor forward(const DiTInputs& in, const Tensor* hidden = nullptr) {
+    Streams s = embed(in, hidden);
+    run_blocks(s, stage().block_begin, stage().block_end);
+    return stage().last ? finalize(s) : s.x;
+  }
+  // The text-stream tokens the streams carry for these inputs (0 without one).
+  int64_t stream_text_tokens(const DiTInputs& in) const {
+    return spec().text_stream && in.text != nullptr ? in.text->dim(1) : 0;
+  }
+};
+
+}  // namespace xdit::models
