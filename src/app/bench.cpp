@@ -36,7 +36,7 @@
 #include "parallel/config.h"
 #include "parallel/gather.h"
 #include "parallel/usp_attention.h"
-#include "pipeline/pixart_pipeline.h"
+#include "pipeline/pipeline.h"
 
 namespace xdit::app {
 
@@ -382,8 +382,8 @@ nlohmann::json run_pipefusion_row(int64_t res, const std::string& dt_name, int64
   pc.warmup_steps = 1;
   parallel::Mesh mesh(pc, w);
   const models::PixArtConfig cfg = models::PixArtConfig::alpha_xl_1024();
-  pipeline::PixArtPipeline pipe(cfg, schedulers::SchedulerConfig{},
-                                std::make_unique<io::RandomWeights>(1), parse_dtype(dt_name));
+  pipeline::Pipeline pipe(pipeline::ModelFamily::pixart(cfg), schedulers::SchedulerConfig{},
+                          std::make_unique<io::RandomWeights>(1), parse_dtype(dt_name));
   pipe.set_mesh(&mesh);
   TorchGenerator g(0);
   pipeline::LatentRequest r;

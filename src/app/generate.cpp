@@ -24,7 +24,7 @@
 #include "models/vae.h"
 #include "parallel/config.h"
 #include "pipeline/distributed.h"
-#include "pipeline/pixart_pipeline.h"
+#include "pipeline/pipeline.h"
 
 namespace xdit::app {
 
@@ -106,11 +106,12 @@ namespace {
 struct GenerateOptions {
   parallel::ParallelConfig parallel;
   std::string trace;
-  std::string model, prompt_embeds, latents, output, output_type = "pil", dtype = "bf16",
-                                                     negative_prompt;
+  std::string model, prompt_embeds, latents, output, output_type = "pil", dtype = "bf16";
+  std::optional<std::string> negative_prompt;
   std::vector<std::string> prompts;
-  int64_t height = 0, width = 0, steps = 20, max_sequence_length = 0;
-  double guidance = 4.5;
+  // Steps and guidance: the model's defaults until given (resolved by validate).
+  int64_t height = 0, width = 0, steps = pipeline::kDefaultSteps, max_sequence_length = 0;
+  double guidance = pipeline::kDefaultGuidance, true_cfg = 1.0;
   std::string seed_text = "42";
   uint64_t seed = 42;
   int threads = 0;
@@ -155,19 +156,23 @@ class Progress {
   double total_s_ = 0;
 };
 
+// `o` holds the values the run used (defaults resolved).
 std::map<std::string, std::string> png_metadata(const GenerateOptions& o, const std::string& prompt,
                                                 int64_t width, int64_t height,
-                                                const io::ModelRef& model) {
+                                                const io::ModelRef& model,
+                                                const pipeline::Pipeline& pipe) {
   return {
       {"model_revision", model.commit},  // empty (left out) for a folder
       {"model_folder", model.from_cache() ? model.folder : ""},
       {"prompt", prompt},
-      {"negative_prompt", o.negative_prompt},
+      {"negative_prompt", o.negative_prompt.value_or("")},
       {"seed", std::to_string(o.seed)},
       {"num_inference_steps", std::to_string(o.steps)},
       {"guidance_scale", std::to_string(o.guidance)},
+      {"true_cfg_scale", o.true_cfg != 1.0 ? std::to_string(o.true_cfg) : ""},
       {"size", std::to_string(width) + "x" + std::to_string(height)},
       {"model", model.from_cache() ? model.id : model.folder},
+      {"pipeline", pipe.family().name() + " (" + pipe.folder().pipeline_class() + ")"},
       {"dtype", o.dtype},
       {"parallel", o.parallel.serial() ? std::string("serial (1 process)") : o.parallel.describe()},
       {"software", std::string("xdit ") + XDIT_VERSION}};
@@ -238,7 +243,7 @@ int run_generate(GenerateOptions o) {
     XDIT_WARN(
         "no --model given: using the built-in tiny PixArt model (random weights, its picture is "
         "noise); "
-        "pass --model with a PixArt-α/Σ diffusers folder for real images");
+        "pass --model with a PixArt-α/Σ or FLUX.1 diffusers folder for real images");
   }
   std::vector<io::OutputFile> outputs;
   auto reserve = [&](size_t n) {
@@ -252,7 +257,7 @@ int run_generate(GenerateOptions o) {
 
   const io::ModelRef model = io::resolve_model(o.model);  // a folder, or an id in the HF cache
   if (model.from_cache()) XDIT_INFO("model ", model.describe());
-  pipeline::PixArtPipeline pipe(model.folder, dtype);
+  pipeline::Pipeline pipe(model.folder, dtype);  // the family from model_index.json
   pipe.set_mesh(&mesh);
   using Clock = std::chrono::steady_clock;
   auto secs = [](Clock::time_point a) {
@@ -272,10 +277,15 @@ int run_generate(GenerateOptions o) {
     r.width = o.width;
     r.num_inference_steps = o.steps;
     r.guidance_scale = o.guidance;
+    r.true_cfg_scale = o.true_cfg;
     r.seed = o.seed;
     r.resolution_binning = !o.no_binning;
     r.max_sequence_length = o.max_sequence_length;
     pipe.validate(r);  // everything checked before the weights load
+    o.steps = r.num_inference_steps;
+    o.guidance = r.guidance_scale;
+    XDIT_INFO(pipe.family().name(), ": ", r.num_inference_steps, " steps, guidance_scale ",
+              r.guidance_scale, ", max_sequence_length ", r.max_sequence_length, " (T5 tokens)");
     if (r.run_height != r.height || r.run_width != r.width)
       XDIT_INFO("resolution binning: generating at ", r.run_width, "x", r.run_height,
                 ", resized to ", r.width, "x", r.height, " (--no_resolution_binning to turn off)");
@@ -284,7 +294,7 @@ int run_generate(GenerateOptions o) {
     if (writer)
       for (size_t i = 0; i < res.rgb.size(); ++i)
         io::write_png(outputs.at(i), res.width, res.height, res.rgb[i],
-                      png_metadata(o, o.prompts[i], res.width, res.height, model));
+                      png_metadata(o, o.prompts[i], res.width, res.height, model, pipe));
     XDIT_INFO("text encoding ", seconds(res.text_seconds), ", denoising ",
               seconds(res.denoise_seconds), ", decoding ", seconds(res.decode_seconds),
               ", peak memory ", human_size(static_cast<double>(peak_rss_bytes())), " -> ",
@@ -307,21 +317,28 @@ int run_generate(GenerateOptions o) {
     req.prompt_mask = take("prompt_attention_mask", false);
     req.negative_embeds = take("negative_prompt_embeds", false);
     req.negative_mask = take("negative_prompt_attention_mask", false);
+    req.pooled_embeds = take("pooled_prompt_embeds", false);
+    req.negative_pooled = take("negative_pooled_prompt_embeds", false);
   } else {
     pipeline::ImageRequest r;
     r.prompts = o.prompts;
     r.negative_prompt = o.negative_prompt;
     r.guidance_scale = o.guidance;
+    r.true_cfg_scale = o.true_cfg;
     r.max_sequence_length = o.max_sequence_length;
     r.resolution_binning = false;
     r.height = o.height;
     r.width = o.width;
     pipe.validate(r);
+    XDIT_INFO(pipe.family().name(), ": max_sequence_length ", r.max_sequence_length,
+              " (T5 tokens)");
     auto e = pipe.encode_prompts(r);
     req.prompt_embeds = e.embeds;
     req.prompt_mask = e.mask;
+    req.pooled_embeds = e.pooled;
     req.negative_embeds = e.negative_embeds;
     req.negative_mask = e.negative_mask;
+    req.negative_pooled = e.negative_pooled;
     text_s = secs(t0);
   }
   if (!o.latents.empty()) {
@@ -334,8 +351,11 @@ int run_generate(GenerateOptions o) {
   req.width = o.width;
   req.num_inference_steps = o.steps;
   req.guidance_scale = o.guidance;
+  req.true_cfg_scale = o.true_cfg;
   req.seed = o.seed;
   pipe.validate(req);
+  o.steps = req.num_inference_steps;
+  o.guidance = req.guidance_scale;
   if (!latent_out) {
     pipeline::ImageRequest probe;  // opens and checks the VAE before the weights load
     probe.prompts = {""};
@@ -372,7 +392,7 @@ int run_generate(GenerateOptions o) {
   for (size_t i = 0; i < rgb.size(); ++i)
     io::write_png(outputs.at(i), req.width, req.height, rgb[i],
                   png_metadata(o, o.prompts.empty() ? "(prompt embeddings)" : o.prompts[i],
-                               req.width, req.height, model));
+                               req.width, req.height, model, pipe));
   XDIT_INFO("text encoding ", seconds(text_s), ", denoising ", seconds(denoise_s), ", decoding ",
             seconds(secs(t2)), ", peak memory ", human_size(static_cast<double>(peak_rss_bytes())),
             " -> ", paths[0]);
@@ -383,25 +403,32 @@ int run_generate(GenerateOptions o) {
 
 std::function<int()> add_generate(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
-  CLI::App* g = app.add_subcommand("generate", "run the PixArt pipeline: prompts to PNG images");
+  CLI::App* g =
+      app.add_subcommand("generate", "run a PixArt or FLUX.1 pipeline: prompts to PNG images");
   g->add_option("--model", o->model,
-                "diffusers PixArt-α/Σ pipeline folder, or a Hugging Face repo id "
+                "diffusers PixArt-α/Σ or FLUX.1 pipeline folder, or a Hugging Face repo id "
                 "ORG/NAME[@REVISION] in the local cache (default: the built-in tiny model)");
   g->add_option("--prompt", o->prompts, "prompt; repeat for a batch (one image each)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   g->add_option("--negative_prompt,--negative-prompt", o->negative_prompt,
-                "negative prompt (default empty)");
+                "negative prompt (PixArt: default empty; FLUX: turns on true CFG with "
+                "--true_cfg_scale > 1)");
   g->add_option(
       "--prompt_embeds,--prompt-embeds", o->prompt_embeds,
-      "instead of --prompt: safetensors with prompt_embeds, prompt_attention_mask and, for CFG, "
-      "negative_prompt_embeds, negative_prompt_attention_mask");
+      "instead of --prompt: safetensors with prompt_embeds, prompt_attention_mask (PixArt), "
+      "pooled_prompt_embeds (FLUX) and, for CFG, the negative_ ones");
   g->add_option("--latents", o->latents,
                 "safetensors with initial 'latents' (default: drawn from --seed)");
   g->add_option("--height", o->height, "image height in pixels (default: the model's)");
   g->add_option("--width", o->width, "image width in pixels (default: the model's)");
-  g->add_option("--num_inference_steps,--num-inference-steps", o->steps, "denoising steps")
-      ->capture_default_str();
-  g->add_option("--guidance_scale,--guidance-scale", o->guidance, "classifier-free guidance scale")
+  g->add_option("--num_inference_steps,--num-inference-steps", o->steps,
+                "denoising steps (default: PixArt 20, FLUX.1 [dev] 28, [schnell] 4)");
+  g->add_option("--guidance_scale,--guidance-scale", o->guidance,
+                "PixArt: classifier-free guidance scale (default 4.5); FLUX.1 [dev]: the "
+                "embedded guidance (default 3.5)")
+      ->check(finite_number());
+  g->add_option("--true_cfg_scale,--true-cfg-scale", o->true_cfg,
+                "FLUX: classifier-free guidance with --negative_prompt when > 1")
       ->check(finite_number())
       ->capture_default_str();
   g->add_option("--seed", o->seed_text,
@@ -411,7 +438,7 @@ std::function<int()> add_generate(CLI::App& app) {
   g->add_flag("--no_resolution_binning,--no-resolution-binning", o->no_binning,
               "generate at the requested size instead of the nearest aspect-ratio bin");
   g->add_option("--max_sequence_length,--max-sequence-length", o->max_sequence_length,
-                "T5 tokens (default 120 for PixArt-α, 300 for PixArt-Σ)");
+                "T5 tokens (default 120 for PixArt-α, 300 for PixArt-Σ, 512 for FLUX.1)");
   g->add_option("--output_type,--output-type", o->output_type, "pil (PNG) or latent")
       ->capture_default_str();
   g->add_option("--output,-o", o->output,

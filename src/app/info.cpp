@@ -1,6 +1,7 @@
 // xdit info: what a model folder holds, its sizes, and a memory estimate.
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -12,10 +13,11 @@
 #include "io/model_folder.h"
 #include "io/model_ref.h"
 #include "io/weights.h"
-#include "models/pixart.h"
+#include "models/clip.h"
 #include "models/t5.h"
 #include "models/vae.h"
-#include "pipeline/pixart_pipeline.h"
+#include "pipeline/pipeline.h"
+#include "tokenizers/clip_tokenizer.h"
 #include "tokenizers/t5_tokenizer.h"
 
 namespace xdit::app {
@@ -70,39 +72,57 @@ int run_info(InfoOptions o) {
   if (o.model.empty()) o.model = default_model_dir();
   const DType dt = parse_dtype(o.dtype);
   const io::ModelRef model = io::resolve_model(o.model);
-  pipeline::PixArtPipeline pipe(model.folder, dt);  // checks configs and weight headers
+  pipeline::Pipeline pipe(model.folder, dt);  // checks configs and weight headers
   const io::ModelFolder& f = pipe.folder();
-  const auto& c = pipe.config();
+  const pipeline::ModelFamily& family = pipe.family();
   std::ostringstream out;
-  out << "model:        " << model.describe() << " (" << f.pipeline_class() << ")\n";
+  out << "model:        " << model.describe() << " (" << f.pipeline_class() << ": "
+      << family.name() << ")\n";
   io::WeightStore tw(f.component("transformer"));
   const int64_t tp = tw.parameter_count();
-  out << "transformer:  PixArtTransformer2DModel, " << c.num_layers << " blocks, hidden "
-      << c.hidden() << " (" << c.num_attention_heads << " heads x " << c.attention_head_dim
-      << "), patch " << c.patch_size << ", sample size " << c.sample_size << ", caption "
-      << c.caption_channels << ", micro-conditions " << (c.use_additional_conditions ? "yes" : "no")
-      << "\n"
+  out << "transformer:  " << family.describe() << "\n"
       << "              " << count(tp) << " parameters, stored " << join(tw.dtypes()) << " ("
       << human_size(static_cast<double>(tw.stored_bytes())) << ")\n";
   pipeline::MemoryQuery q;
   std::optional<models::T5Config> t5;
+  std::optional<models::ClipTextConfig> clip;
   std::optional<models::VaeConfig> vae;
-  int64_t max_len = pipe.default_max_sequence_length();
-  if (std::filesystem::is_directory(f.root() + "/text_encoder")) {
-    const std::string where = f.component("text_encoder") + "/config.json";
-    t5 = models::T5Config::from_json(f.component_config("text_encoder", "config.json"), where);
-    io::WeightStore w(f.component("text_encoder"));
-    out << "text_encoder: T5 encoder, " << t5->num_layers << " layers, d_model " << t5->d_model
-        << ", " << t5->num_heads << " heads, " << (t5->gated_gelu ? "gated-gelu" : "relu") << "\n"
+  const int64_t max_len = pipe.default_max_sequence_length();
+  bool any_encoder = false;
+  for (const char* comp : {"text_encoder", "text_encoder_2"}) {
+    if (!std::filesystem::is_directory(f.root() + "/" + comp)) continue;
+    any_encoder = true;
+    const std::string where = f.component(comp) + "/config.json";
+    const io::Json j = f.component_config(comp, "config.json");
+    io::WeightStore w(f.component(comp));
+    const std::string label = std::string(comp) + ":" + std::string(15 - std::strlen(comp), ' ');
+    if (j.is_object() && j.contains("d_model")) {  // T5
+      t5 = models::T5Config::from_json(j, where);
+      out << label << "T5 encoder, " << t5->num_layers << " layers, d_model " << t5->d_model
+          << ", " << t5->num_heads << " heads, " << (t5->gated_gelu ? "gated-gelu" : "relu");
+    } else {
+      clip = models::ClipTextConfig::from_json(j, where);
+      out << label << "CLIP text encoder, " << clip->num_hidden_layers << " layers, hidden "
+          << clip->hidden_size << ", " << clip->num_attention_heads << " heads, "
+          << clip->max_position_embeddings << " tokens";
+    }
+    out << "\n"
         << "              " << count(w.parameter_count()) << " parameters, stored "
         << join(w.dtypes()) << " (" << human_size(static_cast<double>(w.stored_bytes())) << ")\n";
-  } else {
-    out << "text_encoder: (none: generate takes --prompt_embeds)\n";
   }
-  if (std::filesystem::is_directory(f.root() + "/tokenizer")) {
-    tokenizers::T5Tokenizer tok(f.component("tokenizer"));
-    out << "tokenizer:    SentencePiece, " << tok.vocab_size() << " pieces; max sequence length "
-        << max_len << " (at most " << tok.model_max_length() << ")\n";
+  if (!any_encoder) out << "text_encoder: (none: generate takes --prompt_embeds)\n";
+  for (const char* comp : {"tokenizer", "tokenizer_2"}) {
+    const std::string dir = f.root() + "/" + comp;
+    const std::string label = std::string(comp) + ":" + std::string(13 - std::strlen(comp), ' ');
+    if (std::filesystem::is_regular_file(dir + "/spiece.model")) {
+      tokenizers::T5Tokenizer tok(dir);
+      out << label << "SentencePiece, " << tok.vocab_size() << " pieces; max sequence length "
+          << max_len << " (the tokenizer takes at most " << tok.model_max_length() << ")\n";
+    } else if (std::filesystem::is_regular_file(dir + "/vocab.json")) {
+      tokenizers::ClipTokenizer tok(dir);
+      out << label << "CLIP byte-level BPE, " << tok.vocab_size() << " tokens; "
+          << tok.model_max_length() << " tokens per prompt\n";
+    }
   }
   if (std::filesystem::is_directory(f.root() + "/vae")) {
     const std::string where = f.component("vae") + "/config.json";
@@ -110,27 +130,35 @@ int run_info(InfoOptions o) {
     io::WeightStore w(f.component("vae"));
     out << "vae:          AutoencoderKL, blocks";
     for (int64_t ch : vae->block_out_channels) out << " " << ch;
-    out << ", scale factor " << vae->scale_factor() << ", scaling " << vae->scaling_factor << "\n"
+    out << ", " << vae->latent_channels << " latent channels, scale factor "
+        << vae->scale_factor() << ", scaling " << vae->scaling_factor;
+    if (vae->shift_factor != 0) out << ", shift " << vae->shift_factor;
+    out << "\n"
         << "              " << count(vae->decoder_parameter_count()) << " decoder parameters of "
         << count(w.parameter_count()) << ", stored " << join(w.dtypes()) << "\n";
   }
   out << "scheduler:    " << pipe.scheduler_config().class_name() << "\n";
+  out << "defaults:     " << family.default_steps() << " steps, guidance_scale "
+      << family.default_guidance() << "\n";
   // Memory estimate: the same one generate checks requests against.
   const int64_t vsf = pipe.vae_scale_factor();
   q.prompts = o.batch;
-  q.run_height = q.out_height = o.height ? o.height : c.sample_size * vsf;
-  q.run_width = q.out_width = o.width ? o.width : c.sample_size * vsf;
+  q.run_height = q.out_height = o.height ? o.height : family.default_size(vsf);
+  q.run_width = q.out_width = o.width ? o.width : family.default_size(vsf);
   q.text_tokens = max_len;
   q.dtype = dt;
   q.vae_scale_factor = vsf;
+  q.cfg = family.uses_cfg(family.default_guidance(), 1.0, false);
   q.t5 = t5 ? &*t5 : nullptr;
+  q.clip = clip ? &*clip : nullptr;
   q.vae = vae ? &*vae : nullptr;
-  const pipeline::MemoryEstimate e = pipeline::estimate_memory(c, q);
+  const pipeline::MemoryEstimate e =
+      pipeline::estimate_memory(family.spec(), family.parameter_count(), q);
   std::string source;
   const size_t avail = available_memory_bytes(&source);
   out << "memory (estimate, --dtype " << o.dtype << ", " << q.run_width << "x" << q.run_height
-      << ", " << o.batch << " image(s), CFG): " << e.describe() << "; peak about "
-      << human_size(e.peak()) << " (text encoder freed after encoding)";
+      << ", " << o.batch << " image(s)" << (q.cfg ? ", CFG" : "") << "): " << e.describe() << "; peak about "
+      << human_size(e.peak()) << " (text encoders freed after encoding)";
   if (avail > 0) out << "; available " << human_size(static_cast<double>(avail));
   out << "\n";
   const int64_t bad = o.check_weights ? check_weights(f, out) : 0;
@@ -143,7 +171,7 @@ int run_info(InfoOptions o) {
 
 int run_list_models() {
   const auto models = io::list_cached_models();
-  const auto& ok = pipeline::PixArtPipeline::supported_pipelines();
+  const auto& ok = pipeline::ModelFamily::supported_pipelines();
   std::ostringstream out;
   int n = 0;
   for (const auto& m : models) {
@@ -180,16 +208,16 @@ std::function<int()> add_info(CLI::App& app) {
   CLI::App* i =
       app.add_subcommand("info", "describe a model folder: architecture, sizes, memory estimate");
   i->add_option("--model", o->model,
-                "diffusers PixArt folder or Hugging Face repo id ORG/NAME[@REVISION] in the local "
+                "diffusers PixArt or FLUX.1 folder, or a Hugging Face repo id ORG/NAME[@REVISION] in the local "
                 "cache (default: the built-in tiny model)");
   i->add_option("--dtype", o->dtype, "compute type for the estimate")->capture_default_str();
   i->add_option("--batch", o->batch, "images per batch for the estimate")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
   i->add_option("--height", o->height, "image height for the estimate (default: the model's)")
-      ->check(CLI::Range(int64_t{1}, pipeline::PixArtPipeline::kMaxImageSide));
+      ->check(CLI::Range(int64_t{1}, pipeline::Pipeline::kMaxImageSide));
   i->add_option("--width", o->width, "image width for the estimate (default: the model's)")
-      ->check(CLI::Range(int64_t{1}, pipeline::PixArtPipeline::kMaxImageSide));
+      ->check(CLI::Range(int64_t{1}, pipeline::Pipeline::kMaxImageSide));
   i->add_flag("--check-weights,--check_weights", o->check_weights,
               "scan every weight for NaN/Inf values and list the tensors that hold any");
   return [o] { return run_info(*o); };

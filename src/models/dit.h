@@ -22,7 +22,7 @@ namespace xdit::models {
 // Everything a call may take; a model reads what it uses.
 struct DiTInputs {
   const Tensor* latents = nullptr;  // [B, latent_channels, H, W]
-  std::vector<float> timesteps;     // B values, as the model takes them (DiTSpec::timestep_scale)
+  std::vector<float> timesteps;     // B values, as the model takes them (DiTSpec::timestep_divisor)
   std::vector<float> guidance;      // B embedded guidance scales (FLUX.1 [dev]); else empty
   const Tensor* text = nullptr;     // [B, L, text width]
   const Tensor* text_mask = nullptr;     // [B, L] (1 = token, 0 = padding) or null (all tokens)
@@ -57,8 +57,8 @@ struct DiTSpec {
   int64_t latent_channels = 0;  // of the latents the loop holds
   int64_t out_channels = 0;     // of the output (PixArt's learned sigma: 2× latent)
   int64_t patch = 1;            // latent pixels per token side
-  // The model's timestep = the scheduler's × this (FLUX.1 takes t / 1000).
-  double timestep_scale = 1.0;
+  // The model's timestep = the scheduler's / this, in f32 (FLUX.1: t / 1000).
+  double timestep_divisor = 1.0;
   bool text_stream = false;  // joint attention over a text stream that blocks update
 };
 

@@ -185,18 +185,6 @@ void FluxTransformer::attend(float* qkv, int64_t batch, int64_t seq, float* out,
   backend_->attend(a, site);
 }
 
-DiTSpec FluxTransformer::spec() const {
-  DiTSpec s;
-  s.blocks = cfg_.blocks();
-  s.heads = cfg_.num_attention_heads;
-  s.hidden = cfg_.hidden();
-  s.latent_channels = s.out_channels = cfg_.latent_channels();
-  s.patch = 2;
-  s.timestep_scale = 1.0 / 1000.0;
-  s.text_stream = true;
-  return s;
-}
-
 Streams FluxTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
   const FluxConfig& c = cfg_;
   XDIT_CHECK(in.latents && in.text && in.pooled, "FLUX forward: latents, text and pooled needed");

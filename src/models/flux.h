@@ -46,6 +46,8 @@ struct FluxConfig {
   // then single), reads.
   io::WeightSpecs weight_specs(const DiTStage& stage = {}) const;
   int64_t parameter_count() const;
+  // What the loop and the parallel layer need to know (models/dit.h).
+  DiTSpec spec() const;
 };
 
 // Inputs (DiTInputs): latents [B, latent_channels, H, W] with H and W even;
@@ -60,7 +62,7 @@ class FluxTransformer : public DiT {
                   DiTStage stage = {});
   ~FluxTransformer() override;
   const FluxConfig& config() const { return cfg_; }
-  DiTSpec spec() const override;
+  DiTSpec spec() const override { return cfg_.spec(); }
   const DiTStage& stage() const override { return stage_; }
   void set_attention_backend(nn::AttentionBackend* b) override { backend_ = b; }
   Streams embed(const DiTInputs& in, const Tensor* hidden) override;

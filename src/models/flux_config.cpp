@@ -102,4 +102,16 @@ int64_t FluxConfig::parameter_count() const {
   return nn::parameter_count(weight_specs());
 }
 
+DiTSpec FluxConfig::spec() const {
+  DiTSpec s;
+  s.blocks = blocks();
+  s.heads = num_attention_heads;
+  s.hidden = hidden();
+  s.latent_channels = s.out_channels = latent_channels();
+  s.patch = 2;
+  s.timestep_divisor = 1000.0;
+  s.text_stream = true;
+  return s;
+}
+
 }  // namespace xdit::models

@@ -70,17 +70,6 @@ PixArtTransformer::PixArtTransformer(const PixArtConfig& cfg, const WeightSource
 
 PixArtTransformer::~PixArtTransformer() = default;
 
-DiTSpec PixArtTransformer::spec() const {
-  DiTSpec s;
-  s.blocks = cfg_.num_layers;
-  s.heads = cfg_.num_attention_heads;
-  s.hidden = cfg_.hidden();
-  s.latent_channels = cfg_.in_channels;
-  s.out_channels = cfg_.out_channels;
-  s.patch = cfg_.patch_size;
-  return s;
-}
-
 Streams PixArtTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
   const PixArtConfig& c = cfg_;
   XDIT_CHECK(in.latents && in.text, "PixArt forward needs latents and text embeddings");

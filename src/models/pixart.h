@@ -47,6 +47,8 @@ struct PixArtConfig {
   io::WeightSpecs weight_specs(const DiTStage& stage = {}) const;
   // Parameter count implied by the config.
   int64_t parameter_count() const;
+  // What the loop and the parallel layer need to know (models/dit.h).
+  DiTSpec spec() const;
 };
 
 class PixArtTransformer : public DiT {
@@ -56,7 +58,7 @@ class PixArtTransformer : public DiT {
   ~PixArtTransformer() override;
 
   const PixArtConfig& config() const { return cfg_; }
-  DiTSpec spec() const override;
+  DiTSpec spec() const override { return cfg_.spec(); }
   const DiTStage& stage() const override { return stage_; }
   void set_attention_backend(nn::AttentionBackend* b) override { backend_ = b; }
   // The text is a condition here (cross-attention), not a stream: the streams

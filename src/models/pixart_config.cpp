@@ -108,4 +108,15 @@ int64_t PixArtConfig::parameter_count() const {
   return nn::parameter_count(weight_specs());
 }
 
+DiTSpec PixArtConfig::spec() const {
+  DiTSpec s;
+  s.blocks = num_layers;
+  s.heads = num_attention_heads;
+  s.hidden = hidden();
+  s.latent_channels = in_channels;
+  s.out_channels = out_channels;
+  s.patch = patch_size;
+  return s;
+}
+
 }  // namespace xdit::models

@@ -46,8 +46,8 @@ void ParallelConfig::validate(int world_size) const {
              " is not supported yet");
 }
 
-void ParallelConfig::validate_request(int64_t heads, int64_t patch_rows,
-                                      double guidance_scale) const {
+void ParallelConfig::validate_request(int64_t heads, int64_t patch_rows, bool cfg,
+                                      const std::string& cfg_needs) const {
   XDIT_CHECK(heads % ulysses_degree == 0, "the model's ", heads,
              " attention heads are not divisible by --ulysses_degree ", ulysses_degree,
              ": choose a Ulysses degree that divides ", heads,
@@ -62,9 +62,8 @@ void ParallelConfig::validate_request(int64_t heads, int64_t patch_rows,
       sp() > 1 ? detail::concat(" (", patch_rows / sp(), " per sequence-parallel rank)") : "",
       ", fewer than the ", pipefusion_parallel_degree,
       " PipeFusion stages: each stage needs a patch; use a taller image or fewer stages");
-  XDIT_CHECK(!use_cfg_parallel || guidance_scale > 1.0,
-             "--use_cfg_parallel needs classifier-free guidance (--guidance_scale > 1), got ",
-             guidance_scale);
+  XDIT_CHECK(!use_cfg_parallel || cfg, "--use_cfg_parallel needs classifier-free guidance (",
+             cfg_needs, ")");
 }
 
 void ParallelConfig::validate_prompts(size_t prompts) const {

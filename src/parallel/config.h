@@ -39,8 +39,10 @@ struct ParallelConfig {
   void validate(int world_size) const;
   // Degrees against the model and the request: heads divisible by Ulysses,
   // patch rows by the sequence-parallel degree, a patch row per PipeFusion
-  // stage (per SP rank), CFG parallel needs guidance.
-  void validate_request(int64_t heads, int64_t patch_rows, double guidance_scale) const;
+  // stage (per SP rank), CFG parallel needs guidance (`cfg`: the request
+  // uses it; `cfg_needs`: what asks for it on this model).
+  void validate_request(int64_t heads, int64_t patch_rows, bool cfg,
+                        const std::string& cfg_needs = "--guidance_scale > 1") const;
   // No more data-parallel groups than prompts.
   void validate_prompts(size_t prompts) const;
   // PipeFusion against the model: blocks per stage, patches.

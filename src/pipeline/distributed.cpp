@@ -3,7 +3,6 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "core/rng.h"
 
 namespace xdit::pipeline {
 
@@ -40,7 +39,7 @@ std::vector<uint8_t> gather_groups(comm::Communicator& dp_group, const std::vect
 
 }  // namespace
 
-Tensor generate_latents_distributed(PixArtPipeline& pipe, parallel::Mesh& mesh, LatentRequest r,
+Tensor generate_latents_distributed(Pipeline& pipe, parallel::Mesh& mesh, LatentRequest r,
                                     const std::function<void(const StepEvent&)>& on_step) {
   XDIT_CHECK(pipe.mesh() == &mesh, "generate_latents_distributed: call pipe.set_mesh(&mesh) first");
   pipe.validate(r);  // includes the mesh's checks against the model and size
@@ -50,13 +49,14 @@ Tensor generate_latents_distributed(PixArtPipeline& pipe, parallel::Mesh& mesh, 
   const auto [b, e] = dp_share(P, dp, mesh.coord().dp);
   const int64_t vsf = pipe.vae_scale_factor();
   if (!r.latents.defined())
-    r.latents =
-        TorchGenerator(r.seed).randn({P, pipe.config().in_channels, r.height / vsf, r.width / vsf});
+    r.latents = initial_noise(P, pipe.spec().latent_channels, r.height / vsf, r.width / vsf, r.seed);
   LatentRequest mine = r;
   mine.prompt_embeds = batch_slice(r.prompt_embeds, b, e);
   mine.prompt_mask = batch_slice(r.prompt_mask, b, e);
   mine.negative_embeds = batch_slice(r.negative_embeds, b, e);
   mine.negative_mask = batch_slice(r.negative_mask, b, e);
+  mine.pooled_embeds = batch_slice(r.pooled_embeds, b, e);
+  mine.negative_pooled = batch_slice(r.negative_pooled, b, e);
   mine.latents = batch_slice(r.latents, b, e);
   Tensor out = pipe.generate_latents(mine, on_step);
   if (dp == 1) return out;
@@ -72,7 +72,7 @@ Tensor generate_latents_distributed(PixArtPipeline& pipe, parallel::Mesh& mesh, 
   return full;
 }
 
-ImageResult generate_distributed(PixArtPipeline& pipe, parallel::Mesh& mesh, ImageRequest r,
+ImageResult generate_distributed(Pipeline& pipe, parallel::Mesh& mesh, ImageRequest r,
                                  const std::function<void(const StepEvent&)>& on_step) {
   XDIT_CHECK(pipe.mesh() == &mesh, "generate_distributed: call pipe.set_mesh(&mesh) first");
   pipe.validate(r);  // includes the mesh's checks against the model and the binned size
@@ -82,8 +82,8 @@ ImageResult generate_distributed(PixArtPipeline& pipe, parallel::Mesh& mesh, Ima
   mesh.config().validate_prompts(static_cast<size_t>(P));
   const auto [b, e] = dp_share(P, dp, mesh.coord().dp);
   if (!r.latents.defined())
-    r.latents = TorchGenerator(r.seed).randn(
-        {P, pipe.config().in_channels, r.run_height / vsf, r.run_width / vsf});
+    r.latents = initial_noise(P, pipe.spec().latent_channels, r.run_height / vsf,
+                              r.run_width / vsf, r.seed);
   ImageRequest mine = r;
   mine.prompts.assign(r.prompts.begin() + b, r.prompts.begin() + e);
   mine.latents = batch_slice(r.latents, b, e);

@@ -2,14 +2,14 @@
 // into contiguous shares, one per DP group (each group draws the whole
 // batch's noise from the seed and takes its share, so the result equals the
 // serial batch); inside a group the pipeline runs with CFG / sequence
-// parallelism (PixArtPipeline::set_mesh). Results are assembled in prompt
+// parallelism (Pipeline::set_mesh). Results are assembled in prompt
 // order on every rank.
 #pragma once
 
 #include <utility>
 
 #include "parallel/config.h"
-#include "pipeline/pixart_pipeline.h"
+#include "pipeline/pipeline.h"
 
 namespace xdit::pipeline {
 
@@ -17,11 +17,11 @@ namespace xdit::pipeline {
 std::pair<int64_t, int64_t> dp_share(int64_t prompts, int dp, int g);
 
 // Embeddings → final latents for the whole batch.
-Tensor generate_latents_distributed(PixArtPipeline& pipe, parallel::Mesh& mesh, LatentRequest r,
+Tensor generate_latents_distributed(Pipeline& pipe, parallel::Mesh& mesh, LatentRequest r,
                                     const std::function<void(const StepEvent&)>& on_step = {});
 
 // Prompts → images for the whole batch.
-ImageResult generate_distributed(PixArtPipeline& pipe, parallel::Mesh& mesh, ImageRequest r,
+ImageResult generate_distributed(Pipeline& pipe, parallel::Mesh& mesh, ImageRequest r,
                                  const std::function<void(const StepEvent&)>& on_step = {});
 
 }  // namespace xdit::pipeline

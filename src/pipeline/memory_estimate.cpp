@@ -27,7 +27,12 @@ std::string MemoryEstimate::describe() const {
   return s;
 }
 
-MemoryEstimate estimate_memory(const models::PixArtConfig& c, const MemoryQuery& q) {
+MemoryEstimate estimate_memory(const models::PixArtConfig& cfg, const MemoryQuery& q) {
+  return estimate_memory(cfg.spec(), cfg.parameter_count(), q);
+}
+
+MemoryEstimate estimate_memory(const models::DiTSpec& c, int64_t parameters,
+                               const MemoryQuery& q) {
   // All in double: the sizes asked for may be absurd, and must not overflow.
   const double wb = q.dtype == DType::kF32 ? 4.0 : 2.0, f = 4.0;
   const double P = std::ceil(static_cast<double>(q.prompts) / std::max(1, q.data_parallel));
@@ -40,18 +45,26 @@ MemoryEstimate estimate_memory(const models::PixArtConfig& c, const MemoryQuery&
                      n * L * (8 * d + 3 * static_cast<double>(t.d_ff)) * f  // states, q/k/v, ff
                      + static_cast<double>(t.num_heads) * L * L * f;        // position bias
   }
-  e.transformer = static_cast<double>(c.parameter_count()) * wb / std::max(1, q.pipeline_stages);
+  if (q.clip != nullptr) {
+    const models::ClipTextConfig& t = *q.clip;
+    const double n = P * (q.cfg ? 2 : 1), d = static_cast<double>(t.hidden_size);
+    e.text_encoder += static_cast<double>(t.parameter_count()) * wb +
+                      n * static_cast<double>(t.max_position_embeddings) *
+                          (8 * d + 3 * static_cast<double>(t.intermediate_size)) * f;
+  }
+  e.transformer = static_cast<double>(parameters) * wb / std::max(1, q.pipeline_stages);
   const double vsf = static_cast<double>(q.vae_scale_factor);
   const double h = static_cast<double>(q.run_height) / vsf,
                w = static_cast<double>(q.run_width) / vsf;
-  const double p = static_cast<double>(c.patch_size), d = static_cast<double>(c.hidden());
+  const double p = static_cast<double>(c.patch), d = static_cast<double>(c.hidden);
   const double batch = P * (q.cfg && !q.cfg_parallel ? 2 : 1);
-  const double tokens = (h / p) * (w / p) / std::max(1, q.sequence_parallel);
+  const double tokens =
+      (h / p) * (w / p) / std::max(1, q.sequence_parallel) + (c.text_stream ? L : 0);
   // Residual, norm, fused q/k/v, attention output and the 4x MLP hidden
   // layer (about 12 widths per token), the text and the latents with the
   // scheduler's history.
   e.denoise = batch * tokens * d * f * 12 + batch * L * d * f * 2 +
-              P * static_cast<double>(c.in_channels) * h * w * f * 4;
+              P * static_cast<double>(c.latent_channels) * h * w * f * 4;
   if (q.vae != nullptr) {
     const models::VaeConfig& v = *q.vae;
     const double H = static_cast<double>(q.run_height), W = static_cast<double>(q.run_width);

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "models/clip.h"
+#include "models/dit.h"
 #include "models/pixart.h"
 #include "models/t5.h"
 #include "models/vae.h"
@@ -19,10 +21,11 @@ struct MemoryQuery {
   int64_t prompts = 1;
   int64_t run_height = 0, run_width = 0;  // pixels the model runs at
   int64_t out_height = 0, out_width = 0;  // pixels written (after the binning resize)
-  int64_t text_tokens = 0;                // T5 sequence length
+  int64_t text_tokens = 0;                // T5 sequence length (FLUX: also the text stream's)
   bool cfg = true;                        // classifier-free guidance doubles the batch
   DType dtype = DType::kBF16;
-  const models::T5Config* t5 = nullptr;    // the text encoder, when it runs
+  const models::T5Config* t5 = nullptr;      // the T5 encoder, when it runs
+  const models::ClipTextConfig* clip = nullptr;  // FLUX's CLIP (77 tokens), when it runs
   const models::VaeConfig* vae = nullptr;  // the VAE decoder, when it runs
   int64_t vae_scale_factor = 8;
   // This rank's share under a parallel layout.
@@ -43,6 +46,9 @@ struct MemoryEstimate {
   std::string describe() const;
 };
 
+// For a transformer of `parameters` weights described by `spec`.
+MemoryEstimate estimate_memory(const models::DiTSpec& spec, int64_t parameters,
+                               const MemoryQuery& q);
 MemoryEstimate estimate_memory(const models::PixArtConfig& cfg, const MemoryQuery& q);
 
 // Throws one line with the estimate and the limit when `e` cannot fit in

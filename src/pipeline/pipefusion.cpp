@@ -6,7 +6,7 @@
 // states (stage 0: patch j's latent as the last stage updated it), runs its
 // blocks with Q from patch j and K/V from its buffer (patch j fresh, the rest
 // as last computed), and sends patch j on without blocking; the next receive
-// is posted before computing. The last stage applies CFG and the DPM-Solver++
+// is posted before computing. The last stage applies CFG and the scheduler's
 // step to the patch's rows (the patch-aware step; the step index advances
 // after the last patch) and sends the updated rows back to stage 0.
 //
@@ -25,7 +25,7 @@
 #include "core/log.h"
 #include "core/trace.h"
 #include "parallel/gather.h"
-#include "pipeline/pixart_pipeline.h"
+#include "pipeline/pipeline.h"
 
 namespace xdit::pipeline {
 
@@ -135,30 +135,23 @@ void check_shapes(comm::Communicator& c, const std::vector<Shape>& want, int fro
 
 }  // namespace
 
-Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::Scheduler& sched,
-                                       const Tensor& text, const Tensor& mask,
-                                       const Tensor& resolution, const Tensor& aspect, int64_t MB,
-                                       bool cfg, bool cfg_split, double guidance_scale,
-                                       const std::function<void(const StepEvent&)>& on_step) {
+Tensor Pipeline::pipefusion_loop(Tensor latents, schedulers::Scheduler& sched,
+                                 const LoopInputs& li,
+                                 const std::function<void(const StepEvent&)>& on_step) {
   parallel::Mesh& mesh = *mesh_;
   comm::Communicator& pp = mesh.pp_group();
   const auto& pc = mesh.config();
   const int P = pc.pipefusion_parallel_degree, s = mesh.coord().pp;
-  const int sp = pc.sp(), k_sp = mesh.coord().sp;
   const bool first = s == 0, last = s == P - 1;
-  const int64_t Pn = latents.dim(0), C = latents.dim(1), h = latents.dim(2), w = latents.dim(3);
-  const int64_t p = cfg_.patch_size, gw = w / p, gh = h / p, d = cfg_.hidden();
+  const int64_t C = latents.dim(1), h = latents.dim(2), w = latents.dim(3);
+  const models::DiTSpec spec = transformer_->spec();
+  const int64_t p = spec.patch, gw = w / p, gh = h / p, d = spec.hidden, MB = li.batch;
   const auto patches = pc.patches(gh);
   const int64_t M = static_cast<int64_t>(patches.size());
   const int64_t requested = pc.num_pipeline_patch > 0 ? pc.num_pipeline_patch : P;
   if (M != requested)
     XDIT_WARN("--num_pipeline_patch ", requested, " does not fit the ", gh, " patch rows: using ",
               M);
-  // This SP rank's share [r0', r1') of the patch rows [r0, r1).
-  auto my_rows = [&](int64_t r0, int64_t r1) {
-    const int64_t n = (r1 - r0) / sp;
-    return std::pair<int64_t, int64_t>{r0 + k_sp * n, r0 + (k_sp + 1) * n};
-  };
   const auto& ts = sched.timesteps();
   const int64_t S = static_cast<int64_t>(ts.size());
   const int64_t warmup = std::min<int64_t>(pc.warmup_steps, S);
@@ -168,31 +161,23 @@ Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::Scheduler& sc
   auto fill_model_in = [&] {
     const int64_t plane = C * h * w;
     for (int64_t k = 0; k < MB; ++k)
-      std::memcpy(model_in.data<float>() + k * plane, latents.data<float>() + (k % Pn) * plane,
+      std::memcpy(model_in.data<float>() + k * plane,
+                  latents.data<float>() + (k % li.prompts) * plane,
                   static_cast<size_t>(plane) * 4);
   };
   auto inputs = [&](int64_t step, int64_t r0, int64_t r1) {
-    models::DiTInputs in;
-    in.latents = &model_in;
-    in.timesteps.assign(static_cast<size_t>(MB), static_cast<float>(ts[static_cast<size_t>(step)]));
-    in.text = &text;
-    in.text_mask = &mask;
-    in.resolution = &resolution;
-    in.aspect_ratio = &aspect;
-    in.patch_row_begin = r0;
-    in.patch_row_end = r1;
-    return in;
+    return li.at(model_in, ts[static_cast<size_t>(step)], r0, r1);
   };
   // The last stage: noise for rows [r0, r1) from the stage output, then the step.
-  auto finish_rows = [&](Tensor out, int64_t r0, int64_t r1) {
-    out = parallel::gather_rows(mesh.sp_group(), out);  // the SP ranks' shares of the rows
-    if (cfg_split) out = parallel::gather_batch(mesh.cfg_group(), out);
-    Tensor noise = guided_noise(out, Pn, C, cfg, guidance_scale);
+  auto finish_rows = [&](const Tensor& out, int64_t r0, int64_t r1) {
+    Tensor noise = noise_prediction(out, li);
     Tensor rows = take_rows(latents, r0 * p, r1 * p);
     sched.step(noise.data<float>(), rows.data<float>(), latents.shape(), r0 * p, r1 * p);
     put_rows(latents, rows.data<float>(), r0 * p, r1 * p);
     return rows;
   };
+  // The text-stream tokens every hidden-state message carries beside the rows.
+  const int64_t text = spec.text_stream ? li.text.dim(1) : 0;
 
   // The shapes of every message between the stages, in order: hidden states
   // (this SP rank's rows) for the warm-up and then each patch, and latent rows
@@ -201,11 +186,12 @@ Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::Scheduler& sc
   std::vector<Shape> hidden_shapes, latent_shapes;
   {
     const auto [w0, w1] = my_rows(0, gh);
-    hidden_shapes.push_back({MB, (w1 - w0) * gw, d});
-    latent_shapes.push_back({Pn, C, h, w});
+    hidden_shapes.push_back({MB, text + (w1 - w0) * gw, d});
+    latent_shapes.push_back({li.prompts, C, h, w});
     for (const auto& [r0, r1] : patches) {
-      hidden_shapes.push_back({MB, (r1 - r0) / sp * gw, d});
-      latent_shapes.push_back({Pn, C, (r1 - r0) * p, w});
+      const auto [l0, l1] = my_rows(r0, r1);
+      hidden_shapes.push_back({MB, text + (l1 - l0) * gw, d});
+      latent_shapes.push_back({li.prompts, C, (r1 - r0) * p, w});
     }
   }
   if (P > 1) {
@@ -225,7 +211,7 @@ Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::Scheduler& sc
     if (pipefusion_) pipefusion_->set_window(gh * gw, 0, gh * gw);
     fill_model_in();
     const auto [w0, w1] = my_rows(0, gh);
-    models::DiTInputs in = inputs(i, w0, w1);
+    const models::DiTInputs in = inputs(i, w0, w1);
     Tensor hidden;
     if (!first) {
       trace::Span span("recv warm-up " + std::to_string(i), "comm");
@@ -326,7 +312,7 @@ Tensor PixArtPipeline::pipefusion_loop(Tensor latents, schedulers::Scheduler& sc
       if (pipefusion_) pipefusion_->set_window(gh * gw, r0 * gw, r1 * gw);
       if (first) fill_model_in();
       const auto [l0, l1] = my_rows(r0, r1);
-      models::DiTInputs in = inputs(i, l0, l1);
+      const models::DiTInputs in = inputs(i, l0, l1);
       Tensor out;
       {
         trace::Span span("patch " + std::to_string(j) + " step " + std::to_string(i) +

@@ -57,11 +57,11 @@ pipeline::LatentRequest request(int64_t caption) {
 void check_loop(const std::string& model, const ParallelConfig& pc) {
   if (pc.world() != world().size()) return;
   SCOPED_TRACE(pc.describe() + " on " + model);
-  pipeline::PixArtPipeline serial(model, DType::kF32);
-  const auto req = request(serial.config().caption_channels);
+  pipeline::Pipeline serial(model, DType::kF32);
+  const auto req = request(serial.text_width());
   Tensor want = serial.generate_latents(req);
   parallel::Mesh mesh(pc, world());
-  pipeline::PixArtPipeline par(model, DType::kF32);
+  pipeline::Pipeline par(model, DType::kF32);
   par.set_mesh(&mesh);
   Tensor got = pipeline::generate_latents_distributed(par, mesh, req);
   ASSERT_EQ(got.shape(), want.shape());
@@ -139,14 +139,14 @@ TEST(ParallelConfigErrors, OneClearMessageEach) {
   EXPECT_NE(message([] { layout(1, true, 2, 1).validate(3); }).find("multiply to 4"),
             std::string::npos);
   EXPECT_NE(
-      message([] { layout(1, false, 2, 1).validate_request(3, 8, 4.5); }).find("3 attention heads"),
+      message([] { layout(1, false, 2, 1).validate_request(3, 8, true); }).find("3 attention heads"),
       std::string::npos);
   EXPECT_NE(message([] {
-              layout(1, false, 1, 3).validate_request(16, 64, 4.5);
+              layout(1, false, 1, 3).validate_request(16, 64, true);
             }).find("64 rows of patches"),
             std::string::npos);
   EXPECT_NE(message([] {
-              layout(1, true, 1, 1).validate_request(16, 64, 1.0);
+              layout(1, true, 1, 1).validate_request(16, 64, false);
             }).find("--use_cfg_parallel needs"),
             std::string::npos);
   EXPECT_NE(
@@ -155,9 +155,9 @@ TEST(ParallelConfigErrors, OneClearMessageEach) {
   // And through the pipeline, before any weights load.
   ParallelConfig pc = layout(1, false, world().size(), 1);
   parallel::Mesh mesh(pc, world());
-  pipeline::PixArtPipeline p(kAlpha, DType::kF32);  // 3 heads
+  pipeline::Pipeline p(kAlpha, DType::kF32);  // 3 heads
   p.set_mesh(&mesh);
-  auto req = request(p.config().caption_channels);
+  auto req = request(p.text_width());
   const std::string m = message([&] { p.validate(req); });
   EXPECT_NE(m.find("not divisible by --ulysses_degree"), std::string::npos) << m;
 }

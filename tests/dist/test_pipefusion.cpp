@@ -126,7 +126,7 @@ struct PfRun {
 PfRun run_pf(const ParallelConfig& pc, int64_t steps, bool refresh = true,
              comm::Communicator* on = nullptr) {
   parallel::Mesh mesh(pc, on != nullptr ? *on : world());
-  pipeline::PixArtPipeline p(five_block_model(), DType::kF32);
+  pipeline::Pipeline p(five_block_model(), DType::kF32);
   p.set_mesh(&mesh);
   p.set_pipefusion_refresh(refresh);
   Tensor out = pipeline::generate_latents_distributed(p, mesh, request(steps));
@@ -134,7 +134,7 @@ PfRun run_pf(const ParallelConfig& pc, int64_t steps, bool refresh = true,
 }
 
 Tensor serial(int64_t steps) {
-  pipeline::PixArtPipeline p(five_block_model(), DType::kF32);
+  pipeline::Pipeline p(five_block_model(), DType::kF32);
   return p.generate_latents(request(steps));
 }
 
@@ -209,12 +209,14 @@ TEST(PipeFusion, KVBuffersAfterAWarmupStepEqualSerialKV) {
   const int n = world().size();
   ParallelConfig pc = pf(n, n, 1);
   parallel::Mesh mesh(pc, world());
-  pipeline::PixArtPipeline p(five_block_model(), DType::kF32);
+  pipeline::Pipeline p(five_block_model(), DType::kF32);
   p.set_mesh(&mesh);
   pipeline::generate_latents_distributed(p, mesh, request(1));  // one step = the warm-up
   // Serial K/V of the same first step: the whole model with a full-window buffer.
-  auto cfg = p.config();
-  io::WeightStore w(fs::path(five_block_model()) / "transformer");
+  const fs::path tdir = fs::path(five_block_model()) / "transformer";
+  const auto cfg = models::PixArtConfig::from_json(
+      io::read_json_file((tdir / "config.json").string()), "five-block model");
+  io::WeightStore w(tdir.string());
   models::PixArtTransformer whole(cfg, w, DType::kF32);
   parallel::PipeFusionAttention ref;
   whole.set_attention_backend(&ref);
@@ -254,7 +256,7 @@ TEST(PipeFusion, KVBuffersHoldTheStagesLayersInTheAttentionComputeType) {
   for (DType dt : {DType::kF32, DType::kBF16}) {
     ParallelConfig pc = pf(n, n, 1);
     parallel::Mesh mesh(pc, world());
-    pipeline::PixArtPipeline p(five_block_model(), dt);
+    pipeline::Pipeline p(five_block_model(), dt);
     p.set_mesh(&mesh);
     pipeline::generate_latents_distributed(p, mesh, request(2));
     const auto blocks = pc.stage_blocks(5)[static_cast<size_t>(mesh.coord().pp)];
@@ -288,7 +290,7 @@ TEST(PipeFusion, NormalModeStaysCloseAndAForgetfulPipelineDoesNot) {
   EXPECT_LT(pg, 1e8) << "normal mode should differ from serial (stale K/V)";
 
   // The same on the decoded images (the tiny Σ VAE), in [-1, 1].
-  pipeline::PixArtPipeline dec(five_block_model(), DType::kF32);
+  pipeline::Pipeline dec(five_block_model(), DType::kF32);
   pipeline::ImageRequest probe;
   probe.prompts = {"x"};
   probe.height = 128;
@@ -330,7 +332,7 @@ TEST(PipeFusion, RanksThatDisagreeOnShapesStopWithAClearError) {
   // of a hang or a truncated receive).
   const int n = world().size();
   parallel::Mesh mesh(pf(n, n, 1), world());
-  pipeline::PixArtPipeline p(five_block_model(), DType::kF32);
+  pipeline::Pipeline p(five_block_model(), DType::kF32);
   p.set_mesh(&mesh);
   pipeline::LatentRequest r = request(2);
   if (world().rank() % 2 == 1) r.height = 112;
@@ -365,9 +367,9 @@ TEST(PipeFusion, ConfigurationErrors) {
             std::string::npos);
   // 2 patch rows over 2 Ulysses ranks leave one row per SP rank for 2 stages
   // — enough; 2 rows over ring 2 with 4 stages are not.
-  EXPECT_NO_THROW(pf(2, 2, 1, {}, false, 2, 1).validate_request(2, 4, 3.0));
+  EXPECT_NO_THROW(pf(2, 2, 1, {}, false, 2, 1).validate_request(2, 4, true));
   EXPECT_NE(message([] {
-              pf(4, 4, 1, {}, false, 1, 2).validate_request(2, 4, 3.0);
+              pf(4, 4, 1, {}, false, 1, 2).validate_request(2, 4, true);
             }).find("4 rows of patches (2 per sequence-parallel rank), fewer than the 4"),
             std::string::npos);
   // Patches are multiples of the SP degree: 8 rows, sp 2, M 3 → 2, 2, 4 rows...

@@ -257,7 +257,7 @@ TEST_F(Cli, LongPromptIsTruncatedWithAWarning) {
   Result r = xdit(prompt_args(std::string(XDIT_MODELS) + "/pixart-alpha-tiny",
                               "--prompt '" + long_prompt + "' --num_inference_steps 1"));
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.err.find("longer than 120 tokens"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("longer than 120 T5 tokens"), std::string::npos) << r.err;
 }
 
 TEST_F(Cli, MissingTokenizerFolder) {

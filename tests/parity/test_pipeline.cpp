@@ -7,7 +7,7 @@
 
 #include "io/json.h"
 #include "io/safetensors.h"
-#include "pipeline/pixart_pipeline.h"
+#include "pipeline/pipeline.h"
 #include "pipeline/resolution.h"
 #include "test_util.h"
 
@@ -19,7 +19,7 @@ void check_against_diffusers(const std::string& variant) {
       std::string(XDIT_TEST_DATA) + "/goldens/pipeline_" + variant + ".safetensors";
   io::SafeTensorsFile f(golden);
   const auto req = io::parse_json_text(f.metadata().at("request"), "request");
-  pipeline::PixArtPipeline pipe(std::string(XDIT_MODELS) + "/pixart-" + variant + "-tiny",
+  pipeline::Pipeline pipe(std::string(XDIT_MODELS) + "/pixart-" + variant + "-tiny",
                                 DType::kF32);
   pipeline::ImageRequest r;
   r.prompts = req["prompts"].get<std::vector<std::string>>();

@@ -9,7 +9,7 @@
 #include "io/safetensors.h"
 #include "kernels/kernels.h"
 #include "models/pixart.h"
-#include "pipeline/pixart_pipeline.h"
+#include "pipeline/pipeline.h"
 #include "test_util.h"
 
 namespace xdit {
@@ -79,7 +79,7 @@ TEST(PixArtParity, SigmaForwardBf16) {
 }
 
 double loop_error(const std::string& variant, DType dtype) {
-  pipeline::PixArtPipeline pipe(std::string(XDIT_MODELS) + "/pixart-" + variant + "-tiny", dtype);
+  pipeline::Pipeline pipe(std::string(XDIT_MODELS) + "/pixart-" + variant + "-tiny", dtype);
   const std::string file = kData + "/goldens/pixart_" + variant + "_loop.safetensors";
   Golden g = load_golden("pixart_" + variant + "_loop.safetensors");
   io::SafeTensorsFile meta(file);

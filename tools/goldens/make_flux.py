@@ -118,6 +118,15 @@ def make(name, guidance, seed):
     return model
 
 
+def ship_slow_tokenizer_files(folder):
+    """FLUX.1's repositories ship CLIP's vocab.json + merges.txt and T5's spiece.model
+    (what xdit reads); transformers 5 saves only tokenizer.json, so copy them in."""
+    for src, dst in (("tests/data/clip/tokenizer", "tokenizer"),
+                     (f"{MODELS}/pixart-alpha-tiny/tokenizer", "tokenizer_2")):
+        for f in os.listdir(src):
+            shutil.copy(os.path.join(src, f), os.path.join(folder, dst, f))
+
+
 def pipeline(name, transformer):
     pipe = FluxPipeline(
         scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULERS[name]),
@@ -131,6 +140,7 @@ def pipeline(name, transformer):
     shutil.rmtree(folder, ignore_errors=True)
     pipe.transformer.to(torch.bfloat16)
     pipe.save_pretrained(folder, safe_serialization=True)
+    ship_slow_tokenizer_files(folder)
     pipe.transformer.float()
     tensors, meta = {}, dict(VERSIONS)
     for k, (prompt, neg, h, w, steps, guidance, true_cfg, seed, msl) in enumerate(CASES[name]):

@@ -1,10 +1,14 @@
-// The PixArt-α / PixArt-Σ pipeline (diffusers PixArtAlphaPipeline /
-// PixArtSigmaPipeline): prompts → T5 tokenizer and encoder → CFG denoising
-// loop (micro-conditions, transformer, guidance, learned-sigma split,
-// DPM-Solver++) → VAE decoder → resize back from the resolution bin → RGB8.
+// The text-to-image pipeline every model family runs through (diffusers'
+// PixArtAlphaPipeline / PixArtSigmaPipeline / FluxPipeline): validate →
+// encode the prompts (the family's text side) → one denoising loop
+// (transformer, classifier-free guidance, scheduler step) → VAE decode → RGB8.
+// The loop is the same for the serial run, sequence parallelism, CFG
+// parallel and PipeFusion (pipefusion.cpp), and data parallelism wraps it
+// (distributed.cpp); the model behind it is a models::DiT.
+//
 // Construction reads and checks the transformer and scheduler configs and
 // opens their weight files (header checks only); validate() does the same for
-// the text encoder and VAE a request needs. Models are built on first use.
+// the text encoders and VAE a request needs. Models are built on first use.
 #pragma once
 
 #include <functional>
@@ -15,62 +19,17 @@
 #include "core/tensor.h"
 #include "io/model_folder.h"
 #include "io/weights.h"
-#include "models/pixart.h"
-#include "models/t5.h"
+#include "models/dit.h"
 #include "models/vae.h"
 #include "parallel/config.h"
 #include "parallel/pipefusion_attention.h"
 #include "parallel/usp_attention.h"
 #include "pipeline/memory_estimate.h"
+#include "pipeline/model_family.h"
+#include "pipeline/request.h"
 #include "schedulers/scheduler_config.h"
-#include "tokenizers/t5_tokenizer.h"
 
 namespace xdit::pipeline {
-
-struct LatentRequest {
-  Tensor prompt_embeds;    // [P, L, caption_channels]
-  Tensor prompt_mask;      // [P, L] or undefined (all tokens valid)
-  Tensor negative_embeds;  // [P, L', caption_channels]; needed when guidance_scale > 1
-  Tensor negative_mask;
-  Tensor latents;      // [P, C, H/8, W/8] or undefined (drawn from the seed)
-  int64_t height = 0;  // pixels; 0 = the model's default (sample_size · 8)
-  int64_t width = 0;
-  int64_t num_inference_steps = 20;
-  double guidance_scale = 4.5;
-  uint64_t seed = 42;
-};
-
-// A request from prompts to images, with diffusers' defaults.
-struct ImageRequest {
-  std::vector<std::string> prompts;  // one image per prompt
-  std::string negative_prompt;       // "" as diffusers
-  int64_t height = 0, width = 0;     // pixels; 0 = the model's default
-  int64_t num_inference_steps = 20;
-  double guidance_scale = 4.5;
-  uint64_t seed = 42;
-  bool resolution_binning = true;
-  int64_t max_sequence_length = 0;  // 0 = 120 (PixArt-α) or 300 (PixArt-Σ)
-  Tensor latents;                   // initial latents; undefined = drawn from the seed
-  // Filled by validate(): the size the model runs at (the bin, when binning).
-  int64_t run_height = 0, run_width = 0;
-};
-
-struct ImageResult {
-  std::vector<std::vector<uint8_t>> rgb;  // per prompt, height·width·3 bytes
-  int64_t height = 0, width = 0;
-  double text_seconds = 0, denoise_seconds = 0, decode_seconds = 0;
-};
-
-// Prompt embeddings as the transformer takes them.
-struct PromptEmbeddings {
-  Tensor embeds, mask;                    // [P, L, d], [P, L]
-  Tensor negative_embeds, negative_mask;  // undefined without CFG
-};
-
-struct StepEvent {
-  int64_t step = 0, total = 0;
-  double seconds = 0;  // this step
-};
 
 // The noise prediction from the transformer output [(2)P, out_channels, h, w]:
 // classifier-free guidance (when cfg, out = [uncond; cond]) and the first C
@@ -82,41 +41,47 @@ Tensor guided_noise(const Tensor& out, int64_t P, int64_t C, bool cfg, double gu
 // latents decode to a black image.
 void check_finite_latents(const Tensor& latents, int64_t step, int64_t total);
 
-class PixArtPipeline {
+// The initial latents as diffusers draws them: torch.randn([P, C, h, w]) from
+// a CPU generator seeded with `seed` (FLUX packs them inside the model).
+Tensor initial_noise(int64_t prompts, int64_t channels, int64_t latent_h, int64_t latent_w,
+                     uint64_t seed);
+
+class Pipeline {
  public:
   static constexpr int64_t kVaeScaleFactor = 8;
   // No side may exceed this (a bound that keeps every size product in 64
   // bits; the memory estimate refuses far smaller sizes on real machines).
   static constexpr int64_t kMaxImageSide = int64_t{1} << 20;
-  // The model_index.json classes this pipeline runs.
-  static const std::vector<std::string>& supported_pipelines();
 
-  PixArtPipeline(const std::string& folder, DType dtype);
-  // A transformer-only pipeline (prompt embeddings → latents) from a config
-  // and any weight source — the benchmarks' random full-size models.
-  PixArtPipeline(const models::PixArtConfig& cfg, const schedulers::SchedulerConfig& sched,
-                 std::unique_ptr<io::WeightSource> weights, DType dtype);
-  ~PixArtPipeline();
+  Pipeline(const std::string& folder, DType dtype);
+  // A transformer-only pipeline (prompt embeddings → latents) from a family,
+  // a scheduler config and any weight source — the benchmarks' random models.
+  Pipeline(std::unique_ptr<ModelFamily> family, const schedulers::SchedulerConfig& sched,
+           std::unique_ptr<io::WeightSource> weights, DType dtype);
+  ~Pipeline();
 
-  const models::PixArtConfig& config() const { return cfg_; }
+  const ModelFamily& family() const { return *family_; }
+  models::DiTSpec spec() const { return family_->spec(); }
+  int64_t text_width() const { return family_->text_width(); }
   const io::ModelFolder& folder() const;
   // Pixels per latent pixel: from vae/config.json, 8 without a VAE.
   int64_t vae_scale_factor() const;
   const schedulers::SchedulerConfig& scheduler_config() const { return sched_cfg_; }
-  // 120 for PixArt-α pipelines, 300 for PixArt-Σ (diffusers' defaults).
-  int64_t default_max_sequence_length() const;
+  // PixArt-α 120, PixArt-Σ 300, FLUX 512 (diffusers' defaults). Needs the
+  // text side (validate(ImageRequest) opens it).
+  int64_t default_max_sequence_length() const { return family_->default_max_sequence_length(); }
 
-  // Fills defaults (height/width) and checks the request against the model;
-  // throws a one-line error. Cheap: call before load().
+  // Fills defaults (size, steps, guidance) and checks the request against
+  // the model; throws a one-line error. Cheap: call before load().
   void validate(LatentRequest& r) const;
-  // Fills defaults, bins the size, opens tokenizer / text encoder / VAE
-  // configs and weight headers, and checks everything. Cheap.
+  // Fills defaults, bins or floors the size, opens tokenizers / text
+  // encoders / VAE configs and weight headers, and checks everything. Cheap.
   void validate(ImageRequest& r);
   void load();
   // Runs the denoising loop; returns the final latents [P, C, H/f, W/f].
   Tensor generate_latents(const LatentRequest& r,
                           const std::function<void(const StepEvent&)>& on_step = {});
-  // Tokenizes and encodes prompts (and the negative prompt when guidance > 1).
+  // Tokenizes and encodes prompts (and the negative prompt under CFG).
   PromptEmbeddings encode_prompts(const ImageRequest& r);
   // Decodes latents to images in [−1, 1], [B, 3, H, W].
   Tensor decode_latents(const Tensor& latents);
@@ -124,43 +89,67 @@ class PixArtPipeline {
   ImageResult generate(ImageRequest r, const std::function<void(const StepEvent&)>& on_step = {});
   // Runs the transformer over the mesh: CFG halves on the two CFG groups,
   // image rows split over the sequence-parallel group (Ulysses / Ring / USP
-  // attention). nullptr (the default) is the serial run. Set before load().
+  // attention), blocks over PipeFusion stages. nullptr (the default) is the
+  // serial run. Set before load().
   void set_mesh(parallel::Mesh* mesh) { mesh_ = mesh; }
   parallel::Mesh* mesh() const { return mesh_; }
 
-  // generate() frees the text encoder after encoding (bounding peak memory
-  // to the larger of T5 and transformer + VAE) unless asked to keep it.
+  // generate() frees the text encoders after encoding (bounding peak memory
+  // to the larger of them and transformer + VAE) unless asked to keep them.
   void set_keep_text_encoder(bool keep) { keep_text_encoder_ = keep; }
 
+  // Whether a request uses classifier-free guidance (the family decides).
+  bool uses_cfg(const LatentRequest& r) const;
+
  private:
+  // What every transformer call of one denoising run shares: the batch's
+  // conditioning ([uncond; cond] under CFG, one half under CFG parallel).
+  struct LoopInputs {
+    Tensor text, mask, pooled, resolution, aspect;
+    std::vector<float> guidance;  // embedded guidance per batch item, or empty
+    int64_t prompts = 0, batch = 0;
+    bool cfg = false, cfg_split = false;
+    double cfg_scale = 1.0, timestep_divisor = 1.0;
+    // The transformer's inputs for patch rows [r0, r1) (0, 0: all) at timestep t.
+    models::DiTInputs at(const Tensor& latents, double t, int64_t r0, int64_t r1) const;
+  };
+  LoopInputs loop_inputs(const LatentRequest& r) const;
+  // The one guidance path: the rows of the SP group and the CFG halves
+  // gathered, then guidance and the learned-sigma split.
+  Tensor noise_prediction(Tensor out, const LoopInputs& li);
+  // The patch rows [begin, end) this rank computes of [r0, r1) (its SP share).
+  std::pair<int64_t, int64_t> my_rows(int64_t r0, int64_t r1) const;
+
   void check_size(int64_t height, int64_t width) const;
   void check_steps(int64_t steps) const;
-  void check_guidance(double guidance_scale) const;
+  void check_guidance(double guidance_scale, double true_cfg_scale) const;
+  // Applies the family's default size, and for families that floor sizes
+  // (FLUX) floors to the latent grid with a warning; PixArt refuses a size
+  // off its grid with `hint`.
+  void settle_size(int64_t& height, int64_t& width, const char* hint) const;
+  void check_mesh(int64_t height, bool cfg) const;
   // The memory query for `prompts` images at height x width px on this mesh.
   MemoryQuery memory_query(int64_t prompts, int64_t height, int64_t width, bool cfg) const;
   // The estimate of `q` against the memory left (weights already loaded not
   // counted again); throws when it cannot fit.
   void check_request_memory(const MemoryQuery& q) const;
   // PipeFusion's patch pipeline over the mesh's stages (pipeline/pipefusion.cpp).
-  Tensor pipefusion_loop(Tensor latents, schedulers::Scheduler& sched, const Tensor& text,
-                         const Tensor& mask, const Tensor& resolution, const Tensor& aspect,
-                         int64_t MB, bool cfg, bool cfg_split, double guidance_scale,
+  Tensor pipefusion_loop(Tensor latents, schedulers::Scheduler& sched, const LoopInputs& li,
                          const std::function<void(const StepEvent&)>& on_step);
+
   std::optional<io::ModelFolder> folder_;
   DType dtype_;
-  models::PixArtConfig cfg_;
+  std::unique_ptr<ModelFamily> family_;
   schedulers::SchedulerConfig sched_cfg_;
   std::unique_ptr<io::WeightSource> weights_;
-  std::unique_ptr<models::PixArtTransformer> transformer_;
-  // Text side and VAE, opened by validate(ImageRequest), built on first use.
-  std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_;
-  std::unique_ptr<models::T5Config> t5_cfg_;
-  std::unique_ptr<io::WeightStore> t5_weights_;
-  std::unique_ptr<models::T5Encoder> t5_;
+  std::unique_ptr<models::DiT> transformer_;
+  // The VAE, opened by validate(ImageRequest), built on first use.
   std::unique_ptr<models::VaeConfig> vae_cfg_;
   std::unique_ptr<io::WeightStore> vae_weights_;
   std::unique_ptr<models::VaeDecoder> vae_;
+  bool text_opened_ = false;
   bool keep_text_encoder_ = false;
+  mutable bool warned_ = false;  // the family's warnings about unused fields, once
   parallel::Mesh* mesh_ = nullptr;
   std::unique_ptr<parallel::UspAttention> usp_;
   std::unique_ptr<parallel::PipeFusionAttention> pipefusion_;

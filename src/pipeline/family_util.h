@@ -1,0 +1,48 @@
+// The text-side steps the model families share: opening a T5 component and
+// encoding prompts with it, encoding with CLIP, and stopping on a model
+// output that holds NaN/Inf.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/model_folder.h"
+#include "io/weights.h"
+#include "models/clip.h"
+#include "models/t5.h"
+#include "tokenizers/clip_tokenizer.h"
+#include "tokenizers/t5_tokenizer.h"
+
+namespace xdit::pipeline {
+
+// The family of a PixArt / FLUX folder (pixart_family.cpp, flux_family.cpp).
+class ModelFamily;
+std::unique_ptr<ModelFamily> make_pixart_family(const io::ModelFolder& folder);
+std::unique_ptr<ModelFamily> make_flux_family(const io::ModelFolder& folder);
+
+// Stops the run when a model's output holds NaN/Inf (it would decode to a
+// black image); `component` is the model's folder, whose weights are the
+// likely cause.
+void check_finite_output(const Tensor& t, const char* model, const char* component);
+
+// A T5 encoder component's config, checked against the width the
+// transformer takes, with its weight headers opened into `weights`.
+std::unique_ptr<models::T5Config> open_t5(const io::ModelFolder& folder,
+                                          const std::string& component, int64_t width,
+                                          std::unique_ptr<io::WeightStore>& weights);
+
+// Prompts → T5 embeddings [n, L, d] and the mask [n, L] (as floats; undefined
+// when `masked` is false, as FLUX.1 and SD3 call T5). `lower_strip`: PixArt's
+// caption preprocessing. `warn`: say what truncation cut, as diffusers does.
+std::pair<Tensor, Tensor> encode_t5(const tokenizers::T5Tokenizer& tok, models::T5Encoder& t5,
+                                    const std::vector<std::string>& texts, int64_t L,
+                                    bool lower_strip, bool masked, bool warn);
+
+// Prompts → CLIP's pooled output [n, d] (at the tokenizer's model_max_length).
+Tensor encode_clip_pooled(const tokenizers::ClipTokenizer& tok, models::ClipTextEncoder& clip,
+                          const std::vector<std::string>& texts, bool warn);
+
+}  // namespace xdit::pipeline

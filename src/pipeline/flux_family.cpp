@@ -1,0 +1,164 @@
+// FLUX.1 [schnell] / [dev] (diffusers FluxPipeline): CLIP-L's pooled output
+// plus T5 without a mask (max_sequence_length 512 by default), the embedded
+// guidance of [dev], true CFG with a negative prompt and true_cfg_scale > 1,
+// Flow-Match Euler with sigmas linspace(1, 1/N, N) and the dynamic shift mu
+// of the packed image's token count, sizes floored to multiples of 16.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "models/flux.h"
+#include "pipeline/family_util.h"
+#include "pipeline/model_family.h"
+
+namespace xdit::pipeline {
+
+namespace {
+
+class FluxFamily : public ModelFamily {
+ public:
+  explicit FluxFamily(const models::FluxConfig& cfg) : cfg_(cfg) {}
+
+  std::string name() const override {
+    return cfg_.guidance_embeds ? "FLUX.1 [dev]" : "FLUX.1 [schnell]";
+  }
+  std::string describe() const override {
+    const auto& c = cfg_;
+    const auto& a = c.axes_dims_rope;
+    return detail::concat("FluxTransformer2DModel, ", c.num_layers, " double-stream + ",
+                          c.num_single_layers, " single-stream blocks, hidden ", c.hidden(), " (",
+                          c.num_attention_heads, " heads x ", c.attention_head_dim, "), text ",
+                          c.joint_attention_dim, ", pooled ", c.pooled_projection_dim,
+                          ", guidance embedding ", c.guidance_embeds ? "yes" : "no",
+                          ", RoPE axes ", a[0], "/", a[1], "/", a[2]);
+  }
+  models::DiTSpec spec() const override { return cfg_.spec(); }
+  int64_t parameter_count() const override { return cfg_.parameter_count(); }
+  io::WeightSpecs weight_specs(const models::DiTStage& stage) const override {
+    return cfg_.weight_specs(stage);
+  }
+  std::unique_ptr<models::DiT> make_transformer(const io::WeightSource& w, DType dtype,
+                                                const models::DiTStage& stage) const override {
+    return std::make_unique<models::FluxTransformer>(cfg_, w, dtype, stage);
+  }
+  int64_t text_width() const override { return cfg_.joint_attention_dim; }
+  int64_t pooled_width() const override { return cfg_.pooled_projection_dim; }
+
+  // FluxPipeline: default_sample_size 128 latent pixels.
+  int64_t default_size(int64_t vsf) const override { return 128 * vsf; }
+  int64_t default_steps() const override { return cfg_.guidance_embeds ? 28 : 4; }
+  double default_guidance() const override { return 3.5; }
+  bool uses_cfg(double, double true_cfg_scale, bool has_negative) const override {
+    return true_cfg_scale > 1.0 && has_negative;
+  }
+  double cfg_scale(double, double true_cfg_scale) const override { return true_cfg_scale; }
+  bool embeds_guidance() const override { return cfg_.guidance_embeds; }
+  bool floors_size() const override { return true; }
+  schedulers::TimestepHints timestep_hints(const schedulers::SchedulerConfig& s, int64_t steps,
+                                           int64_t latent_h, int64_t latent_w) const override {
+    schedulers::TimestepHints h;
+    // np.linspace(1.0, 1 / N, N), and mu for the packed image's tokens.
+    for (int64_t i = 0; i < steps; ++i)
+      h.sigmas.push_back(steps > 1 ? 1.0 + static_cast<double>(i) *
+                                               ((1.0 / static_cast<double>(steps) - 1.0) /
+                                                static_cast<double>(steps - 1))
+                                   : 1.0);
+    if (steps > 1) h.sigmas.back() = 1.0 / static_cast<double>(steps);
+    if (s.flow_match() != nullptr) h.mu = s.flow_match()->mu((latent_h / 2) * (latent_w / 2));
+    return h;
+  }
+  void warn_unused(const LatentRequest& r) const override {
+    if (!cfg_.guidance_embeds && r.guidance_scale != kDefaultGuidance)
+      XDIT_WARN(name(), " has no guidance embedding: guidance_scale ", r.guidance_scale,
+                " has no effect (true CFG: a negative prompt and true_cfg_scale > 1)");
+    const bool neg = r.negative_embeds.defined();
+    if (r.true_cfg_scale > 1.0 && !neg)
+      XDIT_WARN("true_cfg_scale ", r.true_cfg_scale,
+                " has no effect without a negative prompt: true CFG is off");
+    if (neg && r.true_cfg_scale <= 1.0)
+      XDIT_WARN("a negative prompt has no effect with true_cfg_scale ", r.true_cfg_scale,
+                " (<= 1): true CFG is off");
+  }
+
+  void open_text(const io::ModelFolder& folder) override {
+    if (!clip_tok_) clip_tok_ = std::make_unique<tokenizers::ClipTokenizer>(folder.component("tokenizer"));
+    if (!t5_tok_)
+      t5_tok_ = std::make_unique<tokenizers::T5Tokenizer>(folder.component("tokenizer_2"));
+    if (!clip_cfg_) {
+      const std::string dir = folder.component("text_encoder");
+      clip_cfg_ = std::make_unique<models::ClipTextConfig>(models::ClipTextConfig::from_json(
+          folder.component_config("text_encoder", "config.json"), dir + "/config.json"));
+      const int64_t pooled =
+          clip_cfg_->projection_dim > 0 ? clip_cfg_->projection_dim : clip_cfg_->hidden_size;
+      XDIT_CHECK(pooled == cfg_.pooled_projection_dim, "text_encoder/ pools to width ", pooled,
+                 " but the transformer's pooled_projection_dim is ", cfg_.pooled_projection_dim);
+      clip_weights_ = std::make_unique<io::WeightStore>(dir);
+      clip_weights_->check_shapes(clip_cfg_->weight_specs(
+          clip_weights_->has("text_model.embeddings.token_embedding.weight") ? "text_model."
+                                                                              : ""));
+    }
+    if (!t5_cfg_)
+      t5_cfg_ = open_t5(folder, "text_encoder_2", cfg_.joint_attention_dim, t5_weights_);
+  }
+  // FluxPipeline refuses more than 512.
+  int64_t default_max_sequence_length() const override { return 512; }
+  int64_t max_sequence_limit() const override {
+    return std::min<int64_t>(512, t5_tok_->model_max_length());
+  }
+
+  PromptEmbeddings encode(const ImageRequest& r, bool cfg, DType dtype) override {
+    XDIT_CHECK(clip_tok_ && t5_tok_ && clip_cfg_ && t5_cfg_,
+               "encode before the text side was opened");
+    if (!clip_) clip_ = std::make_unique<models::ClipTextEncoder>(*clip_cfg_, *clip_weights_, dtype);
+    if (!t5_) t5_ = std::make_unique<models::T5Encoder>(*t5_cfg_, *t5_weights_, dtype);
+    PromptEmbeddings e;
+    e.pooled = encode_clip_pooled(*clip_tok_, *clip_, r.prompts, true);
+    e.embeds =
+        encode_t5(*t5_tok_, *t5_, r.prompts, r.max_sequence_length, false, false, true).first;
+    if (cfg) {
+      const std::vector<std::string> neg(r.prompts.size(), r.negative_prompt.value_or(""));
+      e.negative_pooled = encode_clip_pooled(*clip_tok_, *clip_, neg, false);
+      e.negative_embeds =
+          encode_t5(*t5_tok_, *t5_, neg, r.max_sequence_length, false, false, false).first;
+    }
+    return e;
+  }
+  void release_text() override {
+    clip_.reset();
+    t5_.reset();
+  }
+  void describe_text(MemoryQuery& q) const override {
+    q.t5 = t5_cfg_.get();
+    q.clip = clip_cfg_.get();
+  }
+
+ private:
+  models::FluxConfig cfg_;
+  std::unique_ptr<tokenizers::ClipTokenizer> clip_tok_;
+  std::unique_ptr<tokenizers::T5Tokenizer> t5_tok_;
+  std::unique_ptr<models::ClipTextConfig> clip_cfg_;
+  std::unique_ptr<models::T5Config> t5_cfg_;
+  std::unique_ptr<io::WeightStore> clip_weights_, t5_weights_;
+  std::unique_ptr<models::ClipTextEncoder> clip_;
+  std::unique_ptr<models::T5Encoder> t5_;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelFamily> make_flux_family(const io::ModelFolder& folder) {
+  const std::string tdir = folder.component("transformer");
+  const auto cfg = models::FluxConfig::from_json(
+      folder.component_config("transformer", "config.json"), tdir + "/config.json");
+  // The text side is part of the pipeline's shape: refuse a folder without
+  // it before anything loads.
+  for (const char* c : {"text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2"})
+    XDIT_CHECK(std::filesystem::is_directory(folder.root() + "/" + c), "FLUX folder ",
+               folder.root(), " has no ", c,
+               "/ subfolder: FluxPipeline needs CLIP (text_encoder, tokenizer) and T5 "
+               "(text_encoder_2, tokenizer_2)");
+  return std::make_unique<FluxFamily>(cfg);
+}
+
+}  // namespace xdit::pipeline

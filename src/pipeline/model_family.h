@@ -1,0 +1,80 @@
+// What differs between the model families one Pipeline runs: the
+// transformer and its config, the text side (tokenizers, encoders, prompt
+// embeddings), the defaults diffusers' pipeline applies, how guidance is
+// asked for, and the scheduler's timestep hints. Everything else — the loop,
+// guidance arithmetic, every parallel method, the VAE — is the Pipeline's and
+// is shared. A family is picked from model_index.json's _class_name.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "io/model_folder.h"
+#include "io/weights.h"
+#include "models/dit.h"
+#include "models/pixart.h"
+#include "pipeline/memory_estimate.h"
+#include "pipeline/request.h"
+#include "schedulers/scheduler_config.h"
+
+namespace xdit::pipeline {
+
+class ModelFamily {
+ public:
+  virtual ~ModelFamily() = default;
+  // The family of a diffusers folder, with its transformer config read and
+  // checked; an unknown pipeline class throws one line listing the supported.
+  static std::unique_ptr<ModelFamily> from_folder(const io::ModelFolder& folder);
+  // PixArt from a bare config (the benchmarks' random full-size models).
+  static std::unique_ptr<ModelFamily> pixart(const models::PixArtConfig& cfg);
+  // The model_index.json classes xdit runs.
+  static const std::vector<std::string>& supported_pipelines();
+
+  virtual std::string name() const = 0;  // "PixArt-Σ", "FLUX.1 [dev]"
+  // One line on the transformer's architecture (xdit info).
+  virtual std::string describe() const = 0;
+  virtual models::DiTSpec spec() const = 0;
+  virtual int64_t parameter_count() const = 0;
+  virtual io::WeightSpecs weight_specs(const models::DiTStage& stage) const = 0;
+  virtual std::unique_ptr<models::DiT> make_transformer(const io::WeightSource& weights,
+                                                        DType dtype,
+                                                        const models::DiTStage& stage) const = 0;
+  virtual int64_t text_width() const = 0;           // the prompt embeddings' last dimension
+  virtual int64_t pooled_width() const { return 0; }  // 0: no pooled embedding
+
+  // diffusers' defaults.
+  virtual int64_t default_size(int64_t vae_scale_factor) const = 0;  // pixels, both sides
+  virtual int64_t default_steps() const = 0;
+  virtual double default_guidance() const = 0;
+  // Whether a request asks for classifier-free guidance, and its scale.
+  virtual bool uses_cfg(double guidance_scale, double true_cfg_scale, bool has_negative) const = 0;
+  virtual double cfg_scale(double guidance_scale, double true_cfg_scale) const = 0;
+  // FLUX.1 [dev]: the guidance scale is an input of the model.
+  virtual bool embeds_guidance() const { return false; }
+  // PixArt: sizes snap to the aspect-ratio bins (and resize back after).
+  virtual bool bins_resolution() const { return false; }
+  // FLUX: sizes floor to a multiple of 16 with a warning, as diffusers does;
+  // PixArt refuses them.
+  virtual bool floors_size() const { return false; }
+  virtual schedulers::TimestepHints timestep_hints(const schedulers::SchedulerConfig&,
+                                                   int64_t /*steps*/, int64_t /*latent_h*/,
+                                                   int64_t /*latent_w*/) const {
+    return {};
+  }
+  // Warnings about a request's fields that have no effect on this model.
+  virtual void warn_unused(const LatentRequest&) const {}
+
+  // The text side: open_text reads the tokenizer(s) and encoder configs and
+  // checks the weight headers (cheap); encode builds the encoders on first use.
+  virtual void open_text(const io::ModelFolder& folder) = 0;
+  virtual int64_t default_max_sequence_length() const = 0;
+  virtual int64_t max_sequence_limit() const = 0;
+  virtual PromptEmbeddings encode(const ImageRequest& r, bool cfg, DType dtype) = 0;
+  virtual void release_text() = 0;
+  // The text encoders, for the memory estimate.
+  virtual void describe_text(MemoryQuery& q) const = 0;
+};
+
+}  // namespace xdit::pipeline

@@ -1,0 +1,545 @@
+#include "pipeline/pipeline.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "core/block_cache.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "core/trace.h"
+#include "parallel/gather.h"
+#include "pipeline/family_util.h"
+#include "pipeline/resolution.h"
+
+namespace xdit::pipeline {
+
+namespace {
+// Bytes of the weights a stage loads, as f32 ("412 MB of weights (as f32)").
+std::string stage_weight_bytes(const ModelFamily& family, const models::DiTStage& stage) {
+  double bytes = 0;
+  for (const auto& [name, shape] : family.weight_specs(stage))
+    bytes += static_cast<double>(shape_numel(shape)) * 4.0;
+  return human_size(bytes) + " of weights (as f32)";
+}
+
+void check_embeds(const Tensor& e, const Tensor& mask, const char* name, int64_t channels) {
+  XDIT_CHECK(e.ndim() == 3, name, " must be [batch, tokens, ", channels, "], got ",
+             shape_str(e.shape()));
+  XDIT_CHECK(e.dim(2) == channels, name, " has hidden size ", e.dim(2),
+             " but this model takes text of width ", channels,
+             " (embeddings from a different text encoder?)");
+  if (mask.defined())
+    XDIT_CHECK(mask.ndim() == 2 && mask.dim(0) == e.dim(0) && mask.dim(1) == e.dim(1), name,
+               " attention mask must be [", e.dim(0), ", ", e.dim(1), "], got ",
+               shape_str(mask.shape()));
+}
+
+void check_pooled(const Tensor& p, const char* name, int64_t prompts, int64_t width) {
+  XDIT_CHECK(p.defined(), name, " are required by this model (FLUX's pooled CLIP embedding)");
+  XDIT_CHECK(p.ndim() == 2 && p.dim(0) == prompts && p.dim(1) == width, name, " must be [",
+             prompts, ", ", width, "], got ", shape_str(p.shape()));
+}
+
+// Stacks [a; b] along the batch dimension (f32); undefined stays undefined.
+Tensor cat_batch(const Tensor& a, const Tensor& b) {
+  if (!a.defined()) return a;
+  Shape s = a.shape();
+  s[0] += b.dim(0);
+  Tensor out = Tensor::empty(s);
+  Tensor af = a.to(DType::kF32), bf = b.to(DType::kF32);
+  std::memcpy(out.data<float>(), af.data<float>(), af.nbytes());
+  std::memcpy(out.data<float>() + af.numel(), bf.data<float>(), bf.nbytes());
+  return out;
+}
+Tensor ones_mask(const Tensor& e) {
+  Tensor m = Tensor::empty({e.dim(0), e.dim(1)});
+  std::fill(m.data<float>(), m.data<float>() + m.numel(), 1.0f);
+  return m;
+}
+Tensor f32(const Tensor& t) { return t.defined() ? t.to(DType::kF32) : t; }
+}  // namespace
+
+Tensor initial_noise(int64_t prompts, int64_t channels, int64_t latent_h, int64_t latent_w,
+                     uint64_t seed) {
+  return TorchGenerator(seed).randn({prompts, channels, latent_h, latent_w});
+}
+
+Pipeline::Pipeline(const std::string& folder, DType dtype) : folder_(folder), dtype_(dtype) {
+  family_ = ModelFamily::from_folder(*folder_);
+  const std::string sdir = folder_->component("scheduler");
+  sched_cfg_ = schedulers::SchedulerConfig::from_json(
+      folder_->component_config("scheduler", "scheduler_config.json"),
+      sdir + "/scheduler_config.json");
+  auto store = std::make_unique<io::WeightStore>(folder_->component("transformer"));
+  store->check_shapes(family_->weight_specs({}));  // the config against the headers
+  weights_ = std::move(store);
+}
+
+Pipeline::Pipeline(std::unique_ptr<ModelFamily> family, const schedulers::SchedulerConfig& sched,
+                   std::unique_ptr<io::WeightSource> weights, DType dtype)
+    : dtype_(dtype), family_(std::move(family)), sched_cfg_(sched), weights_(std::move(weights)) {}
+
+Pipeline::~Pipeline() = default;
+
+const io::ModelFolder& Pipeline::folder() const {
+  XDIT_CHECK(folder_.has_value(), "this pipeline was built without a model folder");
+  return *folder_;
+}
+
+int64_t Pipeline::vae_scale_factor() const {
+  if (vae_cfg_) return vae_cfg_->scale_factor();
+  if (!folder_) return kVaeScaleFactor;
+  const std::string cfg = folder_->root() + "/vae/config.json";
+  if (std::filesystem::is_regular_file(cfg))
+    return models::VaeConfig::from_json(io::read_json_file(cfg), cfg).scale_factor();
+  return kVaeScaleFactor;
+}
+
+bool Pipeline::uses_cfg(const LatentRequest& r) const {
+  return family_->uses_cfg(r.guidance_scale, r.true_cfg_scale, r.negative_embeds.defined());
+}
+
+void Pipeline::settle_size(int64_t& height, int64_t& width, const char* hint) const {
+  const int64_t vsf = vae_scale_factor(), unit = vsf * spec().patch;
+  if (height == 0) height = family_->default_size(vsf);
+  if (width == 0) width = family_->default_size(vsf);
+  check_size(height, width);
+  if (height % unit == 0 && width % unit == 0) return;
+  if (family_->floors_size()) {
+    const int64_t h = height / unit * unit, w = width / unit * unit;
+    XDIT_CHECK(h > 0 && w > 0, "height ", height, " and width ", width, " must be at least ",
+               unit, " px (multiples of ", unit, ")");
+    XDIT_WARN("height ", height, " and width ", width, " are not multiples of ", unit,
+              ": using ", h, "x", w, " as diffusers does (pass multiples of ", unit,
+              " to choose the size yourself)");
+    height = h;
+    width = w;
+    return;
+  }
+  XDIT_FAIL("height ", height, " and width ", width, " must be multiples of ", unit,
+            " (VAE factor ", vsf, " x patch size ", spec().patch, ")", hint);
+}
+
+void Pipeline::check_mesh(int64_t height, bool cfg) const {
+  if (mesh_ == nullptr) return;
+  const auto s = spec();
+  mesh_->config().validate_request(
+      s.heads, height / vae_scale_factor() / s.patch, cfg,
+      family_->pooled_width() > 0 ? "a negative prompt and --true_cfg_scale > 1"
+                                  : "--guidance_scale > 1");
+}
+
+void Pipeline::validate(LatentRequest& r) const {
+  if (!warned_) {
+    family_->warn_unused(r);
+    warned_ = true;
+  }
+  if (r.num_inference_steps == kDefaultSteps) r.num_inference_steps = family_->default_steps();
+  if (r.guidance_scale == kDefaultGuidance) r.guidance_scale = family_->default_guidance();
+  settle_size(r.height, r.width, "");
+  XDIT_CHECK(r.num_inference_steps >= 0, "num_inference_steps must be >= 0");
+  check_steps(r.num_inference_steps);
+  check_guidance(r.guidance_scale, r.true_cfg_scale);
+  XDIT_CHECK(r.prompt_embeds.defined(), "prompt_embeds are required");
+  check_embeds(r.prompt_embeds, r.prompt_mask, "prompt_embeds", family_->text_width());
+  const int64_t P = r.prompt_embeds.dim(0);
+  const bool pooled = family_->pooled_width() > 0;
+  if (pooled) check_pooled(r.pooled_embeds, "pooled_prompt_embeds", P, family_->pooled_width());
+  const bool cfg = uses_cfg(r);
+  if (cfg) {
+    XDIT_CHECK(r.negative_embeds.defined(), "guidance_scale ", r.guidance_scale,
+               " > 1 needs negative_prompt_embeds in the embeddings file (or pass "
+               "--guidance_scale 1)");
+    check_embeds(r.negative_embeds, r.negative_mask, "negative_prompt_embeds",
+                 family_->text_width());
+    XDIT_CHECK(r.negative_embeds.dim(0) == P && r.negative_embeds.dim(1) == r.prompt_embeds.dim(1),
+               "negative_prompt_embeds ", shape_str(r.negative_embeds.shape()),
+               " must match prompt_embeds ", shape_str(r.prompt_embeds.shape()));
+    if (pooled)
+      check_pooled(r.negative_pooled, "negative_pooled_prompt_embeds", P,
+                   family_->pooled_width());
+  }
+  check_mesh(r.height, cfg);
+  const int64_t vsf = vae_scale_factor();
+  if (r.latents.defined()) {
+    const Shape want{P, spec().latent_channels, r.height / vsf, r.width / vsf};
+    XDIT_CHECK(r.latents.shape() == want, "latents have shape ", shape_str(r.latents.shape()),
+               " but ", r.height, "x", r.width, " px with ", P, " prompt(s) needs ",
+               shape_str(want));
+  }
+  for (const auto& [t, name] : {std::pair{&r.prompt_embeds, "prompt_embeds"},
+                                {&r.negative_embeds, "negative_prompt_embeds"},
+                                {&r.pooled_embeds, "pooled_prompt_embeds"},
+                                {&r.negative_pooled, "negative_pooled_prompt_embeds"},
+                                {&r.latents, "latents"}}) {
+    const int64_t bad = count_nonfinite(*t);
+    XDIT_CHECK(bad == 0, name, " hold ", bad, " NaN/Inf value(s): give finite values");
+  }
+  MemoryQuery q = memory_query(P, r.height, r.width, cfg);
+  q.text_tokens = r.prompt_embeds.dim(1);
+  check_request_memory(q);
+}
+
+void Pipeline::check_size(int64_t height, int64_t width) const {
+  XDIT_CHECK(height > 0 && width > 0, "height and width must be positive, got ", height, "x",
+             width);
+  XDIT_CHECK(height <= kMaxImageSide && width <= kMaxImageSide, "height and width must be at most ",
+             kMaxImageSide, " px, got ", height, "x", width);
+}
+
+void Pipeline::check_steps(int64_t steps) const {
+  if (sched_cfg_.dpm_solver() != nullptr)  // it picks steps among the training timesteps
+    XDIT_CHECK(steps <= sched_cfg_.num_train_timesteps(), "num_inference_steps ", steps,
+               " exceeds the scheduler's ", sched_cfg_.num_train_timesteps(),
+               " training timesteps (num_train_timesteps in scheduler_config.json)");
+  // The schedule itself (its checks on the timesteps it makes) costs microseconds.
+  if (steps >= 1)
+    sched_cfg_.make()->set_timesteps(steps, family_->timestep_hints(sched_cfg_, steps, 64, 64));
+}
+
+void Pipeline::check_guidance(double g, double true_cfg) const {
+  XDIT_CHECK(std::isfinite(g) && g >= 0, "guidance_scale must be a finite number >= 0, got ", g);
+  XDIT_CHECK(std::isfinite(true_cfg) && true_cfg >= 0,
+             "true_cfg_scale must be a finite number >= 0, got ", true_cfg);
+}
+
+void Pipeline::check_request_memory(const MemoryQuery& q) const {
+  MemoryEstimate e = estimate_memory(spec(), family_->parameter_count(), q);
+  if (transformer_) e.transformer = 0;  // already resident
+  check_memory(e, comm::local_process_count());
+}
+
+MemoryQuery Pipeline::memory_query(int64_t prompts, int64_t height, int64_t width,
+                                   bool cfg) const {
+  MemoryQuery q;
+  q.prompts = prompts;
+  q.run_height = q.out_height = height;
+  q.run_width = q.out_width = width;
+  q.cfg = cfg;
+  q.dtype = dtype_;
+  q.vae_scale_factor = vae_scale_factor();
+  if (mesh_ != nullptr) {
+    const auto& pc = mesh_->config();
+    q.data_parallel = pc.data_parallel_degree;
+    q.sequence_parallel = pc.sp();
+    q.pipeline_stages = pc.pipefusion_parallel_degree;
+    q.cfg_parallel = pc.use_cfg_parallel;
+  }
+  return q;
+}
+
+void Pipeline::load() {
+  if (transformer_) return;
+  const int64_t blocks = spec().blocks;
+  models::DiTStage stage;
+  if (mesh_ != nullptr && mesh_->config().pipefusion_parallel_degree > 1) {
+    // PipeFusion: this rank keeps only its stage's blocks.
+    const auto& pc = mesh_->config();
+    pc.validate_pipefusion(blocks);
+    const int s = mesh_->coord().pp;
+    const auto b = pc.stage_blocks(blocks)[static_cast<size_t>(s)];
+    stage = {b.first, b.second, s == 0, s == pc.pipefusion_parallel_degree - 1};
+  }
+  transformer_ = family_->make_transformer(*weights_, dtype_, stage);
+  if (mesh_ != nullptr && mesh_->config().pipefusion_parallel_degree > 1) {
+    pipefusion_ = std::make_unique<parallel::PipeFusionAttention>(mesh_->ulysses_group(),
+                                                                  mesh_->ring_group());
+    pipefusion_->set_refresh(pipefusion_refresh_);
+    transformer_->set_attention_backend(pipefusion_.get());
+    // Every stage's blocks and weight bytes, logged by rank 0.
+    const std::string line = detail::concat(
+        "PipeFusion stage ", mesh_->coord().pp, ": blocks [", stage.block_begin, ", ",
+        stage.block_end, ")", stage.first ? " + embeddings" : "",
+        stage.last ? " + output layer" : "", ", ", stage_weight_bytes(*family_, stage));
+    constexpr size_t kLine = 256;
+    std::vector<char> mine(kLine, '\0'), all(kLine * static_cast<size_t>(mesh_->pp_group().size()));
+    std::memcpy(mine.data(), line.data(), std::min(line.size(), kLine - 1));
+    mesh_->pp_group().allgather(mine.data(), all.data(), kLine, comm::Type::kByte);
+    for (int i = 0; i < mesh_->pp_group().size(); ++i)
+      XDIT_INFO(std::string(all.data() + i * kLine));
+  } else if (mesh_ != nullptr && mesh_->config().sp() > 1) {
+    usp_ = std::make_unique<parallel::UspAttention>(mesh_->ulysses_group(), mesh_->ring_group());
+    transformer_->set_attention_backend(usp_.get());
+  }
+}
+
+void check_finite_latents(const Tensor& latents, int64_t step, int64_t total) {
+  const int64_t bad = count_nonfinite(latents);
+  XDIT_CHECK(bad == 0, "the latents hold ", bad, " NaN/Inf value(s) after denoising step ", step,
+             " of ", total,
+             "; stopped without writing an image. Likely causes: non-finite weights (check with "
+             "xdit info --model DIR --check-weights), non-finite prompt embeddings, or a "
+             "guidance_scale so large that the noise prediction overflows");
+}
+
+Tensor guided_noise(const Tensor& out, int64_t P, int64_t C, bool cfg, double guidance_scale) {
+  // CFG: uncond + g·(cond − uncond) with out = [uncond P; cond P]; learned
+  // sigma: keep the first C of the out_channels.
+  const int64_t oc = out.dim(1), hw = out.dim(2) * out.dim(3), plane = C * hw;
+  const float g = static_cast<float>(guidance_scale);
+  Tensor noise = Tensor::empty({P, C, out.dim(2), out.dim(3)});
+  const float* ob = out.data<float>();
+  for (int64_t b = 0; b < P; ++b)
+    for (int64_t j = 0; j < plane; ++j) {
+      const float cond = ob[(cfg ? P + b : b) * oc * hw + j];
+      noise.data<float>()[b * plane + j] =
+          cfg ? ob[b * oc * hw + j] + g * (cond - ob[b * oc * hw + j]) : cond;
+    }
+  return noise;
+}
+
+Pipeline::LoopInputs Pipeline::loop_inputs(const LatentRequest& r) const {
+  LoopInputs li;
+  li.prompts = r.prompt_embeds.dim(0);
+  li.cfg = uses_cfg(r);
+  li.cfg_scale = family_->cfg_scale(r.guidance_scale, r.true_cfg_scale);
+  li.timestep_divisor = spec().timestep_divisor;
+  // Under CFG parallel each CFG group runs one half: group 0 the negative
+  // prompt, group 1 the prompt; the predictions are all-gathered after.
+  li.cfg_split = li.cfg && mesh_ != nullptr && mesh_->config().use_cfg_parallel;
+  const int cfg_rank = li.cfg_split ? mesh_->coord().cfg : 0;
+  const bool masked = r.prompt_mask.defined() || r.negative_mask.defined();
+  const Tensor pmask = !masked ? Tensor() : r.prompt_mask.defined() ? r.prompt_mask
+                                                                    : ones_mask(r.prompt_embeds);
+  const Tensor nmask = !masked || !li.cfg    ? Tensor()
+                       : r.negative_mask.defined() ? r.negative_mask
+                                                   : ones_mask(r.negative_embeds);
+  if (li.cfg_split) {
+    const bool neg = cfg_rank == 0;
+    li.text = f32(neg ? r.negative_embeds : r.prompt_embeds);
+    li.mask = f32(neg ? nmask : pmask);
+    li.pooled = f32(neg ? r.negative_pooled : r.pooled_embeds);
+  } else if (li.cfg) {
+    li.text = cat_batch(r.negative_embeds, r.prompt_embeds);
+    li.mask = cat_batch(nmask, pmask);
+    li.pooled = cat_batch(r.negative_pooled, r.pooled_embeds);
+  } else {
+    li.text = f32(r.prompt_embeds);
+    li.mask = f32(pmask);
+    li.pooled = f32(r.pooled_embeds);
+  }
+  li.batch = (li.cfg && !li.cfg_split) ? 2 * li.prompts : li.prompts;
+  // PixArt-α's micro-conditions: the size in pixels and its aspect ratio.
+  li.resolution = Tensor::empty({li.batch, 2});
+  li.aspect = Tensor::empty({li.batch, 1});
+  for (int64_t b = 0; b < li.batch; ++b) {
+    li.resolution.data<float>()[2 * b] = static_cast<float>(r.height);
+    li.resolution.data<float>()[2 * b + 1] = static_cast<float>(r.width);
+    li.aspect.data<float>()[b] =
+        static_cast<float>(static_cast<double>(r.height) / static_cast<double>(r.width));
+  }
+  if (family_->embeds_guidance())
+    li.guidance.assign(static_cast<size_t>(li.batch), static_cast<float>(r.guidance_scale));
+  return li;
+}
+
+models::DiTInputs Pipeline::LoopInputs::at(const Tensor& latents, double t, int64_t r0,
+                                           int64_t r1) const {
+  models::DiTInputs in;
+  in.latents = &latents;
+  // As the pipelines pass it: PixArt the timestep, FLUX t / 1000 in f32.
+  in.timesteps.assign(static_cast<size_t>(batch),
+                      static_cast<float>(t) / static_cast<float>(timestep_divisor));
+  in.guidance = guidance;
+  in.text = &text;
+  in.text_mask = mask.defined() ? &mask : nullptr;
+  in.pooled = pooled.defined() ? &pooled : nullptr;
+  in.resolution = &resolution;
+  in.aspect_ratio = &aspect;
+  in.patch_row_begin = r0;
+  in.patch_row_end = r1;
+  return in;
+}
+
+std::pair<int64_t, int64_t> Pipeline::my_rows(int64_t r0, int64_t r1) const {
+  if (mesh_ == nullptr || mesh_->config().sp() == 1) return {r0, r1};
+  const int sp = mesh_->config().sp(), k = mesh_->coord().sp;
+  const int64_t n = (r1 - r0) / sp;
+  return {r0 + k * n, r0 + (k + 1) * n};
+}
+
+Tensor Pipeline::noise_prediction(Tensor out, const LoopInputs& li) {
+  if (mesh_ != nullptr && mesh_->config().sp() > 1)
+    out = parallel::gather_rows(mesh_->sp_group(), out);  // the SP ranks' shares of the rows
+  if (li.cfg_split) out = parallel::gather_batch(mesh_->cfg_group(), out);  // [uncond; cond]
+  return guided_noise(out, li.prompts, spec().latent_channels, li.cfg, li.cfg_scale);
+}
+
+Tensor Pipeline::generate_latents(const LatentRequest& req,
+                                  const std::function<void(const StepEvent&)>& on_step) {
+  LatentRequest r = req;
+  validate(r);
+  load();
+  const int64_t P = r.prompt_embeds.dim(0);
+  const int64_t vsf = vae_scale_factor();
+  const int64_t h = r.height / vsf, w = r.width / vsf, C = spec().latent_channels;
+  Tensor latents =
+      r.latents.defined() ? r.latents.to(DType::kF32) : initial_noise(P, C, h, w, r.seed);
+  const auto sched_ptr = sched_cfg_.make();
+  schedulers::Scheduler& sched = *sched_ptr;
+  if (r.num_inference_steps == 0) return latents;
+  sched.set_timesteps(r.num_inference_steps,
+                      family_->timestep_hints(sched_cfg_, r.num_inference_steps, h, w));
+  // latents * init_noise_sigma (1 for DPM-Solver and Flow-Match).
+  const LoopInputs li = loop_inputs(r);
+
+  if (mesh_ != nullptr && mesh_->config().pipefusion_parallel_degree > 1)
+    return pipefusion_loop(latents, sched, li, on_step);
+  const int64_t gh = h / spec().patch;
+  const auto [row0, row1] = my_rows(0, gh);
+  Tensor model_in = Tensor::empty({li.batch, C, h, w});
+  const int64_t plane = C * h * w;
+  const auto& ts = sched.timesteps();
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t k = 0; k < li.batch; ++k)
+      std::memcpy(model_in.data<float>() + k * plane, latents.data<float>() + (k % P) * plane,
+                  plane * 4);
+    const models::DiTInputs in = li.at(model_in, ts[i], row0, row1);
+    Tensor out;
+    {
+      trace::Span span("step " + std::to_string(i), "compute");
+      out = transformer_->forward(in);  // [MB, out_channels, this rank's rows, w]
+    }
+    sched.step(noise_prediction(out, li), latents);
+    check_finite_latents(latents, static_cast<int64_t>(i) + 1, static_cast<int64_t>(ts.size()));
+    if (on_step) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      on_step({static_cast<int64_t>(i) + 1, static_cast<int64_t>(ts.size()), s});
+    }
+  }
+  return latents;
+}
+
+void Pipeline::validate(ImageRequest& r) {
+  XDIT_CHECK(!r.prompts.empty(), "at least one prompt is needed");
+  if (r.num_inference_steps == kDefaultSteps) r.num_inference_steps = family_->default_steps();
+  XDIT_CHECK(r.num_inference_steps >= 1,
+             "num_inference_steps must be at least 1 for an image, got ", r.num_inference_steps);
+  check_steps(r.num_inference_steps);
+  const double given_guidance = r.guidance_scale;
+  if (r.guidance_scale == kDefaultGuidance) r.guidance_scale = family_->default_guidance();
+  check_guidance(r.guidance_scale, r.true_cfg_scale);
+  if (!warned_) {  // the family's warnings, on the request as given
+    LatentRequest probe;
+    probe.guidance_scale = given_guidance;
+    probe.true_cfg_scale = r.true_cfg_scale;
+    if (r.negative_prompt) probe.negative_embeds = Tensor::empty({1});
+    family_->warn_unused(probe);
+    warned_ = true;
+  }
+  // Text side and VAE: configs and weight headers.
+  if (!text_opened_) {
+    family_->open_text(folder());
+    text_opened_ = true;
+  }
+  if (!vae_cfg_) {
+    const std::string dir = folder().component("vae");
+    vae_cfg_ = std::make_unique<models::VaeConfig>(models::VaeConfig::from_json(
+        folder().component_config("vae", "config.json"), dir + "/config.json"));
+    XDIT_CHECK(vae_cfg_->latent_channels == spec().latent_channels, "VAE latent_channels ",
+               vae_cfg_->latent_channels, " does not match the transformer's ",
+               spec().latent_channels, " latent channels");
+    vae_weights_ = std::make_unique<io::WeightStore>(dir);
+    vae_weights_->check_shapes(vae_cfg_->decoder_weight_specs());
+  }
+  if (r.max_sequence_length == 0) r.max_sequence_length = family_->default_max_sequence_length();
+  XDIT_CHECK(r.max_sequence_length >= 1, "max_sequence_length must be positive");
+  XDIT_CHECK(r.max_sequence_length <= family_->max_sequence_limit(), "max_sequence_length ",
+             r.max_sequence_length, " exceeds the ", family_->max_sequence_limit(),
+             " tokens this pipeline's T5 accepts");
+  const int64_t vsf = vae_scale_factor();
+  if (r.height == 0) r.height = family_->default_size(vsf);
+  if (r.width == 0) r.width = family_->default_size(vsf);
+  check_size(r.height, r.width);
+  if (family_->bins_resolution() && r.resolution_binning) {
+    std::tie(r.run_height, r.run_width) = classify_height_width_bin(
+        r.height, r.width, bin_table_for_sample_size(family_->default_size(1)));
+  } else {
+    settle_size(r.height, r.width, family_->bins_resolution() ? ", or leave resolution binning on"
+                                                              : "");
+    r.run_height = r.height;
+    r.run_width = r.width;
+  }
+  // The size the model runs at against the mesh, before any encoding.
+  const bool cfg =
+      family_->uses_cfg(r.guidance_scale, r.true_cfg_scale, r.negative_prompt.has_value());
+  check_mesh(r.run_height, cfg);
+  // Everything the request will hold, up to the resized PNGs, against the
+  // memory this machine has left.
+  MemoryQuery q =
+      memory_query(static_cast<int64_t>(r.prompts.size()), r.run_height, r.run_width, cfg);
+  q.out_height = r.height;
+  q.out_width = r.width;
+  q.text_tokens = r.max_sequence_length;
+  family_->describe_text(q);
+  q.vae = vae_cfg_.get();
+  check_request_memory(q);
+}
+
+PromptEmbeddings Pipeline::encode_prompts(const ImageRequest& r) {
+  XDIT_CHECK(text_opened_, "encode_prompts before validate");
+  // PixArt's CFG runs with the negative prompt "" when none is given;
+  // FLUX's true CFG needs a given one.
+  const bool cfg =
+      family_->uses_cfg(r.guidance_scale, r.true_cfg_scale, r.negative_prompt.has_value());
+  return family_->encode(r, cfg, dtype_);
+}
+
+Tensor Pipeline::decode_latents(const Tensor& latents) {
+  XDIT_CHECK(vae_cfg_, "decode_latents before validate");
+  if (!vae_) vae_ = std::make_unique<models::VaeDecoder>(*vae_cfg_, *vae_weights_, dtype_);
+  Tensor image = vae_->decode_latents(latents);
+  check_finite_output(image, "VAE decoder", "vae");
+  return image;
+}
+
+ImageResult Pipeline::generate(ImageRequest r,
+                               const std::function<void(const StepEvent&)>& on_step) {
+  validate(r);
+  using Clock = std::chrono::steady_clock;
+  auto secs = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  ImageResult out;
+  const auto t0 = Clock::now();
+  PromptEmbeddings e = encode_prompts(r);
+  if (!keep_text_encoder_) {
+    family_->release_text();
+    release_cached_blocks();  // their buffers go back to the system before the transformer's
+  }
+  const auto t1 = Clock::now();
+  LatentRequest lr;
+  lr.prompt_embeds = e.embeds;
+  lr.prompt_mask = e.mask;
+  lr.pooled_embeds = e.pooled;
+  lr.negative_embeds = e.negative_embeds;
+  lr.negative_mask = e.negative_mask;
+  lr.negative_pooled = e.negative_pooled;
+  lr.height = r.run_height;
+  lr.width = r.run_width;
+  lr.num_inference_steps = r.num_inference_steps;
+  lr.guidance_scale = r.guidance_scale;
+  lr.true_cfg_scale = r.true_cfg_scale;
+  lr.seed = r.seed;
+  lr.latents = r.latents;
+  Tensor latents = generate_latents(lr, on_step);
+  const auto t2 = Clock::now();
+  Tensor image = decode_latents(latents);
+  if (family_->bins_resolution() && r.resolution_binning)
+    image = resize_and_crop(image, r.height, r.width);
+  out.rgb = models::image_to_rgb8(image);
+  out.height = image.dim(2);
+  out.width = image.dim(3);
+  const auto t3 = Clock::now();
+  out.text_seconds = secs(t0, t1);
+  out.denoise_seconds = secs(t1, t2);
+  out.decode_seconds = secs(t2, t3);
+  return out;
+}
+
+}  // namespace xdit::pipeline

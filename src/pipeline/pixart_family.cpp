@@ -1,0 +1,97 @@
+// PixArt-α / PixArt-Σ (diffusers PixArtAlphaPipeline / PixArtSigmaPipeline):
+// T5 with its attention mask over lower-cased, stripped prompts (120 tokens
+// for α, 300 for Σ), classifier-free guidance from guidance_scale > 1 with
+// the negative prompt "" by default, resolution binning, DPM-Solver++.
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "models/t5.h"
+#include "pipeline/family_util.h"
+#include "pipeline/model_family.h"
+#include "tokenizers/t5_tokenizer.h"
+
+namespace xdit::pipeline {
+
+namespace {
+
+class PixArtFamily : public ModelFamily {
+ public:
+  PixArtFamily(const models::PixArtConfig& cfg, bool sigma) : cfg_(cfg), sigma_(sigma) {}
+
+  std::string name() const override { return sigma_ ? "PixArt-Σ" : "PixArt-α"; }
+  std::string describe() const override {
+    const auto& c = cfg_;
+    return detail::concat("PixArtTransformer2DModel, ", c.num_layers, " blocks, hidden ",
+                          c.hidden(), " (", c.num_attention_heads, " heads x ",
+                          c.attention_head_dim, "), patch ", c.patch_size, ", sample size ",
+                          c.sample_size, ", caption ", c.caption_channels, ", micro-conditions ",
+                          c.use_additional_conditions ? "yes" : "no");
+  }
+  models::DiTSpec spec() const override { return cfg_.spec(); }
+  int64_t parameter_count() const override { return cfg_.parameter_count(); }
+  io::WeightSpecs weight_specs(const models::DiTStage& stage) const override {
+    return cfg_.weight_specs(stage);
+  }
+  std::unique_ptr<models::DiT> make_transformer(const io::WeightSource& w, DType dtype,
+                                                const models::DiTStage& stage) const override {
+    return std::make_unique<models::PixArtTransformer>(cfg_, w, dtype, stage);
+  }
+  int64_t text_width() const override { return cfg_.caption_channels; }
+
+  int64_t default_size(int64_t vsf) const override { return cfg_.sample_size * vsf; }
+  int64_t default_steps() const override { return 20; }
+  double default_guidance() const override { return 4.5; }
+  bool uses_cfg(double guidance_scale, double, bool) const override {
+    return guidance_scale > 1.0;
+  }
+  double cfg_scale(double guidance_scale, double) const override { return guidance_scale; }
+  bool bins_resolution() const override { return true; }
+
+  void open_text(const io::ModelFolder& folder) override {
+    if (!tokenizer_)
+      tokenizer_ = std::make_unique<tokenizers::T5Tokenizer>(folder.component("tokenizer"));
+    if (!t5_cfg_) t5_cfg_ = open_t5(folder, "text_encoder", cfg_.caption_channels, t5_weights_);
+  }
+  int64_t default_max_sequence_length() const override { return sigma_ ? 300 : 120; }
+  int64_t max_sequence_limit() const override { return tokenizer_->model_max_length(); }
+
+  PromptEmbeddings encode(const ImageRequest& r, bool cfg, DType dtype) override {
+    XDIT_CHECK(tokenizer_ && t5_cfg_, "encode before the text side was opened");
+    if (!t5_) t5_ = std::make_unique<models::T5Encoder>(*t5_cfg_, *t5_weights_, dtype);
+    PromptEmbeddings e;
+    std::tie(e.embeds, e.mask) =
+        encode_t5(*tokenizer_, *t5_, r.prompts, r.max_sequence_length, true, true, true);
+    if (cfg)
+      std::tie(e.negative_embeds, e.negative_mask) = encode_t5(
+          *tokenizer_, *t5_, std::vector<std::string>(r.prompts.size(), r.negative_prompt.value_or("")),
+          r.max_sequence_length, true, true, false);
+    return e;
+  }
+  void release_text() override { t5_.reset(); }
+  void describe_text(MemoryQuery& q) const override { q.t5 = t5_cfg_.get(); }
+
+ private:
+  models::PixArtConfig cfg_;
+  bool sigma_;
+  std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_;
+  std::unique_ptr<models::T5Config> t5_cfg_;
+  std::unique_ptr<io::WeightStore> t5_weights_;
+  std::unique_ptr<models::T5Encoder> t5_;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelFamily> ModelFamily::pixart(const models::PixArtConfig& cfg) {
+  return std::make_unique<PixArtFamily>(cfg, false);
+}
+
+std::unique_ptr<ModelFamily> make_pixart_family(const io::ModelFolder& folder) {
+  const std::string tdir = folder.component("transformer");
+  const auto cfg = models::PixArtConfig::from_json(
+      folder.component_config("transformer", "config.json"), tdir + "/config.json");
+  return std::make_unique<PixArtFamily>(cfg, folder.pipeline_class() == "PixArtSigmaPipeline");
+}
+
+}  // namespace xdit::pipeline

@@ -1,0 +1,73 @@
+// What a caller asks of a pipeline, and what it gets back. The same structs
+// serve every model family; a field a family does not use is ignored (and
+// the family says so where that matters, e.g. a guidance scale for
+// FLUX.1 [schnell]).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace xdit::pipeline {
+
+// "Use the model's default" for the numeric fields below.
+constexpr int64_t kDefaultSteps = -1;
+constexpr double kDefaultGuidance = -1.0;
+
+// Prompt embeddings as the transformer takes them.
+struct PromptEmbeddings {
+  Tensor embeds, mask, pooled;                             // [P, L, d], [P, L], [P, d']
+  Tensor negative_embeds, negative_mask, negative_pooled;  // undefined without CFG
+};
+
+// Embeddings → final latents.
+struct LatentRequest {
+  Tensor prompt_embeds;    // [P, L, text width]
+  Tensor prompt_mask;      // [P, L] or undefined (all tokens valid)
+  Tensor pooled_embeds;    // [P, pooled width]: FLUX's CLIP vector
+  Tensor negative_embeds;  // needed for CFG (PixArt: guidance_scale > 1)
+  Tensor negative_mask;
+  Tensor negative_pooled;
+  Tensor latents;      // [P, C, H/f, W/f] or undefined (drawn from the seed)
+  int64_t height = 0;  // pixels; 0 = the model's default
+  int64_t width = 0;
+  int64_t num_inference_steps = kDefaultSteps;
+  // diffusers' guidance_scale: classifier-free guidance for PixArt, the
+  // embedded guidance of FLUX.1 [dev].
+  double guidance_scale = kDefaultGuidance;
+  // FLUX: classifier-free guidance with the negative embeddings when > 1.
+  double true_cfg_scale = 1.0;
+  uint64_t seed = 42;
+};
+
+// Prompts → images, with diffusers' defaults.
+struct ImageRequest {
+  std::vector<std::string> prompts;            // one image per prompt
+  std::optional<std::string> negative_prompt;  // PixArt: "" when absent, as diffusers
+  int64_t height = 0, width = 0;               // pixels; 0 = the model's default
+  int64_t num_inference_steps = kDefaultSteps;
+  double guidance_scale = kDefaultGuidance;
+  double true_cfg_scale = 1.0;
+  uint64_t seed = 42;
+  bool resolution_binning = true;   // PixArt
+  int64_t max_sequence_length = 0;  // 0 = the model's default (PixArt-α 120, Σ 300, FLUX 512)
+  Tensor latents;                   // initial latents; undefined = drawn from the seed
+  // Filled by validate(): the size the model runs at (the bin, when binning).
+  int64_t run_height = 0, run_width = 0;
+};
+
+struct ImageResult {
+  std::vector<std::vector<uint8_t>> rgb;  // per prompt, height·width·3 bytes
+  int64_t height = 0, width = 0;
+  double text_seconds = 0, denoise_seconds = 0, decode_seconds = 0;
+};
+
+struct StepEvent {
+  int64_t step = 0, total = 0;
+  double seconds = 0;  // this step
+};
+
+}  // namespace xdit::pipeline
