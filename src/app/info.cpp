@@ -76,8 +76,8 @@ int run_info(InfoOptions o) {
   const io::ModelFolder& f = pipe.folder();
   const pipeline::ModelFamily& family = pipe.family();
   std::ostringstream out;
-  out << "model:        " << model.describe() << " (" << f.pipeline_class() << ": "
-      << family.name() << ")\n";
+  out << "model:        " << model.describe() << " (" << f.pipeline_class() << ": " << family.name()
+      << ")\n";
   io::WeightStore tw(f.component("transformer"));
   const int64_t tp = tw.parameter_count();
   out << "transformer:  " << family.describe() << "\n"
@@ -98,8 +98,8 @@ int run_info(InfoOptions o) {
     const std::string label = std::string(comp) + ":" + std::string(15 - std::strlen(comp), ' ');
     if (j.is_object() && j.contains("d_model")) {  // T5
       t5 = models::T5Config::from_json(j, where);
-      out << label << "T5 encoder, " << t5->num_layers << " layers, d_model " << t5->d_model
-          << ", " << t5->num_heads << " heads, " << (t5->gated_gelu ? "gated-gelu" : "relu");
+      out << label << "T5 encoder, " << t5->num_layers << " layers, d_model " << t5->d_model << ", "
+          << t5->num_heads << " heads, " << (t5->gated_gelu ? "gated-gelu" : "relu");
     } else {
       clip = models::ClipTextConfig::from_json(j, where);
       out << label << "CLIP text encoder, " << clip->num_hidden_layers << " layers, hidden "
@@ -130,8 +130,8 @@ int run_info(InfoOptions o) {
     io::WeightStore w(f.component("vae"));
     out << "vae:          AutoencoderKL, blocks";
     for (int64_t ch : vae->block_out_channels) out << " " << ch;
-    out << ", " << vae->latent_channels << " latent channels, scale factor "
-        << vae->scale_factor() << ", scaling " << vae->scaling_factor;
+    out << ", " << vae->latent_channels << " latent channels, scale factor " << vae->scale_factor()
+        << ", scaling " << vae->scaling_factor;
     if (vae->shift_factor != 0) out << ", shift " << vae->shift_factor;
     out << "\n"
         << "              " << count(vae->decoder_parameter_count()) << " decoder parameters of "
@@ -157,8 +157,8 @@ int run_info(InfoOptions o) {
   std::string source;
   const size_t avail = available_memory_bytes(&source);
   out << "memory (estimate, --dtype " << o.dtype << ", " << q.run_width << "x" << q.run_height
-      << ", " << o.batch << " image(s)" << (q.cfg ? ", CFG" : "") << "): " << e.describe() << "; peak about "
-      << human_size(e.peak()) << " (text encoders freed after encoding)";
+      << ", " << o.batch << " image(s)" << (q.cfg ? ", CFG" : "") << "): " << e.describe()
+      << "; peak about " << human_size(e.peak()) << " (text encoders freed after encoding)";
   if (avail > 0) out << "; available " << human_size(static_cast<double>(avail));
   out << "\n";
   const int64_t bad = o.check_weights ? check_weights(f, out) : 0;
@@ -208,7 +208,8 @@ std::function<int()> add_info(CLI::App& app) {
   CLI::App* i =
       app.add_subcommand("info", "describe a model folder: architecture, sizes, memory estimate");
   i->add_option("--model", o->model,
-                "diffusers PixArt or FLUX.1 folder, or a Hugging Face repo id ORG/NAME[@REVISION] in the local "
+                "diffusers PixArt or FLUX.1 folder, or a Hugging Face repo id ORG/NAME[@REVISION] "
+                "in the local "
                 "cache (default: the built-in tiny model)");
   i->add_option("--dtype", o->dtype, "compute type for the estimate")->capture_default_str();
   i->add_option("--batch", o->batch, "images per batch for the estimate")

@@ -52,7 +52,7 @@ struct Streams {
 
 // What the loop and the parallel layer need to know about a model.
 struct DiTSpec {
-  int64_t blocks = 0;           // the flat block list's length
+  int64_t blocks = 0;  // the flat block list's length
   int64_t heads = 0, hidden = 0;
   int64_t latent_channels = 0;  // of the latents the loop holds
   int64_t out_channels = 0;     // of the output (PixArt's learned sigma: 2× latent)

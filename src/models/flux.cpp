@@ -275,8 +275,8 @@ Streams FluxTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
   st.text = L;
   if (!stage_.first) {
     XDIT_CHECK(hidden != nullptr && hidden->numel() == B * S * D,
-               "a later FLUX pipeline stage needs the previous stage's streams [", B, ", ", S,
-               ", ", D, "]");
+               "a later FLUX pipeline stage needs the previous stage's streams [", B, ", ", S, ", ",
+               D, "]");
     st.x = hidden->clone();
     return st;
   }
@@ -323,21 +323,19 @@ void FluxTransformer::double_block(DoubleBlock& blk, float* X, int layer) {
   for (int64_t b = 0; b < B; ++b) {
     blk.out_context.forward(text(att, b, D), L, text(tmp, b, D));
     blk.out.forward(image(att, b, D), N, image(tmp, b, D));
-    kernels::gated_residual_add(text(X, b, D), text(tmp, b, D), 1, L, D, mc + b * 6 * D + 2 * D,
+    kernels::gated_residual_add(text(X, b, D), text(tmp, b, D), 1, L, D, mc + b * 6 * D + 2 * D, 0);
+    kernels::gated_residual_add(image(X, b, D), image(tmp, b, D), 1, N, D, mi + b * 6 * D + 2 * D,
                                 0);
-    kernels::gated_residual_add(image(X, b, D), image(tmp, b, D), 1, N, D,
-                                mi + b * 6 * D + 2 * D, 0);
     // MLPs: image, then text.
     kernels::layer_norm_modulate(image(X, b, D), image(nh, b, D), 1, N, D, kEps,
                                  mi + b * 6 * D + 3 * D, mi + b * 6 * D + 4 * D, 0);
     blk.ff.forward(image(nh, b, D), N, image(tmp, b, D), ffh);
-    kernels::gated_residual_add(image(X, b, D), image(tmp, b, D), 1, N, D,
-                                mi + b * 6 * D + 5 * D, 0);
+    kernels::gated_residual_add(image(X, b, D), image(tmp, b, D), 1, N, D, mi + b * 6 * D + 5 * D,
+                                0);
     kernels::layer_norm_modulate(text(X, b, D), text(nh, b, D), 1, L, D, kEps,
                                  mc + b * 6 * D + 3 * D, mc + b * 6 * D + 4 * D, 0);
     blk.ff_context.forward(text(nh, b, D), L, text(tmp, b, D), ffh);
-    kernels::gated_residual_add(text(X, b, D), text(tmp, b, D), 1, L, D, mc + b * 6 * D + 5 * D,
-                                0);
+    kernels::gated_residual_add(text(X, b, D), text(tmp, b, D), 1, L, D, mc + b * 6 * D + 5 * D, 0);
   }
 }
 
@@ -371,8 +369,8 @@ void FluxTransformer::run_blocks(Streams& s, int64_t b0, int64_t b1) {
   const int64_t S = L_ + rows_ * gw_, D = cfg_.hidden();
   XDIT_CHECK(stage_.block_begin <= b0 && b0 <= b1 && b1 <= stage_.block_end, "blocks [", b0, ", ",
              b1, ") outside this stage's [", stage_.block_begin, ", ", stage_.block_end, ")");
-  XDIT_CHECK(s.x.numel() == B_ * S * D && s.text == L_, "FLUX streams must be [", B_, ", ", S,
-             ", ", D, "] with ", L_, " text tokens, got ", shape_str(s.x.shape()));
+  XDIT_CHECK(s.x.numel() == B_ * S * D && s.text == L_, "FLUX streams must be [", B_, ", ", S, ", ",
+             D, "] with ", L_, " text tokens, got ", shape_str(s.x.shape()));
   const int64_t nl = cfg_.num_layers;
   for (int64_t bi = b0; bi < b1; ++bi) {
     if (bi < nl)
@@ -394,8 +392,8 @@ Tensor FluxTransformer::finalize(const Streams& s) {
   float* nh = n_.get(static_cast<size_t>(B * S * D));
   norm_out_.forward(st_.data(), B, mod);
   for (int64_t b = 0; b < B; ++b)
-    kernels::layer_norm_modulate(s.x.data<float>() + (b * S + L) * D, nh + b * N * D, 1, N, D,
-                                 kEps, mod + b * 2 * D + D, mod + b * 2 * D, 0);
+    kernels::layer_norm_modulate(s.x.data<float>() + (b * S + L) * D, nh + b * N * D, 1, N, D, kEps,
+                                 mod + b * 2 * D + D, mod + b * 2 * D, 0);
   float* packed = x_.get(static_cast<size_t>(B * N * 4 * C));
   proj_out_.forward(nh, B * N, packed);
   Tensor out = Tensor::empty({B, C, 2 * rows_, W_});

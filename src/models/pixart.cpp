@@ -183,8 +183,8 @@ void PixArtTransformer::run_blocks(Streams& s, int64_t b0, int64_t b1) {
   const int64_t B = B_, L = L_, d = cfg_.hidden(), N = rows_ * gw_;
   XDIT_CHECK(stage_.block_begin <= b0 && b0 <= b1 && b1 <= stage_.block_end, "blocks [", b0, ", ",
              b1, ") outside this stage's [", stage_.block_begin, ", ", stage_.block_end, ")");
-  XDIT_CHECK(s.x.numel() == B * N * d && s.text == 0, "PixArt streams must be [", B, ", ", N,
-             ", ", d, "], got ", shape_str(s.x.shape()));
+  XDIT_CHECK(s.x.numel() == B * N * d && s.text == 0, "PixArt streams must be [", B, ", ", N, ", ",
+             d, "], got ", shape_str(s.x.shape()));
   float* h = s.x.data<float>();
   const float* txt = text_.get(static_cast<size_t>(B * L * d));
   float* nrm = norm_.get(static_cast<size_t>(B * N * d));

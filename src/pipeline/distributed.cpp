@@ -49,7 +49,8 @@ Tensor generate_latents_distributed(Pipeline& pipe, parallel::Mesh& mesh, Latent
   const auto [b, e] = dp_share(P, dp, mesh.coord().dp);
   const int64_t vsf = pipe.vae_scale_factor();
   if (!r.latents.defined())
-    r.latents = initial_noise(P, pipe.spec().latent_channels, r.height / vsf, r.width / vsf, r.seed);
+    r.latents =
+        initial_noise(P, pipe.spec().latent_channels, r.height / vsf, r.width / vsf, r.seed);
   LatentRequest mine = r;
   mine.prompt_embeds = batch_slice(r.prompt_embeds, b, e);
   mine.prompt_mask = batch_slice(r.prompt_mask, b, e);
@@ -82,8 +83,8 @@ ImageResult generate_distributed(Pipeline& pipe, parallel::Mesh& mesh, ImageRequ
   mesh.config().validate_prompts(static_cast<size_t>(P));
   const auto [b, e] = dp_share(P, dp, mesh.coord().dp);
   if (!r.latents.defined())
-    r.latents = initial_noise(P, pipe.spec().latent_channels, r.run_height / vsf,
-                              r.run_width / vsf, r.seed);
+    r.latents = initial_noise(P, pipe.spec().latent_channels, r.run_height / vsf, r.run_width / vsf,
+                              r.seed);
   ImageRequest mine = r;
   mine.prompts.assign(r.prompts.begin() + b, r.prompts.begin() + e);
   mine.latents = batch_slice(r.latents, b, e);

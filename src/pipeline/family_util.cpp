@@ -22,9 +22,8 @@ std::unique_ptr<models::T5Config> open_t5(const io::ModelFolder& folder,
   XDIT_CHECK(cfg->d_model == width, component, "/ has width (d_model) ", cfg->d_model,
              " but the transformer takes text of width ", width);
   weights = std::make_unique<io::WeightStore>(dir);
-  weights->check_shapes(cfg->weight_specs(weights->has("shared.weight")
-                                              ? "shared.weight"
-                                              : "encoder.embed_tokens.weight"));
+  weights->check_shapes(cfg->weight_specs(
+      weights->has("shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight"));
   return cfg;
 }
 
@@ -66,13 +65,12 @@ Tensor encode_clip_pooled(const tokenizers::ClipTokenizer& tok, models::ClipText
     if (warn && t.truncated()) {
       const auto all = tok.tokenize(text);
       std::string cut;
-      for (std::string piece :
-           tok.pieces(std::vector<int32_t>(all.begin() + (L - 2), all.end()))) {
+      for (std::string piece : tok.pieces(std::vector<int32_t>(all.begin() + (L - 2), all.end()))) {
         const size_t end = piece.rfind("</w>");  // the end of a word
         cut += end == std::string::npos ? piece : piece.substr(0, end) + " ";
       }
-      XDIT_WARN("the prompt is longer than CLIP's ", L, " tokens; this part was truncated: \"",
-                cut, "\"");
+      XDIT_WARN("the prompt is longer than CLIP's ", L, " tokens; this part was truncated: \"", cut,
+                "\"");
     }
     ids.insert(ids.end(), t.ids.begin(), t.ids.end());
   }

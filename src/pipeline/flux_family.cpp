@@ -31,8 +31,8 @@ class FluxFamily : public ModelFamily {
                           c.num_single_layers, " single-stream blocks, hidden ", c.hidden(), " (",
                           c.num_attention_heads, " heads x ", c.attention_head_dim, "), text ",
                           c.joint_attention_dim, ", pooled ", c.pooled_projection_dim,
-                          ", guidance embedding ", c.guidance_embeds ? "yes" : "no",
-                          ", RoPE axes ", a[0], "/", a[1], "/", a[2]);
+                          ", guidance embedding ", c.guidance_embeds ? "yes" : "no", ", RoPE axes ",
+                          a[0], "/", a[1], "/", a[2]);
   }
   models::DiTSpec spec() const override { return cfg_.spec(); }
   int64_t parameter_count() const override { return cfg_.parameter_count(); }
@@ -83,7 +83,8 @@ class FluxFamily : public ModelFamily {
   }
 
   void open_text(const io::ModelFolder& folder) override {
-    if (!clip_tok_) clip_tok_ = std::make_unique<tokenizers::ClipTokenizer>(folder.component("tokenizer"));
+    if (!clip_tok_)
+      clip_tok_ = std::make_unique<tokenizers::ClipTokenizer>(folder.component("tokenizer"));
     if (!t5_tok_)
       t5_tok_ = std::make_unique<tokenizers::T5Tokenizer>(folder.component("tokenizer_2"));
     if (!clip_cfg_) {
@@ -96,8 +97,7 @@ class FluxFamily : public ModelFamily {
                  " but the transformer's pooled_projection_dim is ", cfg_.pooled_projection_dim);
       clip_weights_ = std::make_unique<io::WeightStore>(dir);
       clip_weights_->check_shapes(clip_cfg_->weight_specs(
-          clip_weights_->has("text_model.embeddings.token_embedding.weight") ? "text_model."
-                                                                              : ""));
+          clip_weights_->has("text_model.embeddings.token_embedding.weight") ? "text_model." : ""));
     }
     if (!t5_cfg_)
       t5_cfg_ = open_t5(folder, "text_encoder_2", cfg_.joint_attention_dim, t5_weights_);
@@ -111,7 +111,8 @@ class FluxFamily : public ModelFamily {
   PromptEmbeddings encode(const ImageRequest& r, bool cfg, DType dtype) override {
     XDIT_CHECK(clip_tok_ && t5_tok_ && clip_cfg_ && t5_cfg_,
                "encode before the text side was opened");
-    if (!clip_) clip_ = std::make_unique<models::ClipTextEncoder>(*clip_cfg_, *clip_weights_, dtype);
+    if (!clip_)
+      clip_ = std::make_unique<models::ClipTextEncoder>(*clip_cfg_, *clip_weights_, dtype);
     if (!t5_) t5_ = std::make_unique<models::T5Encoder>(*t5_cfg_, *t5_weights_, dtype);
     PromptEmbeddings e;
     e.pooled = encode_clip_pooled(*clip_tok_, *clip_, r.prompts, true);

@@ -31,8 +31,7 @@ MemoryEstimate estimate_memory(const models::PixArtConfig& cfg, const MemoryQuer
   return estimate_memory(cfg.spec(), cfg.parameter_count(), q);
 }
 
-MemoryEstimate estimate_memory(const models::DiTSpec& c, int64_t parameters,
-                               const MemoryQuery& q) {
+MemoryEstimate estimate_memory(const models::DiTSpec& c, int64_t parameters, const MemoryQuery& q) {
   // All in double: the sizes asked for may be absurd, and must not overflow.
   const double wb = q.dtype == DType::kF32 ? 4.0 : 2.0, f = 4.0;
   const double P = std::ceil(static_cast<double>(q.prompts) / std::max(1, q.data_parallel));

@@ -24,9 +24,9 @@ struct MemoryQuery {
   int64_t text_tokens = 0;                // T5 sequence length (FLUX: also the text stream's)
   bool cfg = true;                        // classifier-free guidance doubles the batch
   DType dtype = DType::kBF16;
-  const models::T5Config* t5 = nullptr;      // the T5 encoder, when it runs
+  const models::T5Config* t5 = nullptr;          // the T5 encoder, when it runs
   const models::ClipTextConfig* clip = nullptr;  // FLUX's CLIP (77 tokens), when it runs
-  const models::VaeConfig* vae = nullptr;  // the VAE decoder, when it runs
+  const models::VaeConfig* vae = nullptr;        // the VAE decoder, when it runs
   int64_t vae_scale_factor = 8;
   // This rank's share under a parallel layout.
   int data_parallel = 1, sequence_parallel = 1, pipeline_stages = 1;

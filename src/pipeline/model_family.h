@@ -41,7 +41,7 @@ class ModelFamily {
   virtual std::unique_ptr<models::DiT> make_transformer(const io::WeightSource& weights,
                                                         DType dtype,
                                                         const models::DiTStage& stage) const = 0;
-  virtual int64_t text_width() const = 0;           // the prompt embeddings' last dimension
+  virtual int64_t text_width() const = 0;             // the prompt embeddings' last dimension
   virtual int64_t pooled_width() const { return 0; }  // 0: no pooled embedding
 
   // diffusers' defaults.

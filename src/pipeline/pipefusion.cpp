@@ -135,8 +135,7 @@ void check_shapes(comm::Communicator& c, const std::vector<Shape>& want, int fro
 
 }  // namespace
 
-Tensor Pipeline::pipefusion_loop(Tensor latents, schedulers::Scheduler& sched,
-                                 const LoopInputs& li,
+Tensor Pipeline::pipefusion_loop(Tensor latents, schedulers::Scheduler& sched, const LoopInputs& li,
                                  const std::function<void(const StepEvent&)>& on_step) {
   parallel::Mesh& mesh = *mesh_;
   comm::Communicator& pp = mesh.pp_group();
@@ -162,8 +161,7 @@ Tensor Pipeline::pipefusion_loop(Tensor latents, schedulers::Scheduler& sched,
     const int64_t plane = C * h * w;
     for (int64_t k = 0; k < MB; ++k)
       std::memcpy(model_in.data<float>() + k * plane,
-                  latents.data<float>() + (k % li.prompts) * plane,
-                  static_cast<size_t>(plane) * 4);
+                  latents.data<float>() + (k % li.prompts) * plane, static_cast<size_t>(plane) * 4);
   };
   auto inputs = [&](int64_t step, int64_t r0, int64_t r1) {
     return li.at(model_in, ts[static_cast<size_t>(step)], r0, r1);

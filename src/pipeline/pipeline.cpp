@@ -40,8 +40,8 @@ void check_embeds(const Tensor& e, const Tensor& mask, const char* name, int64_t
 
 void check_pooled(const Tensor& p, const char* name, int64_t prompts, int64_t width) {
   XDIT_CHECK(p.defined(), name, " are required by this model (FLUX's pooled CLIP embedding)");
-  XDIT_CHECK(p.ndim() == 2 && p.dim(0) == prompts && p.dim(1) == width, name, " must be [",
-             prompts, ", ", width, "], got ", shape_str(p.shape()));
+  XDIT_CHECK(p.ndim() == 2 && p.dim(0) == prompts && p.dim(1) == width, name, " must be [", prompts,
+             ", ", width, "], got ", shape_str(p.shape()));
 }
 
 // Stacks [a; b] along the batch dimension (f32); undefined stays undefined.
@@ -60,7 +60,9 @@ Tensor ones_mask(const Tensor& e) {
   std::fill(m.data<float>(), m.data<float>() + m.numel(), 1.0f);
   return m;
 }
-Tensor f32(const Tensor& t) { return t.defined() ? t.to(DType::kF32) : t; }
+Tensor f32(const Tensor& t) {
+  return t.defined() ? t.to(DType::kF32) : t;
+}
 }  // namespace
 
 Tensor initial_noise(int64_t prompts, int64_t channels, int64_t latent_h, int64_t latent_w,
@@ -111,10 +113,10 @@ void Pipeline::settle_size(int64_t& height, int64_t& width, const char* hint) co
   if (height % unit == 0 && width % unit == 0) return;
   if (family_->floors_size()) {
     const int64_t h = height / unit * unit, w = width / unit * unit;
-    XDIT_CHECK(h > 0 && w > 0, "height ", height, " and width ", width, " must be at least ",
-               unit, " px (multiples of ", unit, ")");
-    XDIT_WARN("height ", height, " and width ", width, " are not multiples of ", unit,
-              ": using ", h, "x", w, " as diffusers does (pass multiples of ", unit,
+    XDIT_CHECK(h > 0 && w > 0, "height ", height, " and width ", width, " must be at least ", unit,
+               " px (multiples of ", unit, ")");
+    XDIT_WARN("height ", height, " and width ", width, " are not multiples of ", unit, ": using ",
+              h, "x", w, " as diffusers does (pass multiples of ", unit,
               " to choose the size yourself)");
     height = h;
     width = w;
@@ -127,10 +129,10 @@ void Pipeline::settle_size(int64_t& height, int64_t& width, const char* hint) co
 void Pipeline::check_mesh(int64_t height, bool cfg) const {
   if (mesh_ == nullptr) return;
   const auto s = spec();
-  mesh_->config().validate_request(
-      s.heads, height / vae_scale_factor() / s.patch, cfg,
-      family_->pooled_width() > 0 ? "a negative prompt and --true_cfg_scale > 1"
-                                  : "--guidance_scale > 1");
+  mesh_->config().validate_request(s.heads, height / vae_scale_factor() / s.patch, cfg,
+                                   family_->pooled_width() > 0
+                                       ? "a negative prompt and --true_cfg_scale > 1"
+                                       : "--guidance_scale > 1");
 }
 
 void Pipeline::validate(LatentRequest& r) const {
@@ -160,8 +162,7 @@ void Pipeline::validate(LatentRequest& r) const {
                "negative_prompt_embeds ", shape_str(r.negative_embeds.shape()),
                " must match prompt_embeds ", shape_str(r.prompt_embeds.shape()));
     if (pooled)
-      check_pooled(r.negative_pooled, "negative_pooled_prompt_embeds", P,
-                   family_->pooled_width());
+      check_pooled(r.negative_pooled, "negative_pooled_prompt_embeds", P, family_->pooled_width());
   }
   check_mesh(r.height, cfg);
   const int64_t vsf = vae_scale_factor();
@@ -213,8 +214,7 @@ void Pipeline::check_request_memory(const MemoryQuery& q) const {
   check_memory(e, comm::local_process_count());
 }
 
-MemoryQuery Pipeline::memory_query(int64_t prompts, int64_t height, int64_t width,
-                                   bool cfg) const {
+MemoryQuery Pipeline::memory_query(int64_t prompts, int64_t height, int64_t width, bool cfg) const {
   MemoryQuery q;
   q.prompts = prompts;
   q.run_height = q.out_height = height;
@@ -303,9 +303,10 @@ Pipeline::LoopInputs Pipeline::loop_inputs(const LatentRequest& r) const {
   li.cfg_split = li.cfg && mesh_ != nullptr && mesh_->config().use_cfg_parallel;
   const int cfg_rank = li.cfg_split ? mesh_->coord().cfg : 0;
   const bool masked = r.prompt_mask.defined() || r.negative_mask.defined();
-  const Tensor pmask = !masked ? Tensor() : r.prompt_mask.defined() ? r.prompt_mask
-                                                                    : ones_mask(r.prompt_embeds);
-  const Tensor nmask = !masked || !li.cfg    ? Tensor()
+  const Tensor pmask = !masked                   ? Tensor()
+                       : r.prompt_mask.defined() ? r.prompt_mask
+                                                 : ones_mask(r.prompt_embeds);
+  const Tensor nmask = !masked || !li.cfg          ? Tensor()
                        : r.negative_mask.defined() ? r.negative_mask
                                                    : ones_mask(r.negative_embeds);
   if (li.cfg_split) {
@@ -460,8 +461,8 @@ void Pipeline::validate(ImageRequest& r) {
     std::tie(r.run_height, r.run_width) = classify_height_width_bin(
         r.height, r.width, bin_table_for_sample_size(family_->default_size(1)));
   } else {
-    settle_size(r.height, r.width, family_->bins_resolution() ? ", or leave resolution binning on"
-                                                              : "");
+    settle_size(r.height, r.width,
+                family_->bins_resolution() ? ", or leave resolution binning on" : "");
     r.run_height = r.height;
     r.run_width = r.width;
   }

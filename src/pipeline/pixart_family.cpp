@@ -43,9 +43,7 @@ class PixArtFamily : public ModelFamily {
   int64_t default_size(int64_t vsf) const override { return cfg_.sample_size * vsf; }
   int64_t default_steps() const override { return 20; }
   double default_guidance() const override { return 4.5; }
-  bool uses_cfg(double guidance_scale, double, bool) const override {
-    return guidance_scale > 1.0;
-  }
+  bool uses_cfg(double guidance_scale, double, bool) const override { return guidance_scale > 1.0; }
   double cfg_scale(double guidance_scale, double) const override { return guidance_scale; }
   bool bins_resolution() const override { return true; }
 
@@ -64,9 +62,10 @@ class PixArtFamily : public ModelFamily {
     std::tie(e.embeds, e.mask) =
         encode_t5(*tokenizer_, *t5_, r.prompts, r.max_sequence_length, true, true, true);
     if (cfg)
-      std::tie(e.negative_embeds, e.negative_mask) = encode_t5(
-          *tokenizer_, *t5_, std::vector<std::string>(r.prompts.size(), r.negative_prompt.value_or("")),
-          r.max_sequence_length, true, true, false);
+      std::tie(e.negative_embeds, e.negative_mask) =
+          encode_t5(*tokenizer_, *t5_,
+                    std::vector<std::string>(r.prompts.size(), r.negative_prompt.value_or("")),
+                    r.max_sequence_length, true, true, false);
     return e;
   }
   void release_text() override { t5_.reset(); }

@@ -138,9 +138,10 @@ TEST(ParallelConfigErrors, OneClearMessageEach) {
   const auto& message = test::error_message;
   EXPECT_NE(message([] { layout(1, true, 2, 1).validate(3); }).find("multiply to 4"),
             std::string::npos);
-  EXPECT_NE(
-      message([] { layout(1, false, 2, 1).validate_request(3, 8, true); }).find("3 attention heads"),
-      std::string::npos);
+  EXPECT_NE(message([] {
+              layout(1, false, 2, 1).validate_request(3, 8, true);
+            }).find("3 attention heads"),
+            std::string::npos);
   EXPECT_NE(message([] {
               layout(1, false, 1, 3).validate_request(16, 64, true);
             }).find("64 rows of patches"),

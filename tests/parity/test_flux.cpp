@@ -5,8 +5,11 @@
 // and bf16 ≤ 3e-2; config checks; and FluxPipeline's denoising loop rebuilt
 // from the components (the initial noise from the seed, Flow-Match with the
 // pipeline's sigmas and mu, guidance, true CFG, the 16-channel VAE) against
-// whole diffusers runs.
+// whole diffusers runs; and the whole FluxPipeline from the prompt (Pipeline).
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include "core/rng.h"
 #include "io/json.h"
@@ -15,6 +18,7 @@
 #include "kernels/kernels.h"
 #include "models/flux.h"
 #include "models/vae.h"
+#include "pipeline/pipeline.h"
 #include "schedulers/scheduler_config.h"
 #include "test_util.h"
 
@@ -149,6 +153,66 @@ TEST(FluxLoop, SchnellComponentsReproduceFluxPipeline) {
 
 TEST(FluxLoop, DevComponentsWithGuidanceAndTrueCfgReproduceFluxPipeline) {
   expect_loop_matches("dev");
+}
+
+// FluxPipeline from the prompt: CLIP pooled + unmasked T5 embeddings equal
+// diffusers' encode_prompt, and the PNG bytes are within 1/255 of diffusers'
+// postprocessed image (the loop and VAE through Pipeline::generate).
+void expect_prompt_to_image(const std::string& name) {
+  pipeline::Pipeline pipe(std::string(XDIT_MODELS) + "/flux-" + name + "-tiny", DType::kF32);
+  pipe.set_keep_text_encoder(true);
+  const std::string file =
+      std::string(XDIT_TEST_DATA) + "/goldens/flux_" + name + "_pipeline.safetensors";
+  io::SafeTensorsFile f(file);
+  auto g = io::read_safetensors_f32(file);
+  const int cases = std::stoi(f.metadata().at("cases"));
+  for (int k = 0; k < cases; ++k) {
+    const std::string c = "case" + std::to_string(k);
+    const io::Json m = io::parse_json_text(f.metadata().at(c), c);
+    SCOPED_TRACE(name + " " + f.metadata().at(c));
+    pipeline::ImageRequest r;
+    r.prompts = {m["prompt"].get<std::string>()};
+    if (!m["negative_prompt"].is_null())
+      r.negative_prompt = m["negative_prompt"].get<std::string>();
+    r.height = m["height"].get<int64_t>();
+    r.width = m["width"].get<int64_t>();
+    r.num_inference_steps = m["steps"].get<int64_t>();
+    r.guidance_scale = m["guidance_scale"].get<double>();
+    r.true_cfg_scale = m["true_cfg_scale"].get<double>();
+    r.seed = m["seed"].get<uint64_t>();
+    r.max_sequence_length = m["max_sequence_length"].get<int64_t>();
+    pipe.validate(r);
+    const pipeline::PromptEmbeddings e = pipe.encode_prompts(r);
+    EXPECT_LE(test::rel_max_err(e.embeds.to_vector(), g[c + ".prompt_embeds"].to_vector()), 1e-4);
+    EXPECT_LE(test::rel_max_err(e.pooled.to_vector(), g[c + ".pooled_prompt_embeds"].to_vector()),
+              1e-4);
+    EXPECT_EQ(e.negative_embeds.defined(), r.negative_prompt.has_value());
+    const pipeline::ImageResult out = pipe.generate(r);
+    const Tensor& want = g[c + ".image"];  // [1, 3, H, W] in [-1, 1]
+    ASSERT_EQ(out.rgb.size(), 1u);
+    ASSERT_EQ(out.height, want.dim(2));
+    ASSERT_EQ(out.width, want.dim(3));
+    const int64_t H = want.dim(2), W = want.dim(3);
+    int worst = 0;
+    for (int64_t ch = 0; ch < 3; ++ch)
+      for (int64_t y = 0; y < H; ++y)
+        for (int64_t x = 0; x < W; ++x) {
+          const float v = want.data<float>()[(ch * H + y) * W + x];
+          const int ref =
+              static_cast<int>(std::nearbyint(std::clamp(v / 2 + 0.5f, 0.0f, 1.0f) * 255.0f));
+          worst =
+              std::max(worst, std::abs(ref - static_cast<int>(out.rgb[0][(y * W + x) * 3 + ch])));
+        }
+    EXPECT_LE(worst, 1) << "largest per-pixel difference (of 255)";
+  }
+}
+
+TEST(FluxPipeline, SchnellPromptToImageMatchesDiffusers) {
+  expect_prompt_to_image("schnell");
+}
+
+TEST(FluxPipeline, DevPromptToImageWithGuidanceAndTrueCfgMatchesDiffusers) {
+  expect_prompt_to_image("dev");
 }
 
 }  // namespace
