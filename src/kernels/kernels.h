@@ -109,11 +109,13 @@ void attention(const AttentionArgs& a);
 
 // Whether attention with `bf16` requested computes (and packs) in bf16.
 bool attention_packs_bf16(bool bf16);
-// Packs tokens [0, n) of src ([B, n, H, D], `stride` elements between tokens)
-// into tokens [t, t + n) of dst, a head-major [B, H, total, D] buffer of the
-// compute type (bf16 when attention_packs_bf16(bf16), else f32).
+// Packs tokens [0, n) of src ([B, n, H, D], `stride` elements between tokens,
+// `batch_stride` between batch items: 0 = n·stride) into tokens [t, t + n) of
+// dst, a head-major [B, H, total, D] buffer of the compute type (bf16 when
+// attention_packs_bf16(bf16), else f32).
 void attention_pack_kv(const float* src, int64_t stride, int64_t batch, int64_t heads, int64_t n,
-                       int64_t head_dim, bool bf16, void* dst, int64_t total, int64_t t);
+                       int64_t head_dim, bool bf16, void* dst, int64_t total, int64_t t,
+                       int64_t batch_stride = 0);
 // The inverse, for inspection: tokens [0, total) of a packed buffer → f32
 // [B, total, H·D].
 void attention_unpack_kv(const void* src, int64_t batch, int64_t heads, int64_t total,

@@ -1,5 +1,7 @@
 #include "parallel/pipefusion_attention.h"
 
+#include <cstring>
+
 #include "core/error.h"
 #include "kernels/kernels.h"
 
@@ -24,17 +26,19 @@ size_t PipeFusionAttention::buffer_bytes() const {
 
 PipeFusionAttention::Buffer& PipeFusionAttention::buffer(int layer,
                                                          const kernels::AttentionArgs& args,
-                                                         int64_t heads, bool whole) {
+                                                         int64_t heads, bool whole, int64_t text) {
   Buffer& buf = buffers_[layer];
   const size_t esz = kernels::attention_packs_bf16(args.bf16) ? 2 : 4;
-  const size_t size = static_cast<size_t>(args.batch * heads * total_ * args.head_dim) * esz;
+  const size_t size =
+      static_cast<size_t>(args.batch * heads * (text + total_) * args.head_dim) * esz;
   if (buf.k.size() != size || buf.bf16 != args.bf16 || buf.heads != heads ||
-      buf.batch != args.batch || buf.head_dim != args.head_dim) {
+      buf.batch != args.batch || buf.head_dim != args.head_dim || buf.text != text) {
     buf.k.assign(size, 0);
     buf.v.assign(size, 0);
     buf.batch = args.batch;
     buf.heads = heads;
     buf.head_dim = args.head_dim;
+    buf.text = text;
     buf.bf16 = args.bf16;
     buf.filled = false;
   }
@@ -44,11 +48,13 @@ PipeFusionAttention::Buffer& PipeFusionAttention::buffer(int layer,
 }
 
 void PipeFusionAttention::store(Buffer& buf, const float* k, const float* v, int64_t k_stride,
-                                int64_t v_stride, int64_t t, int64_t n) const {
+                                int64_t v_stride, int64_t batch_tokens, int64_t t,
+                                int64_t n) const {
+  const int64_t total = buf.text + total_;
   kernels::attention_pack_kv(k, k_stride, buf.batch, buf.heads, n, buf.head_dim, buf.bf16,
-                             buf.k.data(), total_, t);
+                             buf.k.data(), total, t, batch_tokens * k_stride);
   kernels::attention_pack_kv(v, v_stride, buf.batch, buf.heads, n, buf.head_dim, buf.bf16,
-                             buf.v.data(), total_, t);
+                             buf.v.data(), total, t, batch_tokens * v_stride);
 }
 
 void PipeFusionAttention::attend_buffer(const Buffer& buf, const kernels::AttentionArgs& args,
@@ -64,7 +70,7 @@ void PipeFusionAttention::attend_buffer(const Buffer& buf, const kernels::Attent
   a.batch = buf.batch;
   a.heads = buf.heads;
   a.q_len = q_len;
-  a.kv_len = total_;
+  a.kv_len = buf.text + total_;
   a.head_dim = buf.head_dim;
   a.scale = args.scale;
   a.bf16 = buf.bf16;
@@ -72,8 +78,9 @@ void PipeFusionAttention::attend_buffer(const Buffer& buf, const kernels::Attent
 }
 
 std::vector<float> PipeFusionAttention::unpack(const Buffer& buf, bool keys) const {
-  std::vector<float> out(static_cast<size_t>(buf.batch * total_ * buf.heads * buf.head_dim));
-  kernels::attention_unpack_kv(keys ? buf.k.data() : buf.v.data(), buf.batch, buf.heads, total_,
+  const int64_t total = buf.text + total_;
+  std::vector<float> out(static_cast<size_t>(buf.batch * total * buf.heads * buf.head_dim));
+  kernels::attention_unpack_kv(keys ? buf.k.data() : buf.v.data(), buf.batch, buf.heads, total,
                                buf.head_dim, buf.bf16, out.data());
   return out;
 }
@@ -88,14 +95,19 @@ void PipeFusionAttention::attend(const kernels::AttentionArgs& args,
     attend_sequence_parallel(args, site);
     return;
   }
-  XDIT_CHECK(total_ > 0 && args.q_len == t1_ - t0_ && args.kv_len == args.q_len &&
+  const int64_t text = site.text_tokens, n = args.q_len - text;
+  XDIT_CHECK(total_ > 0 && n == t1_ - t0_ && args.kv_len == args.q_len &&
                  args.key_mask == nullptr && args.bias == nullptr,
-             "PipeFusion attention called on ", args.q_len, " tokens for the window [", t0_, ", ",
-             t1_, ")");
+             "PipeFusion attention called on ", n, " image tokens for the window [", t0_, ", ", t1_,
+             ")");
   const bool whole = t0_ == 0 && t1_ == total_;
-  Buffer& buf = buffer(site.layer, args, args.heads, whole);
+  Buffer& buf = buffer(site.layer, args, args.heads, whole, text);
+  // The text's K/V are fresh at every call; the image's patch rows refresh
+  // the buffer, the other rows stay as last computed.
+  if (text > 0) store(buf, args.k, args.v, args.k_stride, args.v_stride, args.q_len, 0, text);
   if (whole || refresh_) {
-    store(buf, args.k, args.v, args.k_stride, args.v_stride, t0_, args.q_len);
+    store(buf, args.k + text * args.k_stride, args.v + text * args.v_stride, args.k_stride,
+          args.v_stride, args.q_len, text + t0_, n);
     buf.filled = buf.filled || whole;
   }
   attend_buffer(buf, args, args.q, args.q_stride, args.q_len, args.out, args.out_stride);
@@ -104,34 +116,44 @@ void PipeFusionAttention::attend(const kernels::AttentionArgs& args,
 void PipeFusionAttention::attend_sequence_parallel(const kernels::AttentionArgs& args,
                                                    const nn::AttentionSite& site) {
   const int u = ulysses_->size(), r = ring_->size();
-  check_sequence_parallel_args(args, u);
+  const int64_t text = site.text_tokens;
+  check_sequence_parallel_args(args, u, text);
   const int64_t B = args.batch, D = args.head_dim, Hu = args.heads / u, cols = Hu * D;
-  const int64_t Nu = args.q_len * u;  // my ring super-chunk: u·N tokens
-  XDIT_CHECK(total_ > 0 && Nu * r == t1_ - t0_, "PipeFusion attention called on ", args.q_len,
-             " tokens per rank (", u * r, " sequence-parallel ranks) for the window [", t0_, ", ",
-             t1_, ")");
+  const int64_t Nu = (args.q_len - text) * u;  // my ring super-chunk: u·N image tokens
+  const int64_t S = text + Nu;                 // per batch item after the exchange
+  XDIT_CHECK(total_ > 0 && Nu * r == t1_ - t0_, "PipeFusion attention called on ",
+             args.q_len - text, " image tokens per rank (", u * r,
+             " sequence-parallel ranks) for the window [", t0_, ", ", t1_, ")");
   const bool whole = t0_ == 0 && t1_ == total_;
-  Buffer& buf = buffer(site.layer, args, Hu, whole);
-  const float* q = exchange_->to_heads(args);  // q, k, v: [B, Nu, Hu, D]
-  const size_t n = static_cast<size_t>(B * Nu * cols);
+  Buffer& buf = buffer(site.layer, args, Hu, whole, text);
+  const float* q = exchange_->to_heads(args, text);  // q, k, v: [B, S, Hu, D]
+  const size_t n = static_cast<size_t>(B * S * cols);
+  const float *k = q + n, *v = q + 2 * n;
+  if (text > 0) store(buf, k, v, cols, cols, S, 0, text);
   if (whole || refresh_) {
     if (r == 1) {
-      store(buf, q + n, q + 2 * n, cols, cols, t0_, Nu);
+      store(buf, k + text * cols, v + text * cols, cols, cols, S, text + t0_, Nu);
     } else {
-      // Every ring rank's super-chunk of fresh K/V (k and v lie together
-      // after q in the exchange's output), stored at its tokens.
-      kv_all_.resize(2 * n * static_cast<size_t>(r));
-      ring_->allgather(q + n, kv_all_.data(), 2 * n, comm::Type::kF32);
+      // Every ring rank's super-chunk of fresh image K/V ([2][B, Nu, Hu, D]),
+      // stored at its tokens.
+      const size_t m = static_cast<size_t>(B * Nu * cols);
+      kv_mine_.resize(2 * m);
+      for (int t = 0; t < 2; ++t)
+        for (int64_t b = 0; b < B; ++b)
+          std::memcpy(kv_mine_.data() + t * m + b * Nu * cols,
+                      (t == 0 ? k : v) + (b * S + text) * cols, static_cast<size_t>(Nu * cols) * 4);
+      kv_all_.resize(2 * m * static_cast<size_t>(r));
+      ring_->allgather(kv_mine_.data(), kv_all_.data(), 2 * m, comm::Type::kF32);
       for (int i = 0; i < r; ++i) {
-        const float* kv = kv_all_.data() + 2 * n * static_cast<size_t>(i);
-        store(buf, kv, kv + n, cols, cols, t0_ + i * Nu, Nu);
+        const float* kv = kv_all_.data() + 2 * m * static_cast<size_t>(i);
+        store(buf, kv, kv + m, cols, cols, Nu, text + t0_ + i * Nu, Nu);
       }
     }
     buf.filled = buf.filled || whole;
   }
   out_.resize(n);
-  attend_buffer(buf, args, q, cols, Nu, out_.data(), cols);
-  exchange_->to_tokens(out_.data(), args);
+  attend_buffer(buf, args, q, cols, S, out_.data(), cols);
+  exchange_->to_tokens(out_.data(), args, text);
 }
 
 }  // namespace xdit::parallel

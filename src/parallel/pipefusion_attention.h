@@ -12,6 +12,11 @@
 // super-chunks' fresh K/V, so every SP rank's buffer holds the whole sequence
 // for its heads — patch fresh, the rest as last computed — and its queries
 // attend to that buffer. Only the patch's K/V travel, never the buffer.
+//
+// Joint attention (FLUX): the text's tokens lead each batch item's q/k/v (on
+// every rank); their K/V lead the buffer and are written fresh by every call
+// (the text is recomputed with each patch), while the image's K/V are stale
+// outside the patch, as xDiT's PipeFusion for FLUX keeps them.
 #pragma once
 
 #include <map>
@@ -34,8 +39,8 @@ class PipeFusionAttention : public nn::AttentionBackend {
   void set_window(int64_t total, int64_t t0, int64_t t1);
   void attend(const kernels::AttentionArgs& args, const nn::AttentionSite& site) override;
 
-  // The buffers of a layer as f32 [B, total, heads·D], the rank's heads under
-  // Ulysses (tests compare them).
+  // The buffers of a layer as f32 [B, text + total, heads·D], the rank's
+  // heads under Ulysses (tests compare them).
   std::vector<float> keys(int layer) const { return unpack(buffers_.at(layer), true); }
   std::vector<float> values(int layer) const { return unpack(buffers_.at(layer), false); }
   // Bytes held by the K/V buffers.
@@ -51,14 +56,17 @@ class PipeFusionAttention : public nn::AttentionBackend {
   struct Buffer {
     std::vector<uint8_t> k, v;
     int64_t batch = 0, heads = 0, head_dim = 0;
+    int64_t text = 0;   // joint attention: the text's tokens lead the buffer, fresh each call
     bool bf16 = false;  // as requested by the attention call
     bool filled = false;
   };
   // The layer's buffer, (re)sized for the call and checked against the window.
-  Buffer& buffer(int layer, const kernels::AttentionArgs& args, int64_t heads, bool whole);
-  // Tokens [t, t + n) of k, v ([B, n, H, D] with the given token strides) into the buffer.
+  Buffer& buffer(int layer, const kernels::AttentionArgs& args, int64_t heads, bool whole,
+                 int64_t text);
+  // n tokens of k, v ([B, ·, H, D] with the given token strides, batch items
+  // `batch_tokens` tokens apart) into the buffer's tokens [t, t + n).
   void store(Buffer& buf, const float* k, const float* v, int64_t k_stride, int64_t v_stride,
-             int64_t t, int64_t n) const;
+             int64_t batch_tokens, int64_t t, int64_t n) const;
   // Attention of q ([B, q_len, H, D] at q_stride) against the whole buffer.
   void attend_buffer(const Buffer& buf, const kernels::AttentionArgs& args, const float* q,
                      int64_t q_stride, int64_t q_len, float* out, int64_t out_stride) const;
@@ -71,7 +79,7 @@ class PipeFusionAttention : public nn::AttentionBackend {
   comm::Communicator* ulysses_ = nullptr;
   comm::Communicator* ring_ = nullptr;
   std::unique_ptr<UlyssesExchange> exchange_;
-  std::vector<float> kv_all_, out_;
+  std::vector<float> kv_mine_, kv_all_, out_;
 };
 
 }  // namespace xdit::parallel

@@ -30,16 +30,20 @@ void merge_attention(float* o, float* lse, const float* ob, const float* lse_b, 
 }
 
 void UspAttention::ring_attention(const float* q, const float* k, const float* v, float* out,
-                                  int64_t B, int64_t H, int64_t S, int64_t D, float scale,
-                                  bool bf16) {
+                                  int64_t B, int64_t H, int64_t text, int64_t N, int64_t D,
+                                  float scale, bool bf16) {
   const int r = ring_.size(), me = ring_.rank();
-  const size_t kv_n = static_cast<size_t>(B * S * H * D);
-  // K and V of the current block travel together: [2][B, S, H, D].
+  const int64_t S = text + N;  // local queries: the text, then my image tokens
+  const size_t kv_n = static_cast<size_t>(B * N * H * D);
+  // The image K and V of a block travel together: [2][B, N, H, D]. The text's
+  // K/V are attended once, with the local block (xDiT's "front").
   kv_.resize(2 * kv_n);
   kv_next_.resize(2 * kv_n);
-  std::memcpy(kv_.data(), k, kv_n * 4);
-  std::memcpy(kv_.data() + kv_n, v, kv_n * 4);
-  part_.resize(kv_n);
+  for (int t = 0; t < 2; ++t)
+    for (int64_t b = 0; b < B; ++b)
+      std::memcpy(kv_.data() + t * kv_n + b * N * H * D, (t == 0 ? k : v) + (b * S + text) * H * D,
+                  static_cast<size_t>(N * H * D) * 4);
+  part_.resize(static_cast<size_t>(B * S * H * D));
   lse_.resize(static_cast<size_t>(B * H * S));
   lse_part_.resize(lse_.size());
   kernels::AttentionArgs a;
@@ -47,7 +51,7 @@ void UspAttention::ring_attention(const float* q, const float* k, const float* v
   a.q_stride = a.k_stride = a.v_stride = a.out_stride = H * D;
   a.batch = B;
   a.heads = H;
-  a.q_len = a.kv_len = S;
+  a.q_len = S;
   a.head_dim = D;
   a.scale = scale;
   a.bf16 = bf16;
@@ -58,8 +62,9 @@ void UspAttention::ring_attention(const float* q, const float* k, const float* v
       rreq = ring_.irecv(kv_next_.data(), 2 * kv_n, comm::Type::kF32, (me - 1 + r) % r, 100 + step);
       sreq = ring_.isend(kv_.data(), 2 * kv_n, comm::Type::kF32, (me + 1) % r, 100 + step);
     }
-    a.k = kv_.data();
-    a.v = kv_.data() + kv_n;
+    a.k = step == 0 ? k : kv_.data();
+    a.v = step == 0 ? v : kv_.data() + kv_n;
+    a.kv_len = step == 0 ? S : N;
     a.out = step == 0 ? out : part_.data();
     a.lse = step == 0 ? lse_.data() : lse_part_.data();
     kernels::attention(a);
@@ -72,48 +77,62 @@ void UspAttention::ring_attention(const float* q, const float* k, const float* v
   }
 }
 
-void check_sequence_parallel_args(const kernels::AttentionArgs& args, int u) {
+void check_sequence_parallel_args(const kernels::AttentionArgs& args, int u, int64_t text) {
   XDIT_CHECK(args.key_mask == nullptr && args.bias == nullptr && args.kv_len == args.q_len,
              "sequence-parallel self-attention takes unmasked, unbiased attention");
+  XDIT_CHECK(text >= 0 && text < args.q_len, "joint attention with ", text,
+             " text tokens needs image tokens after them (", args.q_len, " tokens)");
   XDIT_CHECK(args.heads % u == 0, "attention heads ", args.heads,
              " not divisible by the Ulysses degree ", u);
 }
 
-float* UlyssesExchange::to_heads(const kernels::AttentionArgs& args) {
-  const int u = group_.size();
-  const int64_t B = args.batch, H = args.heads, D = args.head_dim, N = args.q_len;
+float* UlyssesExchange::to_heads(const kernels::AttentionArgs& args, int64_t text) {
+  const int u = group_.size(), me = group_.rank();
+  const int64_t B = args.batch, H = args.heads, D = args.head_dim, N = args.q_len - text;
   const int64_t Hu = H / u, Nu = N * u;  // after the all-to-all: my heads, the group's tokens
+  const int64_t S = text + Nu;           // per batch item: the text, then the image tokens
   const size_t block = static_cast<size_t>(B * N * Hu * D);  // one q/k/v block per destination
-  // Pack [dest j][q|k|v][B, N, Hu, D] with heads [j·Hu, (j+1)·Hu).
+  // Pack [dest j][q|k|v][B, N, Hu, D] with heads [j·Hu, (j+1)·Hu) of the image tokens.
   send_.resize(static_cast<size_t>(u) * 3 * block);
   const float* src[3] = {args.q, args.k, args.v};
   const int64_t stride[3] = {args.q_stride, args.k_stride, args.v_stride};
 #pragma omp parallel for collapse(2)
   for (int j = 0; j < u; ++j)
     for (int t = 0; t < 3; ++t)
-      for (int64_t bn = 0; bn < B * N; ++bn)
+      for (int64_t bn = 0; bn < B * N; ++bn) {
+        const int64_t b = bn / N, n = bn % N;
         std::memcpy(send_.data() + (static_cast<size_t>(j) * 3 + t) * block + bn * Hu * D,
-                    src[t] + bn * stride[t] + j * Hu * D, static_cast<size_t>(Hu * D) * 4);
+                    src[t] + (b * (text + N) + text + n) * stride[t] + j * Hu * D,
+                    static_cast<size_t>(Hu * D) * 4);
+      }
   recv_.resize(send_.size());
   group_.alltoall(send_.data(), recv_.data(), 3 * block, comm::Type::kF32);
-  // Unpack to q/k/v [B, Nu, Hu, D], token chunk i from Ulysses rank i.
-  const size_t full = static_cast<size_t>(B * Nu * Hu * D);
+  // Unpack to q/k/v [B, S, Hu, D]: the text (replicated: my heads, taken
+  // locally), then token chunk i from Ulysses rank i.
+  const size_t full = static_cast<size_t>(B * S * Hu * D);
   qkv_.resize(3 * full);
   float* qkv[3] = {qkv_.data(), qkv_.data() + full, qkv_.data() + 2 * full};
 #pragma omp parallel for collapse(2)
   for (int i = 0; i < u; ++i)
     for (int t = 0; t < 3; ++t)
       for (int64_t b = 0; b < B; ++b)
-        std::memcpy(qkv[t] + (b * Nu + i * N) * Hu * D,
+        std::memcpy(qkv[t] + (b * S + text + i * N) * Hu * D,
                     recv_.data() + (static_cast<size_t>(i) * 3 + t) * block + b * N * Hu * D,
                     static_cast<size_t>(N * Hu * D) * 4);
+  for (int t = 0; t < 3; ++t)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t l = 0; l < text; ++l)
+        std::memcpy(qkv[t] + (b * S + l) * Hu * D,
+                    src[t] + (b * (text + N) + l) * stride[t] + me * Hu * D,
+                    static_cast<size_t>(Hu * D) * 4);
   return qkv_.data();
 }
 
-void UlyssesExchange::to_tokens(const float* out, const kernels::AttentionArgs& args) {
+void UlyssesExchange::to_tokens(const float* out, const kernels::AttentionArgs& args,
+                                int64_t text) {
   const int u = group_.size();
-  const int64_t B = args.batch, D = args.head_dim, N = args.q_len;
-  const int64_t Hu = args.heads / u, Nu = N * u;
+  const int64_t B = args.batch, D = args.head_dim, N = args.q_len - text;
+  const int64_t Hu = args.heads / u, Nu = N * u, S = text + Nu;
   // Token chunk i of my heads goes to Ulysses rank i; I receive my tokens' heads.
   const size_t oblock = static_cast<size_t>(B * N * Hu * D);
   send_.resize(static_cast<size_t>(u) * oblock);
@@ -121,15 +140,32 @@ void UlyssesExchange::to_tokens(const float* out, const kernels::AttentionArgs& 
   for (int i = 0; i < u; ++i)
     for (int64_t b = 0; b < B; ++b)
       std::memcpy(send_.data() + static_cast<size_t>(i) * oblock + b * N * Hu * D,
-                  out + (b * Nu + i * N) * Hu * D, static_cast<size_t>(N * Hu * D) * 4);
+                  out + (b * S + text + i * N) * Hu * D, static_cast<size_t>(N * Hu * D) * 4);
   recv_.resize(send_.size());
   group_.alltoall(send_.data(), recv_.data(), oblock, comm::Type::kF32);
 #pragma omp parallel for collapse(2)
   for (int j = 0; j < u; ++j)
-    for (int64_t bn = 0; bn < B * N; ++bn)
-      std::memcpy(args.out + bn * args.out_stride + j * Hu * D,
+    for (int64_t bn = 0; bn < B * N; ++bn) {
+      const int64_t b = bn / N, n = bn % N;
+      std::memcpy(args.out + (b * (text + N) + text + n) * args.out_stride + j * Hu * D,
                   recv_.data() + static_cast<size_t>(j) * oblock + bn * Hu * D,
                   static_cast<size_t>(Hu * D) * 4);
+    }
+  if (text == 0) return;
+  // The text's output: every Ulysses rank computed its heads; all-gather them.
+  const size_t tblock = static_cast<size_t>(B * text * Hu * D);
+  send_.resize(tblock);
+  for (int64_t b = 0; b < B; ++b)
+    std::memcpy(send_.data() + b * text * Hu * D, out + b * S * Hu * D,
+                static_cast<size_t>(text * Hu * D) * 4);
+  recv_.resize(tblock * static_cast<size_t>(u));
+  group_.allgather(send_.data(), recv_.data(), tblock, comm::Type::kF32);
+  for (int j = 0; j < u; ++j)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t l = 0; l < text; ++l)
+        std::memcpy(args.out + (b * (text + N) + l) * args.out_stride + j * Hu * D,
+                    recv_.data() + static_cast<size_t>(j) * tblock + (b * text + l) * Hu * D,
+                    static_cast<size_t>(Hu * D) * 4);
 }
 
 void UspAttention::attend(const kernels::AttentionArgs& args, const nn::AttentionSite& site) {
@@ -138,10 +174,12 @@ void UspAttention::attend(const kernels::AttentionArgs& args, const nn::Attentio
     kernels::attention(args);  // the text stays whole on every rank
     return;
   }
-  check_sequence_parallel_args(args, u);
-  const int64_t B = args.batch, D = args.head_dim, Hu = args.heads / u, Nu = args.q_len * u;
-  const size_t full = static_cast<size_t>(B * Nu * Hu * D);
-  const float* q = exchange_.to_heads(args);
+  const int64_t text = site.text_tokens;
+  check_sequence_parallel_args(args, u, text);
+  const int64_t B = args.batch, D = args.head_dim, Hu = args.heads / u;
+  const int64_t Nu = (args.q_len - text) * u, S = text + Nu;
+  const size_t full = static_cast<size_t>(B * S * Hu * D);
+  const float* q = exchange_.to_heads(args, text);
   out_.resize(full);
   if (r == 1) {
     kernels::AttentionArgs a;
@@ -152,15 +190,16 @@ void UspAttention::attend(const kernels::AttentionArgs& args, const nn::Attentio
     a.out = out_.data();
     a.batch = B;
     a.heads = Hu;
-    a.q_len = a.kv_len = Nu;
+    a.q_len = a.kv_len = S;
     a.head_dim = D;
     a.scale = args.scale;
     a.bf16 = args.bf16;
     kernels::attention(a);
   } else {
-    ring_attention(q, q + full, q + 2 * full, out_.data(), B, Hu, Nu, D, args.scale, args.bf16);
+    ring_attention(q, q + full, q + 2 * full, out_.data(), B, Hu, text, Nu, D, args.scale,
+                   args.bf16);
   }
-  exchange_.to_tokens(out_.data(), args);
+  exchange_.to_tokens(out_.data(), args, text);
 }
 
 }  // namespace xdit::parallel

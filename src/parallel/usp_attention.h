@@ -4,7 +4,10 @@
 // with non-blocking sends overlapped with the block's attention, partial
 // results merged exactly through their log-sum-exp in f32), and the USP hybrid
 // (Ulysses inside, Ring outside). Cross-attention keeps the whole text on every
-// rank and runs locally. Model files are unchanged.
+// rank and runs locally. Joint attention (FLUX): the text tokens lead each
+// batch item on every rank; Ulysses splits them by heads without exchanging
+// them and all-gathers their output heads; Ring attends them once, with the
+// local block. Model files are unchanged.
 #pragma once
 
 #include <vector>
@@ -23,9 +26,13 @@ class UlyssesExchange {
   // the group's u·N tokens": three [B, u·N, H/u, D] arrays, token chunk i from
   // Ulysses rank i. Returns q; k and v follow at q + n and q + 2n
   // (n = B·u·N·H/u·D). The pointer is valid until the next call.
-  float* to_heads(const kernels::AttentionArgs& args);
-  // Back: out [B, u·N, H/u, D] (my heads) → args.out [B, N, H·D] (my tokens).
-  void to_tokens(const float* out, const kernels::AttentionArgs& args);
+  // Joint attention: the first `text` tokens of each batch item are the
+  // replicated text; they are not exchanged but taken locally for my heads
+  // and lead each item: [B, text + u·N, H/u, D].
+  float* to_heads(const kernels::AttentionArgs& args, int64_t text = 0);
+  // Back: out [B, text + u·N, H/u, D] (my heads) → args.out [B, text + N, H·D]
+  // (my tokens; the text's heads all-gathered over the group).
+  void to_tokens(const float* out, const kernels::AttentionArgs& args, int64_t text = 0);
 
  private:
   comm::Communicator& group_;
@@ -39,9 +46,11 @@ class UspAttention : public nn::AttentionBackend {
   void attend(const kernels::AttentionArgs& args, const nn::AttentionSite& site) override;
 
  private:
-  // Exact attention of the local queries against the ring's K/V blocks.
+  // Exact attention of the local queries ([B, text + N, H, D]) against the
+  // local K/V (text and image) and then the ring's image K/V blocks.
   void ring_attention(const float* q, const float* k, const float* v, float* out, int64_t batch,
-                      int64_t heads, int64_t tokens, int64_t head_dim, float scale, bool bf16);
+                      int64_t heads, int64_t text, int64_t tokens, int64_t head_dim, float scale,
+                      bool bf16);
   comm::Communicator& ulysses_;
   comm::Communicator& ring_;
   UlyssesExchange exchange_;
@@ -55,6 +64,7 @@ void merge_attention(float* o, float* lse, const float* ob, const float* lse_b, 
                      int64_t tokens, int64_t heads, int64_t head_dim);
 
 // The checks every sequence-parallel self-attention call shares.
-void check_sequence_parallel_args(const kernels::AttentionArgs& args, int ulysses_degree);
+void check_sequence_parallel_args(const kernels::AttentionArgs& args, int ulysses_degree,
+                                  int64_t text = 0);
 
 }  // namespace xdit::parallel

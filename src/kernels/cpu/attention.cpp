@@ -147,7 +147,9 @@ bool attention_packs_bf16(bool bf16) {
 }
 
 void attention_pack_kv(const float* src, int64_t stride, int64_t B, int64_t H, int64_t n, int64_t D,
-                       bool bf16_requested, void* dst, int64_t total, int64_t t) {
+                       bool bf16_requested, void* dst, int64_t total, int64_t t,
+                       int64_t batch_stride) {
+  if (batch_stride == 0) batch_stride = n * stride;
   XDIT_CHECK(t >= 0 && t + n <= total, "attention_pack_kv: tokens [", t, ", ", t + n, ") outside ",
              total);
   const bool bf16 = attention_packs_bf16(bf16_requested);
@@ -155,7 +157,7 @@ void attention_pack_kv(const float* src, int64_t stride, int64_t B, int64_t H, i
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
-      pack_rows(src + b * n * stride + h * D, stride, n, D, bf16,
+      pack_rows(src + b * batch_stride + h * D, stride, n, D, bf16,
                 static_cast<char*>(dst) + static_cast<size_t>(((b * H + h) * total + t) * D) * esz,
                 D, nullptr);
 }
