@@ -1,0 +1,230 @@
+// The whole denoising loop under mpirun, for every tiny model (PixArt-α with
+// micro-conditions, PixArt-Σ, FLUX.1 [dev] with guidance and true CFG,
+// FLUX.1 [schnell] without CFG) and every parallel layout the world size
+// allows — CFG, Ulysses, Ring, USP, their combinations with CFG, data
+// parallel, PipeFusion alone (full warm-up: exact) and with Ulysses / Ring —
+// against the serial run of the same request in the same process (f32,
+// ≤ 1e-4 relative). A layout that does not fit the world size or the model
+// skips visibly. The serial runs themselves are checked against diffusers in
+// tests/parity. Also: sequence slices of one forward, and the layout errors.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "core/rng.h"
+#include "dist/world.h"
+#include "io/model_folder.h"
+#include "models/pixart.h"
+#include "parallel/config.h"
+#include "parallel/usp_attention.h"
+#include "pipeline/distributed.h"
+#include "test_util.h"
+
+namespace xdit {
+namespace {
+
+using parallel::ParallelConfig;
+using test::world;
+
+const std::string kSigma =
+    std::string(XDIT_MODELS) + "/pixart-sigma-tiny";  // 2 heads, no micro-conditions
+const std::string kAlpha =
+    std::string(XDIT_MODELS) + "/pixart-alpha-tiny";  // 3 heads, micro-conditions
+
+ParallelConfig layout(int dp, bool cfg, int u, int r, int pp = 1, int m = 0, int warmup = 1) {
+  ParallelConfig c;
+  c.data_parallel_degree = dp;
+  c.use_cfg_parallel = cfg;
+  c.ulysses_degree = u;
+  c.ring_degree = r;
+  c.pipefusion_parallel_degree = pp;
+  c.num_pipeline_patch = m;
+  c.warmup_steps = warmup;
+  return c;
+}
+
+// Two prompts, random embeddings; PixArt: 9 tokens padded differently and a
+// 128x96 px image (8x6 patch rows x cols); FLUX: 6 text tokens, pooled
+// vectors, a 64x40 px image (8x5 patch rows x cols), dev with true CFG.
+pipeline::LatentRequest request(const pipeline::Pipeline& p) {
+  pipeline::LatentRequest r;
+  TorchGenerator g(3);
+  const bool flux = p.family().pooled_width() > 0;
+  const int64_t L = flux ? 6 : 9;
+  r.prompt_embeds = g.randn({2, L, p.text_width()});
+  r.negative_embeds = g.randn({2, L, p.text_width()});
+  if (flux) {
+    r.pooled_embeds = g.randn({2, p.family().pooled_width()});
+    r.negative_pooled = g.randn({2, p.family().pooled_width()});
+    if (p.family().embeds_guidance()) {
+      r.true_cfg_scale = 2.5;
+    } else {  // schnell: no CFG, no guidance
+      r.negative_embeds = r.negative_pooled = Tensor();
+    }
+    r.height = 64;
+    r.width = 40;
+  } else {
+    r.prompt_mask =
+        Tensor::from_vector({1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0}, {2, 9});
+    r.negative_mask =
+        Tensor::from_vector({1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0}, {2, 9});
+    r.height = 128;
+    r.width = 96;
+  }
+  r.num_inference_steps = 3;
+  if (!flux || p.family().embeds_guidance()) r.guidance_scale = 3.5;
+  r.seed = 11;
+  return r;
+}
+
+class ParallelLoop : public testing::TestWithParam<std::string> {
+ protected:
+  // The layout's run against the serial run; skips when it does not apply.
+  void check(const ParallelConfig& pc) {
+    if (pc.world() != world().size())
+      GTEST_SKIP() << pc.describe() << " needs " << pc.world() << " ranks, not "
+                   << world().size();
+    const std::string model = std::string(XDIT_MODELS) + "/" + GetParam() + "-tiny";
+    SCOPED_TRACE(pc.describe() + " on " + GetParam());
+    pipeline::Pipeline serial(model, DType::kF32);
+    const auto req = request(serial);
+    if (pc.use_cfg_parallel && !serial.uses_cfg(req))
+      GTEST_SKIP() << GetParam() << " runs this request without CFG: nothing for CFG parallel";
+    if (pc.pipefusion_parallel_degree > serial.spec().blocks)
+      GTEST_SKIP() << GetParam() << " has fewer blocks than PipeFusion stages";
+    if (serial.spec().heads % pc.ulysses_degree != 0)
+      GTEST_SKIP() << GetParam() << "'s " << serial.spec().heads
+                   << " heads do not divide by Ulysses " << pc.ulysses_degree;
+    Tensor want = serial.generate_latents(req);
+    parallel::Mesh mesh(pc, world());
+    pipeline::Pipeline par(model, DType::kF32);
+    par.set_mesh(&mesh);
+    Tensor got = pipeline::generate_latents_distributed(par, mesh, req);
+    ASSERT_EQ(got.shape(), want.shape());
+    EXPECT_LE(test::rel_max_err(got.to_vector(), want.to_vector()), 1e-4)
+        << "rank " << world().rank();
+  }
+};
+
+TEST_P(ParallelLoop, CfgParallel) {
+  check(layout(1, true, 1, 1));
+}
+TEST_P(ParallelLoop, Ulysses2) {
+  check(layout(1, false, 2, 1));
+}
+TEST_P(ParallelLoop, Ring2) {
+  check(layout(1, false, 1, 2));
+}
+TEST_P(ParallelLoop, DataParallel2) {
+  check(layout(2, false, 1, 1));
+}
+TEST_P(ParallelLoop, UlyssesTimesRing) {
+  check(layout(1, false, 2, 2));
+}
+TEST_P(ParallelLoop, Ring4) {
+  check(layout(1, false, 1, 4));
+}
+TEST_P(ParallelLoop, CfgTimesUlysses) {
+  check(layout(1, true, 2, 1));
+}
+TEST_P(ParallelLoop, CfgTimesRing) {
+  check(layout(1, true, 1, 2));
+}
+TEST_P(ParallelLoop, DataTimesCfg) {
+  check(layout(2, true, 1, 1));
+}
+// PipeFusion with as many warm-up steps as steps is the serial run.
+TEST_P(ParallelLoop, PipeFusion2With2PatchesFullWarmup) {
+  check(layout(1, false, 1, 1, 2, 2, 3));
+}
+TEST_P(ParallelLoop, PipeFusion2With4PatchesFullWarmup) {
+  check(layout(1, false, 1, 1, 2, 4, 3));
+}
+TEST_P(ParallelLoop, PipeFusion4FullWarmup) {
+  check(layout(1, false, 1, 1, 4, 4, 3));
+}
+TEST_P(ParallelLoop, PipeFusionTimesUlyssesFullWarmup) {
+  check(layout(1, false, 2, 1, 2, 2, 3));
+}
+TEST_P(ParallelLoop, PipeFusionTimesRingFullWarmup) {
+  check(layout(1, false, 1, 2, 2, 2, 3));
+}
+TEST_P(ParallelLoop, PipeFusionTimesCfgFullWarmup) {
+  check(layout(1, true, 1, 1, 2, 2, 3));
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ParallelLoop,
+                         testing::Values("pixart-alpha", "pixart-sigma", "flux-dev",
+                                         "flux-schnell"),
+                         [](const testing::TestParamInfo<std::string>& i) {
+                           std::string n = i.param;
+                           for (char& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+TEST(ParallelForward, SequenceSlicesEqualTheWholeForward) {
+  const int n = world().size();
+  for (int u : {1, 2}) {
+    if (n % u != 0) continue;
+    ParallelConfig pc = layout(1, false, u, n / u);
+    parallel::Mesh mesh(pc, world());
+    io::ModelFolder f(kSigma);
+    auto cfg =
+        models::PixArtConfig::from_json(f.component_config("transformer", "config.json"), "sigma");
+    io::WeightStore w(f.component("transformer"));
+    models::PixArtTransformer serial(cfg, w, DType::kF32), sliced(cfg, w, DType::kF32);
+    parallel::UspAttention usp(mesh.ulysses_group(), mesh.ring_group());
+    sliced.set_attention_backend(&usp);
+    TorchGenerator g(5);
+    Tensor x = g.randn({2, 4, 16, 12}), text = g.randn({2, 7, cfg.caption_channels});
+    models::DiTInputs in;
+    in.latents = &x;
+    in.timesteps = {999.0f, 3.0f};
+    in.text = &text;
+    Tensor whole = serial.forward(in);
+    const int64_t rows = 8 / n;  // 8 patch rows
+    in.patch_row_begin = mesh.coord().sp * rows;
+    in.patch_row_end = in.patch_row_begin + rows;
+    Tensor part = sliced.forward(in);
+    ASSERT_EQ(part.shape(), (Shape{2, 8, rows * 2, 12}));
+    std::vector<float> want;
+    for (int64_t bc = 0; bc < 2 * 8; ++bc)
+      for (int64_t y = in.patch_row_begin * 2; y < in.patch_row_end * 2; ++y)
+        for (int64_t xx = 0; xx < 12; ++xx)
+          want.push_back(whole.data<float>()[(bc * 16 + y) * 12 + xx]);
+    EXPECT_LE(test::rel_max_err(part.to_vector(), want), 1e-4) << "ulysses " << u;
+  }
+}
+
+TEST(ParallelConfigErrors, OneClearMessageEach) {
+  const auto& message = test::error_message;
+  EXPECT_NE(message([] { layout(1, true, 2, 1).validate(3); }).find("multiply to 4"),
+            std::string::npos);
+  EXPECT_NE(message([] {
+              layout(1, false, 2, 1).validate_request(3, 8, true);
+            }).find("3 attention heads"),
+            std::string::npos);
+  EXPECT_NE(message([] {
+              layout(1, false, 1, 3).validate_request(16, 64, true);
+            }).find("64 rows of patches"),
+            std::string::npos);
+  EXPECT_NE(message([] {
+              layout(1, true, 1, 1).validate_request(16, 64, false);
+            }).find("--use_cfg_parallel needs"),
+            std::string::npos);
+  EXPECT_NE(
+      message([] { layout(3, false, 1, 1).validate_prompts(2); }).find("more than the 2 prompts"),
+      std::string::npos);
+  // And through the pipeline, before any weights load.
+  ParallelConfig pc = layout(1, false, world().size(), 1);
+  parallel::Mesh mesh(pc, world());
+  pipeline::Pipeline p(kAlpha, DType::kF32);  // 3 heads
+  p.set_mesh(&mesh);
+  auto req = request(p);
+  const std::string m = message([&] { p.validate(req); });
+  EXPECT_NE(m.find("not divisible by --ulysses_degree"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace xdit
