@@ -170,6 +170,8 @@ std::map<std::string, std::string> png_metadata(const GenerateOptions& o, const 
       {"num_inference_steps", std::to_string(o.steps)},
       {"guidance_scale", std::to_string(o.guidance)},
       {"true_cfg_scale", o.true_cfg != 1.0 ? std::to_string(o.true_cfg) : ""},
+      {"max_sequence_length",
+       o.max_sequence_length > 0 ? std::to_string(o.max_sequence_length) : ""},
       {"size", std::to_string(width) + "x" + std::to_string(height)},
       {"model", model.from_cache() ? model.id : model.folder},
       {"pipeline", pipe.family().name() + " (" + pipe.folder().pipeline_class() + ")"},
@@ -284,6 +286,7 @@ int run_generate(GenerateOptions o) {
     pipe.validate(r);  // everything checked before the weights load
     o.steps = r.num_inference_steps;
     o.guidance = r.guidance_scale;
+    o.max_sequence_length = r.max_sequence_length;
     XDIT_INFO(pipe.family().name(), ": ", r.num_inference_steps, " steps, guidance_scale ",
               r.guidance_scale, ", max_sequence_length ", r.max_sequence_length, " (T5 tokens)");
     if (r.run_height != r.height || r.run_width != r.width)
@@ -330,6 +333,7 @@ int run_generate(GenerateOptions o) {
     r.height = o.height;
     r.width = o.width;
     pipe.validate(r);
+    o.max_sequence_length = r.max_sequence_length;
     XDIT_INFO(pipe.family().name(), ": max_sequence_length ", r.max_sequence_length,
               " (T5 tokens)");
     auto e = pipe.encode_prompts(r);

@@ -107,6 +107,52 @@ TEST_F(CliMpi, ParallelRunsWriteTheSerialImages) {
   }
 }
 
+// FLUX.1 [dev] with true CFG from the prompts: every method on the same
+// engine writes the serial run's pixels.
+TEST_F(CliMpi, FluxParallelRunsWriteTheSerialImages) {
+  const auto flux = [&](const std::string& out, const std::string& extra) {
+    return "generate --model '" + std::string(XDIT_MODELS) +
+           "/flux-dev-tiny' --prompt 'a red fox' --prompt 'a cat on a mat' --negative_prompt "
+           "'blurry' --true_cfg_scale 2.5 --height 64 --width 40 --num_inference_steps 3 --seed 5 "
+           "--max_sequence_length 16 --dtype f32 -o '" +
+           path(out) + "' " + extra;
+  };
+  Result s = run(0, flux("serial.png", ""));
+  ASSERT_EQ(s.code, 0) << s.err;
+  for (const auto& [np, flags] : std::vector<std::pair<int, std::string>>{
+           {2, "--use_cfg_parallel"},
+           {2, "--ulysses_degree 2"},
+           {2, "--ring_degree 2"},
+           {2, "--data_parallel_degree 2"},
+           {2, "--pipefusion_parallel_degree 2 --warmup_steps 3"},
+           {4, "--ulysses_degree 2 --ring_degree 2"},
+           {4, "--use_cfg_parallel --pipefusion_parallel_degree 2 --warmup_steps 3"},
+           {4, "--pipefusion_parallel_degree 2 --ulysses_degree 2 --warmup_steps 3"}}) {
+    SCOPED_TRACE(flags);
+    Result r = run(np, flux("par.png", flags));
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_LE(pixel_diff(path("par_0.png"), path("serial_0.png")), 1);
+    EXPECT_LE(pixel_diff(path("par_1.png"), path("serial_1.png")), 1);
+  }
+  // CFG parallel needs FLUX's true CFG: a negative prompt and true_cfg_scale > 1.
+  Result r =
+      run(2, "generate --model '" + std::string(XDIT_MODELS) +
+                 "/flux-dev-tiny' --prompt x --height 32 --width 32 --use_cfg_parallel -o '" +
+                 path("x.png") + "'");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--use_cfg_parallel needs classifier-free guidance (a negative prompt and "
+                       "--true_cfg_scale > 1)"),
+            std::string::npos)
+      << r.err;
+  // 2 heads over Ulysses 4.
+  r = run(4, "generate --model '" + std::string(XDIT_MODELS) +
+                 "/flux-dev-tiny' --prompt x --height 32 --width 32 --ulysses_degree 4 -o '" +
+                 path("x.png") + "'");
+  EXPECT_NE(r.err.find("2 attention heads are not divisible by --ulysses_degree 4"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST_F(CliMpi, DegreesThatDoNotMatchTheRanks) {
   Result r = run(2, args("x.png", "--ulysses_degree 2 --ring_degree 2"));
   EXPECT_NE(r.code, 0);

@@ -82,8 +82,7 @@ class ParallelLoop : public testing::TestWithParam<std::string> {
   // The layout's run against the serial run; skips when it does not apply.
   void check(const ParallelConfig& pc) {
     if (pc.world() != world().size())
-      GTEST_SKIP() << pc.describe() << " needs " << pc.world() << " ranks, not "
-                   << world().size();
+      GTEST_SKIP() << pc.describe() << " needs " << pc.world() << " ranks, not " << world().size();
     const std::string model = std::string(XDIT_MODELS) + "/" + GetParam() + "-tiny";
     SCOPED_TRACE(pc.describe() + " on " + GetParam());
     pipeline::Pipeline serial(model, DType::kF32);

@@ -340,8 +340,8 @@ TEST(PipeFusion, FluxNormalModeStaysCloseAndAForgetfulPipelineDoesNot) {
   const Tensor good = run(true), bad = run(false);
   const double pg = psnr(good, want), pb = psnr(bad, want);
   if (world().rank() == 0)
-    std::printf("FLUX PipeFusion pp=%d warm-up 1/6: PSNR %.1f dB; without refresh %.1f dB\n", n,
-                pg, pb);
+    std::printf("FLUX PipeFusion pp=%d warm-up 1/6: PSNR %.1f dB; without refresh %.1f dB\n", n, pg,
+                pb);
   EXPECT_GE(pg, kFluxMinPsnrDb);
   EXPECT_LT(pb, kFluxMinPsnrDb);
   EXPECT_LT(pg, 1e8) << "normal mode should differ from serial (stale K/V)";

@@ -4,6 +4,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -310,6 +312,97 @@ TEST_F(Cli, InfoDescribesTheModel) {
   ss << in.rdbuf();
   for (const char* want : {"PixArtSigmaPipeline", "3 blocks", "T5 encoder",
                            "max sequence length 300", "AutoencoderKL", "memory (estimate"})
+    EXPECT_NE(ss.str().find(want), std::string::npos) << want << " in:\n" << ss.str();
+}
+
+// FLUX.1 [dev] from the prompt with true CFG: the PNG within 1/255 of
+// diffusers' FluxPipeline (tools/goldens/make_flux.py, dev case 1), and the
+// metadata naming the pipeline.
+TEST_F(Cli, FluxPromptToPngWithTrueCfgMatchesDiffusers) {
+  // Not quiet: xdit says which T5 length and guidance it used.
+  const auto r = test::run_command(
+      std::string("env -u XDIT_QUIET '") + XDIT_BINARY + "' generate --model '" + XDIT_MODELS +
+          "/flux-dev-tiny' --prompt 'an astronaut riding a horse' --negative_prompt "
+          "'blurry, low quality' --true_cfg_scale 2.5 --height 40 --width 64 "
+          "--num_inference_steps 3 --seed 3 --max_sequence_length 32 --dtype f32 -o '" +
+          path("out.png") + "'",
+      path("stderr.txt"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("FLUX.1 [dev]: 3 steps, guidance_scale 3.5, max_sequence_length 32"),
+            std::string::npos)
+      << r.err;  // dev's default guidance
+  io::PngImage png = io::read_png(path("out.png"));
+  EXPECT_EQ(png.text["max_sequence_length"], "32");
+  EXPECT_EQ(png.text["pipeline"], "FLUX.1 [dev] (FluxPipeline)");
+  EXPECT_EQ(png.text["negative_prompt"], "blurry, low quality");
+  EXPECT_NE(png.text["true_cfg_scale"].find("2.5"), std::string::npos);
+  EXPECT_NE(png.text["model"].find("flux-dev-tiny"), std::string::npos);
+  auto g = io::read_safetensors_f32(kData + "/goldens/flux_dev_pipeline.safetensors");
+  const Tensor& want = g["case1.image"];  // [1, 3, H, W] in [-1, 1]
+  ASSERT_EQ(png.height, want.dim(2));
+  ASSERT_EQ(png.width, want.dim(3));
+  const int64_t H = want.dim(2), W = want.dim(3);
+  int worst = 0;
+  for (int64_t c = 0; c < 3; ++c)
+    for (int64_t y = 0; y < H; ++y)
+      for (int64_t x = 0; x < W; ++x) {
+        const float v = std::clamp(want.data<float>()[(c * H + y) * W + x] / 2 + 0.5f, 0.0f, 1.0f);
+        worst = std::max(worst, std::abs(static_cast<int>(std::nearbyint(v * 255.0f)) -
+                                         png.rgb[static_cast<size_t>((y * W + x) * 3 + c)]));
+      }
+  EXPECT_LE(worst, 1);
+}
+
+std::string flux_args(const std::string& model, const std::string& out,
+                      const std::string& extra = "") {
+  return "generate --model '" + model + "' --prompt 'a red fox' --height 48 --width 80 " +
+         "--num_inference_steps 2 --max_sequence_length 16 --dtype f32 -o '" + out + "' " + extra;
+}
+
+TEST_F(Cli, FluxSizeOffTheGridIsFlooredWithAWarning) {
+  // The tiny VAE's factor is 4: sizes are multiples of 8 (16 for FLUX.1's VAE).
+  Result r = xdit(flux_args(std::string(XDIT_MODELS) + "/flux-schnell-tiny", path("out.png"),
+                            "--height 53 --width 70"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("using 48x64"), std::string::npos) << r.err;
+  io::PngImage png = io::read_png(path("out.png"));
+  EXPECT_EQ(png.height, 48);
+  EXPECT_EQ(png.width, 64);
+}
+
+TEST_F(Cli, FluxSchnellWarnsThatGuidanceHasNoEffect) {
+  Result r = xdit(flux_args(std::string(XDIT_MODELS) + "/flux-schnell-tiny", path("out.png"),
+                            "--guidance_scale 7"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("has no guidance embedding: guidance_scale 7 has no effect"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(io::read_png(path("out.png")).text["num_inference_steps"], "2");
+}
+
+TEST_F(Cli, FluxFolderWithoutT5) {
+  for (const char* c : {"text_encoder_2", "tokenizer_2"}) {
+    SCOPED_TRACE(c);
+    const fs::path m = dir_ / (std::string("flux_") + c);
+    fs::copy(std::string(XDIT_MODELS) + "/flux-dev-tiny", m, fs::copy_options::recursive);
+    fs::remove_all(m / c);
+    expect_error(xdit(flux_args(m.string(), path("out.png"))), std::string("no ") + c + "/");
+  }
+}
+
+TEST_F(Cli, InfoDescribesFlux) {
+  const std::string out = path("info.txt");
+  const int rc = std::system((std::string("'") + XDIT_BINARY + "' info --model '" + XDIT_MODELS +
+                              "/flux-dev-tiny' > '" + out + "' 2>&1")
+                                 .c_str());
+  ASSERT_EQ(rc, 0);
+  std::ifstream in(out);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  for (const char* want :
+       {"FluxPipeline: FLUX.1 [dev]", "2 double-stream + 3 single-stream blocks",
+        "CLIP text encoder", "T5 encoder", "max sequence length 512", "16 latent channels",
+        "28 steps, guidance_scale 3.5", "memory (estimate"})
     EXPECT_NE(ss.str().find(want), std::string::npos) << want << " in:\n" << ss.str();
 }
 
