@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "io/weights.h"
 #include "kernels/kernels.h"
@@ -27,6 +28,10 @@ class AttentionBackend {
  public:
   virtual ~AttentionBackend() = default;
   virtual void attend(const kernels::AttentionArgs& args, const AttentionSite& site) = 0;
+  // Sequence parallelism: the image tokens each rank of the SP group computes
+  // in the next calls, in SP rank order (k = ring · ulysses_degree + ulysses);
+  // empty (the default) when every rank computes the same number.
+  virtual void set_sequence_split(std::vector<int64_t> /*tokens_per_rank*/) {}
 };
 
 // Runs kernels::attention on the local tensors.

@@ -52,10 +52,10 @@ void ParallelConfig::validate_request(int64_t heads, int64_t patch_rows, bool cf
              " attention heads are not divisible by --ulysses_degree ", ulysses_degree,
              ": choose a Ulysses degree that divides ", heads,
              " (and use --ring_degree for the rest)");
-  XDIT_CHECK(patch_rows % sp() == 0, "the image has ", patch_rows,
-             " rows of patches, not divisible by the sequence-parallel degree ", sp(), " (ulysses ",
+  XDIT_CHECK(patch_rows >= sp(), "the image has ", patch_rows,
+             " rows of patches, fewer than the sequence-parallel degree ", sp(), " (ulysses ",
              ulysses_degree, " x ring ", ring_degree,
-             "): pick a height whose latent rows / patch size divide evenly");
+             "): each rank needs a row; use a taller image or a lower degree");
   XDIT_CHECK(
       pipefusion_parallel_degree == 1 || patch_rows / sp() >= pipefusion_parallel_degree,
       "the image has ", patch_rows, " rows of patches",
@@ -103,16 +103,23 @@ std::vector<std::pair<int64_t, int64_t>> ParallelConfig::stage_blocks(int64_t nu
 }
 
 std::vector<std::pair<int64_t, int64_t>> ParallelConfig::patches(int64_t rows) const {
-  // Patches are whole multiples of the sequence-parallel degree, so that each
-  // SP rank of a stage computes the same number of rows of every patch.
+  // Patches are whole multiples of the sequence-parallel degree where the
+  // rows allow, so that each SP rank of a stage computes the same number of
+  // rows of every patch; otherwise as even as possible, each with a row per
+  // SP rank (the SP ranks then split a patch unevenly).
   const int64_t unit = sp(), units = rows / unit;
-  XDIT_CHECK(units * unit == rows, rows, " patch rows do not split over ", unit,
-             " sequence-parallel ranks");
+  XDIT_CHECK(units >= 1, rows, " patch rows cannot give each of the ", unit,
+             " sequence-parallel ranks a row");
   int64_t m = num_pipeline_patch > 0 ? num_pipeline_patch : pipefusion_parallel_degree;
   if (m > units) m = units;  // the caller warns
   std::vector<std::pair<int64_t, int64_t>> v;
-  for (int64_t j = 0; j < m; ++j)
-    v.emplace_back(unit * (units * j / m), unit * (units * (j + 1) / m));
+  const bool even = units * unit == rows;
+  for (int64_t j = 0; j < m; ++j) {
+    if (even)
+      v.emplace_back(unit * (units * j / m), unit * (units * (j + 1) / m));
+    else
+      v.emplace_back(rows * j / m, rows * (j + 1) / m);
+  }
   return v;
 }
 

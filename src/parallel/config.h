@@ -38,7 +38,7 @@ struct ParallelConfig {
   // Degrees against the number of ranks (before anything is loaded).
   void validate(int world_size) const;
   // Degrees against the model and the request: heads divisible by Ulysses,
-  // patch rows by the sequence-parallel degree, a patch row per PipeFusion
+  // a patch row per sequence-parallel rank (uneven shares are fine), one per PipeFusion
   // stage (per SP rank), CFG parallel needs guidance (`cfg`: the request
   // uses it; `cfg_needs`: what asks for it on this model).
   void validate_request(int64_t heads, int64_t patch_rows, bool cfg,

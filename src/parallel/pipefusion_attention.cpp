@@ -1,5 +1,6 @@
 #include "parallel/pipefusion_attention.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -113,17 +114,38 @@ void PipeFusionAttention::attend(const kernels::AttentionArgs& args,
   attend_buffer(buf, args, args.q, args.q_stride, args.q_len, args.out, args.out_stride);
 }
 
+void PipeFusionAttention::set_sequence_split(std::vector<int64_t> tokens) {
+  split_ = std::move(tokens);
+  if (!exchange_) return;
+  const int u = ulysses_->size();
+  if (split_.empty()) {
+    exchange_->set_counts({}, 0);
+    return;
+  }
+  XDIT_CHECK(static_cast<int>(split_.size()) == u * ring_->size(), "sequence split of ",
+             split_.size(), " shares for ", u * ring_->size(), " sequence-parallel ranks");
+  const auto first = split_.begin() + static_cast<std::ptrdiff_t>(ring_->rank()) * u;
+  exchange_->set_counts(std::vector<int64_t>(first, first + u),
+                        *std::max_element(split_.begin(), split_.end()));
+}
+
 void PipeFusionAttention::attend_sequence_parallel(const kernels::AttentionArgs& args,
                                                    const nn::AttentionSite& site) {
   const int u = ulysses_->size(), r = ring_->size();
   const int64_t text = site.text_tokens;
   check_sequence_parallel_args(args, u, text);
   const int64_t B = args.batch, D = args.head_dim, Hu = args.heads / u, cols = Hu * D;
-  const int64_t Nu = (args.q_len - text) * u;  // my ring super-chunk: u·N image tokens
-  const int64_t S = text + Nu;                 // per batch item after the exchange
-  XDIT_CHECK(total_ > 0 && Nu * r == t1_ - t0_, "PipeFusion attention called on ",
-             args.q_len - text, " image tokens per rank (", u * r,
-             " sequence-parallel ranks) for the window [", t0_, ", ", t1_, ")");
+  const int64_t mine = args.q_len - text;
+  // Every SP rank's share of the window (SP rank k = ring · u + ulysses).
+  std::vector<int64_t> share = split_;
+  if (share.empty()) share.assign(static_cast<size_t>(u * r), mine);
+  int64_t window = 0;
+  for (int64_t n : share) window += n;
+  XDIT_CHECK(total_ > 0 && window == t1_ - t0_, "PipeFusion attention called on ", mine,
+             " image tokens per rank (", u * r, " sequence-parallel ranks) for the window [", t0_,
+             ", ", t1_, ")");
+  const int64_t P = exchange_->chunk(mine);  // each Ulysses chunk after the exchange
+  const int64_t Nu = P * u, S = text + Nu;   // per batch item after the exchange
   const bool whole = t0_ == 0 && t1_ == total_;
   Buffer& buf = buffer(site.layer, args, Hu, whole, text);
   const float* q = exchange_->to_heads(args, text);  // q, k, v: [B, S, Hu, D]
@@ -131,24 +153,28 @@ void PipeFusionAttention::attend_sequence_parallel(const kernels::AttentionArgs&
   const float *k = q + n, *v = q + 2 * n;
   if (text > 0) store(buf, k, v, cols, cols, S, 0, text);
   if (whole || refresh_) {
-    if (r == 1) {
-      store(buf, k + text * cols, v + text * cols, cols, cols, S, text + t0_, Nu);
-    } else {
-      // Every ring rank's super-chunk of fresh image K/V ([2][B, Nu, Hu, D]),
-      // stored at its tokens.
-      const size_t m = static_cast<size_t>(B * Nu * cols);
-      kv_mine_.resize(2 * m);
-      for (int t = 0; t < 2; ++t)
-        for (int64_t b = 0; b < B; ++b)
-          std::memcpy(kv_mine_.data() + t * m + b * Nu * cols,
-                      (t == 0 ? k : v) + (b * S + text) * cols, static_cast<size_t>(Nu * cols) * 4);
+    // The ring super-chunks' fresh image K/V ([2][B, Nu, Hu, D], Ulysses
+    // chunks padded to P), each SP rank's real tokens stored at their place.
+    const size_t m = static_cast<size_t>(B * Nu * cols);
+    kv_mine_.resize(2 * m);
+    for (int t = 0; t < 2; ++t)
+      for (int64_t b = 0; b < B; ++b)
+        std::memcpy(kv_mine_.data() + t * m + b * Nu * cols,
+                    (t == 0 ? k : v) + (b * S + text) * cols, static_cast<size_t>(Nu * cols) * 4);
+    const float* kv = kv_mine_.data();
+    if (r > 1) {
       kv_all_.resize(2 * m * static_cast<size_t>(r));
       ring_->allgather(kv_mine_.data(), kv_all_.data(), 2 * m, comm::Type::kF32);
-      for (int i = 0; i < r; ++i) {
-        const float* kv = kv_all_.data() + 2 * m * static_cast<size_t>(i);
-        store(buf, kv, kv + m, cols, cols, Nu, text + t0_ + i * Nu, Nu);
-      }
+      kv = kv_all_.data();
     }
+    int64_t at = text + t0_;
+    for (int i = 0; i < r; ++i)
+      for (int j = 0; j < u; ++j) {
+        const float* blk = kv + 2 * m * static_cast<size_t>(i) + j * P * cols;
+        const int64_t cnt = share[static_cast<size_t>(i * u + j)];
+        store(buf, blk, blk + m, cols, cols, Nu, at, cnt);
+        at += cnt;
+      }
     buf.filled = buf.filled || whole;
   }
   out_.resize(n);

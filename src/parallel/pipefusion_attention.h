@@ -38,6 +38,7 @@ class PipeFusionAttention : public nn::AttentionBackend {
   // whole patch; under sequence parallelism this rank holds its chunk).
   void set_window(int64_t total, int64_t t0, int64_t t1);
   void attend(const kernels::AttentionArgs& args, const nn::AttentionSite& site) override;
+  void set_sequence_split(std::vector<int64_t> tokens_per_rank) override;
 
   // The buffers of a layer as f32 [B, text + total, heads·D], the rank's
   // heads under Ulysses (tests compare them).
@@ -74,6 +75,7 @@ class PipeFusionAttention : public nn::AttentionBackend {
   void attend_sequence_parallel(const kernels::AttentionArgs& args, const nn::AttentionSite& site);
 
   std::map<int, Buffer> buffers_;
+  std::vector<int64_t> split_;  // image tokens per SP rank of the window, or empty (equal)
   int64_t total_ = 0, t0_ = 0, t1_ = 0;
   bool refresh_ = true;
   comm::Communicator* ulysses_ = nullptr;

@@ -1,5 +1,6 @@
 #include "parallel/usp_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -65,6 +66,10 @@ void UspAttention::ring_attention(const float* q, const float* k, const float* v
     a.k = step == 0 ? k : kv_.data();
     a.v = step == 0 ? v : kv_.data() + kv_n;
     a.kv_len = step == 0 ? S : N;
+    // Uneven shares: the padding of the block's Ulysses chunks masked out.
+    std::vector<uint8_t> mask;
+    if (!split_.empty()) mask = key_mask(B, step == 0 ? text : 0, (me - step + r) % r);
+    a.key_mask = mask.empty() ? nullptr : mask.data();
     a.out = step == 0 ? out : part_.data();
     a.lse = step == 0 ? lse_.data() : lse_part_.data();
     kernels::attention(a);
@@ -86,14 +91,26 @@ void check_sequence_parallel_args(const kernels::AttentionArgs& args, int u, int
              " not divisible by the Ulysses degree ", u);
 }
 
+void UlyssesExchange::set_counts(std::vector<int64_t> counts, int64_t pad) {
+  counts_ = std::move(counts);
+  pad_ = pad;
+}
+
+int64_t UlyssesExchange::chunk(int64_t mine) const {
+  return counts_.empty() ? mine : pad_;
+}
+
 float* UlyssesExchange::to_heads(const kernels::AttentionArgs& args, int64_t text) {
   const int u = group_.size(), me = group_.rank();
   const int64_t B = args.batch, H = args.heads, D = args.head_dim, N = args.q_len - text;
-  const int64_t Hu = H / u, Nu = N * u;  // after the all-to-all: my heads, the group's tokens
+  const int64_t P = chunk(N);  // every rank's chunk, padded to the longest share
+  XDIT_CHECK(N <= P, "Ulysses: ", N, " tokens exceed the chunk of ", P);
+  const int64_t Hu = H / u, Nu = P * u;  // after the all-to-all: my heads, the group's tokens
   const int64_t S = text + Nu;           // per batch item: the text, then the image tokens
-  const size_t block = static_cast<size_t>(B * N * Hu * D);  // one q/k/v block per destination
-  // Pack [dest j][q|k|v][B, N, Hu, D] with heads [j·Hu, (j+1)·Hu) of the image tokens.
-  send_.resize(static_cast<size_t>(u) * 3 * block);
+  const size_t block = static_cast<size_t>(B * P * Hu * D);  // one q/k/v block per destination
+  // Pack [dest j][q|k|v][B, P, Hu, D] with heads [j·Hu, (j+1)·Hu) of my image
+  // tokens; the padding rows stay zero.
+  send_.assign(static_cast<size_t>(u) * 3 * block, 0.0f);
   const float* src[3] = {args.q, args.k, args.v};
   const int64_t stride[3] = {args.q_stride, args.k_stride, args.v_stride};
 #pragma omp parallel for collapse(2)
@@ -101,7 +118,7 @@ float* UlyssesExchange::to_heads(const kernels::AttentionArgs& args, int64_t tex
     for (int t = 0; t < 3; ++t)
       for (int64_t bn = 0; bn < B * N; ++bn) {
         const int64_t b = bn / N, n = bn % N;
-        std::memcpy(send_.data() + (static_cast<size_t>(j) * 3 + t) * block + bn * Hu * D,
+        std::memcpy(send_.data() + (static_cast<size_t>(j) * 3 + t) * block + (b * P + n) * Hu * D,
                     src[t] + (b * (text + N) + text + n) * stride[t] + j * Hu * D,
                     static_cast<size_t>(Hu * D) * 4);
       }
@@ -116,9 +133,9 @@ float* UlyssesExchange::to_heads(const kernels::AttentionArgs& args, int64_t tex
   for (int i = 0; i < u; ++i)
     for (int t = 0; t < 3; ++t)
       for (int64_t b = 0; b < B; ++b)
-        std::memcpy(qkv[t] + (b * S + text + i * N) * Hu * D,
-                    recv_.data() + (static_cast<size_t>(i) * 3 + t) * block + b * N * Hu * D,
-                    static_cast<size_t>(N * Hu * D) * 4);
+        std::memcpy(qkv[t] + (b * S + text + i * P) * Hu * D,
+                    recv_.data() + (static_cast<size_t>(i) * 3 + t) * block + b * P * Hu * D,
+                    static_cast<size_t>(P * Hu * D) * 4);
   for (int t = 0; t < 3; ++t)
     for (int64_t b = 0; b < B; ++b)
       for (int64_t l = 0; l < text; ++l)
@@ -131,16 +148,16 @@ float* UlyssesExchange::to_heads(const kernels::AttentionArgs& args, int64_t tex
 void UlyssesExchange::to_tokens(const float* out, const kernels::AttentionArgs& args,
                                 int64_t text) {
   const int u = group_.size();
-  const int64_t B = args.batch, D = args.head_dim, N = args.q_len - text;
-  const int64_t Hu = args.heads / u, Nu = N * u, S = text + Nu;
+  const int64_t B = args.batch, D = args.head_dim, N = args.q_len - text, P = chunk(N);
+  const int64_t Hu = args.heads / u, Nu = P * u, S = text + Nu;
   // Token chunk i of my heads goes to Ulysses rank i; I receive my tokens' heads.
-  const size_t oblock = static_cast<size_t>(B * N * Hu * D);
+  const size_t oblock = static_cast<size_t>(B * P * Hu * D);
   send_.resize(static_cast<size_t>(u) * oblock);
 #pragma omp parallel for collapse(2)
   for (int i = 0; i < u; ++i)
     for (int64_t b = 0; b < B; ++b)
-      std::memcpy(send_.data() + static_cast<size_t>(i) * oblock + b * N * Hu * D,
-                  out + (b * S + text + i * N) * Hu * D, static_cast<size_t>(N * Hu * D) * 4);
+      std::memcpy(send_.data() + static_cast<size_t>(i) * oblock + b * P * Hu * D,
+                  out + (b * S + text + i * P) * Hu * D, static_cast<size_t>(P * Hu * D) * 4);
   recv_.resize(send_.size());
   group_.alltoall(send_.data(), recv_.data(), oblock, comm::Type::kF32);
 #pragma omp parallel for collapse(2)
@@ -148,7 +165,7 @@ void UlyssesExchange::to_tokens(const float* out, const kernels::AttentionArgs& 
     for (int64_t bn = 0; bn < B * N; ++bn) {
       const int64_t b = bn / N, n = bn % N;
       std::memcpy(args.out + (b * (text + N) + text + n) * args.out_stride + j * Hu * D,
-                  recv_.data() + static_cast<size_t>(j) * oblock + bn * Hu * D,
+                  recv_.data() + static_cast<size_t>(j) * oblock + (b * P + n) * Hu * D,
                   static_cast<size_t>(Hu * D) * 4);
     }
   if (text == 0) return;
@@ -168,6 +185,34 @@ void UlyssesExchange::to_tokens(const float* out, const kernels::AttentionArgs& 
                     static_cast<size_t>(Hu * D) * 4);
 }
 
+void UspAttention::set_sequence_split(std::vector<int64_t> tokens) {
+  split_ = std::move(tokens);
+  const int u = ulysses_.size();
+  if (split_.empty()) {
+    exchange_.set_counts({}, 0);
+    return;
+  }
+  XDIT_CHECK(static_cast<int>(split_.size()) == u * ring_.size(), "sequence split of ",
+             split_.size(), " shares for ", u * ring_.size(), " sequence-parallel ranks");
+  const int64_t pad = *std::max_element(split_.begin(), split_.end());
+  const auto first = split_.begin() + static_cast<std::ptrdiff_t>(ring_.rank()) * u;
+  exchange_.set_counts(std::vector<int64_t>(first, first + u), pad);
+}
+
+std::vector<uint8_t> UspAttention::key_mask(int64_t batch, int64_t text, int ring_rank) const {
+  const int u = ulysses_.size();
+  const int64_t pad = *std::max_element(split_.begin(), split_.end());
+  std::vector<uint8_t> m(static_cast<size_t>(batch * (text + u * pad)), 0);
+  for (int64_t b = 0; b < batch; ++b) {
+    uint8_t* row = m.data() + b * (text + u * pad);
+    std::fill(row, row + text, 1);
+    for (int i = 0; i < u; ++i)
+      std::fill(row + text + i * pad,
+                row + text + i * pad + split_[static_cast<size_t>(ring_rank * u + i)], 1);
+  }
+  return m;
+}
+
 void UspAttention::attend(const kernels::AttentionArgs& args, const nn::AttentionSite& site) {
   const int u = ulysses_.size(), r = ring_.size();
   if (site.cross || (u == 1 && r == 1)) {
@@ -177,11 +222,13 @@ void UspAttention::attend(const kernels::AttentionArgs& args, const nn::Attentio
   const int64_t text = site.text_tokens;
   check_sequence_parallel_args(args, u, text);
   const int64_t B = args.batch, D = args.head_dim, Hu = args.heads / u;
-  const int64_t Nu = (args.q_len - text) * u, S = text + Nu;
+  const int64_t Nu = exchange_.chunk(args.q_len - text) * u, S = text + Nu;
   const size_t full = static_cast<size_t>(B * S * Hu * D);
   const float* q = exchange_.to_heads(args, text);
   out_.resize(full);
   if (r == 1) {
+    std::vector<uint8_t> mask;
+    if (!split_.empty()) mask = key_mask(B, text, 0);
     kernels::AttentionArgs a;
     a.q = q;
     a.k = q + full;
@@ -194,6 +241,7 @@ void UspAttention::attend(const kernels::AttentionArgs& args, const nn::Attentio
     a.head_dim = D;
     a.scale = args.scale;
     a.bf16 = args.bf16;
+    a.key_mask = mask.empty() ? nullptr : mask.data();
     kernels::attention(a);
   } else {
     ring_attention(q, q + full, q + 2 * full, out_.data(), B, Hu, text, Nu, D, args.scale,

@@ -33,9 +33,16 @@ class UlyssesExchange {
   // Back: out [B, text + u·N, H/u, D] (my heads) → args.out [B, text + N, H·D]
   // (my tokens; the text's heads all-gathered over the group).
   void to_tokens(const float* out, const kernels::AttentionArgs& args, int64_t text = 0);
+  // Uneven shares: the image tokens of each rank of the group, every chunk
+  // padded to `pad` tokens (zeros) in the exchange; empty: equal shares.
+  void set_counts(std::vector<int64_t> counts, int64_t pad);
+  // The tokens each rank's chunk occupies after to_heads (mine: my share).
+  int64_t chunk(int64_t mine) const;
 
  private:
   comm::Communicator& group_;
+  std::vector<int64_t> counts_;
+  int64_t pad_ = 0;
   std::vector<float> send_, recv_, qkv_;
 };
 
@@ -44,8 +51,12 @@ class UspAttention : public nn::AttentionBackend {
   // `ulysses` and `ring` are the rank's groups (either may have size 1).
   UspAttention(comm::Communicator& ulysses, comm::Communicator& ring);
   void attend(const kernels::AttentionArgs& args, const nn::AttentionSite& site) override;
+  void set_sequence_split(std::vector<int64_t> tokens_per_rank) override;
 
  private:
+  // Uneven shares: the valid keys [B, text + u·pad] of the block that ring
+  // rank `ring_rank`'s Ulysses group holds after the exchange.
+  std::vector<uint8_t> key_mask(int64_t batch, int64_t text, int ring_rank) const;
   // Exact attention of the local queries ([B, text + N, H, D]) against the
   // local K/V (text and image) and then the ring's image K/V blocks.
   void ring_attention(const float* q, const float* k, const float* v, float* out, int64_t batch,
@@ -54,6 +65,7 @@ class UspAttention : public nn::AttentionBackend {
   comm::Communicator& ulysses_;
   comm::Communicator& ring_;
   UlyssesExchange exchange_;
+  std::vector<int64_t> split_;  // image tokens per SP rank, or empty (equal)
   std::vector<float> kv_, kv_next_, out_, part_, lse_, lse_part_;
 };
 

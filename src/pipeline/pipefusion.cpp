@@ -145,6 +145,7 @@ Tensor Pipeline::pipefusion_loop(Tensor latents, schedulers::Scheduler& sched, c
   const int64_t C = latents.dim(1), h = latents.dim(2), w = latents.dim(3);
   const models::DiTSpec spec = transformer_->spec();
   const int64_t p = spec.patch, gw = w / p, gh = h / p, d = spec.hidden, MB = li.batch;
+  grid_width_ = gw;
   const auto patches = pc.patches(gh);
   const int64_t M = static_cast<int64_t>(patches.size());
   const int64_t requested = pc.num_pipeline_patch > 0 ? pc.num_pipeline_patch : P;
@@ -168,7 +169,7 @@ Tensor Pipeline::pipefusion_loop(Tensor latents, schedulers::Scheduler& sched, c
   };
   // The last stage: noise for rows [r0, r1) from the stage output, then the step.
   auto finish_rows = [&](const Tensor& out, int64_t r0, int64_t r1) {
-    Tensor noise = noise_prediction(out, li);
+    Tensor noise = noise_prediction(out, li, r0, r1);
     Tensor rows = take_rows(latents, r0 * p, r1 * p);
     sched.step(noise.data<float>(), rows.data<float>(), latents.shape(), r0 * p, r1 * p);
     put_rows(latents, rows.data<float>(), r0 * p, r1 * p);

@@ -12,6 +12,7 @@
 #include "core/rng.h"
 #include "core/trace.h"
 #include "parallel/gather.h"
+#include "parallel/split.h"
 #include "pipeline/family_util.h"
 #include "pipeline/resolution.h"
 
@@ -356,16 +357,31 @@ models::DiTInputs Pipeline::LoopInputs::at(const Tensor& latents, double t, int6
   return in;
 }
 
-std::pair<int64_t, int64_t> Pipeline::my_rows(int64_t r0, int64_t r1) const {
+std::pair<int64_t, int64_t> Pipeline::my_rows(int64_t r0, int64_t r1) {
   if (mesh_ == nullptr || mesh_->config().sp() == 1) return {r0, r1};
-  const int sp = mesh_->config().sp(), k = mesh_->coord().sp;
-  const int64_t n = (r1 - r0) / sp;
-  return {r0 + k * n, r0 + (k + 1) * n};
+  const int sp = mesh_->config().sp();
+  // The attention backend learns every SP rank's share (uneven when the
+  // rows do not divide: it pads the shorter ones and masks the padding).
+  std::vector<int64_t> tokens;
+  const int64_t gw = grid_width_;
+  bool even = true;
+  for (int64_t rows : parallel::row_counts(r1 - r0, sp)) {
+    tokens.push_back(rows * gw);
+    even = even && rows * gw == tokens.front();
+  }
+  nn::AttentionBackend* backend =
+      pipefusion_ ? static_cast<nn::AttentionBackend*>(pipefusion_.get()) : usp_.get();
+  if (backend != nullptr) backend->set_sequence_split(even ? std::vector<int64_t>{} : tokens);
+  return parallel::row_share(r0, r1, sp, mesh_->coord().sp);
 }
 
-Tensor Pipeline::noise_prediction(Tensor out, const LoopInputs& li) {
-  if (mesh_ != nullptr && mesh_->config().sp() > 1)
-    out = parallel::gather_rows(mesh_->sp_group(), out);  // the SP ranks' shares of the rows
+Tensor Pipeline::noise_prediction(Tensor out, const LoopInputs& li, int64_t r0, int64_t r1) {
+  if (mesh_ != nullptr && mesh_->config().sp() > 1) {
+    // The SP ranks' shares of the rows, in latent rows.
+    std::vector<int64_t> rows = parallel::row_counts(r1 - r0, mesh_->config().sp());
+    for (int64_t& r : rows) r *= spec().patch;
+    out = parallel::gather_rows(mesh_->sp_group(), out, rows);
+  }
   if (li.cfg_split) out = parallel::gather_batch(mesh_->cfg_group(), out);  // [uncond; cond]
   return guided_noise(out, li.prompts, spec().latent_channels, li.cfg, li.cfg_scale);
 }
@@ -391,6 +407,7 @@ Tensor Pipeline::generate_latents(const LatentRequest& req,
   if (mesh_ != nullptr && mesh_->config().pipefusion_parallel_degree > 1)
     return pipefusion_loop(latents, sched, li, on_step);
   const int64_t gh = h / spec().patch;
+  grid_width_ = w / spec().patch;
   const auto [row0, row1] = my_rows(0, gh);
   Tensor model_in = Tensor::empty({li.batch, C, h, w});
   const int64_t plane = C * h * w;
@@ -406,7 +423,7 @@ Tensor Pipeline::generate_latents(const LatentRequest& req,
       trace::Span span("step " + std::to_string(i), "compute");
       out = transformer_->forward(in);  // [MB, out_channels, this rank's rows, w]
     }
-    sched.step(noise_prediction(out, li), latents);
+    sched.step(noise_prediction(out, li, 0, gh), latents);
     check_finite_latents(latents, static_cast<int64_t>(i) + 1, static_cast<int64_t>(ts.size()));
     if (on_step) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -114,11 +114,14 @@ class Pipeline {
     models::DiTInputs at(const Tensor& latents, double t, int64_t r0, int64_t r1) const;
   };
   LoopInputs loop_inputs(const LatentRequest& r) const;
-  // The one guidance path: the rows of the SP group and the CFG halves
-  // gathered, then guidance and the learned-sigma split.
-  Tensor noise_prediction(Tensor out, const LoopInputs& li);
-  // The patch rows [begin, end) this rank computes of [r0, r1) (its SP share).
-  std::pair<int64_t, int64_t> my_rows(int64_t r0, int64_t r1) const;
+  // The one guidance path: the SP group's shares of patch rows [r0, r1) and
+  // the CFG halves gathered, then guidance and the learned-sigma split.
+  Tensor noise_prediction(Tensor out, const LoopInputs& li, int64_t r0, int64_t r1);
+  // The one row split: the patch rows [begin, end) this rank computes of
+  // [r0, r1) (its SP share, uneven when they do not divide), told to the
+  // attention backend before the calls that compute them.
+  std::pair<int64_t, int64_t> my_rows(int64_t r0, int64_t r1);
+  int64_t grid_width_ = 0;  // patch columns of the current request
 
   void check_size(int64_t height, int64_t width) const;
   void check_steps(int64_t steps) const;

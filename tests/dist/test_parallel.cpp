@@ -46,7 +46,8 @@ ParallelConfig layout(int dp, bool cfg, int u, int r, int pp = 1, int m = 0, int
 // Two prompts, random embeddings; PixArt: 9 tokens padded differently and a
 // 128x96 px image (8x6 patch rows x cols); FLUX: 6 text tokens, pooled
 // vectors, a 64x40 px image (8x5 patch rows x cols), dev with true CFG.
-pipeline::LatentRequest request(const pipeline::Pipeline& p) {
+// `rows` > 0: that many patch rows instead (odd counts split unevenly).
+pipeline::LatentRequest request(const pipeline::Pipeline& p, int64_t rows = 0) {
   pipeline::LatentRequest r;
   TorchGenerator g(3);
   const bool flux = p.family().pooled_width() > 0;
@@ -71,6 +72,7 @@ pipeline::LatentRequest request(const pipeline::Pipeline& p) {
     r.height = 128;
     r.width = 96;
   }
+  if (rows > 0) r.height = rows * (flux ? 8 : 16);  // the tiny VAEs: factor 4 (FLUX), 8
   r.num_inference_steps = 3;
   if (!flux || p.family().embeds_guidance()) r.guidance_scale = 3.5;
   r.seed = 11;
@@ -80,13 +82,14 @@ pipeline::LatentRequest request(const pipeline::Pipeline& p) {
 class ParallelLoop : public testing::TestWithParam<std::string> {
  protected:
   // The layout's run against the serial run; skips when it does not apply.
-  void check(const ParallelConfig& pc) {
+  void check(const ParallelConfig& pc, int64_t rows = 0) {
     if (pc.world() != world().size())
       GTEST_SKIP() << pc.describe() << " needs " << pc.world() << " ranks, not " << world().size();
     const std::string model = std::string(XDIT_MODELS) + "/" + GetParam() + "-tiny";
-    SCOPED_TRACE(pc.describe() + " on " + GetParam());
+    SCOPED_TRACE(pc.describe() + " on " + GetParam() +
+                 (rows > 0 ? " with " + std::to_string(rows) + " patch rows" : ""));
     pipeline::Pipeline serial(model, DType::kF32);
-    const auto req = request(serial);
+    const auto req = request(serial, rows);
     if (pc.use_cfg_parallel && !serial.uses_cfg(req))
       GTEST_SKIP() << GetParam() << " runs this request without CFG: nothing for CFG parallel";
     if (pc.pipefusion_parallel_degree > serial.spec().blocks)
@@ -152,6 +155,36 @@ TEST_P(ParallelLoop, PipeFusionTimesCfgFullWarmup) {
   check(layout(1, true, 1, 1, 2, 2, 3));
 }
 
+// Any size on any layout: patch rows that do not divide by the sequence-
+// parallel degree (or a PipeFusion patch's rows) split unevenly.
+TEST_P(ParallelLoop, Ulysses2With7Rows) {
+  check(layout(1, false, 2, 1), 7);
+}
+TEST_P(ParallelLoop, Ring2With7Rows) {
+  check(layout(1, false, 1, 2), 7);
+}
+TEST_P(ParallelLoop, CfgTimesUlyssesWith7Rows) {
+  check(layout(1, true, 2, 1), 7);
+}
+TEST_P(ParallelLoop, UlyssesTimesRingWith7Rows) {
+  check(layout(1, false, 2, 2), 7);
+}
+TEST_P(ParallelLoop, UlyssesTimesRingWith14Rows) {  // PixArt at 224 px high
+  check(layout(1, false, 2, 2), 14);
+}
+TEST_P(ParallelLoop, Ring4With7Rows) {
+  check(layout(1, false, 1, 4), 7);
+}
+TEST_P(ParallelLoop, PipeFusion2With7RowsFullWarmup) {
+  check(layout(1, false, 1, 1, 2, 2, 3), 7);
+}
+TEST_P(ParallelLoop, PipeFusionTimesUlyssesWith7RowsFullWarmup) {
+  check(layout(1, false, 2, 1, 2, 2, 3), 7);
+}
+TEST_P(ParallelLoop, PipeFusionTimesRingWith7RowsFullWarmup) {
+  check(layout(1, false, 1, 2, 2, 2, 3), 7);
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, ParallelLoop,
                          testing::Values("pixart-alpha", "pixart-sigma", "flux-dev",
                                          "flux-schnell"),
@@ -204,9 +237,11 @@ TEST(ParallelConfigErrors, OneClearMessageEach) {
               layout(1, false, 2, 1).validate_request(3, 8, true);
             }).find("3 attention heads"),
             std::string::npos);
+  // Rows that do not divide split unevenly; fewer rows than ranks cannot.
+  EXPECT_NO_THROW(layout(1, false, 1, 3).validate_request(16, 64, true));
   EXPECT_NE(message([] {
-              layout(1, false, 1, 3).validate_request(16, 64, true);
-            }).find("64 rows of patches"),
+              layout(1, false, 2, 2).validate_request(16, 3, true);
+            }).find("3 rows of patches, fewer than the sequence-parallel degree 4"),
             std::string::npos);
   EXPECT_NE(message([] {
               layout(1, true, 1, 1).validate_request(16, 64, false);
