@@ -36,6 +36,23 @@ inline double rel_max_err(const std::vector<float>& a, const std::vector<float>&
 }
 
 // The message of the xdit::Error that `f` throws, or "(no error)".
+// The largest difference (of 255) between 8-bit RGB pixels [H, W, 3] and a
+// diffusers image [3, H, W] in [-1, 1] postprocessed as diffusers does it
+// (x / 2 + 0.5, clamped, × 255, rounded).
+inline int worst_pixel_difference(const std::vector<uint8_t>& rgb, const float* chw, int64_t H,
+                                  int64_t W) {
+  int worst = 0;
+  for (int64_t c = 0; c < 3; ++c)
+    for (int64_t y = 0; y < H; ++y)
+      for (int64_t x = 0; x < W; ++x) {
+        const float v = std::clamp(chw[(c * H + y) * W + x] / 2 + 0.5f, 0.0f, 1.0f);
+        worst = std::max(worst,
+                         std::abs(static_cast<int>(std::nearbyint(v * 255.0f)) -
+                                  static_cast<int>(rgb[static_cast<size_t>((y * W + x) * 3 + c)])));
+      }
+  return worst;
+}
+
 inline std::string error_message(const std::function<void()>& f) {
   try {
     f();

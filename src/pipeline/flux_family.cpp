@@ -17,9 +17,9 @@ namespace xdit::pipeline {
 
 namespace {
 
-class FluxFamily : public ModelFamily {
+class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransformer> {
  public:
-  explicit FluxFamily(const models::FluxConfig& cfg) : cfg_(cfg) {}
+  using ConfigFamily::ConfigFamily;
 
   std::string name() const override {
     return cfg_.guidance_embeds ? "FLUX.1 [dev]" : "FLUX.1 [schnell]";
@@ -33,15 +33,6 @@ class FluxFamily : public ModelFamily {
                           c.joint_attention_dim, ", pooled ", c.pooled_projection_dim,
                           ", guidance embedding ", c.guidance_embeds ? "yes" : "no", ", RoPE axes ",
                           a[0], "/", a[1], "/", a[2]);
-  }
-  models::DiTSpec spec() const override { return cfg_.spec(); }
-  int64_t parameter_count() const override { return cfg_.parameter_count(); }
-  io::WeightSpecs weight_specs(const models::DiTStage& stage) const override {
-    return cfg_.weight_specs(stage);
-  }
-  std::unique_ptr<models::DiT> make_transformer(const io::WeightSource& w, DType dtype,
-                                                const models::DiTStage& stage) const override {
-    return std::make_unique<models::FluxTransformer>(cfg_, w, dtype, stage);
   }
   int64_t text_width() const override { return cfg_.joint_attention_dim; }
   int64_t pooled_width() const override { return cfg_.pooled_projection_dim; }
@@ -136,7 +127,6 @@ class FluxFamily : public ModelFamily {
   }
 
  private:
-  models::FluxConfig cfg_;
   std::unique_ptr<tokenizers::ClipTokenizer> clip_tok_;
   std::unique_ptr<tokenizers::T5Tokenizer> t5_tok_;
   std::unique_ptr<models::ClipTextConfig> clip_cfg_;

@@ -77,4 +77,23 @@ class ModelFamily {
   virtual void describe_text(MemoryQuery& q) const = 0;
 };
 
+// What every family takes straight from its transformer's config.
+template <class Config, class Transformer>
+class ConfigFamily : public ModelFamily {
+ public:
+  explicit ConfigFamily(const Config& cfg) : cfg_(cfg) {}
+  models::DiTSpec spec() const override { return cfg_.spec(); }
+  int64_t parameter_count() const override { return cfg_.parameter_count(); }
+  io::WeightSpecs weight_specs(const models::DiTStage& stage) const override {
+    return cfg_.weight_specs(stage);
+  }
+  std::unique_ptr<models::DiT> make_transformer(const io::WeightSource& w, DType dtype,
+                                                const models::DiTStage& stage) const override {
+    return std::make_unique<Transformer>(cfg_, w, dtype, stage);
+  }
+
+ protected:
+  Config cfg_;
+};
+
 }  // namespace xdit::pipeline

@@ -16,9 +16,9 @@ namespace xdit::pipeline {
 
 namespace {
 
-class PixArtFamily : public ModelFamily {
+class PixArtFamily : public ConfigFamily<models::PixArtConfig, models::PixArtTransformer> {
  public:
-  PixArtFamily(const models::PixArtConfig& cfg, bool sigma) : cfg_(cfg), sigma_(sigma) {}
+  PixArtFamily(const models::PixArtConfig& cfg, bool sigma) : ConfigFamily(cfg), sigma_(sigma) {}
 
   std::string name() const override { return sigma_ ? "PixArt-Σ" : "PixArt-α"; }
   std::string describe() const override {
@@ -28,15 +28,6 @@ class PixArtFamily : public ModelFamily {
                           c.attention_head_dim, "), patch ", c.patch_size, ", sample size ",
                           c.sample_size, ", caption ", c.caption_channels, ", micro-conditions ",
                           c.use_additional_conditions ? "yes" : "no");
-  }
-  models::DiTSpec spec() const override { return cfg_.spec(); }
-  int64_t parameter_count() const override { return cfg_.parameter_count(); }
-  io::WeightSpecs weight_specs(const models::DiTStage& stage) const override {
-    return cfg_.weight_specs(stage);
-  }
-  std::unique_ptr<models::DiT> make_transformer(const io::WeightSource& w, DType dtype,
-                                                const models::DiTStage& stage) const override {
-    return std::make_unique<models::PixArtTransformer>(cfg_, w, dtype, stage);
   }
   int64_t text_width() const override { return cfg_.caption_channels; }
 
@@ -72,7 +63,6 @@ class PixArtFamily : public ModelFamily {
   void describe_text(MemoryQuery& q) const override { q.t5 = t5_cfg_.get(); }
 
  private:
-  models::PixArtConfig cfg_;
   bool sigma_;
   std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_;
   std::unique_ptr<models::T5Config> t5_cfg_;

@@ -341,16 +341,7 @@ TEST_F(Cli, FluxPromptToPngWithTrueCfgMatchesDiffusers) {
   const Tensor& want = g["case1.image"];  // [1, 3, H, W] in [-1, 1]
   ASSERT_EQ(png.height, want.dim(2));
   ASSERT_EQ(png.width, want.dim(3));
-  const int64_t H = want.dim(2), W = want.dim(3);
-  int worst = 0;
-  for (int64_t c = 0; c < 3; ++c)
-    for (int64_t y = 0; y < H; ++y)
-      for (int64_t x = 0; x < W; ++x) {
-        const float v = std::clamp(want.data<float>()[(c * H + y) * W + x] / 2 + 0.5f, 0.0f, 1.0f);
-        worst = std::max(worst, std::abs(static_cast<int>(std::nearbyint(v * 255.0f)) -
-                                         png.rgb[static_cast<size_t>((y * W + x) * 3 + c)]));
-      }
-  EXPECT_LE(worst, 1);
+  EXPECT_LE(test::worst_pixel_difference(png.rgb, want.data<float>(), want.dim(2), want.dim(3)), 1);
 }
 
 std::string flux_args(const std::string& model, const std::string& out,

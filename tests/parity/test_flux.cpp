@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <map>
 
 #include "core/rng.h"
 #include "io/json.h"
@@ -83,6 +85,23 @@ TEST(Flux, ConfigChecks) {
 // noise from the seed, sigmas linspace(1, 1/N, N) with mu from the packed
 // image's token count, t / 1000 and the guidance scale into the model, true
 // CFG as neg + scale·(pos − neg), the Flow-Match step, then the VAE.
+// Calls f(case name, its request metadata, the goldens) for each case of
+// flux_<name>_pipeline.safetensors.
+void for_each_pipeline_case(const std::string& name,
+                            const std::function<void(const std::string&, const io::Json&,
+                                                     std::map<std::string, Tensor>&)>& f) {
+  const std::string file =
+      std::string(XDIT_TEST_DATA) + "/goldens/flux_" + name + "_pipeline.safetensors";
+  io::SafeTensorsFile sf(file);
+  auto g = io::read_safetensors_f32(file);
+  const int cases = std::stoi(sf.metadata().at("cases"));
+  for (int k = 0; k < cases; ++k) {
+    const std::string c = "case" + std::to_string(k);
+    SCOPED_TRACE(name + " " + sf.metadata().at(c));
+    f(c, io::parse_json_text(sf.metadata().at(c), c), g);
+  }
+}
+
 void expect_loop_matches(const std::string& name) {
   const std::string root = std::string(XDIT_MODELS) + "/flux-" + name + "-tiny";
   const auto cfg =
@@ -95,56 +114,49 @@ void expect_loop_matches(const std::string& name) {
   const auto vae_cfg = VaeConfig::from_json(io::read_json_file(root + "/vae/config.json"), root);
   io::WeightStore vw(root + "/vae");
   VaeDecoder vae(vae_cfg, vw, DType::kF32);
-  const std::string file =
-      std::string(XDIT_TEST_DATA) + "/goldens/flux_" + name + "_pipeline.safetensors";
-  io::SafeTensorsFile f(file);
-  auto g = io::read_safetensors_f32(file);
-  const int cases = std::stoi(f.metadata().at("cases"));
-  for (int k = 0; k < cases; ++k) {
-    const std::string c = "case" + std::to_string(k);
-    const io::Json m = io::parse_json_text(f.metadata().at(c), c);
-    SCOPED_TRACE(name + " " + f.metadata().at(c));
-    const int64_t steps = m["steps"].get<int64_t>();
-    const Tensor& want_init = g[c + ".initial_latents"];
-    TorchGenerator gen(m["seed"].get<uint64_t>());
-    Tensor latents = gen.randn(want_init.shape());
-    ASSERT_EQ(test::rel_max_err(latents.to_vector(), want_init.to_vector()), 0.0)
-        << "the initial noise is torch.randn's for the seed";
-    const auto sched = sched_cfg.make();
-    schedulers::TimestepHints hints;
-    for (int64_t i = 0; i < steps; ++i)  // np.linspace(1.0, 1 / N, N)
-      hints.sigmas.push_back(steps > 1 ? 1.0 + i * ((1.0 / steps - 1.0) / (steps - 1)) : 1.0);
-    if (steps > 1) hints.sigmas.back() = 1.0 / steps;
-    hints.mu = sched_cfg.flow_match()->mu((latents.dim(2) / 2) * (latents.dim(3) / 2));
-    sched->set_timesteps(steps, hints);
-    const bool true_cfg = m["true_cfg_scale"].get<double>() > 1.0;
-    const auto scale = static_cast<float>(m["true_cfg_scale"].get<double>());
-    DiTInputs in;
-    in.latents = &latents;
-    for (const float t : sched->timesteps()) {
-      in.timesteps = {t / 1000.0f};
-      if (cfg.guidance_embeds)
-        in.guidance = {static_cast<float>(m["guidance_scale"].get<double>())};
-      in.text = &g[c + ".prompt_embeds"];
-      in.pooled = &g[c + ".pooled_prompt_embeds"];
-      Tensor noise = model.forward(in);
-      if (true_cfg) {
-        in.text = &g[c + ".negative_prompt_embeds"];
-        in.pooled = &g[c + ".negative_pooled_prompt_embeds"];
-        const Tensor neg = model.forward(in);
-        float* v = noise.data<float>();
-        const float* n = neg.data<float>();
-        for (int64_t i = 0; i < noise.numel(); ++i) {
-          const float diff = v[i] - n[i], scaled = scale * diff;
-          v[i] = n[i] + scaled;
+  for_each_pipeline_case(
+      name, [&](const std::string& c, const io::Json& m, std::map<std::string, Tensor>& g) {
+        const int64_t steps = m["steps"].get<int64_t>();
+        const Tensor& want_init = g[c + ".initial_latents"];
+        TorchGenerator gen(m["seed"].get<uint64_t>());
+        Tensor latents = gen.randn(want_init.shape());
+        ASSERT_EQ(test::rel_max_err(latents.to_vector(), want_init.to_vector()), 0.0)
+            << "the initial noise is torch.randn's for the seed";
+        const auto sched = sched_cfg.make();
+        schedulers::TimestepHints hints;
+        for (int64_t i = 0; i < steps; ++i)  // np.linspace(1.0, 1 / N, N)
+          hints.sigmas.push_back(steps > 1 ? 1.0 + i * ((1.0 / steps - 1.0) / (steps - 1)) : 1.0);
+        if (steps > 1) hints.sigmas.back() = 1.0 / steps;
+        hints.mu = sched_cfg.flow_match()->mu((latents.dim(2) / 2) * (latents.dim(3) / 2));
+        sched->set_timesteps(steps, hints);
+        const bool true_cfg = m["true_cfg_scale"].get<double>() > 1.0;
+        const auto scale = static_cast<float>(m["true_cfg_scale"].get<double>());
+        DiTInputs in;
+        in.latents = &latents;
+        for (const float t : sched->timesteps()) {
+          in.timesteps = {t / 1000.0f};
+          if (cfg.guidance_embeds)
+            in.guidance = {static_cast<float>(m["guidance_scale"].get<double>())};
+          in.text = &g[c + ".prompt_embeds"];
+          in.pooled = &g[c + ".pooled_prompt_embeds"];
+          Tensor noise = model.forward(in);
+          if (true_cfg) {
+            in.text = &g[c + ".negative_prompt_embeds"];
+            in.pooled = &g[c + ".negative_pooled_prompt_embeds"];
+            const Tensor neg = model.forward(in);
+            float* v = noise.data<float>();
+            const float* n = neg.data<float>();
+            for (int64_t i = 0; i < noise.numel(); ++i) {
+              const float diff = v[i] - n[i], scaled = scale * diff;
+              v[i] = n[i] + scaled;
+            }
+          }
+          sched->step(noise, latents);
         }
-      }
-      sched->step(noise, latents);
-    }
-    EXPECT_LE(test::rel_max_err(latents.to_vector(), g[c + ".latents"].to_vector()), 1e-4);
-    const Tensor image = vae.decode_latents(latents);
-    EXPECT_LE(test::rel_max_err(image.to_vector(), g[c + ".image"].to_vector()), 1e-4);
-  }
+        EXPECT_LE(test::rel_max_err(latents.to_vector(), g[c + ".latents"].to_vector()), 1e-4);
+        const Tensor image = vae.decode_latents(latents);
+        EXPECT_LE(test::rel_max_err(image.to_vector(), g[c + ".image"].to_vector()), 1e-4);
+      });
 }
 
 TEST(FluxLoop, SchnellComponentsReproduceFluxPipeline) {
@@ -161,15 +173,8 @@ TEST(FluxLoop, DevComponentsWithGuidanceAndTrueCfgReproduceFluxPipeline) {
 void expect_prompt_to_image(const std::string& name) {
   pipeline::Pipeline pipe(std::string(XDIT_MODELS) + "/flux-" + name + "-tiny", DType::kF32);
   pipe.set_keep_text_encoder(true);
-  const std::string file =
-      std::string(XDIT_TEST_DATA) + "/goldens/flux_" + name + "_pipeline.safetensors";
-  io::SafeTensorsFile f(file);
-  auto g = io::read_safetensors_f32(file);
-  const int cases = std::stoi(f.metadata().at("cases"));
-  for (int k = 0; k < cases; ++k) {
-    const std::string c = "case" + std::to_string(k);
-    const io::Json m = io::parse_json_text(f.metadata().at(c), c);
-    SCOPED_TRACE(name + " " + f.metadata().at(c));
+  for_each_pipeline_case(name, [&](const std::string& c, const io::Json& m,
+                                   std::map<std::string, Tensor>& g) {
     pipeline::ImageRequest r;
     r.prompts = {m["prompt"].get<std::string>()};
     if (!m["negative_prompt"].is_null())
@@ -192,19 +197,10 @@ void expect_prompt_to_image(const std::string& name) {
     ASSERT_EQ(out.rgb.size(), 1u);
     ASSERT_EQ(out.height, want.dim(2));
     ASSERT_EQ(out.width, want.dim(3));
-    const int64_t H = want.dim(2), W = want.dim(3);
-    int worst = 0;
-    for (int64_t ch = 0; ch < 3; ++ch)
-      for (int64_t y = 0; y < H; ++y)
-        for (int64_t x = 0; x < W; ++x) {
-          const float v = want.data<float>()[(ch * H + y) * W + x];
-          const int ref =
-              static_cast<int>(std::nearbyint(std::clamp(v / 2 + 0.5f, 0.0f, 1.0f) * 255.0f));
-          worst =
-              std::max(worst, std::abs(ref - static_cast<int>(out.rgb[0][(y * W + x) * 3 + ch])));
-        }
-    EXPECT_LE(worst, 1) << "largest per-pixel difference (of 255)";
-  }
+    EXPECT_LE(
+        test::worst_pixel_difference(out.rgb[0], want.data<float>(), want.dim(2), want.dim(3)), 1)
+        << "largest per-pixel difference (of 255)";
+  });
 }
 
 TEST(FluxPipeline, SchnellPromptToImageMatchesDiffusers) {
