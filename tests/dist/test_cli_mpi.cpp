@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include <map>
@@ -69,14 +70,32 @@ class CliMpi : public ::testing::Test {
     return worst;
   }
 
+  // Runs `make(out, flags)` serially and then under each (ranks, flags):
+  // every parallel run writes the serial run's two images (within 1/255).
+  using Runs = std::vector<std::pair<int, std::string>>;
+  void expect_serial_pixels(
+      const std::function<std::string(const std::string&, const std::string&)>& make,
+      const Runs& runs, const std::string& name = "") const {
+    Result s = run(0, make(name + "serial.png", ""));
+    ASSERT_EQ(s.code, 0) << s.err;
+    for (const auto& [np, flags] : runs) {
+      SCOPED_TRACE(flags);
+      Result r = run(np, make(name + "par.png", flags));
+      ASSERT_EQ(r.code, 0) << r.err;
+      for (const char* i : {"_0.png", "_1.png"})
+        EXPECT_LE(pixel_diff(path(name + "par" + i), path(name + "serial" + i)), 1);
+      EXPECT_NE(io::read_png(path(name + "par_0.png")).text["parallel"].find("dp="),
+                std::string::npos);
+    }
+  }
+
   fs::path dir_;
 };
 
 TEST_F(CliMpi, ParallelRunsWriteTheSerialImages) {
-  Result s = run(0, args("serial.png", ""));
-  ASSERT_EQ(s.code, 0) << s.err;
-  for (const auto& [np, flags] : std::vector<std::pair<int, std::string>>{
-           {2, "--use_cfg_parallel"},
+  expect_serial_pixels(
+      [&](const std::string& out, const std::string& flags) { return args(out, flags); },
+      Runs{{2, "--use_cfg_parallel"},
            {2, "--ulysses_degree 2"},
            {2, "--ring_degree 2"},
            {2, "--data_parallel_degree 2"},
@@ -97,14 +116,7 @@ TEST_F(CliMpi, ParallelRunsWriteTheSerialImages) {
             "--warmup_steps 3"},
            {8,
             "--data_parallel_degree 2 --pipefusion_parallel_degree 2 --ring_degree 2 "
-            "--warmup_steps 3"}}) {
-    SCOPED_TRACE(flags);
-    Result r = run(np, args("par.png", flags));
-    ASSERT_EQ(r.code, 0) << r.err;
-    EXPECT_LE(pixel_diff(path("par_0.png"), path("serial_0.png")), 1);
-    EXPECT_LE(pixel_diff(path("par_1.png"), path("serial_1.png")), 1);
-    EXPECT_NE(io::read_png(path("par_0.png")).text["parallel"].find("dp="), std::string::npos);
-  }
+            "--warmup_steps 3"}});
 }
 
 // FLUX.1 [dev] with true CFG from the prompts: every method on the same
@@ -117,23 +129,20 @@ TEST_F(CliMpi, FluxParallelRunsWriteTheSerialImages) {
            "--max_sequence_length 16 --dtype f32 -o '" +
            path(out) + "' " + extra;
   };
-  Result s = run(0, flux("serial.png", ""));
-  ASSERT_EQ(s.code, 0) << s.err;
-  for (const auto& [np, flags] : std::vector<std::pair<int, std::string>>{
-           {2, "--use_cfg_parallel"},
-           {2, "--ulysses_degree 2"},
-           {2, "--ring_degree 2"},
-           {2, "--data_parallel_degree 2"},
-           {2, "--pipefusion_parallel_degree 2 --warmup_steps 3"},
-           {4, "--ulysses_degree 2 --ring_degree 2"},
-           {4, "--use_cfg_parallel --pipefusion_parallel_degree 2 --warmup_steps 3"},
-           {4, "--pipefusion_parallel_degree 2 --ulysses_degree 2 --warmup_steps 3"}}) {
-    SCOPED_TRACE(flags);
-    Result r = run(np, flux("par.png", flags));
-    ASSERT_EQ(r.code, 0) << r.err;
-    EXPECT_LE(pixel_diff(path("par_0.png"), path("serial_0.png")), 1);
-    EXPECT_LE(pixel_diff(path("par_1.png"), path("serial_1.png")), 1);
-  }
+  expect_serial_pixels(
+      flux, Runs{{2, "--use_cfg_parallel"},
+                 {2, "--ulysses_degree 2"},
+                 {2, "--ring_degree 2"},
+                 {2, "--data_parallel_degree 2"},
+                 {2, "--pipefusion_parallel_degree 2 --warmup_steps 3"},
+                 {4, "--ulysses_degree 2 --ring_degree 2"},
+                 {4, "--use_cfg_parallel --pipefusion_parallel_degree 2 --warmup_steps 3"},
+                 {4, "--pipefusion_parallel_degree 2 --ulysses_degree 2 --warmup_steps 3"}});
+  // 7 patch rows (56 px) split unevenly over the sequence-parallel ranks.
+  expect_serial_pixels([&](const std::string& out,
+                           const std::string& flags) { return flux(out, flags + " --height 56"); },
+                       Runs{{4, "--ulysses_degree 2 --ring_degree 2"}, {2, "--ring_degree 2"}},
+                       "h56_");
   // CFG parallel needs FLUX's true CFG: a negative prompt and true_cfg_scale > 1.
   Result r =
       run(2, "generate --model '" + std::string(XDIT_MODELS) +
