@@ -9,6 +9,7 @@
 
 #include "io/model_folder.h"
 #include "io/weights.h"
+#include "models/flux.h"
 #include "models/pixart.h"
 #include "models/t5.h"
 #include "models/vae.h"
@@ -74,6 +75,30 @@ TEST(WeightSpecs, PixArtListsWhatItsConstructorReads) {
                                           << stage.block_begin << "-" << stage.block_end);
         expect_same(as_map(c.weight_specs(stage)), w.asked());
       }
+}
+
+TEST(WeightSpecs, FluxListsWhatItsConstructorReadsForEveryStage) {
+  // Blocks by flat index: 2 double-stream (0, 1), then 3 single-stream (2-4).
+  for (bool guidance : {true, false})
+    for (models::DiTStage stage :
+         {models::DiTStage{}, models::DiTStage{0, 2, true, false},
+          models::DiTStage{1, 4, false, false}, models::DiTStage{2, 5, false, true}}) {
+      models::FluxConfig c;
+      c.in_channels = 12;
+      c.num_layers = 2;
+      c.num_single_layers = 3;
+      c.attention_head_dim = 8;
+      c.num_attention_heads = 2;
+      c.joint_attention_dim = 10;
+      c.pooled_projection_dim = 6;
+      c.guidance_embeds = guidance;
+      c.axes_dims_rope = {2, 2, 4};
+      Recording w;
+      models::FluxTransformer t(c, w, DType::kF32, stage);
+      SCOPED_TRACE(::testing::Message() << "guidance " << guidance << " blocks "
+                                        << stage.block_begin << "-" << stage.block_end);
+      expect_same(as_map(c.weight_specs(stage)), w.asked());
+    }
 }
 
 TEST(WeightSpecs, T5ListsWhatItsConstructorReads) {
