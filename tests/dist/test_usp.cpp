@@ -68,6 +68,76 @@ TEST(UspAttention, EveryFactorisationMatchesSerial) {
     if (n % u == 0) check_factorisation(u, n / u, false);
 }
 
+// Joint attention (FLUX): T replicated text tokens lead each batch item on
+// every rank, then the rank's image tokens; with `uneven`, SP rank k holds
+// 3 + k % 2 image tokens (set_sequence_split). Against serial attention over
+// [text; every image token].
+void check_joint(int u, int r, bool uneven) {
+  ParallelConfig pc;
+  pc.ulysses_degree = u;
+  pc.ring_degree = r;
+  Mesh mesh(pc, world());
+  const int sp = u * r, me = mesh.coord().sp;
+  const int64_t B = 2, H = 12, D = 8, T = 5, stride = 3 * H * D;  // 12 heads: u up to 4
+  std::vector<int64_t> share(static_cast<size_t>(sp));
+  for (int k = 0; k < sp; ++k) share[static_cast<size_t>(k)] = uneven ? 3 + k % 2 : 4;
+  int64_t N = 0, at = 0;
+  for (int k = 0; k < sp; ++k) {
+    if (k == me) at = N;
+    N += share[static_cast<size_t>(k)];
+  }
+  const int64_t S = T + N, n = share[static_cast<size_t>(me)];
+  auto qkv = test::randn(static_cast<size_t>(B * S * stride), 43);  // the same on every rank
+  std::vector<float> ref(static_cast<size_t>(B * S * H * D));
+  kernels::AttentionArgs a;
+  a.q = qkv.data();
+  a.k = qkv.data() + H * D;
+  a.v = qkv.data() + 2 * H * D;
+  a.q_stride = a.k_stride = a.v_stride = stride;
+  a.out = ref.data();
+  a.out_stride = H * D;
+  a.batch = B;
+  a.heads = H;
+  a.q_len = a.kv_len = S;
+  a.head_dim = D;
+  a.scale = 0.29f;
+  kernels::attention(a);
+  // This rank's rows: the text, then its image tokens.
+  std::vector<int64_t> rows;
+  for (int64_t t = 0; t < T; ++t) rows.push_back(t);
+  for (int64_t i = 0; i < n; ++i) rows.push_back(T + at + i);
+  const int64_t L = static_cast<int64_t>(rows.size());
+  std::vector<float> local(static_cast<size_t>(B * L * stride)),
+      out(static_cast<size_t>(B * L * H * D)), want(out.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < L; ++i) {
+      std::memcpy(local.data() + (b * L + i) * stride, qkv.data() + (b * S + rows[i]) * stride,
+                  static_cast<size_t>(stride) * 4);
+      std::memcpy(want.data() + (b * L + i) * H * D, ref.data() + (b * S + rows[i]) * H * D,
+                  static_cast<size_t>(H * D) * 4);
+    }
+  kernels::AttentionArgs l = a;
+  l.q = local.data();
+  l.k = local.data() + H * D;
+  l.v = local.data() + 2 * H * D;
+  l.out = out.data();
+  l.q_len = l.kv_len = L;
+  UspAttention usp(mesh.ulysses_group(), mesh.ring_group());
+  if (uneven) usp.set_sequence_split(share);
+  nn::AttentionSite site;
+  site.text_tokens = T;
+  usp.attend(l, site);
+  EXPECT_LT(test::rel_max_err(out, want), 1e-5)
+      << "ulysses " << u << " ring " << r << " rank " << me << (uneven ? " uneven" : "");
+}
+
+TEST(UspAttention, JointTextAndUnevenSharesMatchSerialForEveryFactorisation) {
+  const int n = world().size();
+  for (int u = 1; u <= n; ++u)
+    if (n % u == 0)
+      for (bool uneven : {false, true}) check_joint(u, n / u, uneven);
+}
+
 TEST(UspAttention, Bf16) {
   if (!kernels::cpu_has_bf16()) GTEST_SKIP();
   const int n = world().size();
