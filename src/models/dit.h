@@ -29,6 +29,8 @@ struct DiTInputs {
   const Tensor* pooled = nullptr;        // [B, pooled width] (FLUX's CLIP vector)
   const Tensor* resolution = nullptr;    // [B, 2] (height, width in pixels): PixArt-α
   const Tensor* aspect_ratio = nullptr;  // [B, 1]
+  // Blocks this call skips (SD3's skip-layer guidance); models without it refuse any.
+  std::vector<int64_t> skip_blocks;
   // Sequence parallelism and PipeFusion: compute only the patch rows
   // [begin, end) of the token grid (end 0 = all). Positions stay global;
   // attention over the other rows is the attention backend's job.

@@ -188,6 +188,7 @@ void FluxTransformer::attend(float* qkv, int64_t batch, int64_t seq, float* out,
 Streams FluxTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
   const FluxConfig& c = cfg_;
   XDIT_CHECK(in.latents && in.text && in.pooled, "FLUX forward: latents, text and pooled needed");
+  XDIT_CHECK(in.skip_blocks.empty(), "FLUX does not skip blocks (skip-layer guidance is SD3's)");
   const Tensor& lat = *in.latents;
   const int64_t C = c.latent_channels();
   XDIT_CHECK(lat.ndim() == 4 && lat.dim(1) == C && lat.dim(2) % 2 == 0 && lat.dim(3) % 2 == 0,

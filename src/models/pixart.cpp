@@ -73,6 +73,7 @@ PixArtTransformer::~PixArtTransformer() = default;
 Streams PixArtTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
   const PixArtConfig& c = cfg_;
   XDIT_CHECK(in.latents && in.text, "PixArt forward needs latents and text embeddings");
+  XDIT_CHECK(in.skip_blocks.empty(), "PixArt does not skip blocks (skip-layer guidance is SD3's)");
   const Tensor& x = *in.latents;
   XDIT_CHECK(x.ndim() == 4 && x.dim(1) == c.in_channels, "PixArt expects latents [B, ",
              c.in_channels, ", H, W], got ", shape_str(x.shape()));

@@ -1,0 +1,320 @@
+#include "models/sd3.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/kernels.h"
+
+namespace xdit::models {
+
+namespace {
+constexpr float kEps = 1e-6f;  // every LayerNorm and RMSNorm of the model
+}  // namespace
+
+// An image-only self-attention (SD3.5's attn2): fused q|k|v, optional
+// per-head RMSNorm, to_out.
+struct SD3Transformer::SelfAttention {
+  kernels::Linear qkv, out;
+  Tensor nq, nk;  // undefined without qk-norm
+};
+
+struct SD3Transformer::Block {
+  bool last = false, dual = false;
+  kernels::Linear mod;          // norm1: silu(temb) → 6·D (9·D with dual attention)
+  kernels::Linear mod_context;  // norm1_context: 6·D, or 2·D ([scale, shift]) on the last block
+  kernels::Linear qkv, qkv_context, out, out_context;  // out_context: not on the last block
+  Tensor nq, nk, nq_context, nk_context;               // qk-norm weights (SD3.5)
+  SelfAttention attn2;                                 // dual-attention blocks
+  nn::FeedForwardGelu ff, ff_context;                  // ff_context: not on the last block
+};
+
+SD3Transformer::SD3Transformer(const SD3Config& cfg, const io::WeightSource& w, DType compute,
+                               DiTStage stage)
+    : cfg_(cfg),
+      stage_(stage),
+      ct_(kernels::resolve_compute_type(compute)),
+      backend_(&nn::serial_attention()) {
+  if (stage_.block_end < 0) stage_.block_end = cfg.num_layers;
+  XDIT_CHECK(stage_.block_begin >= 0 && stage_.block_begin <= stage_.block_end &&
+                 stage_.block_end <= cfg.num_layers,
+             "stage blocks [", stage_.block_begin, ", ", stage_.block_end, ") outside the model's ",
+             cfg.num_layers, " blocks");
+  const int64_t D = cfg.hidden(), hd = cfg.attention_head_dim, p = cfg.patch_size;
+  if (stage_.first) {
+    // The patch convolution's weight [D, C, p, p] is a [D, C·p·p] matrix over im2col columns.
+    Tensor cw = w.get("pos_embed.proj.weight", {D, cfg.in_channels, p, p});
+    patch_proj_ = kernels::Linear(cw.reshape({D, cfg.in_channels * p * p}),
+                                  w.get("pos_embed.proj.bias", {D}), ct_);
+    pos_table_ = nn::load_param(w, "pos_embed.pos_embed",
+                                {1, cfg.pos_embed_max_size * cfg.pos_embed_max_size, D});
+    context_embedder_ =
+        nn::load_linear(w, "context_embedder", cfg.joint_attention_dim, D, true, ct_);
+  }
+  const std::string te = "time_text_embed.";
+  timestep_embedder_ = nn::MlpSilu(w, te + "timestep_embedder", SD3Config::kTimeProjDim, D, D, ct_);
+  text_embedder_ = nn::MlpSilu(w, te + "text_embedder", cfg.pooled_projection_dim, D, D, ct_);
+  for (int64_t i = stage_.block_begin; i < stage_.block_end; ++i) {
+    const std::string pre = "transformer_blocks." + std::to_string(i) + ".";
+    const std::string a = pre + "attn.";
+    auto b = std::make_unique<Block>();
+    b->last = i == cfg.num_layers - 1;
+    b->dual = cfg.dual(i);
+    b->mod = nn::load_linear(w, pre + "norm1.linear", D, (b->dual ? 9 : 6) * D, true, ct_);
+    b->mod_context =
+        nn::load_linear(w, pre + "norm1_context.linear", D, (b->last ? 2 : 6) * D, true, ct_);
+    b->qkv =
+        nn::load_fused_linear(w, {a + "to_q", a + "to_k", a + "to_v"}, D, {D, D, D}, true, ct_);
+    b->qkv_context = nn::load_fused_linear(
+        w, {a + "add_q_proj", a + "add_k_proj", a + "add_v_proj"}, D, {D, D, D}, true, ct_);
+    b->out = nn::load_linear(w, a + "to_out.0", D, D, true, ct_);
+    if (!b->last) b->out_context = nn::load_linear(w, a + "to_add_out", D, D, true, ct_);
+    if (cfg.qk_norm) {
+      b->nq = nn::load_param(w, a + "norm_q.weight", {hd});
+      b->nk = nn::load_param(w, a + "norm_k.weight", {hd});
+      b->nq_context = nn::load_param(w, a + "norm_added_q.weight", {hd});
+      b->nk_context = nn::load_param(w, a + "norm_added_k.weight", {hd});
+    }
+    if (b->dual) {
+      const std::string a2 = pre + "attn2.";
+      b->attn2.qkv = nn::load_fused_linear(w, {a2 + "to_q", a2 + "to_k", a2 + "to_v"}, D, {D, D, D},
+                                           true, ct_);
+      b->attn2.out = nn::load_linear(w, a2 + "to_out.0", D, D, true, ct_);
+      if (cfg.qk_norm) {
+        b->attn2.nq = nn::load_param(w, a2 + "norm_q.weight", {hd});
+        b->attn2.nk = nn::load_param(w, a2 + "norm_k.weight", {hd});
+      }
+    }
+    b->ff = nn::FeedForwardGelu(w, pre + "ff", D, 4 * D, ct_);
+    if (!b->last) b->ff_context = nn::FeedForwardGelu(w, pre + "ff_context", D, 4 * D, ct_);
+    blocks_.push_back(std::move(b));
+  }
+  if (stage_.last) {
+    norm_out_ = nn::load_linear(w, "norm_out.linear", D, 2 * D, true, ct_);
+    proj_out_ = nn::load_linear(w, "proj_out", D, p * p * cfg.out_channels, true, ct_);
+  }
+}
+
+SD3Transformer::~SD3Transformer() = default;
+
+Streams SD3Transformer::embed(const DiTInputs& in, const Tensor* hidden) {
+  const SD3Config& c = cfg_;
+  XDIT_CHECK(in.latents && in.text && in.pooled, "SD3 forward: latents, text and pooled needed");
+  const Tensor& lat = *in.latents;
+  const int64_t p = c.patch_size;
+  XDIT_CHECK(
+      lat.ndim() == 4 && lat.dim(1) == c.in_channels && lat.dim(2) % p == 0 && lat.dim(3) % p == 0,
+      "SD3 latents must be [B, ", c.in_channels, ", H, W] with H and W multiples of ", p, ", got ",
+      shape_str(lat.shape()));
+  const int64_t B = lat.dim(0), H = lat.dim(2), W = lat.dim(3), gh = H / p, gw = W / p;
+  const int64_t D = c.hidden();
+  XDIT_CHECK(gh <= c.pos_embed_max_size && gw <= c.pos_embed_max_size, "the latent grid ", gh, "x",
+             gw, " patches exceeds pos_embed_max_size ", c.pos_embed_max_size);
+  const int64_t r0 = in.patch_row_begin, r1 = in.patch_row_end == 0 ? gh : in.patch_row_end;
+  XDIT_CHECK(r0 >= 0 && r0 < r1 && r1 <= gh, "patch rows [", r0, ", ", r1, ") outside the ", gh,
+             "-row grid");
+  const int64_t N = (r1 - r0) * gw;
+  XDIT_CHECK(
+      in.text->ndim() == 3 && in.text->dim(0) == B && in.text->dim(2) == c.joint_attention_dim,
+      "SD3 text must be [", B, ", L, ", c.joint_attention_dim, "], got ",
+      shape_str(in.text->shape()));
+  XDIT_CHECK(in.pooled->ndim() == 2 && in.pooled->dim(0) == B &&
+                 in.pooled->dim(1) == c.pooled_projection_dim,
+             "SD3 pooled text must be [", B, ", ", c.pooled_projection_dim, "], got ",
+             shape_str(in.pooled->shape()));
+  XDIT_CHECK(static_cast<int64_t>(in.timesteps.size()) == B, "SD3 forward: ", B,
+             " timesteps needed");
+  for (const int64_t s : in.skip_blocks)
+    XDIT_CHECK(s >= 0 && s < c.num_layers, "skip layer ", s, " outside the model's ", c.num_layers,
+               " blocks");
+  const int64_t L = in.text->dim(1), S = L + N;
+  B_ = B;
+  L_ = L;
+  rows_ = r1 - r0;
+  gw_ = gw;
+  W_ = W;
+  skip_ = in.skip_blocks;
+
+  // Conditioning: Timesteps(256, flip_sin_to_cos, shift 0) → MLP, plus the
+  // pooled text's MLP; SiLU once for every AdaLN projection.
+  std::vector<float> proj(static_cast<size_t>(B * SD3Config::kTimeProjDim));
+  std::vector<float> temb(static_cast<size_t>(B * D)), part(static_cast<size_t>(B * D));
+  kernels::timestep_embedding(in.timesteps.data(), B, SD3Config::kTimeProjDim, true, 0.0f,
+                              proj.data());
+  timestep_embedder_.forward(proj.data(), B, temb.data());
+  text_embedder_.forward(in.pooled->data<float>(), B, part.data());
+  for (size_t i = 0; i < temb.size(); ++i) temb[i] += part[i];
+  st_.resize(temb.size());
+  kernels::silu(temb.data(), st_.data(), static_cast<int64_t>(st_.size()));
+
+  Streams st;
+  st.text = L;
+  if (!stage_.first) {
+    XDIT_CHECK(hidden != nullptr && hidden->numel() == B * S * D,
+               "a later SD3 pipeline stage needs the previous stage's streams [", B, ", ", S, ", ",
+               D, "]");
+    st.x = hidden->clone();
+    return st;
+  }
+  st.x = Tensor::empty({B, S, D});
+  float* X = st.x.data<float>();
+  // Patch rows [r0, r1): im2col, the projection, the cropped sin-cos table.
+  const int64_t k = c.in_channels * p * p, rows = r1 - r0;
+  std::vector<float> slab(static_cast<size_t>(B * c.in_channels * rows * p * W));
+  for (int64_t bc = 0; bc < B * c.in_channels; ++bc)
+    std::memcpy(slab.data() + bc * rows * p * W, lat.data<float>() + (bc * H + r0 * p) * W,
+                static_cast<size_t>(rows * p * W) * 4);
+  float* cols = cols_.get(static_cast<size_t>(B * N * std::max(k, D)));
+  kernels::patchify(slab.data(), B, c.in_channels, rows * p, W, p, cols);
+  float* emb = tmp_.get(static_cast<size_t>(B * N * D));
+  patch_proj_.forward(cols, B * N, emb);
+  const int64_t top = (c.pos_embed_max_size - gh) / 2, left = (c.pos_embed_max_size - gw) / 2;
+  const float* table = pos_table_.data<float>();
+  for (int64_t b = 0; b < B; ++b) {
+    context_embedder_.forward(in.text->data<float>() + b * L * c.joint_attention_dim, L,
+                              X + b * S * D);
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t row = r0 + n / gw, col = n % gw;
+      const float* pos = table + ((top + row) * c.pos_embed_max_size + left + col) * D;
+      const float* e = emb + (b * N + n) * D;
+      float* dst = X + (b * S + L + n) * D;
+      for (int64_t i = 0; i < D; ++i) dst[i] = e[i] + pos[i];
+    }
+  }
+  return st;
+}
+
+void SD3Transformer::norm_qk(float* qkv, int64_t seq, int64_t row_begin, int64_t rows,
+                             const Tensor& wq, const Tensor& wk) const {
+  if (!wq.defined()) return;
+  const int64_t D = cfg_.hidden(), H = cfg_.num_attention_heads, hd = cfg_.attention_head_dim;
+#pragma omp parallel for collapse(2) if (B_ * rows * D > (1 << 14))
+  for (int64_t b = 0; b < B_; ++b)
+    for (int64_t s = row_begin; s < row_begin + rows; ++s) {
+      float* row = qkv + (b * seq + s) * 3 * D;
+      kernels::rms_norm(row, row, H, hd, kEps, wq.data<float>());
+      kernels::rms_norm(row + D, row + D, H, hd, kEps, wk.data<float>());
+    }
+}
+
+void SD3Transformer::attend(const float* qkv, int64_t seq, float* out, int layer, int64_t text) {
+  const int64_t D = cfg_.hidden();
+  kernels::AttentionArgs a;
+  a.q = qkv;
+  a.k = qkv + D;
+  a.v = qkv + 2 * D;
+  a.q_stride = a.k_stride = a.v_stride = 3 * D;
+  a.out = out;
+  a.out_stride = D;
+  a.batch = B_;
+  a.heads = cfg_.num_attention_heads;
+  a.q_len = a.kv_len = seq;
+  a.head_dim = cfg_.attention_head_dim;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(cfg_.attention_head_dim));
+  a.bf16 = ct_ == nn::ComputeType::kBF16;
+  nn::AttentionSite site;
+  site.layer = layer;
+  site.text_tokens = text;
+  backend_->attend(a, site);
+}
+
+void SD3Transformer::block(Block& blk, float* X, int64_t index) {
+  const int64_t B = B_, L = L_, N = rows_ * gw_, S = L + N, D = cfg_.hidden();
+  const int64_t mi_n = (blk.dual ? 9 : 6) * D, mc_n = (blk.last ? 2 : 6) * D;
+  float* mod = mod_.get(static_cast<size_t>(B * (mi_n + mc_n)));
+  float* mi = mod;  // image: shift, scale, gate (attention), shift, scale, gate (MLP)[, attn2's]
+  float* mc = mod + B * mi_n;  // text: the same, or [scale, shift] on the last block
+  blk.mod.forward(st_.data(), B, mi);
+  blk.mod_context.forward(st_.data(), B, mc);
+  float* nh = n_.get(static_cast<size_t>(B * S * D));
+  float* nh2 = blk.dual ? n2_.get(static_cast<size_t>(B * N * D)) : nullptr;
+  float* qkv = qkv_.get(static_cast<size_t>(B * S * 3 * D));
+  float* att = attn_.get(static_cast<size_t>(B * S * D));
+  float* tmp = tmp_.get(static_cast<size_t>(B * S * D));
+  float* ffh = ff_.get(static_cast<size_t>(B * S * 4 * D));
+  // Per batch item: text rows [0, L), image rows [L, S).
+  const auto text = [&](float* p, int64_t b, int64_t width) { return p + b * S * width; };
+  const auto image = [&](float* p, int64_t b, int64_t width) { return p + (b * S + L) * width; };
+  for (int64_t b = 0; b < B; ++b) {
+    const float* m = mi + b * mi_n;
+    const float* n = mc + b * mc_n;
+    kernels::layer_norm_modulate(image(X, b, D), image(nh, b, D), 1, N, D, kEps, m, m + D, 0);
+    if (blk.dual)
+      kernels::layer_norm_modulate(image(X, b, D), nh2 + b * N * D, 1, N, D, kEps, m + 6 * D,
+                                   m + 7 * D, 0);
+    if (blk.last)  // AdaLN-continuous: [scale, shift]
+      kernels::layer_norm_modulate(text(X, b, D), text(nh, b, D), 1, L, D, kEps, n + D, n, 0);
+    else
+      kernels::layer_norm_modulate(text(X, b, D), text(nh, b, D), 1, L, D, kEps, n, n + D, 0);
+    blk.qkv_context.forward(text(nh, b, D), L, text(qkv, b, 3 * D));
+    blk.qkv.forward(image(nh, b, D), N, image(qkv, b, 3 * D));
+  }
+  norm_qk(qkv, S, 0, L, blk.nq_context, blk.nk_context);
+  norm_qk(qkv, S, L, N, blk.nq, blk.nk);
+  attend(qkv, S, att, static_cast<int>(index), L);
+  for (int64_t b = 0; b < B; ++b) {
+    blk.out.forward(image(att, b, D), N, image(tmp, b, D));
+    kernels::gated_residual_add(image(X, b, D), image(tmp, b, D), 1, N, D, mi + b * mi_n + 2 * D,
+                                0);
+    if (!blk.last) blk.out_context.forward(text(att, b, D), L, text(tmp, b, D));
+  }
+  if (blk.dual) {  // image-only attention on the second modulation of the input
+    float* q2 = qkv_.get(static_cast<size_t>(B * S * 3 * D));  // reuses the joint buffer
+    blk.attn2.qkv.forward(nh2, B * N, q2);
+    norm_qk(q2, N, 0, N, blk.attn2.nq, blk.attn2.nk);
+    attend(q2, N, att, static_cast<int>(cfg_.num_layers + index), 0);
+    blk.attn2.out.forward(att, B * N, nh2);
+    for (int64_t b = 0; b < B; ++b)
+      kernels::gated_residual_add(image(X, b, D), nh2 + b * N * D, 1, N, D, mi + b * mi_n + 8 * D,
+                                  0);
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    const float* m = mi + b * mi_n;
+    kernels::layer_norm_modulate(image(X, b, D), image(nh, b, D), 1, N, D, kEps, m + 3 * D,
+                                 m + 4 * D, 0);
+    blk.ff.forward(image(nh, b, D), N, image(att, b, D), ffh);
+    kernels::gated_residual_add(image(X, b, D), image(att, b, D), 1, N, D, m + 5 * D, 0);
+    if (blk.last) continue;  // context_pre_only: the text stream ends here
+    const float* n = mc + b * mc_n;
+    kernels::gated_residual_add(text(X, b, D), text(tmp, b, D), 1, L, D, n + 2 * D, 0);
+    kernels::layer_norm_modulate(text(X, b, D), text(nh, b, D), 1, L, D, kEps, n + 3 * D, n + 4 * D,
+                                 0);
+    blk.ff_context.forward(text(nh, b, D), L, text(tmp, b, D), ffh);
+    kernels::gated_residual_add(text(X, b, D), text(tmp, b, D), 1, L, D, n + 5 * D, 0);
+  }
+}
+
+void SD3Transformer::run_blocks(Streams& s, int64_t b0, int64_t b1) {
+  const int64_t S = L_ + rows_ * gw_, D = cfg_.hidden();
+  XDIT_CHECK(stage_.block_begin <= b0 && b0 <= b1 && b1 <= stage_.block_end, "blocks [", b0, ", ",
+             b1, ") outside this stage's [", stage_.block_begin, ", ", stage_.block_end, ")");
+  XDIT_CHECK(s.x.numel() == B_ * S * D && s.text == L_, "SD3 streams must be [", B_, ", ", S, ", ",
+             D, "] with ", L_, " text tokens, got ", shape_str(s.x.shape()));
+  for (int64_t bi = b0; bi < b1; ++bi) {
+    if (std::find(skip_.begin(), skip_.end(), bi) != skip_.end()) continue;
+    block(*blocks_[static_cast<size_t>(bi - stage_.block_begin)], s.x.data<float>(), bi);
+  }
+}
+
+Tensor SD3Transformer::finalize(const Streams& s) {
+  XDIT_CHECK(stage_.last, "only the last pipeline stage has the output layer");
+  const SD3Config& c = cfg_;
+  const int64_t B = B_, L = L_, N = rows_ * gw_, S = L + N, D = c.hidden(), p = c.patch_size;
+  XDIT_CHECK(s.x.numel() == B * S * D, "SD3 streams must be [", B, ", ", S, ", ", D, "]");
+  // norm_out on the image rows (AdaLN-continuous: [scale, shift]), proj_out.
+  float* mod = mod_.get(static_cast<size_t>(B * 2 * D));
+  float* nh = n_.get(static_cast<size_t>(B * S * D));
+  norm_out_.forward(st_.data(), B, mod);
+  for (int64_t b = 0; b < B; ++b)
+    kernels::layer_norm_modulate(s.x.data<float>() + (b * S + L) * D, nh + b * N * D, 1, N, D, kEps,
+                                 mod + b * 2 * D + D, mod + b * 2 * D, 0);
+  const int64_t po = p * p * c.out_channels;
+  float* patches = ff_.get(static_cast<size_t>(B * N * std::max(po, 4 * D)));
+  proj_out_.forward(nh, B * N, patches);
+  Tensor out = Tensor::empty({B, c.out_channels, rows_ * p, W_});
+  kernels::unpatchify(patches, B, c.out_channels, rows_, gw_, p, out.data<float>());
+  return out;
+}
+
+}  // namespace xdit::models
