@@ -56,8 +56,10 @@ std::pair<Tensor, Tensor> encode_t5(const tokenizers::T5Tokenizer& tok, models::
   return {embeds, m};
 }
 
-Tensor encode_clip_pooled(const tokenizers::ClipTokenizer& tok, models::ClipTextEncoder& clip,
-                          const std::vector<std::string>& texts, bool warn) {
+models::ClipTextOutput encode_clip(const tokenizers::ClipTokenizer& tok,
+                                   models::ClipTextEncoder& clip,
+                                   const std::vector<std::string>& texts, bool warn,
+                                   int64_t hidden_state) {
   const int64_t n = static_cast<int64_t>(texts.size()), L = tok.model_max_length();
   std::vector<int32_t> ids;
   for (const auto& text : texts) {
@@ -74,9 +76,22 @@ Tensor encode_clip_pooled(const tokenizers::ClipTokenizer& tok, models::ClipText
     }
     ids.insert(ids.end(), t.ids.begin(), t.ids.end());
   }
-  Tensor pooled = clip.encode(ids, n, L).pooled;
-  check_finite_output(pooled, "CLIP text encoder", "text_encoder");
-  return pooled;
+  models::ClipTextOutput out = clip.encode(ids, n, L, hidden_state);
+  check_finite_output(out.pooled, "CLIP text encoder", "text_encoder");
+  if (out.hidden.defined()) check_finite_output(out.hidden, "CLIP text encoder", "text_encoder");
+  return out;
+}
+
+std::unique_ptr<models::ClipTextConfig> open_clip(const io::ModelFolder& folder,
+                                                  const std::string& component,
+                                                  std::unique_ptr<io::WeightStore>& weights) {
+  const std::string dir = folder.component(component);
+  auto cfg = std::make_unique<models::ClipTextConfig>(models::ClipTextConfig::from_json(
+      folder.component_config(component, "config.json"), dir + "/config.json"));
+  weights = std::make_unique<io::WeightStore>(dir);
+  weights->check_shapes(cfg->weight_specs(
+      weights->has("text_model.embeddings.token_embedding.weight") ? "text_model." : ""));
+  return cfg;
 }
 
 }  // namespace xdit::pipeline

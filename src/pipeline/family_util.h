@@ -22,6 +22,13 @@ namespace xdit::pipeline {
 class ModelFamily;
 std::unique_ptr<ModelFamily> make_pixart_family(const io::ModelFolder& folder);
 std::unique_ptr<ModelFamily> make_flux_family(const io::ModelFolder& folder);
+std::unique_ptr<ModelFamily> make_sd3_family(const io::ModelFolder& folder);
+
+// A CLIP text encoder component's config with its weight headers opened into
+// `weights` (the "text_model." prefix or none, as the file has it).
+std::unique_ptr<models::ClipTextConfig> open_clip(const io::ModelFolder& folder,
+                                                  const std::string& component,
+                                                  std::unique_ptr<io::WeightStore>& weights);
 
 // Stops the run when a model's output holds NaN/Inf (it would decode to a
 // black image); `component` is the model's folder, whose weights are the
@@ -41,8 +48,12 @@ std::pair<Tensor, Tensor> encode_t5(const tokenizers::T5Tokenizer& tok, models::
                                     const std::vector<std::string>& texts, int64_t L,
                                     bool lower_strip, bool masked, bool warn);
 
-// Prompts → CLIP's pooled output [n, d] (at the tokenizer's model_max_length).
-Tensor encode_clip_pooled(const tokenizers::ClipTokenizer& tok, models::ClipTextEncoder& clip,
-                          const std::vector<std::string>& texts, bool warn);
+// Prompts → CLIP's outputs at the tokenizer's model_max_length: the pooled
+// vector, and the hidden state `hidden_state` indexes (SD3: -2, the
+// penultimate layer; ClipTextEncoder::kNoHiddenState for none).
+models::ClipTextOutput encode_clip(const tokenizers::ClipTokenizer& tok,
+                                   models::ClipTextEncoder& clip,
+                                   const std::vector<std::string>& texts, bool warn,
+                                   int64_t hidden_state = models::ClipTextEncoder::kNoHiddenState);
 
 }  // namespace xdit::pipeline

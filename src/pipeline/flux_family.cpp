@@ -79,16 +79,11 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
     if (!t5_tok_)
       t5_tok_ = std::make_unique<tokenizers::T5Tokenizer>(folder.component("tokenizer_2"));
     if (!clip_cfg_) {
-      const std::string dir = folder.component("text_encoder");
-      clip_cfg_ = std::make_unique<models::ClipTextConfig>(models::ClipTextConfig::from_json(
-          folder.component_config("text_encoder", "config.json"), dir + "/config.json"));
+      clip_cfg_ = open_clip(folder, "text_encoder", clip_weights_);
       const int64_t pooled =
           clip_cfg_->projection_dim > 0 ? clip_cfg_->projection_dim : clip_cfg_->hidden_size;
       XDIT_CHECK(pooled == cfg_.pooled_projection_dim, "text_encoder/ pools to width ", pooled,
                  " but the transformer's pooled_projection_dim is ", cfg_.pooled_projection_dim);
-      clip_weights_ = std::make_unique<io::WeightStore>(dir);
-      clip_weights_->check_shapes(clip_cfg_->weight_specs(
-          clip_weights_->has("text_model.embeddings.token_embedding.weight") ? "text_model." : ""));
     }
     if (!t5_cfg_)
       t5_cfg_ = open_t5(folder, "text_encoder_2", cfg_.joint_attention_dim, t5_weights_);
@@ -106,12 +101,12 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
       clip_ = std::make_unique<models::ClipTextEncoder>(*clip_cfg_, *clip_weights_, dtype);
     if (!t5_) t5_ = std::make_unique<models::T5Encoder>(*t5_cfg_, *t5_weights_, dtype);
     PromptEmbeddings e;
-    e.pooled = encode_clip_pooled(*clip_tok_, *clip_, r.prompts, true);
+    e.pooled = encode_clip(*clip_tok_, *clip_, r.prompts, true).pooled;
     e.embeds =
         encode_t5(*t5_tok_, *t5_, r.prompts, r.max_sequence_length, false, false, true).first;
     if (cfg) {
       const std::vector<std::string> neg(r.prompts.size(), r.negative_prompt.value_or(""));
-      e.negative_pooled = encode_clip_pooled(*clip_tok_, *clip_, neg, false);
+      e.negative_pooled = encode_clip(*clip_tok_, *clip_, neg, false).pooled;
       e.negative_embeds =
           encode_t5(*t5_tok_, *t5_, neg, r.max_sequence_length, false, false, false).first;
     }

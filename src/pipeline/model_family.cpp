@@ -9,7 +9,7 @@ namespace xdit::pipeline {
 
 const std::vector<std::string>& ModelFamily::supported_pipelines() {
   static const std::vector<std::string> names{"PixArtAlphaPipeline", "PixArtSigmaPipeline",
-                                              "FluxPipeline"};
+                                              "FluxPipeline", "StableDiffusion3Pipeline"};
   return names;
 }
 
@@ -18,6 +18,7 @@ std::unique_ptr<ModelFamily> ModelFamily::from_folder(const io::ModelFolder& fol
   if (cls == "PixArtAlphaPipeline" || cls == "PixArtSigmaPipeline")
     return make_pixart_family(folder);
   if (cls == "FluxPipeline") return make_flux_family(folder);
+  if (cls == "StableDiffusion3Pipeline") return make_sd3_family(folder);
   std::string list;
   for (const auto& n : supported_pipelines()) list += (list.empty() ? "" : ", ") + n;
   XDIT_FAIL(folder.root(), "/model_index.json names the pipeline \"", cls,

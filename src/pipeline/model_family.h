@@ -63,6 +63,11 @@ class ModelFamily {
                                                    int64_t /*latent_w*/) const {
     return {};
   }
+  // The largest side in pixels the model takes (SD3: its position table's
+  // pos_embed_max_size patches); 0: no limit.
+  virtual int64_t max_side(int64_t /*vae_scale_factor*/) const { return 0; }
+  // SD3: skip-layer guidance (a third call that skips blocks).
+  virtual bool skips_layers() const { return false; }
   // Warnings about a request's fields that have no effect on this model.
   virtual void warn_unused(const LatentRequest&) const {}
 

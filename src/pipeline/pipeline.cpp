@@ -111,6 +111,10 @@ void Pipeline::settle_size(int64_t& height, int64_t& width, const char* hint) co
   if (height == 0) height = family_->default_size(vsf);
   if (width == 0) width = family_->default_size(vsf);
   check_size(height, width);
+  const int64_t most = family_->max_side(vsf);
+  XDIT_CHECK(most == 0 || (height <= most && width <= most), "height ", height, " and width ",
+             width, " must be at most ", most, " px for this model (its position table covers ",
+             most / unit, " patches of ", unit, " px per side)");
   if (height % unit == 0 && width % unit == 0) return;
   if (family_->floors_size()) {
     const int64_t h = height / unit * unit, w = width / unit * unit;
@@ -166,6 +170,7 @@ void Pipeline::validate(LatentRequest& r) const {
       check_pooled(r.negative_pooled, "negative_pooled_prompt_embeds", P, family_->pooled_width());
   }
   check_mesh(r.height, cfg);
+  check_skip_layer_guidance(r.skip_layer_guidance, cfg);
   const int64_t vsf = vae_scale_factor();
   if (r.latents.defined()) {
     const Shape want{P, spec().latent_channels, r.height / vsf, r.width / vsf};
@@ -184,6 +189,30 @@ void Pipeline::validate(LatentRequest& r) const {
   MemoryQuery q = memory_query(P, r.height, r.width, cfg);
   q.text_tokens = r.prompt_embeds.dim(1);
   check_request_memory(q);
+}
+
+void Pipeline::check_skip_layer_guidance(const SkipLayerGuidance& s, bool cfg) const {
+  if (!s.on()) return;
+  XDIT_CHECK(family_->skips_layers(),
+             "skip-layer guidance (--skip_guidance_layers) is a Stable "
+             "Diffusion 3 option; ",
+             family_->name(), " does not take it");
+  for (const int64_t l : s.layers)
+    XDIT_CHECK(l >= 0 && l < spec().blocks, "skip-guidance layer ", l,
+               " is outside the model's blocks 0 … ", spec().blocks - 1);
+  XDIT_CHECK(std::isfinite(s.scale) && std::isfinite(s.start) && std::isfinite(s.stop) &&
+                 s.start >= 0 && s.stop <= 1 && s.start <= s.stop,
+             "skip_layer_guidance_scale must be finite and 0 <= start <= stop <= 1, got scale ",
+             s.scale, ", start ", s.start, ", stop ", s.stop);
+  XDIT_CHECK(mesh_ == nullptr || mesh_->config().pipefusion_parallel_degree == 1,
+             "skip-layer guidance does not run with PipeFusion yet: use sequence, CFG or data "
+             "parallelism");
+  if (!cfg && !warned_slg_) {
+    XDIT_WARN(
+        "skip-layer guidance has no effect without classifier-free guidance "
+        "(guidance_scale > 1), as in diffusers");
+    warned_slg_ = true;
+  }
 }
 
 void Pipeline::check_size(int64_t height, int64_t width) const {
@@ -354,6 +383,7 @@ models::DiTInputs Pipeline::LoopInputs::at(const Tensor& latents, double t, int6
   in.aspect_ratio = &aspect;
   in.patch_row_begin = r0;
   in.patch_row_end = r1;
+  in.skip_blocks = skip_blocks;
   return in;
 }
 
@@ -375,15 +405,54 @@ std::pair<int64_t, int64_t> Pipeline::my_rows(int64_t r0, int64_t r1) {
   return parallel::row_share(r0, r1, sp, mesh_->coord().sp);
 }
 
-Tensor Pipeline::noise_prediction(Tensor out, const LoopInputs& li, int64_t r0, int64_t r1) {
+Tensor Pipeline::gather_output(Tensor out, bool cfg_halves, int64_t r0, int64_t r1) {
   if (mesh_ != nullptr && mesh_->config().sp() > 1) {
     // The SP ranks' shares of the rows, in latent rows.
     std::vector<int64_t> rows = parallel::row_counts(r1 - r0, mesh_->config().sp());
     for (int64_t& r : rows) r *= spec().patch;
     out = parallel::gather_rows(mesh_->sp_group(), out, rows);
   }
-  if (li.cfg_split) out = parallel::gather_batch(mesh_->cfg_group(), out);  // [uncond; cond]
+  if (cfg_halves) out = parallel::gather_batch(mesh_->cfg_group(), out);  // [uncond; cond]
+  return out;
+}
+
+Tensor Pipeline::noise_prediction(Tensor out, const LoopInputs& li, int64_t r0, int64_t r1,
+                                  Tensor* gathered) {
+  out = gather_output(out, li.cfg_split, r0, r1);
+  if (gathered != nullptr) *gathered = out;
   return guided_noise(out, li.prompts, spec().latent_channels, li.cfg, li.cfg_scale);
+}
+
+Pipeline::LoopInputs Pipeline::skip_inputs(const LatentRequest& r, const LoopInputs& li) const {
+  LoopInputs s = li;  // the micro-conditions and divisor; the prompt half only
+  s.text = f32(r.prompt_embeds);
+  s.mask = Tensor();
+  s.pooled = f32(r.pooled_embeds);
+  s.batch = s.prompts;
+  s.cfg = s.cfg_split = false;
+  s.skip_blocks = r.skip_layer_guidance.layers;
+  if (!s.guidance.empty()) s.guidance.resize(static_cast<size_t>(s.batch));
+  return s;
+}
+
+bool Pipeline::skips_at(const SkipLayerGuidance& s, int64_t i, int64_t n) {
+  // diffusers: i > num_inference_steps · start and i < num_inference_steps · stop.
+  const double di = static_cast<double>(i), dn = static_cast<double>(n);
+  return s.on() && di > dn * s.start && di < dn * s.stop;
+}
+
+void Pipeline::add_skip_guidance(Tensor& noise, const Tensor& gathered, const Tensor& skipped,
+                                 const LoopInputs& li, double scale) const {
+  // noise + (noise_pred_text − noise_pred_skip_layers) · scale, in f32.
+  const int64_t P = li.prompts, C = spec().latent_channels;
+  const int64_t oc = gathered.dim(1), hw = gathered.dim(2) * gathered.dim(3), plane = C * hw;
+  const float s = static_cast<float>(scale);
+  for (int64_t b = 0; b < P; ++b)
+    for (int64_t j = 0; j < plane; ++j) {
+      const float cond = gathered.data<float>()[(P + b) * oc * hw + j];
+      const float skip = skipped.data<float>()[b * oc * hw + j];
+      noise.data<float>()[b * plane + j] += (cond - skip) * s;
+    }
 }
 
 Tensor Pipeline::generate_latents(const LatentRequest& req,
@@ -406,6 +475,7 @@ Tensor Pipeline::generate_latents(const LatentRequest& req,
 
   if (mesh_ != nullptr && mesh_->config().pipefusion_parallel_degree > 1)
     return pipefusion_loop(latents, sched, li, on_step);
+  const LoopInputs slg = skip_inputs(r, li);
   const int64_t gh = h / spec().patch;
   grid_width_ = w / spec().patch;
   const auto [row0, row1] = my_rows(0, gh);
@@ -423,7 +493,17 @@ Tensor Pipeline::generate_latents(const LatentRequest& req,
       trace::Span span("step " + std::to_string(i), "compute");
       out = transformer_->forward(in);  // [MB, out_channels, this rank's rows, w]
     }
-    sched.step(noise_prediction(out, li, 0, gh), latents);
+    Tensor gathered;
+    Tensor noise = noise_prediction(out, li, 0, gh, &gathered);
+    if (li.cfg &&
+        skips_at(r.skip_layer_guidance, static_cast<int64_t>(i), static_cast<int64_t>(ts.size()))) {
+      // SD3's skip-layer guidance: the prompt half again, with blocks skipped.
+      trace::Span span("skip-layer guidance " + std::to_string(i), "compute");
+      const models::DiTInputs sin = slg.at(latents, ts[i], row0, row1);
+      const Tensor skipped = gather_output(transformer_->forward(sin), false, 0, gh);
+      add_skip_guidance(noise, gathered, skipped, li, r.skip_layer_guidance.scale);
+    }
+    sched.step(noise, latents);
     check_finite_latents(latents, static_cast<int64_t>(i) + 1, static_cast<int64_t>(ts.size()));
     if (on_step) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -487,6 +567,7 @@ void Pipeline::validate(ImageRequest& r) {
   const bool cfg =
       family_->uses_cfg(r.guidance_scale, r.true_cfg_scale, r.negative_prompt.has_value());
   check_mesh(r.run_height, cfg);
+  check_skip_layer_guidance(r.skip_layer_guidance, cfg);
   // Everything the request will hold, up to the resized PNGs, against the
   // memory this machine has left.
   MemoryQuery q =
@@ -543,6 +624,7 @@ ImageResult Pipeline::generate(ImageRequest r,
   lr.num_inference_steps = r.num_inference_steps;
   lr.guidance_scale = r.guidance_scale;
   lr.true_cfg_scale = r.true_cfg_scale;
+  lr.skip_layer_guidance = r.skip_layer_guidance;
   lr.seed = r.seed;
   lr.latents = r.latents;
   Tensor latents = generate_latents(lr, on_step);

@@ -106,7 +106,8 @@ class Pipeline {
   // conditioning ([uncond; cond] under CFG, one half under CFG parallel).
   struct LoopInputs {
     Tensor text, mask, pooled, resolution, aspect;
-    std::vector<float> guidance;  // embedded guidance per batch item, or empty
+    std::vector<float> guidance;       // embedded guidance per batch item, or empty
+    std::vector<int64_t> skip_blocks;  // SD3's skip-layer guidance call
     int64_t prompts = 0, batch = 0;
     bool cfg = false, cfg_split = false;
     double cfg_scale = 1.0, timestep_divisor = 1.0;
@@ -116,7 +117,18 @@ class Pipeline {
   LoopInputs loop_inputs(const LatentRequest& r) const;
   // The one guidance path: the SP group's shares of patch rows [r0, r1) and
   // the CFG halves gathered, then guidance and the learned-sigma split.
-  Tensor noise_prediction(Tensor out, const LoopInputs& li, int64_t r0, int64_t r1);
+  // `gathered`, when given, receives the whole output before guidance.
+  Tensor noise_prediction(Tensor out, const LoopInputs& li, int64_t r0, int64_t r1,
+                          Tensor* gathered = nullptr);
+  // The SP group's shares of patch rows [r0, r1) gathered (and the CFG halves
+  // when `cfg_halves`).
+  Tensor gather_output(Tensor out, bool cfg_halves, int64_t r0, int64_t r1);
+  // SD3's skip-layer guidance: the prompt-only inputs of the skipping call,
+  // whether step i of n takes it, and noise += scale · (cond − skipped).
+  LoopInputs skip_inputs(const LatentRequest& r, const LoopInputs& li) const;
+  static bool skips_at(const SkipLayerGuidance& s, int64_t i, int64_t n);
+  void add_skip_guidance(Tensor& noise, const Tensor& gathered, const Tensor& skipped,
+                         const LoopInputs& li, double scale) const;
   // The one row split: the patch rows [begin, end) this rank computes of
   // [r0, r1) (its SP share, uneven when they do not divide), told to the
   // attention backend before the calls that compute them.
@@ -131,6 +143,7 @@ class Pipeline {
   // off its grid with `hint`.
   void settle_size(int64_t& height, int64_t& width, const char* hint) const;
   void check_mesh(int64_t height, bool cfg) const;
+  void check_skip_layer_guidance(const SkipLayerGuidance& s, bool cfg) const;
   // The memory query for `prompts` images at height x width px on this mesh.
   MemoryQuery memory_query(int64_t prompts, int64_t height, int64_t width, bool cfg) const;
   // The estimate of `q` against the memory left (weights already loaded not
@@ -153,6 +166,7 @@ class Pipeline {
   bool text_opened_ = false;
   bool keep_text_encoder_ = false;
   mutable bool warned_ = false;  // the family's warnings about unused fields, once
+  mutable bool warned_slg_ = false;
   parallel::Mesh* mesh_ = nullptr;
   std::unique_ptr<parallel::UspAttention> usp_;
   std::unique_ptr<parallel::PipeFusionAttention> pipefusion_;

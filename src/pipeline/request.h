@@ -23,6 +23,15 @@ struct PromptEmbeddings {
   Tensor negative_embeds, negative_mask, negative_pooled;  // undefined without CFG
 };
 
+// SD3's skip-layer guidance (diffusers' names and defaults): at steps i with
+// start·N < i < stop·N, a third call on the prompt skips `layers`, and the
+// noise gains scale · (cond − skipped). Empty layers: off.
+struct SkipLayerGuidance {
+  std::vector<int64_t> layers;
+  double scale = 2.8, start = 0.01, stop = 0.2;
+  bool on() const { return !layers.empty(); }
+};
+
 // Embeddings → final latents.
 struct LatentRequest {
   Tensor prompt_embeds;    // [P, L, text width]
@@ -40,6 +49,7 @@ struct LatentRequest {
   double guidance_scale = kDefaultGuidance;
   // FLUX: classifier-free guidance with the negative embeddings when > 1.
   double true_cfg_scale = 1.0;
+  SkipLayerGuidance skip_layer_guidance;  // SD3
   uint64_t seed = 42;
 };
 
@@ -51,10 +61,12 @@ struct ImageRequest {
   int64_t num_inference_steps = kDefaultSteps;
   double guidance_scale = kDefaultGuidance;
   double true_cfg_scale = 1.0;
+  SkipLayerGuidance skip_layer_guidance;  // SD3
   uint64_t seed = 42;
-  bool resolution_binning = true;   // PixArt
-  int64_t max_sequence_length = 0;  // 0 = the model's default (PixArt-α 120, Σ 300, FLUX 512)
-  Tensor latents;                   // initial latents; undefined = drawn from the seed
+  bool resolution_binning = true;  // PixArt
+  int64_t max_sequence_length =
+      0;           // 0 = the model's default (PixArt-α 120, Σ 300, FLUX 512, SD3 256)
+  Tensor latents;  // initial latents; undefined = drawn from the seed
   // Filled by validate(): the size the model runs at (the bin, when binning).
   int64_t run_height = 0, run_width = 0;
 };

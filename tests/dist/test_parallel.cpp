@@ -1,6 +1,7 @@
 // The whole denoising loop under mpirun, for every tiny model (PixArt-α with
 // micro-conditions, PixArt-Σ, FLUX.1 [dev] with guidance and true CFG,
-// FLUX.1 [schnell] without CFG) and every parallel layout the world size
+// FLUX.1 [schnell] without CFG, SD3 and SD3.5 with CFG — the latter with dual
+// attention and qk-norm) and every parallel layout the world size
 // allows — CFG, Ulysses, Ring, USP, their combinations with CFG, data
 // parallel, PipeFusion alone (full warm-up: exact) and with Ulysses / Ring —
 // against the serial run of the same request in the same process (f32,
@@ -50,18 +51,14 @@ ParallelConfig layout(int dp, bool cfg, int u, int r, int pp = 1, int m = 0, int
 pipeline::LatentRequest request(const pipeline::Pipeline& p, int64_t rows = 0) {
   pipeline::LatentRequest r;
   TorchGenerator g(3);
-  const bool flux = p.family().pooled_width() > 0;
-  const int64_t L = flux ? 6 : 9;
+  const bool pooled = p.family().pooled_width() > 0;  // FLUX, SD3
+  const bool flux = p.family().name().find("FLUX") != std::string::npos;
+  const int64_t L = pooled ? 6 : 9;
   r.prompt_embeds = g.randn({2, L, p.text_width()});
   r.negative_embeds = g.randn({2, L, p.text_width()});
-  if (flux) {
+  if (pooled) {
     r.pooled_embeds = g.randn({2, p.family().pooled_width()});
     r.negative_pooled = g.randn({2, p.family().pooled_width()});
-    if (p.family().embeds_guidance()) {
-      r.true_cfg_scale = 2.5;
-    } else {  // schnell: no CFG, no guidance
-      r.negative_embeds = r.negative_pooled = Tensor();
-    }
     r.height = 64;
     r.width = 40;
   } else {
@@ -72,7 +69,10 @@ pipeline::LatentRequest request(const pipeline::Pipeline& p, int64_t rows = 0) {
     r.height = 128;
     r.width = 96;
   }
-  if (rows > 0) r.height = rows * (flux ? 8 : 16);  // the tiny VAEs: factor 4 (FLUX), 8
+  if (flux && p.family().embeds_guidance()) r.true_cfg_scale = 2.5;  // dev: true CFG
+  if (flux && !p.family().embeds_guidance())                         // schnell: no CFG, no guidance
+    r.negative_embeds = r.negative_pooled = Tensor();
+  if (rows > 0) r.height = rows * (pooled ? 8 : 16);  // the tiny VAEs: factor 4 (FLUX, SD3), 8
   r.num_inference_steps = 3;
   if (!flux || p.family().embeds_guidance()) r.guidance_scale = 3.5;
   r.seed = 11;
@@ -82,14 +82,18 @@ pipeline::LatentRequest request(const pipeline::Pipeline& p, int64_t rows = 0) {
 class ParallelLoop : public testing::TestWithParam<std::string> {
  protected:
   // The layout's run against the serial run; skips when it does not apply.
-  void check(const ParallelConfig& pc, int64_t rows = 0) {
+  // `slg`: SD3's skip-layer guidance on block 1 at every step after the first.
+  void check(const ParallelConfig& pc, int64_t rows = 0, bool slg = false) {
     if (pc.world() != world().size())
       GTEST_SKIP() << pc.describe() << " needs " << pc.world() << " ranks, not " << world().size();
     const std::string model = std::string(XDIT_MODELS) + "/" + GetParam() + "-tiny";
     SCOPED_TRACE(pc.describe() + " on " + GetParam() +
                  (rows > 0 ? " with " + std::to_string(rows) + " patch rows" : ""));
     pipeline::Pipeline serial(model, DType::kF32);
-    const auto req = request(serial, rows);
+    auto req = request(serial, rows);
+    if (slg && !serial.family().skips_layers())
+      GTEST_SKIP() << "skip-layer guidance is SD3's, not " << serial.family().name() << "'s";
+    if (slg) req.skip_layer_guidance = {{1}, 2.8, 0.0, 1.0};
     if (pc.use_cfg_parallel && !serial.uses_cfg(req))
       GTEST_SKIP() << GetParam() << " runs this request without CFG: nothing for CFG parallel";
     if (pc.pipefusion_parallel_degree > serial.spec().blocks)
@@ -155,6 +159,17 @@ TEST_P(ParallelLoop, PipeFusionTimesCfgFullWarmup) {
   check(layout(1, true, 1, 1, 2, 2, 3));
 }
 
+// SD3's skip-layer guidance: a third, prompt-only call per step on the same mesh.
+TEST_P(ParallelLoop, CfgParallelWithSkipLayerGuidance) {
+  check(layout(1, true, 1, 1), 0, true);
+}
+TEST_P(ParallelLoop, UlyssesTimesRingWithSkipLayerGuidance) {
+  check(layout(1, false, 2, 2), 7, true);
+}
+TEST_P(ParallelLoop, CfgTimesUlyssesWithSkipLayerGuidance) {
+  check(layout(1, true, 2, 1), 0, true);
+}
+
 // Any size on any layout: patch rows that do not divide by the sequence-
 // parallel degree (or a PipeFusion patch's rows) split unevenly.
 TEST_P(ParallelLoop, Ulysses2With7Rows) {
@@ -186,8 +201,8 @@ TEST_P(ParallelLoop, PipeFusionTimesRingWith7RowsFullWarmup) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ParallelLoop,
-                         testing::Values("pixart-alpha", "pixart-sigma", "flux-dev",
-                                         "flux-schnell"),
+                         testing::Values("pixart-alpha", "pixart-sigma", "flux-dev", "flux-schnell",
+                                         "sd3", "sd35"),
                          [](const testing::TestParamInfo<std::string>& i) {
                            std::string n = i.param;
                            for (char& ch : n)
