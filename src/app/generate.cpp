@@ -112,6 +112,7 @@ struct GenerateOptions {
   // Steps and guidance: the model's defaults until given (resolved by validate).
   int64_t height = 0, width = 0, steps = pipeline::kDefaultSteps, max_sequence_length = 0;
   double guidance = pipeline::kDefaultGuidance, true_cfg = 1.0;
+  pipeline::SkipLayerGuidance slg;  // SD3
   std::string seed_text = "42";
   uint64_t seed = 42;
   int threads = 0;
@@ -156,6 +157,15 @@ class Progress {
   double total_s_ = 0;
 };
 
+// "7,8,9 scale 2.8 from 0.01 to 0.2", or "" when off.
+std::string skip_layers_text(const pipeline::SkipLayerGuidance& s) {
+  if (!s.on()) return "";
+  std::string t;
+  for (const int64_t l : s.layers) t += (t.empty() ? "" : ",") + std::to_string(l);
+  return t + " scale " + std::to_string(s.scale) + " from " + std::to_string(s.start) + " to " +
+         std::to_string(s.stop);
+}
+
 // `o` holds the values the run used (defaults resolved).
 std::map<std::string, std::string> png_metadata(const GenerateOptions& o, const std::string& prompt,
                                                 int64_t width, int64_t height,
@@ -172,6 +182,7 @@ std::map<std::string, std::string> png_metadata(const GenerateOptions& o, const 
       {"true_cfg_scale", o.true_cfg != 1.0 ? std::to_string(o.true_cfg) : ""},
       {"max_sequence_length",
        o.max_sequence_length > 0 ? std::to_string(o.max_sequence_length) : ""},
+      {"skip_guidance_layers", skip_layers_text(o.slg)},
       {"size", std::to_string(width) + "x" + std::to_string(height)},
       {"model", model.from_cache() ? model.id : model.folder},
       {"pipeline", pipe.family().name() + " (" + pipe.folder().pipeline_class() + ")"},
@@ -245,7 +256,7 @@ int run_generate(GenerateOptions o) {
     XDIT_WARN(
         "no --model given: using the built-in tiny PixArt model (random weights, its picture is "
         "noise); "
-        "pass --model with a PixArt-α/Σ or FLUX.1 diffusers folder for real images");
+        "pass --model with a PixArt-α/Σ, FLUX.1 or SD3 diffusers folder for real images");
   }
   std::vector<io::OutputFile> outputs;
   auto reserve = [&](size_t n) {
@@ -280,6 +291,7 @@ int run_generate(GenerateOptions o) {
     r.num_inference_steps = o.steps;
     r.guidance_scale = o.guidance;
     r.true_cfg_scale = o.true_cfg;
+    r.skip_layer_guidance = o.slg;
     r.seed = o.seed;
     r.resolution_binning = !o.no_binning;
     r.max_sequence_length = o.max_sequence_length;
@@ -356,6 +368,7 @@ int run_generate(GenerateOptions o) {
   req.num_inference_steps = o.steps;
   req.guidance_scale = o.guidance;
   req.true_cfg_scale = o.true_cfg;
+  req.skip_layer_guidance = o.slg;
   req.seed = o.seed;
   pipe.validate(req);
   o.steps = req.num_inference_steps;
@@ -408,10 +421,11 @@ int run_generate(GenerateOptions o) {
 std::function<int()> add_generate(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* g =
-      app.add_subcommand("generate", "run a PixArt or FLUX.1 pipeline: prompts to PNG images");
-  g->add_option("--model", o->model,
-                "diffusers PixArt-α/Σ or FLUX.1 pipeline folder, or a Hugging Face repo id "
-                "ORG/NAME[@REVISION] in the local cache (default: the built-in tiny model)");
+      app.add_subcommand("generate", "run a PixArt, FLUX.1 or SD3 pipeline: prompts to PNG images");
+  g->add_option(
+      "--model", o->model,
+      "diffusers PixArt-α/Σ, FLUX.1 or SD3/3.5 pipeline folder, or a Hugging Face repo id "
+      "ORG/NAME[@REVISION] in the local cache (default: the built-in tiny model)");
   g->add_option("--prompt", o->prompts, "prompt; repeat for a batch (one image each)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   g->add_option("--negative_prompt,--negative-prompt", o->negative_prompt,
@@ -426,13 +440,28 @@ std::function<int()> add_generate(CLI::App& app) {
   g->add_option("--height", o->height, "image height in pixels (default: the model's)");
   g->add_option("--width", o->width, "image width in pixels (default: the model's)");
   g->add_option("--num_inference_steps,--num-inference-steps", o->steps,
-                "denoising steps (default: PixArt 20, FLUX.1 [dev] 28, [schnell] 4)");
+                "denoising steps (default: PixArt 20, FLUX.1 [dev] and SD3 28, [schnell] 4)");
   g->add_option("--guidance_scale,--guidance-scale", o->guidance,
-                "PixArt: classifier-free guidance scale (default 4.5); FLUX.1 [dev]: the "
-                "embedded guidance (default 3.5)")
+                "PixArt, SD3: classifier-free guidance scale (default 4.5, 7); FLUX.1 [dev]: "
+                "the embedded guidance (default 3.5)")
       ->check(finite_number());
   g->add_option("--true_cfg_scale,--true-cfg-scale", o->true_cfg,
                 "FLUX: classifier-free guidance with --negative_prompt when > 1")
+      ->check(finite_number())
+      ->capture_default_str();
+  g->add_option("--skip_guidance_layers,--skip-guidance-layers", o->slg.layers,
+                "SD3: skip-layer guidance on these blocks, e.g. 7,8,9 (SD3.5-medium's)")
+      ->delimiter(',');
+  g->add_option("--skip_layer_guidance_scale,--skip-layer-guidance-scale", o->slg.scale,
+                "SD3: the skip-layer guidance scale")
+      ->check(finite_number())
+      ->capture_default_str();
+  g->add_option("--skip_layer_guidance_start,--skip-layer-guidance-start", o->slg.start,
+                "SD3: skip-layer guidance from this fraction of the steps")
+      ->check(finite_number())
+      ->capture_default_str();
+  g->add_option("--skip_layer_guidance_stop,--skip-layer-guidance-stop", o->slg.stop,
+                "SD3: skip-layer guidance until this fraction of the steps")
       ->check(finite_number())
       ->capture_default_str();
   g->add_option("--seed", o->seed_text,
@@ -442,7 +471,8 @@ std::function<int()> add_generate(CLI::App& app) {
   g->add_flag("--no_resolution_binning,--no-resolution-binning", o->no_binning,
               "generate at the requested size instead of the nearest aspect-ratio bin");
   g->add_option("--max_sequence_length,--max-sequence-length", o->max_sequence_length,
-                "T5 tokens (default 120 for PixArt-α, 300 for PixArt-Σ, 512 for FLUX.1)");
+                "T5 tokens (default 120 for PixArt-α, 300 for PixArt-Σ, 512 for FLUX.1, 256 for "
+                "SD3)");
   g->add_option("--output_type,--output-type", o->output_type, "pil (PNG) or latent")
       ->capture_default_str();
   g->add_option("--output,-o", o->output,

@@ -89,31 +89,36 @@ int run_info(InfoOptions o) {
   std::optional<models::VaeConfig> vae;
   const int64_t max_len = pipe.default_max_sequence_length();
   bool any_encoder = false;
-  for (const char* comp : {"text_encoder", "text_encoder_2"}) {
+  for (const char* comp : {"text_encoder", "text_encoder_2", "text_encoder_3"}) {
     if (!std::filesystem::is_directory(f.root() + "/" + comp)) continue;
     any_encoder = true;
     const std::string where = f.component(comp) + "/config.json";
     const io::Json j = f.component_config(comp, "config.json");
     io::WeightStore w(f.component(comp));
-    const std::string label = std::string(comp) + ":" + std::string(15 - std::strlen(comp), ' ');
+    const std::string label =
+        std::string(comp) + ":" + std::string(std::max<size_t>(1, 15 - std::strlen(comp)), ' ');
     if (j.is_object() && j.contains("d_model")) {  // T5
       t5 = models::T5Config::from_json(j, where);
+      // SD3 and FLUX: the CLIP of text_encoder / text_encoder_2 counts too.
       out << label << "T5 encoder, " << t5->num_layers << " layers, d_model " << t5->d_model << ", "
           << t5->num_heads << " heads, " << (t5->gated_gelu ? "gated-gelu" : "relu");
     } else {
-      clip = models::ClipTextConfig::from_json(j, where);
-      out << label << "CLIP text encoder, " << clip->num_hidden_layers << " layers, hidden "
-          << clip->hidden_size << ", " << clip->num_attention_heads << " heads, "
-          << clip->max_position_embeddings << " tokens";
+      const auto c = models::ClipTextConfig::from_json(j, where);
+      if (!clip || c.parameter_count() > clip->parameter_count()) clip = c;  // the larger one
+      out << label << "CLIP text encoder, " << c.num_hidden_layers << " layers, hidden "
+          << c.hidden_size << ", " << c.num_attention_heads << " heads, "
+          << c.max_position_embeddings << " tokens"
+          << (c.projection_dim > 0 ? ", projection " + std::to_string(c.projection_dim) : "");
     }
     out << "\n"
         << "              " << count(w.parameter_count()) << " parameters, stored "
         << join(w.dtypes()) << " (" << human_size(static_cast<double>(w.stored_bytes())) << ")\n";
   }
   if (!any_encoder) out << "text_encoder: (none: generate takes --prompt_embeds)\n";
-  for (const char* comp : {"tokenizer", "tokenizer_2"}) {
+  for (const char* comp : {"tokenizer", "tokenizer_2", "tokenizer_3"}) {
     const std::string dir = f.root() + "/" + comp;
-    const std::string label = std::string(comp) + ":" + std::string(13 - std::strlen(comp), ' ');
+    const std::string label =
+        std::string(comp) + ":" + std::string(std::max<size_t>(1, 13 - std::strlen(comp)), ' ');
     if (std::filesystem::is_regular_file(dir + "/spiece.model")) {
       tokenizers::T5Tokenizer tok(dir);
       out << label << "SentencePiece, " << tok.vocab_size() << " pieces; max sequence length "
@@ -207,10 +212,11 @@ std::function<int()> add_info(CLI::App& app) {
   auto o = std::make_shared<InfoOptions>();
   CLI::App* i =
       app.add_subcommand("info", "describe a model folder: architecture, sizes, memory estimate");
-  i->add_option("--model", o->model,
-                "diffusers PixArt or FLUX.1 folder, or a Hugging Face repo id ORG/NAME[@REVISION] "
-                "in the local "
-                "cache (default: the built-in tiny model)");
+  i->add_option(
+      "--model", o->model,
+      "diffusers PixArt, FLUX.1 or SD3 folder, or a Hugging Face repo id ORG/NAME[@REVISION] "
+      "in the local "
+      "cache (default: the built-in tiny model)");
   i->add_option("--dtype", o->dtype, "compute type for the estimate")->capture_default_str();
   i->add_option("--batch", o->batch, "images per batch for the estimate")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))

@@ -162,6 +162,30 @@ TEST_F(CliMpi, FluxParallelRunsWriteTheSerialImages) {
       << r.err;
 }
 
+// SD3.5 (dual attention, qk-norm) with CFG from the prompts, skip-layer
+// guidance included: every method writes the serial run's pixels.
+TEST_F(CliMpi, Sd35ParallelRunsWriteTheSerialImages) {
+  const auto sd35 = [&](const std::string& out, const std::string& extra) {
+    return "generate --model '" + std::string(XDIT_MODELS) +
+           "/sd35-tiny' --prompt 'a red fox' --prompt 'a cat on a mat' --height 64 --width 40 "
+           "--num_inference_steps 3 --guidance_scale 5 --seed 5 --max_sequence_length 16 "
+           "--dtype f32 -o '" +
+           path(out) + "' " + extra;
+  };
+  expect_serial_pixels(sd35, Runs{{2, "--use_cfg_parallel"},
+                                  {2, "--ulysses_degree 2"},
+                                  {2, "--pipefusion_parallel_degree 2 --warmup_steps 3"},
+                                  {4, "--use_cfg_parallel --ring_degree 2"},
+                                  {4,
+                                   "--use_cfg_parallel --pipefusion_parallel_degree 2 "
+                                   "--warmup_steps 3"}});
+  expect_serial_pixels(
+      [&](const std::string& out, const std::string& flags) {
+        return sd35(out, flags + " --skip_guidance_layers 1 --skip_layer_guidance_stop 1");
+      },
+      Runs{{2, "--use_cfg_parallel"}, {4, "--use_cfg_parallel --ulysses_degree 2"}}, "slg_");
+}
+
 TEST_F(CliMpi, DegreesThatDoNotMatchTheRanks) {
   Result r = run(2, args("x.png", "--ulysses_degree 2 --ring_degree 2"));
   EXPECT_NE(r.code, 0);

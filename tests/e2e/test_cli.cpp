@@ -397,6 +397,73 @@ TEST_F(Cli, InfoDescribesFlux) {
     EXPECT_NE(ss.str().find(want), std::string::npos) << want << " in:\n" << ss.str();
 }
 
+// SD3.5 from the prompt with CFG and skip-layer guidance from the CLI flags:
+// the PNG within 1/255 of diffusers' StableDiffusion3Pipeline
+// (tools/goldens/make_sd3.py, sd35 case 0).
+TEST_F(Cli, Sd35PromptToPngWithSkipLayerGuidanceMatchesDiffusers) {
+  Result r = xdit("generate --model '" + std::string(XDIT_MODELS) +
+                  "/sd35-tiny' --prompt 'an astronaut riding a horse' --negative_prompt "
+                  "'low quality' --height 40 --width 64 --num_inference_steps 5 "
+                  "--guidance_scale 5 --seed 3 --max_sequence_length 16 "
+                  "--skip_guidance_layers 1 --skip_layer_guidance_scale 2.8 "
+                  "--skip_layer_guidance_start 0.01 --skip_layer_guidance_stop 0.6 --dtype f32 "
+                  "-o '" +
+                  path("out.png") + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  io::PngImage png = io::read_png(path("out.png"));
+  EXPECT_EQ(png.text["pipeline"], "Stable Diffusion 3.5 (StableDiffusion3Pipeline)");
+  EXPECT_EQ(png.text["skip_guidance_layers"].rfind("1 scale 2.8", 0), 0u)
+      << png.text["skip_guidance_layers"];
+  auto g = io::read_safetensors_f32(kData + "/goldens/sd35_pipeline.safetensors");
+  const Tensor& want = g["case0.image"];
+  ASSERT_EQ(png.height, want.dim(2));
+  ASSERT_EQ(png.width, want.dim(3));
+  EXPECT_LE(test::worst_pixel_difference(png.rgb, want.data<float>(), want.dim(2), want.dim(3)), 1);
+}
+
+std::string sd3_args(const std::string& model, const std::string& out,
+                     const std::string& extra = "") {
+  return "generate --model '" + model + "' --prompt 'a red fox' --height 48 --width 48 " +
+         "--num_inference_steps 2 --max_sequence_length 16 --dtype f32 -o '" + out + "' " + extra;
+}
+
+TEST_F(Cli, Sd3BadInput) {
+  const std::string sd3 = std::string(XDIT_MODELS) + "/sd3-tiny";
+  // Only some of the three text encoders.
+  const fs::path m = dir_ / "sd3_partial";
+  fs::copy(sd3, m, fs::copy_options::recursive);
+  fs::remove_all(m / "text_encoder_3");
+  expect_error(xdit(sd3_args(m.string(), path("out.png"))), "but not text_encoder_3/");
+  // A T5 whose width is not the transformer's joint_attention_dim.
+  const fs::path w = dir_ / "sd3_t5_width";
+  fs::copy(sd3, w, fs::copy_options::recursive);
+  {
+    const fs::path cfg = w / "text_encoder_3" / "config.json";
+    std::ifstream in(cfg);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    in.close();
+    std::string c = ss.str();
+    const std::string from = "\"d_model\": 32";
+    const size_t at = c.find(from);
+    ASSERT_NE(at, std::string::npos);
+    c.replace(at, from.size(), "\"d_model\": 48");
+    std::ofstream(cfg) << c;
+  }
+  expect_error(xdit(sd3_args(w.string(), path("out.png"))),
+               "text_encoder_3/ has width (d_model) 48 but the transformer takes text of width 32");
+  // Skip-guidance layers outside the blocks; on a model without them.
+  expect_error(xdit(sd3_args(sd3, path("out.png"), "--skip_guidance_layers 1,3")),
+               "skip-guidance layer 3 is outside the model's blocks 0 … 2");
+  expect_error(xdit(sd3_args(std::string(XDIT_MODELS) + "/flux-dev-tiny", path("out.png"),
+                             "--skip_guidance_layers 1")),
+               "is a Stable Diffusion 3 option");
+  // Beyond pos_embed_max_size (24) x patch (2) x the VAE factor (4) = 192 px.
+  expect_error(xdit(sd3_args(sd3, path("out.png"), "--height 208")), "must be at most 192 px");
+  // Off the 8-px grid: refused, as diffusers refuses it.
+  expect_error(xdit(sd3_args(sd3, path("out.png"), "--height 52")), "multiples of 8");
+}
+
 // xdit tokenize prints what transformers' tokenizers give (the CLIP goldens of
 // tools/goldens/make_clip.py; the T5 ids the PixArt goldens were made from).
 TEST_F(Cli, TokenizePrintsTransformersIdsAsJson) {
