@@ -2,14 +2,15 @@
 # xdit against PyTorch + diffusers on the same work, in one invocation:
 #   the PixArt-alpha XL/2 step with CFG at 512 and 1024 px, the VAE decoder to
 #   1024 px, the T5-XXL encoder on 120 tokens and a FLUX.1 forward at full
-#   width and 2 + 4 blocks at 1024 px; bf16, the same number of
+#   width and 2 + 4 blocks at 1024 px, an SD3.5-large step with CFG at full
+#   width and 3 blocks at 1024 px; bf16, the same number of
 #   threads, warm-up runs first, the best timed run of each side.
 # Prints both times and xdit's speed-up (torch seconds / xdit seconds), with
 # the CPU model and the ISA oneDNN runs on.
 #
 #   bench/compare.sh [--threads N] [--warmup N] [--repeat N] [--rows LIST]
 #
-# LIST is a comma-separated subset of pixart512,pixart1024,vae1024,t5,flux1024
+# LIST is a comma-separated subset of pixart512,pixart1024,vae1024,t5,flux1024,sd3_1024
 # (default: all). The Python side lives in a venv (default bench/.venv,
 # or $XDIT_BENCH_VENV) made from bench/requirements.txt when it is missing.
 # The xdit binary is $XDIT, or build/xdit.
@@ -21,7 +22,7 @@ venv="${XDIT_BENCH_VENV:-$root/bench/.venv}"
 threads="$(nproc)"
 warmup=1
 repeat=1
-rows="pixart512,pixart1024,vae1024,t5,flux1024"
+rows="pixart512,pixart1024,vae1024,t5,flux1024,sd3_1024"
 
 usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
@@ -68,7 +69,8 @@ for row in "${list[@]}"; do
     vae1024) label="VAE decoder, 1024 px"; x=(vae 1024); t="vae:1024" ;;
     t5) label="T5-XXL encoder, 120 tokens"; x=(t5 512); t="t5" ;;
     flux1024) label="FLUX.1 2+4 blocks, 1024 px"; x=(flux 1024); t="flux:1024" ;;
-    *) echo "compare.sh: unknown row '$row' (pixart512, pixart1024, vae1024, t5, flux1024)" >&2; exit 2 ;;
+    sd3_1024) label="SD3.5-large 3 blocks, CFG, 1024"; x=(sd3 1024); t="sd3:1024" ;;
+    *) echo "compare.sh: unknown row '$row' (pixart512, pixart1024, vae1024, t5, flux1024, sd3_1024)" >&2; exit 2 ;;
   esac
   read -r xs isa < <(xdit_row "${x[@]}")
   ts="$(torch_row "$t")"

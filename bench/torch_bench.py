@@ -93,6 +93,29 @@ def t5_row(warmup, repeat):
                                  repeat)}
 
 
+def sd3_row(res, warmup, repeat):
+    from diffusers import SD3Transformer2DModel
+
+    # SD3.5-large at full width (38 heads x 64, qk RMSNorm), 3 blocks, CFG batch 2.
+    torch.set_default_dtype(torch.bfloat16)
+    model = SD3Transformer2DModel(num_layers=3, attention_head_dim=64, num_attention_heads=38,
+                                  caption_projection_dim=2432, pos_embed_max_size=192,
+                                  qk_norm="rms_norm").eval()
+    torch.set_default_dtype(torch.float32)
+    g = torch.Generator().manual_seed(9)
+    side, tokens = res // 8, 77 + 256
+    x = torch.randn(2, 16, side, side, generator=g).to(torch.bfloat16)
+    text = torch.randn(2, tokens, 4096, generator=g).to(torch.bfloat16)
+    pooled = torch.randn(2, 2048, generator=g).to(torch.bfloat16)
+
+    def step():
+        model(hidden_states=x, encoder_hidden_states=text, pooled_projections=pooled,
+              timestep=torch.tensor([500.0, 500.0], dtype=torch.bfloat16), return_dict=False)
+
+    return {"name": "sd35_large_3_blocks", "resolution": res, "text_tokens": tokens,
+            "seconds": best_time(step, warmup, repeat)}
+
+
 def flux_row(res, warmup, repeat):
     from diffusers import FluxTransformer2DModel
 
@@ -124,7 +147,7 @@ def flux_row(res, warmup, repeat):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("rows", nargs="+", help="pixart:RES, vae:RES, t5 or flux:RES")
+    ap.add_argument("rows", nargs="+", help="pixart:RES, vae:RES, t5, flux:RES or sd3:RES")
     ap.add_argument("--threads", type=int, required=True)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=1)
@@ -148,8 +171,10 @@ def main():
                 r = t5_row(a.warmup, a.repeat)
             elif what == "flux":
                 r = flux_row(int(res), a.warmup, a.repeat)
+            elif what == "sd3":
+                r = sd3_row(int(res), a.warmup, a.repeat)
             else:
-                sys.exit(f"torch_bench.py: unknown row '{row}' (pixart:RES, vae:RES, t5 or flux:RES)")
+                sys.exit(f"torch_bench.py: unknown row '{row}' (pixart:RES, vae:RES, t5, flux:RES or sd3:RES)")
         r.update(versions, threads=a.threads, dtype="bf16")
         print(json.dumps(r), flush=True)
 

@@ -6,7 +6,10 @@
 //  - t5: the T5-XXL encoder (google/t5-v1_1-xxl) on 120 tokens;
 //  - vae: the AutoencoderKL decoder (SD/PixArt VAE) to a 1024 px image;
 //  - flux: a FLUX.1 forward at full width and reduced depth (2 double + 4
-//    single blocks, 512 text tokens), per block and extrapolated to 19 + 38.
+//    single blocks, 512 text tokens), per block and extrapolated to 19 + 38;
+//  - sd3: an SD3.5-large step with CFG at full width (2432, 38 heads x 64,
+//    333 text tokens) and reduced depth (3 blocks, the last context_pre_only),
+//    per block and extrapolated to 38.
 // Each row runs in its own child process so that its peak memory is its own.
 #include <omp.h>
 #include <sys/resource.h>
@@ -31,6 +34,7 @@
 #include "kernels/linear.h"
 #include "models/flux.h"
 #include "models/pixart.h"
+#include "models/sd3.h"
 #include "models/t5.h"
 #include "models/vae.h"
 #include "parallel/config.h"
@@ -235,6 +239,75 @@ nlohmann::json run_flux_row(int64_t res, const std::string& dt_name, int warmup,
   blockless.num_layers = 0;
   blockless.num_single_layers = 0;
   const int64_t shared = blockless.parameter_count();
+  for (const int pp : {2, 4, 8})
+    r["weight_bytes_per_rank_pp" + std::to_string(pp)] =
+        2 * (shared + (all - shared + pp - 1) / pp);
+  return r;
+}
+
+// FLOPs of one SD3 forward: batch B, N image and L text tokens.
+double sd3_flops(const models::SD3Config& c, int64_t B, int64_t N, int64_t L) {
+  const double D = static_cast<double>(c.hidden()), S = static_cast<double>(N + L);
+  const double p2 = static_cast<double>(c.patch_size * c.patch_size);
+  double f = 2.0 * N * c.in_channels * p2 * D + 2.0 * L * c.joint_attention_dim * D;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const bool last = i == c.num_layers - 1;
+    const double text = last ? 0.0 : static_cast<double>(L);  // to_add_out, ff_context
+    f += 2.0 * S * D * 3 * D + 4.0 * S * S * D + 2.0 * (N + text) * D * D +
+         2.0 * (N + text) * D * 8 * D;
+    if (c.dual(i)) f += 2.0 * N * D * 4 * D + 4.0 * N * N * D;
+  }
+  return B * (f + 2.0 * N * D * p2 * c.out_channels);
+}
+
+// An SD3.5-large step with CFG (batch 2) at 1024 px: full width (2432 = 38
+// heads x 64, qk RMSNorm, 77 + 256 text tokens) at reduced depth: its 38
+// blocks hold 8.1 B parameters (16 GB in bf16), so the row runs 3 blocks (the
+// last context_pre_only, as the model's last) and extrapolates to 38 by FLOPs.
+nlohmann::json run_sd3_row(int64_t res, const std::string& dt_name, int warmup, int repeat) {
+  const DType dtype = parse_dtype(dt_name);
+  const double peak = gemm_peak(dtype);
+  models::SD3Config cfg;  // SD3.5-large
+  cfg.num_layers = 38;
+  cfg.num_attention_heads = 38;
+  cfg.attention_head_dim = 64;
+  cfg.caption_projection_dim = 2432;
+  cfg.pos_embed_max_size = 192;
+  cfg.qk_norm = true;
+  const int64_t kText = 77 + 256, h = res / 8, N = (h / 2) * (h / 2), B = 2;
+  TorchGenerator g(9);
+  Tensor lat = g.randn({B, cfg.in_channels, h, h});
+  Tensor text = g.randn({B, kText, cfg.joint_attention_dim});
+  Tensor pooled = g.randn({B, cfg.pooled_projection_dim});
+  models::DiTInputs in;
+  in.latents = &lat;
+  in.text = &text;
+  in.pooled = &pooled;
+  in.timesteps = {500.0f, 500.0f};
+  models::SD3Config reduced = cfg;
+  reduced.num_layers = 3;
+  io::RandomWeights weights(4);
+  models::SD3Transformer model(reduced, weights, dtype);
+  const double flops = sd3_flops(reduced, B, N, kText), full = sd3_flops(cfg, B, N, kText);
+  nlohmann::json r = timed_row("sd35_large_3_blocks", res, dt_name, flops, dtype, peak, warmup,
+                               repeat, [&] { model.forward(in); });
+  const double t = r["seconds"].get<double>();
+  r["image_tokens"] = N;
+  r["text_tokens"] = kText;
+  r["batch"] = B;
+  r["seconds_per_block"] = t / 3;
+  r["full_model_flops"] = full;
+  r["extrapolated_seconds_38"] = t * full / flops;
+  // SD3.5-large's bf16 weights per rank when PipeFusion splits its 38 blocks
+  // evenly (the embedders and the output layer on every rank).
+  const int64_t all = cfg.parameter_count();
+  const int64_t shared = all - [&] {
+    int64_t blocks = 0;
+    for (const auto& [name, shape] : cfg.weight_specs())
+      if (name.rfind("transformer_blocks.", 0) == 0) blocks += shape_numel(shape);
+    return blocks;
+  }();
+  r["parameters"] = all;
   for (const int pp : {2, 4, 8})
     r["weight_bytes_per_rank_pp" + std::to_string(pp)] =
         2 * (shared + (all - shared + pp - 1) / pp);
@@ -505,9 +578,10 @@ int run_parallel_bench(const BenchOptions& o) {
 int run_bench(const BenchOptions& o) {
   set_threads(o.threads);
   XDIT_CHECK(o.what == "transformer" || o.what == "attention" || o.what == "t5" ||
-                 o.what == "vae" || o.what == "flux" || o.what == "parallel" || o.what == "all",
+                 o.what == "vae" || o.what == "flux" || o.what == "sd3" || o.what == "parallel" ||
+                 o.what == "all",
              "unknown benchmark '", o.what,
-             "': transformer, attention, t5, vae, flux, parallel or all");
+             "': transformer, attention, t5, vae, flux, sd3, parallel or all");
   if (!o.row.empty()) {  // child: WHAT:RES:DTYPE[:LAYOUT]
     std::vector<std::string> f;
     std::stringstream ss(o.row);
@@ -520,6 +594,7 @@ int run_bench(const BenchOptions& o) {
                        : what == "vae"       ? run_vae_row(res, dt, o.warmup, o.repeat)
                        : what == "attention" ? run_attention_row(res, dt, o.warmup, o.repeat)
                        : what == "flux"      ? run_flux_row(res, dt, o.warmup, o.repeat)
+                       : what == "sd3"       ? run_sd3_row(res, dt, o.warmup, o.repeat)
                        : what == "parallel" && f.at(3).rfind("pipefusion", 0) == 0
                            ? run_pipefusion_row(res, dt, std::stoll(f.at(3).substr(11)))
                        : what == "parallel" ? run_parallel_row(res, dt, f.at(3), o.warmup, o.repeat)
@@ -557,6 +632,9 @@ int run_bench(const BenchOptions& o) {
   if (all || o.what == "flux")
     for (const auto& dt : o.dtypes)
       rows.push_back({"flux", *std::max_element(o.resolutions.begin(), o.resolutions.end()), dt});
+  if (all || o.what == "sd3")
+    for (const auto& dt : o.dtypes)
+      rows.push_back({"sd3", *std::max_element(o.resolutions.begin(), o.resolutions.end()), dt});
   if (!o.json)
     std::cout << "full-size components, random weights; ratio = achieved FLOP/s / GEMM peak "
                  "measured in the same "
@@ -585,6 +663,10 @@ int run_bench(const BenchOptions& o) {
       std::cout << "  " << std::setprecision(2) << r["seconds_per_block"].get<double>()
                 << " s per block; 19 + 38 blocks ~ "
                 << r["extrapolated_seconds_19_38"].get<double>() << " s";
+    if (r.contains("extrapolated_seconds_38"))
+      std::cout << "  " << std::setprecision(2) << r["seconds_per_block"].get<double>()
+                << " s per block; 38 blocks ~ " << r["extrapolated_seconds_38"].get<double>()
+                << " s";
     if (r.value("peak_unstable", false))
       std::cout << "  ! GEMM peak moved from " << human(r["peak_before"].get<double>(), "/s")
                 << " to " << human(r["peak_after"].get<double>(), "/s")
@@ -601,7 +683,7 @@ std::function<int()> add_bench(CLI::App& app) {
   CLI::App* b =
       app.add_subcommand("bench", "benchmarks against the GEMM peak measured in the same run");
   b->add_option("what", o->what,
-                "benchmark: transformer, attention, t5, vae, flux, parallel or all")
+                "benchmark: transformer, attention, t5, vae, flux, sd3, parallel or all")
       ->capture_default_str();
   b->add_option("--resolutions", o->resolutions, "image sizes in pixels")
       ->delimiter(',')

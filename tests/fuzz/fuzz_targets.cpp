@@ -10,6 +10,7 @@
 #include "models/clip.h"
 #include "models/flux.h"
 #include "models/pixart.h"
+#include "models/sd3.h"
 #include "models/t5.h"
 #include "models/vae.h"
 #include "pipeline/memory_estimate.h"
@@ -62,6 +63,16 @@ void config_bytes(const uint8_t* data, size_t size) {
     const auto c = models::FluxConfig::from_json(j, "transformer/config.json");
     c.weight_specs();
     c.parameter_count();
+  });
+  guarded([&] {
+    const auto c = models::SD3Config::from_json(j, "transformer/config.json");
+    c.weight_specs({0, c.num_layers / 2, true, false});
+    c.parameter_count();
+    pipeline::MemoryQuery q;
+    q.run_height = q.out_height = c.sample_size * 8;
+    q.run_width = q.out_width = c.sample_size * 8;
+    q.text_tokens = 333;
+    pipeline::estimate_memory(c.spec(), c.parameter_count(), q).peak();
   });
   guarded([&] {
     const auto c = models::ClipTextConfig::from_json(j, "text_encoder/config.json");
