@@ -11,6 +11,7 @@
 #include "io/weights.h"
 #include "models/flux.h"
 #include "models/pixart.h"
+#include "models/sd3.h"
 #include "models/t5.h"
 #include "models/vae.h"
 #include "test_util.h"
@@ -99,6 +100,35 @@ TEST(WeightSpecs, FluxListsWhatItsConstructorReadsForEveryStage) {
                                         << stage.block_begin << "-" << stage.block_end);
       expect_same(as_map(c.weight_specs(stage)), w.asked());
     }
+}
+
+TEST(WeightSpecs, Sd3ListsWhatItsConstructorReadsForEveryStage) {
+  // 4 blocks, the last context_pre_only; dual attention on 0 and 3.
+  for (bool qk : {true, false})
+    for (bool dual : {true, false})
+      for (models::DiTStage stage : {models::DiTStage{}, models::DiTStage{0, 2, true, false},
+                                     models::DiTStage{1, 3, false, false},
+                                     models::DiTStage{2, 4, false, true}}) {
+        models::SD3Config c;
+        c.sample_size = 8;
+        c.patch_size = 2;
+        c.in_channels = 6;
+        c.out_channels = 5;
+        c.num_layers = 4;
+        c.attention_head_dim = 4;
+        c.num_attention_heads = 3;
+        c.joint_attention_dim = 10;
+        c.caption_projection_dim = 12;
+        c.pooled_projection_dim = 7;
+        c.pos_embed_max_size = 6;
+        c.qk_norm = qk;
+        if (dual) c.dual_attention_layers = {0, 3};
+        Recording w;
+        models::SD3Transformer t(c, w, DType::kF32, stage);
+        SCOPED_TRACE(::testing::Message() << "qk " << qk << " dual " << dual << " blocks "
+                                          << stage.block_begin << "-" << stage.block_end);
+        expect_same(as_map(c.weight_specs(stage)), w.asked());
+      }
 }
 
 TEST(WeightSpecs, T5ListsWhatItsConstructorReads) {
