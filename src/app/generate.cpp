@@ -112,7 +112,8 @@ struct GenerateOptions {
   // Steps and guidance: the model's defaults until given (resolved by validate).
   int64_t height = 0, width = 0, steps = pipeline::kDefaultSteps, max_sequence_length = 0;
   double guidance = pipeline::kDefaultGuidance, true_cfg = 1.0;
-  pipeline::SkipLayerGuidance slg;  // SD3
+  pipeline::SkipLayerGuidance slg;                            // SD3
+  std::string parallelism, sync_mode = "corrected_async_gn";  // xDiT legacy patch flags
   std::string seed_text = "42";
   uint64_t seed = 42;
   int threads = 0;
@@ -222,6 +223,23 @@ int run_generate(GenerateOptions o) {
   o.seed = parse_torch_seed(o.seed_text);
   set_threads(o.threads);
   comm::Communicator& w = world();
+  // xDiT legacy's --parallelism patch|naive_patch: every rank CFG and data
+  // parallelism leave to patch parallelism.
+  if (!o.parallelism.empty()) {
+    XDIT_CHECK(o.parallelism == "patch" || o.parallelism == "naive_patch",
+               "--parallelism must be patch or naive_patch (xDiT legacy), got '", o.parallelism,
+               "'");
+    const int rest = o.parallel.data_parallel_degree * o.parallel.cfg();
+    XDIT_CHECK(rest >= 1 && w.size() % rest == 0, "--parallelism ", o.parallelism, ": ", w.size(),
+               " ranks do not divide by dp x cfg = ", rest);
+    o.parallel.patch_parallel_degree = w.size() / rest;
+    o.parallel.patch_mode = o.parallelism == "patch" ? "displaced" : "naive";
+  }
+  XDIT_CHECK(o.sync_mode == "corrected_async_gn" || o.sync_mode == "full_sync" ||
+                 o.sync_mode == "stale_gn",
+             "--sync_mode must be full_sync, corrected_async_gn or stale_gn (xDiT legacy), got '",
+             o.sync_mode, "'");
+  o.parallel.full_sync = o.sync_mode == "full_sync";
   parallel::Mesh mesh(o.parallel, w);  // checks the degrees against the job before anything loads
   if (w.size() > 1) XDIT_INFO(mesh.layout());
   const bool writer = w.rank() == 0;  // one rank writes files
@@ -513,6 +531,23 @@ std::function<int()> add_generate(CLI::App& app) {
   g->add_option("--attn_layer_num_for_pp,--attn-layer-num-for-pp", p.attn_layer_num_for_pp,
                 "blocks per PipeFusion stage, e.g. 10,18 (must sum to the blocks)")
       ->delimiter(',')
+      ->group(par);
+  g->add_option("--patch_parallel_degree,--patch-parallel-degree", p.patch_parallel_degree,
+                "patch parallelism: the image's row bands over this many ranks (with CFG and "
+                "data parallel, not with Ulysses / Ring / PipeFusion)")
+      ->group(par);
+  g->add_option("--patch_mode,--patch-mode", p.patch_mode,
+                "displaced (DistriFusion: stale K/V of the other bands after the warm-up) or "
+                "naive (attention inside each band)")
+      ->capture_default_str()
+      ->group(par);
+  g->add_option("--parallelism", o->parallelism,
+                "xDiT legacy: patch or naive_patch, on every rank CFG and data parallel leave")
+      ->group(par);
+  g->add_option("--sync_mode,--sync-mode", o->sync_mode,
+                "DistriFusion: full_sync exchanges fresh K/V every step (exact); the others "
+                "after --warmup_steps only")
+      ->capture_default_str()
       ->group(par);
   g->add_option("--tensor_parallel_degree,--tensor-parallel-degree", p.tensor_parallel_degree,
                 "tensor parallelism (not yet)")

@@ -32,6 +32,10 @@ class AttentionBackend {
   // in the next calls, in SP rank order (k = ring · ulysses_degree + ulysses);
   // empty (the default) when every rank computes the same number.
   virtual void set_sequence_split(std::vector<int64_t> /*tokens_per_rank*/) {}
+  // The loop starts denoising step `step` of `steps`; `sync`: a warm-up (or
+  // full-sync) step, where strategies with stale activations (DistriFusion)
+  // exchange everything fresh.
+  virtual void begin_step(int64_t /*step*/, int64_t /*steps*/, bool /*sync*/) {}
 };
 
 // Runs kernels::attention on the local tensors.

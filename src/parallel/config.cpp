@@ -11,6 +11,9 @@ std::string ParallelConfig::describe() const {
   std::ostringstream s;
   s << "dp=" << data_parallel_degree << " cfg=" << cfg() << " pp=" << pipefusion_parallel_degree
     << " ulysses=" << ulysses_degree << " ring=" << ring_degree << " tp=" << tensor_parallel_degree;
+  if (patch_parallel_degree > 1)
+    s << " patch=" << patch_parallel_degree << " (" << patch_mode
+      << (full_sync ? ", full_sync" : "") << ")";
   return s.str();
 }
 
@@ -19,19 +22,31 @@ void ParallelConfig::validate(int world_size) const {
                          {"--pipefusion_parallel_degree", pipefusion_parallel_degree},
                          {"--ulysses_degree", ulysses_degree},
                          {"--ring_degree", ring_degree},
+                         {"--patch_parallel_degree", patch_parallel_degree},
                          {"--tensor_parallel_degree", tensor_parallel_degree}})
     XDIT_CHECK(v >= 1, name, " must be at least 1, got ", v);
+  XDIT_CHECK(patch_mode == "displaced" || patch_mode == "naive",
+             "--patch_mode must be displaced "
+             "(DistriFusion) or naive, got '",
+             patch_mode, "'");
+  XDIT_CHECK(patch_parallel_degree == 1 ||
+                 (ulysses_degree == 1 && ring_degree == 1 && pipefusion_parallel_degree == 1),
+             "--patch_parallel_degree ", patch_parallel_degree,
+             " takes the image's rows itself: it does not combine with --ulysses_degree, "
+             "--ring_degree or --pipefusion_parallel_degree (combine it with --use_cfg_parallel "
+             "and --data_parallel_degree)");
   // The product, saturated: degrees of a billion each must not wrap around
   // to the number of ranks.
   int64_t product = 1;
   for (int v : {data_parallel_degree, cfg(), pipefusion_parallel_degree, ulysses_degree,
-                ring_degree, tensor_parallel_degree})
+                ring_degree, patch_parallel_degree, tensor_parallel_degree})
     product = std::min<int64_t>(product * v, int64_t{1} << 40);
-  XDIT_CHECK(
-      product == world_size, "the parallel degrees multiply to ",
-      product < (int64_t{1} << 40) ? std::to_string(product) : std::string("more than 2^40"), " (",
-      describe(), ") but the job has ", world_size, " rank", world_size == 1 ? "" : "s",
-      ": make dp x cfg x pp x ulysses x ring x tp equal the number of processes (mpirun -np)");
+  XDIT_CHECK(product == world_size, "the parallel degrees multiply to ",
+             product < (int64_t{1} << 40) ? std::to_string(product) : std::string("more than 2^40"),
+             " (", describe(), ") but the job has ", world_size, " rank",
+             world_size == 1 ? "" : "s",
+             ": make dp x cfg x pp x ulysses x ring x patch x tp equal the number of processes "
+             "(mpirun -np)");
   XDIT_CHECK(warmup_steps >= 0, "--warmup_steps must be at least 0, got ", warmup_steps);
   for (int n : attn_layer_num_for_pp)
     XDIT_CHECK(n >= 1, "--attn_layer_num_for_pp entries must be at least 1, got ", n);
@@ -130,8 +145,9 @@ Coord Mesh::coord_of(const ParallelConfig& c, int rank) {
   r /= c.tensor_parallel_degree;
   k.sp = r % c.sp();
   r /= c.sp();
-  k.ulysses = k.sp % c.ulysses_degree;  // Ulysses: contiguous ranks
-  k.ring = k.sp / c.ulysses_degree;     // Ring: strided
+  k.ulysses = k.sp % c.ulysses_degree;                  // Ulysses: contiguous ranks
+  k.ring = (k.sp / c.ulysses_degree) % c.ring_degree;   // Ring: strided
+  k.patch = k.sp / (c.ulysses_degree * c.ring_degree);  // patch bands (alone in the slot)
   k.pp = r % c.pipefusion_parallel_degree;
   r /= c.pipefusion_parallel_degree;
   k.cfg = r % c.cfg();
@@ -151,8 +167,8 @@ Mesh::Mesh(const ParallelConfig& cfg, comm::Communicator& world) : cfg_(cfg), wo
   };
   const int none = cfg.sp();  // a value no sp coordinate takes
   sp_ = world.split(color(k.dp, k.cfg, k.pp, none, k.tp), k.sp);
-  ulysses_ = sp_->split(k.ring, k.ulysses);
-  ring_ = sp_->split(k.ulysses, k.ring);
+  ulysses_ = sp_->split(k.ring + cfg.ring_degree * k.patch, k.ulysses);
+  ring_ = sp_->split(k.ulysses + cfg.ulysses_degree * k.patch, k.ring);
   cfg_group_ = world.split(color(k.dp, 0, k.pp, k.sp, k.tp), k.cfg);
   dp_ = world.split(color(0, k.cfg, k.pp, k.sp, k.tp), k.dp);
   pp_ = world.split(color(k.dp, k.cfg, 0, k.sp, k.tp), k.pp);
@@ -166,7 +182,8 @@ std::string Mesh::layout() const {
   for (int r = 0; r < cfg_.world(); ++r) {
     const Coord k = coord_of(cfg_, r);
     s << (r ? ";" : "") << " rank " << r << " = dp " << k.dp << " cfg " << k.cfg << " pp " << k.pp
-      << " sp " << k.sp << " (u " << k.ulysses << ", r " << k.ring << ")";
+      << " sp " << k.sp << " (u " << k.ulysses << ", r " << k.ring
+      << (cfg_.patch_parallel_degree > 1 ? ", patch " + std::to_string(k.patch) : "") << ")";
   }
   return s.str();
 }

@@ -20,6 +20,12 @@ struct ParallelConfig {
   int ulysses_degree = 1;
   int ring_degree = 1;
   int tensor_parallel_degree = 1;
+  // Patch parallelism (DistriFusion "displaced", or "naive"): the image's row
+  // bands over this many ranks, in the sequence-parallel slot of the mesh
+  // (it replaces Ulysses / Ring and PipeFusion; it combines with CFG and DP).
+  int patch_parallel_degree = 1;
+  std::string patch_mode = "displaced";  // or "naive"
+  bool full_sync = false;                // --sync_mode full_sync: every step exact
   // PipeFusion: patches (0 = the PipeFusion degree), warm-up steps, and blocks
   // per stage (empty = as even as possible).
   int num_pipeline_patch = 0;
@@ -27,7 +33,8 @@ struct ParallelConfig {
   std::vector<int> attn_layer_num_for_pp;
 
   int cfg() const { return use_cfg_parallel ? 2 : 1; }
-  int sp() const { return ulysses_degree * ring_degree; }
+  // The ranks that split the image's rows: Ulysses × Ring, or the patch ranks.
+  int sp() const { return ulysses_degree * ring_degree * patch_parallel_degree; }
   int world() const {
     return data_parallel_degree * cfg() * pipefusion_parallel_degree * sp() *
            tensor_parallel_degree;
@@ -56,7 +63,7 @@ struct ParallelConfig {
 };
 
 struct Coord {
-  int dp = 0, cfg = 0, pp = 0, sp = 0, ulysses = 0, ring = 0, tp = 0;
+  int dp = 0, cfg = 0, pp = 0, sp = 0, ulysses = 0, ring = 0, patch = 0, tp = 0;
 };
 
 class Mesh {

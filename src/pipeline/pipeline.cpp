@@ -204,9 +204,10 @@ void Pipeline::check_skip_layer_guidance(const SkipLayerGuidance& s, bool cfg) c
                  s.start >= 0 && s.stop <= 1 && s.start <= s.stop,
              "skip_layer_guidance_scale must be finite and 0 <= start <= stop <= 1, got scale ",
              s.scale, ", start ", s.start, ", stop ", s.stop);
-  XDIT_CHECK(mesh_ == nullptr || mesh_->config().pipefusion_parallel_degree == 1,
-             "skip-layer guidance does not run with PipeFusion yet: use sequence, CFG or data "
-             "parallelism");
+  XDIT_CHECK(mesh_ == nullptr || (mesh_->config().pipefusion_parallel_degree == 1 &&
+                                  mesh_->config().patch_parallel_degree == 1),
+             "skip-layer guidance does not run with PipeFusion or patch parallelism yet: use "
+             "sequence, CFG or data parallelism");
   if (!cfg && !warned_slg_) {
     XDIT_WARN(
         "skip-layer guidance has no effect without classifier-free guidance "
@@ -291,10 +292,22 @@ void Pipeline::load() {
     mesh_->pp_group().allgather(mine.data(), all.data(), kLine, comm::Type::kByte);
     for (int i = 0; i < mesh_->pp_group().size(); ++i)
       XDIT_INFO(std::string(all.data() + i * kLine));
+  } else if (mesh_ != nullptr && mesh_->config().patch_parallel_degree > 1) {
+    const auto& pc = mesh_->config();
+    patch_ = std::make_unique<parallel::PatchAttention>(mesh_->sp_group(),
+                                                        pc.patch_mode == "displaced", pc.full_sync);
+    patch_->set_refresh(pipefusion_refresh_);
+    transformer_->set_attention_backend(patch_.get());
   } else if (mesh_ != nullptr && mesh_->config().sp() > 1) {
     usp_ = std::make_unique<parallel::UspAttention>(mesh_->ulysses_group(), mesh_->ring_group());
     transformer_->set_attention_backend(usp_.get());
   }
+}
+
+nn::AttentionBackend* Pipeline::parallel_backend() const {
+  if (pipefusion_) return pipefusion_.get();
+  if (patch_) return patch_.get();
+  return usp_.get();
 }
 
 void check_finite_latents(const Tensor& latents, int64_t step, int64_t total) {
@@ -399,8 +412,7 @@ std::pair<int64_t, int64_t> Pipeline::my_rows(int64_t r0, int64_t r1) {
     tokens.push_back(rows * gw);
     even = even && rows * gw == tokens.front();
   }
-  nn::AttentionBackend* backend =
-      pipefusion_ ? static_cast<nn::AttentionBackend*>(pipefusion_.get()) : usp_.get();
+  nn::AttentionBackend* backend = parallel_backend();
   if (backend != nullptr) backend->set_sequence_split(even ? std::vector<int64_t>{} : tokens);
   return parallel::row_share(r0, r1, sp, mesh_->coord().sp);
 }
@@ -488,6 +500,9 @@ Tensor Pipeline::generate_latents(const LatentRequest& req,
       std::memcpy(model_in.data<float>() + k * plane, latents.data<float>() + (k % P) * plane,
                   plane * 4);
     const models::DiTInputs in = li.at(model_in, ts[i], row0, row1);
+    if (nn::AttentionBackend* b = parallel_backend())  // warm-up steps are exact
+      b->begin_step(static_cast<int64_t>(i), static_cast<int64_t>(ts.size()),
+                    static_cast<int64_t>(i) < mesh_->config().warmup_steps);
     Tensor out;
     {
       trace::Span span("step " + std::to_string(i), "compute");

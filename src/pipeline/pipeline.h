@@ -22,6 +22,7 @@
 #include "models/dit.h"
 #include "models/vae.h"
 #include "parallel/config.h"
+#include "parallel/patch_attention.h"
 #include "parallel/pipefusion_attention.h"
 #include "parallel/usp_attention.h"
 #include "pipeline/memory_estimate.h"
@@ -170,6 +171,9 @@ class Pipeline {
   parallel::Mesh* mesh_ = nullptr;
   std::unique_ptr<parallel::UspAttention> usp_;
   std::unique_ptr<parallel::PipeFusionAttention> pipefusion_;
+  std::unique_ptr<parallel::PatchAttention> patch_;
+  // The parallel attention backend in use, or null (serial).
+  nn::AttentionBackend* parallel_backend() const;
 
  public:
   // After a PipeFusion run: this stage's attention (its K/V buffers) and the
@@ -181,8 +185,9 @@ class Pipeline {
   std::pair<int64_t, int64_t> pipefusion_micro_steps() const {
     return {first_micro_step_, last_micro_step_};
   }
-  // Test switch: a PipeFusion stage that never refreshes its K/V buffers after
-  // the warm-up (the deviation test must catch it). Set before load().
+  // Test switch: a PipeFusion stage (or a DistriFusion band) that never
+  // refreshes its stale K/V after the warm-up (the deviation tests must catch
+  // it). Set before load().
   void set_pipefusion_refresh(bool refresh) { pipefusion_refresh_ = refresh; }
 
  private:

@@ -2,6 +2,8 @@
 // runs on every rank; a failure on any rank fails the mpirun.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "comm/communicator.h"
 #include "dist/world.h"
 
@@ -13,7 +15,9 @@ int main(int argc, char** argv) {
   auto world = xdit::comm::init_world(&argc, &argv);
   xdit::test::g_world = world.get();
   ::testing::InitGoogleTest(&argc, argv);
-  if (world->rank() != 0) {  // one rank reports; the others still fail the job by exit code
+  // One rank reports (XDIT_TEST_ALL_RANKS=1: every rank); the others still
+  // fail the job by exit code.
+  if (world->rank() != 0 && std::getenv("XDIT_TEST_ALL_RANKS") == nullptr) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
   }

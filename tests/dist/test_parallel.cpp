@@ -44,6 +44,16 @@ ParallelConfig layout(int dp, bool cfg, int u, int r, int pp = 1, int m = 0, int
   return c;
 }
 
+// Patch parallelism over n ranks (DistriFusion "displaced" or "naive").
+ParallelConfig patch(int dp, bool cfg, int n, bool full_sync, int warmup = 1) {
+  ParallelConfig c = layout(dp, cfg, 1, 1);
+  c.patch_parallel_degree = n;
+  c.patch_mode = "displaced";
+  c.full_sync = full_sync;
+  c.warmup_steps = warmup;
+  return c;
+}
+
 // Two prompts, random embeddings; PixArt: 9 tokens padded differently and a
 // 128x96 px image (8x6 patch rows x cols); FLUX: 6 text tokens, pooled
 // vectors, a 64x40 px image (8x5 patch rows x cols), dev with true CFG.
@@ -157,6 +167,26 @@ TEST_P(ParallelLoop, PipeFusionTimesRingFullWarmup) {
 }
 TEST_P(ParallelLoop, PipeFusionTimesCfgFullWarmup) {
   check(layout(1, true, 1, 1, 2, 2, 3));
+}
+
+// DistriFusion exchanging fresh K/V every step (full sync, or warm-up = steps) is exact.
+TEST_P(ParallelLoop, PatchDisplaced2FullSync) {
+  check(patch(1, false, 2, true));
+}
+TEST_P(ParallelLoop, PatchDisplaced2WarmupEveryStep) {
+  check(patch(1, false, 2, false, 3));
+}
+TEST_P(ParallelLoop, PatchDisplaced2FullSyncWith7Rows) {
+  check(patch(1, false, 2, true), 7);
+}
+TEST_P(ParallelLoop, PatchDisplaced4FullSyncWith7Rows) {
+  check(patch(1, false, 4, true), 7);
+}
+TEST_P(ParallelLoop, CfgTimesPatchDisplacedFullSync) {
+  check(patch(1, true, 2, true));
+}
+TEST_P(ParallelLoop, DataTimesPatchDisplacedFullSync) {
+  check(patch(2, false, 2, true));
 }
 
 // SD3's skip-layer guidance: a third, prompt-only call per step on the same mesh.

@@ -1,0 +1,181 @@
+#include "parallel/patch_attention.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/kernels.h"
+
+namespace xdit::parallel {
+
+namespace {
+constexpr int kTag = 1 << 21;  // + the layer: one exchange per layer per step
+}  // namespace
+
+struct PatchAttention::Layer {
+  std::vector<uint8_t> k, v;  // packed [B, H, text + total, D]
+  int64_t batch = 0, heads = 0, head_dim = 0, text = 0, total = 0;
+  bool bf16 = false, filled = false;
+  std::vector<int64_t> share, offset;  // every rank's band and its first token
+  std::vector<float> fresh;            // this rank's K then V: [2][B, n, H·D]
+  std::vector<std::vector<float>> recv;
+  std::vector<std::unique_ptr<comm::Request>> pending;
+
+  // Tokens [0, n) of K/V ([2][B, n, H·D]) into the buffer at token t.
+  void store(const float* kv, int64_t n, int64_t t) {
+    const int64_t hd = heads * head_dim, all = text + total;
+    kernels::attention_pack_kv(kv, hd, batch, heads, n, head_dim, bf16, k.data(), all, t);
+    kernels::attention_pack_kv(kv + batch * n * hd, hd, batch, heads, n, head_dim, bf16, v.data(),
+                               all, t);
+  }
+};
+
+PatchAttention::PatchAttention(comm::Communicator& group, bool displaced, bool full_sync)
+    : group_(group), displaced_(displaced), full_sync_(full_sync) {}
+
+PatchAttention::~PatchAttention() {
+  for (auto& [id, l] : layers_)
+    for (auto& r : l->pending) r->wait();
+}
+
+void PatchAttention::set_sequence_split(std::vector<int64_t> tokens) {
+  split_ = std::move(tokens);
+}
+
+void PatchAttention::begin_step(int64_t step, int64_t steps, bool sync) {
+  sync_ = sync || full_sync_;
+  last_step_ = step + 1 >= steps;
+}
+
+std::vector<int64_t> PatchAttention::shares(int64_t mine) const {
+  if (split_.empty()) return std::vector<int64_t>(static_cast<size_t>(group_.size()), mine);
+  XDIT_CHECK(static_cast<int>(split_.size()) == group_.size() &&
+                 split_[static_cast<size_t>(group_.rank())] == mine,
+             "patch parallel: a band of ", mine, " tokens against the split");
+  return split_;
+}
+
+void PatchAttention::complete(Layer& l) {
+  if (l.pending.empty()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto& r : l.pending) r->wait();
+  l.pending.clear();
+  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!refresh_) return;  // the test switch: keep what the warm-up stored
+  for (int p = 0; p < group_.size(); ++p)
+    if (p != group_.rank())
+      l.store(l.recv[static_cast<size_t>(p)].data(), l.share[static_cast<size_t>(p)],
+              l.text + l.offset[static_cast<size_t>(p)]);
+}
+
+void PatchAttention::attend(const kernels::AttentionArgs& args, const nn::AttentionSite& site) {
+  if (site.cross || !displaced_ || group_.size() == 1) {
+    kernels::attention(args);  // cross-attention, or naive: the band alone
+    return;
+  }
+  XDIT_CHECK(args.key_mask == nullptr && args.bias == nullptr && args.kv_len == args.q_len,
+             "patch-parallel self-attention takes unmasked, unbiased attention");
+  const int n_ranks = group_.size(), me = group_.rank();
+  const int64_t text = site.text_tokens, n = args.q_len - text;
+  const int64_t B = args.batch, H = args.heads, D = args.head_dim, hd = H * D;
+  const std::vector<int64_t> share = shares(n);
+  int64_t total = 0;
+  for (const int64_t s : share) total += s;
+  auto& slot = layers_[site.layer];
+  if (!slot) slot = std::make_unique<Layer>();
+  Layer& l = *slot;
+  if (l.batch != B || l.heads != H || l.head_dim != D || l.text != text || l.total != total ||
+      l.bf16 != args.bf16 || l.share != share) {
+    for (auto& r : l.pending) r->wait();
+    l.pending.clear();
+    const size_t esz = kernels::attention_packs_bf16(args.bf16) ? 2 : 4;
+    l.k.assign(static_cast<size_t>(B * H * (text + total) * D) * esz, 0);
+    l.v.assign(l.k.size(), 0);
+    l.batch = B;
+    l.heads = H;
+    l.head_dim = D;
+    l.text = text;
+    l.total = total;
+    l.bf16 = args.bf16;
+    l.share = share;
+    l.offset.assign(share.size(), 0);
+    for (size_t p = 1; p < share.size(); ++p) l.offset[p] = l.offset[p - 1] + share[p - 1];
+    l.filled = false;
+  }
+  // The previous step's exchange first: its sends still read l.fresh, and
+  // its receives hold the other bands' K/V of that step.
+  complete(l);
+  // This rank's fresh K and V, contiguous: [2][B, n, H·D].
+  l.fresh.resize(static_cast<size_t>(2 * B * n * hd));
+  for (int t = 0; t < 2; ++t) {
+    const float* src = t == 0 ? args.k : args.v;
+    const int64_t stride = t == 0 ? args.k_stride : args.v_stride;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < n; ++i)
+        std::memcpy(l.fresh.data() + ((t * B + b) * n + i) * hd,
+                    src + (b * (text + n) + text + i) * stride, static_cast<size_t>(hd) * 4);
+  }
+  if (sync_ || !l.filled) {
+    // Every band fresh, synchronously, each padded to the longest band: exact.
+    const int64_t most = *std::max_element(share.begin(), share.end());
+    const size_t block = static_cast<size_t>(2 * B * most * hd);
+    std::vector<float> mine(block, 0.0f), all(block * static_cast<size_t>(n_ranks));
+    for (int t = 0; t < 2; ++t)
+      for (int64_t b = 0; b < B; ++b)
+        std::memcpy(mine.data() + (t * B + b) * most * hd, l.fresh.data() + (t * B + b) * n * hd,
+                    static_cast<size_t>(n * hd) * 4);
+    group_.allgather(mine.data(), all.data(), block, comm::Type::kF32);
+    for (int p = 0; p < n_ranks; ++p) {
+      const float* kv = all.data() + block * static_cast<size_t>(p);
+      const int64_t cnt = share[static_cast<size_t>(p)];
+      std::vector<float> packed(static_cast<size_t>(2 * B * cnt * hd));
+      for (int t = 0; t < 2; ++t)
+        for (int64_t b = 0; b < B; ++b)
+          std::memcpy(packed.data() + (t * B + b) * cnt * hd, kv + (t * B + b) * most * hd,
+                      static_cast<size_t>(cnt * hd) * 4);
+      l.store(packed.data(), cnt, text + l.offset[static_cast<size_t>(p)]);
+    }
+    l.filled = true;
+  } else {  // the other bands' K/V as of the previous step (stored by complete)
+    l.store(l.fresh.data(), n, text + l.offset[static_cast<size_t>(me)]);
+  }
+  if (text > 0) {  // this rank's text K/V, fresh, in front
+    kernels::attention_pack_kv(args.k, args.k_stride, B, H, text, D, l.bf16, l.k.data(),
+                               text + total, 0, (text + n) * args.k_stride);
+    kernels::attention_pack_kv(args.v, args.v_stride, B, H, text, D, l.bf16, l.v.data(),
+                               text + total, 0, (text + n) * args.v_stride);
+  }
+  kernels::AttentionArgs a;
+  a.q = args.q;
+  a.q_stride = args.q_stride;
+  a.out = args.out;
+  a.out_stride = args.out_stride;
+  a.k_packed = l.k.data();
+  a.v_packed = l.v.data();
+  a.batch = B;
+  a.heads = H;
+  a.q_len = args.q_len;
+  a.kv_len = text + total;
+  a.head_dim = D;
+  a.scale = args.scale;
+  a.bf16 = l.bf16;
+  kernels::attention(a);
+  // After a stale step, send this step's K/V on for the next one.
+  if (!sync_ && !last_step_) {
+    l.recv.resize(static_cast<size_t>(n_ranks));
+    for (int p = 0; p < n_ranks; ++p) {
+      if (p == me) continue;
+      auto& buf = l.recv[static_cast<size_t>(p)];
+      buf.resize(static_cast<size_t>(2 * B * share[static_cast<size_t>(p)] * hd));
+      l.pending.push_back(
+          group_.irecv(buf.data(), buf.size(), comm::Type::kF32, p, kTag + site.layer));
+    }
+    for (int p = 0; p < n_ranks; ++p)
+      if (p != me)
+        l.pending.push_back(
+            group_.isend(l.fresh.data(), l.fresh.size(), comm::Type::kF32, p, kTag + site.layer));
+  }
+}
+
+}  // namespace xdit::parallel

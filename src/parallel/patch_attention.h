@@ -1,0 +1,54 @@
+// Patch parallelism behind nn::AttentionBackend (REFERENCE.md: DistriFusion,
+// arXiv 2402.19481, and naive patch parallelism). Each rank of the group
+// computes one row band of the image.
+//  - naive: attention stays inside the band (the quality baseline; no
+//    communication until the rows are gathered after the step).
+//  - displaced (DistriFusion): each self-attention layer keeps the whole
+//    sequence's K/V in the kernel's packed layout. On a sync step (warm-up, or
+//    every step with full_sync) the layer all-gathers every band's fresh K/V
+//    before attending: exact. Afterwards it attends with its own band's fresh
+//    K/V and the other bands' from the previous step; right after storing its
+//    fresh K/V it posts a non-blocking all-gather of them (sends to and
+//    receives from every peer), and completes it before the same layer's next
+//    step, so the exchange hides behind a whole step of compute.
+// Joint attention (FLUX, SD3): the text's K/V lead the buffer and are the
+// local rank's, fresh every call. Cross-attention stays local.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "nn/attention.h"
+
+namespace xdit::parallel {
+
+class PatchAttention : public nn::AttentionBackend {
+ public:
+  PatchAttention(comm::Communicator& group, bool displaced, bool full_sync);
+  ~PatchAttention() override;
+  void attend(const kernels::AttentionArgs& args, const nn::AttentionSite& site) override;
+  void set_sequence_split(std::vector<int64_t> tokens_per_rank) override;
+  void begin_step(int64_t step, int64_t steps, bool sync) override;
+  // Test switch: a displaced run that never applies the other bands' K/V
+  // after the warm-up (the deviation test must catch it).
+  void set_refresh(bool refresh) { refresh_ = refresh; }
+  // Bytes this rank sent and seconds it waited for K/V, for benchmarks.
+  double wait_seconds() const { return wait_seconds_; }
+
+ private:
+  struct Layer;
+  // Every rank's band of image tokens (uniform when no split was set).
+  std::vector<int64_t> shares(int64_t mine) const;
+  void complete(Layer& l);  // waits for the layer's pending all-gather, stores it
+
+  comm::Communicator& group_;
+  bool displaced_, full_sync_, refresh_ = true;
+  bool sync_ = true, last_step_ = false;
+  std::vector<int64_t> split_;
+  std::map<int, std::unique_ptr<Layer>> layers_;
+  double wait_seconds_ = 0;
+};
+
+}  // namespace xdit::parallel
