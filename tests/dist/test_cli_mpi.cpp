@@ -110,6 +110,9 @@ TEST_F(CliMpi, ParallelRunsWriteTheSerialImages) {
            {4,
             "--pipefusion_parallel_degree 2 --ring_degree 2 --num_pipeline_patch 4 "
             "--warmup_steps 3"},
+           // DistriFusion exchanging fresh K/V every step is exact
+           {2, "--parallelism patch --sync_mode full_sync"},
+           {4, "--use_cfg_parallel --patch_parallel_degree 2 --sync_mode full_sync"},
            // the hybrids: every method of the mesh at once, 8 ranks
            {8,
             "--use_cfg_parallel --pipefusion_parallel_degree 2 --ulysses_degree 2 "
@@ -137,7 +140,8 @@ TEST_F(CliMpi, FluxParallelRunsWriteTheSerialImages) {
                  {2, "--pipefusion_parallel_degree 2 --warmup_steps 3"},
                  {4, "--ulysses_degree 2 --ring_degree 2"},
                  {4, "--use_cfg_parallel --pipefusion_parallel_degree 2 --warmup_steps 3"},
-                 {4, "--pipefusion_parallel_degree 2 --ulysses_degree 2 --warmup_steps 3"}});
+                 {4, "--pipefusion_parallel_degree 2 --ulysses_degree 2 --warmup_steps 3"},
+                 {2, "--patch_parallel_degree 2 --warmup_steps 3"}});
   // 7 patch rows (56 px) split unevenly over the sequence-parallel ranks.
   expect_serial_pixels([&](const std::string& out,
                            const std::string& flags) { return flux(out, flags + " --height 56"); },

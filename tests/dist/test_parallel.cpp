@@ -295,6 +295,21 @@ TEST(ParallelConfigErrors, OneClearMessageEach) {
   EXPECT_NE(
       message([] { layout(3, false, 1, 1).validate_prompts(2); }).find("more than the 2 prompts"),
       std::string::npos);
+  // Patch parallelism takes the rows itself; its degree counts in the product.
+  EXPECT_NE(message([] {
+              ParallelConfig c = patch(1, false, 2, false);
+              c.ulysses_degree = 2;
+              c.validate(4);
+            }).find("does not combine with --ulysses_degree"),
+            std::string::npos);
+  EXPECT_NE(message([] { patch(1, true, 2, false).validate(2); }).find("multiply to 4"),
+            std::string::npos);
+  EXPECT_NE(message([] {
+              ParallelConfig c = patch(1, false, 2, false);
+              c.patch_mode = "sideways";
+              c.validate(2);
+            }).find("--patch_mode must be displaced"),
+            std::string::npos);
   // And through the pipeline, before any weights load.
   ParallelConfig pc = layout(1, false, world().size(), 1);
   parallel::Mesh mesh(pc, world());

@@ -1,0 +1,181 @@
+// Patch parallelism under mpirun on every tiny model, against the serial run:
+// DistriFusion ("displaced") after one warm-up step stays within a PSNR bound
+// measured per model, and a variant that never applies the other bands' newer
+// K/V falls outside it; naive patch parallelism's deviation is reported (it is
+// the quality baseline, attention only inside each band) and equals a
+// per-band reference: each band run alone through the serial model.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "core/rng.h"
+#include "dist/world.h"
+#include "io/model_folder.h"
+#include "models/pixart.h"
+#include "parallel/config.h"
+#include "parallel/split.h"
+#include "pipeline/distributed.h"
+#include "schedulers/scheduler_config.h"
+#include "test_util.h"
+
+namespace xdit {
+namespace {
+
+using parallel::ParallelConfig;
+using test::world;
+
+double psnr(const Tensor& a, const Tensor& b) {
+  double mse = 0, peak = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double d = a.data<float>()[i] - b.data<float>()[i];
+    mse += d * d;
+    peak = std::max(peak, std::fabs(static_cast<double>(b.data<float>()[i])));
+  }
+  mse /= static_cast<double>(a.numel());
+  return mse == 0 ? 1e9 : 10 * std::log10(peak * peak / mse);
+}
+
+// One prompt with CFG (FLUX.1 [dev]: true CFG), 6 steps, 8 patch rows.
+pipeline::LatentRequest request(const pipeline::Pipeline& p) {
+  pipeline::LatentRequest r;
+  TorchGenerator g(4);
+  const bool pooled = p.family().pooled_width() > 0;
+  const int64_t L = pooled ? 6 : 9;
+  r.prompt_embeds = g.randn({1, L, p.text_width()});
+  r.negative_embeds = g.randn({1, L, p.text_width()});
+  if (pooled) {
+    r.pooled_embeds = g.randn({1, p.family().pooled_width()});
+    r.negative_pooled = g.randn({1, p.family().pooled_width()});
+  }
+  if (p.family().embeds_guidance()) r.true_cfg_scale = 2.5;
+  r.guidance_scale = 3.5;
+  r.height = pooled ? 64 : 128;
+  r.width = pooled ? 40 : 96;
+  r.num_inference_steps = 6;
+  r.seed = 5;
+  return r;
+}
+
+ParallelConfig patch(const std::string& mode) {
+  ParallelConfig c;
+  c.patch_parallel_degree = world().size();
+  c.patch_mode = mode;
+  c.warmup_steps = 1;
+  return c;
+}
+
+class Patch : public testing::TestWithParam<std::string> {
+ protected:
+  std::string model() const { return std::string(XDIT_MODELS) + "/" + GetParam() + "-tiny"; }
+  Tensor run(const ParallelConfig& pc, bool refresh = true) {
+    parallel::Mesh mesh(pc, world());
+    pipeline::Pipeline p(model(), DType::kF32);
+    p.set_mesh(&mesh);
+    p.set_pipefusion_refresh(refresh);
+    return pipeline::generate_latents_distributed(p, mesh, request(p));
+  }
+  Tensor serial() {
+    pipeline::Pipeline p(model(), DType::kF32);
+    return p.generate_latents(request(p));
+  }
+};
+
+// Measured (f32, latents after 6 steps, PSNR against the serial run; at 2 /
+// 4 ranks): displaced, never refreshed, naive —
+//   pixart-sigma 53.7 / 50.8, 53.1 / 50.1, 35.9 / 30.2
+//   pixart-alpha 52.2 / 49.7, 51.8 / 49.4, 32.5 / 26.7
+//   flux-dev     35.5 / 32.0, 26.0 / 22.7, 27.3 / 21.4
+//   sd35         46.9 / 43.8, 41.0 / 38.1, 39.5 / 35.6
+// Each bound sits between the displaced run and the forgetful one. (PixArt's
+// gap is small: its tiny model's attention across bands moves the result
+// little, so the warm-up's K/V stay good; the stale-K/V mechanism shows on
+// the joint-attention models.)
+const std::map<std::string, std::map<int, double>> kMinPsnrDb = {
+    {"pixart-sigma", {{2, 53.4}, {4, 50.45}}},
+    {"pixart-alpha", {{2, 52.0}, {4, 49.55}}},
+    {"flux-dev", {{2, 30.0}, {4, 27.0}}},
+    {"sd35", {{2, 44.0}, {4, 41.0}}}};
+
+TEST_P(Patch, DisplacedStaysCloseAndAForgetfulRunDoesNot) {
+  const auto& bounds = kMinPsnrDb.at(GetParam());
+  if (bounds.count(world().size()) == 0)
+    GTEST_SKIP() << "bounds measured at 2 and 4 ranks, not " << world().size();
+  const Tensor want = serial();
+  const double good = psnr(run(patch("displaced")), want);
+  const double bad = psnr(run(patch("displaced"), false), want);
+  const double naive = psnr(run(patch("naive")), want);
+  if (world().rank() == 0)
+    std::printf(
+        "%s patch %d, warm-up 1/6: displaced %.1f dB, never refreshed %.1f dB, naive "
+        "%.1f dB\n",
+        GetParam().c_str(), world().size(), good, bad, naive);
+  const double bound = bounds.at(world().size());
+  EXPECT_GE(good, bound);
+  EXPECT_LT(bad, bound);
+  EXPECT_LT(good, 1e8) << "displaced after the warm-up should differ from serial (stale K/V)";
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, Patch,
+                         testing::Values("pixart-sigma", "pixart-alpha", "flux-dev", "sd35"),
+                         [](const testing::TestParamInfo<std::string>& i) {
+                           std::string n = i.param;
+                           for (char& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+// Naive equals a per-band reference: the serial PixArt-Σ model run on each
+// band's rows alone (positions kept global), the bands' outputs assembled,
+// then CFG and the DPM-Solver step — the loop written out here.
+TEST(PatchNaive, EqualsEachBandRunAloneThroughTheSerialModel) {
+  const std::string model = std::string(XDIT_MODELS) + "/pixart-sigma-tiny";
+  parallel::Mesh mesh(patch("naive"), world());
+  pipeline::Pipeline par(model, DType::kF32);
+  par.set_mesh(&mesh);
+  const auto r = request(par);
+  const Tensor got = pipeline::generate_latents_distributed(par, mesh, r);
+
+  io::ModelFolder f(model);
+  const auto cfg = models::PixArtConfig::from_json(f.component_config("transformer", "config.json"),
+                                                   "transformer");
+  io::WeightStore w(f.component("transformer"));
+  models::PixArtTransformer m(cfg, w, DType::kF32);
+  const auto sched_cfg = schedulers::SchedulerConfig::from_json(
+      f.component_config("scheduler", "scheduler_config.json"), "scheduler");
+  auto sched = sched_cfg.make();
+  sched->set_timesteps(r.num_inference_steps, {});
+  const int64_t h = r.height / 8, w8 = r.width / 8, gh = h / cfg.patch_size;
+  Tensor latents = pipeline::initial_noise(1, 4, h, w8, r.seed);
+  Tensor text = Tensor::empty({2, r.prompt_embeds.dim(1), r.prompt_embeds.dim(2)});
+  std::memcpy(text.data<float>(), r.negative_embeds.data<float>(), r.negative_embeds.nbytes());
+  std::memcpy(text.data<float>() + r.negative_embeds.numel(), r.prompt_embeds.data<float>(),
+              r.prompt_embeds.nbytes());
+  for (const float t : sched->timesteps()) {
+    Tensor in2 = Tensor::empty({2, 4, h, w8});
+    std::memcpy(in2.data<float>(), latents.data<float>(), latents.nbytes());
+    std::memcpy(in2.data<float>() + latents.numel(), latents.data<float>(), latents.nbytes());
+    Tensor out = Tensor::empty({2, cfg.out_channels, h, w8});
+    for (int k = 0; k < world().size(); ++k) {
+      const auto [r0, r1] = parallel::row_share(0, gh, world().size(), k);
+      models::DiTInputs in;
+      in.latents = &in2;
+      in.timesteps = {t, t};
+      in.text = &text;
+      in.patch_row_begin = r0;
+      in.patch_row_end = r1;
+      const Tensor band = m.forward(in);  // [2, out, (r1 − r0)·p, w]
+      const int64_t rows = (r1 - r0) * cfg.patch_size;
+      for (int64_t bc = 0; bc < 2 * cfg.out_channels; ++bc)
+        std::memcpy(out.data<float>() + (bc * h + r0 * cfg.patch_size) * w8,
+                    band.data<float>() + bc * rows * w8, static_cast<size_t>(rows * w8) * 4);
+    }
+    sched->step(pipeline::guided_noise(out, 1, 4, true, r.guidance_scale), latents);
+  }
+  EXPECT_LE(test::rel_max_err(got.to_vector(), latents.to_vector()), 1e-4);
+}
+
+}  // namespace
+}  // namespace xdit
