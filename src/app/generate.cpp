@@ -114,6 +114,7 @@ struct GenerateOptions {
   double guidance = pipeline::kDefaultGuidance, true_cfg = 1.0;
   pipeline::SkipLayerGuidance slg;                            // SD3
   std::string parallelism, sync_mode = "corrected_async_gn";  // xDiT legacy patch flags
+  std::vector<std::string> patch_weights;
   std::string seed_text = "42";
   uint64_t seed = 42;
   int threads = 0;
@@ -240,6 +241,14 @@ int run_generate(GenerateOptions o) {
              "--sync_mode must be full_sync, corrected_async_gn or stale_gn (xDiT legacy), got '",
              o.sync_mode, "'");
   o.parallel.full_sync = o.sync_mode == "full_sync";
+  for (const std::string& w : o.patch_weights) {
+    XDIT_CHECK(w != "auto",
+               "--patch_weights auto (calibrated weights) is not implemented yet: "
+               "give one weight per rank, e.g. --patch_weights 2,1");
+    double x = 0;
+    XDIT_CHECK(CLI::detail::lexical_cast(w, x), "--patch_weights must be numbers, got '", w, "'");
+    o.parallel.patch_weights.push_back(x);
+  }
   parallel::Mesh mesh(o.parallel, w);  // checks the degrees against the job before anything loads
   if (w.size() > 1) XDIT_INFO(mesh.layout());
   const bool writer = w.rank() == 0;  // one rank writes files
@@ -540,6 +549,11 @@ std::function<int()> add_generate(CLI::App& app) {
                 "displaced (DistriFusion: stale K/V of the other bands after the warm-up) or "
                 "naive (attention inside each band)")
       ->capture_default_str()
+      ->group(par);
+  g->add_option("--patch_weights,--patch-weights", o->patch_weights,
+                "uneven devices: each rank splitting the rows (sequence or patch parallel) "
+                "takes rows in proportion to its weight, e.g. 2,1")
+      ->delimiter(',')
       ->group(par);
   g->add_option("--parallelism", o->parallelism,
                 "xDiT legacy: patch or naive_patch, on every rank CFG and data parallel leave")

@@ -1,9 +1,11 @@
 #include "parallel/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "core/error.h"
+#include "parallel/split.h"
 
 namespace xdit::parallel {
 
@@ -59,6 +61,13 @@ void ParallelConfig::validate(int world_size) const {
              ": PipeFusion needs at least one patch per stage");
   XDIT_CHECK(tensor_parallel_degree == 1, "--tensor_parallel_degree ", tensor_parallel_degree,
              " is not supported yet");
+  if (!patch_weights.empty()) {
+    XDIT_CHECK(static_cast<int>(patch_weights.size()) == sp(), "--patch_weights has ",
+               patch_weights.size(), " weights but there are ", sp(),
+               " ranks splitting the rows (ulysses x ring x patch): give one per rank");
+    for (double w : patch_weights)
+      XDIT_CHECK(std::isfinite(w) && w > 0, "--patch_weights must be positive numbers, got ", w);
+  }
 }
 
 void ParallelConfig::validate_request(int64_t heads, int64_t patch_rows, bool cfg,
@@ -115,6 +124,10 @@ std::vector<std::pair<int64_t, int64_t>> ParallelConfig::stage_blocks(int64_t nu
     b += n;
   }
   return v;
+}
+
+std::vector<int64_t> ParallelConfig::row_split(int64_t rows) const {
+  return patch_weights.empty() ? row_counts(rows, sp()) : row_counts(rows, patch_weights);
 }
 
 std::vector<std::pair<int64_t, int64_t>> ParallelConfig::patches(int64_t rows) const {

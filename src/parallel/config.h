@@ -26,6 +26,9 @@ struct ParallelConfig {
   int patch_parallel_degree = 1;
   std::string patch_mode = "displaced";  // or "naive"
   bool full_sync = false;                // --sync_mode full_sync: every step exact
+  // Uneven devices: each sequence-parallel (or patch) rank's share of the
+  // rows in proportion to its weight; empty: as even as possible.
+  std::vector<double> patch_weights;
   // PipeFusion: patches (0 = the PipeFusion degree), warm-up steps, and blocks
   // per stage (empty = as even as possible).
   int num_pipeline_patch = 0;
@@ -54,6 +57,8 @@ struct ParallelConfig {
   void validate_prompts(size_t prompts) const;
   // PipeFusion against the model: blocks per stage, patches.
   void validate_pipefusion(int64_t num_blocks) const;
+  // Every SP rank's rows of `rows` (by patch_weights when set).
+  std::vector<int64_t> row_split(int64_t rows) const;
   // The blocks [begin, end) of each stage.
   std::vector<std::pair<int64_t, int64_t>> stage_blocks(int64_t num_blocks) const;
   // The patch-row ranges of the M patches over `patch_rows` rows, each a

@@ -28,4 +28,40 @@ inline std::vector<int64_t> row_counts(int64_t rows, int parts) {
   return v;
 }
 
+// Rows in proportion to positive `weights` (uneven devices: a slower rank
+// takes fewer), each rank at least one row (rows >= weights.size()): one row
+// each, then the rest by largest remainder, ties to the lower rank.
+inline std::vector<int64_t> row_counts(int64_t rows, const std::vector<double>& weights) {
+  const size_t n = weights.size();
+  double sum = 0;
+  for (double w : weights) sum += w;
+  const int64_t rest = rows - static_cast<int64_t>(n);
+  std::vector<int64_t> v(n, 1);
+  std::vector<double> frac(n);
+  int64_t given = 0;
+  for (size_t k = 0; k < n; ++k) {
+    const double exact = static_cast<double>(rest) * weights[k] / sum;
+    const auto whole = static_cast<int64_t>(exact);
+    v[k] += whole;
+    given += whole;
+    frac[k] = exact - static_cast<double>(whole);
+  }
+  for (; given < rest; ++given) {
+    size_t best = 0;
+    for (size_t k = 1; k < n; ++k)
+      if (frac[k] > frac[best]) best = k;
+    ++v[best];
+    frac[best] = -1.0;
+  }
+  return v;
+}
+
+// Rank k's rows [begin, end) of [r0, r0 + Σ counts) split by `counts`.
+inline std::pair<int64_t, int64_t> row_share(int64_t r0, const std::vector<int64_t>& counts,
+                                             int k) {
+  int64_t begin = r0;
+  for (int i = 0; i < k; ++i) begin += counts[static_cast<size_t>(i)];
+  return {begin, begin + counts[static_cast<size_t>(k)]};
+}
+
 }  // namespace xdit::parallel

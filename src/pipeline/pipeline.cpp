@@ -402,25 +402,25 @@ models::DiTInputs Pipeline::LoopInputs::at(const Tensor& latents, double t, int6
 
 std::pair<int64_t, int64_t> Pipeline::my_rows(int64_t r0, int64_t r1) {
   if (mesh_ == nullptr || mesh_->config().sp() == 1) return {r0, r1};
-  const int sp = mesh_->config().sp();
   // The attention backend learns every SP rank's share (uneven when the
   // rows do not divide: it pads the shorter ones and masks the padding).
   std::vector<int64_t> tokens;
   const int64_t gw = grid_width_;
   bool even = true;
-  for (int64_t rows : parallel::row_counts(r1 - r0, sp)) {
+  const std::vector<int64_t> counts = mesh_->config().row_split(r1 - r0);
+  for (int64_t rows : counts) {
     tokens.push_back(rows * gw);
     even = even && rows * gw == tokens.front();
   }
   nn::AttentionBackend* backend = parallel_backend();
   if (backend != nullptr) backend->set_sequence_split(even ? std::vector<int64_t>{} : tokens);
-  return parallel::row_share(r0, r1, sp, mesh_->coord().sp);
+  return parallel::row_share(r0, counts, mesh_->coord().sp);
 }
 
 Tensor Pipeline::gather_output(Tensor out, bool cfg_halves, int64_t r0, int64_t r1) {
   if (mesh_ != nullptr && mesh_->config().sp() > 1) {
     // The SP ranks' shares of the rows, in latent rows.
-    std::vector<int64_t> rows = parallel::row_counts(r1 - r0, mesh_->config().sp());
+    std::vector<int64_t> rows = mesh_->config().row_split(r1 - r0);
     for (int64_t& r : rows) r *= spec().patch;
     out = parallel::gather_rows(mesh_->sp_group(), out, rows);
   }

@@ -189,6 +189,27 @@ TEST_P(ParallelLoop, DataTimesPatchDisplacedFullSync) {
   check(patch(2, false, 2, true));
 }
 
+// Uneven devices: rows in proportion to --patch_weights, every exact method.
+ParallelConfig weighted(ParallelConfig c, std::vector<double> w) {
+  c.patch_weights = std::move(w);
+  return c;
+}
+TEST_P(ParallelLoop, Ulysses2Weighted3To1) {
+  check(weighted(layout(1, false, 2, 1), {3, 1}));
+}
+TEST_P(ParallelLoop, Ring2Weighted1To2) {
+  check(weighted(layout(1, false, 1, 2), {1, 2}), 7);
+}
+TEST_P(ParallelLoop, PatchDisplacedFullSyncWeighted2To1) {
+  check(weighted(patch(1, false, 2, true), {2, 1}));
+}
+TEST_P(ParallelLoop, UlyssesTimesRingWeighted) {
+  check(weighted(layout(1, false, 2, 2), {1, 2, 3, 1}), 14);
+}
+TEST_P(ParallelLoop, PipeFusionTimesUlyssesWeightedFullWarmup) {
+  check(weighted(layout(1, false, 2, 1, 2, 2, 3), {1, 3}));
+}
+
 // SD3's skip-layer guidance: a third, prompt-only call per step on the same mesh.
 TEST_P(ParallelLoop, CfgParallelWithSkipLayerGuidance) {
   check(layout(1, true, 1, 1), 0, true);
@@ -309,6 +330,14 @@ TEST(ParallelConfigErrors, OneClearMessageEach) {
               c.patch_mode = "sideways";
               c.validate(2);
             }).find("--patch_mode must be displaced"),
+            std::string::npos);
+  EXPECT_NE(message([] {
+              weighted(layout(1, false, 2, 1), {1, 0}).validate(2);
+            }).find("--patch_weights must be positive numbers, got 0"),
+            std::string::npos);
+  EXPECT_NE(message([] {
+              weighted(layout(1, false, 2, 1), {1, 2, 3}).validate(2);
+            }).find("--patch_weights has 3 weights but there are 2 ranks"),
             std::string::npos);
   // And through the pipeline, before any weights load.
   ParallelConfig pc = layout(1, false, world().size(), 1);
