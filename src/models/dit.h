@@ -46,6 +46,10 @@ struct DiTStage {
   bool first = true, last = true;
 };
 
+// `stage` with its end filled in (-1: the last block), checked against the
+// model's `blocks`; throws one line when it does not fit.
+DiTStage resolve_stage(DiTStage stage, int64_t blocks);
+
 // The hidden states between blocks: x [B, text + image tokens, hidden].
 struct Streams {
   Tensor x;

@@ -70,14 +70,9 @@ Tensor columns(const Tensor& w, int64_t c0, int64_t n) {
 FluxTransformer::FluxTransformer(const FluxConfig& cfg, const io::WeightSource& w, DType compute,
                                  DiTStage stage)
     : cfg_(cfg),
-      stage_(stage),
+      stage_(resolve_stage(stage, cfg.blocks())),
       ct_(kernels::resolve_compute_type(compute)),
       backend_(&nn::serial_attention()) {
-  if (stage_.block_end < 0) stage_.block_end = cfg.blocks();
-  XDIT_CHECK(stage_.block_begin >= 0 && stage_.block_begin <= stage_.block_end &&
-                 stage_.block_end <= cfg.blocks(),
-             "stage blocks [", stage_.block_begin, ", ", stage_.block_end, ") outside the model's ",
-             cfg.blocks(), " blocks");
   const int64_t D = cfg.hidden(), hd = cfg.attention_head_dim;
   if (stage_.first) {
     x_embedder_ = nn::load_linear(w, "x_embedder", cfg.in_channels, D, true, ct_);
@@ -168,21 +163,10 @@ void FluxTransformer::attend(float* qkv, int64_t batch, int64_t seq, float* out,
   nn::AttentionSite site;
   site.layer = layer;
   site.text_tokens = L_;
-  const int64_t D = cfg_.hidden();
-  kernels::AttentionArgs a;
-  a.q = qkv;
-  a.k = qkv + D;
-  a.v = qkv + 2 * D;
-  a.q_stride = a.k_stride = a.v_stride = 3 * D;
-  a.out = out;
-  a.out_stride = out_stride;
-  a.batch = batch;
-  a.heads = cfg_.num_attention_heads;
-  a.q_len = a.kv_len = seq;
-  a.head_dim = cfg_.attention_head_dim;
-  a.scale = 1.0f / std::sqrt(static_cast<float>(cfg_.attention_head_dim));
-  a.bf16 = ct_ == nn::ComputeType::kBF16;
-  backend_->attend(a, site);
+  backend_->attend(
+      nn::fused_qkv_args(qkv, batch, seq, cfg_.num_attention_heads, cfg_.attention_head_dim, out,
+                         out_stride, ct_ == nn::ComputeType::kBF16),
+      site);
 }
 
 Streams FluxTransformer::embed(const DiTInputs& in, const Tensor* hidden) {

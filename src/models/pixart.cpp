@@ -22,14 +22,9 @@ struct PixArtTransformer::Block {
 PixArtTransformer::PixArtTransformer(const PixArtConfig& cfg, const WeightSource& w, DType compute,
                                      DiTStage stage)
     : cfg_(cfg),
-      stage_(stage),
+      stage_(resolve_stage(stage, cfg.num_layers)),
       ct_(kernels::resolve_compute_type(compute)),
       backend_(&nn::serial_attention()) {
-  if (stage_.block_end < 0) stage_.block_end = cfg.num_layers;
-  XDIT_CHECK(stage_.block_begin >= 0 && stage_.block_begin <= stage_.block_end &&
-                 stage_.block_end <= cfg.num_layers,
-             "stage blocks [", stage_.block_begin, ", ", stage_.block_end, ") outside the model's ",
-             cfg.num_layers, " blocks");
   const int64_t d = cfg.hidden(), p = cfg.patch_size;
   // The patch convolution's weight [d, C, p, p] is a [d, C·p·p] matrix over im2col columns.
   if (stage_.first) {

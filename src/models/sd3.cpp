@@ -33,14 +33,9 @@ struct SD3Transformer::Block {
 SD3Transformer::SD3Transformer(const SD3Config& cfg, const io::WeightSource& w, DType compute,
                                DiTStage stage)
     : cfg_(cfg),
-      stage_(stage),
+      stage_(resolve_stage(stage, cfg.num_layers)),
       ct_(kernels::resolve_compute_type(compute)),
       backend_(&nn::serial_attention()) {
-  if (stage_.block_end < 0) stage_.block_end = cfg.num_layers;
-  XDIT_CHECK(stage_.block_begin >= 0 && stage_.block_begin <= stage_.block_end &&
-                 stage_.block_end <= cfg.num_layers,
-             "stage blocks [", stage_.block_begin, ", ", stage_.block_end, ") outside the model's ",
-             cfg.num_layers, " blocks");
   const int64_t D = cfg.hidden(), hd = cfg.attention_head_dim, p = cfg.patch_size;
   if (stage_.first) {
     // The patch convolution's weight [D, C, p, p] is a [D, C·p·p] matrix over im2col columns.
@@ -199,24 +194,13 @@ void SD3Transformer::norm_qk(float* qkv, int64_t seq, int64_t row_begin, int64_t
 }
 
 void SD3Transformer::attend(const float* qkv, int64_t seq, float* out, int layer, int64_t text) {
-  const int64_t D = cfg_.hidden();
-  kernels::AttentionArgs a;
-  a.q = qkv;
-  a.k = qkv + D;
-  a.v = qkv + 2 * D;
-  a.q_stride = a.k_stride = a.v_stride = 3 * D;
-  a.out = out;
-  a.out_stride = D;
-  a.batch = B_;
-  a.heads = cfg_.num_attention_heads;
-  a.q_len = a.kv_len = seq;
-  a.head_dim = cfg_.attention_head_dim;
-  a.scale = 1.0f / std::sqrt(static_cast<float>(cfg_.attention_head_dim));
-  a.bf16 = ct_ == nn::ComputeType::kBF16;
   nn::AttentionSite site;
   site.layer = layer;
   site.text_tokens = text;
-  backend_->attend(a, site);
+  backend_->attend(
+      nn::fused_qkv_args(qkv, B_, seq, cfg_.num_attention_heads, cfg_.attention_head_dim, out,
+                         cfg_.hidden(), ct_ == nn::ComputeType::kBF16),
+      site);
 }
 
 void SD3Transformer::block(Block& blk, float* X, int64_t index) {

@@ -81,4 +81,23 @@ void Attention::forward(const float* x, int64_t batch, int64_t seq, const float*
   out_.forward(o, batch * seq, y);
 }
 
+kernels::AttentionArgs fused_qkv_args(const float* qkv, int64_t batch, int64_t seq, int64_t heads,
+                                      int64_t head_dim, float* out, int64_t out_stride, bool bf16) {
+  const int64_t D = heads * head_dim;
+  kernels::AttentionArgs a;
+  a.q = qkv;
+  a.k = qkv + D;
+  a.v = qkv + 2 * D;
+  a.q_stride = a.k_stride = a.v_stride = 3 * D;
+  a.out = out;
+  a.out_stride = out_stride;
+  a.batch = batch;
+  a.heads = heads;
+  a.q_len = a.kv_len = seq;
+  a.head_dim = head_dim;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  a.bf16 = bf16;
+  return a;
+}
+
 }  // namespace xdit::nn

@@ -38,6 +38,12 @@ class AttentionBackend {
   virtual void begin_step(int64_t /*step*/, int64_t /*steps*/, bool /*sync*/) {}
 };
 
+// Attention arguments over a fused [q | k | v] buffer: `seq` tokens per batch
+// item, each row 3·heads·head_dim wide; the output rows `out_stride` apart;
+// scale 1/sqrt(head_dim).
+kernels::AttentionArgs fused_qkv_args(const float* qkv, int64_t batch, int64_t seq, int64_t heads,
+                                      int64_t head_dim, float* out, int64_t out_stride, bool bf16);
+
 // Runs kernels::attention on the local tensors.
 AttentionBackend& serial_attention();
 
