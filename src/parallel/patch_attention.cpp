@@ -46,6 +46,12 @@ void PatchAttention::set_sequence_split(std::vector<int64_t> tokens) {
 void PatchAttention::begin_step(int64_t step, int64_t steps, bool sync) {
   sync_ = sync || full_sync_;
   last_step_ = step + 1 >= steps;
+  if (step == 0)  // a new run: nothing stale from the previous image may be used
+    for (auto& [id, l] : layers_) {
+      for (auto& r : l->pending) r->wait();
+      l->pending.clear();
+      l->filled = false;
+    }
 }
 
 std::vector<int64_t> PatchAttention::shares(int64_t mine) const {
