@@ -39,6 +39,7 @@
 #include "models/vae.h"
 #include "parallel/config.h"
 #include "parallel/gather.h"
+#include "parallel/patch_attention.h"
 #include "parallel/usp_attention.h"
 #include "pipeline/pipeline.h"
 
@@ -386,8 +387,12 @@ nlohmann::json run_parallel_row(int64_t res, const std::string& dt_name, const s
     pc.ring_degree = 2;
   else if (layout == "cfg")
     pc.use_cfg_parallel = true;
-  else
-    XDIT_FAIL("unknown layout '", layout, "': ulysses, ring or cfg");
+  else if (layout == "displaced" || layout == "naive") {
+    pc.patch_parallel_degree = 2;
+    pc.patch_mode = layout;
+  } else {
+    XDIT_FAIL("unknown layout '", layout, "': ulysses, ring, cfg, displaced or naive");
+  }
   parallel::Mesh mesh(pc, w);
   const DType dtype = parse_dtype(dt_name);
   const double peak = gemm_peak(dtype);
@@ -395,7 +400,14 @@ nlohmann::json run_parallel_row(int64_t res, const std::string& dt_name, const s
   io::RandomWeights weights(1);
   models::PixArtTransformer model(cfg, weights, dtype);
   parallel::UspAttention usp(mesh.ulysses_group(), mesh.ring_group());
-  if (pc.sp() > 1) model.set_attention_backend(&usp);
+  // Patch parallelism: the warm-up step exchanges fresh K/V; the timed steps
+  // run DistriFusion's stale-K/V steps (or naive bands).
+  parallel::PatchAttention patch(mesh.sp_group(), pc.patch_mode == "displaced", false);
+  if (pc.patch_parallel_degree > 1)
+    model.set_attention_backend(&patch);
+  else if (pc.sp() > 1)
+    model.set_attention_backend(&usp);
+  int64_t step_no = 0;
   const int64_t B = pc.use_cfg_parallel ? 1 : 2, h = res / 8, w8 = res / 8;
   StepInputs step_in(cfg, B, res);
   models::DiTInputs& in = step_in.in;
@@ -403,6 +415,8 @@ nlohmann::json run_parallel_row(int64_t res, const std::string& dt_name, const s
   in.patch_row_begin = mesh.coord().sp * rows;
   in.patch_row_end = in.patch_row_begin + rows;
   auto step = [&] {
+    patch.begin_step(step_no, int64_t{1} << 40, step_no == 0);
+    ++step_no;
     Tensor out = model.forward(in);
     out = parallel::gather_rows(mesh.sp_group(), out);
     if (pc.use_cfg_parallel) out = parallel::gather_batch(mesh.cfg_group(), out);
@@ -551,8 +565,8 @@ int run_parallel_bench(const BenchOptions& o) {
               << "-" << std::setw(10) << "1.00" << std::setw(12) << "1.00" << std::setw(11)
               << human(static_cast<double>(base["peak_rss_bytes"].get<int64_t>()), "B")
               << std::endl;
-  for (const char* layout :
-       {"ulysses", "ring", "cfg", "pipefusion-2", "pipefusion-4", "pipefusion-8"}) {
+  for (const char* layout : {"ulysses", "ring", "cfg", "displaced", "naive", "pipefusion-2",
+                             "pipefusion-4", "pipefusion-8"}) {
     nlohmann::json r = run_child("parallel", res, dt, o, layout, 1);
     const double t = r["seconds"].get<double>();
     r["speedup"] = t1 / t;
