@@ -82,6 +82,10 @@ void PatchAttention::attend(const kernels::AttentionArgs& args, const nn::Attent
   }
   XDIT_CHECK(args.key_mask == nullptr && args.bias == nullptr && args.kv_len == args.q_len,
              "patch-parallel self-attention takes unmasked, unbiased attention");
+  // Drive every layer's pending exchange: MPI moves large messages only
+  // inside MPI calls, so without this they would wait for their own layer.
+  for (auto& [id, other] : layers_)
+    for (auto& r : other->pending) r->test();
   const int n_ranks = group_.size(), me = group_.rank();
   const int64_t text = site.text_tokens, n = args.q_len - text;
   const int64_t B = args.batch, H = args.heads, D = args.head_dim, hd = H * D;
