@@ -34,7 +34,7 @@ class PatchAttention : public nn::AttentionBackend {
   // Test switch: a displaced run that never applies the other bands' K/V
   // after the warm-up (the deviation test must catch it).
   void set_refresh(bool refresh) { refresh_ = refresh; }
-  // Bytes this rank sent and seconds it waited for K/V, for benchmarks.
+  // Seconds this rank waited for the other bands' K/V (benchmarks).
   double wait_seconds() const { return wait_seconds_; }
 
  private:
