@@ -185,6 +185,22 @@ nlohmann::json run_attention_row(int64_t res, const std::string& dt_name, int wa
   return r;
 }
 
+// bf16 weight bytes per rank when PipeFusion splits a model's blocks evenly
+// over 2, 4 and 8 stages (the embedders and the output layer on every rank),
+// into r["weight_bytes_per_rank_ppN"].
+void add_pipefusion_weight_bytes(nlohmann::json& r, const io::WeightSpecs& specs) {
+  int64_t all = 0, blocks = 0;
+  for (const auto& [name, shape] : specs) {
+    all += shape_numel(shape);
+    if (name.rfind("transformer_blocks.", 0) == 0 ||
+        name.rfind("single_transformer_blocks.", 0) == 0)
+      blocks += shape_numel(shape);
+  }
+  for (const int pp : {2, 4, 8})
+    r["weight_bytes_per_rank_pp" + std::to_string(pp)] =
+        2 * (all - blocks + (blocks + pp - 1) / pp);
+}
+
 // FLOPs of one FLUX forward: batch 1, N image and L text tokens.
 double flux_flops(const models::FluxConfig& c, int64_t N, int64_t L) {
   const double D = static_cast<double>(c.hidden()), S = static_cast<double>(N + L);
@@ -233,16 +249,8 @@ nlohmann::json run_flux_row(int64_t res, const std::string& dt_name, int warmup,
   r["seconds_per_block"] = t / 6;
   r["full_model_flops"] = full;
   r["extrapolated_seconds_19_38"] = t * full / flops;
-  // FLUX.1-dev's bf16 weights per rank when PipeFusion splits its 57 blocks
-  // evenly (the embedders and the output layer on every rank).
-  const int64_t all = cfg.parameter_count();
-  models::FluxConfig blockless = cfg;
-  blockless.num_layers = 0;
-  blockless.num_single_layers = 0;
-  const int64_t shared = blockless.parameter_count();
-  for (const int pp : {2, 4, 8})
-    r["weight_bytes_per_rank_pp" + std::to_string(pp)] =
-        2 * (shared + (all - shared + pp - 1) / pp);
+  // FLUX.1-dev's bf16 weights per PipeFusion rank (57 blocks).
+  add_pipefusion_weight_bytes(r, cfg.weight_specs());
   return r;
 }
 
@@ -299,19 +307,9 @@ nlohmann::json run_sd3_row(int64_t res, const std::string& dt_name, int warmup, 
   r["seconds_per_block"] = t / 3;
   r["full_model_flops"] = full;
   r["extrapolated_seconds_38"] = t * full / flops;
-  // SD3.5-large's bf16 weights per rank when PipeFusion splits its 38 blocks
-  // evenly (the embedders and the output layer on every rank).
-  const int64_t all = cfg.parameter_count();
-  const int64_t shared = all - [&] {
-    int64_t blocks = 0;
-    for (const auto& [name, shape] : cfg.weight_specs())
-      if (name.rfind("transformer_blocks.", 0) == 0) blocks += shape_numel(shape);
-    return blocks;
-  }();
-  r["parameters"] = all;
-  for (const int pp : {2, 4, 8})
-    r["weight_bytes_per_rank_pp" + std::to_string(pp)] =
-        2 * (shared + (all - shared + pp - 1) / pp);
+  r["parameters"] = cfg.parameter_count();
+  // SD3.5-large's bf16 weights per PipeFusion rank (38 blocks).
+  add_pipefusion_weight_bytes(r, cfg.weight_specs());
   return r;
 }
 

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "kernels/kernels.h"
+#include "nn/attention.h"
 
 namespace xdit::models {
 
@@ -93,20 +94,9 @@ ClipTextOutput ClipTextEncoder::encode(const std::vector<int32_t>& ids, int64_t 
     const Layer& l = *layers_[static_cast<size_t>(i)];
     kernels::layer_norm(h, n, M, d, eps, l.ln1_w.data<float>(), l.ln1_b.data<float>());
     l.qkv.forward(n, M, qkv);
-    kernels::AttentionArgs a;
-    a.q = qkv;
-    a.k = qkv + d;
-    a.v = qkv + 2 * d;
-    a.q_stride = a.k_stride = a.v_stride = 3 * d;
-    a.out = attn;
-    a.out_stride = d;
-    a.batch = B;
-    a.heads = H;
-    a.q_len = a.kv_len = S;
-    a.head_dim = d / H;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(d / H));
+    kernels::AttentionArgs a =
+        nn::fused_qkv_args(qkv, B, S, H, d / H, attn, d, ct_ == nn::ComputeType::kBF16);
     a.bias = causal.data();
-    a.bf16 = ct_ == nn::ComputeType::kBF16;
     kernels::attention(a);
     l.out.forward(attn, M, h, /*accumulate=*/true);  // h += out_proj(attn)
     kernels::layer_norm(h, n, M, d, eps, l.ln2_w.data<float>(), l.ln2_b.data<float>());

@@ -39,6 +39,8 @@ struct ClipTextConfig {
   // The weights the encoder reads, under `prefix` ("text_model." or "").
   io::WeightSpecs weight_specs(const std::string& prefix = "text_model.") const;
   int64_t parameter_count() const;
+  // The pooled output's width: projection_dim with a projection, else hidden_size.
+  int64_t pooled_width() const { return projection_dim > 0 ? projection_dim : hidden_size; }
 };
 
 struct ClipTextOutput {

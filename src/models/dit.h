@@ -56,6 +56,11 @@ struct Streams {
   int64_t text = 0;  // text-stream tokens at the front of each batch item (0: none)
 };
 
+// A later pipeline stage's streams: a copy of the previous stage's `hidden`,
+// checked to be [batch, text + tokens, width]; throws one line naming `model`.
+Streams previous_stage_streams(const Tensor* hidden, int64_t batch, int64_t text, int64_t tokens,
+                               int64_t width, const char* model);
+
 // What the loop and the parallel layer need to know about a model.
 struct DiTSpec {
   int64_t blocks = 0;  // the flat block list's length

@@ -256,15 +256,9 @@ Streams FluxTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
   }
 
   // Streams [B, L + N, D]: per batch item the embedded text, then the image tokens.
+  if (!stage_.first) return previous_stage_streams(hidden, B, L, N, D, "FLUX");
   Streams st;
   st.text = L;
-  if (!stage_.first) {
-    XDIT_CHECK(hidden != nullptr && hidden->numel() == B * S * D,
-               "a later FLUX pipeline stage needs the previous stage's streams [", B, ", ", S, ", ",
-               D, "]");
-    st.x = hidden->clone();
-    return st;
-  }
   st.x = Tensor::empty({B, S, D});
   float* X = st.x.data<float>();
   float* packed = x_.get(static_cast<size_t>(B * N * 4 * C));  // [B, N, 4C]

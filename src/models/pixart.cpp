@@ -104,14 +104,11 @@ Streams PixArtTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
   // PatchEmbed does when it differs from the config's sample size); later
   // pipeline stages start from the previous stage's hidden states.
   Streams s;
-  s.x = Tensor::empty({B, N, d});
-  float* h = s.x.data<float>();
   if (!stage_.first) {
-    XDIT_CHECK(hidden != nullptr && hidden->numel() == B * N * d,
-               "a later pipeline stage needs the previous stage's hidden states [", B, ", ", N,
-               ", ", d, "]");
-    std::memcpy(h, hidden->data<float>(), static_cast<size_t>(B * N * d) * 4);
+    s = previous_stage_streams(hidden, B, 0, N, d, "PixArt");
   } else {
+    s.x = Tensor::empty({B, N, d});
+    float* h = s.x.data<float>();
     const int64_t k = c.in_channels * p * p;
     float* cols = cols_.get(static_cast<size_t>(B * N * k));
     const float* lat = x.data<float>();

@@ -143,15 +143,9 @@ Streams SD3Transformer::embed(const DiTInputs& in, const Tensor* hidden) {
   st_.resize(temb.size());
   kernels::silu(temb.data(), st_.data(), static_cast<int64_t>(st_.size()));
 
+  if (!stage_.first) return previous_stage_streams(hidden, B, L, N, D, "SD3");
   Streams st;
   st.text = L;
-  if (!stage_.first) {
-    XDIT_CHECK(hidden != nullptr && hidden->numel() == B * S * D,
-               "a later SD3 pipeline stage needs the previous stage's streams [", B, ", ", S, ", ",
-               D, "]");
-    st.x = hidden->clone();
-    return st;
-  }
   st.x = Tensor::empty({B, S, D});
   float* X = st.x.data<float>();
   // Patch rows [r0, r1): im2col, the projection, the cropped sin-cos table.

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "kernels/kernels.h"
+#include "nn/attention.h"
 
 namespace xdit::models {
 
@@ -84,21 +85,11 @@ Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint
   for (const auto& blk : blocks_) {
     kernels::rms_norm(h, n, M, d, eps, blk->ln0.data<float>());
     blk->qkv.forward(n, M, qkv);
-    kernels::AttentionArgs a;
-    a.q = qkv;
-    a.k = qkv + inner;
-    a.v = qkv + 2 * inner;
-    a.q_stride = a.k_stride = a.v_stride = 3 * inner;
-    a.out = attn;
-    a.out_stride = inner;
-    a.batch = B;
-    a.heads = H;
-    a.q_len = a.kv_len = S;
-    a.head_dim = c.d_kv;
+    kernels::AttentionArgs a =
+        nn::fused_qkv_args(qkv, B, S, H, c.d_kv, attn, inner, ct_ == nn::ComputeType::kBF16);
     a.scale = 1.0f;  // T5 folds the scaling into its initialisation
     a.key_mask = mask.empty() ? nullptr : mask.data();
     a.bias = bias.data();
-    a.bf16 = ct_ == nn::ComputeType::kBF16;
     kernels::attention(a);
     blk->o.forward(attn, M, h, /*accumulate=*/true);  // h += o(attn)
     kernels::rms_norm(h, n, M, d, eps, blk->ln1.data<float>());

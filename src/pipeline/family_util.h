@@ -3,6 +3,7 @@
 // output that holds NaN/Inf.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -40,6 +41,12 @@ void check_finite_output(const Tensor& t, const char* model, const char* compone
 std::unique_ptr<models::T5Config> open_t5(const io::ModelFolder& folder,
                                           const std::string& component, int64_t width,
                                           std::unique_ptr<io::WeightStore>& weights);
+
+// The longest T5 prompt FluxPipeline and StableDiffusion3Pipeline take: 512,
+// or less where the tokenizer says so.
+inline int64_t t5_sequence_limit(const tokenizers::T5Tokenizer& tok) {
+  return std::min<int64_t>(512, tok.model_max_length());
+}
 
 // Prompts → T5 embeddings [n, L, d] and the mask [n, L] (as floats; undefined
 // when `masked` is false, as FLUX.1 and SD3 call T5). `lower_strip`: PixArt's

@@ -80,19 +80,15 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
       t5_tok_ = std::make_unique<tokenizers::T5Tokenizer>(folder.component("tokenizer_2"));
     if (!clip_cfg_) {
       clip_cfg_ = open_clip(folder, "text_encoder", clip_weights_);
-      const int64_t pooled =
-          clip_cfg_->projection_dim > 0 ? clip_cfg_->projection_dim : clip_cfg_->hidden_size;
+      const int64_t pooled = clip_cfg_->pooled_width();
       XDIT_CHECK(pooled == cfg_.pooled_projection_dim, "text_encoder/ pools to width ", pooled,
                  " but the transformer's pooled_projection_dim is ", cfg_.pooled_projection_dim);
     }
     if (!t5_cfg_)
       t5_cfg_ = open_t5(folder, "text_encoder_2", cfg_.joint_attention_dim, t5_weights_);
   }
-  // FluxPipeline refuses more than 512.
   int64_t default_max_sequence_length() const override { return 512; }
-  int64_t max_sequence_limit() const override {
-    return std::min<int64_t>(512, t5_tok_->model_max_length());
-  }
+  int64_t max_sequence_limit() const override { return t5_sequence_limit(*t5_tok_); }
 
   PromptEmbeddings encode(const ImageRequest& r, bool cfg, DType dtype) override {
     XDIT_CHECK(clip_tok_ && t5_tok_ && clip_cfg_ && t5_cfg_,

@@ -19,10 +19,6 @@ namespace xdit::pipeline {
 
 namespace {
 
-int64_t clip_pooled_width(const models::ClipTextConfig& c) {
-  return c.projection_dim > 0 ? c.projection_dim : c.hidden_size;
-}
-
 class SD3Family : public ConfigFamily<models::SD3Config, models::SD3Transformer> {
  public:
   using ConfigFamily::ConfigFamily;
@@ -75,20 +71,16 @@ class SD3Family : public ConfigFamily<models::SD3Config, models::SD3Transformer>
                  clip_l_cfg_->hidden_size, " + ", clip_g_cfg_->hidden_size, " = ", features,
                  ") are wider than the transformer's joint_attention_dim ",
                  cfg_.joint_attention_dim);
-      const int64_t pooled = SD3Family::pooled(*clip_l_cfg_) + SD3Family::pooled(*clip_g_cfg_);
+      const int64_t pooled = clip_l_cfg_->pooled_width() + clip_g_cfg_->pooled_width();
       XDIT_CHECK(pooled == cfg_.pooled_projection_dim, "the CLIP encoders pool to ",
-                 SD3Family::pooled(*clip_l_cfg_), " + ", SD3Family::pooled(*clip_g_cfg_), " = ",
-                 pooled, " but the transformer's pooled_projection_dim is ",
-                 cfg_.pooled_projection_dim);
+                 clip_l_cfg_->pooled_width(), " + ", clip_g_cfg_->pooled_width(), " = ", pooled,
+                 " but the transformer's pooled_projection_dim is ", cfg_.pooled_projection_dim);
     }
     if (!t5_cfg_)
       t5_cfg_ = open_t5(folder, "text_encoder_3", cfg_.joint_attention_dim, t5_weights_);
   }
   int64_t default_max_sequence_length() const override { return 256; }
-  // StableDiffusion3Pipeline refuses more than 512.
-  int64_t max_sequence_limit() const override {
-    return std::min<int64_t>(512, t5_tok_->model_max_length());
-  }
+  int64_t max_sequence_limit() const override { return t5_sequence_limit(*t5_tok_); }
 
   PromptEmbeddings encode(const ImageRequest& r, bool cfg, DType dtype) override {
     XDIT_CHECK(clip_l_cfg_ && t5_cfg_, "encode before the text side was opened");
@@ -116,8 +108,6 @@ class SD3Family : public ConfigFamily<models::SD3Config, models::SD3Transformer>
   }
 
  private:
-  static int64_t pooled(const models::ClipTextConfig& c) { return clip_pooled_width(c); }
-
   // [n, 77 + L, joint] embeddings and [n, pooled] vectors, as encode_prompt makes them.
   std::pair<Tensor, Tensor> encode_texts(const std::vector<std::string>& texts, int64_t L,
                                          bool warn) {
