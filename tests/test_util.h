@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/tensor.h"
 
 namespace xdit::test {
 
@@ -36,6 +37,19 @@ inline double rel_max_err(const std::vector<float>& a, const std::vector<float>&
 }
 
 // The message of the xdit::Error that `f` throws, or "(no error)".
+// Peak signal-to-noise ratio of `a` against the reference `b` (f32), in dB,
+// the peak being max|b|; 1e9 when they are equal.
+inline double psnr(const Tensor& a, const Tensor& b) {
+  double mse = 0, peak = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double d = a.data<float>()[i] - b.data<float>()[i];
+    mse += d * d;
+    peak = std::max(peak, std::fabs(static_cast<double>(b.data<float>()[i])));
+  }
+  mse /= static_cast<double>(a.numel());
+  return mse == 0 ? 1e9 : 10 * std::log10(peak * peak / mse);
+}
+
 // The largest difference (of 255) between 8-bit RGB pixels [H, W, 3] and a
 // diffusers image [3, H, W] in [-1, 1] postprocessed as diffusers does it
 // (x / 2 + 0.5, clamped, × 255, rounded).

@@ -27,17 +27,6 @@ namespace {
 using parallel::ParallelConfig;
 using test::world;
 
-double psnr(const Tensor& a, const Tensor& b) {
-  double mse = 0, peak = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    const double d = a.data<float>()[i] - b.data<float>()[i];
-    mse += d * d;
-    peak = std::max(peak, std::fabs(static_cast<double>(b.data<float>()[i])));
-  }
-  mse /= static_cast<double>(a.numel());
-  return mse == 0 ? 1e9 : 10 * std::log10(peak * peak / mse);
-}
-
 // One prompt with CFG (FLUX.1 [dev]: true CFG), 6 steps, 8 patch rows.
 pipeline::LatentRequest request(const pipeline::Pipeline& p) {
   pipeline::LatentRequest r;
@@ -104,9 +93,9 @@ TEST_P(Patch, DisplacedStaysCloseAndAForgetfulRunDoesNot) {
   if (bounds.count(world().size()) == 0)
     GTEST_SKIP() << "bounds measured at 2 and 4 ranks, not " << world().size();
   const Tensor want = serial();
-  const double good = psnr(run(patch("displaced")), want);
-  const double bad = psnr(run(patch("displaced"), false), want);
-  const double naive = psnr(run(patch("naive")), want);
+  const double good = test::psnr(run(patch("displaced")), want);
+  const double bad = test::psnr(run(patch("displaced"), false), want);
+  const double naive = test::psnr(run(patch("naive")), want);
   if (world().rank() == 0)
     std::printf(
         "%s patch %d, warm-up 1/6: displaced %.1f dB, never refreshed %.1f dB, naive "

@@ -105,17 +105,6 @@ pipeline::LatentRequest request(int64_t steps) {
   return r;
 }
 
-double psnr(const Tensor& a, const Tensor& b) {
-  double mse = 0, peak = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    const double d = a.data<float>()[i] - b.data<float>()[i];
-    mse += d * d;
-    peak = std::max(peak, std::fabs(static_cast<double>(b.data<float>()[i])));
-  }
-  mse /= static_cast<double>(a.numel());
-  return mse == 0 ? 1e9 : 10 * std::log10(peak * peak / mse);
-}
-
 struct PfRun {
   Tensor latents;
   int64_t patch_forwards;
@@ -281,7 +270,7 @@ TEST(PipeFusion, NormalModeStaysCloseAndAForgetfulPipelineDoesNot) {
   Tensor want = serial(S);
   PfRun good = run_pf(pf(n, n, 1), S);
   PfRun bad = run_pf(pf(n, n, 1), S, /*refresh=*/false);
-  const double pg = psnr(good.latents, want), pb = psnr(bad.latents, want);
+  const double pg = test::psnr(good.latents, want), pb = test::psnr(bad.latents, want);
   if (world().rank() == 0)
     std::printf("PipeFusion pp=%d warm-up 1/%ld: PSNR %.1f dB; without refresh %.1f dB\n", n, S, pg,
                 pb);
@@ -299,7 +288,7 @@ TEST(PipeFusion, NormalModeStaysCloseAndAForgetfulPipelineDoesNot) {
   dec.validate(probe);  // opens the VAE
   Tensor img_want = dec.decode_latents(want), img_good = dec.decode_latents(good.latents),
          img_bad = dec.decode_latents(bad.latents);
-  const double ig = psnr(img_good, img_want), ib = psnr(img_bad, img_want);
+  const double ig = test::psnr(img_good, img_want), ib = test::psnr(img_bad, img_want);
   if (world().rank() == 0)
     std::printf("decoded images: PSNR %.1f dB; without refresh %.1f dB\n", ig, ib);
   EXPECT_GE(ig, kMinImagePsnrDb);
@@ -338,7 +327,7 @@ TEST(PipeFusion, FluxNormalModeStaysCloseAndAForgetfulPipelineDoesNot) {
     return pipeline::generate_latents_distributed(p, mesh, r);
   };
   const Tensor good = run(true), bad = run(false);
-  const double pg = psnr(good, want), pb = psnr(bad, want);
+  const double pg = test::psnr(good, want), pb = test::psnr(bad, want);
   if (world().rank() == 0)
     std::printf("FLUX PipeFusion pp=%d warm-up 1/6: PSNR %.1f dB; without refresh %.1f dB\n", n, pg,
                 pb);

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <map>
 
 #include "core/rng.h"
@@ -20,6 +19,7 @@
 #include "kernels/kernels.h"
 #include "models/flux.h"
 #include "models/vae.h"
+#include "parity/pipeline_goldens.h"
 #include "pipeline/pipeline.h"
 #include "schedulers/scheduler_config.h"
 #include "test_util.h"
@@ -85,23 +85,6 @@ TEST(Flux, ConfigChecks) {
 // noise from the seed, sigmas linspace(1, 1/N, N) with mu from the packed
 // image's token count, t / 1000 and the guidance scale into the model, true
 // CFG as neg + scale·(pos − neg), the Flow-Match step, then the VAE.
-// Calls f(case name, its request metadata, the goldens) for each case of
-// flux_<name>_pipeline.safetensors.
-void for_each_pipeline_case(const std::string& name,
-                            const std::function<void(const std::string&, const io::Json&,
-                                                     std::map<std::string, Tensor>&)>& f) {
-  const std::string file =
-      std::string(XDIT_TEST_DATA) + "/goldens/flux_" + name + "_pipeline.safetensors";
-  io::SafeTensorsFile sf(file);
-  auto g = io::read_safetensors_f32(file);
-  const int cases = std::stoi(sf.metadata().at("cases"));
-  for (int k = 0; k < cases; ++k) {
-    const std::string c = "case" + std::to_string(k);
-    SCOPED_TRACE(name + " " + sf.metadata().at(c));
-    f(c, io::parse_json_text(sf.metadata().at(c), c), g);
-  }
-}
-
 void expect_loop_matches(const std::string& name) {
   const std::string root = std::string(XDIT_MODELS) + "/flux-" + name + "-tiny";
   const auto cfg =
@@ -114,49 +97,49 @@ void expect_loop_matches(const std::string& name) {
   const auto vae_cfg = VaeConfig::from_json(io::read_json_file(root + "/vae/config.json"), root);
   io::WeightStore vw(root + "/vae");
   VaeDecoder vae(vae_cfg, vw, DType::kF32);
-  for_each_pipeline_case(
-      name, [&](const std::string& c, const io::Json& m, std::map<std::string, Tensor>& g) {
-        const int64_t steps = m["steps"].get<int64_t>();
-        const Tensor& want_init = g[c + ".initial_latents"];
-        TorchGenerator gen(m["seed"].get<uint64_t>());
-        Tensor latents = gen.randn(want_init.shape());
-        ASSERT_EQ(test::rel_max_err(latents.to_vector(), want_init.to_vector()), 0.0)
-            << "the initial noise is torch.randn's for the seed";
-        const auto sched = sched_cfg.make();
-        schedulers::TimestepHints hints;
-        for (int64_t i = 0; i < steps; ++i)  // np.linspace(1.0, 1 / N, N)
-          hints.sigmas.push_back(steps > 1 ? 1.0 + i * ((1.0 / steps - 1.0) / (steps - 1)) : 1.0);
-        if (steps > 1) hints.sigmas.back() = 1.0 / steps;
-        hints.mu = sched_cfg.flow_match()->mu((latents.dim(2) / 2) * (latents.dim(3) / 2));
-        sched->set_timesteps(steps, hints);
-        const bool true_cfg = m["true_cfg_scale"].get<double>() > 1.0;
-        const auto scale = static_cast<float>(m["true_cfg_scale"].get<double>());
-        DiTInputs in;
-        in.latents = &latents;
-        for (const float t : sched->timesteps()) {
-          in.timesteps = {t / 1000.0f};
-          if (cfg.guidance_embeds)
-            in.guidance = {static_cast<float>(m["guidance_scale"].get<double>())};
-          in.text = &g[c + ".prompt_embeds"];
-          in.pooled = &g[c + ".pooled_prompt_embeds"];
-          Tensor noise = model.forward(in);
-          if (true_cfg) {
-            in.text = &g[c + ".negative_prompt_embeds"];
-            in.pooled = &g[c + ".negative_pooled_prompt_embeds"];
-            const Tensor neg = model.forward(in);
-            float* v = noise.data<float>();
-            const float* n = neg.data<float>();
-            for (int64_t i = 0; i < noise.numel(); ++i) {
-              const float diff = v[i] - n[i], scaled = scale * diff;
-              v[i] = n[i] + scaled;
-            }
-          }
-          sched->step(noise, latents);
+  test::for_each_pipeline_case("flux_" + name, [&](const std::string& c, const io::Json& m,
+                                                   std::map<std::string, Tensor>& g) {
+    const int64_t steps = m["steps"].get<int64_t>();
+    const Tensor& want_init = g[c + ".initial_latents"];
+    TorchGenerator gen(m["seed"].get<uint64_t>());
+    Tensor latents = gen.randn(want_init.shape());
+    ASSERT_EQ(test::rel_max_err(latents.to_vector(), want_init.to_vector()), 0.0)
+        << "the initial noise is torch.randn's for the seed";
+    const auto sched = sched_cfg.make();
+    schedulers::TimestepHints hints;
+    for (int64_t i = 0; i < steps; ++i)  // np.linspace(1.0, 1 / N, N)
+      hints.sigmas.push_back(steps > 1 ? 1.0 + i * ((1.0 / steps - 1.0) / (steps - 1)) : 1.0);
+    if (steps > 1) hints.sigmas.back() = 1.0 / steps;
+    hints.mu = sched_cfg.flow_match()->mu((latents.dim(2) / 2) * (latents.dim(3) / 2));
+    sched->set_timesteps(steps, hints);
+    const bool true_cfg = m["true_cfg_scale"].get<double>() > 1.0;
+    const auto scale = static_cast<float>(m["true_cfg_scale"].get<double>());
+    DiTInputs in;
+    in.latents = &latents;
+    for (const float t : sched->timesteps()) {
+      in.timesteps = {t / 1000.0f};
+      if (cfg.guidance_embeds)
+        in.guidance = {static_cast<float>(m["guidance_scale"].get<double>())};
+      in.text = &g[c + ".prompt_embeds"];
+      in.pooled = &g[c + ".pooled_prompt_embeds"];
+      Tensor noise = model.forward(in);
+      if (true_cfg) {
+        in.text = &g[c + ".negative_prompt_embeds"];
+        in.pooled = &g[c + ".negative_pooled_prompt_embeds"];
+        const Tensor neg = model.forward(in);
+        float* v = noise.data<float>();
+        const float* n = neg.data<float>();
+        for (int64_t i = 0; i < noise.numel(); ++i) {
+          const float diff = v[i] - n[i], scaled = scale * diff;
+          v[i] = n[i] + scaled;
         }
-        EXPECT_LE(test::rel_max_err(latents.to_vector(), g[c + ".latents"].to_vector()), 1e-4);
-        const Tensor image = vae.decode_latents(latents);
-        EXPECT_LE(test::rel_max_err(image.to_vector(), g[c + ".image"].to_vector()), 1e-4);
-      });
+      }
+      sched->step(noise, latents);
+    }
+    EXPECT_LE(test::rel_max_err(latents.to_vector(), g[c + ".latents"].to_vector()), 1e-4);
+    const Tensor image = vae.decode_latents(latents);
+    EXPECT_LE(test::rel_max_err(image.to_vector(), g[c + ".image"].to_vector()), 1e-4);
+  });
 }
 
 TEST(FluxLoop, SchnellComponentsReproduceFluxPipeline) {
@@ -173,19 +156,10 @@ TEST(FluxLoop, DevComponentsWithGuidanceAndTrueCfgReproduceFluxPipeline) {
 void expect_prompt_to_image(const std::string& name) {
   pipeline::Pipeline pipe(std::string(XDIT_MODELS) + "/flux-" + name + "-tiny", DType::kF32);
   pipe.set_keep_text_encoder(true);
-  for_each_pipeline_case(name, [&](const std::string& c, const io::Json& m,
-                                   std::map<std::string, Tensor>& g) {
-    pipeline::ImageRequest r;
-    r.prompts = {m["prompt"].get<std::string>()};
-    if (!m["negative_prompt"].is_null())
-      r.negative_prompt = m["negative_prompt"].get<std::string>();
-    r.height = m["height"].get<int64_t>();
-    r.width = m["width"].get<int64_t>();
-    r.num_inference_steps = m["steps"].get<int64_t>();
-    r.guidance_scale = m["guidance_scale"].get<double>();
+  test::for_each_pipeline_case("flux_" + name, [&](const std::string& c, const io::Json& m,
+                                                   std::map<std::string, Tensor>& g) {
+    pipeline::ImageRequest r = test::image_request(m);
     r.true_cfg_scale = m["true_cfg_scale"].get<double>();
-    r.seed = m["seed"].get<uint64_t>();
-    r.max_sequence_length = m["max_sequence_length"].get<int64_t>();
     pipe.validate(r);
     const pipeline::PromptEmbeddings e = pipe.encode_prompts(r);
     EXPECT_LE(test::rel_max_err(e.embeds.to_vector(), g[c + ".prompt_embeds"].to_vector()), 1e-4);

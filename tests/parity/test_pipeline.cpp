@@ -19,8 +19,7 @@ void check_against_diffusers(const std::string& variant) {
       std::string(XDIT_TEST_DATA) + "/goldens/pipeline_" + variant + ".safetensors";
   io::SafeTensorsFile f(golden);
   const auto req = io::parse_json_text(f.metadata().at("request"), "request");
-  pipeline::Pipeline pipe(std::string(XDIT_MODELS) + "/pixart-" + variant + "-tiny",
-                                DType::kF32);
+  pipeline::Pipeline pipe(std::string(XDIT_MODELS) + "/pixart-" + variant + "-tiny", DType::kF32);
   pipeline::ImageRequest r;
   r.prompts = req["prompts"].get<std::vector<std::string>>();
   r.negative_prompt = req["negative"].get<std::string>();

@@ -4,11 +4,14 @@
 // in f32 ≤ 1e-4 and bf16 ≤ 3e-2; config checks.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "io/weights.h"
 #include "kernels/kernels.h"
 #include "models/sd3.h"
+#include "parity/pipeline_goldens.h"
 #include "pipeline/pipeline.h"
 #include "test_util.h"
 
@@ -79,24 +82,9 @@ TEST(SD3, ConfigChecks) {
 void expect_prompt_to_image(const std::string& name) {
   pipeline::Pipeline pipe(std::string(XDIT_MODELS) + "/" + name + "-tiny", DType::kF32);
   pipe.set_keep_text_encoder(true);
-  const std::string file =
-      std::string(XDIT_TEST_DATA) + "/goldens/" + name + "_pipeline.safetensors";
-  io::SafeTensorsFile f(file);
-  auto g = io::read_safetensors_f32(file);
-  for (int k = 0; k < std::stoi(f.metadata().at("cases")); ++k) {
-    const std::string c = "case" + std::to_string(k);
-    const io::Json m = io::parse_json_text(f.metadata().at(c), c);
-    SCOPED_TRACE(name + " " + f.metadata().at(c));
-    pipeline::ImageRequest r;
-    r.prompts = {m["prompt"].get<std::string>()};
-    if (!m["negative_prompt"].is_null())
-      r.negative_prompt = m["negative_prompt"].get<std::string>();
-    r.height = m["height"].get<int64_t>();
-    r.width = m["width"].get<int64_t>();
-    r.num_inference_steps = m["steps"].get<int64_t>();
-    r.guidance_scale = m["guidance_scale"].get<double>();
-    r.seed = m["seed"].get<uint64_t>();
-    r.max_sequence_length = m["max_sequence_length"].get<int64_t>();
+  test::for_each_pipeline_case(name, [&](const std::string& c, const io::Json& m,
+                                         std::map<std::string, Tensor>& g) {
+    pipeline::ImageRequest r = test::image_request(m);
     if (!m["skip_guidance_layers"].is_null()) {
       r.skip_layer_guidance.layers = m["skip_guidance_layers"].get<std::vector<int64_t>>();
       r.skip_layer_guidance.scale = m["skip_layer_guidance_scale"].get<double>();
@@ -120,7 +108,7 @@ void expect_prompt_to_image(const std::string& name) {
     EXPECT_LE(
         test::worst_pixel_difference(out.rgb[0], want.data<float>(), want.dim(2), want.dim(3)), 1)
         << "largest per-pixel difference (of 255)";
-  }
+  });
 }
 
 TEST(SD3Pipeline, PromptToImageMatchesDiffusers) {

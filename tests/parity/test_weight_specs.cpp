@@ -106,9 +106,9 @@ TEST(WeightSpecs, Sd3ListsWhatItsConstructorReadsForEveryStage) {
   // 4 blocks, the last context_pre_only; dual attention on 0 and 3.
   for (bool qk : {true, false})
     for (bool dual : {true, false})
-      for (models::DiTStage stage : {models::DiTStage{}, models::DiTStage{0, 2, true, false},
-                                     models::DiTStage{1, 3, false, false},
-                                     models::DiTStage{2, 4, false, true}}) {
+      for (models::DiTStage stage :
+           {models::DiTStage{}, models::DiTStage{0, 2, true, false},
+            models::DiTStage{1, 3, false, false}, models::DiTStage{2, 4, false, true}}) {
         models::SD3Config c;
         c.sample_size = 8;
         c.patch_size = 2;
