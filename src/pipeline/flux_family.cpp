@@ -60,16 +60,15 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
     if (s.flow_match() != nullptr) h.mu = s.flow_match()->mu((latent_h / 2) * (latent_w / 2));
     return h;
   }
-  void warn_unused(const LatentRequest& r) const override {
-    if (!cfg_.guidance_embeds && r.guidance_scale != kDefaultGuidance)
-      XDIT_WARN(name(), " has no guidance embedding: guidance_scale ", r.guidance_scale,
+  void warn_unused(double guidance_scale, double true_cfg_scale, bool neg) const override {
+    if (!cfg_.guidance_embeds && guidance_scale != kDefaultGuidance)
+      XDIT_WARN(name(), " has no guidance embedding: guidance_scale ", guidance_scale,
                 " has no effect (true CFG: a negative prompt and true_cfg_scale > 1)");
-    const bool neg = r.negative_embeds.defined();
-    if (r.true_cfg_scale > 1.0 && !neg)
-      XDIT_WARN("true_cfg_scale ", r.true_cfg_scale,
+    if (true_cfg_scale > 1.0 && !neg)
+      XDIT_WARN("true_cfg_scale ", true_cfg_scale,
                 " has no effect without a negative prompt: true CFG is off");
-    if (neg && r.true_cfg_scale <= 1.0)
-      XDIT_WARN("a negative prompt has no effect with true_cfg_scale ", r.true_cfg_scale,
+    if (neg && true_cfg_scale <= 1.0)
+      XDIT_WARN("a negative prompt has no effect with true_cfg_scale ", true_cfg_scale,
                 " (<= 1): true CFG is off");
   }
 

@@ -69,7 +69,10 @@ class ModelFamily {
   // SD3: skip-layer guidance (a third call that skips blocks).
   virtual bool skips_layers() const { return false; }
   // Warnings about a request's fields that have no effect on this model.
-  virtual void warn_unused(const LatentRequest&) const {}
+  // `guidance_scale` as given (kDefaultGuidance when not), and whether a
+  // negative prompt (or its embeddings) was given.
+  virtual void warn_unused(double /*guidance_scale*/, double /*true_cfg_scale*/,
+                           bool /*has_negative*/) const {}
 
   // The text side: open_text reads the tokenizer(s) and encoder configs and
   // checks the weight headers (cheap); encode builds the encoders on first use.

@@ -140,11 +140,15 @@ void Pipeline::check_mesh(int64_t height, bool cfg) const {
                                        : "--guidance_scale > 1");
 }
 
+void Pipeline::warn_unused_once(double guidance_scale, double true_cfg_scale,
+                                bool has_negative) const {
+  if (warned_) return;  // validate runs more than once per request
+  family_->warn_unused(guidance_scale, true_cfg_scale, has_negative);
+  warned_ = true;
+}
+
 void Pipeline::validate(LatentRequest& r) const {
-  if (!warned_) {
-    family_->warn_unused(r);
-    warned_ = true;
-  }
+  warn_unused_once(r.guidance_scale, r.true_cfg_scale, r.negative_embeds.defined());
   if (r.num_inference_steps == kDefaultSteps) r.num_inference_steps = family_->default_steps();
   if (r.guidance_scale == kDefaultGuidance) r.guidance_scale = family_->default_guidance();
   settle_size(r.height, r.width, "");
@@ -537,14 +541,7 @@ void Pipeline::validate(ImageRequest& r) {
   const double given_guidance = r.guidance_scale;
   if (r.guidance_scale == kDefaultGuidance) r.guidance_scale = family_->default_guidance();
   check_guidance(r.guidance_scale, r.true_cfg_scale);
-  if (!warned_) {  // the family's warnings, on the request as given
-    LatentRequest probe;
-    probe.guidance_scale = given_guidance;
-    probe.true_cfg_scale = r.true_cfg_scale;
-    if (r.negative_prompt) probe.negative_embeds = Tensor::empty({1});
-    family_->warn_unused(probe);
-    warned_ = true;
-  }
+  warn_unused_once(given_guidance, r.true_cfg_scale, r.negative_prompt.has_value());
   // Text side and VAE: configs and weight headers.
   if (!text_opened_) {
     family_->open_text(folder());

@@ -145,6 +145,9 @@ class Pipeline {
   void settle_size(int64_t& height, int64_t& width, const char* hint) const;
   void check_mesh(int64_t height, bool cfg) const;
   void check_skip_layer_guidance(const SkipLayerGuidance& s, bool cfg) const;
+  // The family's warnings about fields with no effect, on the request as
+  // given (guidance_scale before defaults), once per pipeline.
+  void warn_unused_once(double guidance_scale, double true_cfg_scale, bool has_negative) const;
   // The memory query for `prompts` images at height x width px on this mesh.
   MemoryQuery memory_query(int64_t prompts, int64_t height, int64_t width, bool cfg) const;
   // The estimate of `q` against the memory left (weights already loaded not
