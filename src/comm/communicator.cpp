@@ -36,6 +36,7 @@ class SingleComm : public Communicator {
     XDIT_FAIL("single-rank communicator: irecv from rank ", src);
   }
   void allreduce_sum(float*, size_t) override {}
+  void allreduce_sum(double*, size_t) override {}
   void allgather(const void* s, void* r, size_t n, Type t) override { copy(s, r, n, t); }
   void alltoall(const void* s, void* r, size_t n, Type t) override { copy(s, r, n, t); }
   void broadcast(void*, size_t, Type, int) override {}

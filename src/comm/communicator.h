@@ -42,8 +42,10 @@ class Communicator {
                                          int tag) = 0;
   virtual std::unique_ptr<Request> irecv(void* buf, size_t count, Type t, int src, int tag) = 0;
 
-  // In place sum over all ranks (f32).
+  // In place sum over all ranks (f32; f64 where a sum must stay exact to
+  // rounding, e.g. GroupNorm statistics over row bands).
   virtual void allreduce_sum(float* buf, size_t count) = 0;
+  virtual void allreduce_sum(double* buf, size_t count) = 0;
   // recv holds size() blocks of `count` elements, rank i's block at i·count.
   virtual void allgather(const void* send, void* recv, size_t count, Type t) = 0;
   // send and recv hold size() blocks of `count`: block j of send goes to rank

@@ -110,6 +110,10 @@ class MpiComm : public Communicator {
     Timer tm(stats_, n * 4);
     XDIT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, to_int(n), MPI_FLOAT, MPI_SUM, comm_));
   }
+  void allreduce_sum(double* buf, size_t n) override {
+    Timer tm(stats_, n * 8);
+    XDIT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, to_int(n), MPI_DOUBLE, MPI_SUM, comm_));
+  }
   void allgather(const void* s, void* r, size_t n, Type t) override {
     Timer tm(stats_, n * type_size(t) * static_cast<size_t>(size_ - 1));
     XDIT_MPI(MPI_Allgather(s, to_int(n), mpi_type(t), r, to_int(n), mpi_type(t), comm_));

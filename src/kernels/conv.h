@@ -1,6 +1,7 @@
 // 2-D convolution on oneDNN with the weight prepacked once at load.
 // Activations are f32 NHWC ("channels last"); the weight is torch's
-// [out, in, kh, kw]. Stride 1, symmetric zero padding (what the VAE uses).
+// [out, in, kh, kw]. Stride 1, symmetric zero padding (what the VAE uses), or
+// a row band with halo rows supplied by the caller (the patch-parallel VAE).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,13 @@ class Conv2d {
   // bf16 layers only: the input already in bf16 (e.g. from group_norm_nhwc_bf16).
   void forward_bf16(const uint16_t* x, int64_t batch, int64_t height, int64_t width,
                     float* y) const;
+  // A row band with its halo: x holds `rows` + 2·halo() rows per batch item,
+  // the halo rows above and below already filled (the neighbouring bands'
+  // edge rows, or zeros at the image's edges), in the layer's input type (bf16
+  // for bf16 layers, else f32); no vertical padding is added. y [B, rows, W', out].
+  void forward_halo(const void* x, int64_t batch, int64_t rows, int64_t width, float* y) const;
+  // Rows a band needs from each neighbour: the padding (stride 1).
+  int64_t halo() const;
   bool is_bf16() const;
   int64_t in_channels() const;
   int64_t out_channels() const;
@@ -32,10 +40,12 @@ class Conv2d {
   // The oneDNN implementation the convolution runs for this input size
   // ("brgconv:avx512_core_amx", ...), creating its primitive without running
   // it: the tests check that no size falls to a reference kernel.
-  std::string implementation(int64_t batch, int64_t height, int64_t width) const;
+  // `halo`: the forward_halo primitive for `height` input rows (halos included).
+  std::string implementation(int64_t batch, int64_t height, int64_t width, bool halo = false) const;
 
  private:
-  void run(const void* src, int64_t batch, int64_t height, int64_t width, float* y) const;
+  void run(const void* src, int64_t batch, int64_t height, int64_t width, float* y,
+           bool halo = false) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -33,9 +33,31 @@ void group_norm_nhwc_bf16(const float* x, uint16_t* y, int64_t batch, int64_t hw
                           int64_t groups, float eps, const float* gamma, const float* beta,
                           bool silu);
 
-// Nearest-neighbour ×2 upsampling of NHWC x [B, H, W, C] → y [B, 2H, 2W, C].
+// GroupNorm in two halves, so that row bands on several ranks can add up
+// their statistics before normalising (the patch-parallel VAE): Σx and Σx²
+// of every (batch item, group) of x [B, HW, C] in f64 → moments [B, G, 2];
+// then x normalised with moments summed over `count` values per group (all
+// bands' pixels × C/G), affine, optionally SiLU. y's batch items lie
+// `y_batch_stride` elements apart (0: HW·C), so that the output can fill the
+// inside of a buffer with halo rows.
+void group_norm_moments_nhwc(const float* x, int64_t batch, int64_t hw, int64_t channels,
+                             int64_t groups, double* moments);
+void group_norm_apply_nhwc(const float* x, float* y, int64_t batch, int64_t hw, int64_t channels,
+                           int64_t groups, float eps, const float* gamma, const float* beta,
+                           bool silu, const double* moments, double count,
+                           int64_t y_batch_stride = 0);
+void group_norm_apply_nhwc_bf16(const float* x, uint16_t* y, int64_t batch, int64_t hw,
+                                int64_t channels, int64_t groups, float eps, const float* gamma,
+                                const float* beta, bool silu, const double* moments, double count,
+                                int64_t y_batch_stride = 0);
+
+// Nearest-neighbour ×2 upsampling of NHWC x [B, H, W, C] → y [B, 2H, 2W, C],
+// y's batch items `y_batch_stride` elements apart (0: 4·H·W·C); the _bf16
+// form writes bf16 (a bf16 convolution's input).
 void upsample_nearest2x_nhwc(const float* x, float* y, int64_t batch, int64_t h, int64_t w,
-                             int64_t channels);
+                             int64_t channels, int64_t y_batch_stride = 0);
+void upsample_nearest2x_nhwc_bf16(const float* x, uint16_t* y, int64_t batch, int64_t h, int64_t w,
+                                  int64_t channels, int64_t y_batch_stride = 0);
 
 // Elementwise; y may equal x.
 void gelu_tanh(const float* x, float* y, int64_t n);   // 0.5x(1+tanh(√(2/π)(x+0.044715x³)))

@@ -1,10 +1,12 @@
 #include "models/vae.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "core/aligned.h"
 #include "core/block_cache.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/kernels.h"
 
@@ -80,120 +82,195 @@ VaeDecoder::VaeDecoder(const VaeConfig& cfg, const io::WeightSource& w, DType co
 
 VaeDecoder::~VaeDecoder() = default;
 
-void VaeDecoder::resnet(const Resnet& r, Tensor& x, int64_t b, int64_t h, int64_t w) {
-  const int64_t hw = h * w, G = cfg_.norm_num_groups;
-  const float eps = 1e-6f;
-  Tensor u = Tensor::empty({b, h, w, r.out}), t;
-  Tensor buf;  // the bf16 convolution inputs, then the shortcut's output
-  if (r.conv1.is_bf16() && r.conv2.is_bf16()) {
-    // GroupNorm + SiLU write each convolution's bf16 input directly (half the
-    // bytes, no separate conversion pass), and conv2 reuses u, which GN2 has
-    // consumed: x, u and a bf16 buffer are live instead of three f32 tensors.
-    // The shortcut then writes into the bf16 buffer, dead by then: where the
-    // channels halve its bytes are exactly the output's (the decoder's peak).
-    const int64_t px = b * hw;
-    buf = Tensor::empty(
-        {std::max((px * std::max(r.in, r.out) + 1) / 2, r.has_shortcut ? px * r.out : int64_t{0})});
-    auto* nb = reinterpret_cast<uint16_t*>(buf.data<float>());
-    kernels::group_norm_nhwc_bf16(x.data<float>(), nb, b, hw, r.in, G, eps, r.n1w.data<float>(),
-                                  r.n1b.data<float>(), true);
-    r.conv1.forward_bf16(nb, b, h, w, u.data<float>());
-    kernels::group_norm_nhwc_bf16(u.data<float>(), nb, b, hw, r.out, G, eps, r.n2w.data<float>(),
-                                  r.n2b.data<float>(), true);
-    r.conv2.forward_bf16(nb, b, h, w, u.data<float>());
-    t = u;
-  } else {
-    t = Tensor::empty({b, h, w, r.in});
-    kernels::group_norm_nhwc(x.data<float>(), t.data<float>(), b, hw, r.in, G, eps,
-                             r.n1w.data<float>(), r.n1b.data<float>(), true);
-    r.conv1.forward(t.data<float>(), b, h, w, u.data<float>());
-    kernels::group_norm_nhwc(u.data<float>(), u.data<float>(), b, hw, r.out, G, eps,
-                             r.n2w.data<float>(), r.n2b.data<float>(), true);
-    if (r.out != r.in) t = Tensor::empty({b, h, w, r.out});
-    r.conv2.forward(u.data<float>(), b, h, w, t.data<float>());
+// A convolution input with halo rows: `batch` items of rows + 2·halo rows ×
+// `width` × `channels`, in the convolution's input type (bf16 or f32).
+struct VaeDecoder::Padded {
+  Tensor storage;  // f32 words holding the bytes
+  int64_t batch = 0, rows = 0, width = 0, channels = 0, halo = 0, elem = 4;
+  Padded(int64_t b, int64_t r, int64_t w, int64_t c, int64_t hl, bool bf16, int64_t min_floats = 0)
+      : batch(b), rows(r), width(w), channels(c), halo(hl), elem(bf16 ? 2 : 4) {
+    const int64_t bytes = b * (r + 2 * hl) * w * c * elem;
+    storage = Tensor::empty({std::max((bytes + 3) / 4, min_floats)});
   }
-  if (r.has_shortcut) {  // into the dead bf16 buffer, or u where conv2 left it free
-    Tensor s = buf.defined() ? buf.leading({b, h, w, r.out}) : u;
-    r.shortcut.forward(x.data<float>(), b, h, w, s.data<float>());
-    x = s;
+  size_t row_bytes() const { return static_cast<size_t>(width * channels * elem); }
+  int64_t item_stride() const { return (rows + 2 * halo) * width * channels; }  // elements
+  void* data() { return storage.data<float>(); }
+  // The first inside row of item 0, as the element type.
+  template <class T>
+  T* inside() {
+    return reinterpret_cast<T*>(data()) + halo * width * channels;
   }
-  kernels::gated_residual_add(x.data<float>(), t.data<float>(), 1, 1, b * hw * r.out, nullptr, 0);
+};
+
+void VaeDecoder::norm(const float* x, int64_t channels, const Tensor& gamma, const Tensor& beta,
+                      bool silu, Band& bd, float* y) {
+  // Exact GroupNorm over the whole image: every band's Σx and Σx² (f64) added.
+  const int64_t G = cfg_.norm_num_groups, hw = bd.rows * bd.width;
+  std::vector<double> m(static_cast<size_t>(2 * bd.batch * G));
+  kernels::group_norm_moments_nhwc(x, bd.batch, hw, channels, G, m.data());
+  bd.bands.sum(m.data(), m.size());
+  const double count = static_cast<double>(bd.total_rows * bd.width * (channels / G));
+  kernels::group_norm_apply_nhwc(x, y, bd.batch, hw, channels, G, 1e-6f, gamma.data<float>(),
+                                 beta.data<float>(), silu, m.data(), count);
 }
 
-Tensor VaeDecoder::decode_latents(const Tensor& latents) {
+VaeDecoder::Padded VaeDecoder::norm_padded(const float* x, int64_t channels, const Tensor& gamma,
+                                           const Tensor& beta, Band& bd, int64_t halo,
+                                           int64_t min_floats) {
+  const int64_t G = cfg_.norm_num_groups, hw = bd.rows * bd.width;
+  std::vector<double> m(static_cast<size_t>(2 * bd.batch * G));
+  kernels::group_norm_moments_nhwc(x, bd.batch, hw, channels, G, m.data());
+  bd.bands.sum(m.data(), m.size());
+  const double count = static_cast<double>(bd.total_rows * bd.width * (channels / G));
+  const bool bf16 = ct_ == nn::ComputeType::kBF16;
+  Padded p(bd.batch, bd.rows, bd.width, channels, halo, bf16, min_floats);
+  // GroupNorm + SiLU write the convolution's input directly, in its type.
+  if (bf16)
+    kernels::group_norm_apply_nhwc_bf16(x, p.inside<uint16_t>(), bd.batch, hw, channels, G, 1e-6f,
+                                        gamma.data<float>(), beta.data<float>(), true, m.data(),
+                                        count, p.item_stride());
+  else
+    kernels::group_norm_apply_nhwc(x, p.inside<float>(), bd.batch, hw, channels, G, 1e-6f,
+                                   gamma.data<float>(), beta.data<float>(), true, m.data(), count,
+                                   p.item_stride());
+  bd.bands.exchange_halos(p.data(), bd.batch, bd.rows, halo, p.row_bytes());
+  return p;
+}
+
+void VaeDecoder::resnet(const Resnet& r, Tensor& x, Band& bd) {
+  const int64_t px = bd.batch * bd.rows * bd.width;
+  Tensor u = Tensor::empty({bd.batch, bd.rows, bd.width, r.out});
+  // GroupNorm + SiLU write each convolution's input (with its halo rows)
+  // directly in the convolution's type, and conv2 reuses u, which GN2 has
+  // consumed: x, u and one input buffer are live. The shortcut then writes
+  // into that buffer, dead by then (sized for it): where the channels halve,
+  // its bytes are exactly the output's (the decoder's peak).
+  Padded in = norm_padded(x.data<float>(), r.in, r.n1w, r.n1b, bd, r.conv1.halo());
+  r.conv1.forward_halo(in.data(), bd.batch, bd.rows, bd.width, u.data<float>());
+  in = Padded(0, 0, 0, 0, 0, false);
+  Padded mid = norm_padded(u.data<float>(), r.out, r.n2w, r.n2b, bd, r.conv2.halo(),
+                           r.has_shortcut ? px * r.out : 0);
+  r.conv2.forward_halo(mid.data(), bd.batch, bd.rows, bd.width, u.data<float>());
+  if (r.has_shortcut) {
+    Tensor s = mid.storage.leading({bd.batch, bd.rows, bd.width, r.out});
+    r.shortcut.forward(x.data<float>(), bd.batch, bd.rows, bd.width, s.data<float>());
+    x = s;
+  }
+  kernels::gated_residual_add(x.data<float>(), u.data<float>(), 1, 1, px * r.out, nullptr, 0);
+}
+
+Tensor VaeDecoder::decode_latents(const Tensor& latents, nn::RowBands* bands) {
   Tensor z = latents.clone();
   const auto scale = static_cast<float>(cfg_.scaling_factor);
   const auto shift = static_cast<float>(cfg_.shift_factor);
   float* v = z.data<float>();
   for (int64_t i = 0; i < z.numel(); ++i) v[i] = v[i] / scale + shift;
-  return decode(z);
+  return decode(z, bands);
 }
 
-Tensor VaeDecoder::decode(const Tensor& z_nchw) {
+Tensor VaeDecoder::decode(const Tensor& z_nchw, nn::RowBands* bands) {
   const VaeConfig& c = cfg_;
   XDIT_CHECK(z_nchw.ndim() == 4 && z_nchw.dim(1) == c.latent_channels, "VAE decode expects [B, ",
              c.latent_channels, ", h, w] latents, got ", shape_str(z_nchw.shape()));
-  const int64_t B = z_nchw.dim(0), lc = c.latent_channels;
-  int64_t h = z_nchw.dim(2), w = z_nchw.dim(3);
-  Tensor z = Tensor::empty({B, h, w, lc});
+  const int64_t B = z_nchw.dim(0), lc = c.latent_channels, H = z_nchw.dim(2);
+  nn::LocalBand whole(H);
+  Band bd{bands ? *bands : whole, B, 0, z_nchw.dim(3), H};
+  XDIT_CHECK(bd.bands.total_rows() == H, "VAE decode: the row bands cover ", bd.bands.total_rows(),
+             " latent rows, the latents have ", H);
+  for (int64_t r : bd.bands.rows())
+    XDIT_CHECK(r >= conv_in_.halo(), "VAE decode: a band of ", r,
+               " latent rows is thinner than the 3x3 convolutions' halo of ", conv_in_.halo());
+  const auto [r0, r1] = bd.bands.my_rows();
+  bd.rows = r1 - r0;
+  const int64_t w0 = bd.width;
+
+  // This band's latent rows, channels last.
+  Tensor z = Tensor::empty({B, bd.rows, w0, lc});
   const float* src = z_nchw.data<float>();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t ch = 0; ch < lc; ++ch)
-      for (int64_t p = 0; p < h * w; ++p)
-        z.data<float>()[(b * h * w + p) * lc + ch] = src[(b * lc + ch) * h * w + p];
+      for (int64_t p = 0; p < bd.rows * w0; ++p)
+        z.data<float>()[(b * bd.rows * w0 + p) * lc + ch] = src[((b * lc + ch) * H + r0) * w0 + p];
   if (c.use_post_quant_conv) {
-    Tensor t = Tensor::empty({B, h, w, lc});
-    post_quant_.forward(z.data<float>(), B, h, w, t.data<float>());
+    Tensor t = Tensor::empty({B, bd.rows, w0, lc});
+    post_quant_.forward(z.data<float>(), B, bd.rows, w0, t.data<float>());
     z = t;
   }
   const int64_t top = c.block_out_channels.back();
-  Tensor x = Tensor::empty({B, h, w, top});
-  conv_in_.forward(z.data<float>(), B, h, w, x.data<float>());
+  Tensor x = Tensor::empty({B, bd.rows, w0, top});
+  {
+    const bool bf16 = ct_ == nn::ComputeType::kBF16;
+    Padded in(B, bd.rows, w0, lc, conv_in_.halo(), bf16);
+    for (int64_t b = 0; b < B; ++b) {
+      const float* zb = z.data<float>() + b * bd.rows * w0 * lc;
+      const auto n = static_cast<size_t>(bd.rows * w0 * lc);
+      if (bf16)  // a few latent values: no vectorised conversion needed
+        std::transform(zb, zb + n, in.inside<uint16_t>() + b * in.item_stride(), f32_to_bf16);
+      else
+        std::memcpy(in.inside<float>() + b * in.item_stride(), zb, n * 4);
+    }
+    bd.bands.exchange_halos(in.data(), B, bd.rows, in.halo, in.row_bytes());
+    conv_in_.forward_halo(in.data(), B, bd.rows, w0, x.data<float>());
+  }
 
-  resnet(*mid_resnets_[0], x, B, h, w);
+  resnet(*mid_resnets_[0], x, bd);
   if (has_attn_) {
-    const int64_t hw = h * w;
-    Tensor n = Tensor::empty({B, h, w, top}), o = Tensor::empty({B, h, w, top});
-    kernels::group_norm_nhwc(x.data<float>(), n.data<float>(), B, hw, top, c.norm_num_groups, 1e-6f,
-                             attn_norm_w_.data<float>(), attn_norm_b_.data<float>(), false);
-    mid_attn_.forward(n.data<float>(), B, hw, nullptr, 0, nullptr, o.data<float>(),
-                      nn::serial_attention(), {0, false}, attn_scratch_);
+    // Single-head self-attention over the whole latent: every band's tokens.
+    const int64_t hw = bd.rows * bd.width;
+    Tensor n = Tensor::empty({B, bd.rows, bd.width, top}), o = Tensor::empty(n.shape());
+    norm(x.data<float>(), top, attn_norm_w_, attn_norm_b_, false, bd, n.data<float>());
+    nn::AttentionBackend& attn = bd.bands.attention();
+    std::vector<int64_t> tokens;
+    for (int64_t r : bd.bands.rows()) tokens.push_back(r * bd.width);
+    attn.set_sequence_split(tokens);
+    mid_attn_.forward(n.data<float>(), B, hw, nullptr, 0, nullptr, o.data<float>(), attn,
+                      {0, false}, attn_scratch_);
     kernels::gated_residual_add(x.data<float>(), o.data<float>(), 1, 1, B * hw * top, nullptr, 0);
   }
-  resnet(*mid_resnets_[1], x, B, h, w);
+  resnet(*mid_resnets_[1], x, bd);
 
   for (const auto& ub : up_) {
-    for (const auto& r : ub->resnets) resnet(*r, x, B, h, w);
+    for (const auto& r : ub->resnets) resnet(*r, x, bd);
     if (ub->upsample) {
       const int64_t ch = ub->resnets.back()->out;
-      Tensor up = Tensor::empty({B, 2 * h, 2 * w, ch});
-      kernels::upsample_nearest2x_nhwc(x.data<float>(), up.data<float>(), B, h, w, ch);
-      h *= 2;
-      w *= 2;
+      const bool bf16 = ct_ == nn::ComputeType::kBF16;
+      // Upsampled straight into the convolution's input (its type, halo rows).
+      Padded up(B, 2 * bd.rows, 2 * bd.width, ch, ub->upsample_conv.halo(), bf16);
+      if (bf16)
+        kernels::upsample_nearest2x_nhwc_bf16(x.data<float>(), up.inside<uint16_t>(), B, bd.rows,
+                                              bd.width, ch, up.item_stride());
+      else
+        kernels::upsample_nearest2x_nhwc(x.data<float>(), up.inside<float>(), B, bd.rows, bd.width,
+                                         ch, up.item_stride());
+      bd.rows *= 2;
+      bd.width *= 2;
+      bd.total_rows *= 2;
+      bd.bands.exchange_halos(up.data(), B, bd.rows, up.halo, up.row_bytes());
       // No buffer of the smaller size is needed again: return them (and x)
       // to the system rather than keep them (core/block_cache.h) through the
       // decoder's peak, the upsampled input and output side by side.
       x = Tensor();
       release_cached_blocks();
-      x = Tensor::empty({B, h, w, ch});
-      ub->upsample_conv.forward(up.data<float>(), B, h, w, x.data<float>());
+      x = Tensor::empty({B, bd.rows, bd.width, ch});
+      ub->upsample_conv.forward_halo(up.data(), B, bd.rows, bd.width, x.data<float>());
     }
   }
-  const int64_t ch = up_.back()->resnets.back()->out;
-  kernels::group_norm_nhwc(x.data<float>(), x.data<float>(), B, h * w, ch, c.norm_num_groups, 1e-6f,
-                           norm_out_w_.data<float>(), norm_out_b_.data<float>(), true);
-  Tensor y = Tensor::empty({B, h, w, c.out_channels});
-  conv_out_.forward(x.data<float>(), B, h, w, y.data<float>());
-  Tensor out = Tensor::empty({B, c.out_channels, h, w});
+  const int64_t ch = up_.back()->resnets.back()->out, hw = bd.rows * bd.width;
+  Tensor y = Tensor::empty({B, bd.rows, bd.width, c.out_channels});
+  {
+    Padded in = norm_padded(x.data<float>(), ch, norm_out_w_, norm_out_b_, bd, conv_out_.halo());
+    x = Tensor();
+    conv_out_.forward_halo(in.data(), B, bd.rows, bd.width, y.data<float>());
+  }
+  Tensor band = Tensor::empty({B, c.out_channels, bd.rows, bd.width});
   for (int64_t b = 0; b < B; ++b)
-    for (int64_t p = 0; p < h * w; ++p)
+    for (int64_t p = 0; p < hw; ++p)
       for (int64_t k = 0; k < c.out_channels; ++k)
-        out.data<float>()[(b * c.out_channels + k) * h * w + p] =
-            y.data<float>()[(b * h * w + p) * c.out_channels + k];
-  x = Tensor();
+        band.data<float>()[(b * c.out_channels + k) * hw + p] =
+            y.data<float>()[(b * hw + p) * c.out_channels + k];
   y = Tensor();
   release_cached_blocks();  // the decoder's buffers go back to the system
-  return out;
+  return bd.bands.gather(band);
 }
 
 std::vector<std::vector<uint8_t>> image_to_rgb8(const Tensor& image) {

@@ -14,6 +14,7 @@
 #include "io/weights.h"
 #include "kernels/conv.h"
 #include "nn/attention.h"
+#include "nn/row_bands.h"
 
 namespace xdit::models {
 
@@ -47,16 +48,35 @@ class VaeDecoder {
   const VaeConfig& config() const { return cfg_; }
   // vae.decode(z): z [B, latent_channels, h, w] (already divided by the
   // scaling factor) → image [B, out_channels, h·f, w·f], roughly in [−1, 1].
-  Tensor decode(const Tensor& z);
+  // With `bands` (the patch-parallel decoder) this rank decodes its band of
+  // latent rows: 3×3 convolutions take halo rows from the neighbouring bands,
+  // GroupNorm adds every band's statistics, the mid-block attention runs over
+  // every band's tokens, and the bands are gathered at the end, so every
+  // rank returns the whole image. Every rank passes the whole of z.
+  Tensor decode(const Tensor& z, nn::RowBands* bands = nullptr);
   // What the pipelines decode from the denoising loop's latents:
   // decode(latents / scaling_factor + shift_factor), in f32 as torch does
   // (FLUX.1 and SD3 have a shift; the SD/PixArt VAE's is 0).
-  Tensor decode_latents(const Tensor& latents);
+  Tensor decode_latents(const Tensor& latents, nn::RowBands* bands = nullptr);
 
  private:
   struct Resnet;
   struct UpBlock;
-  void resnet(const Resnet& r, Tensor& x, int64_t b, int64_t h, int64_t w);
+  struct Padded;
+  // Where decoding stands: this band's rows and the image's at the current
+  // resolution.
+  struct Band {
+    nn::RowBands& bands;
+    int64_t batch, rows, width, total_rows;
+  };
+  void resnet(const Resnet& r, Tensor& x, Band& bd);
+  // GroupNorm (statistics over every band) of x [B, rows, W, channels] into y.
+  void norm(const float* x, int64_t channels, const Tensor& gamma, const Tensor& beta, bool silu,
+            Band& bd, float* y);
+  // GroupNorm + SiLU into a convolution's input with `halo` rows from the
+  // neighbours (at least `min_floats` f32 words, for reuse).
+  Padded norm_padded(const float* x, int64_t channels, const Tensor& gamma, const Tensor& beta,
+                     Band& bd, int64_t halo, int64_t min_floats = 0);
   VaeConfig cfg_;
   nn::ComputeType ct_;
   kernels::Conv2d post_quant_, conv_in_, conv_out_;

@@ -20,6 +20,11 @@ TEST(Communicator, AllreduceAllgatherAlltoallBroadcast) {
   EXPECT_FLOAT_EQ(v[0], n + n * (n - 1) / 2.0f);
   EXPECT_FLOAT_EQ(v[1], 10.0f * n * (n - 1) / 2.0f);
   EXPECT_FLOAT_EQ(v[2], -3.0f * n);
+  // f64: a sum f32 cannot hold (1e8 + 1 per rank).
+  std::vector<double> d = {1e8 + 1.0 + me, 0.25 * me};
+  w.allreduce_sum(d.data(), d.size());
+  EXPECT_EQ(d[0], n * (1e8 + 1.0) + n * (n - 1) / 2.0);
+  EXPECT_EQ(d[1], 0.25 * n * (n - 1) / 2.0);
 
   std::vector<float> mine = {static_cast<float>(me), static_cast<float>(me * me)}, all(2 * n);
   w.allgather(mine.data(), all.data(), 2, Type::kF32);

@@ -85,6 +85,42 @@ TEST(Ops, Conv2dNhwcAgainstDirectConvolution) {
   }
 }
 
+// A row band with its halo rows supplied (the patch-parallel VAE): rows
+// [r0, r1) of the whole convolution, for bands at the top, inside and at the
+// bottom, in f32 and bf16.
+TEST(Ops, Conv2dHaloBandEqualsThoseRowsOfTheWholeConvolution) {
+  const int64_t B = 2, H = 9, W = 7, I = 6, O = 5;
+  auto x = randn(B * H * W * I, 50), w = randn(O * I * 9, 51, 0.3f), b = randn(O, 52);
+  for (ComputeType ct : {ComputeType::kF32, ComputeType::kBF16}) {
+    if (ct == ComputeType::kBF16 && !cpu_has_bf16()) continue;
+    Conv2d conv(Tensor::from_vector(w, {O, I, 3, 3}), Tensor::from_vector(b, {O}), 1, ct);
+    ASSERT_EQ(conv.halo(), 1);
+    std::vector<float> whole(B * H * W * O);
+    conv.forward(x.data(), B, H, W, whole.data());
+    for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 4}, {4, 5}, {5, 9}}) {
+      const int64_t rows = r1 - r0, item = (rows + 2) * W * I;
+      std::vector<float> in(static_cast<size_t>(B * item), 0.0f);
+      for (int64_t bi = 0; bi < B; ++bi)
+        for (int64_t r = r0 - 1; r <= r1; ++r)
+          if (r >= 0 && r < H)
+            std::copy_n(x.data() + (bi * H + r) * W * I, W * I,
+                        in.data() + bi * item + (r - r0 + 1) * W * I);
+      std::vector<float> y(B * rows * W * O);
+      if (ct == ComputeType::kBF16) {
+        std::vector<uint16_t> inb(in.size());
+        for (size_t i = 0; i < in.size(); ++i) inb[i] = f32_to_bf16(in[i]);
+        conv.forward_halo(inb.data(), B, rows, W, y.data());
+      } else {
+        conv.forward_halo(in.data(), B, rows, W, y.data());
+      }
+      for (int64_t bi = 0; bi < B; ++bi)
+        for (int64_t i = 0; i < rows * W * O; ++i)
+          ASSERT_NEAR(y[bi * rows * W * O + i], whole[(bi * H + r0) * W * O + i], 1e-5)
+              << "rows " << r0 << ".." << r1 << (ct == ComputeType::kBF16 ? " bf16" : " f32");
+    }
+  }
+}
+
 // The SD / PixArt VAE decoder's convolutions at a 1024 px image (latents
 // 128 x 128): each has a JIT kernel in the compute type this CPU uses — a
 // reference kernel there turned a decode into hours. Primitives are created,
@@ -109,8 +145,17 @@ TEST(Ops, VaeDecoderConvolutionsAt1024PxHaveJitKernels) {
     const std::string prefix = name.substr(0, name.size() - 7);
     Conv2d conv(random.get(name, shape), random.get(prefix + ".bias", {shape[0]}), shape[2] / 2,
                 ct);
-    const std::string impl = conv.implementation(1, size, size);
-    EXPECT_NE(impl.rfind("ref", 0), 0u) << name << " at " << size << " px: " << impl;
+    // The decoder runs its 3x3 convolutions on bands with halo rows: the whole
+    // image, and the band of one of two, three or four ranks.
+    for (int64_t bands : {1, 2, 3, 4}) {
+      if (shape[2] == 1 && bands > 1) break;
+      const int64_t rows = (size + bands - 1) / bands;
+      const std::string impl = shape[2] == 1
+                                   ? conv.implementation(1, size, size)
+                                   : conv.implementation(1, rows + 2 * conv.halo(), size, true);
+      EXPECT_NE(impl.rfind("ref", 0), 0u)
+          << name << " at " << size << " px, " << rows << " rows: " << impl;
+    }
   }
   EXPECT_GE(seen.size(), 10u);
 }
@@ -152,6 +197,47 @@ TEST(Ops, GroupNormNhwcWithAndWithoutSilu) {
   }
 }
 
+// GroupNorm over row bands: each band's moments, added, normalise each band
+// as the whole image (into a buffer with a halo row above and below each item).
+TEST(Ops, GroupNormFromMomentsOfRowBandsEqualsTheWhole) {
+  const int64_t B = 2, H = 5, W = 7, C = 24, G = 8, HW = H * W;
+  auto x = randn(B * HW * C, 60, 2.0f), g = randn(C, 61), b = randn(C, 62);
+  for (auto& v : x) v += 0.7f;
+  std::vector<float> whole(x.size());
+  group_norm_nhwc(x.data(), whole.data(), B, HW, C, G, 1e-6f, g.data(), b.data(), true);
+  const int64_t split = 2;  // rows [0, 2) and [2, 5)
+  std::vector<std::vector<float>> bands;
+  std::vector<double> sum(static_cast<size_t>(2 * B * G), 0.0);
+  for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, split}, {split, H}}) {
+    std::vector<float> band;
+    for (int64_t bi = 0; bi < B; ++bi)
+      band.insert(band.end(), x.begin() + (bi * H + r0) * W * C, x.begin() + (bi * H + r1) * W * C);
+    std::vector<double> m(sum.size());
+    group_norm_moments_nhwc(band.data(), B, (r1 - r0) * W, C, G, m.data());
+    for (size_t i = 0; i < m.size(); ++i) sum[i] += m[i];
+    bands.push_back(band);
+  }
+  for (int i = 0; i < 2; ++i) {
+    const int64_t r0 = i == 0 ? 0 : split, rows = i == 0 ? split : H - split;
+    const int64_t item = (rows + 2) * W * C;
+    std::vector<float> y(static_cast<size_t>(B * item), -7.0f);
+    std::vector<uint16_t> yb(y.size());
+    group_norm_apply_nhwc(bands[i].data(), y.data() + W * C, B, rows * W, C, G, 1e-6f, g.data(),
+                          b.data(), true, sum.data(), static_cast<double>(HW * (C / G)), item);
+    group_norm_apply_nhwc_bf16(bands[i].data(), yb.data() + W * C, B, rows * W, C, G, 1e-6f,
+                               g.data(), b.data(), true, sum.data(),
+                               static_cast<double>(HW * (C / G)), item);
+    for (int64_t bi = 0; bi < B; ++bi) {
+      EXPECT_EQ(y[bi * item], -7.0f) << "the halo rows are left alone";
+      for (int64_t k = 0; k < rows * W * C; ++k) {
+        const float want = whole[(bi * H + r0) * W * C + k];
+        ASSERT_NEAR(y[bi * item + W * C + k], want, 1e-5f * (1 + std::fabs(want)));
+        ASSERT_NEAR(bf16_to_f32(yb[bi * item + W * C + k]), want, std::fabs(want) / 128 + 1e-30);
+      }
+    }
+  }
+}
+
 TEST(Ops, UpsampleNearest2x) {
   const int64_t B = 2, H = 3, W = 5, C = 7;
   auto x = randn(B * H * W * C, 36);
@@ -163,6 +249,18 @@ TEST(Ops, UpsampleNearest2x) {
         for (int64_t k = 0; k < C; ++k)
           ASSERT_EQ(y[((b * 2 * H + r) * 2 * W + c) * C + k],
                     x[((b * H + r / 2) * W + c / 2) * C + k]);
+  // bf16, into a buffer with one halo row above and below each item.
+  const int64_t item = (2 * H + 2) * 2 * W * C;
+  std::vector<uint16_t> yb(static_cast<size_t>(B * item), 0xFFFF);
+  upsample_nearest2x_nhwc_bf16(x.data(), yb.data() + 2 * W * C, B, H, W, C, item);
+  for (int64_t b = 0; b < B; ++b) {
+    EXPECT_EQ(yb[b * item], 0xFFFF) << "the halo rows are left alone";
+    for (int64_t r = 0; r < 2 * H; ++r)
+      for (int64_t c = 0; c < 2 * W; ++c)
+        for (int64_t k = 0; k < C; ++k)
+          ASSERT_EQ(yb[b * item + ((r + 1) * 2 * W + c) * C + k],
+                    f32_to_bf16(x[((b * H + r / 2) * W + c / 2) * C + k]));
+  }
 }
 
 TEST(Ops, GeluTanhAndSilu) {

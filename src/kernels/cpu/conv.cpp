@@ -27,14 +27,17 @@ struct Conv2d::Impl {
     dnnl::memory weights;  // this size's own weight layout; empty: the shared `packed`
   };
   mutable std::mutex mu;
-  mutable std::map<std::tuple<int64_t, int64_t, int64_t>, Prim> prims;
+  mutable std::map<std::tuple<int64_t, int64_t, int64_t, bool>, Prim> prims;
 
+  // `halo`: the input's rows already include the vertical padding (rows
+  // from the neighbouring bands, or zeros), so none is added above or below.
   dnnl::convolution_forward::primitive_desc make_pd(int64_t b, int64_t h, int64_t w,
-                                                    const dnnl::memory::desc& wmd) const {
+                                                    const dnnl::memory::desc& wmd,
+                                                    bool halo = false) const {
     const dt sdt = ct == ComputeType::kBF16 ? dt::bf16 : dt::f32;
+    const int64_t ph = halo ? 0 : pad;
     dnnl::memory::desc src({b, in, h, w}, sdt, tag::nhwc);
-    dnnl::memory::desc dst({b, out, h + 2 * pad - kh + 1, w + 2 * pad - kw + 1}, dt::f32,
-                           tag::nhwc);
+    dnnl::memory::desc dst({b, out, h + 2 * ph - kh + 1, w + 2 * pad - kw + 1}, dt::f32, tag::nhwc);
     dnnl::memory::desc bmd({out}, dt::f32, tag::a);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -46,26 +49,26 @@ struct Conv2d::Impl {
             bmd,
             dst,
             {1, 1},
-            {pad, pad},
-            {pad, pad},
+            {ph, pad},
+            {ph, pad},
             attr};
   }
 
-  const Prim& prim_for(int64_t b, int64_t h, int64_t w) const {
+  const Prim& prim_for(int64_t b, int64_t h, int64_t w, bool halo = false) const {
     std::lock_guard<std::mutex> lock(mu);
-    const auto key = std::make_tuple(b, h, w);
+    const auto key = std::make_tuple(b, h, w, halo);
     auto it = prims.find(key);
     if (it != prims.end()) return it->second;
     try {
       Prim p;
-      p.pd = make_pd(b, h, w, packed_md);
+      p.pd = make_pd(b, h, w, packed_md, halo);
       if (cpu::is_reference_impl(p.pd.impl_info_str())) {
         // The layout packed at load has no JIT kernel for this size (oneDNN
         // 3.2: 256 -> 128 channels at 256 x 256 px falls to ref:any, hours
         // for a 1024 px image): let oneDNN choose the layout for this size
         // and keep the weights in it too.
         dnnl::memory::desc any_md(packed_md.get_dims(), packed_md.get_data_type(), tag::any);
-        auto alt = make_pd(b, h, w, any_md);
+        auto alt = make_pd(b, h, w, any_md, halo);
         if (!cpu::is_reference_impl(alt.impl_info_str())) {
           p.weights = dnnl::memory(alt.weights_desc(), cpu::engine());
           dnnl::memory from = packed;  // a handle: execute() takes non-const memories
@@ -76,7 +79,7 @@ struct Conv2d::Impl {
       }
       cpu::warn_if_reference(p.pd.impl_info_str(), "convolution",
                              detail::concat(in, "->", out, " channels, ", kh, "x", kw, " kernel, ",
-                                            b, "x", h, "x", w));
+                                            b, "x", h, "x", w, halo ? " with halo rows" : ""));
       p.prim = dnnl::convolution_forward(p.pd);
       XDIT_DEBUG("conv ", in, "->", out, " k", kh, " on ", b, "x", h, "x", w, ": ",
                  p.pd.impl_info_str());
@@ -136,13 +139,21 @@ void Conv2d::forward_bf16(const uint16_t* x, int64_t b, int64_t h, int64_t w, fl
   run(x, b, h, w, y);
 }
 
+void Conv2d::forward_halo(const void* x, int64_t b, int64_t rows, int64_t w, float* y) const {
+  run(x, b, rows + 2 * impl_->pad, w, y, true);
+}
+
+int64_t Conv2d::halo() const {
+  return impl_->pad;
+}
+
 bool Conv2d::is_bf16() const {
   return impl_->ct == ComputeType::kBF16;
 }
 
-void Conv2d::run(const void* src, int64_t b, int64_t h, int64_t w, float* y) const {
+void Conv2d::run(const void* src, int64_t b, int64_t h, int64_t w, float* y, bool halo) const {
   const Impl& im = *impl_;
-  const Impl::Prim& p = im.prim_for(b, h, w);
+  const Impl::Prim& p = im.prim_for(b, h, w, halo);
   auto& e = cpu::engine();
   dnnl::memory ms(p.pd.src_desc(), e, const_cast<void*>(src));
   dnnl::memory md(p.pd.dst_desc(), e, y);
@@ -154,8 +165,8 @@ void Conv2d::run(const void* src, int64_t b, int64_t h, int64_t w, float* y) con
                                         {DNNL_ARG_SCRATCHPAD, cpu::thread_scratchpad(p.pd)}});
 }
 
-std::string Conv2d::implementation(int64_t b, int64_t h, int64_t w) const {
-  return impl_->prim_for(b, h, w).pd.impl_info_str();
+std::string Conv2d::implementation(int64_t b, int64_t h, int64_t w, bool halo) const {
+  return impl_->prim_for(b, h, w, halo).pd.impl_info_str();
 }
 
 int64_t Conv2d::in_channels() const {

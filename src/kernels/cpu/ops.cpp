@@ -16,6 +16,7 @@
 #include "core/aligned.h"
 #include "core/dtype.h"
 #include "kernels/cpu/avx512_math.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/kernels.h"
@@ -280,15 +281,11 @@ void gated_residual_add(float* h, const float* y, int64_t batch, int64_t tokens,
     }
 }
 
-namespace {
-template <class Out>
-void group_norm_nhwc_to(const float* x, Out* y, int64_t batch, int64_t hw, int64_t channels,
-                        int64_t groups, float eps, const float* gamma, const float* beta,
-                        bool silu_after) {
+void group_norm_moments_nhwc(const float* x, int64_t batch, int64_t hw, int64_t channels,
+                             int64_t groups, double* moments) {
   const int64_t cg = channels / groups;
-  // Statistics: per-channel Σx and Σx² in double, each thread over its own
-  // pixels (vectorised across channels), then summed per group.
-  std::vector<double> mean(static_cast<size_t>(batch * groups)), rstd(mean.size());
+  // Per-channel Σx and Σx² in double, each thread over its own pixels
+  // (vectorised across channels), then summed per group.
   for (int64_t b = 0; b < batch; ++b) {
     std::vector<double> s(static_cast<size_t>(channels)), s2(s.size());
 #pragma omp parallel
@@ -307,29 +304,48 @@ void group_norm_nhwc_to(const float* x, Out* y, int64_t batch, int64_t hw, int64
       double gs = 0, gs2 = 0;
       for (int64_t c = g * cg; c < (g + 1) * cg; ++c)
         gs += s[static_cast<size_t>(c)], gs2 += s2[static_cast<size_t>(c)];
-      const double n = static_cast<double>(hw * cg);
-      const double m = gs / n;
-      const double var = std::max(gs2 / n - m * m, 0.0);
-      mean[static_cast<size_t>(b * groups + g)] = m;
-      rstd[static_cast<size_t>(b * groups + g)] = 1.0 / std::sqrt(var + eps);
+      moments[2 * (b * groups + g)] = gs;
+      moments[2 * (b * groups + g) + 1] = gs2;
     }
   }
+}
+
+namespace {
+template <class Out>
+void group_norm_apply_to(const float* x, Out* y, int64_t batch, int64_t hw, int64_t channels,
+                         int64_t groups, float eps, const float* gamma, const float* beta,
+                         bool silu_after, const double* moments, double count,
+                         int64_t y_batch_stride) {
+  const int64_t cg = channels / groups;
+  if (y_batch_stride == 0) y_batch_stride = hw * channels;
   // y = x·a + c per channel, a = rstd·γ and c = β − mean·rstd·γ, then SiLU.
   AlignedVector<float> a(static_cast<size_t>(batch * channels)), c(a.size());
   for (int64_t b = 0; b < batch; ++b)
-    for (int64_t ch = 0; ch < channels; ++ch) {
-      const size_t gi = static_cast<size_t>(b * groups + ch / cg);
-      const double sa = rstd[gi] * gamma[ch];
-      a[static_cast<size_t>(b * channels + ch)] = static_cast<float>(sa);
-      c[static_cast<size_t>(b * channels + ch)] = static_cast<float>(beta[ch] - mean[gi] * sa);
+    for (int64_t g = 0; g < groups; ++g) {
+      const double m = moments[2 * (b * groups + g)] / count;
+      const double var = std::max(moments[2 * (b * groups + g) + 1] / count - m * m, 0.0);
+      const double rstd = 1.0 / std::sqrt(var + eps);
+      for (int64_t ch = g * cg; ch < (g + 1) * cg; ++ch) {
+        const double sa = rstd * gamma[ch];
+        a[static_cast<size_t>(b * channels + ch)] = static_cast<float>(sa);
+        c[static_cast<size_t>(b * channels + ch)] = static_cast<float>(beta[ch] - m * sa);
+      }
     }
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < batch; ++b)
-    for (int64_t p = 0; p < hw; ++p) {
-      const int64_t o = (b * hw + p) * channels;
-      affine_silu_row(x + o, y + o, channels, a.data() + b * channels, c.data() + b * channels,
-                      silu_after);
-    }
+    for (int64_t p = 0; p < hw; ++p)
+      affine_silu_row(x + (b * hw + p) * channels, y + b * y_batch_stride + p * channels, channels,
+                      a.data() + b * channels, c.data() + b * channels, silu_after);
+}
+
+template <class Out>
+void group_norm_nhwc_to(const float* x, Out* y, int64_t batch, int64_t hw, int64_t channels,
+                        int64_t groups, float eps, const float* gamma, const float* beta,
+                        bool silu_after) {
+  std::vector<double> moments(static_cast<size_t>(2 * batch * groups));
+  group_norm_moments_nhwc(x, batch, hw, channels, groups, moments.data());
+  group_norm_apply_to(x, y, batch, hw, channels, groups, eps, gamma, beta, silu_after,
+                      moments.data(), static_cast<double>(hw * (channels / groups)), 0);
 }
 }  // namespace
 
@@ -345,15 +361,47 @@ void group_norm_nhwc_bf16(const float* x, uint16_t* y, int64_t batch, int64_t hw
   group_norm_nhwc_to(x, y, batch, hw, channels, groups, eps, gamma, beta, silu_after);
 }
 
+void group_norm_apply_nhwc(const float* x, float* y, int64_t batch, int64_t hw, int64_t channels,
+                           int64_t groups, float eps, const float* gamma, const float* beta,
+                           bool silu_after, const double* moments, double count,
+                           int64_t y_batch_stride) {
+  group_norm_apply_to(x, y, batch, hw, channels, groups, eps, gamma, beta, silu_after, moments,
+                      count, y_batch_stride);
+}
+
+void group_norm_apply_nhwc_bf16(const float* x, uint16_t* y, int64_t batch, int64_t hw,
+                                int64_t channels, int64_t groups, float eps, const float* gamma,
+                                const float* beta, bool silu_after, const double* moments,
+                                double count, int64_t y_batch_stride) {
+  group_norm_apply_to(x, y, batch, hw, channels, groups, eps, gamma, beta, silu_after, moments,
+                      count, y_batch_stride);
+}
+
 void upsample_nearest2x_nhwc(const float* x, float* y, int64_t batch, int64_t h, int64_t w,
-                             int64_t channels) {
+                             int64_t channels, int64_t y_batch_stride) {
+  if (y_batch_stride == 0) y_batch_stride = 4 * h * w * channels;
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t r = 0; r < 2 * h; ++r)
       for (int64_t c = 0; c < 2 * w; ++c)
-        std::memcpy(y + ((b * 2 * h + r) * 2 * w + c) * channels,
+        std::memcpy(y + b * y_batch_stride + (r * 2 * w + c) * channels,
                     x + ((b * h + r / 2) * w + c / 2) * channels,
                     static_cast<size_t>(channels) * 4);
+}
+
+void upsample_nearest2x_nhwc_bf16(const float* x, uint16_t* y, int64_t batch, int64_t h, int64_t w,
+                                  int64_t channels, int64_t y_batch_stride) {
+  if (y_batch_stride == 0) y_batch_stride = 4 * h * w * channels;
+    // Each source pixel is converted once into the even column, then copied.
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t r = 0; r < 2 * h; ++r)
+      for (int64_t c = 0; c < w; ++c) {
+        uint16_t* dst = y + b * y_batch_stride + (r * 2 * w + 2 * c) * channels;
+        cpu::f32_to_bf16_array(x + ((b * h + r / 2) * w + c) * channels, dst,
+                               static_cast<size_t>(channels));
+        std::memcpy(dst + channels, dst, static_cast<size_t>(channels) * 2);
+      }
 }
 
 void patchify(const float* latent, int64_t batch, int64_t channels, int64_t height, int64_t width,
