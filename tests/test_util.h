@@ -67,6 +67,15 @@ inline int worst_pixel_difference(const std::vector<uint8_t>& rgb, const float* 
   return worst;
 }
 
+// The largest difference (of 255) between two 8-bit images of one size.
+inline int worst_pixel_difference(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  if (a.size() != b.size()) return 256;
+  int worst = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, std::abs(static_cast<int>(a[i]) - static_cast<int>(b[i])));
+  return worst;
+}
+
 inline std::string error_message(const std::function<void()>& f) {
   try {
     f();

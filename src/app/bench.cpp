@@ -40,7 +40,9 @@
 #include "parallel/config.h"
 #include "parallel/gather.h"
 #include "parallel/patch_attention.h"
+#include "parallel/split.h"
 #include "parallel/usp_attention.h"
+#include "parallel/vae_bands.h"
 #include "pipeline/pipeline.h"
 
 namespace xdit::app {
@@ -64,6 +66,12 @@ double seconds_since(Clock::time_point t) {
 }
 
 // Best-of-n time of a large GEMM through the same Linear the model uses.
+int64_t peak_rss_bytes() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<int64_t>(ru.ru_maxrss) * 1024;
+}
+
 double gemm_peak(DType dtype) {
   const int64_t M = 2048, K = 4096, N = 4096;
   io::RandomWeights rw(7);
@@ -322,8 +330,11 @@ nlohmann::json run_vae_row(int64_t res, const std::string& dt_name, int warmup, 
   const int64_t h = res / cfg.scale_factor();
   TorchGenerator g(1);
   Tensor z = g.randn({1, cfg.latent_channels, h, h});
-  return timed_row("vae_decoder", res, dt_name, cfg.decoder_flops(1, h, h), dtype, peak, warmup,
-                   repeat, [&] { vae.decode(z); });
+  const int64_t before = peak_rss_bytes();
+  nlohmann::json r = timed_row("vae_decoder", res, dt_name, cfg.decoder_flops(1, h, h), dtype, peak,
+                               warmup, repeat, [&] { vae.decode(z); });
+  r["rss_before_decode_bytes"] = before;  // weights and runtime: the rest is activations
+  return r;
 }
 
 // Random inputs of one PixArt step for batch B at res px: latents, 120 text
@@ -507,6 +518,50 @@ nlohmann::json run_pipefusion_row(int64_t res, const std::string& dt_name, int64
           {"threads", omp_get_max_threads()}};
 }
 
+// The patch-parallel VAE decoder on two ranks (a band of latent rows each):
+// the decode to a res px image is timed; rank 0 returns the row with both
+// ranks' memory.
+nlohmann::json run_parallel_vae_row(int64_t res, const std::string& dt_name, int warmup,
+                                    int repeat) {
+  comm::Communicator& w = world();
+  XDIT_CHECK(w.size() == 2, "bench parallel VAE rows run on 2 ranks (got ", w.size(), ")");
+  models::VaeConfig cfg;  // the SD / PixArt VAE
+  io::RandomWeights weights(3);
+  models::VaeDecoder vae(cfg, weights, parse_dtype(dt_name));
+  const int64_t h = res / cfg.scale_factor();
+  TorchGenerator g(1);
+  Tensor z = g.randn({1, cfg.latent_channels, h, h});
+  parallel::VaeBands bands(w, parallel::row_counts(h, 2));
+  const int64_t before = peak_rss_bytes();
+  for (int i = 0; i < warmup; ++i) vae.decode(z, &bands);
+  double best = 1e30, comm_s = 0;
+  uint64_t bytes = 0;
+  for (int i = 0; i < std::max(1, repeat); ++i) {
+    w.barrier();
+    w.stats() = {};
+    const auto t = Clock::now();
+    vae.decode(z, &bands);
+    const double s = seconds_since(t);
+    if (s < best) best = s, comm_s = w.stats().seconds, bytes = w.stats().bytes_sent;
+  }
+  int64_t rss[2] = {peak_rss_bytes(), before}, all[4];
+  w.allgather(rss, all, sizeof rss, comm::Type::kByte);
+  return {{"name", "vae_decoder_parallel"},
+          {"rss_before_decode_bytes", all[1]},
+          {"rss_before_decode_bytes_rank1", all[3]},
+          {"layout", "vae_bands"},
+          {"ranks", 2},
+          {"resolution", res},
+          {"dtype", dt_name},
+          {"seconds", best},
+          {"comm_seconds", comm_s},
+          {"comm_bytes", bytes},
+          {"flops", cfg.decoder_flops(1, h, h)},
+          {"peak_rss_bytes", all[0]},
+          {"peak_rss_bytes_rank1", all[2]},
+          {"threads", omp_get_max_threads()}};
+}
+
 // Runs one row in a child process (this binary with --row) and parses its JSON.
 // A layout runs the row on two ranks under mpirun.
 nlohmann::json run_child(const std::string& what, int64_t res, const std::string& dt,
@@ -584,6 +639,34 @@ int run_parallel_bench(const BenchOptions& o) {
                 << human(static_cast<double>(r["peak_rss_bytes_rank1"].get<int64_t>()), "B");
     std::cout << std::endl;
   }
+  // The patch-parallel VAE decoder (--use_parallel_vae) on the same two cores.
+  nlohmann::json vb = run_child("vae", res, dt, o, "", 2);
+  nlohmann::json vp = run_child("parallel", res, dt, o, "vae", 1);
+  const double v1 = vb["seconds"].get<double>(), v2 = vp["seconds"].get<double>();
+  vp["speedup"] = v1 / v2;
+  if (o.json) {
+    std::cout << vb.dump() << std::endl << vp.dump() << std::endl;
+    return 0;
+  }
+  // Peak RSS, and in brackets what decoding added (activations) over the
+  // weights and runtime held before it.
+  const auto mem = [](const nlohmann::json& r, const std::string& suffix) {
+    const auto peak = static_cast<double>(r["peak_rss_bytes" + suffix].get<int64_t>());
+    const auto before = static_cast<double>(r["rss_before_decode_bytes" + suffix].get<int64_t>());
+    return human(peak, "B") + " (+" + human(peak - before, "B") + ")";
+  };
+  std::cout << "\nVAE decoder to " << res << " px, " << dt
+            << ": 1 rank x 2 threads against 2 ranks x 1 thread (row bands); peak RSS "
+               "(+ decoding's own)\n"
+            << std::left << std::setw(22) << "serial (1x2 threads)" << std::right << std::setw(10)
+            << std::fixed << std::setprecision(2) << v1 << std::setw(12) << "-" << std::setw(14)
+            << "-" << std::setw(10) << "1.00" << std::setw(12) << "1.00"
+            << "  " << mem(vb, "") << "\n"
+            << std::left << std::setw(22) << "vae bands (2x1)" << std::right << std::setw(10) << v2
+            << std::setw(12) << vp["comm_seconds"].get<double>() << std::setw(14)
+            << human(static_cast<double>(vp["comm_bytes"].get<uint64_t>()), "B") << std::setw(10)
+            << v1 / v2 << std::setw(12) << v1 / v2 << "  " << mem(vp, "") << " / "
+            << mem(vp, "_rank1") << std::endl;
   return 0;
 }
 
@@ -607,6 +690,8 @@ int run_bench(const BenchOptions& o) {
                        : what == "attention" ? run_attention_row(res, dt, o.warmup, o.repeat)
                        : what == "flux"      ? run_flux_row(res, dt, o.warmup, o.repeat)
                        : what == "sd3"       ? run_sd3_row(res, dt, o.warmup, o.repeat)
+                       : what == "parallel" && f.at(3) == "vae"
+                           ? run_parallel_vae_row(res, dt, o.warmup, o.repeat)
                        : what == "parallel" && f.at(3).rfind("pipefusion", 0) == 0
                            ? run_pipefusion_row(res, dt, std::stoll(f.at(3).substr(11)))
                        : what == "parallel" ? run_parallel_row(res, dt, f.at(3), o.warmup, o.repeat)

@@ -115,6 +115,8 @@ struct GenerateOptions {
   pipeline::SkipLayerGuidance slg;                            // SD3
   std::string parallelism, sync_mode = "corrected_async_gn";  // xDiT legacy patch flags
   std::vector<std::string> patch_weights;
+  bool parallel_vae = false;  // --use_parallel_vae[=true|false], when given
+  CLI::Option* parallel_vae_flag = nullptr;
   std::string seed_text = "42";
   uint64_t seed = 42;
   int threads = 0;
@@ -249,6 +251,7 @@ int run_generate(GenerateOptions o) {
     XDIT_CHECK(CLI::detail::lexical_cast(w, x), "--patch_weights must be numbers, got '", w, "'");
     o.parallel.patch_weights.push_back(x);
   }
+  if (o.parallel_vae_flag->count() > 0) o.parallel.use_parallel_vae = o.parallel_vae;
   parallel::Mesh mesh(o.parallel, w);  // checks the degrees against the job before anything loads
   if (w.size() > 1) XDIT_INFO(mesh.layout());
   const bool writer = w.rank() == 0;  // one rank writes files
@@ -563,6 +566,12 @@ std::function<int()> add_generate(CLI::App& app) {
                 "after --warmup_steps only")
       ->capture_default_str()
       ->group(par);
+  o->parallel_vae_flag =
+      g->add_flag("--use_parallel_vae,--use-parallel-vae", o->parallel_vae,
+                  "decode with the VAE split into row bands over the ranks of each data-parallel "
+                  "group (halo rows, exact); on by default under patch parallelism, "
+                  "--use_parallel_vae=false turns it off")
+          ->group(par);
   g->add_option("--tensor_parallel_degree,--tensor-parallel-degree", p.tensor_parallel_degree,
                 "tensor parallelism (not yet)")
       ->group(par);

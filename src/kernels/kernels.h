@@ -59,6 +59,9 @@ void upsample_nearest2x_nhwc(const float* x, float* y, int64_t batch, int64_t h,
 void upsample_nearest2x_nhwc_bf16(const float* x, uint16_t* y, int64_t batch, int64_t h, int64_t w,
                                   int64_t channels, int64_t y_batch_stride = 0);
 
+// f32 → bf16 (round to nearest even) over n values, threaded.
+void to_bf16_array(const float* x, uint16_t* y, int64_t n);
+
 // Elementwise; y may equal x.
 void gelu_tanh(const float* x, float* y, int64_t n);   // 0.5x(1+tanh(√(2/π)(x+0.044715x³)))
 void silu(const float* x, float* y, int64_t n);        // x·sigmoid(x)

@@ -83,14 +83,20 @@ VaeDecoder::VaeDecoder(const VaeConfig& cfg, const io::WeightSource& w, DType co
 VaeDecoder::~VaeDecoder() = default;
 
 // A convolution input with halo rows: `batch` items of rows + 2·halo rows ×
-// `width` × `channels`, in the convolution's input type (bf16 or f32).
+// `width` × `channels`, in the convolution's input type (bf16 or f32). The
+// storage is sized once for the most channels a caller will put in it
+// (set_channels changes the layout within it).
 struct VaeDecoder::Padded {
   Tensor storage;  // f32 words holding the bytes
   int64_t batch = 0, rows = 0, width = 0, channels = 0, halo = 0, elem = 4;
-  Padded(int64_t b, int64_t r, int64_t w, int64_t c, int64_t hl, bool bf16, int64_t min_floats = 0)
+  Padded(int64_t b, int64_t r, int64_t w, int64_t c, int64_t hl, bool bf16)
       : batch(b), rows(r), width(w), channels(c), halo(hl), elem(bf16 ? 2 : 4) {
-    const int64_t bytes = b * (r + 2 * hl) * w * c * elem;
-    storage = Tensor::empty({std::max((bytes + 3) / 4, min_floats)});
+    storage = Tensor::empty({(bytes() + 3) / 4});
+  }
+  int64_t bytes() const { return batch * (rows + 2 * halo) * width * channels * elem; }
+  void set_channels(int64_t c) {
+    channels = c;
+    XDIT_CHECK(bytes() <= storage.numel() * 4, "VAE: a convolution input outgrew its buffer");
   }
   size_t row_bytes() const { return static_cast<size_t>(width * channels * elem); }
   int64_t item_stride() const { return (rows + 2 * halo) * width * channels; }  // elements
@@ -102,30 +108,32 @@ struct VaeDecoder::Padded {
   }
 };
 
-void VaeDecoder::norm(const float* x, int64_t channels, const Tensor& gamma, const Tensor& beta,
-                      bool silu, Band& bd, float* y) {
+std::vector<double> VaeDecoder::moments(const float* x, int64_t channels, Band& bd) {
   // Exact GroupNorm over the whole image: every band's Σx and Σx² (f64) added.
-  const int64_t G = cfg_.norm_num_groups, hw = bd.rows * bd.width;
+  const int64_t G = cfg_.norm_num_groups;
   std::vector<double> m(static_cast<size_t>(2 * bd.batch * G));
-  kernels::group_norm_moments_nhwc(x, bd.batch, hw, channels, G, m.data());
+  kernels::group_norm_moments_nhwc(x, bd.batch, bd.rows * bd.width, channels, G, m.data());
   bd.bands.sum(m.data(), m.size());
-  const double count = static_cast<double>(bd.total_rows * bd.width * (channels / G));
-  kernels::group_norm_apply_nhwc(x, y, bd.batch, hw, channels, G, 1e-6f, gamma.data<float>(),
-                                 beta.data<float>(), silu, m.data(), count);
+  return m;
 }
 
-VaeDecoder::Padded VaeDecoder::norm_padded(const float* x, int64_t channels, const Tensor& gamma,
-                                           const Tensor& beta, Band& bd, int64_t halo,
-                                           int64_t min_floats) {
+void VaeDecoder::norm(const float* x, int64_t channels, const Tensor& gamma, const Tensor& beta,
+                      Band& bd, float* y) {
+  const int64_t G = cfg_.norm_num_groups;
+  const std::vector<double> m = moments(x, channels, bd);
+  kernels::group_norm_apply_nhwc(x, y, bd.batch, bd.rows * bd.width, channels, G, 1e-6f,
+                                 gamma.data<float>(), beta.data<float>(), false, m.data(),
+                                 static_cast<double>(bd.total_rows * bd.width * (channels / G)));
+}
+
+void VaeDecoder::norm_silu_into(const float* x, int64_t channels, const Tensor& gamma,
+                                const Tensor& beta, Band& bd, Padded& p) {
   const int64_t G = cfg_.norm_num_groups, hw = bd.rows * bd.width;
-  std::vector<double> m(static_cast<size_t>(2 * bd.batch * G));
-  kernels::group_norm_moments_nhwc(x, bd.batch, hw, channels, G, m.data());
-  bd.bands.sum(m.data(), m.size());
+  const std::vector<double> m = moments(x, channels, bd);
   const double count = static_cast<double>(bd.total_rows * bd.width * (channels / G));
-  const bool bf16 = ct_ == nn::ComputeType::kBF16;
-  Padded p(bd.batch, bd.rows, bd.width, channels, halo, bf16, min_floats);
+  p.set_channels(channels);
   // GroupNorm + SiLU write the convolution's input directly, in its type.
-  if (bf16)
+  if (p.elem == 2)
     kernels::group_norm_apply_nhwc_bf16(x, p.inside<uint16_t>(), bd.batch, hw, channels, G, 1e-6f,
                                         gamma.data<float>(), beta.data<float>(), true, m.data(),
                                         count, p.item_stride());
@@ -133,29 +141,36 @@ VaeDecoder::Padded VaeDecoder::norm_padded(const float* x, int64_t channels, con
     kernels::group_norm_apply_nhwc(x, p.inside<float>(), bd.batch, hw, channels, G, 1e-6f,
                                    gamma.data<float>(), beta.data<float>(), true, m.data(), count,
                                    p.item_stride());
-  bd.bands.exchange_halos(p.data(), bd.batch, bd.rows, halo, p.row_bytes());
-  return p;
+  bd.bands.exchange_halos(p.data(), bd.batch, bd.rows, p.halo, p.row_bytes());
 }
 
 void VaeDecoder::resnet(const Resnet& r, Tensor& x, Band& bd) {
   const int64_t px = bd.batch * bd.rows * bd.width;
-  Tensor u = Tensor::empty({bd.batch, bd.rows, bd.width, r.out});
-  // GroupNorm + SiLU write each convolution's input (with its halo rows)
-  // directly in the convolution's type, and conv2 reuses u, which GN2 has
-  // consumed: x, u and one input buffer are live. The shortcut then writes
-  // into that buffer, dead by then (sized for it): where the channels halve,
-  // its bytes are exactly the output's (the decoder's peak).
-  Padded in = norm_padded(x.data<float>(), r.in, r.n1w, r.n1b, bd, r.conv1.halo());
-  r.conv1.forward_halo(in.data(), bd.batch, bd.rows, bd.width, u.data<float>());
-  in = Padded(0, 0, 0, 0, 0, false);
-  Padded mid = norm_padded(u.data<float>(), r.out, r.n2w, r.n2b, bd, r.conv2.halo(),
-                           r.has_shortcut ? px * r.out : 0);
-  r.conv2.forward_halo(mid.data(), bd.batch, bd.rows, bd.width, u.data<float>());
+  // One buffer holds each convolution's input in turn (with its halo rows,
+  // in the convolution's type). The shortcut runs first (its bf16 input
+  // converted into that buffer), so that x can go as soon as GroupNorm has
+  // read it: at most x, the buffer and the shortcut's output are live, then
+  // the buffer, the shortcut's output and u — not x, u, both convolution
+  // inputs and a converted copy of x.
+  Padded buf(bd.batch, bd.rows, bd.width, std::max(r.in, r.out), r.conv1.halo(),
+             ct_ == nn::ComputeType::kBF16);
+  Tensor s;
   if (r.has_shortcut) {
-    Tensor s = mid.storage.leading({bd.batch, bd.rows, bd.width, r.out});
-    r.shortcut.forward(x.data<float>(), bd.batch, bd.rows, bd.width, s.data<float>());
-    x = s;
+    s = Tensor::empty({bd.batch, bd.rows, bd.width, r.out});
+    if (r.shortcut.is_bf16()) {
+      auto* xb = reinterpret_cast<uint16_t*>(buf.data());
+      kernels::to_bf16_array(x.data<float>(), xb, px * r.in);
+      r.shortcut.forward_bf16(xb, bd.batch, bd.rows, bd.width, s.data<float>());
+    } else {
+      r.shortcut.forward(x.data<float>(), bd.batch, bd.rows, bd.width, s.data<float>());
+    }
   }
+  norm_silu_into(x.data<float>(), r.in, r.n1w, r.n1b, bd, buf);
+  if (r.has_shortcut) x = s;  // the residual branch from here on
+  Tensor u = Tensor::empty({bd.batch, bd.rows, bd.width, r.out});
+  r.conv1.forward_halo(buf.data(), bd.batch, bd.rows, bd.width, u.data<float>());
+  norm_silu_into(u.data<float>(), r.out, r.n2w, r.n2b, bd, buf);
+  r.conv2.forward_halo(buf.data(), bd.batch, bd.rows, bd.width, u.data<float>());
   kernels::gated_residual_add(x.data<float>(), u.data<float>(), 1, 1, px * r.out, nullptr, 0);
 }
 
@@ -218,7 +233,7 @@ Tensor VaeDecoder::decode(const Tensor& z_nchw, nn::RowBands* bands) {
     // Single-head self-attention over the whole latent: every band's tokens.
     const int64_t hw = bd.rows * bd.width;
     Tensor n = Tensor::empty({B, bd.rows, bd.width, top}), o = Tensor::empty(n.shape());
-    norm(x.data<float>(), top, attn_norm_w_, attn_norm_b_, false, bd, n.data<float>());
+    norm(x.data<float>(), top, attn_norm_w_, attn_norm_b_, bd, n.data<float>());
     nn::AttentionBackend& attn = bd.bands.attention();
     std::vector<int64_t> tokens;
     for (int64_t r : bd.bands.rows()) tokens.push_back(r * bd.width);
@@ -226,6 +241,10 @@ Tensor VaeDecoder::decode(const Tensor& z_nchw, nn::RowBands* bands) {
     mid_attn_.forward(n.data<float>(), B, hw, nullptr, 0, nullptr, o.data<float>(), attn,
                       {0, false}, attn_scratch_);
     kernels::gated_residual_add(x.data<float>(), o.data<float>(), 1, 1, B * hw * top, nullptr, 0);
+    // The one attention of the decoder: its buffers go back to the system
+    // rather than stay through the larger resolutions.
+    attn_scratch_ = nn::AttentionScratch();
+    attn.release_buffers();
   }
   resnet(*mid_resnets_[1], x, bd);
 
@@ -258,7 +277,8 @@ Tensor VaeDecoder::decode(const Tensor& z_nchw, nn::RowBands* bands) {
   const int64_t ch = up_.back()->resnets.back()->out, hw = bd.rows * bd.width;
   Tensor y = Tensor::empty({B, bd.rows, bd.width, c.out_channels});
   {
-    Padded in = norm_padded(x.data<float>(), ch, norm_out_w_, norm_out_b_, bd, conv_out_.halo());
+    Padded in(B, bd.rows, bd.width, ch, conv_out_.halo(), ct_ == nn::ComputeType::kBF16);
+    norm_silu_into(x.data<float>(), ch, norm_out_w_, norm_out_b_, bd, in);
     x = Tensor();
     conv_out_.forward_halo(in.data(), B, bd.rows, bd.width, y.data<float>());
   }

@@ -70,13 +70,14 @@ class VaeDecoder {
     int64_t batch, rows, width, total_rows;
   };
   void resnet(const Resnet& r, Tensor& x, Band& bd);
-  // GroupNorm (statistics over every band) of x [B, rows, W, channels] into y.
-  void norm(const float* x, int64_t channels, const Tensor& gamma, const Tensor& beta, bool silu,
-            Band& bd, float* y);
-  // GroupNorm + SiLU into a convolution's input with `halo` rows from the
-  // neighbours (at least `min_floats` f32 words, for reuse).
-  Padded norm_padded(const float* x, int64_t channels, const Tensor& gamma, const Tensor& beta,
-                     Band& bd, int64_t halo, int64_t min_floats = 0);
+  // GroupNorm statistics of x [B, rows, W, channels] summed over every band.
+  std::vector<double> moments(const float* x, int64_t channels, Band& bd);
+  // GroupNorm of x into y [B, rows, W, channels].
+  void norm(const float* x, int64_t channels, const Tensor& gamma, const Tensor& beta, Band& bd,
+            float* y);
+  // GroupNorm + SiLU into a convolution's input `p`, halo rows exchanged.
+  void norm_silu_into(const float* x, int64_t channels, const Tensor& gamma, const Tensor& beta,
+                      Band& bd, Padded& p);
   VaeConfig cfg_;
   nn::ComputeType ct_;
   kernels::Conv2d post_quant_, conv_in_, conv_out_;

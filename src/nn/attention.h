@@ -36,6 +36,9 @@ class AttentionBackend {
   // full-sync) step, where strategies with stale activations (DistriFusion)
   // exchange everything fresh.
   virtual void begin_step(int64_t /*step*/, int64_t /*steps*/, bool /*sync*/) {}
+  // Frees the buffers kept between calls (the caller has no more calls for
+  // a while, e.g. the VAE after its one attention).
+  virtual void release_buffers() {}
 };
 
 // Attention arguments over a fused [q | k | v] buffer: `seq` tokens per batch

@@ -16,6 +16,7 @@ std::string ParallelConfig::describe() const {
   if (patch_parallel_degree > 1)
     s << " patch=" << patch_parallel_degree << " (" << patch_mode
       << (full_sync ? ", full_sync" : "") << ")";
+  if (parallel_vae()) s << " parallel_vae";
   return s.str();
 }
 
@@ -130,6 +131,20 @@ std::vector<int64_t> ParallelConfig::row_split(int64_t rows) const {
   return patch_weights.empty() ? row_counts(rows, sp()) : row_counts(rows, patch_weights);
 }
 
+std::vector<int64_t> ParallelConfig::vae_rows(int64_t latent_rows) const {
+  const int n = replica();
+  XDIT_CHECK(latent_rows >= n, "--use_parallel_vae: the VAE cannot be split over the ", n,
+             " ranks of a replica: the latent has ", latent_rows,
+             " rows and every band needs at least one (the 3x3 convolutions' halo); "
+             "use a taller image or turn the parallel VAE off (--use_parallel_vae=false)");
+  if (patch_weights.empty()) return row_counts(latent_rows, n);
+  // Replica rank i is world rank dp·n + i: its weight is its SP position's.
+  std::vector<double> w;
+  for (int i = 0; i < n; ++i)
+    w.push_back(patch_weights[static_cast<size_t>(Mesh::coord_of(*this, i).sp)]);
+  return row_counts(latent_rows, w);
+}
+
 std::vector<std::pair<int64_t, int64_t>> ParallelConfig::patches(int64_t rows) const {
   // Patches are whole multiples of the sequence-parallel degree where the
   // rows allow, so that each SP rank of a stage computes the same number of
@@ -185,6 +200,7 @@ Mesh::Mesh(const ParallelConfig& cfg, comm::Communicator& world) : cfg_(cfg), wo
   cfg_group_ = world.split(color(k.dp, 0, k.pp, k.sp, k.tp), k.cfg);
   dp_ = world.split(color(0, k.cfg, k.pp, k.sp, k.tp), k.dp);
   pp_ = world.split(color(k.dp, k.cfg, 0, k.sp, k.tp), k.pp);
+  replica_ = world.split(k.dp, world.rank());
 }
 
 Mesh::~Mesh() = default;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +30,10 @@ struct ParallelConfig {
   // Uneven devices: each sequence-parallel (or patch) rank's share of the
   // rows in proportion to its weight; empty: as even as possible.
   std::vector<double> patch_weights;
+  // The patch-parallel VAE decoder (--use_parallel_vae): the latent's rows
+  // split over the ranks of each data-parallel replica. Unset: on under
+  // patch parallelism, off otherwise.
+  std::optional<bool> use_parallel_vae;
   // PipeFusion: patches (0 = the PipeFusion degree), warm-up steps, and blocks
   // per stage (empty = as even as possible).
   int num_pipeline_patch = 0;
@@ -43,6 +48,17 @@ struct ParallelConfig {
            tensor_parallel_degree;
   }
   bool serial() const { return world() == 1; }
+  // Ranks that share one image (every degree but data parallel's).
+  int replica() const { return world() / data_parallel_degree; }
+  // Whether the VAE decodes on row bands over the replica.
+  bool parallel_vae() const {
+    return replica() > 1 && use_parallel_vae.value_or(patch_parallel_degree > 1);
+  }
+  // The latent rows each rank of a replica decodes (parallel_vae()): even,
+  // or by the weight of each rank's sequence-parallel position when
+  // --patch_weights is given; throws one line when a band would be thinner
+  // than the convolutions' halo.
+  std::vector<int64_t> vae_rows(int64_t latent_rows) const;
   std::string describe() const;  // "dp=1 cfg=2 pp=1 ulysses=2 ring=1 tp=1"
 
   // Degrees against the number of ranks (before anything is loaded).
@@ -87,6 +103,9 @@ class Mesh {
   comm::Communicator& cfg_group() { return *cfg_group_; }
   comm::Communicator& dp_group() { return *dp_; }
   comm::Communicator& pp_group() { return *pp_; }
+  // The ranks of this rank's data-parallel replica, in rank order (the
+  // patch-parallel VAE's bands).
+  comm::Communicator& replica_group() { return *replica_; }
   // One line per rank: "rank 3: dp 0 cfg 1 sp 1 (ulysses 1, ring 0)".
   std::string layout() const;
 
@@ -94,7 +113,7 @@ class Mesh {
   ParallelConfig cfg_;
   comm::Communicator& world_;
   Coord coord_;
-  std::unique_ptr<comm::Communicator> sp_, ulysses_, ring_, cfg_group_, dp_, pp_;
+  std::unique_ptr<comm::Communicator> sp_, ulysses_, ring_, cfg_group_, dp_, pp_, replica_;
 };
 
 }  // namespace xdit::parallel

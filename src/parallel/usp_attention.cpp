@@ -185,6 +185,15 @@ void UlyssesExchange::to_tokens(const float* out, const kernels::AttentionArgs& 
                     static_cast<size_t>(Hu * D) * 4);
 }
 
+void UlyssesExchange::release_buffers() {
+  for (auto* v : {&send_, &recv_, &qkv_}) std::vector<float>().swap(*v);
+}
+
+void UspAttention::release_buffers() {
+  for (auto* v : {&kv_, &kv_next_, &out_, &part_, &lse_, &lse_part_}) std::vector<float>().swap(*v);
+  exchange_.release_buffers();
+}
+
 void UspAttention::set_sequence_split(std::vector<int64_t> tokens) {
   split_ = std::move(tokens);
   const int u = ulysses_.size();

@@ -38,6 +38,7 @@ class UlyssesExchange {
   void set_counts(std::vector<int64_t> counts, int64_t pad);
   // The tokens each rank's chunk occupies after to_heads (mine: my share).
   int64_t chunk(int64_t mine) const;
+  void release_buffers();
 
  private:
   comm::Communicator& group_;
@@ -52,6 +53,7 @@ class UspAttention : public nn::AttentionBackend {
   UspAttention(comm::Communicator& ulysses, comm::Communicator& ring);
   void attend(const kernels::AttentionArgs& args, const nn::AttentionSite& site) override;
   void set_sequence_split(std::vector<int64_t> tokens_per_rank) override;
+  void release_buffers() override;
 
  private:
   // Uneven shares: the valid keys [B, text + u·pad] of the block that ring

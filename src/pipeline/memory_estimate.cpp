@@ -70,9 +70,10 @@ MemoryEstimate estimate_memory(const models::DiTSpec& c, int64_t parameters, con
     const double top = static_cast<double>(v.block_out_channels.back());
     const double first = static_cast<double>(v.block_out_channels.front());
     // The full-resolution stage holds about four maps of the first block's
-    // channels; the mid block's attention runs over every latent pixel.
+    // channels; the mid block's attention runs over every latent pixel. A
+    // band of the patch-parallel VAE holds its share of both.
     e.decode = static_cast<double>(v.decoder_parameter_count()) * wb +
-               P * (H * W * first * f * 4 + h * w * top * f * 4);
+               P * (H * W * first * f * 4 + h * w * top * f * 4) / std::max(1, q.vae_bands);
     const double OH = static_cast<double>(q.out_height), OW = static_cast<double>(q.out_width);
     e.output =
         P * (H * W * 3 * f + OH * OW * 3 * f + OH * OW * 3 * 2);  // image, resized, RGB + PNG

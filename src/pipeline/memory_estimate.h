@@ -31,6 +31,7 @@ struct MemoryQuery {
   // This rank's share under a parallel layout.
   int data_parallel = 1, sequence_parallel = 1, pipeline_stages = 1;
   bool cfg_parallel = false;
+  int vae_bands = 1;  // the patch-parallel VAE's bands (ranks of a replica)
 };
 
 struct MemoryEstimate {

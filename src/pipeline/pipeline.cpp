@@ -13,6 +13,7 @@
 #include "core/trace.h"
 #include "parallel/gather.h"
 #include "parallel/split.h"
+#include "parallel/vae_bands.h"
 #include "pipeline/family_util.h"
 #include "pipeline/resolution.h"
 
@@ -134,10 +135,11 @@ void Pipeline::settle_size(int64_t& height, int64_t& width, const char* hint) co
 void Pipeline::check_mesh(int64_t height, bool cfg) const {
   if (mesh_ == nullptr) return;
   const auto s = spec();
-  mesh_->config().validate_request(s.heads, height / vae_scale_factor() / s.patch, cfg,
-                                   family_->pooled_width() > 0
-                                       ? "a negative prompt and --true_cfg_scale > 1"
-                                       : "--guidance_scale > 1");
+  const auto& pc = mesh_->config();
+  pc.validate_request(s.heads, height / vae_scale_factor() / s.patch, cfg,
+                      family_->pooled_width() > 0 ? "a negative prompt and --true_cfg_scale > 1"
+                                                  : "--guidance_scale > 1");
+  if (pc.parallel_vae()) pc.vae_rows(height / vae_scale_factor());  // throws when too thin
 }
 
 void Pipeline::warn_unused_once(double guidance_scale, double true_cfg_scale,
@@ -263,6 +265,7 @@ MemoryQuery Pipeline::memory_query(int64_t prompts, int64_t height, int64_t widt
     q.sequence_parallel = pc.sp();
     q.pipeline_stages = pc.pipefusion_parallel_degree;
     q.cfg_parallel = pc.use_cfg_parallel;
+    if (pc.parallel_vae()) q.vae_bands = pc.replica();
   }
   return q;
 }
@@ -604,7 +607,15 @@ PromptEmbeddings Pipeline::encode_prompts(const ImageRequest& r) {
 Tensor Pipeline::decode_latents(const Tensor& latents) {
   XDIT_CHECK(vae_cfg_, "decode_latents before validate");
   if (!vae_) vae_ = std::make_unique<models::VaeDecoder>(*vae_cfg_, *vae_weights_, dtype_);
-  Tensor image = vae_->decode_latents(latents);
+  Tensor image;
+  if (mesh_ != nullptr && mesh_->config().parallel_vae()) {
+    // Every rank of the replica decodes its band of latent rows; every one
+    // returns the whole image.
+    parallel::VaeBands bands(mesh_->replica_group(), mesh_->config().vae_rows(latents.dim(2)));
+    image = vae_->decode_latents(latents, &bands);
+  } else {
+    image = vae_->decode_latents(latents);
+  }
   check_finite_output(image, "VAE decoder", "vae");
   return image;
 }

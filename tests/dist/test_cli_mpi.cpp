@@ -111,8 +111,12 @@ TEST_F(CliMpi, ParallelRunsWriteTheSerialImages) {
             "--pipefusion_parallel_degree 2 --ring_degree 2 --num_pipeline_patch 4 "
             "--warmup_steps 3"},
            // DistriFusion exchanging fresh K/V every step is exact
-           {2, "--parallelism patch --sync_mode full_sync"},
+           {2, "--parallelism patch --sync_mode full_sync"},  // the parallel VAE by default
+           {2, "--parallelism patch --sync_mode full_sync --use_parallel_vae=false"},
            {4, "--use_cfg_parallel --patch_parallel_degree 2 --sync_mode full_sync"},
+           // the patch-parallel VAE on other layouts (bands over each replica)
+           {2, "--ulysses_degree 2 --use_parallel_vae"},
+           {4, "--data_parallel_degree 2 --use_cfg_parallel --use_parallel_vae"},
            // the hybrids: every method of the mesh at once, 8 ranks
            {8,
             "--use_cfg_parallel --pipefusion_parallel_degree 2 --ulysses_degree 2 "

@@ -228,6 +228,12 @@ void gelu_erf(const float* x, float* y, int64_t n) {
   });
 }
 
+void to_bf16_array(const float* x, uint16_t* y, int64_t n) {
+  parallel_chunks(n, [&](int64_t b, int64_t e) {
+    cpu::f32_to_bf16_array(x + b, y + b, static_cast<size_t>(e - b));
+  });
+}
+
 void quick_gelu(const float* x, float* y, int64_t n) {
   parallel_chunks(n, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) y[i] = x[i] / (1.0f + std::exp(-1.702f * x[i]));
