@@ -244,9 +244,11 @@ int run_generate(GenerateOptions o) {
              o.sync_mode, "'");
   o.parallel.full_sync = o.sync_mode == "full_sync";
   for (const std::string& w : o.patch_weights) {
-    XDIT_CHECK(w != "auto",
-               "--patch_weights auto (calibrated weights) is not implemented yet: "
-               "give one weight per rank, e.g. --patch_weights 2,1");
+    if (w == "auto") {
+      XDIT_CHECK(o.patch_weights.size() == 1, "--patch_weights is either auto or numbers");
+      o.parallel.auto_weights = true;
+      continue;
+    }
     double x = 0;
     XDIT_CHECK(CLI::detail::lexical_cast(w, x), "--patch_weights must be numbers, got '", w, "'");
     o.parallel.patch_weights.push_back(x);
@@ -555,7 +557,8 @@ std::function<int()> add_generate(CLI::App& app) {
       ->group(par);
   g->add_option("--patch_weights,--patch-weights", o->patch_weights,
                 "uneven devices: each rank splitting the rows (sequence or patch parallel) "
-                "takes rows in proportion to its weight, e.g. 2,1")
+                "takes rows in proportion to its weight, e.g. 2,1; auto: from one timed "
+                "calibration step (logged)")
       ->delimiter(',')
       ->group(par);
   g->add_option("--parallelism", o->parallelism,

@@ -62,6 +62,12 @@ void ParallelConfig::validate(int world_size) const {
              ": PipeFusion needs at least one patch per stage");
   XDIT_CHECK(tensor_parallel_degree == 1, "--tensor_parallel_degree ", tensor_parallel_degree,
              " is not supported yet");
+  XDIT_CHECK(!auto_weights || patch_weights.empty(),
+             "--patch_weights is either auto or numbers, not both");
+  XDIT_CHECK(!auto_weights || (sp() > 1 && pipefusion_parallel_degree == 1),
+             "--patch_weights auto calibrates the ranks that split the rows on one step: it "
+             "needs --ulysses_degree, --ring_degree or --patch_parallel_degree above 1 and no "
+             "PipeFusion (give PipeFusion's weights by hand, e.g. --patch_weights 2,1)");
   if (!patch_weights.empty()) {
     XDIT_CHECK(static_cast<int>(patch_weights.size()) == sp(), "--patch_weights has ",
                patch_weights.size(), " weights but there are ", sp(),
@@ -204,6 +210,15 @@ Mesh::Mesh(const ParallelConfig& cfg, comm::Communicator& world) : cfg_(cfg), wo
 }
 
 Mesh::~Mesh() = default;
+
+void Mesh::set_patch_weights(std::vector<double> weights) {
+  ParallelConfig c = cfg_;
+  c.patch_weights = std::move(weights);
+  c.auto_weights = false;
+  c.validate(cfg_.world());  // one per SP position, positive
+  cfg_.patch_weights = c.patch_weights;
+  cfg_.auto_weights = false;  // calibrated once: later requests keep the weights
+}
 
 std::string Mesh::layout() const {
   std::ostringstream s;

@@ -30,6 +30,9 @@ struct ParallelConfig {
   // Uneven devices: each sequence-parallel (or patch) rank's share of the
   // rows in proportion to its weight; empty: as even as possible.
   std::vector<double> patch_weights;
+  // --patch_weights auto: the weights from one calibration step
+  // (parallel/calibrate.h), set on the mesh before the first denoising step.
+  bool auto_weights = false;
   // The patch-parallel VAE decoder (--use_parallel_vae): the latent's rows
   // split over the ranks of each data-parallel replica. Unset: on under
   // patch parallelism, off otherwise.
@@ -106,6 +109,9 @@ class Mesh {
   // The ranks of this rank's data-parallel replica, in rank order (the
   // patch-parallel VAE's bands).
   comm::Communicator& replica_group() { return *replica_; }
+  // --patch_weights auto: the calibrated weights (one per SP position),
+  // kept for every later request.
+  void set_patch_weights(std::vector<double> weights);
   // One line per rank: "rank 3: dp 0 cfg 1 sp 1 (ulysses 1, ring 0)".
   std::string layout() const;
 

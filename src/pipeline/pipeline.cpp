@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "core/rng.h"
 #include "core/trace.h"
+#include "parallel/calibrate.h"
 #include "parallel/gather.h"
 #include "parallel/split.h"
 #include "parallel/vae_bands.h"
@@ -497,15 +498,20 @@ Tensor Pipeline::generate_latents(const LatentRequest& req,
   const LoopInputs slg = skip_inputs(r, li);
   const int64_t gh = h / spec().patch;
   grid_width_ = w / spec().patch;
-  const auto [row0, row1] = my_rows(0, gh);
   Tensor model_in = Tensor::empty({li.batch, C, h, w});
   const int64_t plane = C * h * w;
   const auto& ts = sched.timesteps();
-  for (size_t i = 0; i < ts.size(); ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
+  const auto fill_model_in = [&] {  // the latents, twice under CFG
     for (int64_t k = 0; k < li.batch; ++k)
       std::memcpy(model_in.data<float>() + k * plane, latents.data<float>() + (k % P) * plane,
                   plane * 4);
+  };
+  if (mesh_ != nullptr && mesh_->config().auto_weights)
+    calibrate(li, model_in, ts[0], gh, fill_model_in);
+  const auto [row0, row1] = my_rows(0, gh);
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fill_model_in();
     const models::DiTInputs in = li.at(model_in, ts[i], row0, row1);
     if (nn::AttentionBackend* b = parallel_backend())  // warm-up steps are exact
       b->begin_step(static_cast<int64_t>(i), static_cast<int64_t>(ts.size()),
@@ -533,6 +539,25 @@ Tensor Pipeline::generate_latents(const LatentRequest& req,
     }
   }
   return latents;
+}
+
+void Pipeline::calibrate(const LoopInputs& li, const Tensor& model_in, double t, int64_t rows,
+                         const std::function<void()>& fill_model_in) {
+  // One calibration step at the first timestep on even bands (the weights
+  // are still unset, so my_rows splits evenly and tells the backend); its
+  // output is dropped, and the loop's first step starts the backends afresh.
+  const parallel::Calibration c =
+      parallel::calibrate_weights(*mesh_, rows, [&](int64_t b, int64_t e) {
+        const auto mine = my_rows(0, rows);
+        XDIT_CHECK(mine.first == b && mine.second == e, "calibration: row split mismatch");
+        fill_model_in();
+        if (nn::AttentionBackend* backend = parallel_backend()) backend->begin_step(0, 1, true);
+        trace::Span span("calibration step", "compute");
+        transformer_->forward(li.at(model_in, t, b, e));
+      });
+  mesh_->set_patch_weights(c.weights);
+  if (mesh_->world().rank() == 0)
+    XDIT_INFO("--patch_weights auto: calibrated on one step: ", c.describe());
 }
 
 void Pipeline::validate(ImageRequest& r) {

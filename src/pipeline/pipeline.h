@@ -134,6 +134,10 @@ class Pipeline {
   // [r0, r1) (its SP share, uneven when they do not divide), told to the
   // attention backend before the calls that compute them.
   std::pair<int64_t, int64_t> my_rows(int64_t r0, int64_t r1);
+  // --patch_weights auto: one calibration step over `rows` patch rows at
+  // timestep t sets the mesh's weights (parallel/calibrate.h) and logs them.
+  void calibrate(const LoopInputs& li, const Tensor& model_in, double t, int64_t rows,
+                 const std::function<void()>& fill_model_in);
   int64_t grid_width_ = 0;  // patch columns of the current request
 
   void check_size(int64_t height, int64_t width) const;

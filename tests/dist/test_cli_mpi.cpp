@@ -216,6 +216,25 @@ TEST_F(CliMpi, HeadsNotDivisible) {
       << r.err;
 }
 
+// --patch_weights auto: one calibration step sets (and logs) the weights;
+// the exact methods still write the serial images. PipeFusion refuses it.
+TEST_F(CliMpi, PatchWeightsAutoCalibratesLogsAndWritesTheSerialImages) {
+  expect_serial_pixels(
+      [&](const std::string& out, const std::string& flags) { return args(out, flags); },
+      Runs{{2, "--ulysses_degree 2 --patch_weights auto"},
+           {2, "--patch_parallel_degree 2 --sync_mode full_sync --patch_weights auto"}},
+      "auto_");
+  Result r = run(2, args("a.png", "--ring_degree 2 --patch_weights auto"), "XDIT_QUIET=0");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("--patch_weights auto: calibrated on one step: weights "), std::string::npos)
+      << r.err;
+  r = run(2, args("b.png", "--pipefusion_parallel_degree 2 --patch_weights auto"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("--patch_weights auto calibrates the ranks that split the rows"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST_F(CliMpi, CfgParallelWithoutGuidanceAndTooManyDpGroups) {
   Result r = run(2, args("x.png", "--use_cfg_parallel --guidance_scale 1"));
   EXPECT_NE(r.err.find("--use_cfg_parallel needs classifier-free guidance"), std::string::npos)

@@ -10,12 +10,15 @@
 // tests/parity. Also: sequence slices of one forward, and the layout errors.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "core/rng.h"
 #include "dist/world.h"
 #include "io/model_folder.h"
 #include "models/pixart.h"
+#include "parallel/calibrate.h"
 #include "parallel/config.h"
 #include "parallel/usp_attention.h"
 #include "pipeline/distributed.h"
@@ -119,6 +122,11 @@ class ParallelLoop : public testing::TestWithParam<std::string> {
     ASSERT_EQ(got.shape(), want.shape());
     EXPECT_LE(test::rel_max_err(got.to_vector(), want.to_vector()), 1e-4)
         << "rank " << world().rank();
+    if (pc.auto_weights) {  // calibrated once, then kept
+      EXPECT_FALSE(mesh.config().auto_weights);
+      ASSERT_EQ(mesh.config().patch_weights.size(), static_cast<size_t>(pc.sp()));
+      for (double w : mesh.config().patch_weights) EXPECT_TRUE(w > 0 && w <= 1) << w;
+    }
   }
 };
 
@@ -208,6 +216,21 @@ TEST_P(ParallelLoop, UlyssesTimesRingWeighted) {
 }
 TEST_P(ParallelLoop, PipeFusionTimesUlyssesWeightedFullWarmup) {
   check(weighted(layout(1, false, 2, 1, 2, 2, 3), {1, 3}));
+}
+// --patch_weights auto: one calibration step sets the weights; the result
+// stays the serial one (whatever the measured speeds, the methods are exact).
+ParallelConfig auto_weighted(ParallelConfig c) {
+  c.auto_weights = true;
+  return c;
+}
+TEST_P(ParallelLoop, Ulysses2AutoWeights) {
+  check(auto_weighted(layout(1, false, 2, 1)), 7);
+}
+TEST_P(ParallelLoop, PatchDisplacedFullSyncAutoWeights) {
+  check(auto_weighted(patch(1, false, 2, true)));
+}
+TEST_P(ParallelLoop, CfgTimesRing2AutoWeights) {
+  check(auto_weighted(layout(1, true, 1, 2)), 7);
 }
 
 // SD3's skip-layer guidance: a third, prompt-only call per step on the same mesh.
@@ -339,6 +362,14 @@ TEST(ParallelConfigErrors, OneClearMessageEach) {
               weighted(layout(1, false, 2, 1), {1, 2, 3}).validate(2);
             }).find("--patch_weights has 3 weights but there are 2 ranks"),
             std::string::npos);
+  EXPECT_NE(message([] {
+              auto_weighted(layout(1, false, 1, 1, 2)).validate(2);
+            }).find("--patch_weights auto calibrates the ranks that split the rows"),
+            std::string::npos);
+  EXPECT_NE(message([] {
+              auto_weighted(weighted(layout(1, false, 2, 1), {1, 2})).validate(2);
+            }).find("either auto or numbers"),
+            std::string::npos);
   // And through the pipeline, before any weights load.
   ParallelConfig pc = layout(1, false, world().size(), 1);
   parallel::Mesh mesh(pc, world());
@@ -347,6 +378,34 @@ TEST(ParallelConfigErrors, OneClearMessageEach) {
   auto req = request(p);
   const std::string m = message([&] { p.validate(req); });
   EXPECT_NE(m.find("not divisible by --ulysses_degree"), std::string::npos) << m;
+}
+
+// The calibration itself: a rank three times slower per row gets about a
+// third of the weight; time spent waiting inside the SP group's
+// communication (here a barrier behind the slow rank) does not count.
+TEST(Calibration, ASlowerRankGetsProportionallyFewerRows) {
+  const int n = world().size();
+  ParallelConfig pc = patch(1, false, n, true);
+  parallel::Mesh mesh(pc, world());
+  const int64_t rows = 4 * n;
+  const parallel::Calibration c =
+      parallel::calibrate_weights(mesh, rows, [&](int64_t b, int64_t e) {
+        const int per_row_ms = world().rank() == 1 ? 30 : 10;
+        std::this_thread::sleep_for(std::chrono::milliseconds(per_row_ms * (e - b)));
+        mesh.sp_group().barrier();
+      });
+  ASSERT_EQ(c.weights.size(), static_cast<size_t>(n));
+  ASSERT_EQ(c.compute_seconds.size(), static_cast<size_t>(n));
+  for (int k = 0; k < n; ++k) {
+    if (k == 1)
+      EXPECT_NEAR(c.weights[1], 1.0 / 3, 0.1) << c.describe();
+    else
+      EXPECT_NEAR(c.weights[static_cast<size_t>(k)], 1.0, 0.1) << c.describe();
+  }
+  // The rows then follow the weights: the slow rank takes about a third.
+  pc.patch_weights = c.weights;
+  const auto counts = pc.row_split(rows);
+  EXPECT_LT(counts[1], counts[0]) << c.describe();
 }
 
 }  // namespace

@@ -1,0 +1,30 @@
+// --patch_weights auto: uneven bands for uneven devices from one measured
+// step. Every rank runs its even share of the rows once; the time it spent
+// computing (the step's wall time less the time inside the mesh's
+// sequence-parallel communicators, where a fast rank waits for a slow one)
+// gives its speed in rows per second. Each sequence-parallel position's
+// weight is the mean speed of the ranks at that position (over CFG and data
+// parallel), scaled so that the fastest is 1; every rank gets the same weights.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "parallel/config.h"
+
+namespace xdit::parallel {
+
+struct Calibration {
+  std::vector<double> weights;          // one per sequence-parallel position
+  std::vector<double> compute_seconds;  // every rank's, in world rank order
+  std::string describe() const;         // "weights 1.00,0.48 (compute 0.81 s, 1.69 s)"
+};
+
+// `step(begin, end)` runs this rank's forward over rows [begin, end) of
+// `rows` split evenly over the SP group.
+Calibration calibrate_weights(Mesh& mesh, int64_t rows,
+                              const std::function<void(int64_t, int64_t)>& step);
+
+}  // namespace xdit::parallel
