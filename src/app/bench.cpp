@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -24,6 +25,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "app/commands.h"
@@ -37,6 +39,7 @@
 #include "models/sd3.h"
 #include "models/t5.h"
 #include "models/vae.h"
+#include "parallel/calibrate.h"
 #include "parallel/config.h"
 #include "parallel/gather.h"
 #include "parallel/patch_attention.h"
@@ -383,12 +386,19 @@ nlohmann::json run_row(int64_t res, const std::string& dt_name, int warmup, int 
 }
 
 // One step of the full-size transformer over two ranks with one layout
-// ("ulysses", "ring" or "cfg"), as the pipeline runs it: CFG halves or patch
-// rows per rank, then the gathers. Rank 0 returns the row.
-nlohmann::json run_parallel_row(int64_t res, const std::string& dt_name, const std::string& layout,
+// ("ulysses", "ring", "cfg", "displaced" or "naive"), as the pipeline runs
+// it: CFG halves or patch rows per rank, then the gathers. A "-slow" suffix
+// slows rank 1 by a busy thread on its core (the child runs with
+// --bind-to core): a co-tenant taking half of one device; "-slow-auto" then
+// sets the bands from one calibration step (--patch_weights auto). Rank 0
+// returns the row.
+nlohmann::json run_parallel_row(int64_t res, const std::string& dt_name, const std::string& name,
                                 int warmup, int repeat) {
   comm::Communicator& w = world();
   XDIT_CHECK(w.size() == 2, "bench parallel rows run on 2 ranks (got ", w.size(), ")");
+  const bool auto_weights = name.size() > 10 && name.substr(name.size() - 10) == "-slow-auto";
+  const bool slow = auto_weights || (name.size() > 5 && name.substr(name.size() - 5) == "-slow");
+  const std::string layout = name.substr(0, name.find('-'));
   parallel::ParallelConfig pc;
   if (layout == "ulysses")
     pc.ulysses_degree = 2;
@@ -402,7 +412,16 @@ nlohmann::json run_parallel_row(int64_t res, const std::string& dt_name, const s
   } else {
     XDIT_FAIL("unknown layout '", layout, "': ulysses, ring, cfg, displaced or naive");
   }
+  XDIT_CHECK(!slow || pc.sp() > 1, "a slowed rank needs a layout that splits rows");
   parallel::Mesh mesh(pc, w);
+  // The co-tenant: a busy thread on rank 1's core for the whole row.
+  std::atomic<bool> stop{false};
+  std::thread spinner;
+  if (slow && w.rank() == 1)
+    spinner = std::thread([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+      }
+    });
   const DType dtype = parse_dtype(dt_name);
   const double peak = gemm_peak(dtype);
   const models::PixArtConfig cfg = models::PixArtConfig::alpha_xl_1024();
@@ -412,22 +431,48 @@ nlohmann::json run_parallel_row(int64_t res, const std::string& dt_name, const s
   // Patch parallelism: the warm-up step exchanges fresh K/V; the timed steps
   // run DistriFusion's stale-K/V steps (or naive bands).
   parallel::PatchAttention patch(mesh.sp_group(), pc.patch_mode == "displaced", false);
+  nn::AttentionBackend* backend = nullptr;
   if (pc.patch_parallel_degree > 1)
-    model.set_attention_backend(&patch);
+    backend = &patch;
   else if (pc.sp() > 1)
-    model.set_attention_backend(&usp);
+    backend = &usp;
+  if (backend != nullptr) model.set_attention_backend(backend);
   int64_t step_no = 0;
-  const int64_t B = pc.use_cfg_parallel ? 1 : 2, h = res / 8, w8 = res / 8;
+  const int64_t B = pc.use_cfg_parallel ? 1 : 2, h = res / 8, w8 = res / 8, p = cfg.patch_size;
   StepInputs step_in(cfg, B, res);
   models::DiTInputs& in = step_in.in;
-  const int64_t rows = h / cfg.patch_size / pc.sp();
-  in.patch_row_begin = mesh.coord().sp * rows;
-  in.patch_row_end = in.patch_row_begin + rows;
+  // This rank's patch rows of the split (even, or by the mesh's weights),
+  // told to the attention backend.
+  std::vector<int64_t> counts;
+  const auto set_rows = [&] {
+    counts = mesh.config().row_split(h / p);
+    std::vector<int64_t> tokens;
+    for (int64_t c : counts) tokens.push_back(c * (w8 / p));
+    const bool even =
+        std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts.front(); });
+    if (backend != nullptr) backend->set_sequence_split(even ? std::vector<int64_t>{} : tokens);
+    const auto [b, e] = parallel::row_share(0, counts, mesh.coord().sp);
+    in.patch_row_begin = b;
+    in.patch_row_end = e;
+  };
+  set_rows();
+  std::string calibration;
+  if (auto_weights) {
+    const parallel::Calibration c = parallel::calibrate_weights(mesh, h / p, [&](int64_t, int64_t) {
+      patch.begin_step(0, 1, true);
+      model.forward(in);
+    });
+    mesh.set_patch_weights(c.weights);
+    calibration = c.describe();
+    set_rows();
+  }
   auto step = [&] {
     patch.begin_step(step_no, int64_t{1} << 40, step_no == 0);
     ++step_no;
     Tensor out = model.forward(in);
-    out = parallel::gather_rows(mesh.sp_group(), out);
+    std::vector<int64_t> latent_rows;
+    for (int64_t c : counts) latent_rows.push_back(c * p);
+    out = parallel::gather_rows(mesh.sp_group(), out, latent_rows);
     if (pc.use_cfg_parallel) out = parallel::gather_batch(mesh.cfg_group(), out);
   };
   comm::Communicator* groups[] = {&mesh.sp_group(), &mesh.ulysses_group(), &mesh.ring_group(),
@@ -448,22 +493,27 @@ nlohmann::json run_parallel_row(int64_t res, const std::string& dt_name, const s
       for (auto* c : groups) comm_s += c->stats().seconds, comm_bytes += c->stats().bytes_sent;
     }
   }
+  stop = true;
+  if (spinner.joinable()) spinner.join();
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   const double flops = step_flops(cfg, 2, h, w8, kTextTokens);
-  return {{"name", "pixart_alpha_step_cfg_parallel"},
-          {"layout", layout},
-          {"ranks", 2},
-          {"resolution", res},
-          {"dtype", dt_name},
-          {"seconds", best},
-          {"comm_seconds", comm_s},
-          {"comm_bytes", comm_bytes},
-          {"flops", flops},
-          {"flops_per_s", flops / best},
-          {"peak_flops_per_s", peak},
-          {"peak_rss_bytes", static_cast<int64_t>(ru.ru_maxrss) * 1024},
-          {"threads", omp_get_max_threads()}};
+  nlohmann::json r = {{"name", "pixart_alpha_step_cfg_parallel"},
+                      {"layout", name},
+                      {"ranks", 2},
+                      {"resolution", res},
+                      {"dtype", dt_name},
+                      {"seconds", best},
+                      {"comm_seconds", comm_s},
+                      {"comm_bytes", comm_bytes},
+                      {"flops", flops},
+                      {"flops_per_s", flops / best},
+                      {"peak_flops_per_s", peak},
+                      {"peak_rss_bytes", static_cast<int64_t>(ru.ru_maxrss) * 1024},
+                      {"patch_rows", counts},
+                      {"threads", omp_get_max_threads()}};
+  if (!calibration.empty()) r["calibration"] = calibration;
+  return r;
 }
 
 // PipeFusion on two ranks (two stages of 14 blocks, M patches): the full
@@ -567,9 +617,11 @@ nlohmann::json run_parallel_vae_row(int64_t res, const std::string& dt_name, int
 nlohmann::json run_child(const std::string& what, int64_t res, const std::string& dt,
                          const BenchOptions& o, const std::string& layout = "", int threads = 0) {
   std::ostringstream cmd;
+  // A slowed rank shares its core with a busy thread: bind each rank to one.
+  const bool bind = layout.find("-slow") != std::string::npos;
   if (!layout.empty())
     cmd << "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe "
-           "--bind-to none ";
+        << (bind ? "--bind-to core " : "--bind-to none ");
   cmd << "'/proc/" << ::getpid() << "/exe' bench " << what << " --row " << what << ":" << res << ":"
       << dt << (layout.empty() ? "" : ":" + layout) << " --warmup " << o.warmup << " --repeat "
       << o.repeat;
@@ -619,7 +671,8 @@ int run_parallel_bench(const BenchOptions& o) {
               << human(static_cast<double>(base["peak_rss_bytes"].get<int64_t>()), "B")
               << std::endl;
   for (const char* layout : {"ulysses", "ring", "cfg", "displaced", "naive", "pipefusion-2",
-                             "pipefusion-4", "pipefusion-8"}) {
+                             "pipefusion-4", "pipefusion-8", "displaced-slow",
+                             "displaced-slow-auto", "ulysses-slow", "ulysses-slow-auto"}) {
     nlohmann::json r = run_child("parallel", res, dt, o, layout, 1);
     const double t = r["seconds"].get<double>();
     r["speedup"] = t1 / t;
@@ -637,6 +690,9 @@ int run_parallel_bench(const BenchOptions& o) {
     if (r.contains("peak_rss_bytes_rank1"))  // PipeFusion: each rank holds its stage
       std::cout << " / "
                 << human(static_cast<double>(r["peak_rss_bytes_rank1"].get<int64_t>()), "B");
+    if (r.contains("patch_rows") && std::string(layout).find("-slow") != std::string::npos)
+      std::cout << "  patch rows " << r["patch_rows"].dump()
+                << (r.contains("calibration") ? ", " + r["calibration"].get<std::string>() : "");
     std::cout << std::endl;
   }
   // The patch-parallel VAE decoder (--use_parallel_vae) on the same two cores.

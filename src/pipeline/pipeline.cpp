@@ -556,8 +556,15 @@ void Pipeline::calibrate(const LoopInputs& li, const Tensor& model_in, double t,
         transformer_->forward(li.at(model_in, t, b, e));
       });
   mesh_->set_patch_weights(c.weights);
-  if (mesh_->world().rank() == 0)
+  if (mesh_->world().rank() == 0) {
     XDIT_INFO("--patch_weights auto: calibrated on one step: ", c.describe());
+    if (mesh_->config().ulysses_degree > 1)
+      XDIT_WARN(
+          "--patch_weights with Ulysses moves only the projections and MLP: its attention "
+          "splits by heads over the whole sequence (the shorter shares padded to the "
+          "longest), so a slow rank keeps its share of it; Ring or patch parallelism "
+          "follow the rows (docs/PERFORMANCE.md)");
+  }
 }
 
 void Pipeline::validate(ImageRequest& r) {
