@@ -383,31 +383,37 @@ void group_norm_apply_nhwc_bf16(const float* x, uint16_t* y, int64_t batch, int6
                       count, y_batch_stride);
 }
 
-void upsample_nearest2x_nhwc(const float* x, float* y, int64_t batch, int64_t h, int64_t w,
-                             int64_t channels, int64_t y_batch_stride) {
+namespace {
+// Each source pixel is written once (copied or converted) into the even
+// column, then copied to the odd one.
+template <class Out>
+void upsample_nearest2x_to(const float* x, Out* y, int64_t batch, int64_t h, int64_t w,
+                           int64_t channels, int64_t y_batch_stride) {
   if (y_batch_stride == 0) y_batch_stride = 4 * h * w * channels;
-#pragma omp parallel for collapse(2)
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t r = 0; r < 2 * h; ++r)
-      for (int64_t c = 0; c < 2 * w; ++c)
-        std::memcpy(y + b * y_batch_stride + (r * 2 * w + c) * channels,
-                    x + ((b * h + r / 2) * w + c / 2) * channels,
-                    static_cast<size_t>(channels) * 4);
-}
-
-void upsample_nearest2x_nhwc_bf16(const float* x, uint16_t* y, int64_t batch, int64_t h, int64_t w,
-                                  int64_t channels, int64_t y_batch_stride) {
-  if (y_batch_stride == 0) y_batch_stride = 4 * h * w * channels;
-    // Each source pixel is converted once into the even column, then copied.
+  const auto n = static_cast<size_t>(channels);
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t r = 0; r < 2 * h; ++r)
       for (int64_t c = 0; c < w; ++c) {
-        uint16_t* dst = y + b * y_batch_stride + (r * 2 * w + 2 * c) * channels;
-        cpu::f32_to_bf16_array(x + ((b * h + r / 2) * w + c) * channels, dst,
-                               static_cast<size_t>(channels));
-        std::memcpy(dst + channels, dst, static_cast<size_t>(channels) * 2);
+        Out* dst = y + b * y_batch_stride + (r * 2 * w + 2 * c) * channels;
+        const float* src = x + ((b * h + r / 2) * w + c) * channels;
+        if constexpr (std::is_same_v<Out, uint16_t>)
+          cpu::f32_to_bf16_array(src, dst, n);
+        else
+          std::memcpy(dst, src, n * sizeof(Out));
+        std::memcpy(dst + channels, dst, n * sizeof(Out));
       }
+}
+}  // namespace
+
+void upsample_nearest2x_nhwc(const float* x, float* y, int64_t batch, int64_t h, int64_t w,
+                             int64_t channels, int64_t y_batch_stride) {
+  upsample_nearest2x_to(x, y, batch, h, w, channels, y_batch_stride);
+}
+
+void upsample_nearest2x_nhwc_bf16(const float* x, uint16_t* y, int64_t batch, int64_t h, int64_t w,
+                                  int64_t channels, int64_t y_batch_stride) {
+  upsample_nearest2x_to(x, y, batch, h, w, channels, y_batch_stride);
 }
 
 void patchify(const float* latent, int64_t batch, int64_t channels, int64_t height, int64_t width,
