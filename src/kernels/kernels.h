@@ -141,6 +141,11 @@ bool attention_packs_bf16(bool bf16);
 void attention_pack_kv(const float* src, int64_t stride, int64_t batch, int64_t heads, int64_t n,
                        int64_t head_dim, bool bf16, void* dst, int64_t total, int64_t t,
                        int64_t batch_stride = 0);
+// The same from bf16 src, into a bf16 packed buffer (attention_packs_bf16(true)):
+// K/V that travelled in bf16 (patch parallelism's exchange).
+void attention_pack_kv_bf16(const uint16_t* src, int64_t stride, int64_t batch, int64_t heads,
+                            int64_t n, int64_t head_dim, void* dst, int64_t total, int64_t t,
+                            int64_t batch_stride = 0);
 // The inverse, for inspection: tokens [0, total) of a packed buffer → f32
 // [B, total, H·D].
 void attention_unpack_kv(const void* src, int64_t batch, int64_t heads, int64_t total,

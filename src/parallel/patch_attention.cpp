@@ -13,21 +13,34 @@ namespace {
 constexpr int kTag = 1 << 21;  // + the layer: one exchange per layer per step
 }  // namespace
 
+// Exchanged K/V travel in the packed buffers' element type (bf16 when the
+// attention packs bf16: the same rounding the packing would do, half the
+// bytes and half the exchange buffers).
 struct PatchAttention::Layer {
   std::vector<uint8_t> k, v;  // packed [B, H, text + total, D]
   int64_t batch = 0, heads = 0, head_dim = 0, text = 0, total = 0;
+  size_t esz = 4;  // bytes per packed (and exchanged) element
   bool bf16 = false, filled = false;
   std::vector<int64_t> share, offset;  // every rank's band and its first token
-  std::vector<float> fresh;            // this rank's K then V: [2][B, n, H·D]
-  std::vector<std::vector<float>> recv;
+  std::vector<uint8_t> fresh;          // this rank's K then V: [2][B, n, H·D]
+  std::vector<std::vector<uint8_t>> recv;
   std::vector<std::unique_ptr<comm::Request>> pending;
 
-  // Tokens [0, n) of K/V ([2][B, n, H·D]) into the buffer at token t.
-  void store(const float* kv, int64_t n, int64_t t) {
-    const int64_t hd = heads * head_dim, all = text + total;
-    kernels::attention_pack_kv(kv, hd, batch, heads, n, head_dim, bf16, k.data(), all, t);
-    kernels::attention_pack_kv(kv + batch * n * hd, hd, batch, heads, n, head_dim, bf16, v.data(),
-                               all, t);
+  // Tokens [0, n) of exchanged K/V ([2][B, n, H·D], batch items `per_item`
+  // tokens apart, 0: n) into the buffer at token t.
+  void store(const uint8_t* kv, int64_t n, int64_t t, int64_t per_item = 0) {
+    if (per_item == 0) per_item = n;
+    const int64_t hd = heads * head_dim, all = text + total, bs = per_item * hd;
+    for (int i = 0; i < 2; ++i) {
+      const uint8_t* src = kv + static_cast<size_t>(i * batch * bs) * esz;
+      void* dst = i == 0 ? k.data() : v.data();
+      if (esz == 2)
+        kernels::attention_pack_kv_bf16(reinterpret_cast<const uint16_t*>(src), hd, batch, heads, n,
+                                        head_dim, dst, all, t, bs);
+      else
+        kernels::attention_pack_kv(reinterpret_cast<const float*>(src), hd, batch, heads, n,
+                                   head_dim, bf16, dst, all, t, bs);
+    }
   }
 };
 
@@ -100,6 +113,7 @@ void PatchAttention::attend(const kernels::AttentionArgs& args, const nn::Attent
     for (auto& r : l.pending) r->wait();
     l.pending.clear();
     const size_t esz = kernels::attention_packs_bf16(args.bf16) ? 2 : 4;
+    l.esz = esz;
     l.k.assign(static_cast<size_t>(B * H * (text + total) * D) * esz, 0);
     l.v.assign(l.k.size(), 0);
     l.batch = B;
@@ -116,36 +130,35 @@ void PatchAttention::attend(const kernels::AttentionArgs& args, const nn::Attent
   // The previous step's exchange first: its sends still read l.fresh, and
   // its receives hold the other bands' K/V of that step.
   complete(l);
-  // This rank's fresh K and V, contiguous: [2][B, n, H·D].
-  l.fresh.resize(static_cast<size_t>(2 * B * n * hd));
+  // This rank's fresh K and V, contiguous in the exchange type: [2][B, n, H·D],
+  // each batch item `per` tokens apart (a sync step pads every band to the
+  // longest so that one all-gather of equal blocks moves them).
+  const int64_t most = *std::max_element(share.begin(), share.end());
+  const bool sync = sync_ || !l.filled;
+  const int64_t per = sync ? most : n;
+  const size_t block = static_cast<size_t>(2 * B * per * hd) * l.esz;
+  std::vector<uint8_t>& mine = sync ? sync_send_ : l.fresh;
+  mine.resize(block);
   for (int t = 0; t < 2; ++t) {
     const float* src = t == 0 ? args.k : args.v;
     const int64_t stride = t == 0 ? args.k_stride : args.v_stride;
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t i = 0; i < n; ++i)
-        std::memcpy(l.fresh.data() + ((t * B + b) * n + i) * hd,
-                    src + (b * (text + n) + text + i) * stride, static_cast<size_t>(hd) * 4);
+      for (int64_t i = 0; i < n; ++i) {
+        const float* row = src + (b * (text + n) + text + i) * stride;
+        uint8_t* dst = mine.data() + static_cast<size_t>(((t * B + b) * per + i) * hd) * l.esz;
+        if (l.esz == 2)
+          kernels::to_bf16_array(row, reinterpret_cast<uint16_t*>(dst), hd);
+        else
+          std::memcpy(dst, row, static_cast<size_t>(hd) * 4);
+      }
   }
-  if (sync_ || !l.filled) {
-    // Every band fresh, synchronously, each padded to the longest band: exact.
-    const int64_t most = *std::max_element(share.begin(), share.end());
-    const size_t block = static_cast<size_t>(2 * B * most * hd);
-    std::vector<float> mine(block, 0.0f), all(block * static_cast<size_t>(n_ranks));
-    for (int t = 0; t < 2; ++t)
-      for (int64_t b = 0; b < B; ++b)
-        std::memcpy(mine.data() + (t * B + b) * most * hd, l.fresh.data() + (t * B + b) * n * hd,
-                    static_cast<size_t>(n * hd) * 4);
-    group_.allgather(mine.data(), all.data(), block, comm::Type::kF32);
-    for (int p = 0; p < n_ranks; ++p) {
-      const float* kv = all.data() + block * static_cast<size_t>(p);
-      const int64_t cnt = share[static_cast<size_t>(p)];
-      std::vector<float> packed(static_cast<size_t>(2 * B * cnt * hd));
-      for (int t = 0; t < 2; ++t)
-        for (int64_t b = 0; b < B; ++b)
-          std::memcpy(packed.data() + (t * B + b) * cnt * hd, kv + (t * B + b) * most * hd,
-                      static_cast<size_t>(cnt * hd) * 4);
-      l.store(packed.data(), cnt, text + l.offset[static_cast<size_t>(p)]);
-    }
+  if (sync) {
+    // Every band fresh, synchronously: exact.
+    sync_recv_.resize(block * static_cast<size_t>(n_ranks));
+    group_.allgather(mine.data(), sync_recv_.data(), block, comm::Type::kByte);
+    for (int p = 0; p < n_ranks; ++p)
+      l.store(sync_recv_.data() + block * static_cast<size_t>(p), share[static_cast<size_t>(p)],
+              text + l.offset[static_cast<size_t>(p)], most);
     l.filled = true;
   } else {  // the other bands' K/V as of the previous step (stored by complete)
     l.store(l.fresh.data(), n, text + l.offset[static_cast<size_t>(me)]);
@@ -173,18 +186,25 @@ void PatchAttention::attend(const kernels::AttentionArgs& args, const nn::Attent
   kernels::attention(a);
   // After a stale step, send this step's K/V on for the next one.
   if (!sync_ && !last_step_) {
+    if (sync) {  // the first stale step after a sync one: this band's K/V, unpadded
+      l.fresh.resize(static_cast<size_t>(2 * B * n * hd) * l.esz);
+      for (int64_t tb = 0; tb < 2 * B; ++tb)
+        std::memcpy(l.fresh.data() + static_cast<size_t>(tb * n * hd) * l.esz,
+                    mine.data() + static_cast<size_t>(tb * most * hd) * l.esz,
+                    static_cast<size_t>(n * hd) * l.esz);
+    }
     l.recv.resize(static_cast<size_t>(n_ranks));
     for (int p = 0; p < n_ranks; ++p) {
       if (p == me) continue;
       auto& buf = l.recv[static_cast<size_t>(p)];
-      buf.resize(static_cast<size_t>(2 * B * share[static_cast<size_t>(p)] * hd));
+      buf.resize(static_cast<size_t>(2 * B * share[static_cast<size_t>(p)] * hd) * l.esz);
       l.pending.push_back(
-          group_.irecv(buf.data(), buf.size(), comm::Type::kF32, p, kTag + site.layer));
+          group_.irecv(buf.data(), buf.size(), comm::Type::kByte, p, kTag + site.layer));
     }
     for (int p = 0; p < n_ranks; ++p)
       if (p != me)
         l.pending.push_back(
-            group_.isend(l.fresh.data(), l.fresh.size(), comm::Type::kF32, p, kTag + site.layer));
+            group_.isend(l.fresh.data(), l.fresh.size(), comm::Type::kByte, p, kTag + site.layer));
   }
 }
 

@@ -48,6 +48,8 @@ class PatchAttention : public nn::AttentionBackend {
   bool sync_ = true, last_step_ = false;
   std::vector<int64_t> split_;
   std::map<int, std::unique_ptr<Layer>> layers_;
+  // A sync step's all-gather buffers, shared by every layer (one call at a time).
+  std::vector<uint8_t> sync_send_, sync_recv_;
   double wait_seconds_ = 0;
 };
 

@@ -162,6 +162,21 @@ void attention_pack_kv(const float* src, int64_t stride, int64_t B, int64_t H, i
                 D, nullptr);
 }
 
+void attention_pack_kv_bf16(const uint16_t* src, int64_t stride, int64_t B, int64_t H, int64_t n,
+                            int64_t D, void* dst, int64_t total, int64_t t, int64_t batch_stride) {
+  if (batch_stride == 0) batch_stride = n * stride;
+  XDIT_CHECK(t >= 0 && t + n <= total, "attention_pack_kv_bf16: tokens [", t, ", ", t + n,
+             ") outside ", total);
+  XDIT_CHECK(attention_packs_bf16(true),
+             "attention_pack_kv_bf16: attention does not pack bf16 here");
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t r = 0; r < n; ++r)
+        std::memcpy(static_cast<uint16_t*>(dst) + ((b * H + h) * total + t + r) * D,
+                    src + b * batch_stride + r * stride + h * D, static_cast<size_t>(D) * 2);
+}
+
 void attention_unpack_kv(const void* src, int64_t B, int64_t H, int64_t total, int64_t D,
                          bool bf16_requested, float* dst) {
   const bool bf16 = attention_packs_bf16(bf16_requested);
