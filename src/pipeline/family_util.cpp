@@ -82,16 +82,20 @@ models::ClipTextOutput encode_clip(const tokenizers::ClipTokenizer& tok,
   return out;
 }
 
-std::unique_ptr<models::ClipTextConfig> open_clip(const io::ModelFolder& folder,
-                                                  const std::string& component,
-                                                  std::unique_ptr<io::WeightStore>& weights) {
-  const std::string dir = folder.component(component);
-  auto cfg = std::make_unique<models::ClipTextConfig>(models::ClipTextConfig::from_json(
-      folder.component_config(component, "config.json"), dir + "/config.json"));
-  weights = std::make_unique<io::WeightStore>(dir);
-  weights->check_shapes(cfg->weight_specs(
+std::unique_ptr<models::ClipTextConfig> read_clip_config(const io::ModelFolder& folder,
+                                                         const std::string& component) {
+  return std::make_unique<models::ClipTextConfig>(
+      models::ClipTextConfig::from_json(folder.component_config(component, "config.json"),
+                                        folder.component(component) + "/config.json"));
+}
+
+std::unique_ptr<io::WeightStore> open_clip_weights(const io::ModelFolder& folder,
+                                                   const std::string& component,
+                                                   const models::ClipTextConfig& cfg) {
+  auto weights = std::make_unique<io::WeightStore>(folder.component(component));
+  weights->check_shapes(cfg.weight_specs(
       weights->has("text_model.embeddings.token_embedding.weight") ? "text_model." : ""));
-  return cfg;
+  return weights;
 }
 
 }  // namespace xdit::pipeline

@@ -25,11 +25,15 @@ std::unique_ptr<ModelFamily> make_pixart_family(const io::ModelFolder& folder);
 std::unique_ptr<ModelFamily> make_flux_family(const io::ModelFolder& folder);
 std::unique_ptr<ModelFamily> make_sd3_family(const io::ModelFolder& folder);
 
-// A CLIP text encoder component's config with its weight headers opened into
-// `weights` (the "text_model." prefix or none, as the file has it).
-std::unique_ptr<models::ClipTextConfig> open_clip(const io::ModelFolder& folder,
-                                                  const std::string& component,
-                                                  std::unique_ptr<io::WeightStore>& weights);
+// A CLIP text encoder component's config (checked, bounded), and then —
+// after the family has checked the config against its transformer, so that a
+// mismatch is named as such — its weight headers opened and checked against
+// it (the "text_model." prefix or none, as the file has it).
+std::unique_ptr<models::ClipTextConfig> read_clip_config(const io::ModelFolder& folder,
+                                                         const std::string& component);
+std::unique_ptr<io::WeightStore> open_clip_weights(const io::ModelFolder& folder,
+                                                   const std::string& component,
+                                                   const models::ClipTextConfig& cfg);
 
 // Stops the run when a model's output holds NaN/Inf (it would decode to a
 // black image); `component` is the model's folder, whose weights are the

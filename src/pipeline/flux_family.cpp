@@ -78,10 +78,12 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
     if (!t5_tok_)
       t5_tok_ = std::make_unique<tokenizers::T5Tokenizer>(folder.component("tokenizer_2"));
     if (!clip_cfg_) {
-      clip_cfg_ = open_clip(folder, "text_encoder", clip_weights_);
-      const int64_t pooled = clip_cfg_->pooled_width();
+      auto clip = read_clip_config(folder, "text_encoder");
+      const int64_t pooled = clip->pooled_width();
       XDIT_CHECK(pooled == cfg_.pooled_projection_dim, "text_encoder/ pools to width ", pooled,
                  " but the transformer's pooled_projection_dim is ", cfg_.pooled_projection_dim);
+      clip_weights_ = open_clip_weights(folder, "text_encoder", *clip);
+      clip_cfg_ = std::move(clip);
     }
     if (!t5_cfg_)
       t5_cfg_ = open_t5(folder, "text_encoder_2", cfg_.joint_attention_dim, t5_weights_);

@@ -64,17 +64,22 @@ class SD3Family : public ConfigFamily<models::SD3Config, models::SD3Transformer>
       t5_tok_ = std::make_unique<tokenizers::T5Tokenizer>(folder.component("tokenizer_3"));
     }
     if (!clip_l_cfg_) {
-      clip_l_cfg_ = open_clip(folder, "text_encoder", clip_l_weights_);
-      clip_g_cfg_ = open_clip(folder, "text_encoder_2", clip_g_weights_);
-      const int64_t features = clip_l_cfg_->hidden_size + clip_g_cfg_->hidden_size;
+      // Both configs against the transformer first, then the weight headers.
+      auto l = read_clip_config(folder, "text_encoder");
+      auto g = read_clip_config(folder, "text_encoder_2");
+      const int64_t features = l->hidden_size + g->hidden_size;
       XDIT_CHECK(features <= cfg_.joint_attention_dim, "the CLIP encoders' features (",
-                 clip_l_cfg_->hidden_size, " + ", clip_g_cfg_->hidden_size, " = ", features,
+                 l->hidden_size, " + ", g->hidden_size, " = ", features,
                  ") are wider than the transformer's joint_attention_dim ",
                  cfg_.joint_attention_dim);
-      const int64_t pooled = clip_l_cfg_->pooled_width() + clip_g_cfg_->pooled_width();
+      const int64_t pooled = l->pooled_width() + g->pooled_width();
       XDIT_CHECK(pooled == cfg_.pooled_projection_dim, "the CLIP encoders pool to ",
-                 clip_l_cfg_->pooled_width(), " + ", clip_g_cfg_->pooled_width(), " = ", pooled,
+                 l->pooled_width(), " + ", g->pooled_width(), " = ", pooled,
                  " but the transformer's pooled_projection_dim is ", cfg_.pooled_projection_dim);
+      clip_l_weights_ = open_clip_weights(folder, "text_encoder", *l);
+      clip_g_weights_ = open_clip_weights(folder, "text_encoder_2", *g);
+      clip_l_cfg_ = std::move(l);
+      clip_g_cfg_ = std::move(g);
     }
     if (!t5_cfg_)
       t5_cfg_ = open_t5(folder, "text_encoder_3", cfg_.joint_attention_dim, t5_weights_);

@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include "kernels/kernels.h"
+#include "nn/attention.h"
 #include "parallel/config.h"
 #include "parallel/usp_attention.h"
 #include "test_util.h"
@@ -26,32 +27,15 @@ void check_factorisation(int u, int r, bool bf16) {
   const int64_t B = 2, H = 4, D = 12, Nl = 7, N = Nl * sp, stride = 3 * H * D;
   auto qkv = test::randn(static_cast<size_t>(B * N * stride), 42);  // the same on every rank
   std::vector<float> ref(static_cast<size_t>(B * N * H * D));
-  kernels::AttentionArgs a;
-  a.q = qkv.data();
-  a.k = qkv.data() + H * D;
-  a.v = qkv.data() + 2 * H * D;
-  a.q_stride = a.k_stride = a.v_stride = stride;
-  a.out = ref.data();
-  a.out_stride = H * D;
-  a.batch = B;
-  a.heads = H;
-  a.q_len = a.kv_len = N;
-  a.head_dim = D;
-  a.scale = 0.29f;
-  a.bf16 = bf16;
-  kernels::attention(a);
+  kernels::attention(nn::fused_qkv_args(qkv.data(), B, N, H, D, ref.data(), H * D, bf16));
   // This rank's token chunk, packed as the model would hold it.
   std::vector<float> local(static_cast<size_t>(B * Nl * stride)),
       out(static_cast<size_t>(B * Nl * H * D));
   for (int64_t b = 0; b < B; ++b)
     std::memcpy(local.data() + b * Nl * stride, qkv.data() + (b * N + me * Nl) * stride,
                 static_cast<size_t>(Nl * stride) * 4);
-  kernels::AttentionArgs l = a;
-  l.q = local.data();
-  l.k = local.data() + H * D;
-  l.v = local.data() + 2 * H * D;
-  l.out = out.data();
-  l.q_len = l.kv_len = Nl;
+  const kernels::AttentionArgs l =
+      nn::fused_qkv_args(local.data(), B, Nl, H, D, out.data(), H * D, bf16);
   UspAttention usp(mesh.ulysses_group(), mesh.ring_group());
   usp.attend(l, {0, false});
   std::vector<float> want(out.size());
@@ -89,19 +73,7 @@ void check_joint(int u, int r, bool uneven) {
   const int64_t S = T + N, n = share[static_cast<size_t>(me)];
   auto qkv = test::randn(static_cast<size_t>(B * S * stride), 43);  // the same on every rank
   std::vector<float> ref(static_cast<size_t>(B * S * H * D));
-  kernels::AttentionArgs a;
-  a.q = qkv.data();
-  a.k = qkv.data() + H * D;
-  a.v = qkv.data() + 2 * H * D;
-  a.q_stride = a.k_stride = a.v_stride = stride;
-  a.out = ref.data();
-  a.out_stride = H * D;
-  a.batch = B;
-  a.heads = H;
-  a.q_len = a.kv_len = S;
-  a.head_dim = D;
-  a.scale = 0.29f;
-  kernels::attention(a);
+  kernels::attention(nn::fused_qkv_args(qkv.data(), B, S, H, D, ref.data(), H * D, false));
   // This rank's rows: the text, then its image tokens.
   std::vector<int64_t> rows;
   for (int64_t t = 0; t < T; ++t) rows.push_back(t);
@@ -116,12 +88,8 @@ void check_joint(int u, int r, bool uneven) {
       std::memcpy(want.data() + (b * L + i) * H * D, ref.data() + (b * S + rows[i]) * H * D,
                   static_cast<size_t>(H * D) * 4);
     }
-  kernels::AttentionArgs l = a;
-  l.q = local.data();
-  l.k = local.data() + H * D;
-  l.v = local.data() + 2 * H * D;
-  l.out = out.data();
-  l.q_len = l.kv_len = L;
+  const kernels::AttentionArgs l =
+      nn::fused_qkv_args(local.data(), B, L, H, D, out.data(), H * D, false);
   UspAttention usp(mesh.ulysses_group(), mesh.ring_group());
   if (uneven) usp.set_sequence_split(share);
   nn::AttentionSite site;

@@ -434,24 +434,35 @@ TEST_F(Cli, Sd3BadInput) {
   fs::copy(sd3, m, fs::copy_options::recursive);
   fs::remove_all(m / "text_encoder_3");
   expect_error(xdit(sd3_args(m.string(), path("out.png"))), "but not text_encoder_3/");
-  // A T5 whose width is not the transformer's joint_attention_dim.
-  const fs::path w = dir_ / "sd3_t5_width";
-  fs::copy(sd3, w, fs::copy_options::recursive);
-  {
-    const fs::path cfg = w / "text_encoder_3" / "config.json";
+  // A copy of the model with one config value changed (the weights kept).
+  const auto with_config = [&](const std::string& name, const std::string& component,
+                               const std::string& from, const std::string& to) {
+    const fs::path copy = dir_ / name;
+    fs::copy(sd3, copy, fs::copy_options::recursive);
+    const fs::path cfg = copy / component / "config.json";
     std::ifstream in(cfg);
     std::stringstream ss;
     ss << in.rdbuf();
     in.close();
     std::string c = ss.str();
-    const std::string from = "\"d_model\": 32";
     const size_t at = c.find(from);
-    ASSERT_NE(at, std::string::npos);
-    c.replace(at, from.size(), "\"d_model\": 48");
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) c.replace(at, from.size(), to);
     std::ofstream(cfg) << c;
-  }
-  expect_error(xdit(sd3_args(w.string(), path("out.png"))),
+    return copy.string();
+  };
+  // A T5 whose width is not the transformer's joint_attention_dim.
+  expect_error(xdit(sd3_args(with_config("sd3_t5_width", "text_encoder_3", "\"d_model\": 32",
+                                         "\"d_model\": 48"),
+                             path("out.png"))),
                "text_encoder_3/ has width (d_model) 48 but the transformer takes text of width 32");
+  // CLIP features wider than the transformer takes: named as such, before the
+  // weight headers (which no longer match the config) are read.
+  expect_error(xdit(sd3_args(with_config("sd3_clip_width", "text_encoder_2", "\"hidden_size\": 16",
+                                         "\"hidden_size\": 24"),
+                             path("out.png"))),
+               "the CLIP encoders' features (12 + 24 = 36) are wider than the transformer's "
+               "joint_attention_dim 32");
   // Skip-guidance layers outside the blocks; on a model without them.
   expect_error(xdit(sd3_args(sd3, path("out.png"), "--skip_guidance_layers 1,3")),
                "skip-guidance layer 3 is outside the model's blocks 0 … 2");
