@@ -256,6 +256,10 @@ int run_generate(GenerateOptions o) {
   if (o.parallel_vae_flag->count() > 0) o.parallel.use_parallel_vae = o.parallel_vae;
   parallel::Mesh mesh(o.parallel, w);  // checks the degrees against the job before anything loads
   if (w.size() > 1) XDIT_INFO(mesh.layout());
+  if (o.parallel.use_parallel_vae.value_or(false) && !o.parallel.parallel_vae() && w.rank() == 0)
+    XDIT_WARN(
+        "--use_parallel_vae has no effect here: each data-parallel replica has one rank, "
+        "which decodes the whole image");
   const bool writer = w.rank() == 0;  // one rank writes files
   // Outputs are reserved before any work (checked, temporary file created)
   // and renamed into place at the end; an error anywhere removes them.
