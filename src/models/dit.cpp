@@ -4,6 +4,27 @@
 
 namespace xdit::models {
 
+std::pair<int64_t, int64_t> DiTInputs::rows(int64_t grid_rows) const {
+  const int64_t r0 = patch_row_begin, r1 = patch_row_end == 0 ? grid_rows : patch_row_end;
+  XDIT_CHECK(r0 >= 0 && r0 < r1 && r1 <= grid_rows, "patch rows [", r0, ", ", r1, ") outside the ",
+             grid_rows, "-row grid");
+  return {r0, r1};
+}
+
+void DiTInputs::check_joint_text(int64_t batch, int64_t text_width, int64_t pooled_width,
+                                 const char* model) const {
+  XDIT_CHECK(
+      text != nullptr && text->ndim() == 3 && text->dim(0) == batch && text->dim(2) == text_width,
+      model, " text must be [", batch, ", L, ", text_width, "], got ",
+      text != nullptr ? shape_str(text->shape()) : std::string("none"));
+  XDIT_CHECK(pooled != nullptr && pooled->ndim() == 2 && pooled->dim(0) == batch &&
+                 pooled->dim(1) == pooled_width,
+             model, " pooled text must be [", batch, ", ", pooled_width, "], got ",
+             pooled != nullptr ? shape_str(pooled->shape()) : std::string("none"));
+  XDIT_CHECK(static_cast<int64_t>(timesteps.size()) == batch, model, " forward: ", batch,
+             " timesteps needed");
+}
+
 DiTStage resolve_stage(DiTStage stage, int64_t blocks) {
   if (stage.block_end < 0) stage.block_end = blocks;
   XDIT_CHECK(

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -35,6 +36,15 @@ struct DiTInputs {
   // [begin, end) of the token grid (end 0 = all). Positions stay global;
   // attention over the other rows is the attention backend's job.
   int64_t patch_row_begin = 0, patch_row_end = 0;
+
+  // The patch rows [begin, end) of a `grid_rows`-row grid this call computes;
+  // throws one line when they lie outside it.
+  std::pair<int64_t, int64_t> rows(int64_t grid_rows) const;
+  // The joint-text models' conditioning (FLUX, SD3): text [batch, L,
+  // text_width], pooled [batch, pooled_width] and one timestep per batch item;
+  // throws one line naming `model` and what is wrong.
+  void check_joint_text(int64_t batch, int64_t text_width, int64_t pooled_width,
+                        const char* model) const;
 };
 
 // A pipeline stage: blocks [block_begin, block_end) of the flat block list;

@@ -180,20 +180,9 @@ Streams FluxTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
              shape_str(lat.shape()));
   const int64_t B = lat.dim(0), Hl = lat.dim(2), Wl = lat.dim(3), gh = Hl / 2, gw = Wl / 2;
   const int64_t D = c.hidden(), hd = c.attention_head_dim;
-  const int64_t r0 = in.patch_row_begin, r1 = in.patch_row_end == 0 ? gh : in.patch_row_end;
-  XDIT_CHECK(r0 >= 0 && r0 < r1 && r1 <= gh, "patch rows [", r0, ", ", r1, ") outside the ", gh,
-             "-row grid");
+  const auto [r0, r1] = in.rows(gh);
   const int64_t N = (r1 - r0) * gw;  // the image tokens this call computes
-  XDIT_CHECK(
-      in.text->ndim() == 3 && in.text->dim(0) == B && in.text->dim(2) == c.joint_attention_dim,
-      "FLUX text must be [", B, ", L, ", c.joint_attention_dim, "], got ",
-      shape_str(in.text->shape()));
-  XDIT_CHECK(in.pooled->ndim() == 2 && in.pooled->dim(0) == B &&
-                 in.pooled->dim(1) == c.pooled_projection_dim,
-             "FLUX pooled text must be [", B, ", ", c.pooled_projection_dim, "], got ",
-             shape_str(in.pooled->shape()));
-  XDIT_CHECK(static_cast<int64_t>(in.timesteps.size()) == B, "FLUX forward: ", B,
-             " timesteps needed");
+  in.check_joint_text(B, c.joint_attention_dim, c.pooled_projection_dim, "FLUX");
   XDIT_CHECK(
       c.guidance_embeds ? static_cast<int64_t>(in.guidance.size()) == B : in.guidance.empty(),
       c.guidance_embeds ? "this FLUX model embeds a guidance scale: one per batch item"

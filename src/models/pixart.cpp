@@ -76,9 +76,7 @@ Streams PixArtTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
   XDIT_CHECK(H % p == 0 && W % p == 0, "latent size ", H, "x", W,
              " is not divisible by the patch size ", p);
   const int64_t gh = H / p, gw = W / p;
-  const int64_t r0 = in.patch_row_begin, r1 = in.patch_row_end == 0 ? gh : in.patch_row_end;
-  XDIT_CHECK(r0 >= 0 && r0 < r1 && r1 <= gh, "patch rows [", r0, ", ", r1, ") outside the ", gh,
-             "-row grid");
+  const auto [r0, r1] = in.rows(gh);
   const int64_t rows = r1 - r0, N = rows * gw;  // the tokens this call computes
   const Tensor& text = *in.text;
   XDIT_CHECK(text.ndim() == 3 && text.dim(0) == B && text.dim(2) == c.caption_channels,

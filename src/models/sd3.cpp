@@ -106,20 +106,9 @@ Streams SD3Transformer::embed(const DiTInputs& in, const Tensor* hidden) {
   const int64_t D = c.hidden();
   XDIT_CHECK(gh <= c.pos_embed_max_size && gw <= c.pos_embed_max_size, "the latent grid ", gh, "x",
              gw, " patches exceeds pos_embed_max_size ", c.pos_embed_max_size);
-  const int64_t r0 = in.patch_row_begin, r1 = in.patch_row_end == 0 ? gh : in.patch_row_end;
-  XDIT_CHECK(r0 >= 0 && r0 < r1 && r1 <= gh, "patch rows [", r0, ", ", r1, ") outside the ", gh,
-             "-row grid");
+  const auto [r0, r1] = in.rows(gh);
   const int64_t N = (r1 - r0) * gw;
-  XDIT_CHECK(
-      in.text->ndim() == 3 && in.text->dim(0) == B && in.text->dim(2) == c.joint_attention_dim,
-      "SD3 text must be [", B, ", L, ", c.joint_attention_dim, "], got ",
-      shape_str(in.text->shape()));
-  XDIT_CHECK(in.pooled->ndim() == 2 && in.pooled->dim(0) == B &&
-                 in.pooled->dim(1) == c.pooled_projection_dim,
-             "SD3 pooled text must be [", B, ", ", c.pooled_projection_dim, "], got ",
-             shape_str(in.pooled->shape()));
-  XDIT_CHECK(static_cast<int64_t>(in.timesteps.size()) == B, "SD3 forward: ", B,
-             " timesteps needed");
+  in.check_joint_text(B, c.joint_attention_dim, c.pooled_projection_dim, "SD3");
   for (const int64_t s : in.skip_blocks)
     XDIT_CHECK(s >= 0 && s < c.num_layers, "skip layer ", s, " outside the model's ", c.num_layers,
                " blocks");

@@ -49,8 +49,15 @@ class ModelFamily {
   virtual int64_t default_steps() const = 0;
   virtual double default_guidance() const = 0;
   // Whether a request asks for classifier-free guidance, and its scale.
-  virtual bool uses_cfg(double guidance_scale, double true_cfg_scale, bool has_negative) const = 0;
-  virtual double cfg_scale(double guidance_scale, double true_cfg_scale) const = 0;
+  // Default: classifier-free guidance as PixArt and SD3 ask for it —
+  // guidance_scale > 1, with the negative prompt "" when none is given.
+  virtual bool uses_cfg(double guidance_scale, double /*true_cfg_scale*/,
+                        bool /*has_negative*/) const {
+    return guidance_scale > 1.0;
+  }
+  virtual double cfg_scale(double guidance_scale, double /*true_cfg_scale*/) const {
+    return guidance_scale;
+  }
   // FLUX.1 [dev]: the guidance scale is an input of the model.
   virtual bool embeds_guidance() const { return false; }
   // PixArt: sizes snap to the aspect-ratio bins (and resize back after).

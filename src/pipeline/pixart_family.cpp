@@ -34,8 +34,6 @@ class PixArtFamily : public ConfigFamily<models::PixArtConfig, models::PixArtTra
   int64_t default_size(int64_t vsf) const override { return cfg_.sample_size * vsf; }
   int64_t default_steps() const override { return 20; }
   double default_guidance() const override { return 4.5; }
-  bool uses_cfg(double guidance_scale, double, bool) const override { return guidance_scale > 1.0; }
-  double cfg_scale(double guidance_scale, double) const override { return guidance_scale; }
   bool bins_resolution() const override { return true; }
 
   void open_text(const io::ModelFolder& folder) override {

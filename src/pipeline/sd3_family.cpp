@@ -42,8 +42,6 @@ class SD3Family : public ConfigFamily<models::SD3Config, models::SD3Transformer>
   int64_t default_size(int64_t vsf) const override { return cfg_.sample_size * vsf; }
   int64_t default_steps() const override { return 28; }
   double default_guidance() const override { return 7.0; }
-  bool uses_cfg(double guidance_scale, double, bool) const override { return guidance_scale > 1.0; }
-  double cfg_scale(double guidance_scale, double) const override { return guidance_scale; }
   bool skips_layers() const override { return true; }
   int64_t max_side(int64_t vsf) const override {
     return cfg_.pos_embed_max_size * cfg_.patch_size * vsf;
