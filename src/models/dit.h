@@ -87,8 +87,10 @@ class DiT {
  public:
   virtual ~DiT() = default;
   virtual DiTSpec spec() const = 0;
-  virtual const DiTStage& stage() const = 0;
-  virtual void set_attention_backend(nn::AttentionBackend* backend) = 0;
+  // This model's blocks of the flat list (PipeFusion: one stage's).
+  const DiTStage& stage() const { return stage_; }
+  // Every attention call goes through `backend` (the serial one until set).
+  void set_attention_backend(nn::AttentionBackend* backend) { backend_ = backend; }
   // The call's conditioning; the first stage embeds the latents' patch rows,
   // a later stage starts from the previous stage's streams in `hidden`.
   virtual Streams embed(const DiTInputs& in, const Tensor* hidden) = 0;
@@ -107,6 +109,13 @@ class DiT {
   int64_t stream_text_tokens(const DiTInputs& in) const {
     return spec().text_stream && in.text != nullptr ? in.text->dim(1) : 0;
   }
+
+ protected:
+  // `stage` resolved against the model's `blocks` (resolve_stage).
+  DiT(DiTStage stage, int64_t blocks)
+      : stage_(resolve_stage(stage, blocks)), backend_(&nn::serial_attention()) {}
+  DiTStage stage_;
+  nn::AttentionBackend* backend_;
 };
 
 }  // namespace xdit::models

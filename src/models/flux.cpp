@@ -69,10 +69,7 @@ Tensor columns(const Tensor& w, int64_t c0, int64_t n) {
 
 FluxTransformer::FluxTransformer(const FluxConfig& cfg, const io::WeightSource& w, DType compute,
                                  DiTStage stage)
-    : cfg_(cfg),
-      stage_(resolve_stage(stage, cfg.blocks())),
-      ct_(kernels::resolve_compute_type(compute)),
-      backend_(&nn::serial_attention()) {
+    : DiT(stage, cfg.blocks()), cfg_(cfg), ct_(kernels::resolve_compute_type(compute)) {
   const int64_t D = cfg.hidden(), hd = cfg.attention_head_dim;
   if (stage_.first) {
     x_embedder_ = nn::load_linear(w, "x_embedder", cfg.in_channels, D, true, ct_);

@@ -63,8 +63,6 @@ class FluxTransformer : public DiT {
   ~FluxTransformer() override;
   const FluxConfig& config() const { return cfg_; }
   DiTSpec spec() const override { return cfg_.spec(); }
-  const DiTStage& stage() const override { return stage_; }
-  void set_attention_backend(nn::AttentionBackend* b) override { backend_ = b; }
   Streams embed(const DiTInputs& in, const Tensor* hidden) override;
   void run_blocks(Streams& s, int64_t b0, int64_t b1) override;
   // The velocity [B, latent_channels, rows · 2, W].
@@ -83,14 +81,12 @@ class FluxTransformer : public DiT {
   void single_block(SingleBlock& blk, float* x, int layer);
 
   FluxConfig cfg_;
-  DiTStage stage_;
   nn::ComputeType ct_;
   kernels::Linear x_embedder_, context_embedder_;
   nn::MlpSilu timestep_embedder_, guidance_embedder_, text_embedder_;
   std::vector<std::unique_ptr<DoubleBlock>> double_;  // this stage's, in order
   std::vector<std::unique_ptr<SingleBlock>> single_;
   kernels::Linear norm_out_, proj_out_;
-  nn::AttentionBackend* backend_;
   // The current call (set by embed): batch, text tokens, patch rows, grid
   // width, latent width, SiLU(conditioning vector) [B, D], and the rotary
   // tables [L + tokens, head_dim] (text positions, then this call's rows').

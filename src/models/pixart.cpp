@@ -21,10 +21,7 @@ struct PixArtTransformer::Block {
 
 PixArtTransformer::PixArtTransformer(const PixArtConfig& cfg, const WeightSource& w, DType compute,
                                      DiTStage stage)
-    : cfg_(cfg),
-      stage_(resolve_stage(stage, cfg.num_layers)),
-      ct_(kernels::resolve_compute_type(compute)),
-      backend_(&nn::serial_attention()) {
+    : DiT(stage, cfg.num_layers), cfg_(cfg), ct_(kernels::resolve_compute_type(compute)) {
   const int64_t d = cfg.hidden(), p = cfg.patch_size;
   // The patch convolution's weight [d, C, p, p] is a [d, C·p·p] matrix over im2col columns.
   if (stage_.first) {

@@ -59,8 +59,6 @@ class PixArtTransformer : public DiT {
 
   const PixArtConfig& config() const { return cfg_; }
   DiTSpec spec() const override { return cfg_.spec(); }
-  const DiTStage& stage() const override { return stage_; }
-  void set_attention_backend(nn::AttentionBackend* b) override { backend_ = b; }
   // The text is a condition here (cross-attention), not a stream: the streams
   // hold the image tokens [B, tokens, hidden] only.
   Streams embed(const DiTInputs& in, const Tensor* hidden) override;
@@ -71,7 +69,6 @@ class PixArtTransformer : public DiT {
  private:
   struct Block;
   PixArtConfig cfg_;
-  DiTStage stage_;
   nn::ComputeType ct_;
   kernels::Linear patch_proj_;
   nn::MlpSilu t_embedder_, res_embedder_, ar_embedder_;
@@ -80,7 +77,6 @@ class PixArtTransformer : public DiT {
   std::vector<std::unique_ptr<Block>> blocks_;
   Tensor out_table_;  // scale_shift_table [2, hidden]
   kernels::Linear proj_out_;
-  nn::AttentionBackend* backend_;
   // The current call (set by embed): batch, text length, patch rows and grid
   // width, latent width, the embedded timestep [B, d], its 6 modulations
   // [B, 6d], the key mask and the projected caption (in text_).

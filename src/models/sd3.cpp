@@ -32,10 +32,7 @@ struct SD3Transformer::Block {
 
 SD3Transformer::SD3Transformer(const SD3Config& cfg, const io::WeightSource& w, DType compute,
                                DiTStage stage)
-    : cfg_(cfg),
-      stage_(resolve_stage(stage, cfg.num_layers)),
-      ct_(kernels::resolve_compute_type(compute)),
-      backend_(&nn::serial_attention()) {
+    : DiT(stage, cfg.num_layers), cfg_(cfg), ct_(kernels::resolve_compute_type(compute)) {
   const int64_t D = cfg.hidden(), hd = cfg.attention_head_dim, p = cfg.patch_size;
   if (stage_.first) {
     // The patch convolution's weight [D, C, p, p] is a [D, C·p·p] matrix over im2col columns.

@@ -65,8 +65,6 @@ class SD3Transformer : public DiT {
   ~SD3Transformer() override;
   const SD3Config& config() const { return cfg_; }
   DiTSpec spec() const override { return cfg_.spec(); }
-  const DiTStage& stage() const override { return stage_; }
-  void set_attention_backend(nn::AttentionBackend* b) override { backend_ = b; }
   Streams embed(const DiTInputs& in, const Tensor* hidden) override;
   void run_blocks(Streams& s, int64_t b0, int64_t b1) override;
   // [B, out_channels, rows · patch, W].
@@ -83,14 +81,12 @@ class SD3Transformer : public DiT {
   void attend(const float* qkv, int64_t seq, float* out, int layer, int64_t text);
 
   SD3Config cfg_;
-  DiTStage stage_;
   nn::ComputeType ct_;
   kernels::Linear patch_proj_, context_embedder_;
   Tensor pos_table_;  // [max, max, D]
   nn::MlpSilu timestep_embedder_, text_embedder_;
   std::vector<std::unique_ptr<Block>> blocks_;  // this stage's, in order
   kernels::Linear norm_out_, proj_out_;
-  nn::AttentionBackend* backend_;
   // The current call (set by embed).
   int64_t B_ = 0, L_ = 0, rows_ = 0, gw_ = 0, W_ = 0;
   std::vector<float> st_;  // SiLU(conditioning) [B, D]
