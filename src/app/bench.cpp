@@ -39,6 +39,7 @@
 #include "models/sd3.h"
 #include "models/t5.h"
 #include "models/vae.h"
+#include "nn/attention.h"
 #include "parallel/calibrate.h"
 #include "parallel/config.h"
 #include "parallel/gather.h"
@@ -172,20 +173,9 @@ nlohmann::json run_attention_row(int64_t res, const std::string& dt_name, int wa
   TorchGenerator g(5);
   Tensor qkv = g.randn({B, S, 3 * inner}), out = Tensor::empty({B, S, inner}),
          lse = Tensor::empty({B, H, S});
-  kernels::AttentionArgs a;
-  a.q = qkv.data<float>();
-  a.k = a.q + inner;
-  a.v = a.q + 2 * inner;
-  a.q_stride = a.k_stride = a.v_stride = 3 * inner;
-  a.out = out.data<float>();
-  a.out_stride = inner;
-  a.batch = B;
-  a.heads = H;
-  a.q_len = a.kv_len = S;
-  a.head_dim = D;
-  a.scale = 1.0f / std::sqrt(static_cast<float>(D));
-  a.lse = lse.data<float>();
-  a.bf16 = dtype == DType::kBF16;
+  kernels::AttentionArgs a = nn::fused_qkv_args(qkv.data<float>(), B, S, H, D, out.data<float>(),
+                                                inner, dtype == DType::kBF16);
+  a.lse = lse.data<float>();  // as Ring attention asks for it
   const double flops = 4.0 * static_cast<double>(B * H) * static_cast<double>(S) *
                        static_cast<double>(S) * static_cast<double>(D);
   nlohmann::json r = timed_row("attention", res, dt_name, flops, dtype, peak, warmup, repeat,
