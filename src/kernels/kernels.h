@@ -61,6 +61,9 @@ void upsample_nearest2x_nhwc_bf16(const float* x, uint16_t* y, int64_t batch, in
 
 // f32 → bf16 (round to nearest even) over n values, threaded.
 void to_bf16_array(const float* x, uint16_t* y, int64_t n);
+// The same over `rows` rows of n values, `stride` elements apart in x,
+// packed in y (rows · n), threaded over the rows.
+void to_bf16_rows(const float* x, int64_t stride, int64_t rows, int64_t n, uint16_t* y);
 
 // Elementwise; y may equal x.
 void gelu_tanh(const float* x, float* y, int64_t n);   // 0.5x(1+tanh(√(2/π)(x+0.044715x³)))

@@ -142,15 +142,16 @@ void PatchAttention::attend(const kernels::AttentionArgs& args, const nn::Attent
   for (int t = 0; t < 2; ++t) {
     const float* src = t == 0 ? args.k : args.v;
     const int64_t stride = t == 0 ? args.k_stride : args.v_stride;
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t i = 0; i < n; ++i) {
-        const float* row = src + (b * (text + n) + text + i) * stride;
-        uint8_t* dst = mine.data() + static_cast<size_t>(((t * B + b) * per + i) * hd) * l.esz;
-        if (l.esz == 2)
-          kernels::to_bf16_array(row, reinterpret_cast<uint16_t*>(dst), hd);
-        else
-          std::memcpy(dst, row, static_cast<size_t>(hd) * 4);
-      }
+    for (int64_t b = 0; b < B; ++b) {
+      const float* rows = src + (b * (text + n) + text) * stride;
+      uint8_t* dst = mine.data() + static_cast<size_t>((t * B + b) * per * hd) * l.esz;
+      if (l.esz == 2)  // one threaded conversion of the band's rows
+        kernels::to_bf16_rows(rows, stride, n, hd, reinterpret_cast<uint16_t*>(dst));
+      else
+        for (int64_t i = 0; i < n; ++i)
+          std::memcpy(dst + static_cast<size_t>(i * hd) * 4, rows + i * stride,
+                      static_cast<size_t>(hd) * 4);
+    }
   }
   if (sync) {
     // Every band fresh, synchronously: exact.

@@ -263,6 +263,22 @@ TEST(Ops, UpsampleNearest2x) {
   }
 }
 
+// f32 → bf16 conversions, contiguous and over strided rows: each value
+// rounded to nearest even as f32_to_bf16 does.
+TEST(Ops, ToBf16ArrayAndStridedRows) {
+  const int64_t rows = 37, n = 23, stride = 31;  // odd sizes; stride > n
+  auto x = randn(rows * stride, 44, 3.0f);
+  std::vector<uint16_t> a(x.size()), r(static_cast<size_t>(rows * n), 0xFFFF);
+  to_bf16_array(x.data(), a.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(a[i], f32_to_bf16(x[i])) << i;
+  to_bf16_rows(x.data(), stride, rows, n, r.data());
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      ASSERT_EQ(r[static_cast<size_t>(i * n + j)],
+                f32_to_bf16(x[static_cast<size_t>(i * stride + j)]))
+          << i << "," << j;
+}
+
 TEST(Ops, GeluTanhAndSilu) {
   const int64_t n = 100003;
   auto x = randn(n, 4, 4.0f);

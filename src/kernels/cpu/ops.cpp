@@ -234,6 +234,12 @@ void to_bf16_array(const float* x, uint16_t* y, int64_t n) {
   });
 }
 
+void to_bf16_rows(const float* x, int64_t stride, int64_t rows, int64_t n, uint16_t* y) {
+#pragma omp parallel for if (rows * n > kGrain)
+  for (int64_t r = 0; r < rows; ++r)
+    cpu::f32_to_bf16_array(x + r * stride, y + r * n, static_cast<size_t>(n));
+}
+
 void quick_gelu(const float* x, float* y, int64_t n) {
   parallel_chunks(n, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) y[i] = x[i] / (1.0f + std::exp(-1.702f * x[i]));
