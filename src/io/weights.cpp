@@ -1,6 +1,7 @@
 #include "io/weights.h"
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -82,7 +83,49 @@ bool WeightStore::has(const std::string& name) const {
   return index_.count(name) != 0;
 }
 
-Tensor WeightStore::get(const std::string& name, const Shape& expected) const {
+Tensor WeightSource::get(const std::string& name, const Shape& expected) const {
+  Tensor t = read(name, expected);
+  loaded_.total += t.nbytes();
+  return t;
+}
+
+Tensor WeightSource::get_slice(const std::string& name, const Shape& expected, int dim,
+                               int64_t begin, int64_t count) const {
+  XDIT_CHECK(dim >= 0 && dim < static_cast<int>(expected.size()) && expected.size() <= 2 &&
+                 begin >= 0 && count >= 0 && begin + count <= expected[static_cast<size_t>(dim)],
+             "weight '", name, "': slice [", begin, ", ", begin + count, ") of dimension ", dim,
+             " lies outside its shape ", shape_str(expected));
+  Tensor t = read_slice(name, expected, dim, begin, count);
+  loaded_.total += t.nbytes();
+  loaded_.sliced += t.nbytes();
+  return t;
+}
+
+Tensor WeightSource::read_slice(const std::string& name, const Shape& expected, int dim,
+                                int64_t begin, int64_t count) const {
+  return slice_copy(read(name, expected), dim, begin, count);
+}
+
+Tensor slice_copy(const Tensor& t, int dim, int64_t begin, int64_t count) {
+  const int64_t rows = t.ndim() == 2 ? t.dim(0) : 1, cols = t.dim(-1);
+  Shape shape = t.shape();
+  shape[static_cast<size_t>(dim)] = count;
+  Tensor out = Tensor::empty(shape, t.dtype());
+  const size_t es = dtype_size(t.dtype());
+  const auto* src = static_cast<const char*>(t.raw());
+  auto* dst = static_cast<char*>(out.raw());
+  if (dim == 0 && t.ndim() == 2) {  // whole rows: one contiguous block
+    std::memcpy(dst, src + static_cast<size_t>(begin * cols) * es,
+                static_cast<size_t>(count * cols) * es);
+    return out;
+  }
+  for (int64_t r = 0; r < rows; ++r)  // columns: one strided read per row
+    std::memcpy(dst + static_cast<size_t>(r * count) * es,
+                src + static_cast<size_t>(r * cols + begin) * es, static_cast<size_t>(count) * es);
+  return out;
+}
+
+Tensor WeightStore::read(const std::string& name, const Shape& expected) const {
   auto it = index_.find(name);
   XDIT_CHECK(it != index_.end(), "weight '", name, "' is missing from ", folder_,
              " (is this the right model folder for its config?)");
@@ -152,25 +195,47 @@ std::vector<std::string> WeightStore::names() const {
   return v;
 }
 
-Tensor RandomWeights::get(const std::string& name, const Shape& expected) const {
-  // Uniform values with standard deviation 0.02 (0.01 for vectors) from a
-  // counter-based hash, so that large models fill quickly and in parallel.
+Tensor RandomWeights::read(const std::string& name, const Shape& expected) const {
   Tensor t = Tensor::empty(expected);
+  fill(name, expected, t, 0, 0);
+  return t;
+}
+
+Tensor RandomWeights::read_slice(const std::string& name, const Shape& expected, int dim,
+                                 int64_t begin, int64_t count) const {
+  Shape shape = expected;
+  shape[static_cast<size_t>(dim)] = count;
+  Tensor t = Tensor::empty(shape);
+  fill(name, expected, t, dim, begin);
+  return t;
+}
+
+void RandomWeights::fill(const std::string& name, const Shape& whole, Tensor& out, int dim,
+                         int64_t begin) const {
+  // Uniform values with standard deviation 0.02 (0.01 for vectors) from a
+  // counter-based hash of the element's index in the whole tensor, so that
+  // large models fill quickly and in parallel, and a slice holds the whole
+  // tensor's values there. Tensors are [rows, cols] matrices here (1-D: one
+  // row; more dimensions: the trailing ones flattened).
   const uint64_t key = seed_ ^ std::hash<std::string>{}(name);
-  const float half_width = (expected.size() == 1 ? 0.01f : 0.02f) * 1.7320508f;
-  float* p = t.data<float>();
-  const int64_t n = t.numel();
+  const float half_width = (whole.size() == 1 ? 0.01f : 0.02f) * 1.7320508f;
+  const bool vec = whole.size() == 1;
+  const int64_t n = out.numel();
+  const int64_t whole_cols = vec ? shape_numel(whole) : shape_numel(whole) / whole[0];
+  const int64_t cols = vec ? n : n / std::max<int64_t>(out.dim(0), 1);
+  const int64_t r0 = !vec && dim == 0 ? begin : 0, c0 = vec || dim == 1 ? begin : 0;
+  float* p = out.data<float>();
 #pragma omp parallel for if (n > (1 << 16))
   for (int64_t i = 0; i < n; ++i) {
-    uint64_t z = key + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull;  // splitmix64
+    const int64_t g = (r0 + i / cols) * whole_cols + c0 + i % cols;       // index in the whole
+    uint64_t z = key + static_cast<uint64_t>(g) * 0x9e3779b97f4a7c15ull;  // splitmix64
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     z ^= z >> 31;
     const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
     p[i] = (2.0f * u - 1.0f) * half_width;
   }
-  bytes_ += t.nbytes();
-  return t;
+  bytes_ += out.nbytes();
 }
 
 }  // namespace xdit::io

@@ -20,10 +20,36 @@ class WeightSource {
   virtual ~WeightSource() = default;
   virtual bool has(const std::string& name) const = 0;
   // The weight `name`, checked against `expected` (throws naming both shapes).
-  virtual Tensor get(const std::string& name, const Shape& expected) const = 0;
+  Tensor get(const std::string& name, const Shape& expected) const;
+  // Elements [begin, begin + count) along dimension `dim` (0 or 1) of the
+  // weight `name`, whose whole shape is `expected`: a tensor-parallel
+  // rank's share, copied in the stored dtype. Columns are strided reads of
+  // the file's mapping, so nothing outside the share is copied.
+  Tensor get_slice(const std::string& name, const Shape& expected, int dim, int64_t begin,
+                   int64_t count) const;
   // Bytes of the weights as stored (for memory estimates and logs).
   virtual size_t stored_bytes() const = 0;
+
+  // Bytes (as stored) this source has handed out: all of them, and those of
+  // get_slice (the shares). A model's loaded weights, for tests and logs.
+  struct Loaded {
+    size_t total = 0, sliced = 0;
+  };
+  const Loaded& loaded() const { return loaded_; }
+
+ protected:
+  virtual Tensor read(const std::string& name, const Shape& expected) const = 0;
+  // Default: the slice copied out of read()'s tensor.
+  virtual Tensor read_slice(const std::string& name, const Shape& expected, int dim, int64_t begin,
+                            int64_t count) const;
+
+ private:
+  mutable Loaded loaded_;
 };
+
+// Elements [begin, begin + count) along `dim` (0 or 1) of a 1-D or 2-D
+// tensor, copied in its dtype.
+Tensor slice_copy(const Tensor& t, int dim, int64_t begin, int64_t count);
 
 // The safetensors weights of one model component folder (e.g. transformer/):
 // a single file or a sharded set named by a *.safetensors.index.json.
@@ -31,7 +57,6 @@ class WeightStore : public WeightSource {
  public:
   explicit WeightStore(const std::string& folder);
   bool has(const std::string& name) const override;
-  Tensor get(const std::string& name, const Shape& expected) const override;
   size_t stored_bytes() const override;
   std::vector<std::string> names() const;
   // The stored shape of `name` (throws when missing).
@@ -49,6 +74,9 @@ class WeightStore : public WeightSource {
   int64_t parameter_count(const std::string& prefix = "") const;
   std::vector<std::string> dtypes() const;
 
+ protected:
+  Tensor read(const std::string& name, const Shape& expected) const override;
+
  private:
   std::string folder_;
   std::vector<std::unique_ptr<SafeTensorsFile>> files_;
@@ -61,10 +89,18 @@ class RandomWeights : public WeightSource {
  public:
   explicit RandomWeights(uint64_t seed = 0) : seed_(seed) {}
   bool has(const std::string&) const override { return true; }
-  Tensor get(const std::string& name, const Shape& expected) const override;
   size_t stored_bytes() const override { return bytes_; }
 
+ protected:
+  Tensor read(const std::string& name, const Shape& expected) const override;
+  // Makes only the slice's values (the same as the whole tensor's there).
+  Tensor read_slice(const std::string& name, const Shape& expected, int dim, int64_t begin,
+                    int64_t count) const override;
+
  private:
+  // The values of `out`: the whole tensor's, or those of its slice from
+  // `begin` along `dim`.
+  void fill(const std::string& name, const Shape& whole, Tensor& out, int dim, int64_t begin) const;
   uint64_t seed_;
   mutable size_t bytes_ = 0;
 };

@@ -47,13 +47,21 @@ struct DiTInputs {
                         const char* model) const;
 };
 
-// A pipeline stage: blocks [block_begin, block_end) of the flat block list;
-// the first stage also embeds the latents, the last also has the final layer.
-// Every stage keeps the (small) conditioning embedders.
+// The part of the model a rank holds. A pipeline stage: blocks
+// [block_begin, block_end) of the flat block list; the first stage also
+// embeds the latents, the last also has the final layer. Every stage keeps
+// the (small) conditioning embedders. Under tensor parallelism (`tp`) the
+// blocks' attention and MLP matrices are this rank's share; modulation,
+// embeddings and the final layer stay whole.
 struct DiTStage {
+  DiTStage() = default;
+  DiTStage(int64_t begin, int64_t end, bool first_stage, bool last_stage,
+           nn::TensorParallel shares = {})
+      : block_begin(begin), block_end(end), first(first_stage), last(last_stage), tp(shares) {}
   int64_t block_begin = 0;
   int64_t block_end = -1;  // -1: to the last block
   bool first = true, last = true;
+  nn::TensorParallel tp;
 };
 
 // `stage` with its end filled in (-1: the last block), checked against the

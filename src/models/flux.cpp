@@ -53,24 +53,12 @@ struct FluxTransformer::SingleBlock {
   Tensor nq, nk;
 };
 
-namespace {
-
-// Columns [c0, c0 + n) of a [rows, cols] f32 matrix.
-Tensor columns(const Tensor& w, int64_t c0, int64_t n) {
-  const int64_t rows = w.dim(0), cols = w.dim(1);
-  Tensor out = Tensor::empty({rows, n});
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(out.data<float>() + r * n, w.data<float>() + r * cols + c0,
-                static_cast<size_t>(n) * 4);
-  return out;
-}
-
-}  // namespace
-
 FluxTransformer::FluxTransformer(const FluxConfig& cfg, const io::WeightSource& w, DType compute,
                                  DiTStage stage)
     : DiT(stage, cfg.blocks()), cfg_(cfg), ct_(kernels::resolve_compute_type(compute)) {
   const int64_t D = cfg.hidden(), hd = cfg.attention_head_dim;
+  const nn::TensorParallel& tp = stage_.tp;
+  heads_ = tp.part(cfg.num_attention_heads, "attention heads of the FLUX transformer");
   if (stage_.first) {
     x_embedder_ = nn::load_linear(w, "x_embedder", cfg.in_channels, D, true, ct_);
     context_embedder_ =
@@ -90,17 +78,17 @@ FluxTransformer::FluxTransformer(const FluxConfig& cfg, const io::WeightSource& 
     b->mod = nn::load_linear(w, p + "norm1.linear", D, 6 * D, true, ct_);
     b->mod_context = nn::load_linear(w, p + "norm1_context.linear", D, 6 * D, true, ct_);
     b->qkv =
-        nn::load_fused_linear(w, {a + "to_q", a + "to_k", a + "to_v"}, D, {D, D, D}, true, ct_);
+        nn::load_fused_linear(w, {a + "to_q", a + "to_k", a + "to_v"}, D, {D, D, D}, true, ct_, tp);
     b->qkv_context = nn::load_fused_linear(
-        w, {a + "add_q_proj", a + "add_k_proj", a + "add_v_proj"}, D, {D, D, D}, true, ct_);
-    b->out = nn::load_linear(w, a + "to_out.0", D, D, true, ct_);
-    b->out_context = nn::load_linear(w, a + "to_add_out", D, D, true, ct_);
+        w, {a + "add_q_proj", a + "add_k_proj", a + "add_v_proj"}, D, {D, D, D}, true, ct_, tp);
+    b->out = nn::load_row_linear(w, a + "to_out.0", {D}, D, true, ct_, tp);
+    b->out_context = nn::load_row_linear(w, a + "to_add_out", {D}, D, true, ct_, tp);
     b->nq = nn::load_param(w, a + "norm_q.weight", {hd});
     b->nk = nn::load_param(w, a + "norm_k.weight", {hd});
     b->nq_context = nn::load_param(w, a + "norm_added_q.weight", {hd});
     b->nk_context = nn::load_param(w, a + "norm_added_k.weight", {hd});
-    b->ff = nn::FeedForwardGelu(w, p + "ff", D, 4 * D, ct_);
-    b->ff_context = nn::FeedForwardGelu(w, p + "ff_context", D, 4 * D, ct_);
+    b->ff = nn::FeedForwardGelu(w, p + "ff", D, 4 * D, ct_, tp);
+    b->ff_context = nn::FeedForwardGelu(w, p + "ff_context", D, 4 * D, ct_, tp);
     double_.push_back(std::move(b));
   }
   for (int64_t i = std::max(stage_.block_begin, cfg.num_layers) - cfg.num_layers;
@@ -110,13 +98,12 @@ FluxTransformer::FluxTransformer(const FluxConfig& cfg, const io::WeightSource& 
     auto b = std::make_unique<SingleBlock>();
     b->mod = nn::load_linear(w, p + "norm.linear", D, 3 * D, true, ct_);
     b->qkv =
-        nn::load_fused_linear(w, {a + "to_q", a + "to_k", a + "to_v"}, D, {D, D, D}, true, ct_);
-    b->mlp =
-        nn::load_linear(w, p + "proj_mlp", D, 4 * D, true, ct_, kernels::Activation::kGeluTanh);
-    const Tensor proj = nn::load_param(w, p + "proj_out.weight", {D, 5 * D});
-    b->out_attn =
-        kernels::Linear(columns(proj, 0, D), nn::load_param(w, p + "proj_out.bias", {D}), ct_);
-    b->out_mlp = kernels::Linear(columns(proj, D, 4 * D), Tensor(), ct_);
+        nn::load_fused_linear(w, {a + "to_q", a + "to_k", a + "to_v"}, D, {D, D, D}, true, ct_, tp);
+    b->mlp = nn::load_fused_linear(w, {p + "proj_mlp"}, D, {4 * D}, true, ct_, tp,
+                                   kernels::Activation::kGeluTanh);
+    // proj_out on [attention | MLP]: its two column blocks (this rank's share of each).
+    b->out_attn = nn::load_row_linear(w, p + "proj_out", {D, 4 * D}, D, true, ct_, tp, 0);
+    b->out_mlp = nn::load_row_linear(w, p + "proj_out", {D, 4 * D}, D, false, ct_, tp, 1);
     b->nq = nn::load_param(w, a + "norm_q.weight", {hd});
     b->nk = nn::load_param(w, a + "norm_k.weight", {hd});
     single_.push_back(std::move(b));
@@ -131,7 +118,7 @@ FluxTransformer::~FluxTransformer() = default;
 
 void FluxTransformer::norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin,
                                 int64_t rows, const Tensor& wq, const Tensor& wk) const {
-  const int64_t D = cfg_.hidden(), H = cfg_.num_attention_heads, hd = cfg_.attention_head_dim;
+  const int64_t H = heads_, hd = cfg_.attention_head_dim, D = H * hd;  // this rank's heads
 #pragma omp parallel for collapse(2) if (batch * rows * D > (1 << 14))
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t s = row_begin; s < row_begin + rows; ++s) {
@@ -160,10 +147,9 @@ void FluxTransformer::attend(float* qkv, int64_t batch, int64_t seq, float* out,
   nn::AttentionSite site;
   site.layer = layer;
   site.text_tokens = L_;
-  backend_->attend(
-      nn::fused_qkv_args(qkv, batch, seq, cfg_.num_attention_heads, cfg_.attention_head_dim, out,
-                         out_stride, ct_ == nn::ComputeType::kBF16),
-      site);
+  backend_->attend(nn::fused_qkv_args(qkv, batch, seq, heads_, cfg_.attention_head_dim, out,
+                                      out_stride, ct_ == nn::ComputeType::kBF16),
+                   site);
 }
 
 Streams FluxTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
@@ -261,16 +247,17 @@ Streams FluxTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
 
 void FluxTransformer::double_block(DoubleBlock& blk, float* X, int layer) {
   const int64_t B = B_, L = L_, N = rows_ * gw_, S = L + N, D = cfg_.hidden();
+  const int64_t A = heads_ * cfg_.attention_head_dim;  // this rank's attention width
   float* mod = mod_.get(static_cast<size_t>(B * 12 * D));
   float* mi = mod;              // image: shift, scale, gate (attention), shift, scale, gate (MLP)
   float* mc = mod + B * 6 * D;  // text, the same
   blk.mod.forward(st_.data(), B, mi);
   blk.mod_context.forward(st_.data(), B, mc);
   float* nh = n_.get(static_cast<size_t>(B * S * D));
-  float* qkv = qkv_.get(static_cast<size_t>(B * S * 3 * D));
-  float* att = attn_.get(static_cast<size_t>(B * S * D));
+  float* qkv = qkv_.get(static_cast<size_t>(B * S * 3 * A));
+  float* att = attn_.get(static_cast<size_t>(B * S * A));
   float* tmp = tmp_.get(static_cast<size_t>(B * S * D));
-  float* ffh = ff_.get(static_cast<size_t>(B * S * 4 * D));
+  float* ffh = ff_.get(static_cast<size_t>(B * S * 4 * D / stage_.tp.size));
   // Per batch item: text rows [0, L), image rows [L, S) of X, nh, qkv, att, tmp.
   const auto text = [&](float* p, int64_t b, int64_t width) { return p + b * S * width; };
   const auto image = [&](float* p, int64_t b, int64_t width) { return p + (b * S + L) * width; };
@@ -279,15 +266,18 @@ void FluxTransformer::double_block(DoubleBlock& blk, float* X, int layer) {
                                  mi + b * 6 * D + D, 0);
     kernels::layer_norm_modulate(text(X, b, D), text(nh, b, D), 1, L, D, kEps, mc + b * 6 * D,
                                  mc + b * 6 * D + D, 0);
-    blk.qkv_context.forward(text(nh, b, D), L, text(qkv, b, 3 * D));
-    blk.qkv.forward(image(nh, b, D), N, image(qkv, b, 3 * D));
+    blk.qkv_context.forward(text(nh, b, D), L, text(qkv, b, 3 * A));
+    blk.qkv.forward(image(nh, b, D), N, image(qkv, b, 3 * A));
   }
   norm_rope(qkv, B, S, 0, L, blk.nq_context, blk.nk_context);
   norm_rope(qkv, B, S, L, N, blk.nq, blk.nk);
-  attend(qkv, B, S, att, D, layer);
+  attend(qkv, B, S, att, A, layer);
   for (int64_t b = 0; b < B; ++b) {
-    blk.out_context.forward(text(att, b, D), L, text(tmp, b, D));
-    blk.out.forward(image(att, b, D), N, image(tmp, b, D));
+    blk.out_context.forward(text(att, b, A), L, text(tmp, b, D));
+    blk.out.forward(image(att, b, A), N, image(tmp, b, D));
+  }
+  stage_.tp.all_reduce(tmp, B * S * D);  // the row-parallel outputs' partial sums
+  for (int64_t b = 0; b < B; ++b) {
     kernels::gated_residual_add(text(X, b, D), text(tmp, b, D), 1, L, D, mc + b * 6 * D + 2 * D, 0);
     kernels::gated_residual_add(image(X, b, D), image(tmp, b, D), 1, N, D, mi + b * 6 * D + 2 * D,
                                 0);
@@ -306,18 +296,21 @@ void FluxTransformer::double_block(DoubleBlock& blk, float* X, int layer) {
 
 void FluxTransformer::single_block(SingleBlock& blk, float* X, int layer) {
   const int64_t B = B_, S = L_ + rows_ * gw_, D = cfg_.hidden();
+  const int64_t A = heads_ * cfg_.attention_head_dim;  // this rank's attention width
   float* mod = mod_.get(static_cast<size_t>(B * 12 * D));
   float* nh = n_.get(static_cast<size_t>(B * S * D));
-  float* qkv = qkv_.get(static_cast<size_t>(B * S * 3 * D));
-  float* att = attn_.get(static_cast<size_t>(B * S * D));
+  float* qkv = qkv_.get(static_cast<size_t>(B * S * 3 * A));
+  float* att = attn_.get(static_cast<size_t>(B * S * A));
   float* tmp = tmp_.get(static_cast<size_t>(B * S * D));
-  float* ffh = ff_.get(static_cast<size_t>(B * S * 4 * D));
+  float* ffh = ff_.get(static_cast<size_t>(B * S * 4 * D / stage_.tp.size));
   blk.mod.forward(st_.data(), B, mod);  // shift, scale, gate
   kernels::layer_norm_modulate(X, nh, B, S, D, kEps, mod, mod + D, 3 * D);
   blk.qkv.forward(nh, B * S, qkv);
   norm_rope(qkv, B, S, 0, S, blk.nq, blk.nk);
-  attend(qkv, B, S, att, D, layer);
-  // proj_out([attention | GELU(proj_mlp)]) = W_mlp·mlp + W_attn·attention + b.
+  attend(qkv, B, S, att, A, layer);
+  // proj_out([attention | GELU(proj_mlp)]) = W_mlp·mlp + W_attn·attention + b
+  // (under tensor parallelism each rank's share of both halves, then one
+  // all-reduce).
   if (blk.mlp.is_bf16() && blk.out_mlp.is_bf16()) {
     auto* hb = reinterpret_cast<uint16_t*>(ffh);
     blk.mlp.forward_to_bf16(nh, B * S, hb);  // GELU(tanh) fused
@@ -327,6 +320,7 @@ void FluxTransformer::single_block(SingleBlock& blk, float* X, int layer) {
     blk.out_mlp.forward(ffh, B * S, tmp);
   }
   blk.out_attn.forward(att, B * S, tmp, /*accumulate=*/true);
+  stage_.tp.all_reduce(tmp, B * S * D);
   kernels::gated_residual_add(X, tmp, B, S, D, mod + 2 * D, 3 * D);
 }
 

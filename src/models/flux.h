@@ -72,7 +72,8 @@ class FluxTransformer : public DiT {
   struct DoubleBlock;
   struct SingleBlock;
   // q and k of `rows` tokens from `row_begin` of a fused [q | k | v] buffer
-  // (row stride 3·hidden, `seq` tokens per batch item): per-head RMSNorm with
+  // (row stride 3 × this rank's heads × head_dim, `seq` tokens per batch
+  // item): per-head RMSNorm with
   // the given weights, then the rotation.
   void norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin, int64_t rows,
                  const Tensor& wq, const Tensor& wk) const;
@@ -82,6 +83,7 @@ class FluxTransformer : public DiT {
 
   FluxConfig cfg_;
   nn::ComputeType ct_;
+  int64_t heads_ = 0;  // this rank's attention heads: all, or heads / T
   kernels::Linear x_embedder_, context_embedder_;
   nn::MlpSilu timestep_embedder_, guidance_embedder_, text_embedder_;
   std::vector<std::unique_ptr<DoubleBlock>> double_;  // this stage's, in order

@@ -46,10 +46,10 @@ PixArtTransformer::PixArtTransformer(const PixArtConfig& cfg, const WeightSource
     auto b = std::make_unique<Block>();
     b->table = nn::load_param(w, pre + ".scale_shift_table", {6, d});
     b->attn1 = nn::Attention(w, pre + ".attn1", d, cfg.num_attention_heads, cfg.attention_head_dim,
-                             0, cfg.attention_bias, ct_);
+                             0, cfg.attention_bias, ct_, stage_.tp);
     b->attn2 = nn::Attention(w, pre + ".attn2", d, cfg.num_attention_heads, cfg.attention_head_dim,
-                             cfg.cross_attention_dim, cfg.attention_bias, ct_);
-    b->ff = nn::FeedForwardGelu(w, pre + ".ff", d, 4 * d, ct_);
+                             cfg.cross_attention_dim, cfg.attention_bias, ct_, stage_.tp);
+    b->ff = nn::FeedForwardGelu(w, pre + ".ff", d, 4 * d, ct_, stage_.tp);
     blocks_.push_back(std::move(b));
   }
   if (stage_.last) {

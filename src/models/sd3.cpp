@@ -34,6 +34,8 @@ SD3Transformer::SD3Transformer(const SD3Config& cfg, const io::WeightSource& w, 
                                DiTStage stage)
     : DiT(stage, cfg.num_layers), cfg_(cfg), ct_(kernels::resolve_compute_type(compute)) {
   const int64_t D = cfg.hidden(), hd = cfg.attention_head_dim, p = cfg.patch_size;
+  const nn::TensorParallel& tp = stage_.tp;
+  heads_ = tp.part(cfg.num_attention_heads, "attention heads of the SD3 transformer");
   if (stage_.first) {
     // The patch convolution's weight [D, C, p, p] is a [D, C·p·p] matrix over im2col columns.
     Tensor cw = w.get("pos_embed.proj.weight", {D, cfg.in_channels, p, p});
@@ -57,11 +59,11 @@ SD3Transformer::SD3Transformer(const SD3Config& cfg, const io::WeightSource& w, 
     b->mod_context =
         nn::load_linear(w, pre + "norm1_context.linear", D, (b->last ? 2 : 6) * D, true, ct_);
     b->qkv =
-        nn::load_fused_linear(w, {a + "to_q", a + "to_k", a + "to_v"}, D, {D, D, D}, true, ct_);
+        nn::load_fused_linear(w, {a + "to_q", a + "to_k", a + "to_v"}, D, {D, D, D}, true, ct_, tp);
     b->qkv_context = nn::load_fused_linear(
-        w, {a + "add_q_proj", a + "add_k_proj", a + "add_v_proj"}, D, {D, D, D}, true, ct_);
-    b->out = nn::load_linear(w, a + "to_out.0", D, D, true, ct_);
-    if (!b->last) b->out_context = nn::load_linear(w, a + "to_add_out", D, D, true, ct_);
+        w, {a + "add_q_proj", a + "add_k_proj", a + "add_v_proj"}, D, {D, D, D}, true, ct_, tp);
+    b->out = nn::load_row_linear(w, a + "to_out.0", {D}, D, true, ct_, tp);
+    if (!b->last) b->out_context = nn::load_row_linear(w, a + "to_add_out", {D}, D, true, ct_, tp);
     if (cfg.qk_norm) {
       b->nq = nn::load_param(w, a + "norm_q.weight", {hd});
       b->nk = nn::load_param(w, a + "norm_k.weight", {hd});
@@ -71,15 +73,15 @@ SD3Transformer::SD3Transformer(const SD3Config& cfg, const io::WeightSource& w, 
     if (b->dual) {
       const std::string a2 = pre + "attn2.";
       b->attn2.qkv = nn::load_fused_linear(w, {a2 + "to_q", a2 + "to_k", a2 + "to_v"}, D, {D, D, D},
-                                           true, ct_);
-      b->attn2.out = nn::load_linear(w, a2 + "to_out.0", D, D, true, ct_);
+                                           true, ct_, tp);
+      b->attn2.out = nn::load_row_linear(w, a2 + "to_out.0", {D}, D, true, ct_, tp);
       if (cfg.qk_norm) {
         b->attn2.nq = nn::load_param(w, a2 + "norm_q.weight", {hd});
         b->attn2.nk = nn::load_param(w, a2 + "norm_k.weight", {hd});
       }
     }
-    b->ff = nn::FeedForwardGelu(w, pre + "ff", D, 4 * D, ct_);
-    if (!b->last) b->ff_context = nn::FeedForwardGelu(w, pre + "ff_context", D, 4 * D, ct_);
+    b->ff = nn::FeedForwardGelu(w, pre + "ff", D, 4 * D, ct_, tp);
+    if (!b->last) b->ff_context = nn::FeedForwardGelu(w, pre + "ff_context", D, 4 * D, ct_, tp);
     blocks_.push_back(std::move(b));
   }
   if (stage_.last) {
@@ -163,7 +165,7 @@ Streams SD3Transformer::embed(const DiTInputs& in, const Tensor* hidden) {
 void SD3Transformer::norm_qk(float* qkv, int64_t seq, int64_t row_begin, int64_t rows,
                              const Tensor& wq, const Tensor& wk) const {
   if (!wq.defined()) return;
-  const int64_t D = cfg_.hidden(), H = cfg_.num_attention_heads, hd = cfg_.attention_head_dim;
+  const int64_t H = heads_, hd = cfg_.attention_head_dim, D = H * hd;  // this rank's heads
 #pragma omp parallel for collapse(2) if (B_ * rows * D > (1 << 14))
   for (int64_t b = 0; b < B_; ++b)
     for (int64_t s = row_begin; s < row_begin + rows; ++s) {
@@ -178,14 +180,16 @@ void SD3Transformer::attend(const float* qkv, int64_t seq, float* out, int layer
   site.layer = layer;
   site.text_tokens = text;
   backend_->attend(
-      nn::fused_qkv_args(qkv, B_, seq, cfg_.num_attention_heads, cfg_.attention_head_dim, out,
-                         cfg_.hidden(), ct_ == nn::ComputeType::kBF16),
+      nn::fused_qkv_args(qkv, B_, seq, heads_, cfg_.attention_head_dim, out,
+                         heads_ * cfg_.attention_head_dim, ct_ == nn::ComputeType::kBF16),
       site);
 }
 
 void SD3Transformer::block(Block& blk, float* X, int64_t index) {
   const int64_t B = B_, L = L_, N = rows_ * gw_, S = L + N, D = cfg_.hidden();
+  const int64_t A = heads_ * cfg_.attention_head_dim;  // this rank's attention width
   const int64_t mi_n = (blk.dual ? 9 : 6) * D, mc_n = (blk.last ? 2 : 6) * D;
+  const nn::TensorParallel& tp = stage_.tp;
   float* mod = mod_.get(static_cast<size_t>(B * (mi_n + mc_n)));
   float* mi = mod;  // image: shift, scale, gate (attention), shift, scale, gate (MLP)[, attn2's]
   float* mc = mod + B * mi_n;  // text: the same, or [scale, shift] on the last block
@@ -193,10 +197,10 @@ void SD3Transformer::block(Block& blk, float* X, int64_t index) {
   blk.mod_context.forward(st_.data(), B, mc);
   float* nh = n_.get(static_cast<size_t>(B * S * D));
   float* nh2 = blk.dual ? n2_.get(static_cast<size_t>(B * N * D)) : nullptr;
-  float* qkv = qkv_.get(static_cast<size_t>(B * S * 3 * D));
-  float* att = attn_.get(static_cast<size_t>(B * S * D));
+  float* qkv = qkv_.get(static_cast<size_t>(B * S * 3 * A));
+  float* att = attn_.get(static_cast<size_t>(B * S * D));  // attention (width A), then MLP out
   float* tmp = tmp_.get(static_cast<size_t>(B * S * D));
-  float* ffh = ff_.get(static_cast<size_t>(B * S * 4 * D));
+  float* ffh = ff_.get(static_cast<size_t>(B * S * 4 * D / tp.size));
   // Per batch item: text rows [0, L), image rows [L, S).
   const auto text = [&](float* p, int64_t b, int64_t width) { return p + b * S * width; };
   const auto image = [&](float* p, int64_t b, int64_t width) { return p + (b * S + L) * width; };
@@ -211,24 +215,31 @@ void SD3Transformer::block(Block& blk, float* X, int64_t index) {
       kernels::layer_norm_modulate(text(X, b, D), text(nh, b, D), 1, L, D, kEps, n + D, n, 0);
     else
       kernels::layer_norm_modulate(text(X, b, D), text(nh, b, D), 1, L, D, kEps, n, n + D, 0);
-    blk.qkv_context.forward(text(nh, b, D), L, text(qkv, b, 3 * D));
-    blk.qkv.forward(image(nh, b, D), N, image(qkv, b, 3 * D));
+    blk.qkv_context.forward(text(nh, b, D), L, text(qkv, b, 3 * A));
+    blk.qkv.forward(image(nh, b, D), N, image(qkv, b, 3 * A));
   }
   norm_qk(qkv, S, 0, L, blk.nq_context, blk.nk_context);
   norm_qk(qkv, S, L, N, blk.nq, blk.nk);
   attend(qkv, S, att, static_cast<int>(index), L);
   for (int64_t b = 0; b < B; ++b) {
-    blk.out.forward(image(att, b, D), N, image(tmp, b, D));
+    blk.out.forward(image(att, b, A), N, image(tmp, b, D));
+    if (!blk.last) blk.out_context.forward(text(att, b, A), L, text(tmp, b, D));
+  }
+  if (!blk.last) {
+    tp.all_reduce(tmp, B * S * D);  // the row-parallel outputs' partial sums
+  } else {
+    for (int64_t b = 0; b < B; ++b) tp.all_reduce(image(tmp, b, D), N * D);
+  }
+  for (int64_t b = 0; b < B; ++b)
     kernels::gated_residual_add(image(X, b, D), image(tmp, b, D), 1, N, D, mi + b * mi_n + 2 * D,
                                 0);
-    if (!blk.last) blk.out_context.forward(text(att, b, D), L, text(tmp, b, D));
-  }
   if (blk.dual) {  // image-only attention on the second modulation of the input
-    float* q2 = qkv_.get(static_cast<size_t>(B * S * 3 * D));  // reuses the joint buffer
+    float* q2 = qkv_.get(static_cast<size_t>(B * S * 3 * A));  // reuses the joint buffer
     blk.attn2.qkv.forward(nh2, B * N, q2);
     norm_qk(q2, N, 0, N, blk.attn2.nq, blk.attn2.nk);
     attend(q2, N, att, static_cast<int>(cfg_.num_layers + index), 0);
     blk.attn2.out.forward(att, B * N, nh2);
+    tp.all_reduce(nh2, B * N * D);
     for (int64_t b = 0; b < B; ++b)
       kernels::gated_residual_add(image(X, b, D), nh2 + b * N * D, 1, N, D, mi + b * mi_n + 8 * D,
                                   0);

@@ -14,9 +14,14 @@ struct T5Encoder::Block {
   kernels::Linear qkv, o, wi, wo;
 };
 
-T5Encoder::T5Encoder(const T5Config& cfg, const io::WeightSource& w, DType compute)
-    : cfg_(cfg), ct_(kernels::resolve_compute_type(compute)) {
+T5Encoder::T5Encoder(const T5Config& cfg, const io::WeightSource& w, DType compute,
+                     const nn::TensorParallel& tp)
+    : cfg_(cfg),
+      ct_(kernels::resolve_compute_type(compute)),
+      tp_(tp),
+      heads_(tp.part(cfg.num_heads, "attention heads of the T5 encoder")) {
   const int64_t d = cfg.d_model, inner = cfg.num_heads * cfg.d_kv;
+  tp.part(cfg.d_ff, "feed-forward units (d_ff) of the T5 encoder");
   const char* emb_name = w.has("shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight";
   embedding_ = w.get(emb_name, {cfg.vocab_size, d});  // kept as stored; rows converted on lookup
   rel_bias_ =
@@ -29,16 +34,16 @@ T5Encoder::T5Encoder(const T5Config& cfg, const io::WeightSource& w, DType compu
     b->ln1 = nn::load_param(w, p + "1.layer_norm.weight", {d});
     const std::string sa = p + "0.SelfAttention.";
     b->qkv = nn::load_fused_linear(w, {sa + "q", sa + "k", sa + "v"}, d, {inner, inner, inner},
-                                   false, ct_);
-    b->o = nn::load_linear(w, sa + "o", inner, d, false, ct_);
+                                   false, ct_, tp);
+    b->o = nn::load_row_linear(w, sa + "o", {inner}, d, false, ct_, tp);
     const std::string ff = p + "1.DenseReluDense.";
     if (cfg.gated_gelu) {
-      b->wi =
-          nn::load_fused_linear(w, {ff + "wi_0", ff + "wi_1"}, d, {cfg.d_ff, cfg.d_ff}, false, ct_);
+      b->wi = nn::load_fused_linear(w, {ff + "wi_0", ff + "wi_1"}, d, {cfg.d_ff, cfg.d_ff}, false,
+                                    ct_, tp);
     } else {
-      b->wi = nn::load_linear(w, ff + "wi", d, cfg.d_ff, false, ct_);
+      b->wi = nn::load_fused_linear(w, {ff + "wi"}, d, {cfg.d_ff}, false, ct_, tp);
     }
-    b->wo = nn::load_linear(w, ff + "wo", cfg.d_ff, d, false, ct_);
+    b->wo = nn::load_row_linear(w, ff + "wo", {cfg.d_ff}, d, false, ct_, tp);
     blocks_.push_back(std::move(b));
   }
   final_norm_ = nn::load_param(w, "encoder.final_layer_norm.weight", {d});
@@ -49,7 +54,9 @@ T5Encoder::~T5Encoder() = default;
 Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask,
                          int64_t B, int64_t S) {
   const T5Config& c = cfg_;
-  const int64_t d = c.d_model, H = c.num_heads, inner = H * c.d_kv, M = B * S;
+  // Under tensor parallelism: this rank's heads [h0, h0 + H) and d_ff / T units.
+  const int64_t d = c.d_model, H = heads_, inner = H * c.d_kv, M = B * S, F = c.d_ff / tp_.size;
+  const int64_t h0 = tp_.begin(c.num_heads);
   XDIT_CHECK(static_cast<int64_t>(ids.size()) == M &&
                  (mask.empty() || static_cast<int64_t>(mask.size()) == M),
              "T5 encode: ids and mask must hold batch x seq values");
@@ -74,14 +81,26 @@ Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint
       for (int64_t q = 0; q < S; ++q)
         for (int64_t k = 0; k < S; ++k)
           bias[static_cast<size_t>((hh * S + q) * S + k)] =
-              table[bucket[static_cast<size_t>(k - q + S - 1)] * H + hh];
+              table[bucket[static_cast<size_t>(k - q + S - 1)] * c.num_heads + h0 + hh];
   }
   const float eps = static_cast<float>(c.layer_norm_epsilon);
   float* n = n_.get(static_cast<size_t>(M * d));
   float* qkv = qkv_.get(static_cast<size_t>(M * 3 * inner));
   float* attn = attn_.get(static_cast<size_t>(M * inner));
-  float* ff = ff_.get(static_cast<size_t>(M * (c.gated_gelu ? 2 : 1) * c.d_ff));
-  float* ff2 = ff2_.get(static_cast<size_t>(M * c.d_ff));
+  float* ff = ff_.get(static_cast<size_t>(M * (c.gated_gelu ? 2 : 1) * F));
+  float* ff2 = ff2_.get(static_cast<size_t>(M * F));
+  // The row-parallel o and wo give partial sums: all-reduced in `part`
+  // before they join the residual stream.
+  float* part = tp_.split() ? tmp_.get(static_cast<size_t>(M * d)) : nullptr;
+  const auto add_projected = [&](const kernels::Linear& l, const float* x) {
+    if (!tp_.split()) {
+      l.forward(x, M, h, /*accumulate=*/true);  // h += l(x)
+      return;
+    }
+    l.forward(x, M, part);
+    tp_.all_reduce(part, M * d);
+    for (int64_t i = 0; i < M * d; ++i) h[i] += part[i];
+  };
   for (const auto& blk : blocks_) {
     kernels::rms_norm(h, n, M, d, eps, blk->ln0.data<float>());
     blk->qkv.forward(n, M, qkv);
@@ -91,15 +110,15 @@ Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint
     a.key_mask = mask.empty() ? nullptr : mask.data();
     a.bias = bias.data();
     kernels::attention(a);
-    blk->o.forward(attn, M, h, /*accumulate=*/true);  // h += o(attn)
+    add_projected(blk->o, attn);  // h += o(attn)
     kernels::rms_norm(h, n, M, d, eps, blk->ln1.data<float>());
     blk->wi.forward(n, M, ff);
     if (c.gated_gelu) {
-      kernels::gelu_tanh_gate(ff, ff2, M, c.d_ff);
+      kernels::gelu_tanh_gate(ff, ff2, M, F);
     } else {
-      for (int64_t i = 0; i < M * c.d_ff; ++i) ff2[i] = std::max(ff[i], 0.0f);
+      for (int64_t i = 0; i < M * F; ++i) ff2[i] = std::max(ff[i], 0.0f);
     }
-    blk->wo.forward(ff2, M, h, /*accumulate=*/true);  // h += wo(ff)
+    add_projected(blk->wo, ff2);  // h += wo(ff)
   }
   Tensor out = Tensor::empty({B, S, d});
   kernels::rms_norm(h, out.data<float>(), M, d, eps, final_norm_.data<float>());

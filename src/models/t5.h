@@ -46,7 +46,11 @@ int64_t t5_relative_bucket(int64_t relative_position, int64_t num_buckets, int64
 
 class T5Encoder {
  public:
-  T5Encoder(const T5Config& cfg, const io::WeightSource& weights, DType compute);
+  // Under tensor parallelism (`tp`) the attention is split by heads and the
+  // feed-forward by units, as in the transformers' blocks (nn/tensor_parallel.h);
+  // the embedding, the relative-position table and the norms stay whole.
+  T5Encoder(const T5Config& cfg, const io::WeightSource& weights, DType compute,
+            const nn::TensorParallel& tp = {});
   ~T5Encoder();
   const T5Config& config() const { return cfg_; }
   // ids and mask: [batch, seq] row-major; returns [batch, seq, d_model].
@@ -59,6 +63,8 @@ class T5Encoder {
   struct Block;
   T5Config cfg_;
   nn::ComputeType ct_;
+  nn::TensorParallel tp_;
+  int64_t heads_;     // this rank's
   Tensor embedding_;  // [vocab, d_model], as stored (may be a view of the file)
   Tensor rel_bias_;   // [num_buckets, heads]
   std::vector<std::unique_ptr<Block>> blocks_;

@@ -21,22 +21,24 @@ AttentionBackend& serial_attention() {
 }
 
 Attention::Attention(const io::WeightSource& w, const std::string& prefix, int64_t dim,
-                     int64_t heads, int64_t head_dim, int64_t kv_dim, bool bias, ComputeType ct)
+                     int64_t heads, int64_t head_dim, int64_t kv_dim, bool bias, ComputeType ct,
+                     const TensorParallel& tp)
     : dim_(dim),
-      heads_(heads),
+      heads_(tp.part(heads, "attention heads of " + prefix)),
       head_dim_(head_dim),
       cross_(kv_dim != 0),
-      bf16_(ct == ComputeType::kBF16) {
+      bf16_(ct == ComputeType::kBF16),
+      tp_(tp) {
   const int64_t inner = heads * head_dim;
   if (!cross_) {
     qkv_ = load_fused_linear(w, {prefix + ".to_q", prefix + ".to_k", prefix + ".to_v"}, dim,
-                             {inner, inner, inner}, bias, ct);
+                             {inner, inner, inner}, bias, ct, tp);
   } else {
-    q_ = load_linear(w, prefix + ".to_q", dim, inner, bias, ct);
+    q_ = load_fused_linear(w, {prefix + ".to_q"}, dim, {inner}, bias, ct, tp);
     kv_ = load_fused_linear(w, {prefix + ".to_k", prefix + ".to_v"}, kv_dim, {inner, inner}, bias,
-                            ct);
+                            ct, tp);
   }
-  out_ = load_linear(w, prefix + ".to_out.0", inner, dim, true, ct);
+  out_ = load_row_linear(w, prefix + ".to_out.0", {inner}, dim, true, ct, tp);
 }
 
 void Attention::forward(const float* x, int64_t batch, int64_t seq, const float* context,
@@ -79,6 +81,7 @@ void Attention::forward(const float* x, int64_t batch, int64_t seq, const float*
   site.cross = cross_;
   backend.attend(a, site);
   out_.forward(o, batch * seq, y);
+  tp_.all_reduce(y, batch * seq * dim_);
 }
 
 kernels::AttentionArgs fused_qkv_args(const float* qkv, int64_t batch, int64_t seq, int64_t heads,

@@ -60,9 +60,12 @@ class Attention {
  public:
   Attention() = default;
   // Self-attention when kv_dim == 0 (fused QKV), cross-attention otherwise
-  // (fused KV over the context of width kv_dim).
+  // (fused KV over the context of width kv_dim). Under tensor parallelism
+  // this rank holds heads/T heads (q, k, v column-split) and its share of
+  // to_out's columns; forward all-reduces y over the group.
   Attention(const io::WeightSource& w, const std::string& prefix, int64_t dim, int64_t heads,
-            int64_t head_dim, int64_t kv_dim, bool bias, ComputeType ct);
+            int64_t head_dim, int64_t kv_dim, bool bias, ComputeType ct,
+            const TensorParallel& tp = {});
 
   // x [B, S, dim] → y [B, S, dim]. Cross-attention reads context [B, L, kv_dim]
   // with an optional key mask [B, L] (0 = padding).
@@ -71,9 +74,10 @@ class Attention {
                AttentionScratch& scratch) const;
 
  private:
-  int64_t dim_ = 0, heads_ = 0, head_dim_ = 0;
+  int64_t dim_ = 0, heads_ = 0, head_dim_ = 0;  // heads_: this rank's
   bool cross_ = false, bf16_ = false;
   kernels::Linear qkv_, q_, kv_, out_;
+  TensorParallel tp_;
 };
 
 }  // namespace xdit::nn

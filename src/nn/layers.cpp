@@ -30,22 +30,63 @@ kernels::Linear load_linear(const io::WeightSource& w, const std::string& prefix
 
 kernels::Linear load_fused_linear(const io::WeightSource& w,
                                   const std::vector<std::string>& prefixes, int64_t in,
-                                  const std::vector<int64_t>& outs, bool bias, ComputeType ct) {
+                                  const std::vector<int64_t>& outs, bool bias, ComputeType ct,
+                                  const TensorParallel& tp, kernels::Activation act) {
+  if (prefixes.size() == 1 && !tp.split())  // the stored tensor as it is
+    return load_linear(w, prefixes[0], in, outs[0], bias, ct, act);
   int64_t total = 0;
-  for (int64_t o : outs) total += o;
+  for (size_t i = 0; i < prefixes.size(); ++i)
+    total += tp.part(outs[i], "output features of " + prefixes[i]);
   Tensor weight = Tensor::empty({total, in});
   Tensor b = bias ? Tensor::empty({total}) : Tensor();
+  // This rank's rows [begin, begin + n) of a part (all of them under T = 1).
+  const auto rows = [&](const std::string& name, const Shape& whole) {
+    const int64_t n = tp.part(whole[0], name);
+    return (tp.split() ? w.get_slice(name, whole, 0, tp.begin(whole[0]), n) : w.get(name, whole))
+        .to(DType::kF32);
+  };
   int64_t row = 0;
   for (size_t i = 0; i < prefixes.size(); ++i) {
-    Tensor part = w.get(prefixes[i] + ".weight", {outs[i], in}).to(DType::kF32);
+    Tensor part = rows(prefixes[i] + ".weight", {outs[i], in});
     std::memcpy(weight.data<float>() + row * in, part.data<float>(), part.nbytes());
     if (bias) {
-      Tensor pb = w.get(prefixes[i] + ".bias", {outs[i]}).to(DType::kF32);
+      Tensor pb = rows(prefixes[i] + ".bias", {outs[i]});
       std::memcpy(b.data<float>() + row, pb.data<float>(), pb.nbytes());
     }
-    row += outs[i];
+    row += part.dim(0);
   }
-  return kernels::Linear(weight, b, ct);
+  return kernels::Linear(weight, b, ct, act);
+}
+
+kernels::Linear load_row_linear(const io::WeightSource& w, const std::string& prefix,
+                                const std::vector<int64_t>& ins, int64_t out, bool bias,
+                                ComputeType ct, const TensorParallel& tp, int only) {
+  int64_t whole = 0;
+  for (int64_t n : ins) whole += n;
+  const std::string wn = prefix + ".weight", bn = prefix + ".bias";
+  const Shape shape{out, whole};
+  if (!tp.split() && only < 0 && ins.size() == 1)
+    return kernels::Linear(w.get(wn, shape), bias ? w.get(bn, {out}) : Tensor(), ct);
+  // This rank's columns of each part (or of part `only`), side by side.
+  const auto mine = [&](size_t i) { return only < 0 || static_cast<int>(i) == only; };
+  int64_t cols = 0;
+  for (size_t i = 0; i < ins.size(); ++i)
+    if (mine(i)) cols += tp.part(ins[i], "input features of " + prefix);
+  Tensor weight = Tensor::empty({out, cols});
+  int64_t c = 0, part_begin = 0;
+  for (size_t i = 0; i < ins.size(); ++i) {
+    const int64_t n = ins[i], share = n / tp.size;
+    if (mine(i)) {
+      Tensor slice = w.get_slice(wn, shape, 1, part_begin + tp.begin(n), share).to(DType::kF32);
+      for (int64_t r = 0; r < out; ++r)
+        std::memcpy(weight.data<float>() + r * cols + c, slice.data<float>() + r * share,
+                    static_cast<size_t>(share) * 4);
+      c += share;
+    }
+    part_begin += n;
+  }
+  const bool add_bias = bias && tp.rank == 0;
+  return kernels::Linear(weight, add_bias ? w.get_slice(bn, {out}, 0, 0, out) : Tensor(), ct);
 }
 
 Tensor load_param(const io::WeightSource& w, const std::string& name, const Shape& shape) {
@@ -65,10 +106,11 @@ void MlpSilu::forward(const float* x, int64_t m, float* y) const {
 }
 
 FeedForwardGelu::FeedForwardGelu(const io::WeightSource& w, const std::string& prefix, int64_t dim,
-                                 int64_t inner, ComputeType ct)
-    : fc1_(load_linear(w, prefix + ".net.0.proj", dim, inner, true, ct,
-                       kernels::Activation::kGeluTanh)),
-      fc2_(load_linear(w, prefix + ".net.2", inner, dim, true, ct)) {}
+                                 int64_t inner, ComputeType ct, const TensorParallel& tp)
+    : fc1_(load_fused_linear(w, {prefix + ".net.0.proj"}, dim, {inner}, true, ct, tp,
+                             kernels::Activation::kGeluTanh)),
+      fc2_(load_row_linear(w, prefix + ".net.2", {inner}, dim, true, ct, tp)),
+      tp_(tp) {}
 
 void FeedForwardGelu::forward(const float* x, int64_t m, float* y, float* hidden) const {
   // GELU(tanh) is fused into fc1. In bf16 the hidden activations stay bf16
@@ -78,10 +120,11 @@ void FeedForwardGelu::forward(const float* x, int64_t m, float* y, float* hidden
     uint16_t* hb = reinterpret_cast<uint16_t*>(hidden);
     fc1_.forward_to_bf16(x, m, hb);
     fc2_.forward_bf16(hb, m, y);
-    return;
+  } else {
+    fc1_.forward(x, m, hidden);
+    fc2_.forward(hidden, m, y);
   }
-  fc1_.forward(x, m, hidden);
-  fc2_.forward(hidden, m, y);
+  tp_.all_reduce(y, m * fc2_.out_features());
 }
 
 }  // namespace xdit::nn

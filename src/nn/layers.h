@@ -8,6 +8,7 @@
 #include "core/tensor.h"
 #include "io/weights.h"
 #include "kernels/linear.h"
+#include "nn/tensor_parallel.h"
 
 namespace xdit::nn {
 
@@ -33,10 +34,26 @@ kernels::Linear load_linear(const io::WeightSource& w, const std::string& prefix
                             kernels::Activation act = kernels::Activation::kNone);
 
 // Several linears over the same input fused into one (outputs concatenated in
-// order), e.g. to_q/to_k/to_v → one [3·d, in] GEMM.
+// order), e.g. to_q/to_k/to_v → one [3·d, in] GEMM. Column-parallel under
+// `tp`: this rank's share of each part's outputs (its heads of q, k and v),
+// read as slices of the file.
 kernels::Linear load_fused_linear(const io::WeightSource& w,
                                   const std::vector<std::string>& prefixes, int64_t in,
-                                  const std::vector<int64_t>& outs, bool bias, ComputeType ct);
+                                  const std::vector<int64_t>& outs, bool bias, ComputeType ct,
+                                  const TensorParallel& tp = {},
+                                  kernels::Activation act = kernels::Activation::kNone);
+
+// A row-parallel linear: "<prefix>.weight" [out, Σ ins] over an input that
+// is the concatenation of parts of widths `ins` (one part for a plain
+// linear; FLUX's proj_out: attention | MLP), each column-split by the layer
+// before it. This rank keeps its share of every part's columns, so its
+// output is a partial sum for TensorParallel::all_reduce; the bias is on
+// rank 0 only (added once). Under T = 1 the whole layer. `only` ≥ 0: the
+// columns of that part alone (a product over one column block, e.g. FLUX's
+// proj_out on the MLP half, kept in bf16, without concatenating the input).
+kernels::Linear load_row_linear(const io::WeightSource& w, const std::string& prefix,
+                                const std::vector<int64_t>& ins, int64_t out, bool bias,
+                                ComputeType ct, const TensorParallel& tp, int only = -1);
 
 // An f32 copy of a parameter tensor (tables, norms) with its shape checked.
 Tensor load_param(const io::WeightSource& w, const std::string& name, const Shape& shape);
@@ -56,17 +73,20 @@ class MlpSilu {
 };
 
 // diffusers FeedForward with GELU(tanh): net.0.proj → gelu → net.2.
+// Under tensor parallelism net.0.proj is column-split, net.2 row-split, and
+// forward all-reduces y over the group.
 class FeedForwardGelu {
  public:
   FeedForwardGelu() = default;
   FeedForwardGelu(const io::WeightSource& w, const std::string& prefix, int64_t dim, int64_t inner,
-                  ComputeType ct);
+                  ComputeType ct, const TensorParallel& tp = {});
   // y[m, dim] = ff(x[m, dim]); `hidden` is scratch of m·inner floats.
   void forward(const float* x, int64_t m, float* y, float* hidden) const;
-  int64_t inner() const { return fc1_.out_features(); }
+  int64_t inner() const { return fc1_.out_features(); }  // this rank's share
 
  private:
   kernels::Linear fc1_, fc2_;
+  TensorParallel tp_;
 };
 
 }  // namespace xdit::nn

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "nn/tensor_parallel.h"
 #include "parallel/split.h"
 
 namespace xdit::parallel {
@@ -60,8 +61,6 @@ void ParallelConfig::validate(int world_size) const {
              "--num_pipeline_patch ", num_pipeline_patch,
              " is smaller than --pipefusion_parallel_degree ", pipefusion_parallel_degree,
              ": PipeFusion needs at least one patch per stage");
-  XDIT_CHECK(tensor_parallel_degree == 1, "--tensor_parallel_degree ", tensor_parallel_degree,
-             " is not supported yet");
   XDIT_CHECK(!auto_weights || patch_weights.empty(),
              "--patch_weights is either auto or numbers, not both");
   XDIT_CHECK(!auto_weights || (sp() > 1 && pipefusion_parallel_degree == 1),
@@ -79,10 +78,16 @@ void ParallelConfig::validate(int world_size) const {
 
 void ParallelConfig::validate_request(int64_t heads, int64_t patch_rows, bool cfg,
                                       const std::string& cfg_needs) const {
-  XDIT_CHECK(heads % ulysses_degree == 0, "the model's ", heads,
-             " attention heads are not divisible by --ulysses_degree ", ulysses_degree,
-             ": choose a Ulysses degree that divides ", heads,
-             " (and use --ring_degree for the rest)");
+  nn::check_divisible(heads, tensor_parallel_degree, "attention heads of the transformer",
+                      "--tensor_parallel_degree");
+  const int64_t local = heads / tensor_parallel_degree;  // each tensor-parallel rank's
+  XDIT_CHECK(
+      local % ulysses_degree == 0, "the model's ", heads, " attention heads",
+      tensor_parallel_degree > 1 ? detail::concat(" (", local, " per --tensor_parallel_degree ",
+                                                  tensor_parallel_degree, " rank)")
+                                 : std::string(),
+      " are not divisible by --ulysses_degree ", ulysses_degree,
+      ": choose a Ulysses degree that divides ", local, " (and use --ring_degree for the rest)");
   XDIT_CHECK(patch_rows >= sp(), "the image has ", patch_rows,
              " rows of patches, fewer than the sequence-parallel degree ", sp(), " (ulysses ",
              ulysses_degree, " x ring ", ring_degree,
@@ -206,6 +211,7 @@ Mesh::Mesh(const ParallelConfig& cfg, comm::Communicator& world) : cfg_(cfg), wo
   cfg_group_ = world.split(color(k.dp, 0, k.pp, k.sp, k.tp), k.cfg);
   dp_ = world.split(color(0, k.cfg, k.pp, k.sp, k.tp), k.dp);
   pp_ = world.split(color(k.dp, k.cfg, 0, k.sp, k.tp), k.pp);
+  tp_ = world.split(color(k.dp, k.cfg, k.pp, k.sp, 0), k.tp);
   replica_ = world.split(k.dp, world.rank());
 }
 
@@ -227,7 +233,8 @@ std::string Mesh::layout() const {
     const Coord k = coord_of(cfg_, r);
     s << (r ? ";" : "") << " rank " << r << " = dp " << k.dp << " cfg " << k.cfg << " pp " << k.pp
       << " sp " << k.sp << " (u " << k.ulysses << ", r " << k.ring
-      << (cfg_.patch_parallel_degree > 1 ? ", patch " + std::to_string(k.patch) : "") << ")";
+      << (cfg_.patch_parallel_degree > 1 ? ", patch " + std::to_string(k.patch) : "") << ")"
+      << (cfg_.tensor_parallel_degree > 1 ? " tp " + std::to_string(k.tp) : "");
   }
   return s.str();
 }

@@ -66,7 +66,8 @@ struct ParallelConfig {
 
   // Degrees against the number of ranks (before anything is loaded).
   void validate(int world_size) const;
-  // Degrees against the model and the request: heads divisible by Ulysses,
+  // Degrees against the model and the request: heads divisible by the
+  // tensor-parallel degree, each TP rank's heads by Ulysses,
   // a patch row per sequence-parallel rank (uneven shares are fine), one per PipeFusion
   // stage (per SP rank), CFG parallel needs guidance (`cfg`: the request
   // uses it; `cfg_needs`: what asks for it on this model).
@@ -106,6 +107,8 @@ class Mesh {
   comm::Communicator& cfg_group() { return *cfg_group_; }
   comm::Communicator& dp_group() { return *dp_; }
   comm::Communicator& pp_group() { return *pp_; }
+  // The tensor-parallel ranks that share this rank's layers (consecutive ranks).
+  comm::Communicator& tp_group() { return *tp_; }
   // The ranks of this rank's data-parallel replica, in rank order (the
   // patch-parallel VAE's bands).
   comm::Communicator& replica_group() { return *replica_; }
@@ -119,7 +122,7 @@ class Mesh {
   ParallelConfig cfg_;
   comm::Communicator& world_;
   Coord coord_;
-  std::unique_ptr<comm::Communicator> sp_, ulysses_, ring_, cfg_group_, dp_, pp_, replica_;
+  std::unique_ptr<comm::Communicator> sp_, ulysses_, ring_, cfg_group_, dp_, pp_, tp_, replica_;
 };
 
 }  // namespace xdit::parallel

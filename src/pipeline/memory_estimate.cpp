@@ -40,9 +40,10 @@ MemoryEstimate estimate_memory(const models::DiTSpec& c, int64_t parameters, con
   if (q.t5 != nullptr) {
     const models::T5Config& t = *q.t5;
     const double n = P * (q.cfg ? 2 : 1), d = static_cast<double>(t.d_model);
-    e.text_encoder = static_cast<double>(t.parameter_count()) * wb +
-                     n * L * (8 * d + 3 * static_cast<double>(t.d_ff)) * f  // states, q/k/v, ff
-                     + static_cast<double>(t.num_heads) * L * L * f;        // position bias
+    e.text_encoder =
+        static_cast<double>(t.parameter_count()) * wb / std::max(1, q.tensor_parallel) +
+        n * L * (8 * d + 3 * static_cast<double>(t.d_ff)) * f  // states, q/k/v, ff
+        + static_cast<double>(t.num_heads) * L * L * f;        // position bias
   }
   if (q.clip != nullptr) {
     const models::ClipTextConfig& t = *q.clip;
@@ -51,7 +52,10 @@ MemoryEstimate estimate_memory(const models::DiTSpec& c, int64_t parameters, con
                       n * static_cast<double>(t.max_position_embeddings) *
                           (8 * d + 3 * static_cast<double>(t.intermediate_size)) * f;
   }
-  e.transformer = static_cast<double>(parameters) * wb / std::max(1, q.pipeline_stages);
+  // Tensor parallelism leaves modulation and embeddings whole: the split
+  // share is a lower bound, as the estimate is meant to be.
+  e.transformer = static_cast<double>(parameters) * wb / std::max(1, q.pipeline_stages) /
+                  std::max(1, q.tensor_parallel);
   const double vsf = static_cast<double>(q.vae_scale_factor);
   const double h = static_cast<double>(q.run_height) / vsf,
                w = static_cast<double>(q.run_width) / vsf;

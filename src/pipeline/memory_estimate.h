@@ -30,6 +30,7 @@ struct MemoryQuery {
   int64_t vae_scale_factor = 8;
   // This rank's share under a parallel layout.
   int data_parallel = 1, sequence_parallel = 1, pipeline_stages = 1;
+  int tensor_parallel = 1;  // splits the transformer's and T5's weights (about 1/T)
   bool cfg_parallel = false;
   int vae_bands = 1;  // the patch-parallel VAE's bands (ranks of a replica)
 };

@@ -25,4 +25,14 @@ std::unique_ptr<ModelFamily> ModelFamily::from_folder(const io::ModelFolder& fol
             "\", which xdit does not run; supported pipelines: ", list);
 }
 
+void ModelFamily::check_tensor_parallel(int degree) const {
+  MemoryQuery q;
+  describe_text(q);
+  if (q.t5 == nullptr) return;  // the text side is not open (embeddings given)
+  nn::check_divisible(q.t5->num_heads, degree, "attention heads of the T5 text encoder",
+                      "--tensor_parallel_degree");
+  nn::check_divisible(q.t5->d_ff, degree, "feed-forward units (d_ff) of the T5 text encoder",
+                      "--tensor_parallel_degree");
+}
+
 }  // namespace xdit::pipeline

@@ -90,6 +90,16 @@ class ModelFamily {
   virtual void release_text() = 0;
   // The text encoders, for the memory estimate.
   virtual void describe_text(MemoryQuery& q) const = 0;
+
+  // Tensor parallelism: the group the T5 encoder splits over (CLIP stays
+  // whole; the transformer's share comes with its DiTStage).
+  void set_tensor_parallel(const nn::TensorParallel& tp) { text_tp_ = tp; }
+  // One line naming the part when the opened T5 encoder cannot split over
+  // `degree` ranks (before its weights load).
+  void check_tensor_parallel(int degree) const;
+
+ protected:
+  nn::TensorParallel text_tp_;
 };
 
 // What every family takes straight from its transformer's config.

@@ -90,6 +90,12 @@ Pipeline::Pipeline(std::unique_ptr<ModelFamily> family, const schedulers::Schedu
 
 Pipeline::~Pipeline() = default;
 
+void Pipeline::set_mesh(parallel::Mesh* mesh) {
+  mesh_ = mesh;
+  family_->set_tensor_parallel(mesh != nullptr ? nn::TensorParallel::of(mesh->tp_group())
+                                               : nn::TensorParallel{});
+}
+
 const io::ModelFolder& Pipeline::folder() const {
   XDIT_CHECK(folder_.has_value(), "this pipeline was built without a model folder");
   return *folder_;
@@ -140,6 +146,7 @@ void Pipeline::check_mesh(int64_t height, bool cfg) const {
   pc.validate_request(s.heads, height / vae_scale_factor() / s.patch, cfg,
                       family_->pooled_width() > 0 ? "a negative prompt and --true_cfg_scale > 1"
                                                   : "--guidance_scale > 1");
+  family_->check_tensor_parallel(pc.tensor_parallel_degree);
   if (pc.parallel_vae()) pc.vae_rows(height / vae_scale_factor());  // throws when too thin
 }
 
@@ -265,6 +272,7 @@ MemoryQuery Pipeline::memory_query(int64_t prompts, int64_t height, int64_t widt
     q.data_parallel = pc.data_parallel_degree;
     q.sequence_parallel = pc.sp();
     q.pipeline_stages = pc.pipefusion_parallel_degree;
+    q.tensor_parallel = pc.tensor_parallel_degree;
     q.cfg_parallel = pc.use_cfg_parallel;
     if (pc.parallel_vae()) q.vae_bands = pc.replica();
   }
@@ -275,15 +283,22 @@ void Pipeline::load() {
   if (transformer_) return;
   const int64_t blocks = spec().blocks;
   models::DiTStage stage;
+  if (mesh_ != nullptr) stage.tp = nn::TensorParallel::of(mesh_->tp_group());
   if (mesh_ != nullptr && mesh_->config().pipefusion_parallel_degree > 1) {
     // PipeFusion: this rank keeps only its stage's blocks.
     const auto& pc = mesh_->config();
     pc.validate_pipefusion(blocks);
     const int s = mesh_->coord().pp;
     const auto b = pc.stage_blocks(blocks)[static_cast<size_t>(s)];
-    stage = {b.first, b.second, s == 0, s == pc.pipefusion_parallel_degree - 1};
+    stage = {b.first, b.second, s == 0, s == pc.pipefusion_parallel_degree - 1, stage.tp};
   }
+  const size_t before = weights_->loaded().total;
   transformer_ = family_->make_transformer(*weights_, dtype_, stage);
+  if (stage.tp.split())
+    XDIT_INFO("tensor parallel rank ", stage.tp.rank, " of ", stage.tp.size, ": loaded ",
+              human_size(static_cast<double>(weights_->loaded().total - before)), " of the ",
+              human_size(static_cast<double>(weights_->stored_bytes())),
+              " transformer weights (as stored; modulation and embeddings whole)");
   if (mesh_ != nullptr && mesh_->config().pipefusion_parallel_degree > 1) {
     pipefusion_ = std::make_unique<parallel::PipeFusionAttention>(mesh_->ulysses_group(),
                                                                   mesh_->ring_group());

@@ -90,9 +90,10 @@ class Pipeline {
   ImageResult generate(ImageRequest r, const std::function<void(const StepEvent&)>& on_step = {});
   // Runs the transformer over the mesh: CFG halves on the two CFG groups,
   // image rows split over the sequence-parallel group (Ulysses / Ring / USP
-  // attention), blocks over PipeFusion stages. nullptr (the default) is the
-  // serial run. Set before load().
-  void set_mesh(parallel::Mesh* mesh) { mesh_ = mesh; }
+  // attention), blocks over PipeFusion stages, layers' weights over the
+  // tensor-parallel group (with the T5 encoder's). nullptr (the default) is
+  // the serial run. Set before load() and before the text encoder runs.
+  void set_mesh(parallel::Mesh* mesh);
   parallel::Mesh* mesh() const { return mesh_; }
 
   // generate() frees the text encoders after encoding (bounding peak memory

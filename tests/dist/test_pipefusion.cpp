@@ -34,7 +34,11 @@ using test::world;
 class RecordingWeights : public io::WeightSource {
  public:
   bool has(const std::string&) const override { return true; }
-  Tensor get(const std::string& name, const Shape& shape) const override {
+  size_t stored_bytes() const override { return 0; }
+  std::map<std::string, Tensor>& made() { return made_; }
+
+ protected:
+  Tensor read(const std::string& name, const Shape& shape) const override {
     auto it = made_.find(name);
     if (it != made_.end()) return it->second;
     Tensor t = random_.get(name, shape);
@@ -43,8 +47,6 @@ class RecordingWeights : public io::WeightSource {
     made_[name] = t;
     return t;
   }
-  size_t stored_bytes() const override { return 0; }
-  std::map<std::string, Tensor>& made() { return made_; }
 
  private:
   io::RandomWeights random_{17};

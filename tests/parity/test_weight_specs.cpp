@@ -23,15 +23,28 @@ namespace {
 class Recording : public io::WeightSource {
  public:
   bool has(const std::string& name) const override { return name != "shared.weight" || shared_; }
-  Tensor get(const std::string& name, const Shape& shape) const override {
-    EXPECT_TRUE(asked_.emplace(name, shape).second) << name << " read twice";
-    return random_.get(name, shape);
-  }
   size_t stored_bytes() const override { return 0; }
   std::map<std::string, Shape> asked() const { return asked_; }
   bool shared_ = true;
 
+ protected:
+  Tensor read(const std::string& name, const Shape& shape) const override {
+    EXPECT_TRUE(asked_.emplace(name, shape).second) << name << " read twice (or whole and sliced)";
+    return random_.get(name, shape);
+  }
+  // A weight may be read in several slices (FLUX's proj_out by its two
+  // column blocks), each naming the whole shape; never whole as well.
+  Tensor read_slice(const std::string& name, const Shape& shape, int dim, int64_t begin,
+                    int64_t count) const override {
+    if (sliced_.insert(name).second)
+      EXPECT_TRUE(asked_.emplace(name, shape).second) << name << " read whole and sliced";
+    else
+      EXPECT_EQ(asked_.at(name), shape) << name << " sliced with two shapes";
+    return random_.get_slice(name, shape, dim, begin, count);
+  }
+
  private:
+  mutable std::set<std::string> sliced_;
   io::RandomWeights random_{7};
   mutable std::map<std::string, Shape> asked_;
 };
