@@ -111,9 +111,10 @@ class ParallelLoop : public testing::TestWithParam<std::string> {
       GTEST_SKIP() << GetParam() << " runs this request without CFG: nothing for CFG parallel";
     if (pc.pipefusion_parallel_degree > serial.spec().blocks)
       GTEST_SKIP() << GetParam() << " has fewer blocks than PipeFusion stages";
-    if (serial.spec().heads % pc.ulysses_degree != 0)
+    if (serial.spec().heads % (pc.ulysses_degree * pc.tensor_parallel_degree) != 0)
       GTEST_SKIP() << GetParam() << "'s " << serial.spec().heads
-                   << " heads do not divide by Ulysses " << pc.ulysses_degree;
+                   << " heads do not divide by Ulysses " << pc.ulysses_degree << " x tensor "
+                   << pc.tensor_parallel_degree;
     Tensor want = serial.generate_latents(req);
     parallel::Mesh mesh(pc, world());
     pipeline::Pipeline par(model, DType::kF32);
@@ -231,6 +232,39 @@ TEST_P(ParallelLoop, PatchDisplacedFullSyncAutoWeights) {
 }
 TEST_P(ParallelLoop, CfgTimesRing2AutoWeights) {
   check(auto_weighted(layout(1, true, 1, 2)), 7);
+}
+
+// Tensor parallelism: the blocks' weights split over T consecutive ranks,
+// alone and inside every other method (exact: only the sums' order changes).
+// The tiny models have 2 or 3 heads: T = 4 and T x Ulysses 2 skip here and
+// run on wider random models in test_tensor_parallel.cpp.
+ParallelConfig tensor(ParallelConfig c, int T) {
+  c.tensor_parallel_degree = T;
+  return c;
+}
+TEST_P(ParallelLoop, TensorParallel2) {
+  check(tensor(layout(1, false, 1, 1), 2));
+}
+TEST_P(ParallelLoop, TensorParallel4) {
+  check(tensor(layout(1, false, 1, 1), 4));
+}
+TEST_P(ParallelLoop, TensorParallelTimesCfg) {
+  check(tensor(layout(1, true, 1, 1), 2));
+}
+TEST_P(ParallelLoop, TensorParallelTimesData) {
+  check(tensor(layout(2, false, 1, 1), 2));
+}
+TEST_P(ParallelLoop, TensorParallelTimesRingWith7Rows) {
+  check(tensor(layout(1, false, 1, 2), 2), 7);
+}
+TEST_P(ParallelLoop, TensorParallelTimesUlysses) {
+  check(tensor(layout(1, false, 2, 1), 2));
+}
+TEST_P(ParallelLoop, TensorParallelTimesPipeFusionFullWarmup) {
+  check(tensor(layout(1, false, 1, 1, 2, 2, 3), 2));
+}
+TEST_P(ParallelLoop, TensorParallelTimesPatchDisplacedFullSync) {
+  check(tensor(patch(1, false, 2, true), 2));
 }
 
 // SD3's skip-layer guidance: a third, prompt-only call per step on the same mesh.
