@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "kernels/kernels.h"
 #include "nn/attention.h"
 
@@ -22,6 +23,7 @@ T5Encoder::T5Encoder(const T5Config& cfg, const io::WeightSource& w, DType compu
       heads_(tp.part(cfg.num_heads, "attention heads of the T5 encoder")) {
   const int64_t d = cfg.d_model, inner = cfg.num_heads * cfg.d_kv;
   tp.part(cfg.d_ff, "feed-forward units (d_ff) of the T5 encoder");
+  const size_t before = w.loaded().total;
   const char* emb_name = w.has("shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight";
   embedding_ = w.get(emb_name, {cfg.vocab_size, d});  // kept as stored; rows converted on lookup
   rel_bias_ =
@@ -47,6 +49,11 @@ T5Encoder::T5Encoder(const T5Config& cfg, const io::WeightSource& w, DType compu
     blocks_.push_back(std::move(b));
   }
   final_norm_ = nn::load_param(w, "encoder.final_layer_norm.weight", {d});
+  if (tp.split())
+    XDIT_INFO("T5 encoder, tensor parallel rank ", tp.rank, " of ", tp.size, ": loaded ",
+              human_size(static_cast<double>(w.loaded().total - before)), " of ",
+              human_size(static_cast<double>(w.stored_bytes())),
+              " (as stored; the embedding whole)");
 }
 
 T5Encoder::~T5Encoder() = default;

@@ -117,6 +117,10 @@ TEST_F(CliMpi, ParallelRunsWriteTheSerialImages) {
            // the patch-parallel VAE on other layouts (bands over each replica)
            {2, "--ulysses_degree 2 --use_parallel_vae"},
            {4, "--data_parallel_degree 2 --use_cfg_parallel --use_parallel_vae"},
+           // tensor parallelism (the T5 encoder split too), alone and in hybrids
+           {2, "--tensor_parallel_degree 2"},
+           {4, "--tensor_parallel_degree 2 --use_cfg_parallel"},
+           {4, "--tensor_parallel_degree 2 --pipefusion_parallel_degree 2 --warmup_steps 3"},
            // the hybrids: every method of the mesh at once, 8 ranks
            {8,
             "--use_cfg_parallel --pipefusion_parallel_degree 2 --ulysses_degree 2 "
@@ -145,7 +149,9 @@ TEST_F(CliMpi, FluxParallelRunsWriteTheSerialImages) {
                  {4, "--ulysses_degree 2 --ring_degree 2"},
                  {4, "--use_cfg_parallel --pipefusion_parallel_degree 2 --warmup_steps 3"},
                  {4, "--pipefusion_parallel_degree 2 --ulysses_degree 2 --warmup_steps 3"},
-                 {2, "--patch_parallel_degree 2 --warmup_steps 3"}});
+                 {2, "--patch_parallel_degree 2 --warmup_steps 3"},
+                 {2, "--tensor_parallel_degree 2"},
+                 {4, "--tensor_parallel_degree 2 --ring_degree 2"}});
   // 7 patch rows (56 px) split unevenly over the sequence-parallel ranks.
   expect_serial_pixels([&](const std::string& out,
                            const std::string& flags) { return flux(out, flags + " --height 56"); },
@@ -186,7 +192,9 @@ TEST_F(CliMpi, Sd35ParallelRunsWriteTheSerialImages) {
                                   {4, "--use_cfg_parallel --ring_degree 2"},
                                   {4,
                                    "--use_cfg_parallel --pipefusion_parallel_degree 2 "
-                                   "--warmup_steps 3"}});
+                                   "--warmup_steps 3"},
+                                  {2, "--tensor_parallel_degree 2"},
+                                  {4, "--tensor_parallel_degree 2 --use_cfg_parallel"}});
   expect_serial_pixels(
       [&](const std::string& out, const std::string& flags) {
         return sd35(out, flags + " --skip_guidance_layers 1 --skip_layer_guidance_stop 1");
@@ -214,6 +222,35 @@ TEST_F(CliMpi, HeadsNotDivisible) {
   EXPECT_NE(r.err.find("3 attention heads are not divisible by --ulysses_degree 2"),
             std::string::npos)
       << r.err;
+}
+
+// Tensor-parallel degrees the model cannot take: one line on every rank,
+// before any weight loads, and no image.
+TEST_F(CliMpi, TensorParallelDegreesTheHeadsDoNotAllow) {
+  const auto gen = [&](const std::string& model, const std::string& flags) {
+    return "generate --model '" + std::string(XDIT_MODELS) + "/" + model +
+           "' --prompt x --height 64 --width 64 --no_resolution_binning " + flags + " -o '" +
+           path("x.png") + "'";
+  };
+  struct Case {
+    int np;
+    std::string model, flags, message;
+  };
+  for (const Case& c :
+       {Case{2, "pixart-alpha-tiny", "--tensor_parallel_degree 2",
+             "the 3 attention heads of the transformer are not divisible by "
+             "--tensor_parallel_degree 2"},
+        Case{4, "pixart-sigma-tiny", "--tensor_parallel_degree 4",
+             "--tensor_parallel_degree 4 is larger than the 2 attention heads of the transformer"},
+        Case{4, "flux-dev-tiny", "--tensor_parallel_degree 2 --ulysses_degree 2",
+             "2 attention heads (1 per --tensor_parallel_degree 2 rank) are not divisible by "
+             "--ulysses_degree 2"}}) {
+    SCOPED_TRACE(c.model + " " + c.flags);
+    Result r = run(c.np, gen(c.model, c.flags));
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(path("x_0.png")) || fs::exists(path("x.png")));
+  }
 }
 
 // --patch_weights auto: one calibration step sets (and logs) the weights;

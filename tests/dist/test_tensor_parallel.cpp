@@ -18,6 +18,7 @@
 #include "core/rng.h"
 #include "dist/world.h"
 #include "io/json.h"
+#include "io/model_folder.h"
 #include "io/weights.h"
 #include "models/flux.h"
 #include "models/pixart.h"
@@ -25,6 +26,7 @@
 #include "models/t5.h"
 #include "parallel/config.h"
 #include "parallel/usp_attention.h"
+#include "pipeline/model_family.h"
 #include "test_util.h"
 
 namespace xdit {
@@ -294,6 +296,24 @@ TEST(TensorParallel, T5FromFileReadsOnlyItsShares) {
                               whole.encode(ids, {}, 2, 6).to_vector()),
             1e-4);
   check_loaded(part_w, whole_w, mesh.tp_group(), 0.6);
+}
+
+// The pipeline checks the T5 encoder's split from its config, before any
+// weight loads (the CLI runs the transformer's checks: test_cli_mpi).
+TEST(TensorParallel, T5ThatCannotSplitIsNamed) {
+  const io::ModelFolder folder(std::string(XDIT_MODELS) + "/pixart-sigma-tiny");
+  auto family = pipeline::ModelFamily::from_folder(folder);
+  family->check_tensor_parallel(3);  // the text side is not open yet: nothing to check
+  family->open_text(folder);
+  family->check_tensor_parallel(2);  // 4 heads, d_ff 48
+  EXPECT_NE(test::error_message([&] { family->check_tensor_parallel(3); })
+                .find("the 4 attention heads of the T5 text encoder are not divisible by "
+                      "--tensor_parallel_degree 3"),
+            std::string::npos);
+  EXPECT_NE(test::error_message([&] { family->check_tensor_parallel(8); })
+                .find("--tensor_parallel_degree 8 is larger than the 4 attention heads of the "
+                      "T5 text encoder"),
+            std::string::npos);
 }
 
 TEST(TensorParallel, MeshGroupsAreConsecutiveRanks) {

@@ -65,6 +65,58 @@ void expect_same(const std::map<std::string, Shape>& listed,
   }
 }
 
+// Under tensor parallelism a rank reads shares of the same weights: the
+// names and whole shapes it asks for are the list's (loading only: no
+// group); rank 0 reads all, the others all but the row-parallel biases.
+void expect_shares(const std::map<std::string, Shape>& listed,
+                   const std::map<std::string, Shape>& read, int rank) {
+  if (rank == 0) return expect_same(listed, read);
+  for (const auto& [n, s] : read) {
+    auto it = listed.find(n);
+    ASSERT_NE(it, listed.end()) << n << " is read but not listed";
+    EXPECT_EQ(it->second, s) << n;
+  }
+  int biases = 0;
+  for (const auto& [n, s] : listed)
+    if (!read.count(n)) {
+      EXPECT_TRUE(n.ends_with("to_out.0.bias") || n.ends_with("net.2.bias") ||
+                  n.ends_with("proj_out.bias") || n.ends_with("to_add_out.bias"))
+          << n << " is listed but rank " << rank << " does not read it";
+      ++biases;
+    }
+  EXPECT_GT(biases, 0);
+}
+
+TEST(WeightSpecs, TensorParallelSharesReadTheListedWeights) {
+  for (int rank : {0, 1}) {
+    models::DiTStage stage;
+    stage.tp = {rank, 2, nullptr};
+    SCOPED_TRACE(::testing::Message() << "tp rank " << rank << " of 2");
+    models::PixArtConfig p;
+    p.num_layers = 2;
+    p.num_attention_heads = 2;
+    p.attention_head_dim = 6;
+    p.cross_attention_dim = 12;
+    p.caption_channels = 10;
+    p.sample_size = 16;
+    Recording pw;
+    models::PixArtTransformer pt(p, pw, DType::kF32, stage);
+    expect_shares(as_map(p.weight_specs()), pw.asked(), rank);
+    models::FluxConfig f;
+    f.in_channels = 12;
+    f.num_layers = 1;
+    f.num_single_layers = 2;
+    f.attention_head_dim = 8;
+    f.num_attention_heads = 2;
+    f.joint_attention_dim = 10;
+    f.pooled_projection_dim = 6;
+    f.axes_dims_rope = {2, 2, 4};
+    Recording fw;
+    models::FluxTransformer ft(f, fw, DType::kF32, stage);
+    expect_shares(as_map(f.weight_specs()), fw.asked(), rank);
+  }
+}
+
 TEST(WeightSpecs, PixArtListsWhatItsConstructorReads) {
   for (bool micro : {true, false})
     for (bool bias : {true, false})
