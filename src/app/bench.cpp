@@ -22,7 +22,9 @@
 #include <cstdio>
 #include <iomanip>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -220,7 +222,18 @@ double flux_flops(const models::FluxConfig& c, int64_t N, int64_t L) {
 // attention, so the time per block is the time over 6, and the full 19 + 38
 // model is extrapolated by FLOPs (a second, smaller model timed alone to
 // separate the two kinds was swamped by run-to-run noise on shared machines).
-nlohmann::json run_flux_row(int64_t res, const std::string& dt_name, int warmup, int repeat) {
+nlohmann::json run_flux_row(int64_t res, const std::string& dt_name, int warmup, int repeat,
+                            bool tensor = false) {
+  // `tensor`: the blocks split over the 2 ranks of this job (tensor parallel).
+  std::optional<parallel::Mesh> mesh;
+  models::DiTStage stage;
+  if (tensor) {
+    XDIT_CHECK(world().size() == 2, "the tensor-parallel FLUX row runs on 2 ranks");
+    parallel::ParallelConfig pc;
+    pc.tensor_parallel_degree = 2;
+    mesh.emplace(pc, world());
+    stage.tp = nn::TensorParallel::of(mesh->tp_group());
+  }
   const DType dtype = parse_dtype(dt_name);
   const double peak = gemm_peak(dtype);
   models::FluxConfig cfg;  // FLUX.1's defaults
@@ -240,11 +253,23 @@ nlohmann::json run_flux_row(int64_t res, const std::string& dt_name, int warmup,
   reduced.num_layers = 2;
   reduced.num_single_layers = 4;
   io::RandomWeights weights(4);
-  models::FluxTransformer model(reduced, weights, dtype);
+  models::FluxTransformer model(reduced, weights, dtype, stage);
   const double flops = flux_flops(reduced, N, kFluxText), full = flux_flops(cfg, N, kFluxText);
-  nlohmann::json r = timed_row("flux_2+4_blocks", res, dt_name, flops, dtype, peak, warmup, repeat,
-                               [&] { model.forward(in); });
+  comm::CommStats step_comm;  // the last timed step's all-reduces
+  nlohmann::json r =
+      timed_row("flux_2+4_blocks", res, dt_name, flops, dtype, peak, warmup, repeat, [&] {
+        if (mesh) mesh->tp_group().stats() = {};
+        model.forward(in);
+        if (mesh) step_comm = mesh->tp_group().stats();
+      });
   const double t = r["seconds"].get<double>();
+  r["weight_bytes_bf16"] = weights.loaded().total / 2;  // this rank's, as bf16
+  if (tensor) {
+    r["layout"] = "tensor";
+    r["ranks"] = 2;
+    r["comm_seconds"] = step_comm.seconds;
+    r["comm_bytes"] = step_comm.bytes_sent;
+  }
   r["image_tokens"] = N;
   r["text_tokens"] = kFluxText;
   r["seconds_per_block"] = t / 6;
@@ -399,8 +424,10 @@ nlohmann::json run_parallel_row(int64_t res, const std::string& dt_name, const s
   else if (layout == "displaced" || layout == "naive") {
     pc.patch_parallel_degree = 2;
     pc.patch_mode = layout;
+  } else if (layout == "tensor") {
+    pc.tensor_parallel_degree = 2;
   } else {
-    XDIT_FAIL("unknown layout '", layout, "': ulysses, ring, cfg, displaced or naive");
+    XDIT_FAIL("unknown layout '", layout, "': ulysses, ring, cfg, displaced, naive or tensor");
   }
   XDIT_CHECK(!slow || pc.sp() > 1, "a slowed rank needs a layout that splits rows");
   parallel::Mesh mesh(pc, w);
@@ -416,7 +443,9 @@ nlohmann::json run_parallel_row(int64_t res, const std::string& dt_name, const s
   const double peak = gemm_peak(dtype);
   const models::PixArtConfig cfg = models::PixArtConfig::alpha_xl_1024();
   io::RandomWeights weights(1);
-  models::PixArtTransformer model(cfg, weights, dtype);
+  models::DiTStage stage;
+  stage.tp = nn::TensorParallel::of(mesh.tp_group());
+  models::PixArtTransformer model(cfg, weights, dtype, stage);
   parallel::UspAttention usp(mesh.ulysses_group(), mesh.ring_group());
   // Patch parallelism: the warm-up step exchanges fresh K/V; the timed steps
   // run DistriFusion's stale-K/V steps (or naive bands).
@@ -466,7 +495,7 @@ nlohmann::json run_parallel_row(int64_t res, const std::string& dt_name, const s
     if (pc.use_cfg_parallel) out = parallel::gather_batch(mesh.cfg_group(), out);
   };
   comm::Communicator* groups[] = {&mesh.sp_group(), &mesh.ulysses_group(), &mesh.ring_group(),
-                                  &mesh.cfg_group()};
+                                  &mesh.cfg_group(), &mesh.tp_group()};
   for (int i = 0; i < warmup; ++i) step();
   double best = 1e30, comm_s = 0;
   uint64_t comm_bytes = 0;
@@ -501,6 +530,8 @@ nlohmann::json run_parallel_row(int64_t res, const std::string& dt_name, const s
                       {"peak_flops_per_s", peak},
                       {"peak_rss_bytes", static_cast<int64_t>(ru.ru_maxrss) * 1024},
                       {"patch_rows", counts},
+                      // the weights this rank loaded, as bf16 (random weights come as f32)
+                      {"weight_bytes_bf16", weights.loaded().total / 2},
                       {"threads", omp_get_max_threads()}};
   if (!calibration.empty()) r["calibration"] = calibration;
   return r;
@@ -716,13 +747,133 @@ int run_parallel_bench(const BenchOptions& o) {
   return 0;
 }
 
+// Which share of each weight a tensor-parallel rank reads, by state-dict
+// key: 1 whole, 1/T for a slice (summed over several slices of one weight).
+// Learnt from the loaders on a narrow model of the same structure, then
+// applied to the full-size shapes: the memory of layouts larger than this
+// machine, measured from the code that loads them.
+class ShareRecorder : public io::WeightSource {
+ public:
+  bool has(const std::string&) const override { return true; }
+  size_t stored_bytes() const override { return 0; }
+  // bf16 bytes of the weights `specs` at these shares (throws on a weight
+  // the narrow model did not read: the two would not share a structure).
+  double bf16_bytes(const io::WeightSpecs& specs) const {
+    double b = 0;
+    for (const auto& [name, shape] : specs) {
+      auto it = share_.find(name);
+      XDIT_CHECK(it != share_.end(), "bench: '", name, "' was not read by the narrow model");
+      b += static_cast<double>(shape_numel(shape)) * it->second * 2.0;
+    }
+    return b;
+  }
+
+ protected:
+  Tensor read(const std::string& name, const Shape& shape) const override {
+    share_[name] += 1.0;
+    return random_.get(name, shape);
+  }
+  Tensor read_slice(const std::string& name, const Shape& shape, int dim, int64_t begin,
+                    int64_t count) const override {
+    share_[name] +=
+        static_cast<double>(count) / static_cast<double>(shape[static_cast<size_t>(dim)]);
+    return random_.get_slice(name, shape, dim, begin, count);
+  }
+
+ private:
+  io::RandomWeights random_{3};
+  mutable std::map<std::string, double> share_;
+};
+
+// Tensor parallelism on the same two cores: 1 rank x 2 threads against 2
+// ranks x 1 thread, for the PixArt-α step with CFG and FLUX's reduced-depth
+// forward, with the bytes all-reduced, the time inside the all-reduces and
+// each rank's weights; then rank 0's weights for real FLUX.1-dev + T5-XXL at
+// T = 1, 2, 4, 8 (rank 0 also holds the row-parallel biases).
+int run_tensor_bench(const BenchOptions& o) {
+  XDIT_CHECK(world().size() == 1,
+             "run `xdit bench tensor` itself without mpirun: it starts mpirun for its rows");
+  const int64_t res = *std::max_element(o.resolutions.begin(), o.resolutions.end());
+  const std::string dt = o.dtypes.front();
+  if (!o.json)
+    std::cout << "Tensor parallel 2 at " << res << " px, " << dt
+              << ": 1 rank x 2 threads against 2 ranks x 1 thread\n"
+              << std::left << std::setw(26) << "model" << std::right << std::setw(10) << "serial s"
+              << std::setw(10) << "tp2 s" << std::setw(10) << "speed-up" << std::setw(10)
+              << "comm s" << std::setw(14) << "all-reduced" << std::setw(16) << "weights 1 rank"
+              << std::setw(16) << "weights/rank" << std::setw(15) << "peak RSS/rank"
+              << "\n";
+  for (const bool flux : {false, true}) {
+    nlohmann::json base = run_child(flux ? "flux" : "transformer", res, dt, o, "", 2);
+    nlohmann::json tp = run_child(flux ? "flux" : "parallel", res, dt, o, "tensor", 1);
+    const double t1 = base["seconds"].get<double>(), t2 = tp["seconds"].get<double>();
+    tp["speedup"] = t1 / t2;
+    if (o.json) {
+      std::cout << base.dump() << std::endl << tp.dump() << std::endl;
+      continue;
+    }
+    const auto bytes = [](const nlohmann::json& r, const char* k) {
+      return human(static_cast<double>(r[k].get<int64_t>()), "B");
+    };
+    std::cout << std::left << std::setw(26)
+              << (flux ? "FLUX.1 2+4 blocks" : "PixArt-alpha step, CFG") << std::right << std::fixed
+              << std::setprecision(2) << std::setw(10) << t1 << std::setw(10) << t2 << std::setw(10)
+              << t1 / t2 << std::setw(10) << tp["comm_seconds"].get<double>() << std::setw(14)
+              << human(static_cast<double>(tp["comm_bytes"].get<uint64_t>()), "B") << std::setw(16)
+              << bytes(base, "weight_bytes_bf16") << std::setw(16) << bytes(tp, "weight_bytes_bf16")
+              << std::setw(15) << bytes(tp, "peak_rss_bytes") << std::endl;
+  }
+  // Real FLUX.1-dev (guidance embedding) and T5-XXL, from narrow models of
+  // their structure (8 heads, so that T = 8 splits).
+  models::FluxConfig flux_dev;
+  flux_dev.guidance_embeds = true;
+  models::FluxConfig flux_narrow = flux_dev;
+  flux_narrow.num_attention_heads = 8;
+  flux_narrow.attention_head_dim = 8;
+  flux_narrow.axes_dims_rope = {2, 2, 4};
+  flux_narrow.joint_attention_dim = 16;
+  models::T5Config t5_narrow = models::T5Config::xxl();
+  t5_narrow.d_model = 16;
+  t5_narrow.d_kv = 2;
+  t5_narrow.num_heads = 8;
+  t5_narrow.d_ff = 16;
+  t5_narrow.vocab_size = 8;
+  io::WeightSpecs t5_specs = models::T5Config::xxl().weight_specs();
+  if (!o.json)
+    std::cout << "\nWeights per rank (bf16) for FLUX.1-dev + T5-XXL under tensor parallelism\n"
+              << std::left << std::setw(6) << "T" << std::right << std::setw(16) << "transformer"
+              << std::setw(12) << "T5-XXL" << std::setw(12) << "together"
+              << "\n";
+  for (const int T : {1, 2, 4, 8}) {
+    const nn::TensorParallel load_only{0, T, nullptr};
+    ShareRecorder fr, tr;
+    models::FluxTransformer f(flux_narrow, fr, DType::kF32,
+                              models::DiTStage(0, -1, true, true, load_only));
+    models::T5Encoder t(t5_narrow, tr, DType::kF32, load_only);
+    const double fb = fr.bf16_bytes(flux_dev.weight_specs()), tb = tr.bf16_bytes(t5_specs);
+    if (o.json) {
+      std::cout << nlohmann::json{{"name", "tensor_parallel_weights"},
+                                  {"tensor_parallel_degree", T},
+                                  {"flux_dev_bytes_bf16", fb},
+                                  {"t5_xxl_bytes_bf16", tb}}
+                       .dump()
+                << std::endl;
+      continue;
+    }
+    std::cout << std::left << std::setw(6) << T << std::right << std::setw(16) << human(fb, "B")
+              << std::setw(12) << human(tb, "B") << std::setw(12) << human(fb + tb, "B")
+              << std::endl;
+  }
+  return 0;
+}
+
 int run_bench(const BenchOptions& o) {
   set_threads(o.threads);
   XDIT_CHECK(o.what == "transformer" || o.what == "attention" || o.what == "t5" ||
                  o.what == "vae" || o.what == "flux" || o.what == "sd3" || o.what == "parallel" ||
-                 o.what == "all",
+                 o.what == "tensor" || o.what == "all",
              "unknown benchmark '", o.what,
-             "': transformer, attention, t5, vae, flux, sd3, parallel or all");
+             "': transformer, attention, t5, vae, flux, sd3, parallel, tensor or all");
   if (!o.row.empty()) {  // child: WHAT:RES:DTYPE[:LAYOUT]
     std::vector<std::string> f;
     std::stringstream ss(o.row);
@@ -731,21 +882,23 @@ int run_bench(const BenchOptions& o) {
     const std::string& what = f[0];
     const std::string& dt = f[2];
     const int64_t res = std::stoll(f[1]);
-    nlohmann::json r = what == "t5"          ? run_t5_row(dt, o.warmup, o.repeat)
-                       : what == "vae"       ? run_vae_row(res, dt, o.warmup, o.repeat)
-                       : what == "attention" ? run_attention_row(res, dt, o.warmup, o.repeat)
-                       : what == "flux"      ? run_flux_row(res, dt, o.warmup, o.repeat)
-                       : what == "sd3"       ? run_sd3_row(res, dt, o.warmup, o.repeat)
-                       : what == "parallel" && f.at(3) == "vae"
-                           ? run_parallel_vae_row(res, dt, o.warmup, o.repeat)
-                       : what == "parallel" && f.at(3).rfind("pipefusion", 0) == 0
-                           ? run_pipefusion_row(res, dt, std::stoll(f.at(3).substr(11)))
-                       : what == "parallel" ? run_parallel_row(res, dt, f.at(3), o.warmup, o.repeat)
-                                            : run_row(res, dt, o.warmup, o.repeat);
+    nlohmann::json r =
+        what == "t5"          ? run_t5_row(dt, o.warmup, o.repeat)
+        : what == "vae"       ? run_vae_row(res, dt, o.warmup, o.repeat)
+        : what == "attention" ? run_attention_row(res, dt, o.warmup, o.repeat)
+        : what == "flux"
+            ? run_flux_row(res, dt, o.warmup, o.repeat, f.size() > 3 && f[3] == "tensor")
+        : what == "sd3"                          ? run_sd3_row(res, dt, o.warmup, o.repeat)
+        : what == "parallel" && f.at(3) == "vae" ? run_parallel_vae_row(res, dt, o.warmup, o.repeat)
+        : what == "parallel" && f.at(3).rfind("pipefusion", 0) == 0
+            ? run_pipefusion_row(res, dt, std::stoll(f.at(3).substr(11)))
+        : what == "parallel" ? run_parallel_row(res, dt, f.at(3), o.warmup, o.repeat)
+                             : run_row(res, dt, o.warmup, o.repeat);
     if (world().rank() == 0) std::cout << r.dump() << std::endl;
     return 0;
   }
   if (o.what == "parallel") return run_parallel_bench(o);
+  if (o.what == "tensor") return run_tensor_bench(o);
   for (const auto& dt : o.dtypes) {
     const DType t = parse_dtype(dt);
     XDIT_CHECK(t != DType::kF16, "bench: --dtypes takes bf16 and/or f32");
@@ -826,7 +979,7 @@ std::function<int()> add_bench(CLI::App& app) {
   CLI::App* b =
       app.add_subcommand("bench", "benchmarks against the GEMM peak measured in the same run");
   b->add_option("what", o->what,
-                "benchmark: transformer, attention, t5, vae, flux, sd3, parallel or all")
+                "benchmark: transformer, attention, t5, vae, flux, sd3, parallel, tensor or all")
       ->capture_default_str();
   b->add_option("--resolutions", o->resolutions, "image sizes in pixels")
       ->delimiter(',')

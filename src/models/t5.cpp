@@ -49,7 +49,7 @@ T5Encoder::T5Encoder(const T5Config& cfg, const io::WeightSource& w, DType compu
     blocks_.push_back(std::move(b));
   }
   final_norm_ = nn::load_param(w, "encoder.final_layer_norm.weight", {d});
-  if (tp.split())
+  if (tp.split() && tp.comm != nullptr)  // not when only loading (memory figures)
     XDIT_INFO("T5 encoder, tensor parallel rank ", tp.rank, " of ", tp.size, ": loaded ",
               human_size(static_cast<double>(w.loaded().total - before)), " of ",
               human_size(static_cast<double>(w.stored_bytes())),
