@@ -299,6 +299,11 @@ void Pipeline::load() {
               human_size(static_cast<double>(weights_->loaded().total - before)), " of the ",
               human_size(static_cast<double>(weights_->stored_bytes())),
               " transformer weights (as stored; modulation and embeddings whole)");
+  // The layers hold converted copies of their (shares of the) weights: the
+  // files' mappings go, and with them the pages loading touched (a
+  // tensor-parallel rank's strided reads touch most pages of a row-split
+  // matrix), so a rank's resident weights are its shares.
+  weights_.reset();
   if (mesh_ != nullptr && mesh_->config().pipefusion_parallel_degree > 1) {
     pipefusion_ = std::make_unique<parallel::PipeFusionAttention>(mesh_->ulysses_group(),
                                                                   mesh_->ring_group());

@@ -166,7 +166,7 @@ class Pipeline {
   DType dtype_;
   std::unique_ptr<ModelFamily> family_;
   schedulers::SchedulerConfig sched_cfg_;
-  std::unique_ptr<io::WeightSource> weights_;
+  std::unique_ptr<io::WeightSource> weights_;  // until load() has built the transformer
   std::unique_ptr<models::DiT> transformer_;
   // The VAE, opened by validate(ImageRequest), built on first use.
   std::unique_ptr<models::VaeConfig> vae_cfg_;
