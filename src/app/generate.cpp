@@ -580,7 +580,9 @@ std::function<int()> add_generate(CLI::App& app) {
                   "--use_parallel_vae=false turns it off")
           ->group(par);
   g->add_option("--tensor_parallel_degree,--tensor-parallel-degree", p.tensor_parallel_degree,
-                "tensor parallelism (not yet)")
+                "tensor parallelism: each block's attention heads and MLP units (and the T5 "
+                "encoder's) split over T consecutive ranks, one all-reduce per split product; "
+                "the heads must divide by T x --ulysses_degree")
       ->group(par);
   return [o] { return run_generate(*o); };
 }
