@@ -83,6 +83,31 @@ bool WeightStore::has(const std::string& name) const {
   return index_.count(name) != 0;
 }
 
+namespace {
+
+// Elements [begin, begin + count) along `dim` (0 or 1) of a 1-D or 2-D
+// tensor, copied in its dtype.
+Tensor slice_copy(const Tensor& t, int dim, int64_t begin, int64_t count) {
+  const int64_t rows = t.ndim() == 2 ? t.dim(0) : 1, cols = t.dim(-1);
+  Shape shape = t.shape();
+  shape[static_cast<size_t>(dim)] = count;
+  Tensor out = Tensor::empty(shape, t.dtype());
+  const size_t es = dtype_size(t.dtype());
+  const auto* src = static_cast<const char*>(t.raw());
+  auto* dst = static_cast<char*>(out.raw());
+  if (dim == 0 && t.ndim() == 2) {  // whole rows: one contiguous block
+    std::memcpy(dst, src + static_cast<size_t>(begin * cols) * es,
+                static_cast<size_t>(count * cols) * es);
+    return out;
+  }
+  for (int64_t r = 0; r < rows; ++r)  // columns: one strided read per row
+    std::memcpy(dst + static_cast<size_t>(r * count) * es,
+                src + static_cast<size_t>(r * cols + begin) * es, static_cast<size_t>(count) * es);
+  return out;
+}
+
+}  // namespace
+
 Tensor WeightSource::get(const std::string& name, const Shape& expected) const {
   Tensor t = read(name, expected);
   loaded_.total += t.nbytes();
@@ -104,25 +129,6 @@ Tensor WeightSource::get_slice(const std::string& name, const Shape& expected, i
 Tensor WeightSource::read_slice(const std::string& name, const Shape& expected, int dim,
                                 int64_t begin, int64_t count) const {
   return slice_copy(read(name, expected), dim, begin, count);
-}
-
-Tensor slice_copy(const Tensor& t, int dim, int64_t begin, int64_t count) {
-  const int64_t rows = t.ndim() == 2 ? t.dim(0) : 1, cols = t.dim(-1);
-  Shape shape = t.shape();
-  shape[static_cast<size_t>(dim)] = count;
-  Tensor out = Tensor::empty(shape, t.dtype());
-  const size_t es = dtype_size(t.dtype());
-  const auto* src = static_cast<const char*>(t.raw());
-  auto* dst = static_cast<char*>(out.raw());
-  if (dim == 0 && t.ndim() == 2) {  // whole rows: one contiguous block
-    std::memcpy(dst, src + static_cast<size_t>(begin * cols) * es,
-                static_cast<size_t>(count * cols) * es);
-    return out;
-  }
-  for (int64_t r = 0; r < rows; ++r)  // columns: one strided read per row
-    std::memcpy(dst + static_cast<size_t>(r * count) * es,
-                src + static_cast<size_t>(r * cols + begin) * es, static_cast<size_t>(count) * es);
-  return out;
 }
 
 Tensor WeightStore::read(const std::string& name, const Shape& expected) const {
@@ -235,7 +241,6 @@ void RandomWeights::fill(const std::string& name, const Shape& whole, Tensor& ou
     const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
     p[i] = (2.0f * u - 1.0f) * half_width;
   }
-  bytes_ += out.nbytes();
 }
 
 }  // namespace xdit::io

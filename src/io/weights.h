@@ -47,10 +47,6 @@ class WeightSource {
   mutable Loaded loaded_;
 };
 
-// Elements [begin, begin + count) along `dim` (0 or 1) of a 1-D or 2-D
-// tensor, copied in its dtype.
-Tensor slice_copy(const Tensor& t, int dim, int64_t begin, int64_t count);
-
 // The safetensors weights of one model component folder (e.g. transformer/):
 // a single file or a sharded set named by a *.safetensors.index.json.
 class WeightStore : public WeightSource {
@@ -89,7 +85,7 @@ class RandomWeights : public WeightSource {
  public:
   explicit RandomWeights(uint64_t seed = 0) : seed_(seed) {}
   bool has(const std::string&) const override { return true; }
-  size_t stored_bytes() const override { return bytes_; }
+  size_t stored_bytes() const override { return loaded().total; }  // those made so far
 
  protected:
   Tensor read(const std::string& name, const Shape& expected) const override;
@@ -102,7 +98,6 @@ class RandomWeights : public WeightSource {
   // `begin` along `dim`.
   void fill(const std::string& name, const Shape& whole, Tensor& out, int dim, int64_t begin) const;
   uint64_t seed_;
-  mutable size_t bytes_ = 0;
 };
 
 }  // namespace xdit::io
