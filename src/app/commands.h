@@ -11,6 +11,7 @@ namespace xdit::app {
 
 // Registers the subcommand; the returned function runs it (returns the exit code).
 std::function<int()> add_generate(CLI::App& app);
+std::function<int()> add_serve(CLI::App& app);
 std::function<int()> add_bench(CLI::App& app);
 std::function<int()> add_info(CLI::App& app);
 std::function<int()> add_list_models(CLI::App& app);

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "app/commands.h"
+#include "app/parallel_options.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/memory.h"
@@ -104,7 +105,7 @@ CLI::Validator finite_number() {
 namespace {
 
 struct GenerateOptions {
-  parallel::ParallelConfig parallel;
+  ParallelOptions par;
   std::string trace;
   std::string model, prompt_embeds, latents, output, output_type = "pil", dtype = "bf16";
   std::optional<std::string> negative_prompt;
@@ -112,11 +113,7 @@ struct GenerateOptions {
   // Steps and guidance: the model's defaults until given (resolved by validate).
   int64_t height = 0, width = 0, steps = pipeline::kDefaultSteps, max_sequence_length = 0;
   double guidance = pipeline::kDefaultGuidance, true_cfg = 1.0;
-  pipeline::SkipLayerGuidance slg;                            // SD3
-  std::string parallelism, sync_mode = "corrected_async_gn";  // xDiT legacy patch flags
-  std::vector<std::string> patch_weights;
-  bool parallel_vae = false;  // --use_parallel_vae[=true|false], when given
-  CLI::Option* parallel_vae_flag = nullptr;
+  pipeline::SkipLayerGuidance slg;  // SD3
   std::string seed_text = "42";
   uint64_t seed = 42;
   int threads = 0;
@@ -175,24 +172,24 @@ std::map<std::string, std::string> png_metadata(const GenerateOptions& o, const 
                                                 int64_t width, int64_t height,
                                                 const io::ModelRef& model,
                                                 const pipeline::Pipeline& pipe) {
-  return {
-      {"model_revision", model.commit},  // empty (left out) for a folder
-      {"model_folder", model.from_cache() ? model.folder : ""},
-      {"prompt", prompt},
-      {"negative_prompt", o.negative_prompt.value_or("")},
-      {"seed", std::to_string(o.seed)},
-      {"num_inference_steps", std::to_string(o.steps)},
-      {"guidance_scale", std::to_string(o.guidance)},
-      {"true_cfg_scale", o.true_cfg != 1.0 ? std::to_string(o.true_cfg) : ""},
-      {"max_sequence_length",
-       o.max_sequence_length > 0 ? std::to_string(o.max_sequence_length) : ""},
-      {"skip_guidance_layers", skip_layers_text(o.slg)},
-      {"size", std::to_string(width) + "x" + std::to_string(height)},
-      {"model", model.from_cache() ? model.id : model.folder},
-      {"pipeline", pipe.family().name() + " (" + pipe.folder().pipeline_class() + ")"},
-      {"dtype", o.dtype},
-      {"parallel", o.parallel.serial() ? std::string("serial (1 process)") : o.parallel.describe()},
-      {"software", std::string("xdit ") + XDIT_VERSION}};
+  return {{"model_revision", model.commit},  // empty (left out) for a folder
+          {"model_folder", model.from_cache() ? model.folder : ""},
+          {"prompt", prompt},
+          {"negative_prompt", o.negative_prompt.value_or("")},
+          {"seed", std::to_string(o.seed)},
+          {"num_inference_steps", std::to_string(o.steps)},
+          {"guidance_scale", std::to_string(o.guidance)},
+          {"true_cfg_scale", o.true_cfg != 1.0 ? std::to_string(o.true_cfg) : ""},
+          {"max_sequence_length",
+           o.max_sequence_length > 0 ? std::to_string(o.max_sequence_length) : ""},
+          {"skip_guidance_layers", skip_layers_text(o.slg)},
+          {"size", std::to_string(width) + "x" + std::to_string(height)},
+          {"model", model.from_cache() ? model.id : model.folder},
+          {"pipeline", pipe.family().name() + " (" + pipe.folder().pipeline_class() + ")"},
+          {"dtype", o.dtype},
+          {"parallel",
+           o.par.config.serial() ? std::string("serial (1 process)") : o.par.config.describe()},
+          {"software", std::string("xdit ") + XDIT_VERSION}};
 }
 
 // Every rank's trace events into one Chrome-trace file, written by rank 0
@@ -226,37 +223,11 @@ int run_generate(GenerateOptions o) {
   o.seed = parse_torch_seed(o.seed_text);
   set_threads(o.threads);
   comm::Communicator& w = world();
-  // xDiT legacy's --parallelism patch|naive_patch: every rank CFG and data
-  // parallelism leave to patch parallelism.
-  if (!o.parallelism.empty()) {
-    XDIT_CHECK(o.parallelism == "patch" || o.parallelism == "naive_patch",
-               "--parallelism must be patch or naive_patch (xDiT legacy), got '", o.parallelism,
-               "'");
-    const int rest = o.parallel.data_parallel_degree * o.parallel.cfg();
-    XDIT_CHECK(rest >= 1 && w.size() % rest == 0, "--parallelism ", o.parallelism, ": ", w.size(),
-               " ranks do not divide by dp x cfg = ", rest);
-    o.parallel.patch_parallel_degree = w.size() / rest;
-    o.parallel.patch_mode = o.parallelism == "patch" ? "displaced" : "naive";
-  }
-  XDIT_CHECK(o.sync_mode == "corrected_async_gn" || o.sync_mode == "full_sync" ||
-                 o.sync_mode == "stale_gn",
-             "--sync_mode must be full_sync, corrected_async_gn or stale_gn (xDiT legacy), got '",
-             o.sync_mode, "'");
-  o.parallel.full_sync = o.sync_mode == "full_sync";
-  for (const std::string& w : o.patch_weights) {
-    if (w == "auto") {
-      XDIT_CHECK(o.patch_weights.size() == 1, "--patch_weights is either auto or numbers");
-      o.parallel.auto_weights = true;
-      continue;
-    }
-    double x = 0;
-    XDIT_CHECK(CLI::detail::lexical_cast(w, x), "--patch_weights must be numbers, got '", w, "'");
-    o.parallel.patch_weights.push_back(x);
-  }
-  if (o.parallel_vae_flag->count() > 0) o.parallel.use_parallel_vae = o.parallel_vae;
-  parallel::Mesh mesh(o.parallel, w);  // checks the degrees against the job before anything loads
+  resolve_parallel_options(o.par, w.size());
+  parallel::Mesh mesh(o.par.config, w);  // checks the degrees against the job before anything loads
   if (w.size() > 1) XDIT_INFO(mesh.layout());
-  if (o.parallel.use_parallel_vae.value_or(false) && !o.parallel.parallel_vae() && w.rank() == 0)
+  if (o.par.config.use_parallel_vae.value_or(false) && !o.par.config.parallel_vae() &&
+      w.rank() == 0)
     XDIT_WARN(
         "--use_parallel_vae has no effect here: each data-parallel replica has one rank, "
         "which decodes the whole image");
@@ -522,68 +493,7 @@ std::function<int()> add_generate(CLI::App& app) {
                 "OpenMP threads per process, 1 … 4 x cores (default: the cores, shared among "
                 "local ranks)")
       ->check(thread_count());
-  auto& p = o->parallel;
-  const char* par = "Parallel (under mpirun; the degrees must multiply to the number of ranks)";
-  g->add_option("--data_parallel_degree,--data-parallel-degree", p.data_parallel_degree,
-                "prompts split over this many groups")
-      ->group(par);
-  g->add_flag("--use_cfg_parallel,--use-cfg-parallel", p.use_cfg_parallel,
-              "the two halves of classifier-free guidance on two rank groups")
-      ->group(par);
-  g->add_option("--ulysses_degree,--ulysses-degree", p.ulysses_degree,
-                "Ulysses sequence parallelism")
-      ->group(par);
-  g->add_option("--ring_degree,--ring-degree", p.ring_degree, "Ring sequence parallelism")
-      ->group(par);
-  g->add_option("--pipefusion_parallel_degree,--pipefusion-parallel-degree",
-                p.pipefusion_parallel_degree,
-                "PipeFusion stages (the blocks split over this many ranks)")
-      ->group(par);
-  g->add_option("--num_pipeline_patch,--num-pipeline-patch", p.num_pipeline_patch,
-                "PipeFusion patches (default: the PipeFusion degree)")
-      ->group(par);
-  g->add_option("--warmup_steps,--warmup-steps", p.warmup_steps,
-                "PipeFusion warm-up steps on the whole image")
-      ->capture_default_str()
-      ->group(par);
-  g->add_option("--attn_layer_num_for_pp,--attn-layer-num-for-pp", p.attn_layer_num_for_pp,
-                "blocks per PipeFusion stage, e.g. 10,18 (must sum to the blocks)")
-      ->delimiter(',')
-      ->group(par);
-  g->add_option("--patch_parallel_degree,--patch-parallel-degree", p.patch_parallel_degree,
-                "patch parallelism: the image's row bands over this many ranks (with CFG and "
-                "data parallel, not with Ulysses / Ring / PipeFusion)")
-      ->group(par);
-  g->add_option("--patch_mode,--patch-mode", p.patch_mode,
-                "displaced (DistriFusion: stale K/V of the other bands after the warm-up) or "
-                "naive (attention inside each band)")
-      ->capture_default_str()
-      ->group(par);
-  g->add_option("--patch_weights,--patch-weights", o->patch_weights,
-                "uneven devices: each rank splitting the rows (sequence or patch parallel) "
-                "takes rows in proportion to its weight, e.g. 2,1; auto: from one timed "
-                "calibration step (logged)")
-      ->delimiter(',')
-      ->group(par);
-  g->add_option("--parallelism", o->parallelism,
-                "xDiT legacy: patch or naive_patch, on every rank CFG and data parallel leave")
-      ->group(par);
-  g->add_option("--sync_mode,--sync-mode", o->sync_mode,
-                "DistriFusion: full_sync exchanges fresh K/V every step (exact); the others "
-                "after --warmup_steps only")
-      ->capture_default_str()
-      ->group(par);
-  o->parallel_vae_flag =
-      g->add_flag("--use_parallel_vae,--use-parallel-vae", o->parallel_vae,
-                  "decode with the VAE split into row bands over the ranks of each data-parallel "
-                  "group (halo rows, exact); on by default under patch parallelism, "
-                  "--use_parallel_vae=false turns it off")
-          ->group(par);
-  g->add_option("--tensor_parallel_degree,--tensor-parallel-degree", p.tensor_parallel_degree,
-                "tensor parallelism: each block's attention heads and MLP units (and the T5 "
-                "encoder's) split over T consecutive ranks, one all-reduce per split product; "
-                "the heads must divide by T x --ulysses_degree")
-      ->group(par);
+  add_parallel_options(g, o->par);
   return [o] { return run_generate(*o); };
 }
 

@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
     runners[app.get_subcommands({}).back()] = std::move(run);
   };
   add(xdit::app::add_generate(app));
+  add(xdit::app::add_serve(app));
   add(xdit::app::add_bench(app));
   add(xdit::app::add_info(app));
   add(xdit::app::add_list_models(app));

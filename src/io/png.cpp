@@ -25,9 +25,9 @@ void write_png(const std::string& path, int64_t width, int64_t height,
   write_png(out, width, height, rgb, text);
 }
 
-void write_png(OutputFile& out, int64_t width, int64_t height, const std::vector<uint8_t>& rgb,
-               const std::map<std::string, std::string>& text) {
-  const std::string& path = out.path();
+std::vector<uint8_t> encode_png(int64_t width, int64_t height, const std::vector<uint8_t>& rgb,
+                                const std::map<std::string, std::string>& text,
+                                const std::string& path) {
   XDIT_CHECK(width > 0 && height > 0 && rgb.size() == static_cast<size_t>(width * height * 3),
              "PNG ", path, ": pixel buffer does not match ", width, "x", height, " RGB");
   Ctx ctx(spng_ctx_new(SPNG_CTX_ENCODER), spng_ctx_free);
@@ -61,7 +61,14 @@ void write_png(OutputFile& out, int64_t width, int64_t height, const std::vector
   std::unique_ptr<void, decltype(&std::free)> buf(spng_get_png_buffer(ctx.get(), &len, &rc),
                                                   std::free);
   check(rc, "encoding PNG", path);
-  out.commit(buf.get(), len);
+  const auto* b = static_cast<const uint8_t*>(buf.get());
+  return std::vector<uint8_t>(b, b + len);
+}
+
+void write_png(OutputFile& out, int64_t width, int64_t height, const std::vector<uint8_t>& rgb,
+               const std::map<std::string, std::string>& text) {
+  const std::vector<uint8_t> png = encode_png(width, height, rgb, text, out.path());
+  out.commit(png.data(), png.size());
 }
 
 PngImage read_png(const std::string& path) {
@@ -70,22 +77,27 @@ PngImage read_png(const std::string& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string data = ss.str();
+  return decode_png(data.data(), data.size(), path);
+}
+
+PngImage decode_png(const void* data, size_t size, const std::string& what) {
   Ctx ctx(spng_ctx_new(0), spng_ctx_free);
   XDIT_CHECK(ctx != nullptr, "cannot create a PNG decoder");
-  check(spng_set_png_buffer(ctx.get(), data.data(), data.size()), "reading PNG", path);
+  check(spng_set_png_buffer(ctx.get(), data, size), "reading PNG", what);
   spng_ihdr ihdr{};
-  check(spng_get_ihdr(ctx.get(), &ihdr), "reading PNG header of", path);
+  check(spng_get_ihdr(ctx.get(), &ihdr), "reading PNG header of", what);
   PngImage img;
   img.width = ihdr.width;
   img.height = ihdr.height;
-  size_t size = 0;
-  check(spng_decoded_image_size(ctx.get(), SPNG_FMT_RGB8, &size), "sizing PNG", path);
-  img.rgb.resize(size);
-  check(spng_decode_image(ctx.get(), img.rgb.data(), size, SPNG_FMT_RGB8, 0), "decoding PNG", path);
+  size_t bytes = 0;
+  check(spng_decoded_image_size(ctx.get(), SPNG_FMT_RGB8, &bytes), "sizing PNG", what);
+  img.rgb.resize(bytes);
+  check(spng_decode_image(ctx.get(), img.rgb.data(), bytes, SPNG_FMT_RGB8, 0), "decoding PNG",
+        what);
   uint32_t n = 0;
   if (spng_get_text(ctx.get(), nullptr, &n) == 0 && n > 0) {
     std::vector<spng_text> t(n);
-    check(spng_get_text(ctx.get(), t.data(), &n), "reading PNG text of", path);
+    check(spng_get_text(ctx.get(), t.data(), &n), "reading PNG text of", what);
     for (const auto& c : t) img.text[c.keyword] = std::string(c.text, c.length);
   }
   return img;

@@ -24,19 +24,27 @@ Tensor batch_slice(const Tensor& t, int64_t b, int64_t e) {
   return out;
 }
 
-// Every DP group's bytes, in group order, on every rank of `dp_group`.
-std::vector<uint8_t> gather_groups(comm::Communicator& dp_group, const std::vector<uint8_t>& mine) {
-  std::vector<uint8_t> all;
+}  // namespace
+
+std::vector<std::vector<uint8_t>> gather_groups(comm::Communicator& dp_group,
+                                                const std::vector<uint8_t>& mine) {
+  std::vector<std::vector<uint8_t>> all;
   for (int g = 0; g < dp_group.size(); ++g) {
     uint64_t n = g == dp_group.rank() ? mine.size() : 0;
     dp_group.broadcast(&n, sizeof n, comm::Type::kByte, g);
     std::vector<uint8_t> buf = g == dp_group.rank() ? mine : std::vector<uint8_t>(n);
     dp_group.broadcast(buf.data(), n, comm::Type::kByte, g);
-    all.insert(all.end(), buf.begin(), buf.end());
+    all.push_back(std::move(buf));
   }
   return all;
 }
 
+namespace {
+std::vector<uint8_t> concat(const std::vector<std::vector<uint8_t>>& parts) {
+  std::vector<uint8_t> all;
+  for (const auto& p : parts) all.insert(all.end(), p.begin(), p.end());
+  return all;
+}
 }  // namespace
 
 Tensor generate_latents_distributed(Pipeline& pipe, parallel::Mesh& mesh, LatentRequest r,
@@ -63,7 +71,7 @@ Tensor generate_latents_distributed(Pipeline& pipe, parallel::Mesh& mesh, Latent
   if (dp == 1) return out;
   std::vector<uint8_t> bytes(out.nbytes());
   std::memcpy(bytes.data(), out.raw(), bytes.size());
-  std::vector<uint8_t> all = gather_groups(mesh.dp_group(), bytes);
+  std::vector<uint8_t> all = concat(gather_groups(mesh.dp_group(), bytes));
   Shape s = out.shape();
   s[0] = P;
   Tensor full = Tensor::empty(s);
@@ -92,7 +100,7 @@ ImageResult generate_distributed(Pipeline& pipe, parallel::Mesh& mesh, ImageRequ
   if (dp == 1) return res;
   std::vector<uint8_t> bytes;
   for (const auto& img : res.rgb) bytes.insert(bytes.end(), img.begin(), img.end());
-  std::vector<uint8_t> all = gather_groups(mesh.dp_group(), bytes);
+  std::vector<uint8_t> all = concat(gather_groups(mesh.dp_group(), bytes));
   const size_t per = static_cast<size_t>(res.height * res.width * 3);
   XDIT_CHECK(all.size() == per * static_cast<size_t>(P),
              "data-parallel gather: image sizes differ");

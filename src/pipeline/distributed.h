@@ -6,7 +6,9 @@
 // order on every rank.
 #pragma once
 
+#include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "parallel/config.h"
 #include "pipeline/pipeline.h"
@@ -15,6 +17,11 @@ namespace xdit::pipeline {
 
 // The prompts [begin, end) of data-parallel group g of dp, for P prompts.
 std::pair<int64_t, int64_t> dp_share(int64_t prompts, int dp, int g);
+
+// Every DP group's bytes, in group order, on every rank of `dp_group` (each
+// rank passes its group's; the sizes may differ).
+std::vector<std::vector<uint8_t>> gather_groups(comm::Communicator& dp_group,
+                                                const std::vector<uint8_t>& mine);
 
 // Embeddings → final latents for the whole batch.
 Tensor generate_latents_distributed(Pipeline& pipe, parallel::Mesh& mesh, LatentRequest r,

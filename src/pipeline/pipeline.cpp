@@ -255,7 +255,7 @@ void Pipeline::check_guidance(double g, double true_cfg) const {
 
 void Pipeline::check_request_memory(const MemoryQuery& q) const {
   MemoryEstimate e = estimate_memory(spec(), family_->parameter_count(), q);
-  if (transformer_) e.transformer = 0;  // already resident
+  if (transformer_ || weights_resident_) e.transformer = 0;  // already resident
   check_memory(e, comm::local_process_count());
 }
 

@@ -100,6 +100,12 @@ class Pipeline {
   // to the larger of them and transformer + VAE) unless asked to keep them.
   void set_keep_text_encoder(bool keep) { keep_text_encoder_ = keep; }
 
+  // The weights are held resident by another pipeline of this process
+  // (xdit serve's validator checks requests while the serving pipeline
+  // runs): the memory check counts the request's activations, not the
+  // transformer's weights again.
+  void set_weights_resident(bool resident) { weights_resident_ = resident; }
+
   // Whether a request uses classifier-free guidance (the family decides).
   bool uses_cfg(const LatentRequest& r) const;
 
@@ -174,6 +180,7 @@ class Pipeline {
   std::unique_ptr<models::VaeDecoder> vae_;
   bool text_opened_ = false;
   bool keep_text_encoder_ = false;
+  bool weights_resident_ = false;
   mutable bool warned_ = false;  // the family's warnings about unused fields, once
   mutable bool warned_slg_ = false;
   parallel::Mesh* mesh_ = nullptr;

@@ -1,0 +1,103 @@
+#include "app/parallel_options.h"
+
+#include "core/error.h"
+
+namespace xdit::app {
+
+void add_parallel_options(CLI::App* cmd, ParallelOptions& o) {
+  auto& p = o.config;
+  const char* par = "Parallel (under mpirun; the degrees must multiply to the number of ranks)";
+  cmd->add_option("--data_parallel_degree,--data-parallel-degree", p.data_parallel_degree,
+                  "prompts split over this many groups")
+      ->group(par);
+  cmd->add_flag("--use_cfg_parallel,--use-cfg-parallel", p.use_cfg_parallel,
+                "the two halves of classifier-free guidance on two rank groups")
+      ->group(par);
+  cmd->add_option("--ulysses_degree,--ulysses-degree", p.ulysses_degree,
+                  "Ulysses sequence parallelism")
+      ->group(par);
+  cmd->add_option("--ring_degree,--ring-degree", p.ring_degree, "Ring sequence parallelism")
+      ->group(par);
+  cmd->add_option("--pipefusion_parallel_degree,--pipefusion-parallel-degree",
+                  p.pipefusion_parallel_degree,
+                  "PipeFusion stages (the blocks split over this many ranks)")
+      ->group(par);
+  cmd->add_option("--num_pipeline_patch,--num-pipeline-patch", p.num_pipeline_patch,
+                  "PipeFusion patches (default: the PipeFusion degree)")
+      ->group(par);
+  cmd->add_option("--warmup_steps,--warmup-steps", p.warmup_steps,
+                  "PipeFusion warm-up steps on the whole image")
+      ->capture_default_str()
+      ->group(par);
+  cmd->add_option("--attn_layer_num_for_pp,--attn-layer-num-for-pp", p.attn_layer_num_for_pp,
+                  "blocks per PipeFusion stage, e.g. 10,18 (must sum to the blocks)")
+      ->delimiter(',')
+      ->group(par);
+  cmd->add_option("--patch_parallel_degree,--patch-parallel-degree", p.patch_parallel_degree,
+                  "patch parallelism: the image's row bands over this many ranks (with CFG and "
+                  "data parallel, not with Ulysses / Ring / PipeFusion)")
+      ->group(par);
+  cmd->add_option("--patch_mode,--patch-mode", p.patch_mode,
+                  "displaced (DistriFusion: stale K/V of the other bands after the warm-up) or "
+                  "naive (attention inside each band)")
+      ->capture_default_str()
+      ->group(par);
+  cmd->add_option("--patch_weights,--patch-weights", o.patch_weights,
+                  "uneven devices: each rank splitting the rows (sequence or patch parallel) "
+                  "takes rows in proportion to its weight, e.g. 2,1; auto: from one timed "
+                  "calibration step (logged)")
+      ->delimiter(',')
+      ->group(par);
+  cmd->add_option("--parallelism", o.parallelism,
+                  "xDiT legacy: patch or naive_patch, on every rank CFG and data parallel leave")
+      ->group(par);
+  cmd->add_option("--sync_mode,--sync-mode", o.sync_mode,
+                  "DistriFusion: full_sync exchanges fresh K/V every step (exact); the others "
+                  "after --warmup_steps only")
+      ->capture_default_str()
+      ->group(par);
+  o.parallel_vae_flag =
+      cmd->add_flag("--use_parallel_vae,--use-parallel-vae", o.parallel_vae,
+                    "decode with the VAE split into row bands over the ranks of each data-parallel "
+                    "group (halo rows, exact); on by default under patch parallelism, "
+                    "--use_parallel_vae=false turns it off")
+          ->group(par);
+  cmd->add_option("--tensor_parallel_degree,--tensor-parallel-degree", p.tensor_parallel_degree,
+                  "tensor parallelism: each block's attention heads and MLP units (and the T5 "
+                  "encoder's) split over T consecutive ranks, one all-reduce per split product; "
+                  "the heads must divide by T x --ulysses_degree")
+      ->group(par);
+}
+
+void resolve_parallel_options(ParallelOptions& o, int world_size) {
+  // xDiT legacy's --parallelism patch|naive_patch: every rank CFG and data
+  // parallelism leave to patch parallelism.
+  if (!o.parallelism.empty()) {
+    XDIT_CHECK(o.parallelism == "patch" || o.parallelism == "naive_patch",
+               "--parallelism must be patch or naive_patch (xDiT legacy), got '", o.parallelism,
+               "'");
+    const int rest = o.config.data_parallel_degree * o.config.cfg();
+    XDIT_CHECK(rest >= 1 && world_size % rest == 0, "--parallelism ", o.parallelism, ": ",
+               world_size, " ranks do not divide by dp x cfg = ", rest);
+    o.config.patch_parallel_degree = world_size / rest;
+    o.config.patch_mode = o.parallelism == "patch" ? "displaced" : "naive";
+  }
+  XDIT_CHECK(o.sync_mode == "corrected_async_gn" || o.sync_mode == "full_sync" ||
+                 o.sync_mode == "stale_gn",
+             "--sync_mode must be full_sync, corrected_async_gn or stale_gn (xDiT legacy), got '",
+             o.sync_mode, "'");
+  o.config.full_sync = o.sync_mode == "full_sync";
+  for (const std::string& w : o.patch_weights) {
+    if (w == "auto") {
+      XDIT_CHECK(o.patch_weights.size() == 1, "--patch_weights is either auto or numbers");
+      o.config.auto_weights = true;
+      continue;
+    }
+    double x = 0;
+    XDIT_CHECK(CLI::detail::lexical_cast(w, x), "--patch_weights must be numbers, got '", w, "'");
+    o.config.patch_weights.push_back(x);
+  }
+  if (o.parallel_vae_flag->count() > 0) o.config.use_parallel_vae = o.parallel_vae;
+}
+
+}  // namespace xdit::app

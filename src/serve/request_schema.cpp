@@ -1,0 +1,440 @@
+#include "serve/request_schema.h"
+
+#include <cmath>
+#include <regex>
+
+#include "core/error.h"
+
+namespace xdit::serve {
+
+using nlohmann::json;
+
+namespace {
+
+// Bounds that hold for every model; the pipeline then checks the request
+// against the model, the layout and the memory left (Pipeline::validate).
+constexpr double kMaxSide = 16384;  // px: larger is refused here, not by the allocator
+constexpr double kMaxPromptBytes = 16384;
+constexpr double kMaxSteps = 1000;
+constexpr double kMaxImages = 10;  // OpenAI's limit on n
+constexpr double kMaxGuidance = 100;
+constexpr double kMinSeed = -9223372036854775808.0, kMaxSeed = 18446744073709551615.0;
+
+Field string_field(std::string name, bool required, std::string description) {
+  Field f{std::move(name),       FieldType::kString, required, 0, kMaxPromptBytes, {}, {},
+          std::move(description)};
+  return f;
+}
+Field number_field(std::string name, FieldType t, double lo, double hi, std::string description) {
+  return Field{std::move(name), t, false, lo, hi, {}, {}, std::move(description)};
+}
+
+const Field& prompt_field() {
+  static const Field f = string_field("prompt", true, "the text of the image");
+  return f;
+}
+const Field& negative_field() {
+  static const Field f = string_field(
+      "negative_prompt", false,
+      "what the image should not show (classifier-free guidance's other half; FLUX: with "
+      "guidance above 1, true CFG)");
+  return f;
+}
+const Field& steps_field() {
+  static const Field f = number_field("num_inference_steps", FieldType::kInteger, 1, kMaxSteps,
+                                      "denoising steps (default: the model's, as diffusers)");
+  return f;
+}
+const Field& seed_field() {
+  static const Field f =
+      number_field("seed", FieldType::kInteger, kMinSeed, kMaxSeed,
+                   "seed of the initial noise, as torch.manual_seed takes it (default 42)");
+  return f;
+}
+
+std::vector<Field> make_generate_fields() {
+  return {prompt_field(),
+          steps_field(),
+          seed_field(),
+          number_field("cfg", FieldType::kNumber, 0, kMaxGuidance,
+                       "guidance scale (PixArt, SD3: classifier-free; FLUX.1 [dev]: embedded; "
+                       "default: the model's)"),
+          number_field("height", FieldType::kInteger, 1, kMaxSide,
+                       "image height in px (default: the model's)"),
+          number_field("width", FieldType::kInteger, 1, kMaxSide,
+                       "image width in px (default: the model's)"),
+          string_field("save_disk_path", false,
+                       "an existing folder on the server: the PNG is written there and its path "
+                       "returned instead of the image"),
+          negative_field()};
+}
+
+std::vector<Field> make_images_fields() {
+  Field n = number_field("n", FieldType::kInteger, 1, kMaxImages,
+                         "images of the prompt, one noise batch (default 1)");
+  Field size = string_field("size", false, "\"WIDTHxHEIGHT\" in px (default: the model's)");
+  size.max = 16;
+  size.pattern = "^[1-9][0-9]{0,5}x[1-9][0-9]{0,5}$";
+  Field format = string_field("response_format", false, "how images come back (default b64_json)");
+  format.max = 16;
+  format.allowed = {"b64_json"};
+  Field model = string_field("model", false, "accepted for OpenAI clients; the served model runs");
+  model.max = 256;
+  Field user = string_field("user", false, "accepted for OpenAI clients; not used");
+  user.max = 256;
+  return {prompt_field(),
+          n,
+          size,
+          format,
+          model,
+          user,
+          seed_field(),
+          negative_field(),
+          steps_field(),
+          number_field("guidance_scale", FieldType::kNumber, 0, kMaxGuidance,
+                       "diffusers' guidance_scale (default: the model's)")};
+}
+
+const char* type_name(FieldType t) {
+  switch (t) {
+    case FieldType::kString:
+      return "string";
+    case FieldType::kInteger:
+      return "integer";
+    case FieldType::kNumber:
+      return "number";
+  }
+  return "?";
+}
+
+std::string bound(double x) {
+  if (x == kMinSeed) return "-2^63";
+  if (x == kMaxSeed) return "2^64-1";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.15g", x);
+  return buf;
+}
+
+std::string field_list(const std::vector<Field>& fs) {
+  std::string s;
+  for (const Field& f : fs) s += (s.empty() ? "" : ", ") + f.name;
+  return s;
+}
+
+// Checks `v` against `f`; throws BadRequest naming the field.
+void check_value(const Field& f, const json& v) {
+  auto bad = [&](const std::string& what) {
+    throw BadRequest(400, f.name, "field '" + f.name + "' " + what);
+  };
+  const std::string range = bound(f.min) + " … " + bound(f.max);
+  switch (f.type) {
+    case FieldType::kString: {
+      if (!v.is_string()) bad(std::string("must be a string, got ") + v.type_name());
+      const auto& s = v.get_ref<const std::string&>();
+      if (static_cast<double>(s.size()) > f.max)
+        bad("is " + std::to_string(s.size()) + " bytes long; at most " + bound(f.max) +
+            " are taken");
+      if (!f.allowed.empty()) {
+        bool ok = false;
+        std::string list;
+        for (const auto& a : f.allowed) {
+          ok = ok || s == a;
+          list += (list.empty() ? "" : ", ") + a;
+        }
+        if (!ok) bad("must be one of: " + list + " (got '" + s + "')");
+      }
+      if (!f.pattern.empty() && !std::regex_match(s, std::regex(f.pattern)))
+        bad("must look like 1024x768 (width x height in px), got '" + s + "'");
+      return;
+    }
+    case FieldType::kInteger: {
+      if (!v.is_number_integer()) {
+        if (v.is_number_float() && std::isfinite(v.get<double>()) &&
+            v.get<double>() == std::floor(v.get<double>()) && std::fabs(v.get<double>()) < 1e15)
+          return check_value(f, json(static_cast<int64_t>(v.get<double>())));
+        bad(std::string("must be an integer in ") + range + ", got " +
+            (v.is_number() ? v.dump() : v.type_name()));
+      }
+      const double x = v.is_number_unsigned() ? static_cast<double>(v.get<uint64_t>())
+                                              : static_cast<double>(v.get<int64_t>());
+      if (x < f.min || x > f.max) bad("must be in " + range + ", got " + v.dump());
+      return;
+    }
+    case FieldType::kNumber: {
+      if (!v.is_number()) bad(std::string("must be a number, got ") + v.type_name());
+      const double x = v.get<double>();
+      if (!std::isfinite(x) || x < f.min || x > f.max)
+        bad("must be in " + range + ", got " + v.dump());
+      return;
+    }
+  }
+}
+
+int64_t integer(const json& v) {
+  return v.is_number_float() ? static_cast<int64_t>(v.get<double>()) : v.get<int64_t>();
+}
+
+uint64_t seed_of(const json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  return static_cast<uint64_t>(integer(v));  // torch: a negative seed wraps to 2^64 + seed
+}
+
+}  // namespace
+
+const char* endpoint_path(Endpoint e) {
+  return e == Endpoint::kGenerate ? "/generate" : "/v1/images/generations";
+}
+
+const std::vector<Field>& fields(Endpoint e) {
+  static const std::vector<Field> generate = make_generate_fields();
+  static const std::vector<Field> images = make_images_fields();
+  return e == Endpoint::kGenerate ? generate : images;
+}
+
+ServeRequest parse_request(Endpoint e, const std::string& body) {
+  if (body.size() > kMaxBodyBytes)
+    throw BadRequest(413, "",
+                     "the body is " + std::to_string(body.size()) + " bytes; at most " +
+                         std::to_string(kMaxBodyBytes) + " are taken");
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::parse_error& err) {
+    throw BadRequest(400, "", std::string("the body is not valid JSON: ") + err.what());
+  }
+  if (!j.is_object())
+    throw BadRequest(400, "", std::string("the body must be a JSON object, got ") + j.type_name());
+  const std::vector<Field>& fs = fields(e);
+  for (const auto& [key, value] : j.items()) {
+    const Field* f = nullptr;
+    for (const Field& c : fs)
+      if (c.name == key) f = &c;
+    if (f == nullptr)
+      throw BadRequest(
+          400, key,
+          "unknown field '" + key + "': " + endpoint_path(e) + " takes " + field_list(fs));
+    if (value.is_null() && !f->required) continue;  // null reads as absent
+    check_value(*f, value);
+  }
+  for (const Field& f : fs)
+    if (f.required && (!j.contains(f.name) || j[f.name].is_null()))
+      throw BadRequest(400, f.name, "field '" + f.name + "' is required");
+
+  auto has = [&](const char* k) { return j.contains(k) && !j[k].is_null(); };
+  ServeRequest out;
+  out.endpoint = e;
+  pipeline::ImageRequest& r = out.image;
+  const std::string prompt = j["prompt"].get<std::string>();
+  r.prompts = {prompt};
+  if (has("negative_prompt")) r.negative_prompt = j["negative_prompt"].get<std::string>();
+  if (has("num_inference_steps")) r.num_inference_steps = integer(j["num_inference_steps"]);
+  if (has("seed")) r.seed = seed_of(j["seed"]);
+  if (e == Endpoint::kGenerate) {
+    if (has("cfg")) r.guidance_scale = j["cfg"].get<double>();
+    if (has("height")) r.height = integer(j["height"]);
+    if (has("width")) r.width = integer(j["width"]);
+    if (has("save_disk_path")) out.save_disk_path = j["save_disk_path"].get<std::string>();
+  } else {
+    if (has("guidance_scale")) r.guidance_scale = j["guidance_scale"].get<double>();
+    if (has("n")) r.prompts.assign(static_cast<size_t>(integer(j["n"])), prompt);
+    if (has("size")) {
+      const std::string s = j["size"].get<std::string>();
+      const size_t x = s.find('x');
+      r.width = std::stoll(s.substr(0, x));
+      r.height = std::stoll(s.substr(x + 1));
+      if (static_cast<double>(r.width) > kMaxSide || static_cast<double>(r.height) > kMaxSide)
+        throw BadRequest(
+            400, "size",
+            "field 'size' " + s + " is larger than " + bound(kMaxSide) + " px on a side");
+    }
+  }
+  return out;
+}
+
+json request_to_json(const pipeline::ImageRequest& r) {
+  json j = {{"prompts", r.prompts},
+            {"height", r.height},
+            {"width", r.width},
+            {"num_inference_steps", r.num_inference_steps},
+            {"guidance_scale", r.guidance_scale},
+            {"true_cfg_scale", r.true_cfg_scale},
+            {"seed", r.seed},
+            {"resolution_binning", r.resolution_binning},
+            {"max_sequence_length", r.max_sequence_length}};
+  if (r.negative_prompt) j["negative_prompt"] = *r.negative_prompt;
+  return j;
+}
+
+pipeline::ImageRequest request_from_json(const json& j) {
+  pipeline::ImageRequest r;
+  r.prompts = j.at("prompts").get<std::vector<std::string>>();
+  r.height = j.at("height").get<int64_t>();
+  r.width = j.at("width").get<int64_t>();
+  r.num_inference_steps = j.at("num_inference_steps").get<int64_t>();
+  r.guidance_scale = j.at("guidance_scale").get<double>();
+  r.true_cfg_scale = j.at("true_cfg_scale").get<double>();
+  r.seed = j.at("seed").get<uint64_t>();
+  r.resolution_binning = j.at("resolution_binning").get<bool>();
+  r.max_sequence_length = j.at("max_sequence_length").get<int64_t>();
+  if (j.contains("negative_prompt")) r.negative_prompt = j["negative_prompt"].get<std::string>();
+  return r;
+}
+
+json error_body(int status, const std::string& message, const std::string& field) {
+  const char* type = status == 400 || status == 413 ? "invalid_request_error"
+                     : status == 429                ? "queue_full"
+                     : status == 503                ? "unavailable"
+                     : status == 504                ? "timeout"
+                     : status == 404                ? "not_found"
+                                                    : "server_error";
+  return {{"error",
+           {{"message", message},
+            {"type", type},
+            {"param", field.empty() ? json(nullptr) : json(field)},
+            {"code", status}}}};
+}
+
+namespace {
+
+json field_schema(const Field& f) {
+  json s = {{"type", type_name(f.type)}, {"description", f.description}};
+  if (f.type == FieldType::kString) {
+    s["maxLength"] = static_cast<int64_t>(f.max);
+    if (!f.allowed.empty()) s["enum"] = f.allowed;
+    if (!f.pattern.empty()) s["pattern"] = f.pattern;
+  } else if (f.min == kMinSeed) {  // beyond a double's exact integers: say it in words
+    s["description"] = f.description + "; -2^63 … 2^64-1";
+  } else {
+    s["minimum"] = f.type == FieldType::kInteger ? json(static_cast<int64_t>(f.min)) : json(f.min);
+    s["maximum"] = f.type == FieldType::kInteger ? json(static_cast<int64_t>(f.max)) : json(f.max);
+  }
+  return s;
+}
+
+json request_schema(Endpoint e) {
+  json props = json::object(), required = json::array();
+  for (const Field& f : fields(e)) {
+    props[f.name] = field_schema(f);
+    if (f.required) required.push_back(f.name);
+  }
+  return {{"type", "object"},
+          {"additionalProperties", false},
+          {"required", required},
+          {"properties", props}};
+}
+
+json ref(const char* name) {
+  return {{"$ref", std::string("#/components/schemas/") + name}};
+}
+
+json json_content(const json& schema) {
+  return {{"application/json", {{"schema", schema}}}};
+}
+
+json error_responses() {
+  json r = json::object();
+  for (const auto& [code, what] : std::vector<std::pair<std::string, std::string>>{
+           {"400",
+            "the body or a field is wrong (the message names it), or the model or the "
+            "parallel layout cannot serve the request"},
+           {"413", "the body is over 1 MiB"},
+           {"429", "the queue is full (Retry-After says when to try again)"},
+           {"500", "the generation failed"},
+           {"503", "the server is shutting down"},
+           {"504", "the request did not finish within --request_timeout"}})
+    r[code] = {{"description", what}, {"content", json_content(ref("Error"))}};
+  return r;
+}
+
+json object_schema(std::vector<std::string> required, json properties) {
+  return {
+      {"type", "object"}, {"required", std::move(required)}, {"properties", std::move(properties)}};
+}
+
+json typed(const char* type, const char* description = nullptr) {
+  json t = {{"type", type}};
+  if (description != nullptr) t["description"] = description;
+  return t;
+}
+
+}  // namespace
+
+json openapi() {
+  json schemas = json::object();
+  schemas["GenerateRequest"] = request_schema(Endpoint::kGenerate);
+  schemas["ImagesRequest"] = request_schema(Endpoint::kImages);
+  json gen = json::object();
+  gen["message"] = typed("string");
+  gen["elapsed_time"] = typed("string", "seconds, e.g. \"1.23 sec\"");
+  gen["output"] = typed("string", "the PNG in base64, or its path when save_disk_path was given");
+  gen["save_to_disk"] = typed("boolean");
+  schemas["GenerateResponse"] =
+      object_schema({"message", "elapsed_time", "output", "save_to_disk"}, gen);
+  json item = json::object();
+  item["b64_json"] = typed("string", "a PNG in base64");
+  json data = typed("array");
+  data["items"] = object_schema({"b64_json"}, item);
+  json images = json::object();
+  images["created"] = typed("integer", "Unix time");
+  images["data"] = data;
+  schemas["ImagesResponse"] = object_schema({"created", "data"}, images);
+  json err = json::object();
+  err["message"] = typed("string");
+  err["type"] = typed("string");
+  err["param"] = typed("string", "the field at fault, or null");
+  err["param"]["nullable"] = true;
+  err["code"] = typed("integer", "the HTTP status");
+  json error = json::object();
+  error["error"] = object_schema({"message", "type", "code"}, err);
+  schemas["Error"] = object_schema({"error"}, error);
+  auto post = [&](const char* summary, const char* req, const char* res) {
+    json responses = error_responses();
+    responses["200"] = {{"description", "the image"}, {"content", json_content(ref(res))}};
+    json op = json::object();
+    op["summary"] = summary;
+    op["requestBody"] = {{"required", true}, {"content", json_content(ref(req))}};
+    op["responses"] = responses;
+    return json{{"post", op}};
+  };
+  auto get = [](const char* summary, const char* type, const json& schema) {
+    json content = json::object();
+    content[type] = {{"schema", schema}};
+    json ok = {{"description", summary}, {"content", content}};
+    json op = json::object();
+    op["summary"] = summary;
+    op["responses"] = {{"200", ok}};
+    return json{{"get", op}};
+  };
+  json health = json::object();
+  health["status"] = typed("string", "ok, or draining after SIGTERM");
+  health["queue_depth"] = typed("integer");
+  health["running"] = typed("integer");
+  json models = json::object();
+  models["object"] = typed("string");
+  models["data"] = typed("array");
+  json paths = json::object();
+  paths["/generate"] = post("xDiT's http-service request", "GenerateRequest", "GenerateResponse");
+  paths["/v1/images/generations"] =
+      post("OpenAI's image generation request", "ImagesRequest", "ImagesResponse");
+  paths["/health"] = get("whether the server takes requests, and its queue", "application/json",
+                         object_schema({"status"}, health));
+  paths["/v1/models"] = get("the served model, in OpenAI's list shape", "application/json",
+                            object_schema({"object", "data"}, models));
+  paths["/metrics"] =
+      get("Prometheus text: requests by status, queue depth, seconds per stage, images per second",
+          "text/plain", typed("string"));
+  json info = json::object();
+  info["title"] = "xdit serve";
+  info["version"] = XDIT_VERSION;
+  info["description"] =
+      "A resident text-to-image service: the model loads once on every rank and each request "
+      "runs on the whole parallel layout. Requests wait in a bounded FIFO queue.";
+  json doc = json::object();
+  doc["openapi"] = "3.0.3";
+  doc["info"] = info;
+  doc["paths"] = paths;
+  doc["components"] = {{"schemas", schemas}};
+  return doc;
+}
+
+}  // namespace xdit::serve
