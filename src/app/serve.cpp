@@ -207,28 +207,6 @@ int follow(pipeline::Pipeline& pipe, parallel::Mesh& mesh) {
 
 // --- rank 0: HTTP --------------------------------------------------------------
 
-std::string base64(const std::vector<uint8_t>& in) {
-  // RFC 4648 base64, by hand: none of the project's libraries exports an
-  // encoder (cpp-httplib keeps its own in detail::, not in the Debian build's API).
-  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((in.size() + 2) / 3 * 4);
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    const uint32_t v = (uint32_t{in[i]} << 16) | (uint32_t{in[i + 1]} << 8) | in[i + 2];
-    for (int s = 18; s >= 0; s -= 6) out += kAlphabet[(v >> s) & 63];
-  }
-  if (i < in.size()) {
-    const bool two = i + 1 < in.size();
-    const uint32_t v = (uint32_t{in[i]} << 16) | (two ? uint32_t{in[i + 1]} << 8 : 0);
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += two ? kAlphabet[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
-}
-
 class Server {
  public:
   Server(const ServeOptions& o, pipeline::Pipeline& pipe, pipeline::Pipeline& validator,
@@ -306,19 +284,24 @@ class Server {
         job->finish(serve::JobResult::error(
             503, "the server is shutting down: the request was not started"));
     });
-    XDIT_INFO("serving ", model_id_, " on http://", o_.host, ":", port,
-              loopback(o_.host) ? " (this machine only; --host 0.0.0.0 serves other machines)"
-                                : " -- on a network interface, as --host asked: anyone who can "
-                                  "reach it may generate",
-              "; ", groups_, " request", groups_ == 1 ? "" : "s", " at a time, queue ",
-              o_.max_queue, ", timeout ", o_.request_timeout, " s");
+    // The start-up line, printed even under XDIT_QUIET: where the service is
+    // and who can reach it.
+    std::fprintf(stderr,
+                 "xdit: serving %s on http://%s:%d %s; %d request%s at a time, queue %d, "
+                 "timeout %g s\n",
+                 model_id_.c_str(), o_.host.c_str(), port,
+                 loopback(o_.host) ? "(this machine only; --host 0.0.0.0 serves other machines)"
+                                   : "(on a network interface, as --host asked: anyone who can "
+                                     "reach it may generate)",
+                 groups_, groups_ == 1 ? "" : "s", o_.max_queue, o_.request_timeout);
+    std::fflush(stderr);
     serve_loop();
     done_ = true;
     drain.join();
     send_command(mesh_.world(), json{{"op", "stop"}}.dump());
     svr.stop();
     http.join();
-    XDIT_INFO("stopped: ", served_, " request", served_ == 1 ? "" : "s", " served");
+    std::fprintf(stderr, "xdit: stopped: %zu request%s served\n", served_, served_ == 1 ? "" : "s");
     return 0;
   }
 
@@ -442,7 +425,7 @@ class Server {
       pngs.push_back(io::encode_png(r->width, r->height, rgb, png_text(r->request)));
     if (e == serve::Endpoint::kImages) {
       json data = json::array();
-      for (const auto& png : pngs) data.push_back({{"b64_json", base64(png)}});
+      for (const auto& png : pngs) data.push_back({{"b64_json", serve::base64_encode(png)}});
       return reply_json(res, req.path, 200,
                         {{"created", static_cast<int64_t>(std::time(nullptr))}, {"data", data}});
     }
@@ -464,7 +447,7 @@ class Server {
       body["output"] = path.string();
       body["save_to_disk"] = true;
     } else {
-      body["output"] = base64(pngs[0]);
+      body["output"] = serve::base64_encode(pngs[0]);
       body["save_to_disk"] = false;
     }
     reply_json(res, req.path, 200, body);

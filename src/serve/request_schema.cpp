@@ -280,6 +280,28 @@ pipeline::ImageRequest request_from_json(const json& j) {
   return r;
 }
 
+std::string base64_encode(const std::vector<uint8_t>& in) {
+  // By hand: none of the project's libraries exports an encoder (cpp-httplib
+  // keeps its own in detail::, outside the Debian build's API).
+  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const uint32_t v = (uint32_t{in[i]} << 16) | (uint32_t{in[i + 1]} << 8) | in[i + 2];
+    for (int s = 18; s >= 0; s -= 6) out += kAlphabet[(v >> s) & 63];
+  }
+  if (i < in.size()) {
+    const bool two = i + 1 < in.size();
+    const uint32_t v = (uint32_t{in[i]} << 16) | (two ? uint32_t{in[i + 1]} << 8 : 0);
+    out += kAlphabet[(v >> 18) & 63];
+    out += kAlphabet[(v >> 12) & 63];
+    out += two ? kAlphabet[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
 json error_body(int status, const std::string& message, const std::string& field) {
   const char* type = status == 400 || status == 413 ? "invalid_request_error"
                      : status == 429                ? "queue_full"

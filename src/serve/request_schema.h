@@ -76,6 +76,9 @@ pipeline::ImageRequest request_from_json(const nlohmann::json& j);
 // {"error": {"message", "type", "param", "code"}} (OpenAI's shape).
 nlohmann::json error_body(int status, const std::string& message, const std::string& field = "");
 
+// RFC 4648 base64 (the images in JSON responses).
+std::string base64_encode(const std::vector<uint8_t>& bytes);
+
 // The OpenAPI 3.0 document of the service (every endpoint, the request
 // schemas from fields(), the responses).
 nlohmann::json openapi();

@@ -1,0 +1,281 @@
+// The service's request schema, queue and wire helpers, in process: every
+// malformed-body class is refused with the field it names, good bodies turn
+// into the ImageRequest `xdit generate` would build, the committed OpenAPI
+// file is the one the field tables make, and the queue is a bounded FIFO.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "serve/job_queue.h"
+#include "serve/metrics.h"
+#include "serve/request_schema.h"
+
+namespace xdit::serve {
+namespace {
+
+using nlohmann::json;
+
+// The status and field of the refusal of `body`, or {0, ""} when accepted.
+std::pair<int, std::string> refusal(Endpoint e, const std::string& body) {
+  try {
+    parse_request(e, body);
+  } catch (const BadRequest& b) {
+    EXPECT_FALSE(std::string(b.what()).empty());
+    EXPECT_EQ(std::string(b.what()).find('\n'), std::string::npos) << "one line: " << b.what();
+    return {b.status(), b.field()};
+  }
+  return {0, ""};
+}
+
+TEST(ServeSchema, GenerateBodyBecomesTheRequestGenerateBuilds) {
+  const ServeRequest r =
+      parse_request(Endpoint::kGenerate,
+                    R"({"prompt": "a red fox", "num_inference_steps": 7, "seed": 1234, "cfg": 3.25,
+          "height": 96, "width": 160, "negative_prompt": "blur"})");
+  ASSERT_EQ(r.image.prompts, std::vector<std::string>{"a red fox"});
+  EXPECT_EQ(r.image.num_inference_steps, 7);
+  EXPECT_EQ(r.image.seed, 1234u);
+  EXPECT_DOUBLE_EQ(r.image.guidance_scale, 3.25);
+  EXPECT_EQ(r.image.height, 96);
+  EXPECT_EQ(r.image.width, 160);
+  EXPECT_EQ(r.image.negative_prompt.value_or(""), "blur");
+  EXPECT_FALSE(r.save_disk_path.has_value());
+  EXPECT_TRUE(r.image.resolution_binning);  // as `xdit generate` without --no_resolution_binning
+}
+
+TEST(ServeSchema, OmittedFieldsKeepThePipelineDefaults) {
+  const ServeRequest r = parse_request(Endpoint::kGenerate, R"({"prompt": "x"})");
+  const pipeline::ImageRequest d;
+  EXPECT_EQ(r.image.num_inference_steps, pipeline::kDefaultSteps);
+  EXPECT_EQ(r.image.guidance_scale, pipeline::kDefaultGuidance);
+  EXPECT_EQ(r.image.height, 0);
+  EXPECT_EQ(r.image.seed, d.seed);
+  EXPECT_FALSE(r.image.negative_prompt.has_value());
+  // null reads as absent
+  EXPECT_EQ(parse_request(Endpoint::kGenerate, R"({"prompt": "x", "seed": null})").image.seed,
+            d.seed);
+}
+
+TEST(ServeSchema, OpenAIBodyTakesSizeAndNCopiesOfThePrompt) {
+  const ServeRequest r =
+      parse_request(Endpoint::kImages,
+                    R"({"prompt": "p", "n": 3, "size": "160x96", "response_format": "b64_json",
+          "model": "whatever", "user": "u", "guidance_scale": 2, "num_inference_steps": 5,
+          "seed": -1})");
+  EXPECT_EQ(r.image.prompts, std::vector<std::string>(3, "p"));
+  EXPECT_EQ(r.image.width, 160);
+  EXPECT_EQ(r.image.height, 96);
+  EXPECT_DOUBLE_EQ(r.image.guidance_scale, 2.0);
+  EXPECT_EQ(r.image.num_inference_steps, 5);
+  EXPECT_EQ(r.image.seed, ~uint64_t{0});  // torch: -1 wraps to 2^64 - 1
+  EXPECT_EQ(
+      parse_request(Endpoint::kImages, R"({"prompt":"p","seed":18446744073709551615})").image.seed,
+      ~uint64_t{0});
+}
+
+TEST(ServeSchema, EveryMalformedClassIsRefusedNamingTheField) {
+  using P = std::pair<int, std::string>;
+  const Endpoint g = Endpoint::kGenerate, o = Endpoint::kImages;
+  // bad JSON, not an object
+  EXPECT_EQ(refusal(g, R"({"prompt": "x",)"), P(400, ""));
+  EXPECT_EQ(refusal(g, "\xff\xfe"), P(400, ""));
+  EXPECT_EQ(refusal(g, R"(["prompt"])"), P(400, ""));
+  EXPECT_EQ(refusal(g, ""), P(400, ""));
+  // wrong types
+  EXPECT_EQ(refusal(g, R"({"prompt": 5})"), P(400, "prompt"));
+  EXPECT_EQ(refusal(g, R"({"prompt": "x", "num_inference_steps": "20"})"),
+            P(400, "num_inference_steps"));
+  EXPECT_EQ(refusal(g, R"({"prompt": "x", "num_inference_steps": 2.5})"),
+            P(400, "num_inference_steps"));
+  EXPECT_EQ(refusal(g, R"({"prompt": "x", "cfg": "high"})"), P(400, "cfg"));
+  EXPECT_EQ(refusal(g, R"({"prompt": "x", "seed": 1.5})"), P(400, "seed"));
+  EXPECT_EQ(refusal(g, R"({"prompt": "x", "seed": 1e30})"), P(400, "seed"));
+  EXPECT_EQ(refusal(o, R"({"prompt": "x", "n": true})"), P(400, "n"));
+  EXPECT_EQ(refusal(o, R"({"prompt": "x", "size": 512})"), P(400, "size"));
+  // missing prompt
+  EXPECT_EQ(refusal(g, R"({"num_inference_steps": 3})"), P(400, "prompt"));
+  EXPECT_EQ(refusal(o, R"({})"), P(400, "prompt"));
+  EXPECT_EQ(refusal(o, R"({"prompt": null})"), P(400, "prompt"));
+  // absurd sizes
+  EXPECT_EQ(refusal(g, R"({"prompt": "x", "height": 1000000})"), P(400, "height"));
+  EXPECT_EQ(refusal(g, R"({"prompt": "x", "width": 0})"), P(400, "width"));
+  EXPECT_EQ(refusal(g, R"({"prompt": "x", "width": -64})"), P(400, "width"));
+  EXPECT_EQ(refusal(o, R"({"prompt": "x", "size": "99999x64"})"), P(400, "size"));
+  EXPECT_EQ(refusal(o, R"({"prompt": "x", "size": "64by64"})"), P(400, "size"));
+  EXPECT_EQ(refusal(o, R"({"prompt": "x", "size": "0x64"})"), P(400, "size"));
+  EXPECT_EQ(refusal(o, R"({"prompt": "x", "n": 11})"), P(400, "n"));
+  // negative steps, guidance out of range
+  EXPECT_EQ(refusal(g, R"({"prompt": "x", "num_inference_steps": -3})"),
+            P(400, "num_inference_steps"));
+  EXPECT_EQ(refusal(g, R"({"prompt": "x", "num_inference_steps": 0})"),
+            P(400, "num_inference_steps"));
+  EXPECT_EQ(refusal(o, R"({"prompt": "x", "guidance_scale": -1})"), P(400, "guidance_scale"));
+  // unknown fields (each endpoint's own: cfg is /generate's, n is OpenAI's)
+  EXPECT_EQ(refusal(g, R"({"prompt": "x", "steps": 3})"), P(400, "steps"));
+  EXPECT_EQ(refusal(g, R"({"prompt": "x", "n": 2})"), P(400, "n"));
+  EXPECT_EQ(refusal(o, R"({"prompt": "x", "cfg": 2})"), P(400, "cfg"));
+  // enum: url images are not served
+  EXPECT_EQ(refusal(o, R"({"prompt": "x", "response_format": "url"})"), P(400, "response_format"));
+  // a prompt over the limit, a body over the limit
+  EXPECT_EQ(refusal(g, json{{"prompt", std::string(20000, 'a')}}.dump()), P(400, "prompt"));
+  EXPECT_EQ(refusal(g, json{{"prompt", std::string(kMaxBodyBytes, 'a')}}.dump()), P(413, ""));
+}
+
+TEST(ServeSchema, RequestsCrossRanksUnchanged) {
+  pipeline::ImageRequest r;
+  r.prompts = {"a", "b c"};
+  r.negative_prompt.emplace(1, 'n');
+  r.height = 96;
+  r.width = 160;
+  r.num_inference_steps = 9;
+  r.guidance_scale = 4.75;
+  r.seed = ~uint64_t{0} - 3;
+  r.max_sequence_length = 77;
+  const pipeline::ImageRequest b = request_from_json(json::parse(request_to_json(r).dump()));
+  EXPECT_EQ(b.prompts, r.prompts);
+  EXPECT_EQ(b.negative_prompt, r.negative_prompt);
+  EXPECT_EQ(b.height, r.height);
+  EXPECT_EQ(b.width, r.width);
+  EXPECT_EQ(b.num_inference_steps, r.num_inference_steps);
+  EXPECT_EQ(b.guidance_scale, r.guidance_scale);
+  EXPECT_EQ(b.seed, r.seed);
+  EXPECT_EQ(b.max_sequence_length, r.max_sequence_length);
+  r.negative_prompt.reset();
+  EXPECT_FALSE(request_from_json(request_to_json(r)).negative_prompt.has_value());
+}
+
+TEST(ServeSchema, CommittedOpenApiIsTheOneTheFieldTablesMake) {
+  std::ifstream in(std::string(XDIT_SOURCE_DIR) + "/docs/openapi.json");
+  ASSERT_TRUE(in.good())
+      << "docs/openapi.json is missing: xdit serve --openapi > docs/openapi.json";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(json::parse(ss.str()), openapi())
+      << "docs/openapi.json is stale: regenerate it with xdit serve --openapi > docs/openapi.json";
+  // Every field of every endpoint is in its schema, with additionalProperties false.
+  const json doc = openapi();
+  for (const auto& [e, name] : {std::pair{Endpoint::kGenerate, "GenerateRequest"},
+                                std::pair{Endpoint::kImages, "ImagesRequest"}}) {
+    const json& s = doc["components"]["schemas"][name];
+    EXPECT_EQ(s["additionalProperties"], false);
+    EXPECT_EQ(s["properties"].size(), fields(e).size());
+    EXPECT_EQ(s["required"], json::array({"prompt"}));
+  }
+}
+
+TEST(ServeSchema, Base64MatchesRfc4648) {
+  auto enc = [](const std::string& s) {
+    return base64_encode(std::vector<uint8_t>(s.begin(), s.end()));
+  };
+  EXPECT_EQ(enc(""), "");
+  EXPECT_EQ(enc("f"), "Zg==");
+  EXPECT_EQ(enc("fo"), "Zm8=");
+  EXPECT_EQ(enc("foo"), "Zm9v");
+  EXPECT_EQ(enc("foob"), "Zm9vYg==");
+  EXPECT_EQ(enc("fooba"), "Zm9vYmE=");
+  EXPECT_EQ(enc("foobar"), "Zm9vYmFy");
+  EXPECT_EQ(base64_encode({0xff, 0xfe, 0x00}), "//4A");
+}
+
+TEST(ServeSchema, ErrorBodiesHaveOpenAIsShape) {
+  const json e = error_body(400, "field 'n' must be ...", "n");
+  EXPECT_EQ(e["error"]["message"], "field 'n' must be ...");
+  EXPECT_EQ(e["error"]["param"], "n");
+  EXPECT_EQ(e["error"]["code"], 400);
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+  EXPECT_TRUE(error_body(429, "full")["error"]["param"].is_null());
+  EXPECT_EQ(error_body(429, "full")["error"]["type"], "queue_full");
+}
+
+std::shared_ptr<Job> job(const std::string& prompt, double seconds = 60) {
+  ServeRequest r;
+  r.image.prompts = {prompt};
+  return std::make_shared<Job>(r, Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                     std::chrono::duration<double>(seconds)));
+}
+
+TEST(ServeQueue, BoundedFifoTakesOnePerGroup) {
+  JobQueue q(3);
+  for (const char* p : {"a", "b", "c"}) EXPECT_EQ(q.push(job(p)), JobQueue::Push::kQueued);
+  EXPECT_EQ(q.push(job("d")), JobQueue::Push::kFull);
+  EXPECT_EQ(q.depth(), 3u);
+  auto two = q.take(2, std::chrono::milliseconds(0));
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0]->request().image.prompts[0], "a");
+  EXPECT_EQ(two[1]->request().image.prompts[0], "b");
+  EXPECT_EQ(q.push(job("e")), JobQueue::Push::kQueued);
+  auto rest = q.take(5, std::chrono::milliseconds(0));
+  ASSERT_EQ(rest.size(), 2u);
+  EXPECT_EQ(rest[0]->request().image.prompts[0], "c");
+  EXPECT_EQ(rest[1]->request().image.prompts[0], "e");
+  const auto t0 = Clock::now();
+  EXPECT_TRUE(q.take(1, std::chrono::milliseconds(50)).empty());
+  EXPECT_GE(Clock::now() - t0, std::chrono::milliseconds(45));
+}
+
+TEST(ServeQueue, AbandonedJobsAreSkippedAndCloseHandsBackTheWaiting) {
+  JobQueue q(4);
+  auto late = job("late", 0.02);
+  q.push(late);
+  q.push(job("kept"));
+  EXPECT_FALSE(late->wait().has_value());  // its client gave up at the deadline
+  EXPECT_TRUE(late->abandoned());
+  auto got = q.take(4, std::chrono::milliseconds(0));
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0]->request().image.prompts[0], "kept");
+  q.push(job("x"));
+  q.push(job("y"));
+  const auto left = q.close();
+  EXPECT_EQ(left.size(), 2u);
+  EXPECT_EQ(q.push(job("z")), JobQueue::Push::kClosed);
+  EXPECT_TRUE(q.take(1, std::chrono::milliseconds(1000)).empty());  // closed: no wait
+}
+
+TEST(ServeQueue, AWaitingClientGetsTheResultFromAnotherThread) {
+  auto j = job("p");
+  std::thread t([j] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    JobResult r;
+    r.status = 200;
+    r.width = 3;
+    j->finish(std::move(r));
+    j->finish(JobResult::error(500, "second answer is ignored"));
+  });
+  auto r = j->wait();
+  t.join();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->width, 3);
+}
+
+TEST(ServeMetrics, PrometheusTextCountsRequestsAndImages) {
+  Metrics m;
+  m.request("/generate", 200);
+  m.request("/generate", 200);
+  m.request("/generate", 400);
+  m.generation(3, 0.5, 2.0, 0.25, 3.0);
+  const std::string t = m.prometheus(4, 16, 1);
+  EXPECT_NE(t.find("xdit_requests_total{endpoint=\"/generate\",status=\"200\"} 2\n"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("xdit_requests_total{endpoint=\"/generate\",status=\"400\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(t.find("xdit_queue_depth 4\n"), std::string::npos);
+  EXPECT_NE(t.find("xdit_running_requests 1\n"), std::string::npos);
+  EXPECT_NE(t.find("xdit_images_total 3\n"), std::string::npos);
+  EXPECT_NE(t.find("xdit_stage_seconds_total{stage=\"denoising\"} 2\n"), std::string::npos);
+  EXPECT_EQ(t.find("xdit_images_per_second 0\n"), std::string::npos);  // 3 images just now
+  // Every sample line belongs to a declared metric.
+  std::istringstream lines(t);
+  for (std::string l; std::getline(lines, l);) {
+    if (l.rfind("# ", 0) == 0) continue;
+    const std::string name = l.substr(0, l.find_first_of("{ "));
+    EXPECT_NE(t.find("# TYPE " + name + " "), std::string::npos) << l;
+  }
+}
+
+}  // namespace
+}  // namespace xdit::serve
