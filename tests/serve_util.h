@@ -97,13 +97,14 @@ class ServeProcess {
 #endif
     cmd += std::string("'") + XDIT_BINARY + "' serve --port 0 " + args;
     proc_ = spawn_command(cmd, err_);
-    const std::regex line("xdit: serving .* on http://[^:]+:([0-9]+) ");
+    const std::regex line("xdit: serving .* on http://[^:]+:([0-9]+) .* pid ([0-9]+) ");
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     while (std::chrono::steady_clock::now() < until) {
       std::smatch m;
       const std::string log = read_text(err_);
       if (std::regex_search(log, m, line)) {
         port_ = std::stoi(m[1]);
+        server_pid_ = std::stoi(m[2]);
         return;
       }
       int status = 0;
@@ -147,10 +148,11 @@ class ServeProcess {
     return c;
   }
 
-  // Sends `sig` and waits for the end.
+  // Sends `sig` to the serving process (rank 0, the pid of its start-up
+  // line) and waits for the whole job's end.
   CommandResult stop(int sig = SIGTERM) {
     if (exited_) return {code_, 0, log()};
-    ::kill(proc_.pid, sig);
+    ::kill(server_pid_ > 0 ? server_pid_ : proc_.pid, sig);
     exited_ = true;
     return wait_command(proc_);
   }
@@ -163,6 +165,7 @@ class ServeProcess {
   std::string err_;
   Spawned proc_;
   int port_ = 0;
+  pid_t server_pid_ = 0;
   bool exited_ = false;
   int code_ = 0;
 };

@@ -288,12 +288,13 @@ class Server {
     // and who can reach it.
     std::fprintf(stderr,
                  "xdit: serving %s on http://%s:%d %s; %d request%s at a time, queue %d, "
-                 "timeout %g s\n",
+                 "timeout %g s; SIGTERM to pid %d stops it\n",
                  model_id_.c_str(), o_.host.c_str(), port,
                  loopback(o_.host) ? "(this machine only; --host 0.0.0.0 serves other machines)"
                                    : "(on a network interface, as --host asked: anyone who can "
                                      "reach it may generate)",
-                 groups_, groups_ == 1 ? "" : "s", o_.max_queue, o_.request_timeout);
+                 groups_, groups_ == 1 ? "" : "s", o_.max_queue, o_.request_timeout,
+                 static_cast<int>(::getpid()));
     std::fflush(stderr);
     serve_loop();
     done_ = true;

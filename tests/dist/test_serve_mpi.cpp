@@ -1,0 +1,153 @@
+// xdit serve under mpirun with 2 ranks: every request runs on the whole
+// layout and its image equals the serial `xdit generate` (Ulysses 2; data
+// parallel 2 with two requests served at once, one per group); a request the
+// layout cannot serve is a 400 that says why, and the job goes on; SIGTERM
+// to the serving rank ends every rank with exit 0.
+#include <atomic>
+#include <thread>
+
+#include "serve_util.h"
+#include "test_util.h"
+
+namespace xdit {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const std::string kModels = XDIT_MODELS;
+
+class ServeMpi : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = test::make_test_dir("xdit_serve_mpi_"); }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& n) const { return (dir_ / n).string(); }
+
+  // The serial `xdit generate ARGS` image (one prompt).
+  io::PngImage serial(const std::string& args, const std::string& name) const {
+    const auto r = test::run_command(
+        test::xdit_env() + "'" + XDIT_BINARY + "' generate " + args + " -o '" + path(name) + "'",
+        path("generate.log"));
+    EXPECT_EQ(r.code, 0) << r.err;
+    return io::read_png(path(name));
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ServeMpi, Ulysses2ServesTheSerialImage) {
+  const std::string model = "--model '" + kModels + "/flux-schnell-tiny' --dtype f32";
+  test::ServeProcess s(model + " --ulysses_degree 2", dir_, 2);
+  ASSERT_TRUE(s.listening()) << s.log();
+  auto c = s.client();
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(json::parse(health->body)["ranks"], 2);
+  const test::Reply r =
+      test::post_json(c, "/generate",
+                      R"({"prompt": "a harbour at dusk", "height": 96, "width": 64, "seed": 3,
+          "num_inference_steps": 3})");
+  ASSERT_EQ(r.status, 200) << r.body.dump() << s.log();
+  const io::PngImage want =
+      serial(model +
+                 " --prompt 'a harbour at dusk' --height 96 --width 64 --seed 3 "
+                 "--num_inference_steps 3",
+             "serial.png");
+  EXPECT_LE(test::max_pixel_diff(test::png_of_base64(r.body["output"]), want), 1);
+  const test::CommandResult end = s.stop();
+  EXPECT_EQ(end.code, 0) << end.err;
+  EXPECT_NE(end.err.find("stopped: 1 request served"), std::string::npos) << end.err;
+}
+
+TEST_F(ServeMpi, DataParallel2ServesEachRequestTheSerialImage) {
+  const std::string model = "--model '" + kModels + "/pixart-sigma-tiny' --dtype f32";
+  test::ServeProcess s(model + " --data_parallel_degree 2", dir_, 2);
+  ASSERT_TRUE(s.listening()) << s.log();
+  EXPECT_NE(s.log().find("2 requests at a time"), std::string::npos) << s.log();
+  // Two different requests (prompts, seeds, sizes, steps) sent together; and
+  // one of two images (n = 2) on one group.
+  const std::vector<std::string> bodies = {
+      R"({"prompt": "a red fox", "seed": 5, "height": 128, "width": 96, "num_inference_steps": 3,
+          "cfg": 3.0})",
+      R"({"prompt": "a blue bird", "seed": 9, "height": 64, "width": 64, "num_inference_steps": 2})"};
+  std::vector<test::Reply> replies(bodies.size());
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < bodies.size(); ++i)
+    clients.emplace_back([&, i] {
+      auto c = s.client();
+      replies[i] = test::post_json(c, "/generate", bodies[i]);
+    });
+  for (auto& t : clients) t.join();
+  ASSERT_EQ(replies[0].status, 200) << replies[0].body.dump() << s.log();
+  ASSERT_EQ(replies[1].status, 200) << replies[1].body.dump();
+  EXPECT_LE(
+      test::max_pixel_diff(test::png_of_base64(replies[0].body["output"]),
+                           serial(model + " --prompt 'a red fox' --seed 5 --height 128 --width 96 "
+                                          "--num_inference_steps 3 --guidance_scale 3",
+                                  "fox.png")),
+      1);
+  EXPECT_LE(test::max_pixel_diff(test::png_of_base64(replies[1].body["output"]),
+                                 serial(model + " --prompt 'a blue bird' --seed 9 --height 64 "
+                                                "--width 64 --num_inference_steps 2",
+                                        "bird.png")),
+            1);
+  auto c = s.client();
+  const test::Reply two = test::post_json(
+      c, "/v1/images/generations",
+      R"({"prompt": "a red fox", "n": 2, "seed": 5, "size": "96x128", "num_inference_steps": 3,
+          "guidance_scale": 3})");
+  ASSERT_EQ(two.status, 200) << two.body.dump();
+  ASSERT_EQ(two.body["data"].size(), 2u);
+  // The first image of a batch of two is the batch's, drawn from one seed:
+  // the serial batch of the same prompt twice.
+  const auto r = test::run_command(
+      test::xdit_env() + "'" + XDIT_BINARY + "' generate " + model +
+          " --prompt 'a red fox' --prompt 'a red fox' --seed 5 --height 128 --width 96 "
+          "--num_inference_steps 3 --guidance_scale 3 -o '" +
+          path("pair.png") + "'",
+      path("pair.log"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (int i = 0; i < 2; ++i)
+    EXPECT_LE(test::max_pixel_diff(test::png_of_base64(two.body["data"][i]["b64_json"]),
+                                   io::read_png(path("pair_" + std::to_string(i) + ".png"))),
+              1);
+  auto metrics = c.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("xdit_images_total 4\n"), std::string::npos) << metrics->body;
+  EXPECT_EQ(s.stop().code, 0) << s.log();
+}
+
+TEST_F(ServeMpi, ARequestTheLayoutCannotServeIsA400AndTheJobGoesOn) {
+  const std::string model = "--model '" + kModels + "/pixart-sigma-tiny' --dtype f32";
+  test::ServeProcess s(model + " --use_cfg_parallel", dir_, 2);
+  ASSERT_TRUE(s.listening()) << s.log();
+  auto c = s.client();
+  // CFG parallel needs classifier-free guidance: guidance 1 turns it off.
+  const test::Reply no_cfg =
+      test::post_json(c, "/generate", R"({"prompt": "x", "cfg": 1.0, "num_inference_steps": 2})");
+  EXPECT_EQ(no_cfg.status, 400) << no_cfg.body.dump();
+  EXPECT_NE(no_cfg.body["error"]["message"].get<std::string>().find("--use_cfg_parallel"),
+            std::string::npos)
+      << no_cfg.body.dump();
+  const test::Reply ok = test::post_json(
+      c, "/generate", R"({"prompt": "x", "cfg": 4.0, "num_inference_steps": 2, "seed": 1})");
+  ASSERT_EQ(ok.status, 200) << ok.body.dump() << s.log();
+  EXPECT_LE(test::max_pixel_diff(
+                test::png_of_base64(ok.body["output"]),
+                serial(model + " --prompt x --guidance_scale 4 --num_inference_steps 2 --seed 1",
+                       "cfg.png")),
+            1);
+  EXPECT_EQ(s.stop().code, 0) << s.log();
+}
+
+TEST_F(ServeMpi, ALayoutThatDoesNotFitTheJobIsOneLineBeforeLoading) {
+  test::ServeProcess s("--model '" + kModels + "/pixart-sigma-tiny' --ulysses_degree 4", dir_, 2);
+  EXPECT_FALSE(s.listening()) << s.log();
+  EXPECT_TRUE(s.exited());
+  EXPECT_NE(s.exit_code(), 0);
+  EXPECT_NE(s.log().find("xdit: error:"), std::string::npos) << s.log();
+  EXPECT_EQ(s.log().find("serving"), std::string::npos) << s.log();
+}
+
+}  // namespace
+}  // namespace xdit
