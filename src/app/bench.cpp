@@ -64,7 +64,9 @@ struct BenchOptions {
   std::vector<std::string> dtypes{"bf16", "f32"};
   bool json = false;
   int threads = 0, warmup = 1, repeat = 1;
-  std::string row;  // internal: "WHAT:RES:DTYPE" runs one row in this process
+  std::string row;                   // internal: "WHAT:RES:DTYPE" runs one row in this process
+  std::string model;                 // serve: the model served
+  int requests = 1000, clients = 8;  // serve: the load
 };
 
 double seconds_since(Clock::time_point t) {
@@ -868,12 +870,13 @@ int run_tensor_bench(const BenchOptions& o) {
 }
 
 int run_bench(const BenchOptions& o) {
+  if (o.what == "serve") return run_bench_serve(o.model, o.requests, o.clients, o.threads);
   set_threads(o.threads);
   XDIT_CHECK(o.what == "transformer" || o.what == "attention" || o.what == "t5" ||
                  o.what == "vae" || o.what == "flux" || o.what == "sd3" || o.what == "parallel" ||
                  o.what == "tensor" || o.what == "all",
              "unknown benchmark '", o.what,
-             "': transformer, attention, t5, vae, flux, sd3, parallel, tensor or all");
+             "': transformer, attention, t5, vae, flux, sd3, parallel, tensor, serve or all");
   if (!o.row.empty()) {  // child: WHAT:RES:DTYPE[:LAYOUT]
     std::vector<std::string> f;
     std::stringstream ss(o.row);
@@ -979,7 +982,8 @@ std::function<int()> add_bench(CLI::App& app) {
   CLI::App* b =
       app.add_subcommand("bench", "benchmarks against the GEMM peak measured in the same run");
   b->add_option("what", o->what,
-                "benchmark: transformer, attention, t5, vae, flux, sd3, parallel, tensor or all")
+                "benchmark: transformer, attention, t5, vae, flux, sd3, parallel, tensor, serve "
+                "(load on xdit serve) or all")
       ->capture_default_str();
   b->add_option("--resolutions", o->resolutions, "image sizes in pixels")
       ->delimiter(',')
@@ -990,6 +994,10 @@ std::function<int()> add_bench(CLI::App& app) {
       ->check(thread_count());
   b->add_option("--warmup", o->warmup, "untimed steps before timing")->capture_default_str();
   b->add_option("--repeat", o->repeat, "timed steps (the best is reported)")->capture_default_str();
+  b->add_option("--model", o->model, "serve: the model served (default: the built-in tiny one)");
+  b->add_option("--requests", o->requests, "serve: requests sent (a tenth is the warm-up)")
+      ->capture_default_str();
+  b->add_option("--clients", o->clients, "serve: concurrent clients")->capture_default_str();
   b->add_option("--row", o->row, "internal: run one row (WHAT:RES:DTYPE) in this process")
       ->group("");
   return [o] { return run_bench(*o); };

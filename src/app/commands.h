@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
 
 #include "comm/communicator.h"
 
@@ -31,6 +32,9 @@ std::string seconds(double s);    // "0.41 s"
 int max_threads();
 CLI::Validator thread_count();
 CLI::Validator finite_number();
+
+// xdit bench serve: a load benchmark of `xdit serve` on `model` (bench_serve.cpp).
+int run_bench_serve(const std::string& model, int requests, int clients, int threads);
 
 // Sets the OpenMP thread count (0 = leave the default).
 void set_threads(int threads);

@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "core/memory.h"
+
 namespace xdit::serve {
 
 namespace {
@@ -66,6 +68,12 @@ std::string Metrics::prometheus(size_t queue_depth, size_t capacity, size_t runn
     << "# TYPE xdit_images_per_second gauge\n"
     << "xdit_images_per_second " << (window > 0 ? static_cast<double>(last_minute) / window : 0)
     << "\n"
+    << "# HELP process_resident_memory_bytes Resident memory of the serving process (rank 0).\n"
+    << "# TYPE process_resident_memory_bytes gauge\n"
+    << "process_resident_memory_bytes " << current_rss_bytes() << "\n"
+    << "# HELP xdit_peak_resident_memory_bytes The most resident memory it has held.\n"
+    << "# TYPE xdit_peak_resident_memory_bytes gauge\n"
+    << "xdit_peak_resident_memory_bytes " << peak_rss_bytes() << "\n"
     << "# HELP xdit_uptime_seconds Seconds since the server started.\n"
     << "# TYPE xdit_uptime_seconds gauge\n"
     << "xdit_uptime_seconds " << up << "\n";
