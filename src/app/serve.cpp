@@ -15,6 +15,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <httplib.h>
@@ -363,6 +364,7 @@ class Server {
       }
       running_ = 0;
       served_ += runs.size();
+
       mean_seconds_ = mean_seconds_ == 0 ? s : 0.8 * mean_seconds_ + 0.2 * s;
     }
   }
@@ -499,6 +501,13 @@ int run_serve(ServeOptions& o) {
     return 0;
   }
   install_signals();
+  // Two malloc arenas: with one per HTTP thread (glibc's default), the
+  // fragments of each thread's PNG and JSON buffers stay with the process and
+  // its resident memory creeps up with the requests (bench serve on FLUX
+  // tiny: +3 % per 1000 requests). Measured there: 2 arenas flat at the same
+  // throughput; 1 arena flat but 25 % slower (the compute threads and the
+  // HTTP threads then share one lock). A user's MALLOC_ARENA_MAX still wins.
+  if (std::getenv("MALLOC_ARENA_MAX") == nullptr) ::mallopt(M_ARENA_MAX, 2);
   set_threads(o.threads);
   comm::Communicator& w = world();
   XDIT_CHECK(o.max_queue >= 1, "--max_queue must be at least 1, got ", o.max_queue);
