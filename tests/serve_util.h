@@ -87,9 +87,10 @@ class ServeProcess {
  public:
   // Starts `xdit serve --port 0 ARGS` (on `np` ranks under mpirun when np > 0)
   // and waits for its start-up line (or its end).
-  ServeProcess(const std::string& args, const std::filesystem::path& dir, int np = 0)
+  ServeProcess(const std::string& args, const std::filesystem::path& dir, int np = 0,
+               const std::string& env = "")
       : err_((dir / ("serve_" + std::to_string(counter()++) + ".log")).string()) {
-    std::string cmd = xdit_env() + "timeout 300 ";
+    std::string cmd = xdit_env() + env + " timeout 300 ";
 #ifdef MPIEXEC
     if (np > 0) cmd += mpirun_prefix(np);
 #else
@@ -146,6 +147,13 @@ class ServeProcess {
     c.set_write_timeout(60, 0);
     c.set_connection_timeout(10, 0);
     return c;
+  }
+
+  // Waits for the job to end by itself.
+  CommandResult wait() {
+    if (exited_) return {code_, 0, log()};
+    exited_ = true;
+    return wait_command(proc_);
   }
 
   // Sends `sig` to the serving process (rank 0, the pid of its start-up

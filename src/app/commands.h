@@ -36,6 +36,11 @@ CLI::Validator finite_number();
 // xdit bench serve: a load benchmark of `xdit serve` on `model` (bench_serve.cpp).
 int run_bench_serve(const std::string& model, int requests, int clients, int threads);
 
+// Test hook for the failure tests (generate and serve call it at the first
+// denoising step): XDIT_FAULT_RANK=r makes rank r fail there, by throwing
+// (XDIT_FAULT=throw, default) or by dying without a word (XDIT_FAULT=kill).
+void maybe_inject_fault();
+
 // Sets the OpenMP thread count (0 = leave the default).
 void set_threads(int threads);
 

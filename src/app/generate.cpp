@@ -208,9 +208,8 @@ void write_trace(comm::Communicator& w, io::OutputFile* out) {
     out->commit([&](std::ostream& f) { f << "{\"traceEvents\": [\n" << all << "\n]}\n"; });
 }
 
-// Test hook for the failure tests: XDIT_FAULT_RANK=r makes rank r fail at the
-// first denoising step, by throwing (XDIT_FAULT=throw, default) or by dying
-// without a word (XDIT_FAULT=kill).
+}  // namespace
+
 void maybe_inject_fault() {
   const char* r = std::getenv("XDIT_FAULT_RANK");
   if (r == nullptr || std::atoi(r) != world().rank()) return;
@@ -218,6 +217,8 @@ void maybe_inject_fault() {
   if (how != nullptr && std::string(how) == "kill") std::_Exit(9);
   XDIT_FAIL("injected fault (XDIT_FAULT_RANK=", r, ")");
 }
+
+namespace {
 
 int run_generate(GenerateOptions o) {
   o.seed = parse_torch_seed(o.seed_text);

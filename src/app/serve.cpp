@@ -11,11 +11,11 @@
 // the same Pipeline as `xdit generate`. The groups' images come back to rank
 // 0 and the waiting HTTP threads encode and answer them.
 #include <arpa/inet.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <malloc.h>
 #include <unistd.h>
 
 #include <httplib.h>
@@ -163,7 +163,10 @@ std::vector<GroupResult> run_round(pipeline::Pipeline& pipe, parallel::Mesh& mes
   const int g = mesh.coord().dp;
   GroupResult mine;
   if (g < static_cast<int>(requests.size())) {
-    pipeline::ImageResult r = pipe.generate(requests[static_cast<size_t>(g)]);
+    pipeline::ImageResult r =
+        pipe.generate(requests[static_cast<size_t>(g)], [](const pipeline::StepEvent& e) {
+          if (e.step == 1) maybe_inject_fault();
+        });
     mine = {r.width,           r.height,         r.text_seconds,
             r.denoise_seconds, r.decode_seconds, std::move(r.rgb)};
   }
@@ -272,11 +275,9 @@ class Server {
     if (port == 0) {
       port = svr.bind_to_any_port(o_.host);
       XDIT_CHECK(port > 0, "cannot listen on ", o_.host, " (any port)");
-    } else {
-      XDIT_CHECK(svr.bind_to_port(o_.host, port),
-                 bind_error(o_.host, port).empty()
-                     ? "cannot listen on " + o_.host + ":" + std::to_string(port)
-                     : bind_error(o_.host, port));
+    } else if (!svr.bind_to_port(o_.host, port)) {
+      const std::string why = bind_error(o_.host, port);
+      XDIT_FAIL(why.empty() ? "cannot listen on " + o_.host + ":" + std::to_string(port) : why);
     }
     std::thread http([&] { svr.listen_after_bind(); });
     std::thread drain([&] {  // SIGTERM: queued jobs answered 503 at once
@@ -285,6 +286,19 @@ class Server {
         job->finish(serve::JobResult::error(
             503, "the server is shutting down: the request was not started"));
     });
+    // However the loop ends (SIGTERM, or an error that ends the job), the
+    // threads are joined before they are destroyed.
+    struct Join {
+      Server& self;
+      httplib::Server& svr;
+      std::thread &http, &drain;
+      ~Join() {
+        self.done_ = true;
+        drain.join();
+        svr.stop();
+        http.join();
+      }
+    } join{*this, svr, http, drain};
     // The start-up line, printed even under XDIT_QUIET: where the service is
     // and who can reach it.
     std::fprintf(stderr,
@@ -298,11 +312,7 @@ class Server {
                  static_cast<int>(::getpid()));
     std::fflush(stderr);
     serve_loop();
-    done_ = true;
-    drain.join();
     send_command(mesh_.world(), json{{"op", "stop"}}.dump());
-    svr.stop();
-    http.join();
     std::fprintf(stderr, "xdit: stopped: %zu request%s served\n", served_, served_ == 1 ? "" : "s");
     return 0;
   }
@@ -339,7 +349,7 @@ class Server {
       std::vector<GroupResult> results;
       try {
         results = run_round(pipe_, mesh_, reqs);
-      } catch (const Error& e) {
+      } catch (const std::exception& e) {
         // One process: the failure is this request's; answer it and go on.
         // Several: a rank may be inside a collective, so the job ends (main
         // prints the message and aborts every rank).
@@ -437,15 +447,24 @@ class Server {
     json body = {{"message", "Image generated successfully"}, {"elapsed_time", took}};
     if (asked.save_disk_path) {
       const fs::path path =
-          fs::path(*asked.save_disk_path) / ("xdit_" + std::to_string(std::time(nullptr)) + "_" +
-                                             std::to_string(saved_.fetch_add(1)) + ".png");
-      try {
-        std::ofstream f(path, std::ios::binary);
+          fs::path(*asked.save_disk_path) /
+          ("xdit_" + std::to_string(std::time(nullptr)) + "_" + std::to_string(::getpid()) + "_" +
+           std::to_string(saved_.fetch_add(1)) + ".png");
+      // Written beside and renamed into place: never a partial PNG under its
+      // name. (Not io::OutputFile: its signal cleanup would take SIGTERM
+      // from the server's own handler.)
+      const fs::path tmp = path.string() + ".partial";
+      std::error_code ec;
+      {
+        std::ofstream f(tmp, std::ios::binary);
         f.write(reinterpret_cast<const char*>(pngs[0].data()),
                 static_cast<std::streamsize>(pngs[0].size()));
-        XDIT_CHECK(f.good(), "cannot write ", path.string());
-      } catch (const Error& err) {
-        return reply_error(res, req.path, 500, err.what(), "save_disk_path");
+        if (!f.good()) ec = std::make_error_code(std::errc::io_error);
+      }
+      if (!ec) fs::rename(tmp, path, ec);
+      if (ec) {
+        fs::remove(tmp, ec);
+        return reply_error(res, req.path, 500, "cannot write " + path.string(), "save_disk_path");
       }
       body["output"] = path.string();
       body["save_to_disk"] = true;

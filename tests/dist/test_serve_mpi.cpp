@@ -140,6 +140,27 @@ TEST_F(ServeMpi, ARequestTheLayoutCannotServeIsA400AndTheJobGoesOn) {
   EXPECT_EQ(s.stop().code, 0) << s.log();
 }
 
+TEST_F(ServeMpi, ARankThatFailsEndsTheWholeJobWithItsMessage) {
+  for (const char* how : {"throw", "kill"}) {
+    test::ServeProcess s("--model '" + kModels + "/flux-schnell-tiny' --ulysses_degree 2", dir_, 2,
+                         std::string("XDIT_FAULT_RANK=1 XDIT_FAULT=") + how);
+    ASSERT_TRUE(s.listening()) << s.log();
+    auto c = s.client();
+    const auto t0 = std::chrono::steady_clock::now();
+    const test::Reply r =
+        test::post_json(c, "/generate", R"({"prompt": "x", "height": 64, "width": 64})");
+    EXPECT_NE(r.status, 200) << how;  // no image: the job ended under the request
+    const test::CommandResult end = s.wait();
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_NE(end.code, 0) << how << ": " << end.err;
+    EXPECT_LT(took, 60) << how << ": the job must end, not hang";
+    if (std::string(how) == "throw") {
+      EXPECT_NE(end.err.find("injected fault (XDIT_FAULT_RANK=1)"), std::string::npos) << end.err;
+    }
+  }
+}
+
 TEST_F(ServeMpi, ALayoutThatDoesNotFitTheJobIsOneLineBeforeLoading) {
   test::ServeProcess s("--model '" + kModels + "/pixart-sigma-tiny' --ulysses_degree 4", dir_, 2);
   EXPECT_FALSE(s.listening()) << s.log();
