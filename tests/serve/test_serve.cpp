@@ -341,6 +341,58 @@ TEST_F(Serve, SigtermFinishesTheRunningRequestRefusesTheRestAndExitsZero) {
   EXPECT_NE(end.err.find("stopped: 1 request served"), std::string::npos) << end.err;
 }
 
+// Connects to 127.0.0.1:port, sends `bytes`, and hangs up without reading.
+void send_and_hang_up(int port, const std::string& bytes) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
+  ::close(fd);
+}
+
+TEST_F(Serve, AClientThatHangsUpDoesNotDisturbTheOthers) {
+  test::ServeProcess s("--model '" + kModels + "/flux-dev-tiny'", dir_);
+  ASSERT_TRUE(s.listening()) << s.log();
+  const std::string body = kSlow;
+  // One hangs up after a whole request (its answer then goes to a closed
+  // socket), one in the middle of its body, one after half its headers.
+  send_and_hang_up(s.port(),
+                   "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                   "application/json\r\nContent-Length: " +
+                       std::to_string(body.size()) + "\r\n\r\n" + body);
+  send_and_hang_up(s.port(),
+                   "POST /generate HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{\"pro");
+  send_and_hang_up(s.port(), "POST /v1/images/generations HTTP/1.1\r\nHost:");
+  auto c = s.client();
+  for (int i = 0; i < 3; ++i) {
+    const test::Reply r = test::post_json(c, "/generate",
+                                          json{{"prompt", "after"},
+                                               {"seed", i},
+                                               {"height", 64},
+                                               {"width", 64},
+                                               {"num_inference_steps", 1}}
+                                              .dump());
+    EXPECT_EQ(r.status, 200) << r.body.dump();
+  }
+  // The abandoned request ran and its answer found no one: still serving.
+  for (int i = 0; i < 3000; ++i) {
+    auto h = c.Get("/health");
+    if (h && json::parse(h->body)["running"] == 0 && json::parse(h->body)["queue_depth"] == 0)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const test::Reply last = test::post_json(
+      c, "/generate", R"({"prompt": "last", "height": 64, "width": 64, "num_inference_steps": 1})");
+  EXPECT_EQ(last.status, 200) << last.body.dump();
+  const test::CommandResult end = s.stop();
+  EXPECT_EQ(end.code, 0) << end.err;
+  EXPECT_NE(end.err.find("stopped: 5 requests served"), std::string::npos) << end.err;
+}
+
 TEST_F(Serve, APortInUseIsOneLineAtStart) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_GE(fd, 0);
