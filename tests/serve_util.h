@@ -194,4 +194,25 @@ inline Reply post_json(httplib::Client& c, const std::string& path, const std::s
   return r;
 }
 
+// The fixture of the serve tests: a fresh folder, and `xdit generate` for
+// the images the service must equal.
+class ServeTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = make_test_dir("xdit_serve_"); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string path(const std::string& n) const { return (dir_ / n).string(); }
+
+  // `xdit generate ARGS -o NAME` (one process) → its PNG; several prompts
+  // write NAME_0.png, NAME_1.png, ... and return nothing.
+  io::PngImage generate(const std::string& args, const std::string& name) const {
+    const auto r = run_command(
+        xdit_env() + "'" + XDIT_BINARY + "' generate " + args + " -o '" + path(name) + "'",
+        path("generate.log"));
+    EXPECT_EQ(r.code, 0) << r.err;
+    return std::filesystem::exists(path(name)) ? io::read_png(path(name)) : io::PngImage{};
+  }
+
+  std::filesystem::path dir_;
+};
+
 }  // namespace xdit::test

@@ -17,23 +17,7 @@ using nlohmann::json;
 
 const std::string kModels = XDIT_MODELS;
 
-class ServeMpi : public ::testing::Test {
- protected:
-  void SetUp() override { dir_ = test::make_test_dir("xdit_serve_mpi_"); }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& n) const { return (dir_ / n).string(); }
-
-  // The serial `xdit generate ARGS` image (one prompt).
-  io::PngImage serial(const std::string& args, const std::string& name) const {
-    const auto r = test::run_command(
-        test::xdit_env() + "'" + XDIT_BINARY + "' generate " + args + " -o '" + path(name) + "'",
-        path("generate.log"));
-    EXPECT_EQ(r.code, 0) << r.err;
-    return io::read_png(path(name));
-  }
-
-  fs::path dir_;
-};
+using ServeMpi = test::ServeTest;
 
 TEST_F(ServeMpi, Ulysses2ServesTheSerialImage) {
   const std::string model = "--model '" + kModels + "/flux-schnell-tiny' --dtype f32";
@@ -49,10 +33,10 @@ TEST_F(ServeMpi, Ulysses2ServesTheSerialImage) {
           "num_inference_steps": 3})");
   ASSERT_EQ(r.status, 200) << r.body.dump() << s.log();
   const io::PngImage want =
-      serial(model +
-                 " --prompt 'a harbour at dusk' --height 96 --width 64 --seed 3 "
-                 "--num_inference_steps 3",
-             "serial.png");
+      generate(model +
+                   " --prompt 'a harbour at dusk' --height 96 --width 64 --seed 3 "
+                   "--num_inference_steps 3",
+               "serial.png");
   EXPECT_LE(test::max_pixel_diff(test::png_of_base64(r.body["output"]), want), 1);
   const test::CommandResult end = s.stop();
   EXPECT_EQ(end.code, 0) << end.err;
@@ -80,16 +64,16 @@ TEST_F(ServeMpi, DataParallel2ServesEachRequestTheSerialImage) {
   for (auto& t : clients) t.join();
   ASSERT_EQ(replies[0].status, 200) << replies[0].body.dump() << s.log();
   ASSERT_EQ(replies[1].status, 200) << replies[1].body.dump();
-  EXPECT_LE(
-      test::max_pixel_diff(test::png_of_base64(replies[0].body["output"]),
-                           serial(model + " --prompt 'a red fox' --seed 5 --height 128 --width 96 "
-                                          "--num_inference_steps 3 --guidance_scale 3",
-                                  "fox.png")),
-      1);
+  EXPECT_LE(test::max_pixel_diff(
+                test::png_of_base64(replies[0].body["output"]),
+                generate(model + " --prompt 'a red fox' --seed 5 --height 128 --width 96 "
+                                 "--num_inference_steps 3 --guidance_scale 3",
+                         "fox.png")),
+            1);
   EXPECT_LE(test::max_pixel_diff(test::png_of_base64(replies[1].body["output"]),
-                                 serial(model + " --prompt 'a blue bird' --seed 9 --height 64 "
-                                                "--width 64 --num_inference_steps 2",
-                                        "bird.png")),
+                                 generate(model + " --prompt 'a blue bird' --seed 9 --height 64 "
+                                                  "--width 64 --num_inference_steps 2",
+                                          "bird.png")),
             1);
   auto c = s.client();
   const test::Reply two = test::post_json(
@@ -100,13 +84,10 @@ TEST_F(ServeMpi, DataParallel2ServesEachRequestTheSerialImage) {
   ASSERT_EQ(two.body["data"].size(), 2u);
   // The first image of a batch of two is the batch's, drawn from one seed:
   // the serial batch of the same prompt twice.
-  const auto r = test::run_command(
-      test::xdit_env() + "'" + XDIT_BINARY + "' generate " + model +
-          " --prompt 'a red fox' --prompt 'a red fox' --seed 5 --height 128 --width 96 "
-          "--num_inference_steps 3 --guidance_scale 3 -o '" +
-          path("pair.png") + "'",
-      path("pair.log"));
-  ASSERT_EQ(r.code, 0) << r.err;
+  generate(model +
+               " --prompt 'a red fox' --prompt 'a red fox' --seed 5 --height 128 --width 96 "
+               "--num_inference_steps 3 --guidance_scale 3",
+           "pair.png");
   for (int i = 0; i < 2; ++i)
     EXPECT_LE(test::max_pixel_diff(test::png_of_base64(two.body["data"][i]["b64_json"]),
                                    io::read_png(path("pair_" + std::to_string(i) + ".png"))),
@@ -134,8 +115,8 @@ TEST_F(ServeMpi, ARequestTheLayoutCannotServeIsA400AndTheJobGoesOn) {
   ASSERT_EQ(ok.status, 200) << ok.body.dump() << s.log();
   EXPECT_LE(test::max_pixel_diff(
                 test::png_of_base64(ok.body["output"]),
-                serial(model + " --prompt x --guidance_scale 4 --num_inference_steps 2 --seed 1",
-                       "cfg.png")),
+                generate(model + " --prompt x --guidance_scale 4 --num_inference_steps 2 --seed 1",
+                         "cfg.png")),
             1);
   EXPECT_EQ(s.stop().code, 0) << s.log();
 }

@@ -22,24 +22,7 @@ using nlohmann::json;
 
 const std::string kModels = XDIT_MODELS;
 
-class Serve : public ::testing::Test {
- protected:
-  void SetUp() override { dir_ = test::make_test_dir("xdit_serve_"); }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& n) const { return (dir_ / n).string(); }
-
-  // `xdit generate ARGS -o NAME` → its PNG(s).
-  io::PngImage generate(const std::string& args, const std::string& name) const {
-    const auto r = test::run_command(
-        test::xdit_env() + "'" + XDIT_BINARY + "' generate " + args + " -o '" + path(name) + "'",
-        path("generate.log"));
-    EXPECT_EQ(r.code, 0) << r.err;
-    // Several prompts write NAME_0.png, NAME_1.png, ...: nothing to return.
-    return fs::exists(path(name)) ? io::read_png(path(name)) : io::PngImage{};
-  }
-
-  fs::path dir_;
-};
+using Serve = test::ServeTest;
 
 TEST_F(Serve, GenerateEndpointEqualsXditGenerate) {
   const std::string model = "--model '" + kModels + "/pixart-sigma-tiny' --dtype f32";
