@@ -64,9 +64,11 @@ struct BenchOptions {
   std::vector<std::string> dtypes{"bf16", "f32"};
   bool json = false;
   int threads = 0, warmup = 1, repeat = 1;
-  std::string row;                   // internal: "WHAT:RES:DTYPE" runs one row in this process
-  std::string model;                 // serve: the model served
-  int requests = 1000, clients = 8;  // serve: the load
+  std::string row;                      // internal: "WHAT:RES:DTYPE" runs one row in this process
+  std::string model;                    // serve: the model served
+  int requests = 1000, clients = 8;     // serve: the load
+  int ranks = 1;                        // serve: processes (mpirun when > 1)
+  std::vector<std::string> serve_args;  // serve: flags for xdit serve
 };
 
 double seconds_since(Clock::time_point t) {
@@ -870,7 +872,8 @@ int run_tensor_bench(const BenchOptions& o) {
 }
 
 int run_bench(const BenchOptions& o) {
-  if (o.what == "serve") return run_bench_serve(o.model, o.requests, o.clients, o.threads);
+  if (o.what == "serve")
+    return run_bench_serve(o.model, o.requests, o.clients, o.threads, o.ranks, o.serve_args);
   set_threads(o.threads);
   XDIT_CHECK(o.what == "transformer" || o.what == "attention" || o.what == "t5" ||
                  o.what == "vae" || o.what == "flux" || o.what == "sd3" || o.what == "parallel" ||
@@ -998,6 +1001,11 @@ std::function<int()> add_bench(CLI::App& app) {
   b->add_option("--requests", o->requests, "serve: requests sent (a tenth is the warm-up)")
       ->capture_default_str();
   b->add_option("--clients", o->clients, "serve: concurrent clients")->capture_default_str();
+  b->add_option("--ranks", o->ranks, "serve: processes, under mpirun when more than 1")
+      ->capture_default_str();
+  b->add_option("--serve_args", o->serve_args,
+                "serve: flags for xdit serve, e.g. \"--data_parallel_degree 2\"")
+      ->delimiter(' ');
   b->add_option("--row", o->row, "internal: run one row (WHAT:RES:DTYPE) in this process")
       ->group("");
   return [o] { return run_bench(*o); };

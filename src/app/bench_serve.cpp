@@ -41,17 +41,26 @@ std::string read_all(const std::string& path) {
   return ss.str();
 }
 
-// The server: this binary's `serve` in a child process.
+// The server: this binary's `serve` in a child process (under mpirun when
+// ranks > 1).
 struct ServerProcess {
-  pid_t pid = -1;
+  pid_t pid = -1;         // the child (mpirun, or the server itself)
+  pid_t server_pid = -1;  // the serving process (rank 0): SIGTERM goes there
   int port = 0;
-  std::string log;
 };
 
-ServerProcess start_server(const std::vector<std::string>& args, const std::string& log) {
+ServerProcess start_server(const std::vector<std::string>& args, int ranks,
+                           const std::string& log) {
   ServerProcess s;
-  s.log = log;
-  std::vector<std::string> argv = {"/proc/self/exe", "serve", "--port", "0"};
+  std::string exe = fs::read_symlink("/proc/self/exe").string();
+  std::vector<std::string> argv;
+  if (ranks > 1 && ::geteuid() == 0) {  // OpenMPI refuses root unless both are set (as launch)
+    ::setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    ::setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+  }
+  if (ranks > 1)
+    argv = {"mpirun", "-np", std::to_string(ranks), "--oversubscribe", "--bind-to", "none"};
+  argv.insert(argv.end(), {exe, "serve", "--port", "0"});
   argv.insert(argv.end(), args.begin(), args.end());
   s.pid = ::fork();
   XDIT_CHECK(s.pid >= 0, "cannot start the server: fork failed");
@@ -60,16 +69,17 @@ ServerProcess start_server(const std::vector<std::string>& args, const std::stri
     std::vector<char*> a;
     for (auto& x : argv) a.push_back(x.data());
     a.push_back(nullptr);
-    ::execv("/proc/self/exe", a.data());
+    ::execvp(a[0], a.data());
     ::_exit(127);
   }
-  const std::regex line("xdit: serving .* on http://[^:]+:([0-9]+) ");
+  const std::regex line("xdit: serving .* on http://[^:]+:([0-9]+) .* pid ([0-9]+) ");
   const auto until = Clock::now() + std::chrono::seconds(300);
   while (Clock::now() < until) {
     std::smatch m;
     const std::string text = read_all(log);
     if (std::regex_search(text, m, line)) {
       s.port = std::stoi(m[1]);
+      s.server_pid = std::stoi(m[2]);
       return s;
     }
     int status = 0;
@@ -175,7 +185,8 @@ double percentile(std::vector<double> v, double q) {
 
 }  // namespace
 
-int run_bench_serve(const std::string& model, int requests, int clients, int threads) {
+int run_bench_serve(const std::string& model, int requests, int clients, int threads, int ranks,
+                    const std::vector<std::string>& serve_args) {
   XDIT_CHECK(requests >= 20, "--requests must be at least 20 (a tenth is the warm-up)");
   XDIT_CHECK(clients >= 1, "--clients must be at least 1");
   const std::string m = model.empty() ? default_model_dir() : model;
@@ -184,7 +195,8 @@ int run_bench_serve(const std::string& model, int requests, int clients, int thr
           .string();
   std::vector<std::string> args = {"--model", m, "--max_queue", std::to_string(2 * clients)};
   if (threads > 0) args.insert(args.end(), {"--threads", std::to_string(threads)});
-  ServerProcess s = start_server(args, log);
+  args.insert(args.end(), serve_args.begin(), serve_args.end());
+  ServerProcess s = start_server(args, ranks, log);
   const int warm = requests / 10;
   Tally t;
   run_requests(s.port, 0, warm, clients, t);
@@ -204,7 +216,7 @@ int run_bench_serve(const std::string& model, int requests, int clients, int thr
   const double rss_end = rss.back();
   const double rss_max = *std::max_element(rss.begin(), rss.end());
   const double rss_peak = metric(s.port, "xdit_peak_resident_memory_bytes");
-  ::kill(s.pid, SIGTERM);
+  ::kill(s.server_pid, SIGTERM);
   int status = 0;
   ::waitpid(s.pid, &status, 0);
   const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
@@ -212,9 +224,11 @@ int run_bench_serve(const std::string& model, int requests, int clients, int thr
 
   const int n = requests - warm;
   const double growth = rss_warm > 0 ? rss_end / rss_warm - 1 : 0;
-  std::cout << std::fixed << std::setprecision(3) << "xdit bench serve: " << m << ", " << clients
-            << " clients, " << requests << " requests (" << warm
-            << " warm-up, then timed), 10% malformed\n"
+  std::string layout;
+  for (const auto& a : serve_args) layout += " " + a;
+  std::cout << std::fixed << std::setprecision(3) << "xdit bench serve: " << m << ", " << ranks
+            << " process" << (ranks == 1 ? "" : "es") << layout << ", " << clients << " clients, "
+            << requests << " requests (" << warm << " warm-up, then timed), 10% malformed\n"
             << "  timed requests   " << n << ": " << timed.ok << " images answered 200, "
             << timed.bad_400 << " malformed answered 400, " << timed.other << " other\n"
             << "  throughput       " << std::setprecision(1) << timed.ok / wall << " requests/s, "

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 
@@ -34,7 +35,10 @@ CLI::Validator thread_count();
 CLI::Validator finite_number();
 
 // xdit bench serve: a load benchmark of `xdit serve` on `model` (bench_serve.cpp).
-int run_bench_serve(const std::string& model, int requests, int clients, int threads);
+// `ranks` > 1 starts it under mpirun; `serve_args` go to `xdit serve` (the
+// parallel flags).
+int run_bench_serve(const std::string& model, int requests, int clients, int threads, int ranks,
+                    const std::vector<std::string>& serve_args);
 
 // Test hook for the failure tests (generate and serve call it at the first
 // denoising step): XDIT_FAULT_RANK=r makes rank r fail there, by throwing

@@ -374,7 +374,6 @@ class Server {
       }
       running_ = 0;
       served_ += runs.size();
-
       mean_seconds_ = mean_seconds_ == 0 ? s : 0.8 * mean_seconds_ + 0.2 * s;
     }
   }
