@@ -110,6 +110,27 @@ std::string bind_error(const std::string& host, int port) {
   return err;
 }
 
+// Debian's cpp-httplib 0.11 is built with a listen backlog of 5 (its
+// CPPHTTPLIB_LISTEN_BACKLOG, fixed in the compiled library): a burst of more
+// new connections than that has SYNs dropped and waits the kernel's 1 s
+// retransmission (bench serve saw a 1.2 s request in every run). listen()
+// again on the bound socket raises the backlog; httplib does not expose the
+// socket, so it is found by its port.
+void raise_backlog(int port, int backlog) {
+  for (int fd = 0; fd < 4096; ++fd) {
+    sockaddr_storage a{};
+    socklen_t len = sizeof a;
+    int listening = 0;
+    socklen_t ll = sizeof listening;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) continue;
+    if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ll) != 0 || !listening) continue;
+    const int p = a.ss_family == AF_INET    ? ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port)
+                  : a.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&a)->sin6_port)
+                                            : -1;
+    if (p == port) ::listen(fd, backlog);
+  }
+}
+
 // --- the rounds every rank runs ----------------------------------------------
 
 // What one data-parallel group made of its request.
@@ -279,6 +300,7 @@ class Server {
       const std::string why = bind_error(o_.host, port);
       XDIT_FAIL(why.empty() ? "cannot listen on " + o_.host + ":" + std::to_string(port) : why);
     }
+    raise_backlog(port, 256);
     std::thread http([&] { svr.listen_after_bind(); });
     std::thread drain([&] {  // SIGTERM: queued jobs answered 503 at once
       while (!g_stop && !done_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
