@@ -100,10 +100,12 @@ std::string bind_error(const std::string& host, int port) {
   } else {
     const int yes = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    if (::bind(fd, res->ai_addr, res->ai_addrlen) != 0)
-      err = "cannot listen on " + host + ":" + std::to_string(port) + ": " + std::strerror(errno) +
-            (errno == EADDRINUSE ? " (another process has it: pass a free --port, or stop that one)"
-                                 : "");
+    if (::bind(fd, res->ai_addr, res->ai_addrlen) != 0) {
+      const int e = errno;
+      err = "cannot listen on " + host + ":" + std::to_string(port) + ": " + std::strerror(e) +
+            (e == EADDRINUSE ? " (another process has it: pass a free --port, or stop that one)"
+                             : "");
+    }
     ::close(fd);
   }
   ::freeaddrinfo(res);
@@ -550,7 +552,9 @@ int run_serve(ServeOptions& o) {
   if (std::getenv("MALLOC_ARENA_MAX") == nullptr) ::mallopt(M_ARENA_MAX, 2);
   set_threads(o.threads);
   comm::Communicator& w = world();
-  XDIT_CHECK(o.max_queue >= 1, "--max_queue must be at least 1, got ", o.max_queue);
+  // Each waiting request holds one of the HTTP threads (cpp-httplib's model).
+  XDIT_CHECK(o.max_queue >= 1 && o.max_queue <= 1024, "--max_queue must be 1 … 1024, got ",
+             o.max_queue);
   XDIT_CHECK(std::isfinite(o.request_timeout) && o.request_timeout > 0,
              "--request_timeout must be a positive number of seconds, got ", o.request_timeout);
   XDIT_CHECK(o.port >= 0 && o.port <= 65535, "--port must be 0 … 65535, got ", o.port);

@@ -400,6 +400,24 @@ TEST_F(Serve, APortInUseIsOneLineAtStart) {
   EXPECT_EQ(r.err.find("serving"), std::string::npos) << r.err;
 }
 
+TEST_F(Serve, BadServerOptionsAreOneLineEach) {
+  for (const auto& [flags, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--max_queue 0", "--max_queue must be 1"},
+           {"--max_queue 5000", "--max_queue must be 1"},
+           {"--port 70000", "--port must be 0"},
+           {"--request_timeout -2", "--request_timeout must be a positive"},
+           {"--host no-such-host.invalid --port 6001", "cannot resolve --host"},
+           {"--ulysses_degree 2", "ulysses"}}) {
+    const auto r =
+        test::run_command(test::xdit_env() + "timeout 60 '" + XDIT_BINARY + "' serve --model '" +
+                              kModels + "/pixart-sigma-tiny' " + flags,
+                          path("err.txt"));
+    EXPECT_EQ(r.code, 1) << flags << ": " << r.err;
+    EXPECT_NE(r.err.find(says), std::string::npos) << flags << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << flags << ": " << r.err;
+  }
+}
+
 TEST_F(Serve, AModelThatFailsToLoadGetsNoListenerAndANonZeroExit) {
   const fs::path broken = dir_ / "broken";
   fs::copy(kModels + "/pixart-sigma-tiny", broken, fs::copy_options::recursive);
