@@ -13,6 +13,7 @@
 
 #include "app/commands.h"
 #include "app/parallel_options.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/memory.h"
@@ -114,6 +115,7 @@ struct GenerateOptions {
   int64_t height = 0, width = 0, steps = pipeline::kDefaultSteps, max_sequence_length = 0;
   double guidance = pipeline::kDefaultGuidance, true_cfg = 1.0;
   pipeline::SkipLayerGuidance slg;  // SD3
+  std::string device = "cpu";
   std::string seed_text = "42";
   uint64_t seed = 42;
   int threads = 0;
@@ -224,6 +226,13 @@ int run_generate(GenerateOptions o) {
   o.seed = parse_torch_seed(o.seed_text);
   set_threads(o.threads);
   comm::Communicator& w = world();
+  // The device before anything else: a machine without a GPU says so in one
+  // line before any work.
+  const Device device = parse_device(o.device);
+  check_device(device);
+  XDIT_CHECK(!device.cuda(), "--device ", device.str(),
+             ": the pipelines do not run on the CUDA backend yet (it has its first ops, "
+             "checked by test_cuda_ops); use --device cpu");
   resolve_parallel_options(o.par, w.size());
   parallel::Mesh mesh(o.par.config, w);  // checks the degrees against the job before anything loads
   if (w.size() > 1) XDIT_INFO(mesh.layout());
@@ -487,6 +496,8 @@ std::function<int()> add_generate(CLI::App& app) {
                 "output file (default xdit.png, or latents.safetensors); "
                 "several prompts write NAME_0.png, NAME_1.png, ...");
   g->add_option("--dtype", o->dtype, "compute type: bf16 or f32")->capture_default_str();
+  g->add_option("--device", o->device, "cpu, or cuda[:N] (a CUDA build on a machine with a GPU)")
+      ->capture_default_str();
   g->add_option(
       "--trace", o->trace,
       "write a Chrome-trace JSON timeline (each rank's compute, sends and receives) to FILE");

@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/dtype.h"
 
 namespace xdit {
 
 using Shape = std::vector<int64_t>;
 
-enum class Device { kCPU, kCUDA };
 
 std::string shape_str(const Shape& s);  // "[2, 4, 8]"
 int64_t shape_numel(const Shape& s);
@@ -43,7 +43,7 @@ class Tensor {
   int64_t numel() const { return storage_ ? shape_numel(shape_) : 0; }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
   DType dtype() const { return dtype_; }
-  Device device() const { return Device::kCPU; }
+  Device device() const { return Device{}; }  // host memory (the CPU) for now
 
   template <class T>
   T* data() {

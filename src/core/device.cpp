@@ -1,0 +1,52 @@
+#include "core/device.h"
+
+#include <cctype>
+
+#include "core/error.h"
+#ifdef XDIT_HAVE_CUDA
+#include "kernels/cuda/runtime.h"
+#endif
+
+namespace xdit {
+
+std::string Device::str() const {
+  return cuda() ? "cuda:" + std::to_string(index) : "cpu";
+}
+
+Device parse_device(const std::string& text) {
+  Device d;
+  if (text == "cpu") return d;
+  const std::string prefix = "cuda";
+  if (text.rfind(prefix, 0) == 0) {
+    d.kind = Device::Kind::kCuda;
+    if (text.size() == prefix.size()) return d;
+    const std::string n = text.substr(prefix.size() + 1);
+    bool digits = text[prefix.size()] == ':' && !n.empty() && n.size() <= 4;
+    for (const char c : n) digits = digits && std::isdigit(static_cast<unsigned char>(c));
+    if (digits) {
+      d.index = std::stoi(n);
+      return d;
+    }
+  }
+  XDIT_FAIL("--device must be cpu, cuda or cuda:N, got '", text, "'");
+}
+
+bool built_with_cuda() {
+#ifdef XDIT_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+void check_device(const Device& d) {
+  if (!d.cuda()) return;
+#ifdef XDIT_HAVE_CUDA
+  cuda::set_device(d.index);  // throws "--device cuda:N: no CUDA device (driver error …)"
+#else
+  XDIT_FAIL("--device ", d.str(),
+            ": this xdit was built without the CUDA backend (no nvcc when CMake configured it)");
+#endif
+}
+
+}  // namespace xdit

@@ -1,0 +1,182 @@
+// The op harness of the CUDA backend: every CUDA op against the CPU op on
+// random, odd-sized inputs. Where there is no GPU (or the build has no CUDA
+// backend) each case skips saying why; the device flag's one-line errors are
+// checked everywhere.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli_util.h"
+#include "core/device.h"
+#include "core/error.h"
+#include "kernels/kernels.h"
+#ifdef XDIT_HAVE_CUDA
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/runtime.h"
+#endif
+
+namespace xdit {
+namespace {
+
+std::vector<float> random_values(size_t n, uint32_t seed, float lo = -3.f, float hi = 3.f) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+float max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    worst = std::max(worst, std::fabs(a[i] - b[i]) / std::max(1.f, std::fabs(b[i])));
+  return worst;
+}
+
+TEST(Device, ParsesCpuCudaAndCudaN) {
+  EXPECT_FALSE(parse_device("cpu").cuda());
+  EXPECT_TRUE(parse_device("cuda").cuda());
+  EXPECT_EQ(parse_device("cuda").index, 0);
+  EXPECT_EQ(parse_device("cuda:3").index, 3);
+  EXPECT_EQ(parse_device("cuda:3").str(), "cuda:3");
+  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda1", "CPU", ""})
+    EXPECT_THROW(parse_device(bad), Error) << bad;
+  EXPECT_NO_THROW(check_device(parse_device("cpu")));
+}
+
+#ifdef XDIT_HAVE_CUDA
+// Skips (with the runtime's reason) where no GPU can run the case.
+#define NEED_GPU()                                                                    \
+  do {                                                                                \
+    std::string why;                                                                  \
+    if (cuda::device_count(&why) == 0) GTEST_SKIP() << "CUDA cases skipped: " << why; \
+    cuda::set_device(0);                                                              \
+  } while (0)
+
+struct OnDevice {
+  cuda::DeviceBuffer buf;
+  explicit OnDevice(const std::vector<float>& v) : buf(v.size() * 4) {
+    buf.upload(v.data(), v.size() * 4);
+  }
+  explicit OnDevice(size_t n) : buf(n * 4) {}
+  float* p() const { return buf.as<float>(); }
+  std::vector<float> get(size_t n) const {
+    std::vector<float> v(n);
+    buf.download(v.data(), n * 4);
+    return v;
+  }
+};
+
+TEST(CudaOps, NormsMatchTheCpuOps) {
+  NEED_GPU();
+  for (const auto& [rows, dim] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 1}, {37, 77}, {5, 1152}, {3, 4099}, {129, 72}}) {
+    const size_t n = static_cast<size_t>(rows * dim);
+    const auto x = random_values(n, 1);
+    const auto gamma = random_values(static_cast<size_t>(dim), 2, 0.5f, 1.5f);
+    const auto beta = random_values(static_cast<size_t>(dim), 3);
+    std::vector<float> want(n);
+    kernels::layer_norm(x.data(), want.data(), rows, dim, 1e-6f, gamma.data(), beta.data());
+    OnDevice dx(x), dy(n), dg(gamma), db(beta);
+    kernels::cuda::layer_norm(dx.p(), dy.p(), rows, dim, 1e-6f, dg.p(), db.p());
+    cuda::synchronize();
+    EXPECT_LT(max_rel_diff(dy.get(n), want), 1e-5f) << "layer_norm " << rows << "x" << dim;
+    kernels::layer_norm(x.data(), want.data(), rows, dim, 1e-6f);
+    kernels::cuda::layer_norm(dx.p(), dy.p(), rows, dim, 1e-6f, nullptr, nullptr);
+    EXPECT_LT(max_rel_diff(dy.get(n), want), 1e-5f) << "layer_norm (no affine)";
+    kernels::rms_norm(x.data(), want.data(), rows, dim, 1e-6f, gamma.data());
+    kernels::cuda::rms_norm(dx.p(), dy.p(), rows, dim, 1e-6f, dg.p());
+    EXPECT_LT(max_rel_diff(dy.get(n), want), 1e-5f) << "rms_norm " << rows << "x" << dim;
+  }
+}
+
+TEST(CudaOps, ActivationsMatchTheCpuOps) {
+  NEED_GPU();
+  for (const size_t n : {size_t{1}, size_t{1023}, size_t{70001}}) {
+    const auto x = random_values(n, 4, -8.f, 8.f);
+    std::vector<float> want(n);
+    OnDevice dx(x), dy(n);
+    kernels::gelu_tanh(x.data(), want.data(), static_cast<int64_t>(n));
+    kernels::cuda::gelu_tanh(dx.p(), dy.p(), static_cast<int64_t>(n));
+    EXPECT_LT(max_rel_diff(dy.get(n), want), 2e-6f) << "gelu_tanh " << n;
+    kernels::silu(x.data(), want.data(), static_cast<int64_t>(n));
+    kernels::cuda::silu(dx.p(), dy.p(), static_cast<int64_t>(n));
+    EXPECT_LT(max_rel_diff(dy.get(n), want), 2e-6f) << "silu " << n;
+  }
+}
+
+TEST(CudaOps, ModulationAndGatedResidualMatchTheCpuOps) {
+  NEED_GPU();
+  const int64_t batch = 3, tokens = 29, dim = 300, stride = 6 * dim;
+  const size_t n = static_cast<size_t>(batch * tokens * dim);
+  const auto x = random_values(n, 5), h0 = random_values(n, 6);
+  const auto mod = random_values(static_cast<size_t>(batch * stride), 7, -1.f, 1.f);
+  std::vector<float> want(n);
+  OnDevice dx(x), dy(n), dmod(mod);
+  kernels::modulate(x.data(), want.data(), batch, tokens, dim, mod.data(), mod.data() + dim,
+                    stride);
+  kernels::cuda::modulate(dx.p(), dy.p(), batch, tokens, dim, dmod.p(), dmod.p() + dim, stride);
+  EXPECT_LT(max_rel_diff(dy.get(n), want), 1e-6f);
+  for (const bool gated : {true, false}) {
+    std::vector<float> h = h0;
+    OnDevice dh(h0);
+    const float* gate = gated ? mod.data() + 2 * dim : nullptr;
+    kernels::gated_residual_add(h.data(), x.data(), batch, tokens, dim, gate, stride);
+    kernels::cuda::gated_residual_add(dh.p(), dx.p(), batch, tokens, dim,
+                                      gated ? dmod.p() + 2 * dim : nullptr, stride);
+    EXPECT_LT(max_rel_diff(dh.get(n), h), 1e-6f) << (gated ? "gated" : "ungated");
+  }
+}
+
+TEST(CudaRuntime, ADeviceIndexPastTheDevicesIsOneLine) {
+  NEED_GPU();
+  const int n = cuda::device_count();
+  try {
+    check_device(parse_device("cuda:" + std::to_string(n)));
+    FAIL() << "cuda:" << n << " accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("asked for"), std::string::npos) << e.what();
+  }
+}
+#else
+TEST(CudaOps, Skipped) {
+  GTEST_SKIP() << "CUDA cases skipped: this build has no CUDA backend (no nvcc at configure time)";
+}
+#endif
+
+// On a machine without a GPU, `--device cuda` is one line saying why, before
+// any work; with one, the pipelines refuse it until they run there.
+TEST(Device, GenerateOnCudaIsOneLineWhereItCannotRun) {
+  const auto dir = test::make_test_dir("xdit_device_");
+  const auto r = test::run_command(std::string("env XDIT_QUIET=1 '") + XDIT_BINARY +
+                                       "' generate --device cuda --prompt x -o '" +
+                                       (dir / "x.png").string() + "'",
+                                   (dir / "err.txt").string());
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  std::string why;
+#ifdef XDIT_HAVE_CUDA
+  const bool gpu = cuda::device_count(&why) > 0;
+#else
+  const bool gpu = false;
+  why = "built without the CUDA backend";
+#endif
+  if (gpu) {
+    EXPECT_NE(r.err.find("do not run on the CUDA backend yet"), std::string::npos) << r.err;
+  } else {
+    EXPECT_NE(r.err.find(why), std::string::npos) << r.err;
+  }
+  const auto bad = test::run_command(
+      std::string("env XDIT_QUIET=1 '") + XDIT_BINARY + "' generate --device tpu --prompt x",
+      "/dev/null");
+  EXPECT_EQ(bad.code, 1);
+}
+
+}  // namespace
+}  // namespace xdit
