@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cli_util.h"
@@ -15,6 +17,7 @@
 #include "core/error.h"
 #include "kernels/kernels.h"
 #ifdef XDIT_HAVE_CUDA
+#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/runtime.h"
 #endif
@@ -131,6 +134,80 @@ TEST(CudaOps, ModulationAndGatedResidualMatchTheCpuOps) {
                                       gated ? dmod.p() + 2 * dim : nullptr, stride);
     EXPECT_LT(max_rel_diff(dh.get(n), h), 1e-6f) << (gated ? "gated" : "ungated");
   }
+}
+
+// cuBLASLt's descriptors need no device: made and checked here for the
+// Linear shapes of the models (PixArt-α, FLUX.1, T5-XXL) at odd token counts.
+TEST(CudaGemm, DescriptorsForTheModelsShapes) {
+  using kernels::cuda::Epilogue;
+  using kernels::cuda::GemmShape;
+  using kernels::cuda::GemmType;
+  for (const auto& [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {4097, 3456, 1152},
+           {4097, 4608, 1152},
+           {4097, 1152, 4608},  // PixArt-α
+           {4608, 21504, 3072},
+           {4608, 3072, 15360},  // FLUX.1 single block
+           {121, 10240, 4096},
+           {121, 4096, 10240}}) {  // T5-XXL
+    for (const Epilogue e : {Epilogue::kNone, Epilogue::kBias, Epilogue::kGeluBias}) {
+      EXPECT_NO_THROW(kernels::cuda::check_gemm_descriptors(
+          GemmShape{m, n, k, GemmType::kBF16, GemmType::kBF16, e}));
+      EXPECT_NO_THROW(kernels::cuda::check_gemm_descriptors(
+          GemmShape{m, n, k, GemmType::kF32, GemmType::kF32, e}));
+    }
+  }
+  // bf16 rows must be 16-byte aligned: a K or N off the multiple of 8 is one line.
+  EXPECT_THROW(kernels::cuda::check_gemm_descriptors(GemmShape{7, 64, 72 + 4}), Error);
+  EXPECT_THROW(kernels::cuda::check_gemm_descriptors(GemmShape{7, 0, 64}), Error);
+}
+
+// y = x · wᵀ + bias (GELU) against a plain loop over the same bf16 inputs.
+TEST(CudaGemm, MatchesTheCpuLinearWithItsEpilogues) {
+  NEED_GPU();
+  using kernels::cuda::Epilogue;
+  using kernels::cuda::GemmShape;
+  using kernels::cuda::GemmType;
+  kernels::cuda::Gemm gemm;
+  const int64_t m = 77, n = 136, k = 200;
+  auto round_bf16 = [](std::vector<float> v) {
+    std::vector<uint16_t> b(v.size());
+    kernels::to_bf16_array(v.data(), b.data(), static_cast<int64_t>(v.size()));
+    for (size_t i = 0; i < v.size(); ++i) {
+      const uint32_t u = static_cast<uint32_t>(b[i]) << 16;
+      std::memcpy(&v[i], &u, 4);
+    }
+    return std::pair{v, b};
+  };
+  const auto [x, xb] = round_bf16(random_values(static_cast<size_t>(m * k), 8, -1.f, 1.f));
+  const auto [w, wb] = round_bf16(random_values(static_cast<size_t>(n * k), 9, -0.2f, 0.2f));
+  const auto bias = random_values(static_cast<size_t>(n), 10);
+  cuda::DeviceBuffer dx(xb.size() * 2), dw(wb.size() * 2), dy(static_cast<size_t>(m * n) * 4);
+  dx.upload(xb.data(), xb.size() * 2);
+  dw.upload(wb.data(), wb.size() * 2);
+  OnDevice dbias(bias);
+  for (const Epilogue e : {Epilogue::kNone, Epilogue::kBias, Epilogue::kGeluBias}) {
+    std::vector<float> want(static_cast<size_t>(m * n));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int64_t c = 0; c < k; ++c) acc += double{x[i * k + c]} * w[j * k + c];
+        float v = static_cast<float>(acc) + (e == Epilogue::kNone ? 0.f : bias[j]);
+        want[i * n + j] = v;
+      }
+    if (e == Epilogue::kGeluBias)
+      kernels::gelu_tanh(want.data(), want.data(), static_cast<int64_t>(want.size()));
+    gemm.run(GemmShape{m, n, k, GemmType::kBF16, GemmType::kF32, e}, dx.data(), dw.data(),
+             e == Epilogue::kNone ? nullptr : dbias.p(), dy.data());
+    cuda::synchronize();
+    std::vector<float> got(want.size());
+    dy.download(got.data(), got.size() * 4);
+    EXPECT_LT(max_rel_diff(got, want), 1e-3f) << static_cast<int>(e);
+  }
+  EXPECT_EQ(gemm.plans(), 3u);  // one plan per shape, reused
+  gemm.run(GemmShape{m, n, k, GemmType::kBF16, GemmType::kF32, Epilogue::kNone}, dx.data(),
+           dw.data(), nullptr, dy.data());
+  EXPECT_EQ(gemm.plans(), 3u);
 }
 
 TEST(CudaRuntime, ADeviceIndexPastTheDevicesIsOneLine) {
