@@ -57,3 +57,33 @@ PY
   rm -rf "$prefix" && mv "$prefix.partial" "$prefix"
   rm -rf "$tmp"
 fi
+
+# The cuDNN frontend (header-only C++ graph API: fused attention through
+# cuDNN) for the CUDA backend, when the CUDA toolkit is there: the include/
+# folder of PyPI's nvidia-cudnn-frontend wheel, unpacked into
+# .deps/cudnn_frontend (the wheel's Python part is not used).
+fe_prefix="$root/.deps/cudnn_frontend"
+if { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; } &&
+   [ ! -f "$fe_prefix/include/cudnn_frontend.h" ]; then
+  tmp=$(mktemp -d)
+  if python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
+       --platform manylinux_2_28_x86_64 -d "$tmp" nvidia-cudnn-frontend==1.32.0; then
+    rm -rf "$fe_prefix.partial" && mkdir -p "$fe_prefix.partial"
+    python3 - "$tmp" "$fe_prefix.partial" <<'PY'
+import glob, os, sys, zipfile
+src, dst = sys.argv[1], sys.argv[2]
+for whl in glob.glob(os.path.join(src, "*.whl")):
+    with zipfile.ZipFile(whl) as z:
+        for name in z.namelist():
+            if name.startswith("include/") and not name.endswith("/"):
+                out = os.path.join(dst, name)
+                os.makedirs(os.path.dirname(out), exist_ok=True)
+                with z.open(name) as f, open(out, "wb") as g:
+                    g.write(f.read())
+PY
+    rm -rf "$fe_prefix" && mv "$fe_prefix.partial" "$fe_prefix"
+  else
+    echo "install_deps: nvidia-cudnn-frontend not downloaded: the CUDA backend builds without cuDNN attention" >&2
+  fi
+  rm -rf "$tmp"
+fi

@@ -19,6 +19,9 @@
 #ifdef XDIT_HAVE_CUDA
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/ops.h"
+#ifdef XDIT_HAVE_CUDNN_FE
+#include "kernels/cuda/sdpa.h"
+#endif
 #include "kernels/cuda/runtime.h"
 #endif
 
@@ -209,6 +212,92 @@ TEST(CudaGemm, MatchesTheCpuLinearWithItsEpilogues) {
            dw.data(), nullptr, dy.data());
   EXPECT_EQ(gemm.plans(), 3u);
 }
+
+#ifdef XDIT_HAVE_CUDNN_FE
+// cuDNN's SDPA graphs validate without a device once the SM version is set:
+// the attention shapes of PixArt-α (72-wide heads), FLUX.1, SD3, and Ring's
+// and PipeFusion's unequal query and key lengths.
+TEST(CudaSdpa, GraphsValidateForTheModelsShapes) {
+  using kernels::cuda::SdpaShape;
+  for (const SdpaShape& s : std::vector<SdpaShape>{{2, 16, 4096, 4096, 72},
+                                                   {1, 24, 4608, 4608, 128},
+                                                   {2, 24, 4429, 4429, 64},
+                                                   {2, 16, 1024, 4096, 72},
+                                                   {1, 3, 37, 53, 64}})
+    EXPECT_NO_THROW(kernels::cuda::check_sdpa_graph(s)) << s.str();
+  try {
+    kernels::cuda::check_sdpa_graph(SdpaShape{1, 2, 16, 16, 70});
+    FAIL() << "head_dim 70 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("multiple of 8"), std::string::npos) << e.what();
+  }
+}
+
+// o and the log-sum-exp against a plain loop, q_len != kv_len.
+TEST(CudaSdpa, MatchesPlainAttentionAndItsLogSumExp) {
+  NEED_GPU();
+  const kernels::cuda::SdpaShape s{2, 3, 37, 53, 64};
+  const int64_t hd = s.heads * s.head_dim;
+  auto bf16 = [](const std::vector<float>& v, std::vector<float>* rounded) {
+    std::vector<uint16_t> b(v.size());
+    kernels::to_bf16_array(v.data(), b.data(), static_cast<int64_t>(v.size()));
+    rounded->resize(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      const uint32_t u = static_cast<uint32_t>(b[i]) << 16;
+      std::memcpy(&(*rounded)[i], &u, 4);
+    }
+    return b;
+  };
+  std::vector<float> q, k, v;
+  const auto qb = bf16(random_values(static_cast<size_t>(s.batch * s.q_len * hd), 11), &q);
+  const auto kb = bf16(random_values(static_cast<size_t>(s.batch * s.kv_len * hd), 12), &k);
+  const auto vb = bf16(random_values(static_cast<size_t>(s.batch * s.kv_len * hd), 13), &v);
+  std::vector<float> want(static_cast<size_t>(s.batch * s.q_len * hd));
+  std::vector<float> want_lse(static_cast<size_t>(s.batch * s.heads * s.q_len));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(s.head_dim));
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < s.heads; ++h)
+      for (int64_t i = 0; i < s.q_len; ++i) {
+        std::vector<double> p(static_cast<size_t>(s.kv_len));
+        double mx = -1e300;
+        for (int64_t j = 0; j < s.kv_len; ++j) {
+          double dot = 0;
+          for (int64_t c = 0; c < s.head_dim; ++c)
+            dot += double{q[(b * s.q_len + i) * hd + h * s.head_dim + c]} *
+                   k[(b * s.kv_len + j) * hd + h * s.head_dim + c];
+          p[j] = dot * scale;
+          mx = std::max(mx, p[j]);
+        }
+        double sum = 0;
+        for (auto& x : p) sum += (x = std::exp(x - mx));
+        want_lse[(b * s.heads + h) * s.q_len + i] = static_cast<float>(mx + std::log(sum));
+        for (int64_t c = 0; c < s.head_dim; ++c) {
+          double acc = 0;
+          for (int64_t j = 0; j < s.kv_len; ++j)
+            acc += p[j] * v[(b * s.kv_len + j) * hd + h * s.head_dim + c];
+          want[(b * s.q_len + i) * hd + h * s.head_dim + c] = static_cast<float>(acc / sum);
+        }
+      }
+  cuda::DeviceBuffer dq(qb.size() * 2), dk(kb.size() * 2), dv(vb.size() * 2), dout(want.size() * 2);
+  dq.upload(qb.data(), qb.size() * 2);
+  dk.upload(kb.data(), kb.size() * 2);
+  dv.upload(vb.data(), vb.size() * 2);
+  OnDevice dlse(want_lse.size());
+  kernels::cuda::Sdpa sdpa;
+  sdpa.run(s, dq.data(), dk.data(), dv.data(), dout.data(), dlse.p());
+  cuda::synchronize();
+  std::vector<uint16_t> ob(want.size());
+  dout.download(ob.data(), ob.size() * 2);
+  std::vector<float> got(want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const uint32_t u = static_cast<uint32_t>(ob[i]) << 16;
+    std::memcpy(&got[i], &u, 4);
+  }
+  EXPECT_LT(max_rel_diff(got, want), 1e-2f);  // bf16 output
+  EXPECT_LT(max_rel_diff(dlse.get(want_lse.size()), want_lse), 1e-3f);
+  EXPECT_EQ(sdpa.plans(), 1u);
+}
+#endif
 
 TEST(CudaRuntime, ADeviceIndexPastTheDevicesIsOneLine) {
   NEED_GPU();
