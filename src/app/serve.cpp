@@ -510,7 +510,13 @@ class Server {
   }
 
   void reply_json(httplib::Response& res, const std::string& path, int status, const json& body) {
-    metrics_.request(path, status);
+    // Paths outside the API count as one label: a client must not grow the
+    // metrics with paths of its choosing.
+    static const char* const kPaths[] = {"/generate", "/v1/images/generations", "/health",
+                                         "/v1/models", "/metrics"};
+    bool known = false;
+    for (const char* k : kPaths) known = known || path == k;
+    metrics_.request(known ? path : "other", status);
     res.status = status;
     res.set_content(body.dump(), "application/json");
   }

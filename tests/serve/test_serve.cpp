@@ -146,6 +146,12 @@ TEST_F(Serve, OpenAIEndpointEqualsXditGenerateAndTheInfoEndpointsAnswer) {
   ASSERT_TRUE(missing);
   EXPECT_EQ(missing->status, 404);
   EXPECT_TRUE(json::parse(missing->body).contains("error"));
+  ASSERT_TRUE(c.Get("/v3/other"));
+  const std::string after = c.Get("/metrics")->body;
+  EXPECT_NE(after.find("xdit_requests_total{endpoint=\"other\",status=\"404\"} 2\n"),
+            std::string::npos)
+      << after;  // unknown paths share one label
+  EXPECT_EQ(after.find("/v2/nothing"), std::string::npos);
   EXPECT_EQ(s.stop().code, 0);
 }
 
