@@ -32,6 +32,32 @@ fi
 # unpacked into .deps/onednn. Nothing of Python is needed at run time: the
 # binary finds the library through its rpath.
 root="$(cd "$(dirname "$0")/.." && pwd)"
+
+# unpack_wheels SRC DST MODE: the files of every wheel in SRC into DST.
+# MODE data: <dist>.data/data/{include,lib,share}/... -> DST/{include,lib,share}/...
+# MODE include: include/... -> DST/include/...
+unpack_wheels() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import glob, os, sys, zipfile
+src, dst, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+for whl in glob.glob(os.path.join(src, "*.whl")):
+    with zipfile.ZipFile(whl) as z:
+        for name in z.namelist():
+            parts = name.split("/")
+            if name.endswith("/"):
+                continue
+            if mode == "data" and len(parts) > 3 and parts[0].endswith(".data") and parts[1] == "data":
+                out = os.path.join(dst, *parts[2:])
+            elif mode == "include" and parts[0] == "include":
+                out = os.path.join(dst, name)
+            else:
+                continue
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            with z.open(name) as f, open(out, "wb") as g:
+                g.write(f.read())
+PY
+}
+
 prefix="$root/.deps/onednn"
 system_major=$(sed -n 's/^#define DNNL_VERSION_MAJOR \([0-9]*\).*/\1/p' \
   /usr/include/oneapi/dnnl/dnnl_version.h 2>/dev/null || true)
@@ -40,20 +66,7 @@ if [ "${system_major:-0}" -lt 3 ] && [ ! -f "$prefix/lib/libdnnl.so.3" ]; then
   python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$tmp" \
     onednn-cpu-gomp==2023.2.0 onednn-devel-cpu-gomp==2023.2.0
   rm -rf "$prefix.partial" && mkdir -p "$prefix.partial"
-  python3 - "$tmp" "$prefix.partial" <<'PY'
-import glob, os, sys, zipfile
-src, dst = sys.argv[1], sys.argv[2]
-for whl in glob.glob(os.path.join(src, "*.whl")):
-    with zipfile.ZipFile(whl) as z:
-        for name in z.namelist():
-            # <dist>.data/data/{include,lib,share}/... -> dst/{include,lib,share}/...
-            parts = name.split("/")
-            if len(parts) > 3 and parts[0].endswith(".data") and parts[1] == "data":
-                out = os.path.join(dst, *parts[2:])
-                os.makedirs(os.path.dirname(out), exist_ok=True)
-                with z.open(name) as f, open(out, "wb") as g:
-                    g.write(f.read())
-PY
+  unpack_wheels "$tmp" "$prefix.partial" data
   rm -rf "$prefix" && mv "$prefix.partial" "$prefix"
   rm -rf "$tmp"
 fi
@@ -69,18 +82,7 @@ if { command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; } &&
   if python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.11 \
        --platform manylinux_2_28_x86_64 -d "$tmp" nvidia-cudnn-frontend==1.32.0; then
     rm -rf "$fe_prefix.partial" && mkdir -p "$fe_prefix.partial"
-    python3 - "$tmp" "$fe_prefix.partial" <<'PY'
-import glob, os, sys, zipfile
-src, dst = sys.argv[1], sys.argv[2]
-for whl in glob.glob(os.path.join(src, "*.whl")):
-    with zipfile.ZipFile(whl) as z:
-        for name in z.namelist():
-            if name.startswith("include/") and not name.endswith("/"):
-                out = os.path.join(dst, name)
-                os.makedirs(os.path.dirname(out), exist_ok=True)
-                with z.open(name) as f, open(out, "wb") as g:
-                    g.write(f.read())
-PY
+    unpack_wheels "$tmp" "$fe_prefix.partial" include
     rm -rf "$fe_prefix" && mv "$fe_prefix.partial" "$fe_prefix"
   else
     echo "install_deps: nvidia-cudnn-frontend not downloaded: the CUDA backend builds without cuDNN attention" >&2
