@@ -377,8 +377,8 @@ class Server {
         // One process: the failure is this request's; answer it and go on.
         // Several: a rank may be inside a collective, so the job ends (main
         // prints the message and aborts every rank).
-        if (mesh_.world().size() > 1) throw;
         for (auto& job : runs) job->finish(serve::JobResult::error(500, e.what()));
+        if (mesh_.world().size() > 1) throw;  // (the clients have their 500 first)
         running_ = 0;
         continue;
       }

@@ -122,9 +122,11 @@ TEST_F(ServeMpi, ARequestTheLayoutCannotServeIsA400AndTheJobGoesOn) {
 }
 
 TEST_F(ServeMpi, ARankThatFailsEndsTheWholeJobWithItsMessage) {
-  for (const char* how : {"throw", "kill"}) {
+  // The serving rank or another one; by an error or by dying without a word.
+  for (const auto& [rank, how] :
+       std::vector<std::pair<int, std::string>>{{1, "throw"}, {1, "kill"}, {0, "throw"}}) {
     test::ServeProcess s("--model '" + kModels + "/flux-schnell-tiny' --ulysses_degree 2", dir_, 2,
-                         std::string("XDIT_FAULT_RANK=1 XDIT_FAULT=") + how);
+                         "XDIT_FAULT_RANK=" + std::to_string(rank) + " XDIT_FAULT=" + how);
     ASSERT_TRUE(s.listening()) << s.log();
     auto c = s.client();
     const auto t0 = std::chrono::steady_clock::now();
@@ -136,8 +138,10 @@ TEST_F(ServeMpi, ARankThatFailsEndsTheWholeJobWithItsMessage) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT_NE(end.code, 0) << how << ": " << end.err;
     EXPECT_LT(took, 60) << how << ": the job must end, not hang";
-    if (std::string(how) == "throw") {
-      EXPECT_NE(end.err.find("injected fault (XDIT_FAULT_RANK=1)"), std::string::npos) << end.err;
+    if (how == "throw") {
+      EXPECT_NE(end.err.find("injected fault (XDIT_FAULT_RANK=" + std::to_string(rank) + ")"),
+                std::string::npos)
+          << end.err;
     }
   }
 }
