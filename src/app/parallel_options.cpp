@@ -8,7 +8,8 @@ void add_parallel_options(CLI::App* cmd, ParallelOptions& o) {
   auto& p = o.config;
   const char* par = "Parallel (under mpirun; the degrees must multiply to the number of ranks)";
   cmd->add_option("--data_parallel_degree,--data-parallel-degree", p.data_parallel_degree,
-                  "prompts split over this many groups")
+                  "data parallelism: generate's prompts, or serve's requests (one per group at a "
+                  "time), split over this many groups")
       ->group(par);
   cmd->add_flag("--use_cfg_parallel,--use-cfg-parallel", p.use_cfg_parallel,
                 "the two halves of classifier-free guidance on two rank groups")
