@@ -11,13 +11,13 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
 
 #include "cli_util.h"
 #include "io/png.h"
+#include "serve/startup_line.h"
 
 namespace xdit::test {
 
@@ -98,14 +98,11 @@ class ServeProcess {
 #endif
     cmd += std::string("'") + XDIT_BINARY + "' serve --port 0 " + args;
     proc_ = spawn_command(cmd, err_);
-    const std::regex line("xdit: serving .* on http://[^:]+:([0-9]+) .* pid ([0-9]+) ");
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
     while (std::chrono::steady_clock::now() < until) {
-      std::smatch m;
-      const std::string log = read_text(err_);
-      if (std::regex_search(log, m, line)) {
-        port_ = std::stoi(m[1]);
-        server_pid_ = std::stoi(m[2]);
+      int pid = 0;
+      if (serve::parse_startup_line(read_text(err_), &port_, &pid)) {
+        server_pid_ = pid;
         return;
       }
       int status = 0;

@@ -18,13 +18,13 @@
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <sstream>
 #include <thread>
 
 #include "app/commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "serve/startup_line.h"
 
 namespace xdit::app {
 
@@ -72,16 +72,10 @@ ServerProcess start_server(const std::vector<std::string>& args, int ranks,
     ::execvp(a[0], a.data());
     ::_exit(127);
   }
-  const std::regex line("xdit: serving .* on http://[^:]+:([0-9]+) .* pid ([0-9]+) ");
   const auto until = Clock::now() + std::chrono::seconds(300);
   while (Clock::now() < until) {
-    std::smatch m;
     const std::string text = read_all(log);
-    if (std::regex_search(text, m, line)) {
-      s.port = std::stoi(m[1]);
-      s.server_pid = std::stoi(m[2]);
-      return s;
-    }
+    if (serve::parse_startup_line(text, &s.port, &s.server_pid)) return s;
     int status = 0;
     if (::waitpid(s.pid, &status, WNOHANG) == s.pid)
       XDIT_FAIL("the server ended before listening: ", text);

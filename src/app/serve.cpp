@@ -44,6 +44,7 @@
 #include "serve/job_queue.h"
 #include "serve/metrics.h"
 #include "serve/request_schema.h"
+#include "serve/startup_line.h"
 
 namespace xdit::app {
 
@@ -325,15 +326,16 @@ class Server {
     } join{*this, svr, http, drain};
     // The start-up line, printed even under XDIT_QUIET: where the service is
     // and who can reach it.
-    std::fprintf(stderr,
-                 "xdit: serving %s on http://%s:%d %s; %d request%s at a time, queue %d, "
-                 "timeout %g s; SIGTERM to pid %d stops it\n",
-                 model_id_.c_str(), o_.host.c_str(), port,
-                 loopback(o_.host) ? "(this machine only; --host 0.0.0.0 serves other machines)"
-                                   : "(on a network interface, as --host asked: anyone who can "
-                                     "reach it may generate)",
-                 groups_, groups_ == 1 ? "" : "s", o_.max_queue, o_.request_timeout,
-                 static_cast<int>(::getpid()));
+    serve::Startup line;
+    line.model = model_id_;
+    line.host = o_.host;
+    line.port = port;
+    line.loopback = loopback(o_.host);
+    line.groups = groups_;
+    line.max_queue = o_.max_queue;
+    line.request_timeout = o_.request_timeout;
+    line.pid = static_cast<int>(::getpid());
+    std::fprintf(stderr, "%s\n", serve::startup_line(line).c_str());
     std::fflush(stderr);
     serve_loop();
     send_command(mesh_.world(), json{{"op", "stop"}}.dump());

@@ -38,45 +38,36 @@ std::string Metrics::prometheus(size_t queue_depth, size_t capacity, size_t runn
   const double up = std::chrono::duration<double>(now - start_).count();
   const double window = std::min(up, static_cast<double>(kWindow.count()));
   std::ostringstream o;
-  o << "# HELP xdit_requests_total HTTP requests answered, by endpoint and status code.\n"
-    << "# TYPE xdit_requests_total counter\n";
+  // A metric's HELP and TYPE lines, and a metric of one unlabelled sample.
+  auto header = [&](const char* name, const char* type, const char* help) {
+    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
+  };
+  auto single = [&](const char* name, const char* type, const char* help, auto value) {
+    header(name, type, help);
+    o << name << " " << value << "\n";
+  };
+  header("xdit_requests_total", "counter", "HTTP requests answered, by endpoint and status code.");
   for (const auto& [key, n] : requests_)
     o << "xdit_requests_total{endpoint=\"" << key.first << "\",status=\"" << key.second << "\"} "
       << n << "\n";
-  o << "# HELP xdit_queue_depth Requests waiting in the queue.\n"
-    << "# TYPE xdit_queue_depth gauge\n"
-    << "xdit_queue_depth " << queue_depth << "\n"
-    << "# HELP xdit_queue_capacity The queue's bound (--max_queue).\n"
-    << "# TYPE xdit_queue_capacity gauge\n"
-    << "xdit_queue_capacity " << capacity << "\n"
-    << "# HELP xdit_running_requests Requests being generated now.\n"
-    << "# TYPE xdit_running_requests gauge\n"
-    << "xdit_running_requests " << running << "\n"
-    << "# HELP xdit_stage_seconds_total Seconds spent per pipeline stage (rank 0's group).\n"
-    << "# TYPE xdit_stage_seconds_total counter\n"
-    << "xdit_stage_seconds_total{stage=\"text_encoding\"} " << text_s_ << "\n"
-    << "xdit_stage_seconds_total{stage=\"denoising\"} " << denoise_s_ << "\n"
-    << "xdit_stage_seconds_total{stage=\"decoding\"} " << decode_s_ << "\n"
-    << "xdit_stage_seconds_total{stage=\"request\"} " << total_s_ << "\n"
-    << "# HELP xdit_generations_total Requests generated.\n"
-    << "# TYPE xdit_generations_total counter\n"
-    << "xdit_generations_total " << generations_ << "\n"
-    << "# HELP xdit_images_total Images generated.\n"
-    << "# TYPE xdit_images_total counter\n"
-    << "xdit_images_total " << images_ << "\n"
-    << "# HELP xdit_images_per_second Images generated per second over the last minute.\n"
-    << "# TYPE xdit_images_per_second gauge\n"
-    << "xdit_images_per_second " << (window > 0 ? static_cast<double>(last_minute) / window : 0)
-    << "\n"
-    << "# HELP process_resident_memory_bytes Resident memory of the serving process (rank 0).\n"
-    << "# TYPE process_resident_memory_bytes gauge\n"
-    << "process_resident_memory_bytes " << current_rss_bytes() << "\n"
-    << "# HELP xdit_peak_resident_memory_bytes The most resident memory it has held.\n"
-    << "# TYPE xdit_peak_resident_memory_bytes gauge\n"
-    << "xdit_peak_resident_memory_bytes " << peak_rss_bytes() << "\n"
-    << "# HELP xdit_uptime_seconds Seconds since the server started.\n"
-    << "# TYPE xdit_uptime_seconds gauge\n"
-    << "xdit_uptime_seconds " << up << "\n";
+  single("xdit_queue_depth", "gauge", "Requests waiting in the queue.", queue_depth);
+  single("xdit_queue_capacity", "gauge", "The queue's bound (--max_queue).", capacity);
+  single("xdit_running_requests", "gauge", "Requests being generated now.", running);
+  header("xdit_stage_seconds_total", "counter",
+         "Seconds spent per pipeline stage (rank 0's group).");
+  for (const auto& [stage, sec] :
+       {std::pair{"text_encoding", text_s_}, std::pair{"denoising", denoise_s_},
+        std::pair{"decoding", decode_s_}, std::pair{"request", total_s_}})
+    o << "xdit_stage_seconds_total{stage=\"" << stage << "\"} " << sec << "\n";
+  single("xdit_generations_total", "counter", "Requests generated.", generations_);
+  single("xdit_images_total", "counter", "Images generated.", images_);
+  single("xdit_images_per_second", "gauge", "Images generated per second over the last minute.",
+         window > 0 ? static_cast<double>(last_minute) / window : 0);
+  single("process_resident_memory_bytes", "gauge",
+         "Resident memory of the serving process (rank 0).", current_rss_bytes());
+  single("xdit_peak_resident_memory_bytes", "gauge", "The most resident memory it has held.",
+         peak_rss_bytes());
+  single("xdit_uptime_seconds", "gauge", "Seconds since the server started.", up);
   return o.str();
 }
 

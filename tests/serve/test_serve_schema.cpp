@@ -12,6 +12,7 @@
 #include "serve/job_queue.h"
 #include "serve/metrics.h"
 #include "serve/request_schema.h"
+#include "serve/startup_line.h"
 
 namespace xdit::serve {
 namespace {
@@ -249,6 +250,31 @@ TEST(ServeQueue, AWaitingClientGetsTheResultFromAnotherThread) {
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->width, 3);
+}
+
+TEST(ServeStartup, TheLineItPrintsIsTheLineItsStartersRead) {
+  for (const auto& [host, loopback] :
+       {std::pair{"127.0.0.1", true}, std::pair{"0.0.0.0", false}, std::pair{"::1", true}}) {
+    Startup st;
+    st.model = "pixart-sigma-tiny";
+    st.host = host;
+    st.loopback = loopback;
+    st.port = 40127;
+    st.groups = 2;
+    st.max_queue = 16;
+    st.request_timeout = 2.5;
+    st.pid = 31337;
+    const std::string line = startup_line(st);
+    EXPECT_NE(line.find(loopback ? "this machine only" : "anyone who can reach it"),
+              std::string::npos)
+        << line;
+    int port = 0, pid = 0;
+    ASSERT_TRUE(parse_startup_line("earlier output\n" + line + "\nlater", &port, &pid)) << line;
+    EXPECT_EQ(port, 40127);
+    EXPECT_EQ(pid, 31337);
+  }
+  int port = 0, pid = 0;
+  EXPECT_FALSE(parse_startup_line("xdit: loading ...\n", &port, &pid));
 }
 
 TEST(ServeMetrics, PrometheusTextCountsRequestsAndImages) {
