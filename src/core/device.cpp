@@ -4,6 +4,8 @@
 
 #include "core/error.h"
 #ifdef XDIT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
 #include "kernels/cuda/runtime.h"
 #endif
 
@@ -29,6 +31,26 @@ Device parse_device(const std::string& text) {
     }
   }
   XDIT_FAIL("--device must be cpu, cuda or cuda:N, got '", text, "'");
+}
+
+namespace {
+thread_local Device t_current;
+}  // namespace
+
+Device current_device() {
+  return t_current;
+}
+
+DeviceScope::DeviceScope(Device d) : previous_(t_current) {
+  check_device(d);
+  t_current = d;
+}
+
+DeviceScope::~DeviceScope() {
+  t_current = previous_;
+#ifdef XDIT_HAVE_CUDA
+  if (previous_.cuda()) cudaSetDevice(previous_.index);
+#endif
 }
 
 bool built_with_cuda() {

@@ -7,6 +7,9 @@
 
 #include "core/block_cache.h"
 #include "core/error.h"
+#ifdef XDIT_HAVE_CUDA
+#include "kernels/cuda/runtime.h"
+#endif
 
 namespace xdit {
 
@@ -37,7 +40,7 @@ std::string human_size(double b) {
   return buf;
 }
 
-Tensor Tensor::empty(Shape shape, DType dtype) {
+Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
   size_t count = 1;
   for (int64_t d : shape) {
     XDIT_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
@@ -52,6 +55,17 @@ Tensor Tensor::empty(Shape shape, DType dtype) {
   t.shape_ = std::move(shape);
   t.dtype_ = dtype;
   bytes = (bytes + 63) / 64 * 64;
+  t.device_ = device;
+  if (device.cuda()) {
+#ifdef XDIT_HAVE_CUDA
+    auto buf = std::make_shared<cuda::DeviceBuffer>(bytes);  // throws one line when it cannot
+    t.data_ = buf->data();
+    t.storage_ = std::move(buf);
+    return t;
+#else
+    XDIT_FAIL("cannot allocate a tensor on ", device.str(), ": built without the CUDA backend");
+#endif
+  }
   void* p = block_alloc(bytes);
   XDIT_CHECK(p != nullptr, "out of memory: cannot allocate ",
              human_size(static_cast<double>(bytes)), " for a tensor of shape ",
@@ -61,9 +75,15 @@ Tensor Tensor::empty(Shape shape, DType dtype) {
   return t;
 }
 
-Tensor Tensor::zeros(Shape shape, DType dtype) {
-  Tensor t = empty(std::move(shape), dtype);
-  std::memset(t.data_, 0, t.nbytes());
+Tensor Tensor::zeros(Shape shape, DType dtype, Device device) {
+  Tensor t = empty(std::move(shape), dtype, device);
+  if (device.cuda()) {
+#ifdef XDIT_HAVE_CUDA
+    cuda::fill_bytes(t.data_, 0, t.nbytes());
+#endif
+  } else {
+    std::memset(t.data_, 0, t.nbytes());
+  }
   return t;
 }
 
@@ -108,7 +128,17 @@ Tensor Tensor::leading(Shape shape) const {
   return t;
 }
 
+Tensor Tensor::to_device(Device device) const {
+  if (device == device_ || !defined()) return *this;
+  Tensor out = empty(shape_, dtype_, device);
+#ifdef XDIT_HAVE_CUDA
+  cuda::copy(out.data_, data_, nbytes());
+#endif
+  return out;
+}
+
 Tensor Tensor::to(DType dtype) const {
+  if (!on_host()) return to_device({}).to(dtype).to_device(device_);
   Tensor out = empty(shape_, dtype);
   const size_t n = static_cast<size_t>(numel());
   if (dtype == dtype_) {
@@ -125,6 +155,7 @@ Tensor Tensor::to(DType dtype) const {
 }
 
 std::vector<float> Tensor::to_vector() const {
+  if (!on_host()) return to_device({}).to_vector();
   std::vector<float> v(static_cast<size_t>(numel()));
   convert_to_f32(data_, dtype_, v.data(), v.size());
   return v;
@@ -132,6 +163,7 @@ std::vector<float> Tensor::to_vector() const {
 
 int64_t count_nonfinite(const Tensor& t) {
   if (!t.defined()) return 0;
+  if (!t.on_host()) return count_nonfinite(t.to_device({}));
   const int64_t n = t.numel();
   int64_t bad = 0;
   auto scan = [&](const auto* p, auto exp_mask) {

@@ -1,7 +1,8 @@
 // Tensor: a typed, shaped view of storage that it shares ownership of. The
-// storage is either an aligned host allocation or a memory-mapped file region
-// (kept alive by the view). Activations in the engine are f32; weights may be
-// f32/f16/bf16 until they are packed into the compute layout.
+// storage is an aligned host allocation, a memory-mapped file region (kept
+// alive by the view), or device memory of a CUDA device (data() is then a
+// device pointer, for the op set under a DeviceScope of that device). Activations in the engine are
+// f32; weights may be f32/f16/bf16 until they are packed into the compute layout.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +17,6 @@ namespace xdit {
 
 using Shape = std::vector<int64_t>;
 
-
 std::string shape_str(const Shape& s);  // "[2, 4, 8]"
 int64_t shape_numel(const Shape& s);
 // "12 KB", "3.4 GB": byte counts in messages.
@@ -26,9 +26,10 @@ class Tensor {
  public:
   Tensor() = default;
 
-  // Uninitialised host tensor, 64-byte aligned.
-  static Tensor empty(Shape shape, DType dtype = DType::kF32);
-  static Tensor zeros(Shape shape, DType dtype = DType::kF32);
+  // Uninitialised tensor, 64-byte aligned on the host; on a CUDA device
+  // (cudaMalloc, 256-byte aligned) when `device` is one.
+  static Tensor empty(Shape shape, DType dtype = DType::kF32, Device device = {});
+  static Tensor zeros(Shape shape, DType dtype = DType::kF32, Device device = {});
   // A view of memory owned by `keeper` (e.g. a file mapping).
   static Tensor view(std::shared_ptr<const void> keeper, const void* data, Shape shape,
                      DType dtype);
@@ -43,7 +44,8 @@ class Tensor {
   int64_t numel() const { return storage_ ? shape_numel(shape_) : 0; }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
   DType dtype() const { return dtype_; }
-  Device device() const { return Device{}; }  // host memory (the CPU) for now
+  Device device() const { return device_; }
+  bool on_host() const { return !device_.cuda(); }
 
   template <class T>
   T* data() {
@@ -60,10 +62,13 @@ class Tensor {
   Tensor reshape(Shape shape) const;
   // Same storage, the leading elements under a new shape of at most as many.
   Tensor leading(Shape shape) const;
-  // A copy converted to `dtype` (a plain copy when it already is).
+  // A copy converted to `dtype` (a plain copy when it already is), on the
+  // same device.
   Tensor to(DType dtype) const;
+  // This tensor on `device`: itself when it is there, else a copy.
+  Tensor to_device(Device device) const;
   Tensor clone() const { return to(dtype_); }
-  // The f32 values as a vector (converting if needed).
+  // The f32 values as a vector (converting, and copying from the device, if needed).
   std::vector<float> to_vector() const;
 
  private:
@@ -71,6 +76,7 @@ class Tensor {
   void* data_ = nullptr;
   Shape shape_;
   DType dtype_ = DType::kF32;
+  Device device_;
 };
 
 // NaN and ±Inf values in an f32/f16/bf16 tensor (from the bit patterns, so no

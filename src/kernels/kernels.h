@@ -1,6 +1,11 @@
-// The CPU op set. Activations are f32 and contiguous unless a stride says
+// The op set. Activations are f32 and contiguous unless a stride says
 // otherwise; each op has a plain reference in kernels/reference.h that the op
 // tests compare against. Matmul lives in kernels/linear.h (oneDNN inside).
+// Each op runs on this thread's current device (core/device.h DeviceScope):
+// the CPU implementations in kernels/cpu/, or, under a CUDA device, those of
+// kernels/cuda/ops.h on device pointers. Exceptions, the same on every
+// device: timestep and position tables take host inputs (they are computed
+// on the host and copied), and GroupNorm's `moments` are host memory.
 #pragma once
 
 #include <cstdint>
@@ -97,6 +102,15 @@ void patchify(const float* latent, int64_t batch, int64_t channels, int64_t heig
 // out [B, C, h·p, w·p] (diffusers' einsum "nhwpqc->nchpwq").
 void unpatchify(const float* x, int64_t batch, int64_t channels, int64_t h, int64_t w, int64_t p,
                 float* out);
+
+// y[r·y_stride + j] = x[r·x_stride + j] + bias[j] for `rows` rows of n
+// values: a table plus per-row values (AdaLN's shift/scale/gate rows).
+void add_rows(const float* x, int64_t x_stride, const float* bias, float* y, int64_t y_stride,
+              int64_t rows, int64_t n);
+// `rows` rows of n f32 values from src (`src_stride` apart) to dst
+// (`dst_stride` apart): slices, concatenations.
+void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+               int64_t n);
 
 // Sinusoidal timestep embedding (diffusers get_timestep_embedding with
 // max_period 10000): out[n, dim] = [sin | cos] (or [cos | sin] when flip).

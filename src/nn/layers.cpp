@@ -21,6 +21,16 @@ void Scratch::grow(size_t n) {
   }
 }
 
+float* Scratch::get_device(size_t n) {
+  const Device d = current_device();
+  if (!device_buf_.defined() || device_buf_.device() != d ||
+      device_buf_.numel() < static_cast<int64_t>(n)) {
+    device_buf_ = Tensor();  // freed before the larger one is made
+    device_buf_ = Tensor::empty({static_cast<int64_t>(std::max<size_t>(n, 1))}, DType::kF32, d);
+  }
+  return device_buf_.data<float>();
+}
+
 kernels::Linear load_linear(const io::WeightSource& w, const std::string& prefix, int64_t in,
                             int64_t out, bool bias, ComputeType ct, kernels::Activation act) {
   Tensor weight = w.get(prefix + ".weight", {out, in});

@@ -14,18 +14,23 @@ namespace xdit::nn {
 
 using kernels::ComputeType;
 
-// A growable scratch buffer: reallocates only when asked for more than it has,
-// so steady-state forwards allocate nothing.
+// A growable scratch buffer on this thread's current device: reallocates
+// only when asked for more than it has (or on another device), so after the
+// first step at a resolution forwards allocate nothing — the activation
+// arena of each layer, sized once per resolution.
 class Scratch {
  public:
   float* get(size_t n) {
+    if (current_device().cuda()) return get_device(n);
     if (buf_.size() < n) grow(n);
     return buf_.data();
   }
 
  private:
   void grow(size_t n);  // throws one line with the size when memory runs out
+  float* get_device(size_t n);
   AlignedVector<float> buf_;
+  Tensor device_buf_;  // under a CUDA DeviceScope
 };
 
 // "<prefix>.weight" [out, in] and, when `bias`, "<prefix>.bias" [out].

@@ -31,6 +31,7 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/cpu/softmax_row.h"
+#include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 
 namespace xdit::kernels {
@@ -143,6 +144,7 @@ void set_attention_blocks(int64_t q_block, int64_t kv_block) {
 }
 
 bool attention_packs_bf16(bool bf16) {
+  XDIT_CUDA_OP(attention_packs_bf16(bf16));
   return bf16 && cpu_has_bf16();
 }
 
@@ -153,6 +155,7 @@ void attention_pack_kv(const float* src, int64_t stride, int64_t B, int64_t H, i
   XDIT_CHECK(t >= 0 && t + n <= total, "attention_pack_kv: tokens [", t, ", ", t + n, ") outside ",
              total);
   const bool bf16 = attention_packs_bf16(bf16_requested);
+  XDIT_CUDA_OP(pack_kv(src, false, stride, B, H, n, D, bf16, dst, total, t, batch_stride));
   const size_t esz = bf16 ? 2 : 4;
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < B; ++b)
@@ -169,6 +172,7 @@ void attention_pack_kv_bf16(const uint16_t* src, int64_t stride, int64_t B, int6
              ") outside ", total);
   XDIT_CHECK(attention_packs_bf16(true),
              "attention_pack_kv_bf16: attention does not pack bf16 here");
+  XDIT_CUDA_OP(pack_kv(src, true, stride, B, H, n, D, true, dst, total, t, batch_stride));
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
@@ -180,6 +184,7 @@ void attention_pack_kv_bf16(const uint16_t* src, int64_t stride, int64_t B, int6
 void attention_unpack_kv(const void* src, int64_t B, int64_t H, int64_t total, int64_t D,
                          bool bf16_requested, float* dst) {
   const bool bf16 = attention_packs_bf16(bf16_requested);
+  XDIT_CUDA_OP(unpack_kv(src, B, H, total, D, bf16, dst));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t t = 0; t < total; ++t) {
@@ -198,6 +203,7 @@ void attention(const AttentionArgs& a) {
   XDIT_CHECK(a.batch > 0 && a.heads > 0 && a.head_dim > 0 && a.q_len >= 0 && a.kv_len > 0,
              "attention: bad sizes");
   XDIT_CHECK(a.scale > 0.0f, "attention: the scale must be positive");
+  XDIT_CUDA_OP(attention(a));
   XDIT_CHECK(!packed || a.key_mask == nullptr, "attention: packed K/V take no key mask");
   if (a.q_len == 0) return;
   const int64_t B = a.batch, H = a.heads, D = a.head_dim, Sq = a.q_len, Sk = a.kv_len;

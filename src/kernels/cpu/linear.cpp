@@ -10,7 +10,11 @@
 #include "core/log.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/dispatch.h"
 #include "kernels/kernels.h"
+#ifdef XDIT_HAVE_CUDA
+#include "kernels/cuda/gemm.h"
+#endif
 
 namespace xdit::kernels {
 
@@ -44,6 +48,11 @@ struct Linear::Impl {
   dnnl::memory packed;
   std::vector<float> bias;
   bool has_bias = false;
+#ifdef XDIT_HAVE_CUDA
+  // Made instead of the oneDNN weights when the layer is built under a CUDA
+  // DeviceScope: the weights then live on that device only.
+  std::unique_ptr<cuda::DeviceLinear> device;
+#endif
 
   struct Prim {
     dnnl::matmul::primitive_desc pd;
@@ -111,6 +120,16 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, ComputeType ct, Activat
     im.bias = bias.to_vector();
     im.has_bias = true;
   }
+#ifdef XDIT_HAVE_CUDA
+  if (on_cuda()) {
+    const Tensor w = weight.to(DType::kF32);
+    im.device = std::make_unique<cuda::DeviceLinear>(
+        w.data<float>(), im.has_bias ? im.bias.data() : nullptr, im.in, im.out,
+        ct == ComputeType::kBF16, act == Activation::kGeluTanh);
+    im.bias.clear();
+    return;
+  }
+#endif
   try {
     // Wᵀ viewed as [in, out] is the torch [out, in] buffer in "ba" order.
     Tensor w = weight.dtype() == DType::kF16 ? weight.to(DType::kF32) : weight;
@@ -133,19 +152,28 @@ void Linear::forward(const float* x, int64_t m, float* y, bool accumulate) const
   const Impl& im = *impl_;
   XDIT_CHECK(!(accumulate && im.act != Activation::kNone),
              "linear: accumulate with a fused activation");
+#ifdef XDIT_HAVE_CUDA
+  if (im.device) return im.device->forward(x, false, m, y, false, accumulate);
+#endif
   const void* src = x;
   if (im.ct == ComputeType::kBF16) src = cpu::thread_bf16_copy(x, static_cast<size_t>(m * im.in));
   run(src, m, y, accumulate, false);
 }
 
 void Linear::forward_bf16(const uint16_t* x, int64_t m, float* y) const {
-  XDIT_CHECK(impl_->ct == ComputeType::kBF16, "linear: bf16 input to an f32 layer");
+  XDIT_CHECK(is_bf16(), "linear: bf16 input to an f32 layer");
+#ifdef XDIT_HAVE_CUDA
+  if (impl_->device) return impl_->device->forward(x, true, m, y, false, false);
+#endif
   if (m > 0) run(x, m, y, false, false);
 }
 
 void Linear::forward_to_bf16(const float* x, int64_t m, uint16_t* y) const {
-  XDIT_CHECK(impl_->ct == ComputeType::kBF16, "linear: bf16 output from an f32 layer");
+  XDIT_CHECK(is_bf16(), "linear: bf16 output from an f32 layer");
   if (m == 0) return;
+#ifdef XDIT_HAVE_CUDA
+  if (impl_->device) return impl_->device->forward(x, false, m, y, true, false);
+#endif
   run(cpu::thread_bf16_copy(x, static_cast<size_t>(m * impl_->in)), m, y, false, true);
 }
 
@@ -170,16 +198,22 @@ Tensor Linear::forward(const Tensor& x) const {
              "linear expects f32 input [..., ", in_features(), "], got ", shape_str(x.shape()));
   Shape s = x.shape();
   s.back() = out_features();
-  Tensor y = Tensor::empty(s);
+  Tensor y = Tensor::empty(s, DType::kF32, x.device());
   forward(x.data<float>(), x.numel() / in_features(), y.data<float>());
   return y;
 }
 
 std::string Linear::implementation(int64_t m) const {
+#ifdef XDIT_HAVE_CUDA
+  if (impl_->device) return impl_->device->bf16() ? "cublasLt:bf16" : "cublasLt:f32";
+#endif
   return impl_->prim_for(m, false).pd.impl_info_str();
 }
 
 bool Linear::is_bf16() const {
+#ifdef XDIT_HAVE_CUDA
+  if (impl_->device) return impl_->device->bf16();
+#endif
   return impl_->ct == ComputeType::kBF16;
 }
 

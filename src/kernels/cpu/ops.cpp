@@ -19,6 +19,7 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/cpu/vec_math.h"
+#include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 
 #define XDIT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -198,55 +199,65 @@ void parallel_chunks(int64_t n, F f) {
 
 void layer_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps, const float* gamma,
                 const float* beta) {
+  XDIT_CUDA_OP(layer_norm(x, y, rows, dim, eps, gamma, beta));
 #pragma omp parallel for if (rows * dim > kGrain)
   for (int64_t r = 0; r < rows; ++r)
     layer_norm_row(x + r * dim, y + r * dim, dim, eps, gamma, beta);
 }
 
 void rms_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps, const float* weight) {
+  XDIT_CUDA_OP(rms_norm(x, y, rows, dim, eps, weight));
 #pragma omp parallel for if (rows * dim > kGrain)
   for (int64_t r = 0; r < rows; ++r) rms_norm_row(x + r * dim, y + r * dim, dim, eps, weight);
 }
 
 void gelu_tanh_gate(const float* x, float* y, int64_t rows, int64_t n) {
+  XDIT_CUDA_OP(gelu_tanh_gate(x, y, rows, n));
 #pragma omp parallel for if (rows * n > kGrain)
   for (int64_t r = 0; r < rows; ++r) gelu_gate_row(x + r * 2 * n, y + r * n, n);
 }
 
 void gelu_tanh(const float* x, float* y, int64_t n) {
+  XDIT_CUDA_OP(gelu_tanh(x, y, n));
   parallel_chunks(n, [&](int64_t b, int64_t e) { gelu_tanh_range(x + b, y + b, e - b); });
 }
 
 void silu(const float* x, float* y, int64_t n) {
+  XDIT_CUDA_OP(silu(x, y, n));
   parallel_chunks(n, [&](int64_t b, int64_t e) { silu_range(x + b, y + b, e - b); });
 }
 
 // libm's erf: CLIP-G's MLP is the only user, a few million values per prompt.
 void gelu_erf(const float* x, float* y, int64_t n) {
+  XDIT_CUDA_OP(gelu_erf(x, y, n));
   parallel_chunks(n, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * 0.70710678f));
   });
 }
 
 void to_bf16_array(const float* x, uint16_t* y, int64_t n) {
+  XDIT_CUDA_OP(to_bf16_array(x, y, n));
   parallel_chunks(n, [&](int64_t b, int64_t e) {
     cpu::f32_to_bf16_array(x + b, y + b, static_cast<size_t>(e - b));
   });
 }
 
 void to_bf16_rows(const float* x, int64_t stride, int64_t rows, int64_t n, uint16_t* y) {
+  XDIT_CUDA_OP(to_bf16_rows(x, stride, rows, n, y));
 #pragma omp parallel for if (rows * n > kGrain)
   for (int64_t r = 0; r < rows; ++r)
     cpu::f32_to_bf16_array(x + r * stride, y + r * n, static_cast<size_t>(n));
 }
 
 void quick_gelu(const float* x, float* y, int64_t n) {
+  XDIT_CUDA_OP(quick_gelu(x, y, n));
   parallel_chunks(n, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) y[i] = x[i] / (1.0f + std::exp(-1.702f * x[i]));
   });
 }
 
 void softmax_rows(float* x, int64_t rows, int64_t cols) {
+  XDIT_CUDA_OP(softmax_rows(x, rows, cols));
 #pragma omp parallel for if (rows * cols > kGrain)
   for (int64_t r = 0; r < rows; ++r) {
     float* p = x + r * cols;
@@ -264,6 +275,7 @@ void softmax_rows(float* x, int64_t rows, int64_t cols) {
 
 void layer_norm_modulate(const float* x, float* y, int64_t batch, int64_t tokens, int64_t dim,
                          float eps, const float* shift, const float* scale, int64_t mod_stride) {
+  XDIT_CUDA_OP(layer_norm_modulate(x, y, batch, tokens, dim, eps, shift, scale, mod_stride));
 #pragma omp parallel for collapse(2) if (batch * tokens * dim > kGrain)
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t t = 0; t < tokens; ++t) {
@@ -275,6 +287,7 @@ void layer_norm_modulate(const float* x, float* y, int64_t batch, int64_t tokens
 
 void modulate(const float* x, float* y, int64_t batch, int64_t tokens, int64_t dim,
               const float* shift, const float* scale, int64_t mod_stride) {
+  XDIT_CUDA_OP(modulate(x, y, batch, tokens, dim, shift, scale, mod_stride));
 #pragma omp parallel for collapse(2) if (batch * tokens * dim > kGrain)
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t t = 0; t < tokens; ++t) {
@@ -285,6 +298,7 @@ void modulate(const float* x, float* y, int64_t batch, int64_t tokens, int64_t d
 
 void gated_residual_add(float* h, const float* y, int64_t batch, int64_t tokens, int64_t dim,
                         const float* gate, int64_t gate_stride) {
+  XDIT_CUDA_OP(gated_residual_add(h, y, batch, tokens, dim, gate, gate_stride));
 #pragma omp parallel for collapse(2) if (batch * tokens * dim > kGrain)
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t t = 0; t < tokens; ++t) {
@@ -295,6 +309,7 @@ void gated_residual_add(float* h, const float* y, int64_t batch, int64_t tokens,
 
 void group_norm_moments_nhwc(const float* x, int64_t batch, int64_t hw, int64_t channels,
                              int64_t groups, double* moments) {
+  XDIT_CUDA_OP(group_norm_moments_nhwc(x, batch, hw, channels, groups, moments));
   const int64_t cg = channels / groups;
   // Per-channel Σx and Σx² in double, each thread over its own pixels
   // (vectorised across channels), then summed per group.
@@ -364,12 +379,16 @@ void group_norm_nhwc_to(const float* x, Out* y, int64_t batch, int64_t hw, int64
 void group_norm_nhwc(const float* x, float* y, int64_t batch, int64_t hw, int64_t channels,
                      int64_t groups, float eps, const float* gamma, const float* beta,
                      bool silu_after) {
+  XDIT_CUDA_OP(
+      group_norm_nhwc(x, y, false, batch, hw, channels, groups, eps, gamma, beta, silu_after));
   group_norm_nhwc_to(x, y, batch, hw, channels, groups, eps, gamma, beta, silu_after);
 }
 
 void group_norm_nhwc_bf16(const float* x, uint16_t* y, int64_t batch, int64_t hw, int64_t channels,
                           int64_t groups, float eps, const float* gamma, const float* beta,
                           bool silu_after) {
+  XDIT_CUDA_OP(
+      group_norm_nhwc(x, y, true, batch, hw, channels, groups, eps, gamma, beta, silu_after));
   group_norm_nhwc_to(x, y, batch, hw, channels, groups, eps, gamma, beta, silu_after);
 }
 
@@ -377,6 +396,8 @@ void group_norm_apply_nhwc(const float* x, float* y, int64_t batch, int64_t hw, 
                            int64_t groups, float eps, const float* gamma, const float* beta,
                            bool silu_after, const double* moments, double count,
                            int64_t y_batch_stride) {
+  XDIT_CUDA_OP(group_norm_apply_nhwc(x, y, batch, hw, channels, groups, eps, gamma, beta,
+                                     silu_after, moments, count, y_batch_stride));
   group_norm_apply_to(x, y, batch, hw, channels, groups, eps, gamma, beta, silu_after, moments,
                       count, y_batch_stride);
 }
@@ -385,6 +406,8 @@ void group_norm_apply_nhwc_bf16(const float* x, uint16_t* y, int64_t batch, int6
                                 int64_t channels, int64_t groups, float eps, const float* gamma,
                                 const float* beta, bool silu_after, const double* moments,
                                 double count, int64_t y_batch_stride) {
+  XDIT_CUDA_OP(group_norm_apply_nhwc_bf16(x, y, batch, hw, channels, groups, eps, gamma, beta,
+                                          silu_after, moments, count, y_batch_stride));
   group_norm_apply_to(x, y, batch, hw, channels, groups, eps, gamma, beta, silu_after, moments,
                       count, y_batch_stride);
 }
@@ -414,16 +437,19 @@ void upsample_nearest2x_to(const float* x, Out* y, int64_t batch, int64_t h, int
 
 void upsample_nearest2x_nhwc(const float* x, float* y, int64_t batch, int64_t h, int64_t w,
                              int64_t channels, int64_t y_batch_stride) {
+  XDIT_CUDA_OP(upsample_nearest2x_nhwc(x, y, batch, h, w, channels, y_batch_stride));
   upsample_nearest2x_to(x, y, batch, h, w, channels, y_batch_stride);
 }
 
 void upsample_nearest2x_nhwc_bf16(const float* x, uint16_t* y, int64_t batch, int64_t h, int64_t w,
                                   int64_t channels, int64_t y_batch_stride) {
+  XDIT_CUDA_OP(upsample_nearest2x_nhwc_bf16(x, y, batch, h, w, channels, y_batch_stride));
   upsample_nearest2x_to(x, y, batch, h, w, channels, y_batch_stride);
 }
 
 void patchify(const float* latent, int64_t batch, int64_t channels, int64_t height, int64_t width,
               int64_t p, float* cols) {
+  XDIT_CUDA_OP(patchify(latent, batch, channels, height, width, p, cols));
   const int64_t gh = height / p, gw = width / p, k = channels * p * p;
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < batch; ++b)
@@ -439,6 +465,7 @@ void patchify(const float* latent, int64_t batch, int64_t channels, int64_t heig
 
 void unpatchify(const float* x, int64_t batch, int64_t channels, int64_t h, int64_t w, int64_t p,
                 float* out) {
+  XDIT_CUDA_OP(unpatchify(x, batch, channels, h, w, p, out));
   const int64_t H = h * p, W = w * p;
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < batch; ++b)
@@ -451,54 +478,96 @@ void unpatchify(const float* x, int64_t batch, int64_t channels, int64_t h, int6
         }
 }
 
+namespace {
+// Small tables (a few KB a step) are computed on the host and, when `out` is
+// device memory, copied there.
+template <class F>
+void host_table(float* out, int64_t n, F compute) {
+#ifdef XDIT_HAVE_CUDA
+  if (on_cuda()) {
+    std::vector<float> h(static_cast<size_t>(n));
+    compute(h.data());
+    xdit::cuda::copy(out, h.data(), h.size() * 4);
+    return;
+  }
+#endif
+  compute(out);
+}
+}  // namespace
+
 void timestep_embedding(const float* t, int64_t n, int64_t dim, bool flip_sin_to_cos,
-                        float downscale_freq_shift, float* out) {
-  // diffusers embeddings.get_timestep_embedding: exponent in f32, exp in f32,
-  // t·freq in f32, then sin/cos.
-  const int64_t half = dim / 2;
-  std::vector<float> freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i) {
-    const float e = -std::log(10000.0f) * static_cast<float>(i) /
-                    (static_cast<float>(half) - downscale_freq_shift);
-    freq[static_cast<size_t>(i)] = std::exp(e);
-  }
-  for (int64_t r = 0; r < n; ++r) {
-    float* o = out + r * dim;
+                        float downscale_freq_shift, float* out_table) {
+  host_table(out_table, n * dim, [&](float* out) {
+    // diffusers embeddings.get_timestep_embedding: exponent in f32, exp in f32,
+    // t·freq in f32, then sin/cos.
+    const int64_t half = dim / 2;
+    std::vector<float> freq(static_cast<size_t>(half));
     for (int64_t i = 0; i < half; ++i) {
-      const float a = t[r] * freq[static_cast<size_t>(i)];
-      o[flip_sin_to_cos ? half + i : i] = std::sin(a);
-      o[flip_sin_to_cos ? i : half + i] = std::cos(a);
+      const float e = -std::log(10000.0f) * static_cast<float>(i) /
+                      (static_cast<float>(half) - downscale_freq_shift);
+      freq[static_cast<size_t>(i)] = std::exp(e);
     }
-    if (dim % 2 == 1) o[dim - 1] = 0.0f;  // diffusers pads odd widths with a zero
-  }
+    for (int64_t r = 0; r < n; ++r) {
+      float* o = out + r * dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = t[r] * freq[static_cast<size_t>(i)];
+        o[flip_sin_to_cos ? half + i : i] = std::sin(a);
+        o[flip_sin_to_cos ? i : half + i] = std::cos(a);
+      }
+      if (dim % 2 == 1) o[dim - 1] = 0.0f;  // diffusers pads odd widths with a zero
+    }
+  });
 }
 
 void sincos_pos_embed_2d(int64_t dim, int64_t gh, int64_t gw, float base_size,
-                         float interpolation_scale, float* out) {
-  // diffusers get_2d_sincos_pos_embed: grid coordinates in f32
-  // (arange / (n / base_size) / interpolation_scale), frequencies and products
-  // in f64, result cast to f32.
-  const int64_t quarter = dim / 4;
-  std::vector<double> omega(static_cast<size_t>(quarter));
-  for (int64_t i = 0; i < quarter; ++i)
-    omega[static_cast<size_t>(i)] =
-        1.0 / std::pow(10000.0, static_cast<double>(i) / (static_cast<double>(dim) / 4.0));
-  const float hs = static_cast<float>(static_cast<double>(gh) / base_size);
-  const float ws = static_cast<float>(static_cast<double>(gw) / base_size);
-  for (int64_t r = 0; r < gh; ++r)
-    for (int64_t c = 0; c < gw; ++c) {
-      const float ch = static_cast<float>(r) / hs / interpolation_scale;
-      const float cw = static_cast<float>(c) / ws / interpolation_scale;
-      float* o = out + (r * gw + c) * dim;
-      for (int64_t i = 0; i < quarter; ++i) {
-        const double a = cw * omega[static_cast<size_t>(i)];
-        const double b = ch * omega[static_cast<size_t>(i)];
-        o[i] = static_cast<float>(std::sin(a));
-        o[quarter + i] = static_cast<float>(std::cos(a));
-        o[2 * quarter + i] = static_cast<float>(std::sin(b));
-        o[3 * quarter + i] = static_cast<float>(std::cos(b));
+                         float interpolation_scale, float* out_table) {
+  host_table(out_table, gh * gw * dim, [&](float* out) {
+    // diffusers get_2d_sincos_pos_embed: grid coordinates in f32
+    // (arange / (n / base_size) / interpolation_scale), frequencies and products
+    // in f64, result cast to f32.
+    const int64_t quarter = dim / 4;
+    std::vector<double> omega(static_cast<size_t>(quarter));
+    for (int64_t i = 0; i < quarter; ++i)
+      omega[static_cast<size_t>(i)] =
+          1.0 / std::pow(10000.0, static_cast<double>(i) / (static_cast<double>(dim) / 4.0));
+    const float hs = static_cast<float>(static_cast<double>(gh) / base_size);
+    const float ws = static_cast<float>(static_cast<double>(gw) / base_size);
+    for (int64_t r = 0; r < gh; ++r)
+      for (int64_t c = 0; c < gw; ++c) {
+        const float ch = static_cast<float>(r) / hs / interpolation_scale;
+        const float cw = static_cast<float>(c) / ws / interpolation_scale;
+        float* o = out + (r * gw + c) * dim;
+        for (int64_t i = 0; i < quarter; ++i) {
+          const double a = cw * omega[static_cast<size_t>(i)];
+          const double b = ch * omega[static_cast<size_t>(i)];
+          o[i] = static_cast<float>(std::sin(a));
+          o[quarter + i] = static_cast<float>(std::cos(a));
+          o[2 * quarter + i] = static_cast<float>(std::sin(b));
+          o[3 * quarter + i] = static_cast<float>(std::cos(b));
+        }
       }
-    }
+  });
+}
+
+void add_rows(const float* x, int64_t x_stride, const float* bias, float* y, int64_t y_stride,
+              int64_t rows, int64_t n) {
+  XDIT_CUDA_OP(add_rows(x, x_stride, bias, y, y_stride, rows, n));
+#pragma omp parallel for if (rows * n > kGrain)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) y[r * y_stride + j] = x[r * x_stride + j] + bias[j];
+}
+
+void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
+               int64_t n) {
+#ifdef XDIT_HAVE_CUDA
+  if (on_cuda())
+    return xdit::cuda::copy_rows(dst, static_cast<size_t>(dst_stride) * 4, src,
+                                 static_cast<size_t>(src_stride) * 4, static_cast<size_t>(n) * 4,
+                                 static_cast<size_t>(rows));
+#endif
+#pragma omp parallel for if (rows * n > kGrain)
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(dst + r * dst_stride, src + r * src_stride, static_cast<size_t>(n) * 4);
 }
 
 bool cpu_has_bf16() {

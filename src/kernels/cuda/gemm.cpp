@@ -3,7 +3,12 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <vector>
+
+#include "core/dtype.h"
 #include "core/error.h"
+#include "kernels/cuda/context.h"
+#include "kernels/cuda/ops.h"
 
 namespace xdit::kernels::cuda {
 
@@ -36,7 +41,11 @@ struct Descriptors {
           "cublasLtMatmulDescSetAttribute(TRANSA)", s);
     check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n),
           "cublasLtMatmulDescSetAttribute(TRANSB)", s);
-    if (s.epilogue != Epilogue::kNone) {
+    if (s.epilogue == Epilogue::kGelu) {
+      const cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_GELU;
+      check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e),
+            "cublasLtMatmulDescSetAttribute(EPILOGUE)", s);
+    } else if (s.epilogue != Epilogue::kNone) {
       const cublasLtEpilogue_t e =
           s.epilogue == Epilogue::kBias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_GELU_BIAS;
       check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e),
@@ -69,6 +78,8 @@ struct Descriptors {
 void check_shape(const GemmShape& s) {
   if (s.m < 1 || s.n < 1 || s.k < 1)
     throw Error("cuBLASLt GEMM needs positive sizes, got " + s.str());
+  if (s.accumulate && (s.epilogue == Epilogue::kGelu || s.epilogue == Epilogue::kGeluBias))
+    throw Error("cuBLASLt GEMM: accumulate with a GELU epilogue, got " + s.str());
   if (s.in == GemmType::kBF16 && (s.k % 8 != 0 || s.n % 8 != 0))
     throw Error("cuBLASLt bf16 GEMM: K and N must be multiples of 8 (16-byte rows), got " +
                 s.str());
@@ -80,7 +91,9 @@ std::string GemmShape::str() const {
   auto t = [](GemmType x) { return x == GemmType::kBF16 ? "bf16" : "f32"; };
   std::string e = epilogue == Epilogue::kNone   ? ""
                   : epilogue == Epilogue::kBias ? " + bias"
+                  : epilogue == Epilogue::kGelu ? ", gelu"
                                                 : " + bias, gelu";
+  if (accumulate) e += ", accumulate";
   return std::string(t(in)) + " [" + std::to_string(m) + " x " + std::to_string(k) + "] x [" +
          std::to_string(n) + " x " + std::to_string(k) + "]^T" + e + " -> " + t(out);
 }
@@ -142,17 +155,67 @@ void Gemm::run(const GemmShape& s, const void* x, const void* w, const float* bi
     it = impl_->plans.emplace(s, std::move(plan)).first;
   }
   Plan& p = *it->second;
-  if (s.epilogue != Epilogue::kNone) {
+  if (s.epilogue == Epilogue::kBias || s.epilogue == Epilogue::kGeluBias) {
     if (bias == nullptr) throw Error("cuBLASLt GEMM " + s.str() + ": the bias is missing");
     check(cublasLtMatmulDescSetAttribute(p.desc.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                          sizeof bias),
           "cublasLtMatmulDescSetAttribute(BIAS_POINTER)", s);
   }
-  const float alpha = 1.f, beta = 0.f;
+  const float alpha = 1.f, beta = s.accumulate ? 1.f : 0.f;
   check(
       cublasLtMatmul(impl_->handle, p.desc.op, &alpha, w, p.desc.a, x, p.desc.b, &beta, y, p.desc.d,
                      y, p.desc.d, &p.algo, impl_->workspace.data(), impl_->workspace.bytes(), st),
       "cublasLtMatmul", s);
+}
+
+DeviceLinear::DeviceLinear(const float* w_f32, const float* bias, int64_t in, int64_t out,
+                           bool bf16, bool gelu)
+    : in_(in),
+      out_(out),
+      bf16_(bf16 && in % 8 == 0 && out % 8 == 0),
+      gelu_(gelu),
+      has_bias_(bias != nullptr) {
+  const size_t n = static_cast<size_t>(in * out);
+  if (bf16_) {
+    std::vector<uint16_t> h(n);
+    for (size_t i = 0; i < n; ++i) h[i] = f32_to_bf16(w_f32[i]);  // inline, header only
+    w_ = xdit::cuda::DeviceBuffer(n * 2);
+    w_.upload(h.data(), n * 2);
+  } else {
+    w_ = xdit::cuda::DeviceBuffer(n * 4);
+    w_.upload(w_f32, n * 4);
+  }
+  if (has_bias_) {
+    bias_ = xdit::cuda::DeviceBuffer(static_cast<size_t>(out) * 4);
+    bias_.upload(bias, static_cast<size_t>(out) * 4);
+  }
+}
+
+void DeviceLinear::forward(const void* x, bool x_bf16, int64_t m, void* y, bool y_bf16,
+                           bool accumulate, Stream st) const {
+  if (m == 0) return;
+  GemmShape s;
+  s.m = m;
+  s.n = out_;
+  s.k = in_;
+  s.in = bf16_ ? GemmType::kBF16 : GemmType::kF32;
+  s.out = y_bf16 ? GemmType::kBF16 : GemmType::kF32;
+  s.epilogue = has_bias_ ? (gelu_ ? Epilogue::kGeluBias : Epilogue::kBias)
+                         : (gelu_ ? Epilogue::kGelu : Epilogue::kNone);
+  s.accumulate = accumulate;
+  if (y_bf16 && !bf16_) throw Error("CUDA linear: bf16 output from an f32 layer " + s.str());
+  const void* src = x;
+  const size_t count = static_cast<size_t>(m * in_);
+  if (bf16_ && !x_bf16) {
+    auto* c = static_cast<uint16_t*>(device_scratch(ScratchSlot::kLinearIn, count * 2));
+    to_bf16_array(static_cast<const float*>(x), c, m * in_, st);
+    src = c;
+  } else if (!bf16_ && x_bf16) {
+    auto* c = static_cast<float*>(device_scratch(ScratchSlot::kLinearIn, count * 4));
+    from_bf16_rows(static_cast<const uint16_t*>(x), m, in_, c, in_, st);
+    src = c;
+  }
+  device_gemm().run(s, src, w_.data(), has_bias_ ? bias_.as<float>() : nullptr, y, st);
 }
 
 }  // namespace xdit::kernels::cuda

@@ -1,7 +1,9 @@
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 
+#include "kernels/cuda/context.h"
 #include "kernels/cuda/ops.h"
 
 namespace xdit::kernels::cuda {
@@ -96,10 +98,246 @@ __global__ void gated_residual_kernel(float* __restrict__ h, const float* __rest
   h[row * dim + i] += g * y[row * dim + i];
 }
 
+__device__ inline uint16_t to_bf16(float v) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(v));  // round to nearest even, as the CPU
+}
+
+__device__ inline float from_bf16(uint16_t v) {
+  return __bfloat162float(__ushort_as_bfloat16(v));
+}
+
+__device__ inline float gelu_tanh_f(float v) {
+  const float k = 0.7978845608028654f;  // √(2/π)
+  return 0.5f * v * (1.f + tanhf(k * (v + 0.044715f * v * v * v)));
+}
+
+// A grid-stride loop over n elements.
+#define XDIT_GRID_LOOP(i, n)                                                             \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+__global__ void gelu_erf_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+  XDIT_GRID_LOOP(i, n) y[i] = 0.5f * x[i] * (1.f + erff(x[i] * 0.70710678f));
+}
+
+__global__ void quick_gelu_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+  XDIT_GRID_LOOP(i, n) y[i] = x[i] / (1.f + expf(-1.702f * x[i]));
+}
+
+// y[r, j] = gelu_tanh(x[r, j]) · x[r, n + j] over rows·n outputs.
+__global__ void gelu_gate_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n,
+                                 int64_t total) {
+  XDIT_GRID_LOOP(i, total) {
+    const int64_t r = i / n, j = i % n;
+    y[i] = gelu_tanh_f(x[r * 2 * n + j]) * x[r * 2 * n + n + j];
+  }
+}
+
+__global__ void to_bf16_rows_kernel(const float* __restrict__ x, int64_t stride, int64_t n,
+                                    uint16_t* __restrict__ y, int64_t total) {
+  XDIT_GRID_LOOP(i, total) y[i] = to_bf16(x[(i / n) * stride + i % n]);
+}
+
+__global__ void from_bf16_rows_kernel(const uint16_t* __restrict__ x, int64_t n,
+                                      float* __restrict__ y, int64_t stride, int64_t total) {
+  XDIT_GRID_LOOP(i, total) y[(i / n) * stride + i % n] = from_bf16(x[i]);
+}
+
+__global__ void add_rows_kernel(const float* __restrict__ x, int64_t x_stride,
+                                const float* __restrict__ bias, float* __restrict__ y,
+                                int64_t y_stride, int64_t n, int64_t total) {
+  XDIT_GRID_LOOP(i, total) {
+    const int64_t r = i / n, j = i % n;
+    y[r * y_stride + j] = x[r * x_stride + j] + bias[j];
+  }
+}
+
+// One block per row: max, Σ exp (as the CPU op: exp(x − max) stored, then scaled).
+__global__ void softmax_rows_kernel(float* __restrict__ x, int64_t cols) {
+  __shared__ float partial[kThreads / 32];
+  float* p = x + blockIdx.x * cols;
+  float m = -INFINITY;
+  for (int64_t i = threadIdx.x; i < cols; i += kThreads) m = fmaxf(m, p[i]);
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = m;
+  __syncthreads();
+  m = partial[0];
+  for (int w = 1; w < kThreads / 32; ++w) m = fmaxf(m, partial[w]);
+  float s = 0.f;
+  for (int64_t i = threadIdx.x; i < cols; i += kThreads) {
+    const float e = expf(p[i] - m);
+    p[i] = e;
+    s += e;
+  }
+  const float inv = 1.f / block_sum(s);
+  for (int64_t i = threadIdx.x; i < cols; i += kThreads) p[i] *= inv;
+}
+
+// LayerNorm (no affine) then y = n · (1 + scale_b) + shift_b; one block per row.
+__global__ void layer_norm_modulate_kernel(const float* __restrict__ x, float* __restrict__ y,
+                                           int64_t tokens, int64_t dim, float eps,
+                                           const float* __restrict__ shift,
+                                           const float* __restrict__ scale, int64_t mod_stride) {
+  const int64_t row = blockIdx.x, b = row / tokens;
+  const float* xr = x + row * dim;
+  float* yr = y + row * dim;
+  float s = 0.f;
+  for (int64_t i = threadIdx.x; i < dim; i += kThreads) s += xr[i];
+  const float mean = block_sum(s) / static_cast<float>(dim);
+  float q = 0.f;
+  for (int64_t i = threadIdx.x; i < dim; i += kThreads) {
+    const float d = xr[i] - mean;
+    q += d * d;
+  }
+  const float inv = rsqrtf(block_sum(q) / static_cast<float>(dim) + eps);
+  const float* sh = shift + b * mod_stride;
+  const float* sc = scale + b * mod_stride;
+  for (int64_t i = threadIdx.x; i < dim; i += kThreads)
+    yr[i] = (xr[i] - mean) * inv * (1.f + sc[i]) + sh[i];
+}
+
+// Σx and Σx² of one (batch item, group) in f64: one block each.
+__global__ void group_moments_kernel(const float* __restrict__ x, int64_t hw, int64_t channels,
+                                     int64_t groups, double* __restrict__ moments) {
+  const int64_t b = blockIdx.x / groups, g = blockIdx.x % groups, cg = channels / groups;
+  const float* xb = x + b * hw * channels + g * cg;
+  double s = 0, s2 = 0;
+  for (int64_t i = threadIdx.x; i < hw * cg; i += kThreads) {
+    const double v = xb[(i / cg) * channels + i % cg];
+    s += v;
+    s2 += v * v;
+  }
+  __shared__ double ps[kThreads], ps2[kThreads];
+  ps[threadIdx.x] = s;
+  ps2[threadIdx.x] = s2;
+  __syncthreads();
+  for (int h = kThreads / 2; h > 0; h >>= 1) {
+    if (threadIdx.x < h) {
+      ps[threadIdx.x] += ps[threadIdx.x + h];
+      ps2[threadIdx.x] += ps2[threadIdx.x + h];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    moments[2 * blockIdx.x] = ps[0];
+    moments[2 * blockIdx.x + 1] = ps2[0];
+  }
+}
+
+// y = x·a + c per channel (a = rstd·γ, c = β − mean·a, as the CPU op), then SiLU.
+template <class Out>
+__global__ void group_apply_kernel(const float* __restrict__ x, Out* __restrict__ y, int64_t hw,
+                                   int64_t channels, int64_t groups, float eps,
+                                   const float* __restrict__ gamma, const float* __restrict__ beta,
+                                   bool silu_after, const double* __restrict__ moments,
+                                   double count, int64_t y_batch_stride, int64_t total) {
+  const int64_t cg = channels / groups;
+  XDIT_GRID_LOOP(i, total) {
+    const int64_t ch = i % channels, b = i / (hw * channels), p = (i / channels) % hw;
+    const int64_t bg = b * groups + ch / cg;
+    const double m = moments[2 * bg] / count;
+    const double var = fmax(moments[2 * bg + 1] / count - m * m, 0.0);
+    const double rstd = 1.0 / sqrt(var + eps);
+    const double sa = rstd * gamma[ch];
+    const float a = static_cast<float>(sa), c = static_cast<float>(beta[ch] - m * sa);
+    float v = x[i] * a + c;
+    if (silu_after) v = v / (1.f + expf(-v));
+    Out* dst = y + b * y_batch_stride + p * channels + ch;
+    if constexpr (sizeof(Out) == 2)
+      *dst = to_bf16(v);
+    else
+      *dst = v;
+  }
+}
+
+template <class Out>
+__global__ void upsample2x_kernel(const float* __restrict__ x, Out* __restrict__ y, int64_t h,
+                                  int64_t w, int64_t channels, int64_t y_batch_stride,
+                                  int64_t total) {
+  XDIT_GRID_LOOP(i, total) {  // over the output's B · 2h · 2w · C values
+    const int64_t ch = i % channels, q = (i / channels) % (2 * w);
+    const int64_t r = (i / (channels * 2 * w)) % (2 * h), b = i / (channels * 4 * w * h);
+    const float v = x[((b * h + r / 2) * w + q / 2) * channels + ch];
+    Out* dst = y + b * y_batch_stride + (r * 2 * w + q) * channels + ch;
+    if constexpr (sizeof(Out) == 2)
+      *dst = to_bf16(v);
+    else
+      *dst = v;
+  }
+}
+
+// cols [B·gh·gw, C·p·p] in (c, i, j) order from latent [B, C, H, W].
+__global__ void patchify_kernel(const float* __restrict__ latent, int64_t channels, int64_t height,
+                                int64_t width, int64_t p, float* __restrict__ cols, int64_t total) {
+  const int64_t gh = height / p, gw = width / p, k = channels * p * p;
+  XDIT_GRID_LOOP(o, total) {
+    const int64_t e = o % k, tok = o / k;
+    const int64_t ch = e / (p * p), i = (e / p) % p, j = e % p;
+    const int64_t c = tok % gw, r = (tok / gw) % gh, b = tok / (gw * gh);
+    cols[o] = latent[((b * channels + ch) * height + r * p + i) * width + c * p + j];
+  }
+}
+
+// out [B, C, h·p, w·p] from x [B, h·w, p·p·C] in (p, q, c) order.
+__global__ void unpatchify_kernel(const float* __restrict__ x, int64_t channels, int64_t h,
+                                  int64_t w, int64_t p, float* __restrict__ out, int64_t total) {
+  const int64_t H = h * p, W = w * p;
+  XDIT_GRID_LOOP(o, total) {
+    const int64_t xx = o % W, yy = (o / W) % H, ch = (o / (W * H)) % channels,
+                  b = o / (W * H * channels);
+    const int64_t r = yy / p, i = yy % p, c = xx / p, j = xx % p;
+    out[o] = x[((b * h + r) * w + c) * (p * p * channels) + (i * p + j) * channels + ch];
+  }
+}
+
+// Token-major rows (`stride` apart, batch items `batch_stride` apart) into a
+// head-major [B, H, total, D] buffer at token t0. In: f32 or bf16; out: the
+// compute type.
+template <class In, class Out>
+__global__ void pack_kv_kernel(const In* __restrict__ src, int64_t stride, int64_t batch_stride,
+                               int64_t heads, int64_t n, int64_t d, Out* __restrict__ dst,
+                               int64_t total_tokens, int64_t t0, int64_t count) {
+  XDIT_GRID_LOOP(i, count) {  // over B · H · n · D
+    const int64_t e = i % d, tok = (i / d) % n, h = (i / (d * n)) % heads, b = i / (d * n * heads);
+    const In v = src[b * batch_stride + tok * stride + h * d + e];
+    float f;
+    if constexpr (sizeof(In) == 2)
+      f = from_bf16(v);
+    else
+      f = v;
+    Out* o = dst + ((b * heads + h) * total_tokens + t0 + tok) * d + e;
+    if constexpr (sizeof(Out) == 2)
+      *o = to_bf16(f);
+    else
+      *o = f;
+  }
+}
+
+template <class In>
+__global__ void unpack_kv_kernel(const In* __restrict__ src, int64_t heads, int64_t total_tokens,
+                                 int64_t d, float* __restrict__ dst, int64_t count) {
+  XDIT_GRID_LOOP(i, count) {  // over B · total · H · D, dst token-major
+    const int64_t e = i % d, h = (i / d) % heads, tok = (i / (d * heads)) % total_tokens,
+                  b = i / (d * heads * total_tokens);
+    const In v = src[((b * heads + h) * total_tokens + tok) * d + e];
+    if constexpr (sizeof(In) == 2)
+      dst[i] = from_bf16(v);
+    else
+      dst[i] = v;
+  }
+}
+
 unsigned elementwise_blocks(int64_t n) {
   const int64_t b = (n + kThreads - 1) / kThreads;
   return static_cast<unsigned>(b < 65535 ? (b > 0 ? b : 1) : 65535);
 }
+
+#define XDIT_LAUNCH(kernel, n, s, ...)                              \
+  do {                                                              \
+    if ((n) == 0) return;                                           \
+    kernel<<<elementwise_blocks(n), kThreads, 0, s>>>(__VA_ARGS__); \
+    xdit::cuda::check_launch(#kernel);                              \
+  } while (0)
 
 }  // namespace
 
@@ -145,6 +383,195 @@ void gated_residual_add(float* h, const float* y, int64_t batch, int64_t tokens,
                   static_cast<unsigned>(batch * tokens));
   gated_residual_kernel<<<grid, kThreads, 0, s>>>(h, y, tokens, dim, gate, gate_stride);
   xdit::cuda::check_launch("gated_residual_add");
+}
+
+void gelu_tanh_gate(const float* x, float* y, int64_t rows, int64_t n, Stream s) {
+  XDIT_LAUNCH(gelu_gate_kernel, rows * n, s, x, y, n, rows * n);
+}
+
+void gelu_erf(const float* x, float* y, int64_t n, Stream s) {
+  XDIT_LAUNCH(gelu_erf_kernel, n, s, x, y, n);
+}
+
+void quick_gelu(const float* x, float* y, int64_t n, Stream s) {
+  XDIT_LAUNCH(quick_gelu_kernel, n, s, x, y, n);
+}
+
+void to_bf16_rows(const float* x, int64_t stride, int64_t rows, int64_t n, uint16_t* y, Stream s) {
+  XDIT_LAUNCH(to_bf16_rows_kernel, rows * n, s, x, stride, n, y, rows * n);
+}
+
+void to_bf16_array(const float* x, uint16_t* y, int64_t n, Stream s) {
+  to_bf16_rows(x, n, 1, n, y, s);
+}
+
+void from_bf16_rows(const uint16_t* x, int64_t rows, int64_t n, float* y, int64_t stride,
+                    Stream s) {
+  XDIT_LAUNCH(from_bf16_rows_kernel, rows * n, s, x, n, y, stride, rows * n);
+}
+
+void add_rows(const float* x, int64_t x_stride, const float* bias, float* y, int64_t y_stride,
+              int64_t rows, int64_t n, Stream s) {
+  XDIT_LAUNCH(add_rows_kernel, rows * n, s, x, x_stride, bias, y, y_stride, n, rows * n);
+}
+
+void softmax_rows(float* x, int64_t rows, int64_t cols, Stream s) {
+  if (rows == 0 || cols == 0) return;
+  softmax_rows_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, cols);
+  xdit::cuda::check_launch("softmax_rows");
+}
+
+void layer_norm_modulate(const float* x, float* y, int64_t batch, int64_t tokens, int64_t dim,
+                         float eps, const float* shift, const float* scale, int64_t mod_stride,
+                         Stream s) {
+  if (batch * tokens == 0) return;
+  layer_norm_modulate_kernel<<<static_cast<unsigned>(batch * tokens), kThreads, 0, s>>>(
+      x, y, tokens, dim, eps, shift, scale, mod_stride);
+  xdit::cuda::check_launch("layer_norm_modulate");
+}
+
+namespace {
+// Moments into device scratch.
+double* device_moments(const float* x, int64_t batch, int64_t hw, int64_t channels, int64_t groups,
+                       Stream s) {
+  auto* m = static_cast<double*>(
+      device_scratch(ScratchSlot::kMoments, static_cast<size_t>(2 * batch * groups) * 8));
+  group_moments_kernel<<<static_cast<unsigned>(batch * groups), kThreads, 0, s>>>(x, hw, channels,
+                                                                                  groups, m);
+  xdit::cuda::check_launch("group_norm_moments");
+  return m;
+}
+
+// `moments`: device memory.
+template <class Out>
+void group_apply(const float* x, Out* y, int64_t batch, int64_t hw, int64_t channels,
+                 int64_t groups, float eps, const float* gamma, const float* beta, bool silu_after,
+                 const double* moments, double count, int64_t y_batch_stride, Stream s) {
+  if (y_batch_stride == 0) y_batch_stride = hw * channels;
+  const int64_t n = batch * hw * channels;
+  XDIT_LAUNCH(group_apply_kernel<Out>, n, s, x, y, hw, channels, groups, eps, gamma, beta,
+              silu_after, moments, count, y_batch_stride, n);
+}
+
+// Host moments → device scratch, then apply.
+template <class Out>
+void group_apply_host(const float* x, Out* y, int64_t batch, int64_t hw, int64_t channels,
+                      int64_t groups, float eps, const float* gamma, const float* beta,
+                      bool silu_after, const double* moments, double count, int64_t y_batch_stride,
+                      Stream s) {
+  const size_t bytes = static_cast<size_t>(2 * batch * groups) * 8;
+  auto* m = static_cast<double*>(device_scratch(ScratchSlot::kMoments, bytes));
+  xdit::cuda::copy(m, moments, bytes, s);
+  group_apply(x, y, batch, hw, channels, groups, eps, gamma, beta, silu_after, m, count,
+              y_batch_stride, s);
+}
+}  // namespace
+
+void group_norm_nhwc(const float* x, void* y, bool y_bf16, int64_t batch, int64_t hw,
+                     int64_t channels, int64_t groups, float eps, const float* gamma,
+                     const float* beta, bool silu_after, Stream s) {
+  if (batch * hw * channels == 0) return;
+  const double* m = device_moments(x, batch, hw, channels, groups, s);
+  const double count = static_cast<double>(hw * (channels / groups));
+  if (y_bf16)
+    group_apply(x, static_cast<uint16_t*>(y), batch, hw, channels, groups, eps, gamma, beta,
+                silu_after, m, count, 0, s);
+  else
+    group_apply(x, static_cast<float*>(y), batch, hw, channels, groups, eps, gamma, beta,
+                silu_after, m, count, 0, s);
+}
+
+void group_norm_moments_nhwc(const float* x, int64_t batch, int64_t hw, int64_t channels,
+                             int64_t groups, double* moments, Stream s) {
+  if (batch * groups == 0) return;
+  const double* m = device_moments(x, batch, hw, channels, groups, s);
+  xdit::cuda::copy(moments, m, static_cast<size_t>(2 * batch * groups) * 8, s);
+}
+
+namespace {
+
+template <class Out>
+void upsample2x(const float* x, Out* y, int64_t batch, int64_t h, int64_t w, int64_t channels,
+                int64_t y_batch_stride, Stream s) {
+  if (y_batch_stride == 0) y_batch_stride = 4 * h * w * channels;
+  const int64_t n = batch * 4 * h * w * channels;
+  XDIT_LAUNCH(upsample2x_kernel<Out>, n, s, x, y, h, w, channels, y_batch_stride, n);
+}
+}  // namespace
+
+void group_norm_apply_nhwc(const float* x, float* y, int64_t batch, int64_t hw, int64_t channels,
+                           int64_t groups, float eps, const float* gamma, const float* beta,
+                           bool silu_after, const double* moments, double count,
+                           int64_t y_batch_stride, Stream s) {
+  group_apply_host(x, y, batch, hw, channels, groups, eps, gamma, beta, silu_after, moments, count,
+                   y_batch_stride, s);
+}
+
+void group_norm_apply_nhwc_bf16(const float* x, uint16_t* y, int64_t batch, int64_t hw,
+                                int64_t channels, int64_t groups, float eps, const float* gamma,
+                                const float* beta, bool silu_after, const double* moments,
+                                double count, int64_t y_batch_stride, Stream s) {
+  group_apply_host(x, y, batch, hw, channels, groups, eps, gamma, beta, silu_after, moments, count,
+                   y_batch_stride, s);
+}
+
+void upsample_nearest2x_nhwc(const float* x, float* y, int64_t batch, int64_t h, int64_t w,
+                             int64_t channels, int64_t y_batch_stride, Stream s) {
+  upsample2x(x, y, batch, h, w, channels, y_batch_stride, s);
+}
+
+void upsample_nearest2x_nhwc_bf16(const float* x, uint16_t* y, int64_t batch, int64_t h, int64_t w,
+                                  int64_t channels, int64_t y_batch_stride, Stream s) {
+  upsample2x(x, y, batch, h, w, channels, y_batch_stride, s);
+}
+
+void patchify(const float* latent, int64_t batch, int64_t channels, int64_t height, int64_t width,
+              int64_t p, float* cols, Stream s) {
+  const int64_t n = batch * channels * (height / p) * p * (width / p) * p;
+  XDIT_LAUNCH(patchify_kernel, n, s, latent, channels, height, width, p, cols, n);
+}
+
+void unpatchify(const float* x, int64_t batch, int64_t channels, int64_t h, int64_t w, int64_t p,
+                float* out, Stream s) {
+  const int64_t n = batch * channels * h * p * w * p;
+  XDIT_LAUNCH(unpatchify_kernel, n, s, x, channels, h, w, p, out, n);
+}
+
+void pack_kv(const void* src, bool src_bf16, int64_t stride, int64_t batch, int64_t heads,
+             int64_t n, int64_t head_dim, bool dst_bf16, void* dst, int64_t total, int64_t t,
+             int64_t batch_stride, Stream s) {
+  if (batch_stride == 0) batch_stride = n * stride;
+  const int64_t count = batch * heads * n * head_dim;
+  auto* d16 = static_cast<uint16_t*>(dst);
+  auto* d32 = static_cast<float*>(dst);
+  if (src_bf16) {
+    const auto* in = static_cast<const uint16_t*>(src);
+    if (dst_bf16)
+      XDIT_LAUNCH(pack_kv_kernel, count, s, in, stride, batch_stride, heads, n, head_dim, d16,
+                  total, t, count);
+    else
+      XDIT_LAUNCH(pack_kv_kernel, count, s, in, stride, batch_stride, heads, n, head_dim, d32,
+                  total, t, count);
+  } else {
+    const auto* in = static_cast<const float*>(src);
+    if (dst_bf16)
+      XDIT_LAUNCH(pack_kv_kernel, count, s, in, stride, batch_stride, heads, n, head_dim, d16,
+                  total, t, count);
+    else
+      XDIT_LAUNCH(pack_kv_kernel, count, s, in, stride, batch_stride, heads, n, head_dim, d32,
+                  total, t, count);
+  }
+}
+
+void unpack_kv(const void* src, int64_t batch, int64_t heads, int64_t total, int64_t head_dim,
+               bool bf16, float* dst, Stream s) {
+  const int64_t count = batch * total * heads * head_dim;
+  if (bf16)
+    XDIT_LAUNCH(unpack_kv_kernel, count, s, static_cast<const uint16_t*>(src), heads, total,
+                head_dim, dst, count);
+  else
+    XDIT_LAUNCH(unpack_kv_kernel, count, s, static_cast<const float*>(src), heads, total, head_dim,
+                dst, count);
 }
 
 }  // namespace xdit::kernels::cuda

@@ -1,5 +1,7 @@
 // The CUDA op set: the ops of kernels/kernels.h with the same meaning and
-// arguments, on device pointers, queued on a stream. tests/kernels/
+// arguments, on device pointers, queued on a stream. The kernels.h ops call
+// these when the thread's current device is a CUDA device (DeviceScope), so
+// model code reaches them without naming a backend. tests/kernels/
 // test_cuda_ops.cpp checks each against the CPU op on random, odd-sized
 // inputs (skipped, saying why, where there is no GPU).
 #pragma once
@@ -7,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/runtime.h"
+#include "kernels/kernels.h"
 
 namespace xdit::kernels::cuda {
 
@@ -31,5 +34,60 @@ void modulate(const float* x, float* y, int64_t batch, int64_t tokens, int64_t d
 // h[b,t,:] += gate_b · y[b,t,:] (gate_b = gate + b·gate_stride, 1 when gate is null).
 void gated_residual_add(float* h, const float* y, int64_t batch, int64_t tokens, int64_t dim,
                         const float* gate, int64_t gate_stride, Stream s = nullptr);
+
+void gelu_tanh_gate(const float* x, float* y, int64_t rows, int64_t n, Stream s = nullptr);
+void gelu_erf(const float* x, float* y, int64_t n, Stream s = nullptr);
+void quick_gelu(const float* x, float* y, int64_t n, Stream s = nullptr);
+void softmax_rows(float* x, int64_t rows, int64_t cols, Stream s = nullptr);
+void layer_norm_modulate(const float* x, float* y, int64_t batch, int64_t tokens, int64_t dim,
+                         float eps, const float* shift, const float* scale, int64_t mod_stride,
+                         Stream s = nullptr);
+
+// Conversions: f32 rows (`stride` apart) → packed bf16, and back.
+void to_bf16_array(const float* x, uint16_t* y, int64_t n, Stream s = nullptr);
+void to_bf16_rows(const float* x, int64_t stride, int64_t rows, int64_t n, uint16_t* y,
+                  Stream s = nullptr);
+void from_bf16_rows(const uint16_t* x, int64_t rows, int64_t n, float* y, int64_t stride,
+                    Stream s = nullptr);
+
+// y[r·y_stride + j] = x[r·x_stride + j] + bias[j].
+void add_rows(const float* x, int64_t x_stride, const float* bias, float* y, int64_t y_stride,
+              int64_t rows, int64_t n, Stream s = nullptr);
+
+// GroupNorm, whole or in halves. `moments` ([B, G, 2] doubles) are host
+// memory as on the CPU (the patch-parallel VAE sums them across ranks).
+void group_norm_nhwc(const float* x, void* y, bool y_bf16, int64_t batch, int64_t hw,
+                     int64_t channels, int64_t groups, float eps, const float* gamma,
+                     const float* beta, bool silu, Stream s = nullptr);
+void group_norm_moments_nhwc(const float* x, int64_t batch, int64_t hw, int64_t channels,
+                             int64_t groups, double* moments, Stream s = nullptr);
+void group_norm_apply_nhwc(const float* x, float* y, int64_t batch, int64_t hw, int64_t channels,
+                           int64_t groups, float eps, const float* gamma, const float* beta,
+                           bool silu, const double* moments, double count, int64_t y_batch_stride,
+                           Stream s = nullptr);
+void group_norm_apply_nhwc_bf16(const float* x, uint16_t* y, int64_t batch, int64_t hw,
+                                int64_t channels, int64_t groups, float eps, const float* gamma,
+                                const float* beta, bool silu, const double* moments, double count,
+                                int64_t y_batch_stride, Stream s = nullptr);
+void upsample_nearest2x_nhwc(const float* x, float* y, int64_t batch, int64_t h, int64_t w,
+                             int64_t channels, int64_t y_batch_stride, Stream s = nullptr);
+void upsample_nearest2x_nhwc_bf16(const float* x, uint16_t* y, int64_t batch, int64_t h, int64_t w,
+                                  int64_t channels, int64_t y_batch_stride, Stream s = nullptr);
+
+void patchify(const float* latent, int64_t batch, int64_t channels, int64_t height, int64_t width,
+              int64_t p, float* cols, Stream s = nullptr);
+void unpatchify(const float* x, int64_t batch, int64_t channels, int64_t h, int64_t w, int64_t p,
+                float* out, Stream s = nullptr);
+
+// Attention (attention.cu): the CPU op's arguments on device pointers. The
+// packed K/V layout is head-major [B, H, kv_len, D], bf16 when bf16 was asked for.
+bool attention_packs_bf16(bool bf16);
+void attention(const AttentionArgs& a, Stream s = nullptr);
+// src f32 or bf16 rows → tokens [t, t + n) of a packed buffer of `total` tokens.
+void pack_kv(const void* src, bool src_bf16, int64_t stride, int64_t batch, int64_t heads,
+             int64_t n, int64_t head_dim, bool dst_bf16, void* dst, int64_t total, int64_t t,
+             int64_t batch_stride, Stream s = nullptr);
+void unpack_kv(const void* src, int64_t batch, int64_t heads, int64_t total, int64_t head_dim,
+               bool bf16, float* dst, Stream s = nullptr);
 
 }  // namespace xdit::kernels::cuda

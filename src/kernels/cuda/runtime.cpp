@@ -104,6 +104,59 @@ void DeviceBuffer::download(void* host, size_t bytes) const {
   check(cudaMemcpy(host, ptr_, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy (to host)");
 }
 
+void copy(void* dst, const void* src, size_t bytes, Stream s) {
+  if (bytes == 0) return;
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s), "cudaMemcpyAsync");
+  check(cudaStreamSynchronize(s), "cudaStreamSynchronize (after a copy)");
+}
+
+void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+               size_t rows, Stream s) {
+  if (rows == 0 || row_bytes == 0) return;
+  check(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyDefault, s),
+        "cudaMemcpy2DAsync");
+}
+
+void fill_bytes(void* dst, int value, size_t bytes, Stream s) {
+  if (bytes == 0) return;
+  check(cudaMemsetAsync(dst, value, bytes, s), "cudaMemsetAsync");
+}
+
+OwnedStream::OwnedStream() {
+  check(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+}
+
+OwnedStream::~OwnedStream() {
+  if (s_ != nullptr) cudaStreamDestroy(s_);
+}
+
+Event::Event(bool timing) {
+  check(cudaEventCreateWithFlags(&e_, timing ? cudaEventDefault : cudaEventDisableTiming),
+        "cudaEventCreateWithFlags");
+}
+
+Event::~Event() {
+  if (e_ != nullptr) cudaEventDestroy(e_);
+}
+
+void Event::record(Stream s) {
+  check(cudaEventRecord(e_, s), "cudaEventRecord");
+}
+
+void Event::wait(Stream s) const {
+  check(cudaStreamWaitEvent(s, e_, 0), "cudaStreamWaitEvent");
+}
+
+void Event::synchronize() const {
+  check(cudaEventSynchronize(e_), "cudaEventSynchronize");
+}
+
+float Event::ms_since(const Event& start) const {
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, start.e_, e_), "cudaEventElapsedTime");
+  return ms;
+}
+
 void synchronize(Stream s) {
   check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
 }

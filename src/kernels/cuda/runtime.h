@@ -11,6 +11,7 @@
 #include <vector>
 
 struct CUstream_st;  // cudaStream_t without cuda_runtime.h in every includer
+struct CUevent_st;   // cudaEvent_t
 
 namespace xdit::cuda {
 
@@ -59,6 +60,48 @@ class DeviceBuffer {
  private:
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
+};
+
+// Copies between host and device memory or within a device (the direction
+// comes from unified addressing). Synchronous on the host side: the copy is
+// done when the call returns (it waits for the work queued on `s` first).
+void copy(void* dst, const void* src, size_t bytes, Stream s = nullptr);
+// `rows` rows of `row_bytes`, `src_pitch` / `dst_pitch` bytes apart; queued
+// on `s` (device to device: the caller synchronises before a host reads).
+void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+               size_t rows, Stream s = nullptr);
+// Sets `bytes` bytes of device memory to `value`, queued on `s`.
+void fill_bytes(void* dst, int value, size_t bytes, Stream s = nullptr);
+
+// A stream of its own (non-blocking with respect to the legacy stream),
+// destroyed with the object.
+class OwnedStream {
+ public:
+  OwnedStream();
+  ~OwnedStream();
+  OwnedStream(const OwnedStream&) = delete;
+  OwnedStream& operator=(const OwnedStream&) = delete;
+  Stream get() const { return s_; }
+
+ private:
+  Stream s_ = nullptr;
+};
+
+// An event: record on one stream, make another wait for it, or time the work
+// between two events.
+class Event {
+ public:
+  explicit Event(bool timing = false);
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void record(Stream s = nullptr);
+  void wait(Stream s = nullptr) const;  // work queued on `s` later waits for the event
+  void synchronize() const;             // the host waits
+  float ms_since(const Event& start) const;
+
+ private:
+  CUevent_st* e_ = nullptr;
 };
 
 // Waits for all work on `s`; throws the first error of the work queued there

@@ -1,0 +1,210 @@
+// kernels::attention on a CUDA device. bf16 calls without a mask, bias or
+// packed K/V go to cuDNN's fused SDPA (flash attention; q/k/v converted to
+// bf16 token-major rows first); everything else — f32, T5's relative bias,
+// key masks, PipeFusion's / DistriFusion's packed K/V — runs the kernel
+// below: one warp per query row with an online softmax over the keys (the
+// same recurrence as the CPU op, never an S×S matrix), the log-sum-exp when
+// asked for. It is the exact path the f32 parity checks use; speed comes
+// from the cuDNN path.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+#include "kernels/cuda/context.h"
+#include "kernels/cuda/ops.h"
+
+namespace xdit::kernels::cuda {
+
+namespace {
+
+constexpr int kWarps = 4;  // query rows per block
+
+struct KvView {  // element (b, h, j, e) at base[b·bs + h·hs + j·ts + e]
+  const void* base;
+  int64_t bs, hs, ts;
+};
+
+struct Params {
+  const float* q;
+  int64_t q_stride;
+  KvView k, v;
+  float* out;
+  int64_t out_stride;
+  int64_t batch, heads, q_len, kv_len, d;
+  float scale;
+  float* lse;
+  const uint8_t* mask;
+  const float* bias;
+  bool round_bf16;  // bf16 asked for: q, k, v rounded to bf16 as the products would
+};
+
+__device__ inline float load(const float* p) {
+  return *p;
+}
+__device__ inline float load(const uint16_t* p) {
+  return __bfloat162float(__ushort_as_bfloat16(*p));
+}
+__device__ inline float round_bf16(float v) {
+  return __bfloat162float(__float2bfloat16_rn(v));
+}
+
+template <class KV, int PER>
+__global__ void __launch_bounds__(kWarps * 32) attention_kernel(const Params a) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (row >= a.batch * a.heads * a.q_len) return;
+  const int64_t qi = row % a.q_len, h = (row / a.q_len) % a.heads, b = row / (a.q_len * a.heads);
+  const float* qr = a.q + (b * a.q_len + qi) * a.q_stride + h * a.d;
+  const KV* kb = static_cast<const KV*>(a.k.base) + b * a.k.bs + h * a.k.hs;
+  const KV* vb = static_cast<const KV*>(a.v.base) + b * a.v.bs + h * a.v.hs;
+  float q[PER], acc[PER];
+#pragma unroll
+  for (int p = 0; p < PER; ++p) {
+    const int64_t e = lane + 32 * p;
+    q[p] = e < a.d ? qr[e] : 0.f;
+    if (a.round_bf16) q[p] = round_bf16(q[p]);
+    acc[p] = 0.f;
+  }
+  float m = -INFINITY, l = 0.f;
+  const float* bias_row = a.bias != nullptr ? a.bias + (h * a.q_len + qi) * a.kv_len : nullptr;
+  const uint8_t* mask = a.mask != nullptr ? a.mask + b * a.kv_len : nullptr;
+  for (int64_t j = 0; j < a.kv_len; ++j) {
+    if (mask != nullptr && mask[j] == 0) continue;
+    const KV* kr = kb + j * a.k.ts;
+    float dot = 0.f;
+#pragma unroll
+    for (int p = 0; p < PER; ++p) {
+      const int64_t e = lane + 32 * p;
+      if (e < a.d) {
+        float kv = load(kr + e);
+        if (a.round_bf16) kv = round_bf16(kv);
+        dot += q[p] * kv;
+      }
+    }
+    for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+    float s = dot * a.scale;
+    if (bias_row != nullptr) s += bias_row[j];
+    const float m_new = fmaxf(m, s);
+    const float corr = expf(m - m_new);  // 0 for the first key (m = -inf)
+    const float pexp = expf(s - m_new);
+    l = l * corr + pexp;
+    const KV* vr = vb + j * a.v.ts;
+#pragma unroll
+    for (int p = 0; p < PER; ++p) {
+      const int64_t e = lane + 32 * p;
+      if (e < a.d) {
+        float vv = load(vr + e);
+        if (a.round_bf16) vv = round_bf16(vv);
+        acc[p] = acc[p] * corr + pexp * vv;
+      }
+    }
+    m = m_new;
+  }
+  const float inv = l > 0.f ? 1.f / l : 0.f;  // every key masked: zeros
+  float* orow = a.out + (b * a.q_len + qi) * a.out_stride + h * a.d;
+#pragma unroll
+  for (int p = 0; p < PER; ++p) {
+    const int64_t e = lane + 32 * p;
+    if (e < a.d) orow[e] = acc[p] * inv;
+  }
+  if (a.lse != nullptr && lane == 0) a.lse[(b * a.heads + h) * a.q_len + qi] = m + logf(l);
+}
+
+template <class KV>
+void launch(const Params& p, Stream s) {
+  const int64_t rows = p.batch * p.heads * p.q_len;
+  const auto blocks = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
+  const int64_t per = (p.d + 31) / 32;
+  if (per <= 1)
+    attention_kernel<KV, 1><<<blocks, kWarps * 32, 0, s>>>(p);
+  else if (per <= 2)
+    attention_kernel<KV, 2><<<blocks, kWarps * 32, 0, s>>>(p);
+  else if (per <= 3)
+    attention_kernel<KV, 3><<<blocks, kWarps * 32, 0, s>>>(p);
+  else if (per <= 4)
+    attention_kernel<KV, 4><<<blocks, kWarps * 32, 0, s>>>(p);
+  else if (per <= 8)
+    attention_kernel<KV, 8><<<blocks, kWarps * 32, 0, s>>>(p);
+  else
+    attention_kernel<KV, 16><<<blocks, kWarps * 32, 0, s>>>(p);
+  xdit::cuda::check_launch("attention");
+}
+
+#ifdef XDIT_HAVE_CUDNN_FE
+// cuDNN's SDPA: sizes it takes (head_dim a multiple of 8 up to 256).
+bool sdpa_applies(const AttentionArgs& a) {
+  return a.bf16 && a.key_mask == nullptr && a.bias == nullptr && a.k_packed == nullptr &&
+         a.head_dim % 8 == 0 && a.head_dim <= 256;
+}
+
+void run_sdpa(const AttentionArgs& a, Stream s) {
+  const int64_t hd = a.heads * a.head_dim;
+  const size_t qn = static_cast<size_t>(a.batch * a.q_len * hd),
+               kn = static_cast<size_t>(a.batch * a.kv_len * hd);
+  auto* q = static_cast<uint16_t*>(device_scratch(ScratchSlot::kAttnQ, qn * 2));
+  auto* k = static_cast<uint16_t*>(device_scratch(ScratchSlot::kAttnK, kn * 2));
+  auto* v = static_cast<uint16_t*>(device_scratch(ScratchSlot::kAttnV, kn * 2));
+  auto* o = static_cast<uint16_t*>(device_scratch(ScratchSlot::kAttnO, qn * 2));
+  to_bf16_rows(a.q, a.q_stride, a.batch * a.q_len, hd, q, s);
+  to_bf16_rows(a.k, a.k_stride, a.batch * a.kv_len, hd, k, s);
+  to_bf16_rows(a.v, a.v_stride, a.batch * a.kv_len, hd, v, s);
+  SdpaShape shape;
+  shape.batch = a.batch;
+  shape.heads = a.heads;
+  shape.q_len = a.q_len;
+  shape.kv_len = a.kv_len;
+  shape.head_dim = a.head_dim;
+  shape.scale = a.scale;
+  device_sdpa().run(shape, q, k, v, o, a.lse, s);
+  from_bf16_rows(o, a.batch * a.q_len, hd, a.out, a.out_stride, s);
+}
+#endif
+
+}  // namespace
+
+bool attention_packs_bf16(bool bf16) {
+  return bf16;
+}
+
+void attention(const AttentionArgs& a, Stream s) {
+  if (a.batch * a.heads * a.q_len == 0) return;
+  if (a.head_dim > 512)
+    throw Error("CUDA attention: head_dim " + std::to_string(a.head_dim) +
+                " is above the 512 this kernel holds in registers");
+#ifdef XDIT_HAVE_CUDNN_FE
+  if (sdpa_applies(a)) return run_sdpa(a, s);
+#endif
+  Params p{};
+  p.q = a.q;
+  p.q_stride = a.q_stride;
+  p.out = a.out;
+  p.out_stride = a.out_stride;
+  p.batch = a.batch;
+  p.heads = a.heads;
+  p.q_len = a.q_len;
+  p.kv_len = a.kv_len;
+  p.d = a.head_dim;
+  p.scale = a.scale;
+  p.lse = a.lse;
+  p.mask = a.key_mask;
+  p.bias = a.bias;
+  p.round_bf16 = a.bf16;
+  if (a.k_packed != nullptr) {  // head-major [B, H, kv_len, D] in the compute type
+    const int64_t hs = a.kv_len * a.head_dim;
+    p.k = {a.k_packed, a.heads * hs, hs, a.head_dim};
+    p.v = {a.v_packed, a.heads * hs, hs, a.head_dim};
+    if (attention_packs_bf16(a.bf16))
+      launch<uint16_t>(p, s);
+    else
+      launch<float>(p, s);
+    return;
+  }
+  p.k = {a.k, a.kv_len * a.k_stride, a.head_dim, a.k_stride};
+  p.v = {a.v, a.kv_len * a.v_stride, a.head_dim, a.v_stride};
+  launch<float>(p, s);
+}
+
+}  // namespace xdit::kernels::cuda

@@ -1,0 +1,55 @@
+#include "kernels/cuda/context.h"
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <map>
+#include <memory>
+
+#include "core/error.h"
+
+namespace xdit::kernels::cuda {
+
+namespace {
+
+struct DeviceState {
+  std::unique_ptr<Gemm> gemm;
+#ifdef XDIT_HAVE_CUDNN_FE
+  std::unique_ptr<Sdpa> sdpa;
+#endif
+  std::array<xdit::cuda::DeviceBuffer, static_cast<size_t>(ScratchSlot::kCount)> scratch;
+};
+
+DeviceState& state() {
+  thread_local std::map<int, DeviceState> states;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) throw Error("cudaGetDevice failed: no current device");
+  return states[dev];
+}
+
+}  // namespace
+
+Gemm& device_gemm() {
+  DeviceState& s = state();
+  if (!s.gemm) s.gemm = std::make_unique<Gemm>();
+  return *s.gemm;
+}
+
+#ifdef XDIT_HAVE_CUDNN_FE
+Sdpa& device_sdpa() {
+  DeviceState& s = state();
+  if (!s.sdpa) s.sdpa = std::make_unique<Sdpa>();
+  return *s.sdpa;
+}
+#endif
+
+void* device_scratch(ScratchSlot slot, size_t bytes) {
+  auto& buf = state().scratch[static_cast<size_t>(slot)];
+  if (buf.bytes() < bytes) {
+    buf = xdit::cuda::DeviceBuffer();  // free first: the peak is the new size, not both
+    buf = xdit::cuda::DeviceBuffer(bytes);
+  }
+  return buf.data();
+}
+
+}  // namespace xdit::kernels::cuda
