@@ -103,10 +103,11 @@ void patchify(const float* latent, int64_t batch, int64_t channels, int64_t heig
 void unpatchify(const float* x, int64_t batch, int64_t channels, int64_t h, int64_t w, int64_t p,
                 float* out);
 
-// y[r·y_stride + j] = x[r·x_stride + j] + bias[j] for `rows` rows of n
-// values: a table plus per-row values (AdaLN's shift/scale/gate rows).
-void add_rows(const float* x, int64_t x_stride, const float* bias, float* y, int64_t y_stride,
-              int64_t rows, int64_t n);
+// y[r·y_stride + j] = x[r·x_stride + j] + b[r·b_stride + j] for `rows` rows
+// of n values (b_stride 0: one row added to every row, e.g. AdaLN's table
+// plus each batch item's timestep projection). y may equal x.
+void add_rows(const float* x, int64_t x_stride, const float* b, int64_t b_stride, float* y,
+              int64_t y_stride, int64_t rows, int64_t n);
 // `rows` rows of n f32 values from src (`src_stride` apart) to dst
 // (`dst_stride` apart): slices, concatenations.
 void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,

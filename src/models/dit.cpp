@@ -25,6 +25,29 @@ void DiTInputs::check_joint_text(int64_t batch, int64_t text_width, int64_t pool
              " timesteps needed");
 }
 
+Tensor DiT::forward_here(const DiTInputs& in, const Tensor* hidden) {
+  Streams s = embed(in, hidden);
+  run_blocks(s, stage().block_begin, stage().block_end);
+  return stage().last ? finalize(s) : s.x;
+}
+
+Tensor DiT::forward(const DiTInputs& in, const Tensor* hidden) {
+  if (!device_.cuda()) return forward_here(in, hidden);
+  DeviceScope scope(device_);
+  // The tensors the layers read go to the device; the mask and the
+  // micro-conditions are read on the host (models copy what they need).
+  const auto f32_here = [&](const Tensor& t) {
+    return (t.dtype() == DType::kF32 ? t : t.to(DType::kF32)).to_device(device_);
+  };
+  DiTInputs d = in;
+  Tensor latents, text, pooled, h;
+  if (in.latents != nullptr) d.latents = &(latents = f32_here(*in.latents));
+  if (in.text != nullptr) d.text = &(text = f32_here(*in.text));
+  if (in.pooled != nullptr) d.pooled = &(pooled = f32_here(*in.pooled));
+  if (hidden != nullptr) h = f32_here(*hidden);
+  return forward_here(d, hidden != nullptr ? &h : nullptr).to_device(Device{});
+}
+
 DiTStage resolve_stage(DiTStage stage, int64_t blocks) {
   if (stage.block_end < 0) stage.block_end = blocks;
   XDIT_CHECK(

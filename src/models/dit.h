@@ -108,11 +108,12 @@ class DiT {
   virtual Tensor finalize(const Streams& s) = 0;
 
   // A stage's whole call: the output on the last stage, else the streams' x.
-  Tensor forward(const DiTInputs& in, const Tensor* hidden = nullptr) {
-    Streams s = embed(in, hidden);
-    run_blocks(s, stage().block_begin, stage().block_end);
-    return stage().last ? finalize(s) : s.x;
-  }
+  // On a CUDA model the inputs are copied to its device, the call runs
+  // under its DeviceScope and the result comes back to the host.
+  Tensor forward(const DiTInputs& in, const Tensor* hidden = nullptr);
+  // The device the model was built on (the DeviceScope current then): its
+  // weights live there and its calls run there.
+  Device device() const { return device_; }
   // The text-stream tokens the streams carry for these inputs (0 without one).
   int64_t stream_text_tokens(const DiTInputs& in) const {
     return spec().text_stream && in.text != nullptr ? in.text->dim(1) : 0;
@@ -121,9 +122,15 @@ class DiT {
  protected:
   // `stage` resolved against the model's `blocks` (resolve_stage).
   DiT(DiTStage stage, int64_t blocks)
-      : stage_(resolve_stage(stage, blocks)), backend_(&nn::serial_attention()) {}
+      : stage_(resolve_stage(stage, blocks)),
+        backend_(&nn::serial_attention()),
+        device_(current_device()) {}
   DiTStage stage_;
   nn::AttentionBackend* backend_;
+
+ private:
+  Tensor forward_here(const DiTInputs& in, const Tensor* hidden);
+  Device device_;
 };
 
 }  // namespace xdit::models

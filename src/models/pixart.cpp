@@ -1,7 +1,6 @@
 #include "models/pixart.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -89,6 +88,7 @@ Streams PixArtTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
     mask_.resize(mv.size());
     for (size_t i = 0; i < mv.size(); ++i) mask_[i] = mv[i] != 0.0f;
   }
+  mask_ptr_ = nn::bytes_on_current_device(mask_, mask_device_);
   B_ = B;
   L_ = L;
   rows_ = rows;
@@ -102,58 +102,57 @@ Streams PixArtTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
   if (!stage_.first) {
     s = previous_stage_streams(hidden, B, 0, N, d, "PixArt");
   } else {
-    s.x = Tensor::empty({B, N, d});
+    s.x = Tensor::empty({B, N, d}, DType::kF32, current_device());
     float* h = s.x.data<float>();
     const int64_t k = c.in_channels * p * p;
     float* cols = cols_.get(static_cast<size_t>(B * N * k));
     const float* lat = x.data<float>();
-    std::vector<float> slab;
     if (rows != gh) {  // the latent rows of this slice, [B, C, rows·p, W]
-      slab.resize(static_cast<size_t>(B * c.in_channels * rows * p * W));
-      for (int64_t bc = 0; bc < B * c.in_channels; ++bc)
-        std::memcpy(slab.data() + bc * rows * p * W, lat + (bc * H + r0 * p) * W,
-                    static_cast<size_t>(rows * p * W) * 4);
-      lat = slab.data();
+      float* slab = slab_.get(static_cast<size_t>(B * c.in_channels * rows * p * W));
+      kernels::copy_rows(slab, rows * p * W, lat + r0 * p * W, H * W, B * c.in_channels,
+                         rows * p * W);
+      lat = slab;
     }
     kernels::patchify(lat, B, c.in_channels, rows * p, W, p, cols);
     patch_proj_.forward(cols, B * N, h);
-    std::vector<float> pos(static_cast<size_t>(gh * gw * d));
+    float* pos = pos_.get(static_cast<size_t>(gh * gw * d));
     kernels::sincos_pos_embed_2d(d, gh, gw, static_cast<float>(c.sample_size / p),
-                                 static_cast<float>(c.interpolation_scale), pos.data());
+                                 static_cast<float>(c.interpolation_scale), pos);
     for (int64_t b = 0; b < B; ++b)
-      kernels::gated_residual_add(h + b * N * d, pos.data() + r0 * gw * d, 1, N, d, nullptr, 0);
+      kernels::gated_residual_add(h + b * N * d, pos + r0 * gw * d, 1, N, d, nullptr, 0);
   }
 
   // AdaLayerNormSingle: timestep (+ micro-conditions) → embedded_timestep [B, d] and t6 [B, 6d].
-  emb_.assign(static_cast<size_t>(B * d), 0.0f);
-  t6_.assign(static_cast<size_t>(B * 6 * d), 0.0f);
+  float* emb = emb_.get(static_cast<size_t>(B * d));
+  float* t6 = t6_.get(static_cast<size_t>(B * 6 * d));
   {
-    std::vector<float> proj(static_cast<size_t>(B * PixArtConfig::kTimeProjDim));
-    kernels::timestep_embedding(in.timesteps.data(), B, PixArtConfig::kTimeProjDim, true, 0.0f,
-                                proj.data());
-    t_embedder_.forward(proj.data(), B, emb_.data());
+    const int64_t tp = PixArtConfig::kTimeProjDim;
+    float* proj = tproj_.get(static_cast<size_t>(B * tp));
+    kernels::timestep_embedding(in.timesteps.data(), B, tp, true, 0.0f, proj);
+    t_embedder_.forward(proj, B, emb);
     if (c.use_additional_conditions) {
       XDIT_CHECK(
           in.resolution && in.aspect_ratio && in.resolution->numel() == 2 * B &&
               in.aspect_ratio->numel() == B,
           "this PixArt model uses resolution/aspect-ratio micro-conditions: pass [B,2] and [B,1]");
       const int64_t e = d / 3;
+      // Host values in (the tables are computed on the host), then, in one
+      // buffer: rp [2B, tp] | ap [B, tp] | re [B, 2e] | ae [B, e].
       auto res = in.resolution->to_vector(), ar = in.aspect_ratio->to_vector();
-      std::vector<float> rp(static_cast<size_t>(2 * B * PixArtConfig::kTimeProjDim)),
-          ap(static_cast<size_t>(B * PixArtConfig::kTimeProjDim));
-      kernels::timestep_embedding(res.data(), 2 * B, PixArtConfig::kTimeProjDim, true, 0.0f,
-                                  rp.data());
-      kernels::timestep_embedding(ar.data(), B, PixArtConfig::kTimeProjDim, true, 0.0f, ap.data());
-      std::vector<float> re(static_cast<size_t>(2 * B * e)), ae(static_cast<size_t>(B * e));
-      res_embedder_.forward(rp.data(), 2 * B, re.data());  // [B·2, e] = [B, 2e]
-      ar_embedder_.forward(ap.data(), B, ae.data());
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t i = 0; i < d; ++i)
-          emb_[b * d + i] += i < 2 * e ? re[b * 2 * e + i] : ae[b * e + i - 2 * e];
+      float* rp = act_.get(static_cast<size_t>(3 * B * tp + 3 * B * e));
+      float* ap = rp + 2 * B * tp;
+      float* re = ap + B * tp;
+      float* ae = re + 2 * B * e;
+      kernels::timestep_embedding(res.data(), 2 * B, tp, true, 0.0f, rp);
+      kernels::timestep_embedding(ar.data(), B, tp, true, 0.0f, ap);
+      res_embedder_.forward(rp, 2 * B, re);  // [B·2, e] = [B, 2e]
+      ar_embedder_.forward(ap, B, ae);
+      kernels::add_rows(emb, d, re, 2 * e, emb, d, B, 2 * e);
+      kernels::add_rows(emb + 2 * e, d, ae, e, emb + 2 * e, d, B, d - 2 * e);
     }
-    std::vector<float> act(emb_.size());
-    kernels::silu(emb_.data(), act.data(), static_cast<int64_t>(act.size()));
-    adaln_linear_.forward(act.data(), B, t6_.data());
+    float* act = act_.get(static_cast<size_t>(B * d));
+    kernels::silu(emb, act, B * d);
+    adaln_linear_.forward(act, B, t6);
   }
 
   // Caption projection: linear_1 → GELU(tanh) → linear_2.
@@ -178,15 +177,14 @@ void PixArtTransformer::run_blocks(Streams& s, int64_t b0, int64_t b1) {
   float* nrm = norm_.get(static_cast<size_t>(B * N * d));
   float* tmp = tmp_.get(static_cast<size_t>(B * N * d));
   float* ffh = ffh_.get(static_cast<size_t>(B * N * 4 * d));
-  std::vector<float> mod(static_cast<size_t>(B * 6 * d));
+  float* mod = mod_.get(static_cast<size_t>(B * 6 * d));
+  const float* t6 = t6_.get(static_cast<size_t>(B * 6 * d));
   const float eps = static_cast<float>(cfg_.norm_eps);
   for (int64_t bi = b0; bi < b1; ++bi) {
     Block& blk = *blocks_[static_cast<size_t>(bi - stage_.block_begin)];
     // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = table + t6.
-    const float* table = blk.table.data<float>();
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t i = 0; i < 6 * d; ++i) mod[b * 6 * d + i] = table[i] + t6_[b * 6 * d + i];
-    const float* m = mod.data();
+    kernels::add_rows(t6, 6 * d, blk.table.data<float>(), 0, mod, 6 * d, B, 6 * d);
+    const float* m = mod;
     const int64_t ms = 6 * d;
     const int layer = static_cast<int>(bi);
 
@@ -196,8 +194,7 @@ void PixArtTransformer::run_blocks(Streams& s, int64_t b0, int64_t b1) {
     kernels::gated_residual_add(h, tmp, B, N, d, m + 2 * d, ms);
 
     // ada_norm_single: cross-attention reads the residual stream unnormalised.
-    blk.attn2.forward(h, B, N, txt, L, mask_.empty() ? nullptr : mask_.data(), tmp, *backend_,
-                      {layer, true}, attn_scratch_);
+    blk.attn2.forward(h, B, N, txt, L, mask_ptr_, tmp, *backend_, {layer, true}, attn_scratch_);
     kernels::gated_residual_add(h, tmp, B, N, d, nullptr, 0);
 
     kernels::layer_norm_modulate(h, nrm, B, N, d, eps, m + 3 * d, m + 4 * d, ms);
@@ -215,16 +212,16 @@ Tensor PixArtTransformer::finalize(const Streams& s) {
   const float eps = static_cast<float>(c.norm_eps);
   float* nrm = norm_.get(static_cast<size_t>(B * N * d));
   // Final layer: shift, scale = scale_shift_table + embedded_timestep.
-  std::vector<float> fin(static_cast<size_t>(B * 2 * d));
+  float* fin = fin_.get(static_cast<size_t>(B * 2 * d));
   const float* ot = out_table_.data<float>();
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t i = 0; i < 2 * d; ++i) fin[b * 2 * d + i] = ot[i] + emb_[b * d + i % d];
-  kernels::layer_norm_modulate(s.x.data<float>(), nrm, B, N, d, eps, fin.data(), fin.data() + d,
-                               2 * d);
+  const float* emb = emb_.get(static_cast<size_t>(B * d));
+  for (int half = 0; half < 2; ++half)
+    kernels::add_rows(emb, d, ot + half * d, 0, fin + half * d, 2 * d, B, d);
+  kernels::layer_norm_modulate(s.x.data<float>(), nrm, B, N, d, eps, fin, fin + d, 2 * d);
   const int64_t po = p * p * c.out_channels;
   float* patches = ffh_.get(static_cast<size_t>(B * N * std::max(po, 4 * d)));
   proj_out_.forward(nrm, B * N, patches);
-  Tensor out = Tensor::empty({B, c.out_channels, rows_ * p, W_});
+  Tensor out = Tensor::empty({B, c.out_channels, rows_ * p, W_}, DType::kF32, current_device());
   kernels::unpatchify(patches, B, c.out_channels, rows_, gw_, p, out.data<float>());
   return out;
 }

@@ -81,8 +81,12 @@ class PixArtTransformer : public DiT {
   // width, latent width, the embedded timestep [B, d], its 6 modulations
   // [B, 6d], the key mask and the projected caption (in text_).
   int64_t B_ = 0, L_ = 0, rows_ = 0, gw_ = 0, W_ = 0;
-  std::vector<float> emb_, t6_;
+  // Host-side key mask and its copy where the ops run (a CUDA device).
   std::vector<uint8_t> mask_;
+  Tensor mask_device_;
+  const uint8_t* mask_ptr_ = nullptr;
+  // emb_ [B, d] and t6_ [B, 6d]: the embedded timestep and AdaLN's projection.
+  nn::Scratch emb_, t6_, mod_, fin_, pos_, slab_, tproj_, act_;
   nn::Scratch cols_, norm_, tmp_, ffh_, text_, text_tmp_;
   nn::AttentionScratch attn_scratch_;
 };

@@ -100,7 +100,7 @@ kernels::Linear load_row_linear(const io::WeightSource& w, const std::string& pr
 }
 
 Tensor load_param(const io::WeightSource& w, const std::string& name, const Shape& shape) {
-  return w.get(name, shape).to(DType::kF32);
+  return w.get(name, shape).to(DType::kF32).to_device(current_device());
 }
 
 MlpSilu::MlpSilu(const io::WeightSource& w, const std::string& prefix, int64_t in, int64_t hidden,
@@ -109,10 +109,20 @@ MlpSilu::MlpSilu(const io::WeightSource& w, const std::string& prefix, int64_t i
       l2_(load_linear(w, prefix + ".linear_2", hidden, out, true, ct)) {}
 
 void MlpSilu::forward(const float* x, int64_t m, float* y) const {
-  AlignedVector<float> h(static_cast<size_t>(m * l1_.out_features()));
-  l1_.forward(x, m, h.data());
-  kernels::silu(h.data(), h.data(), static_cast<int64_t>(h.size()));
-  l2_.forward(h.data(), m, y);
+  Tensor h = Tensor::empty({m, l1_.out_features()}, DType::kF32, current_device());
+  l1_.forward(x, m, h.data<float>());
+  kernels::silu(h.data<float>(), h.data<float>(), h.numel());
+  l2_.forward(h.data<float>(), m, y);
+}
+
+const uint8_t* bytes_on_current_device(const std::vector<uint8_t>& host, Tensor& keep) {
+  if (host.empty()) return nullptr;
+  const Device d = current_device();
+  if (!d.cuda()) return host.data();
+  Tensor h = Tensor::empty({static_cast<int64_t>((host.size() + 3) / 4)});
+  std::memcpy(h.raw(), host.data(), host.size());
+  keep = h.to_device(d);
+  return static_cast<const uint8_t*>(keep.raw());
 }
 
 FeedForwardGelu::FeedForwardGelu(const io::WeightSource& w, const std::string& prefix, int64_t dim,

@@ -60,7 +60,12 @@ kernels::Linear load_row_linear(const io::WeightSource& w, const std::string& pr
                                 const std::vector<int64_t>& ins, int64_t out, bool bias,
                                 ComputeType ct, const TensorParallel& tp, int only = -1);
 
-// An f32 copy of a parameter tensor (tables, norms) with its shape checked.
+// Bytes (a key mask) where this thread's ops read them: `host` itself on the
+// CPU, a copy held by `keep` on a CUDA device; null when `host` is empty.
+const uint8_t* bytes_on_current_device(const std::vector<uint8_t>& host, Tensor& keep);
+
+// An f32 copy of a parameter tensor (tables, norms) with its shape checked,
+// on this thread's current device.
 Tensor load_param(const io::WeightSource& w, const std::string& name, const Shape& shape);
 
 // linear_1 → SiLU → linear_2 (diffusers TimestepEmbedding, and the like).

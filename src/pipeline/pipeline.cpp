@@ -8,6 +8,9 @@
 
 #include "core/block_cache.h"
 #include "core/error.h"
+#ifdef XDIT_HAVE_CUDA
+#include "kernels/cuda/runtime.h"
+#endif
 #include "core/log.h"
 #include "core/rng.h"
 #include "core/trace.h"
@@ -256,7 +259,35 @@ void Pipeline::check_guidance(double g, double true_cfg) const {
 void Pipeline::check_request_memory(const MemoryQuery& q) const {
   MemoryEstimate e = estimate_memory(spec(), family_->parameter_count(), q);
   if (transformer_ || weights_resident_) e.transformer = 0;  // already resident
+  if (device_.cuda()) {
+    // The transformer's weights and a step's activations are on the GPU.
+#ifdef XDIT_HAVE_CUDA
+    const auto info = cuda::device_info(device_.index);
+    const double need = e.transformer + e.denoise;
+    XDIT_CHECK(need <= static_cast<double>(info.free_bytes), "this request needs about ",
+               human_size(need), " on ", device_.str(), " (transformer ", human_size(e.transformer),
+               ", denoising ", human_size(e.denoise), ") but ",
+               human_size(static_cast<double>(info.free_bytes)), " of ",
+               human_size(static_cast<double>(info.total_bytes)), " is free on ", info.name,
+               ": use a smaller size or fewer prompts");
+#endif
+    e.transformer = e.denoise = 0;
+  }
   check_memory(e, comm::local_process_count());
+}
+
+void Pipeline::set_device(Device device) {
+  if (device.cuda()) {
+    XDIT_CHECK(family_->runs_on_cuda(), "--device ", device.str(), ": the ", family_->name(),
+               " transformer does not run on the CUDA backend yet (PixArt-α/Σ's does); use "
+               "--device cpu");
+    XDIT_CHECK(mesh_ == nullptr || mesh_->world().size() == 1, "--device ", device.str(),
+               ": parallel runs on GPUs need the NCCL communicator, which is not there yet; run "
+               "one process, or use --device cpu");
+    XDIT_CHECK(!transformer_, "set_device after the transformer loaded");
+    check_device(device);
+  }
+  device_ = device;
 }
 
 MemoryQuery Pipeline::memory_query(int64_t prompts, int64_t height, int64_t width, bool cfg) const {
@@ -293,7 +324,12 @@ void Pipeline::load() {
     stage = {b.first, b.second, s == 0, s == pc.pipefusion_parallel_degree - 1, stage.tp};
   }
   const size_t before = weights_->loaded().total;
-  transformer_ = family_->make_transformer(*weights_, dtype_, stage);
+  {
+    // On a CUDA device the layers upload their weights as they are made.
+    std::optional<DeviceScope> scope;
+    if (device_.cuda()) scope.emplace(device_);
+    transformer_ = family_->make_transformer(*weights_, dtype_, stage);
+  }
   if (stage.tp.split())
     XDIT_INFO("tensor parallel rank ", stage.tp.rank, " of ", stage.tp.size, ": loaded ",
               human_size(static_cast<double>(weights_->loaded().total - before)), " of the ",

@@ -106,6 +106,13 @@ class Pipeline {
   // transformer's weights again.
   void set_weights_resident(bool resident) { weights_resident_ = resident; }
 
+  // Where the transformer runs: the CPU (default) or a CUDA device. Set
+  // before load(). The text encoders and the VAE stay on the CPU for now.
+  // Throws one line for a family whose transformer has no CUDA path yet, or
+  // for a multi-rank mesh (GPU ranks need the NCCL communicator).
+  void set_device(Device device);
+  Device device() const { return device_; }
+
   // Whether a request uses classifier-free guidance (the family decides).
   bool uses_cfg(const LatentRequest& r) const;
 
@@ -181,6 +188,7 @@ class Pipeline {
   bool text_opened_ = false;
   bool keep_text_encoder_ = false;
   bool weights_resident_ = false;
+  Device device_;
   mutable bool warned_ = false;  // the family's warnings about unused fields, once
   mutable bool warned_slg_ = false;
   parallel::Mesh* mesh_ = nullptr;

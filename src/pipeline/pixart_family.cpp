@@ -21,6 +21,7 @@ class PixArtFamily : public ConfigFamily<models::PixArtConfig, models::PixArtTra
   PixArtFamily(const models::PixArtConfig& cfg, bool sigma) : ConfigFamily(cfg), sigma_(sigma) {}
 
   std::string name() const override { return sigma_ ? "PixArt-Σ" : "PixArt-α"; }
+  bool runs_on_cuda() const override { return true; }
   std::string describe() const override {
     const auto& c = cfg_;
     return detail::concat("PixArtTransformer2DModel, ", c.num_layers, " blocks, hidden ",

@@ -549,12 +549,12 @@ void sincos_pos_embed_2d(int64_t dim, int64_t gh, int64_t gw, float base_size,
   });
 }
 
-void add_rows(const float* x, int64_t x_stride, const float* bias, float* y, int64_t y_stride,
-              int64_t rows, int64_t n) {
-  XDIT_CUDA_OP(add_rows(x, x_stride, bias, y, y_stride, rows, n));
+void add_rows(const float* x, int64_t x_stride, const float* b, int64_t b_stride, float* y,
+              int64_t y_stride, int64_t rows, int64_t n) {
+  XDIT_CUDA_OP(add_rows(x, x_stride, b, b_stride, y, y_stride, rows, n));
 #pragma omp parallel for if (rows * n > kGrain)
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = 0; j < n; ++j) y[r * y_stride + j] = x[r * x_stride + j] + bias[j];
+    for (int64_t j = 0; j < n; ++j) y[r * y_stride + j] = x[r * x_stride + j] + b[r * b_stride + j];
 }
 
 void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,

@@ -143,12 +143,12 @@ __global__ void from_bf16_rows_kernel(const uint16_t* __restrict__ x, int64_t n,
   XDIT_GRID_LOOP(i, total) y[(i / n) * stride + i % n] = from_bf16(x[i]);
 }
 
-__global__ void add_rows_kernel(const float* __restrict__ x, int64_t x_stride,
-                                const float* __restrict__ bias, float* __restrict__ y,
-                                int64_t y_stride, int64_t n, int64_t total) {
+__global__ void add_rows_kernel(const float* x, int64_t x_stride, const float* b, int64_t b_stride,
+                                float* y, int64_t y_stride, int64_t n,
+                                int64_t total) {  // y may equal x: no __restrict__
   XDIT_GRID_LOOP(i, total) {
     const int64_t r = i / n, j = i % n;
-    y[r * y_stride + j] = x[r * x_stride + j] + bias[j];
+    y[r * y_stride + j] = x[r * x_stride + j] + b[r * b_stride + j];
   }
 }
 
@@ -410,9 +410,9 @@ void from_bf16_rows(const uint16_t* x, int64_t rows, int64_t n, float* y, int64_
   XDIT_LAUNCH(from_bf16_rows_kernel, rows * n, s, x, n, y, stride, rows * n);
 }
 
-void add_rows(const float* x, int64_t x_stride, const float* bias, float* y, int64_t y_stride,
-              int64_t rows, int64_t n, Stream s) {
-  XDIT_LAUNCH(add_rows_kernel, rows * n, s, x, x_stride, bias, y, y_stride, n, rows * n);
+void add_rows(const float* x, int64_t x_stride, const float* b, int64_t b_stride, float* y,
+              int64_t y_stride, int64_t rows, int64_t n, Stream s) {
+  XDIT_LAUNCH(add_rows_kernel, rows * n, s, x, x_stride, b, b_stride, y, y_stride, n, rows * n);
 }
 
 void softmax_rows(float* x, int64_t rows, int64_t cols, Stream s) {

@@ -51,8 +51,8 @@ void from_bf16_rows(const uint16_t* x, int64_t rows, int64_t n, float* y, int64_
                     Stream s = nullptr);
 
 // y[r·y_stride + j] = x[r·x_stride + j] + bias[j].
-void add_rows(const float* x, int64_t x_stride, const float* bias, float* y, int64_t y_stride,
-              int64_t rows, int64_t n, Stream s = nullptr);
+void add_rows(const float* x, int64_t x_stride, const float* b, int64_t b_stride, float* y,
+              int64_t y_stride, int64_t rows, int64_t n, Stream s = nullptr);
 
 // GroupNorm, whole or in halves. `moments` ([B, G, 2] doubles) are host
 // memory as on the CPU (the patch-parallel VAE sums them across ranks).
