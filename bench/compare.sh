@@ -8,10 +8,12 @@
 # Prints both times and xdit's speed-up (torch seconds / xdit seconds), with
 # the CPU model and the ISA oneDNN runs on.
 #
-#   bench/compare.sh [--threads N] [--warmup N] [--repeat N] [--rows LIST]
+#   bench/compare.sh [--threads N] [--warmup N] [--repeat N] [--rows LIST] [--device D]
 #
 # LIST is a comma-separated subset of pixart512,pixart1024,vae1024,t5,flux1024,sd3_1024
-# (default: all). The Python side lives in a venv (default bench/.venv,
+# (default: all). --device cuda (or cuda:N) runs both sides on the GPU: the
+# pixart and flux rows only (default pixart1024,flux1024), each xdit row
+# with its model FLOP utilisation against the cuBLASLt peak of the same run. The Python side lives in a venv (default bench/.venv,
 # or $XDIT_BENCH_VENV) made from bench/requirements.txt when it is missing.
 # The xdit binary is $XDIT, or build/xdit.
 set -euo pipefail
@@ -22,15 +24,17 @@ venv="${XDIT_BENCH_VENV:-$root/bench/.venv}"
 threads="$(nproc)"
 warmup=1
 repeat=1
-rows="pixart512,pixart1024,vae1024,t5,flux1024,sd3_1024"
+rows=""
+device=cpu
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --threads) threads="${2:?--threads needs a number}"; shift 2 ;;
     --warmup) warmup="${2:?--warmup needs a number}"; shift 2 ;;
     --repeat) repeat="${2:?--repeat needs a number}"; shift 2 ;;
     --rows) rows="${2:?--rows needs a list}"; shift 2 ;;
+    --device) device="${2:?--device needs cpu, cuda or cuda:N}"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "compare.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -38,6 +42,12 @@ done
 for n in "$threads" "$warmup" "$repeat"; do
   [[ "$n" =~ ^[0-9]+$ ]] || { echo "compare.sh: '$n' is not a whole number" >&2; exit 2; }
 done
+if [[ "$device" == cpu ]]; then
+  rows="${rows:-pixart512,pixart1024,vae1024,t5,flux1024,sd3_1024}"
+else
+  rows="${rows:-pixart1024,flux1024}"
+fi
+torch_device="${device%%:*}"  # PyTorch's current device: CUDA_VISIBLE_DEVICES picks another
 [[ -x "$xdit" ]] || { echo "compare.sh: no xdit binary at $xdit (build it: bash scripts/build.sh, or set XDIT)" >&2; exit 1; }
 
 if ! "$venv/bin/python" -c 'import torch, diffusers, transformers' 2>/dev/null; then
@@ -49,15 +59,18 @@ fi
 # One row of each side: prints "seconds" (xdit: "seconds isa") or fails.
 xdit_row() {  # WHAT RES
   "$xdit" bench "$1" --resolutions "$2" --dtypes bf16 --threads "$threads" --warmup "$warmup" \
-    --repeat "$repeat" --json |
-    "$venv/bin/python" -c 'import json,sys; r=json.loads(sys.stdin.readline()); print(r["seconds"], r["isa"])'
+    --repeat "$repeat" --device "$device" --json |
+    "$venv/bin/python" -c 'import json,sys; r=json.loads(sys.stdin.readline()); print(r["seconds"], r["ratio"], r["isa"])'
 }
 torch_row() {  # ROW
   "$venv/bin/python" "$root/bench/torch_bench.py" "$1" --threads "$threads" --warmup "$warmup" \
-    --repeat "$repeat" | "$venv/bin/python" -c 'import json,sys; print(json.loads(sys.stdin.readline())["seconds"])'
+    --repeat "$repeat" --device "$torch_device" | "$venv/bin/python" -c 'import json,sys; print(json.loads(sys.stdin.readline())["seconds"])'
 }
 
 cpu="$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
+if [[ "$device" != cpu ]]; then
+  cpu="$cpu; GPU: $("$venv/bin/python" -c 'import torch; print(torch.cuda.get_device_name())')"
+fi
 versions="$("$venv/bin/python" -c 'import torch, diffusers; print(f"torch {torch.__version__}, diffusers {diffusers.__version__}")')"
 echo "CPU: $cpu; $threads threads; bf16; $versions"
 printf '%-32s %10s %10s %9s\n' work 'xdit s' 'torch s' speed-up
@@ -72,8 +85,9 @@ for row in "${list[@]}"; do
     sd3_1024) label="SD3.5-large 3 blocks, CFG, 1024"; x=(sd3 1024); t="sd3:1024" ;;
     *) echo "compare.sh: unknown row '$row' (pixart512, pixart1024, vae1024, t5, flux1024, sd3_1024)" >&2; exit 2 ;;
   esac
-  read -r xs isa < <(xdit_row "${x[@]}")
+  read -r xs ratio isa < <(xdit_row "${x[@]}")
   ts="$(torch_row "$t")"
-  awk -v l="$label" -v x="$xs" -v t="$ts" -v i="$isa" \
-    'BEGIN { printf "%-32s %10.2f %10.2f %8.2fx  (oneDNN ISA %s)\n", l, x, t, t / x, i }'
+  awk -v l="$label" -v x="$xs" -v t="$ts" -v i="$isa" -v r="$ratio" -v d="$device" \
+    'BEGIN { printf "%-32s %10.3f %10.3f %8.2fx  (%s %s, %.2f of the GEMM peak)\n", l, x, t, t / x,
+             d == "cpu" ? "oneDNN ISA" : "on", i, r }'
 done

@@ -11,7 +11,9 @@ both). Random weights in bf16, the same shapes and inputs as src/app/bench.cpp:
            blocks) at RES px: (RES/16)^2 image tokens, batch 1
 
 Each row: warm-up runs, then the best of --repeat timed runs under
-torch.inference_mode(), one JSON object per line on stdout.
+torch.inference_mode(), one JSON object per line on stdout. --device cuda runs
+the pixart and flux rows on the GPU (diffusers' default attention: PyTorch's
+SDPA), synchronising before each clock read.
 """
 import argparse
 import json
@@ -21,13 +23,23 @@ import time
 import torch
 
 
+DEVICE = "cpu"
+
+
+def sync():
+    if DEVICE != "cpu":
+        torch.cuda.synchronize()
+
+
 def best_time(fn, warmup, repeat):
     for _ in range(warmup):
         fn()
+    sync()
     best = float("inf")
     for _ in range(max(1, repeat)):
         t = time.perf_counter()
         fn()
+        sync()
         best = min(best, time.perf_counter() - t)
     return best
 
@@ -41,7 +53,7 @@ def pixart_row(res, warmup, repeat):
         patch_size=2, norm_type="ada_norm_single", norm_elementwise_affine=False,
         norm_eps=1e-6, attention_bias=True, use_additional_conditions=True,
         interpolation_scale=2,
-    ).to(torch.bfloat16).eval()
+    ).to(torch.bfloat16).to(DEVICE).eval()
     g = torch.Generator().manual_seed(0)
     batch, tokens = 2, 120
     latents = torch.randn(batch, 4, res // 8, res // 8, generator=g).to(torch.bfloat16)
@@ -51,6 +63,8 @@ def pixart_row(res, warmup, repeat):
     cond = {"resolution": torch.full((batch, 2), float(res), dtype=torch.bfloat16),
             "aspect_ratio": torch.ones(batch, 1, dtype=torch.bfloat16)}
     t = torch.full((batch,), 500.0)
+    latents, text, mask, t = (v.to(DEVICE) for v in (latents, text, mask, t))
+    cond = {k: v.to(DEVICE) for k, v in cond.items()}
 
     def step():
         model(latents, encoder_hidden_states=text, encoder_attention_mask=mask, timestep=t,
@@ -121,7 +135,7 @@ def flux_row(res, warmup, repeat):
 
     torch.set_default_dtype(torch.bfloat16)
     model = FluxTransformer2DModel(num_layers=2, num_single_layers=4,
-                                   guidance_embeds=True).eval()
+                                   guidance_embeds=True).to(DEVICE).eval()
     torch.set_default_dtype(torch.float32)
     g = torch.Generator().manual_seed(9)
     side = res // 16
@@ -133,12 +147,14 @@ def flux_row(res, warmup, repeat):
     img_ids[..., 1] += torch.arange(side)[:, None]
     img_ids[..., 2] += torch.arange(side)[None, :]
     img_ids = img_ids.reshape(-1, 3)
+    x, text, pooled, img_ids = (v.to(DEVICE) for v in (x, text, pooled, img_ids))
+    ts = torch.tensor([0.5], dtype=torch.bfloat16, device=DEVICE)
+    gs = torch.tensor([3.5], dtype=torch.bfloat16, device=DEVICE)
+    txt_ids = torch.zeros(tokens, 3, device=DEVICE)
 
     def step():
         model(hidden_states=x, encoder_hidden_states=text, pooled_projections=pooled,
-              timestep=torch.tensor([0.5], dtype=torch.bfloat16),
-              guidance=torch.tensor([3.5], dtype=torch.bfloat16), img_ids=img_ids,
-              txt_ids=torch.zeros(tokens, 3), return_dict=False)
+              timestep=ts, guidance=gs, img_ids=img_ids, txt_ids=txt_ids, return_dict=False)
 
     return {"name": "flux_2+4_blocks", "resolution": res, "text_tokens": tokens,
             "seconds": best_time(step, warmup, repeat)}
@@ -151,7 +167,10 @@ def main():
     ap.add_argument("--threads", type=int, required=True)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (pixart and flux rows)")
     a = ap.parse_args()
+    global DEVICE
+    DEVICE = a.device
     torch.set_num_threads(a.threads)
     import diffusers
     import transformers
@@ -162,6 +181,8 @@ def main():
                 "transformers": transformers.__version__}
     for row in a.rows:
         what, _, res = row.partition(":")
+        if DEVICE != "cpu" and what not in ("pixart", "flux"):
+            sys.exit(f"torch_bench.py: --device {DEVICE} runs the pixart and flux rows only")
         with torch.inference_mode():
             if what == "pixart":
                 r = pixart_row(int(res), a.warmup, a.repeat)

@@ -36,6 +36,9 @@
 #include "io/weights.h"
 #include "kernels/kernels.h"
 #include "kernels/linear.h"
+#ifdef XDIT_HAVE_CUDA
+#include "kernels/cuda/runtime.h"
+#endif
 #include "models/flux.h"
 #include "models/pixart.h"
 #include "models/sd3.h"
@@ -69,7 +72,26 @@ struct BenchOptions {
   int requests = 1000, clients = 8;     // serve: the load
   int ranks = 1;                        // serve: processes (mpirun when > 1)
   std::vector<std::string> serve_args;  // serve: flags for xdit serve
+  std::string device = "cpu";           // transformer and flux rows: cpu or cuda[:N]
 };
+
+// Where the transformer and flux rows run (--device): their model is built
+// under this device's scope, and the GEMM peak is measured there.
+Device g_device;
+
+void device_synchronize() {
+#ifdef XDIT_HAVE_CUDA
+  if (g_device.cuda()) cuda::synchronize();
+#endif
+}
+
+// The name the rows report: oneDNN's ISA on the CPU, the GPU's name on CUDA.
+std::string device_name() {
+#ifdef XDIT_HAVE_CUDA
+  if (g_device.cuda()) return cuda::device_info(g_device.index).name;
+#endif
+  return kernels::cpu_isa_name();
+}
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -82,16 +104,27 @@ int64_t peak_rss_bytes() {
   return static_cast<int64_t>(ru.ru_maxrss) * 1024;
 }
 
+// On a GPU: 8192³ (about 1 ms at Hopper's rate, so launch costs vanish),
+// best of 10, through the same cuBLASLt Linear the models use.
 double gemm_peak(DType dtype) {
-  const int64_t M = 2048, K = 4096, N = 4096;
+  const bool gpu = g_device.cuda();
+  const int64_t M = gpu ? 8192 : 2048, K = gpu ? 8192 : 4096, N = K;
   io::RandomWeights rw(7);
-  kernels::Linear lin(rw.get("w", {N, K}), Tensor(), kernels::resolve_compute_type(dtype));
-  Tensor x = rw.get("x", {M, K}), y = Tensor::empty({M, N});
+  std::optional<DeviceScope> scope;
+  if (gpu) scope.emplace(g_device);
+  kernels::Linear lin(
+      rw.get("w", {N, K}), Tensor(),
+      gpu ? (dtype == DType::kF32 ? kernels::ComputeType::kF32 : kernels::ComputeType::kBF16)
+          : kernels::resolve_compute_type(dtype));
+  Tensor x = rw.get("x", {M, K}).to_device(g_device),
+         y = Tensor::empty({M, N}, DType::kF32, g_device);
   lin.forward(x.data<float>(), M, y.data<float>());
+  device_synchronize();
   double best = 1e30;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < (gpu ? 10 : 3); ++i) {
     const auto t = Clock::now();
     lin.forward(x.data<float>(), M, y.data<float>());
+    device_synchronize();
     best = std::min(best, seconds_since(t));
   }
   return 2.0 * M * N * K / best;
@@ -146,7 +179,8 @@ nlohmann::json timed_row(const std::string& name, int64_t res, const std::string
           {"ratio", flops / best / peak},
           {"peak_rss_bytes", static_cast<int64_t>(ru.ru_maxrss) * 1024},
           {"threads", omp_get_max_threads()},
-          {"isa", kernels::cpu_isa_name()}};
+          {"isa", device_name()},
+          {"device", g_device.str()}};
 }
 
 nlohmann::json run_t5_row(const std::string& dt_name, int warmup, int repeat) {
@@ -257,7 +291,11 @@ nlohmann::json run_flux_row(int64_t res, const std::string& dt_name, int warmup,
   reduced.num_layers = 2;
   reduced.num_single_layers = 4;
   io::RandomWeights weights(4);
+  XDIT_CHECK(!(tensor && g_device.cuda()), "bench flux: the tensor-parallel row runs on the CPU");
+  std::optional<DeviceScope> scope;
+  if (g_device.cuda()) scope.emplace(g_device);  // the weights go to the GPU as layers are made
   models::FluxTransformer model(reduced, weights, dtype, stage);
+  scope.reset();
   const double flops = flux_flops(reduced, N, kFluxText), full = flux_flops(cfg, N, kFluxText);
   comm::CommStats step_comm;  // the last timed step's all-reduces
   nlohmann::json r =
@@ -393,7 +431,10 @@ nlohmann::json run_row(int64_t res, const std::string& dt_name, int warmup, int 
   const double peak = gemm_peak(dtype);
   const models::PixArtConfig cfg = models::PixArtConfig::alpha_xl_1024();
   io::RandomWeights weights(1);
+  std::optional<DeviceScope> scope;
+  if (g_device.cuda()) scope.emplace(g_device);  // the weights go to the GPU as layers are made
   models::PixArtTransformer model(cfg, weights, dtype);
+  scope.reset();
   const int64_t B = 2, h = res / 8, w = res / 8;
   StepInputs step(cfg, B, res);
   models::DiTInputs& in = step.in;
@@ -649,7 +690,7 @@ nlohmann::json run_child(const std::string& what, int64_t res, const std::string
         << (bind ? "--bind-to core " : "--bind-to none ");
   cmd << "'/proc/" << ::getpid() << "/exe' bench " << what << " --row " << what << ":" << res << ":"
       << dt << (layout.empty() ? "" : ":" + layout) << " --warmup " << o.warmup << " --repeat "
-      << o.repeat;
+      << o.repeat << " --device " << o.device;
   if (threads > 0)
     cmd << " --threads " << threads;
   else if (o.threads > 0)
@@ -875,6 +916,11 @@ int run_bench(const BenchOptions& o) {
   if (o.what == "serve")
     return run_bench_serve(o.model, o.requests, o.clients, o.threads, o.ranks, o.serve_args);
   set_threads(o.threads);
+  g_device = parse_device(o.device);
+  check_device(g_device);  // one line where there is no GPU
+  XDIT_CHECK(!g_device.cuda() || o.what == "transformer" || o.what == "flux", "bench ", o.what,
+             ": --device ", g_device.str(),
+             " runs the transformer and flux benchmarks only (the other models are on the CPU)");
   XDIT_CHECK(o.what == "transformer" || o.what == "attention" || o.what == "t5" ||
                  o.what == "vae" || o.what == "flux" || o.what == "sd3" || o.what == "parallel" ||
                  o.what == "tensor" || o.what == "all",
@@ -993,6 +1039,9 @@ std::function<int()> add_bench(CLI::App& app) {
       ->capture_default_str();
   b->add_option("--dtypes", o->dtypes, "bf16 and/or f32")->delimiter(',')->capture_default_str();
   b->add_flag("--json", o->json, "one JSON object per row");
+  b->add_option("--device", o->device,
+                "transformer and flux: cpu, or cuda[:N] (the GEMM peak is then cuBLASLt's)")
+      ->capture_default_str();
   b->add_option("--threads", o->threads, "OpenMP threads, 1 … 4 x cores (default: all cores)")
       ->check(thread_count());
   b->add_option("--warmup", o->warmup, "untimed steps before timing")->capture_default_str();

@@ -113,6 +113,27 @@ void add_rows(const float* x, int64_t x_stride, const float* b, int64_t b_stride
 void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
                int64_t n);
 
+// n f32 values from host memory to `dst` on this thread's device (a plain
+// copy on the CPU): tables a model computes on the host.
+void copy_from_host(float* dst, const float* host, int64_t n);
+
+// FLUX's 2×2 packing: latent rows [2·r0, 2·r1) of plain [B, C, H, W] ↔ the
+// packed tokens of patch rows [r0, r1), [B, (r1 − r0)·(W/2), 4C], channel
+// c·4 + dy·2 + dx of patch (row, col). Packing reads the whole plain tensor
+// (H rows); unpacking writes the rows' [B, C, 2·(r1 − r0), W] (H ignored).
+void pack_2x2(const float* src, float* dst, int64_t batch, int64_t channels, int64_t height,
+              int64_t width, int64_t r0, int64_t r1, bool pack);
+
+// Per-head RMSNorm of q and k, then rotary embedding, in place on fused
+// [q | k | v] rows (3·heads·head_dim wide, `seq` rows per batch item) for
+// rows [row_begin, row_begin + rows): q/k weights [head_dim], cos/sin
+// tables [seq, head_dim] (each angle repeated for its interleaved pair:
+// (x0, x1) → (x0·cos − x1·sin, x1·cos + x0·sin), each product rounded before
+// the sum as torch computes it). FLUX's attention inputs.
+void qk_norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin, int64_t rows,
+                  int64_t heads, int64_t head_dim, float eps, const float* wq, const float* wk,
+                  const float* cos, const float* sin);
+
 // Sinusoidal timestep embedding (diffusers get_timestep_embedding with
 // max_period 10000): out[n, dim] = [sin | cos] (or [cos | sin] when flip).
 void timestep_embedding(const float* t, int64_t n, int64_t dim, bool flip_sin_to_cos,

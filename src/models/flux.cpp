@@ -14,26 +14,6 @@ namespace {
 
 constexpr float kEps = 1e-6f;  // every LayerNorm and RMSNorm of the model
 
-// FluxPipeline's 2×2 packing: latent rows [2·r0, 2·r1) of [B, C, H, W] ↔
-// the packed tokens of patch rows [r0, r1), [B, (r1 − r0)·(W/2), 4C]: channel
-// c·4 + dy·2 + dx of patch (row, col). `plain` is the whole [B, C, H, W]
-// tensor when packing, and the rows' [B, C, 2·(r1 − r0), W] when unpacking.
-void repack(const float* src, float* dst, int64_t B, int64_t C, int64_t H, int64_t W, int64_t r0,
-            int64_t r1, bool pack) {
-  const int64_t gw = W / 2, n = (r1 - r0) * gw, y0 = 2 * r0, rows = 2 * (r1 - r0);
-  const int64_t plain_h = pack ? H : rows, plain_y0 = pack ? y0 : 0;
-#pragma omp parallel for collapse(2) if (B * C * rows * W > (1 << 16))
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t ch = 0; ch < C; ++ch)
-      for (int64_t y = 0; y < rows; ++y)
-        for (int64_t x = 0; x < W; ++x) {
-          const int64_t plain = ((b * C + ch) * plain_h + plain_y0 + y) * W + x;
-          const int64_t packed =
-              (b * n + (y / 2) * gw + x / 2) * 4 * C + ch * 4 + (y % 2) * 2 + x % 2;
-          dst[pack ? packed : plain] = src[pack ? plain : packed];
-        }
-}
-
 }  // namespace
 
 struct FluxTransformer::DoubleBlock {
@@ -117,29 +97,11 @@ FluxTransformer::FluxTransformer(const FluxConfig& cfg, const io::WeightSource& 
 FluxTransformer::~FluxTransformer() = default;
 
 void FluxTransformer::norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin,
-                                int64_t rows, const Tensor& wq, const Tensor& wk) const {
-  const int64_t H = heads_, hd = cfg_.attention_head_dim, D = H * hd;  // this rank's heads
-#pragma omp parallel for collapse(2) if (batch * rows * D > (1 << 14))
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t s = row_begin; s < row_begin + rows; ++s) {
-      float* row = qkv + (b * seq + s) * 3 * D;
-      const float* cs = rope_cos_.data() + s * hd;
-      const float* sn = rope_sin_.data() + s * hd;
-      for (int part = 0; part < 2; ++part) {  // q, then k
-        float* x = row + part * D;
-        kernels::rms_norm(x, x, H, hd, kEps, (part == 0 ? wq : wk).data<float>());
-        // (x0, x1) → (x0·cos − x1·sin, x1·cos + x0·sin) per interleaved pair,
-        // each product rounded before the sum as torch computes it.
-        for (int64_t h = 0; h < H; ++h)
-          for (int64_t i = 0; i < hd; i += 2) {
-            float* p = x + h * hd + i;
-            const float a = p[0] * cs[i], b0 = -p[1] * sn[i];
-            const float c = p[1] * cs[i + 1], d = p[0] * sn[i + 1];
-            p[0] = a + b0;
-            p[1] = c + d;
-          }
-      }
-    }
+                                int64_t rows, const Tensor& wq, const Tensor& wk) {
+  const int64_t hd = cfg_.attention_head_dim;
+  const size_t table = rope_cos_host_.size();
+  kernels::qk_norm_rope(qkv, batch, seq, row_begin, rows, heads_, hd, kEps, wq.data<float>(),
+                        wk.data<float>(), rope_cos_.get(table), rope_sin_.get(table));
 }
 
 void FluxTransformer::attend(float* qkv, int64_t batch, int64_t seq, float* out, int64_t out_stride,
@@ -182,30 +144,30 @@ Streams FluxTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
   // by 1000 in the activations' dtype, which is f32 here in both compute
   // types (xdit's bf16 is the products' operand type, not the activations').
   const auto scaled = [](float v) { return v * 1000.0f; };
-  std::vector<float> tv(static_cast<size_t>(B)),
-      proj(static_cast<size_t>(B * FluxConfig::kTimeProjDim));
-  std::vector<float> temb(static_cast<size_t>(B * D)), part(static_cast<size_t>(B * D));
+  std::vector<float> tv(static_cast<size_t>(B));  // host values: the table is made on the host
+  float* proj = tproj_.get(static_cast<size_t>(B * FluxConfig::kTimeProjDim));
+  float* temb = temb_.get(static_cast<size_t>(B * D));
+  float* part = part_.get(static_cast<size_t>(B * D));
   for (int64_t b = 0; b < B; ++b)
     tv[static_cast<size_t>(b)] = scaled(in.timesteps[static_cast<size_t>(b)]);
-  kernels::timestep_embedding(tv.data(), B, FluxConfig::kTimeProjDim, true, 0.0f, proj.data());
-  timestep_embedder_.forward(proj.data(), B, temb.data());
+  kernels::timestep_embedding(tv.data(), B, FluxConfig::kTimeProjDim, true, 0.0f, proj);
+  timestep_embedder_.forward(proj, B, temb);
   if (c.guidance_embeds) {
     for (int64_t b = 0; b < B; ++b)
       tv[static_cast<size_t>(b)] = scaled(in.guidance[static_cast<size_t>(b)]);
-    kernels::timestep_embedding(tv.data(), B, FluxConfig::kTimeProjDim, true, 0.0f, proj.data());
-    guidance_embedder_.forward(proj.data(), B, part.data());
-    for (size_t i = 0; i < temb.size(); ++i) temb[i] += part[i];
+    kernels::timestep_embedding(tv.data(), B, FluxConfig::kTimeProjDim, true, 0.0f, proj);
+    guidance_embedder_.forward(proj, B, part);
+    kernels::gated_residual_add(temb, part, 1, 1, B * D, nullptr, 0);
   }
-  text_embedder_.forward(in.pooled->data<float>(), B, part.data());
-  for (size_t i = 0; i < temb.size(); ++i) temb[i] += part[i];
-  st_.resize(temb.size());
-  kernels::silu(temb.data(), st_.data(), static_cast<int64_t>(st_.size()));
+  text_embedder_.forward(in.pooled->data<float>(), B, part);
+  kernels::gated_residual_add(temb, part, 1, 1, B * D, nullptr, 0);
+  kernels::silu(temb, st_.get(static_cast<size_t>(B * D)), B * D);
 
   // Rotary tables [S, head_dim]: text positions 0, image (0, row, col) of the
   // global grid; per axis 1/θ^(2j/d) in f64, cos and sin in f64, rounded to
   // f32, each value repeated for its pair.
-  rope_cos_.assign(static_cast<size_t>(S * hd), 0.0f);
-  rope_sin_.assign(static_cast<size_t>(S * hd), 0.0f);
+  rope_cos_host_.assign(static_cast<size_t>(S * hd), 0.0f);
+  rope_sin_host_.assign(static_cast<size_t>(S * hd), 0.0f);
   for (int64_t s = 0; s < S; ++s) {
     const int64_t n = s - L + r0 * gw;  // the token's index in the whole grid
     const double pos[3] = {0.0, s < L ? 0.0 : static_cast<double>(n / gw),
@@ -219,29 +181,33 @@ Streams FluxTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
         const double ang = pos[ax] * freq;
         const auto cv = static_cast<float>(std::cos(ang)), sv = static_cast<float>(std::sin(ang));
         for (int64_t r = 0; r < 2; ++r) {
-          rope_cos_[static_cast<size_t>(s * hd + off + 2 * jj + r)] = cv;
-          rope_sin_[static_cast<size_t>(s * hd + off + 2 * jj + r)] = sv;
+          rope_cos_host_[static_cast<size_t>(s * hd + off + 2 * jj + r)] = cv;
+          rope_sin_host_[static_cast<size_t>(s * hd + off + 2 * jj + r)] = sv;
         }
       }
       off += d;
     }
   }
 
+  kernels::copy_from_host(rope_cos_.get(static_cast<size_t>(S * hd)), rope_cos_host_.data(),
+                          S * hd);
+  kernels::copy_from_host(rope_sin_.get(static_cast<size_t>(S * hd)), rope_sin_host_.data(),
+                          S * hd);
+
   // Streams [B, L + N, D]: per batch item the embedded text, then the image tokens.
   if (!stage_.first) return previous_stage_streams(hidden, B, L, N, D, "FLUX");
   Streams st;
   st.text = L;
-  st.x = Tensor::empty({B, S, D});
+  st.x = Tensor::empty({B, S, D}, DType::kF32, current_device());
   float* X = st.x.data<float>();
   float* packed = x_.get(static_cast<size_t>(B * N * 4 * C));  // [B, N, 4C]
-  repack(lat.data<float>(), packed, B, C, Hl, Wl, r0, r1, true);
+  kernels::pack_2x2(lat.data<float>(), packed, B, C, Hl, Wl, r0, r1, true);
   float* emb = tmp_.get(static_cast<size_t>(B * N * D));
   x_embedder_.forward(packed, B * N, emb);
-  for (int64_t b = 0; b < B; ++b) {
+  for (int64_t b = 0; b < B; ++b)
     context_embedder_.forward(in.text->data<float>() + b * L * c.joint_attention_dim, L,
                               X + b * S * D);
-    std::memcpy(X + (b * S + L) * D, emb + b * N * D, static_cast<size_t>(N * D) * 4);
-  }
+  kernels::copy_rows(X + L * D, S * D, emb, N * D, B, N * D);
   return st;
 }
 
@@ -251,8 +217,9 @@ void FluxTransformer::double_block(DoubleBlock& blk, float* X, int layer) {
   float* mod = mod_.get(static_cast<size_t>(B * 12 * D));
   float* mi = mod;              // image: shift, scale, gate (attention), shift, scale, gate (MLP)
   float* mc = mod + B * 6 * D;  // text, the same
-  blk.mod.forward(st_.data(), B, mi);
-  blk.mod_context.forward(st_.data(), B, mc);
+  const float* st = st_.get(static_cast<size_t>(B * D));
+  blk.mod.forward(st, B, mi);
+  blk.mod_context.forward(st, B, mc);
   float* nh = n_.get(static_cast<size_t>(B * S * D));
   float* qkv = qkv_.get(static_cast<size_t>(B * S * 3 * A));
   float* att = attn_.get(static_cast<size_t>(B * S * A));
@@ -303,7 +270,7 @@ void FluxTransformer::single_block(SingleBlock& blk, float* X, int layer) {
   float* att = attn_.get(static_cast<size_t>(B * S * A));
   float* tmp = tmp_.get(static_cast<size_t>(B * S * D));
   float* ffh = ff_.get(static_cast<size_t>(B * S * 4 * D / stage_.tp.size));
-  blk.mod.forward(st_.data(), B, mod);  // shift, scale, gate
+  blk.mod.forward(st_.get(static_cast<size_t>(B * D)), B, mod);  // shift, scale, gate
   kernels::layer_norm_modulate(X, nh, B, S, D, kEps, mod, mod + D, 3 * D);
   blk.qkv.forward(nh, B * S, qkv);
   norm_rope(qkv, B, S, 0, S, blk.nq, blk.nk);
@@ -349,14 +316,14 @@ Tensor FluxTransformer::finalize(const Streams& s) {
   // norm_out on the image rows (AdaLN-continuous: [scale, shift]), proj_out.
   float* mod = mod_.get(static_cast<size_t>(B * 12 * D));
   float* nh = n_.get(static_cast<size_t>(B * S * D));
-  norm_out_.forward(st_.data(), B, mod);
+  norm_out_.forward(st_.get(static_cast<size_t>(B * D)), B, mod);
   for (int64_t b = 0; b < B; ++b)
     kernels::layer_norm_modulate(s.x.data<float>() + (b * S + L) * D, nh + b * N * D, 1, N, D, kEps,
                                  mod + b * 2 * D + D, mod + b * 2 * D, 0);
   float* packed = x_.get(static_cast<size_t>(B * N * 4 * C));
   proj_out_.forward(nh, B * N, packed);
-  Tensor out = Tensor::empty({B, C, 2 * rows_, W_});
-  repack(packed, out.data<float>(), B, C, 2 * rows_, W_, 0, rows_, false);
+  Tensor out = Tensor::empty({B, C, 2 * rows_, W_}, DType::kF32, current_device());
+  kernels::pack_2x2(packed, out.data<float>(), B, C, 2 * rows_, W_, 0, rows_, false);
   return out;
 }
 

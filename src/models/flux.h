@@ -76,7 +76,7 @@ class FluxTransformer : public DiT {
   // item): per-head RMSNorm with
   // the given weights, then the rotation.
   void norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin, int64_t rows,
-                 const Tensor& wq, const Tensor& wk) const;
+                 const Tensor& wq, const Tensor& wk);
   void attend(float* qkv, int64_t batch, int64_t seq, float* out, int64_t out_stride, int layer);
   void double_block(DoubleBlock& blk, float* x, int layer);
   void single_block(SingleBlock& blk, float* x, int layer);
@@ -93,8 +93,10 @@ class FluxTransformer : public DiT {
   // width, latent width, SiLU(conditioning vector) [B, D], and the rotary
   // tables [L + tokens, head_dim] (text positions, then this call's rows').
   int64_t B_ = 0, L_ = 0, rows_ = 0, gw_ = 0, W_ = 0;
-  std::vector<float> st_;
-  std::vector<float> rope_cos_, rope_sin_;
+  nn::Scratch st_;  // SiLU(conditioning) [B, D]
+  // Rotary tables [S, head_dim] (made on the host, copied where the ops run).
+  std::vector<float> rope_cos_host_, rope_sin_host_;
+  nn::Scratch rope_cos_, rope_sin_, tproj_, temb_, part_;
   nn::Scratch x_, n_, qkv_, attn_, tmp_, ff_, mod_;
 };
 

@@ -21,6 +21,7 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
  public:
   using ConfigFamily::ConfigFamily;
 
+  bool runs_on_cuda() const override { return true; }
   std::string name() const override {
     return cfg_.guidance_embeds ? "FLUX.1 [dev]" : "FLUX.1 [schnell]";
   }

@@ -15,10 +15,13 @@
 #include "cli_util.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "io/json.h"
 #include "io/model_folder.h"
+#include "io/safetensors.h"
 #include "io/weights.h"
 #include "kernels/kernels.h"
 #include "kernels/linear.h"
+#include "models/flux.h"
 #include "models/pixart.h"
 #include "nn/layers.h"
 #include "pipeline/pipeline.h"
@@ -603,6 +606,73 @@ TEST(CudaPipeline, PixArtTransformerMatchesTheCpu) {
   }
 }
 
+// The tiny FLUX.1 [schnell] / [dev] transformers on the GPU, on the inputs
+// of their diffusers goldens: against the CPU and against diffusers.
+TEST(CudaPipeline, FluxTransformerMatchesTheCpuAndDiffusers) {
+  NEED_GPU();
+  for (const std::string name : {"schnell", "dev"}) {
+    const std::string dir = std::string(XDIT_MODELS) + "/flux-" + name + "-tiny/transformer";
+    const auto cfg = models::FluxConfig::from_json(io::read_json_file(dir + "/config.json"), dir);
+    io::WeightStore w(dir);
+    auto g = io::read_safetensors_f32(std::string(XDIT_TEST_DATA) + "/goldens/flux_" + name +
+                                      "_forward.safetensors");
+    models::DiTInputs in;
+    in.latents = &g["latents"];
+    in.text = &g["text"];
+    in.pooled = &g["pooled"];
+    in.timesteps = g["timestep"].to_vector();
+    if (cfg.guidance_embeds) in.guidance = g["guidance"].to_vector();
+    for (const DType dt : {DType::kF32, DType::kBF16}) {
+      models::FluxTransformer cpu_model(cfg, w, dt);
+      const auto want = cpu_model.forward(in).to_vector();
+      std::unique_ptr<models::FluxTransformer> gpu_model;
+      {
+        DeviceScope gpu(parse_device("cuda"));
+        gpu_model = std::make_unique<models::FluxTransformer>(cfg, w, dt);
+      }
+      const auto got = gpu_model->forward(in).to_vector();
+      const float tol = dt == DType::kF32 ? 1e-4f : 3e-2f;
+      EXPECT_LT(max_rel_diff(got, want), tol) << name << " vs CPU";
+      EXPECT_LT(max_rel_diff(got, g["output"].to_vector()), tol) << name << " vs diffusers";
+    }
+  }
+}
+
+// FLUX's own ops: the 2×2 packing both ways, q/k RMSNorm + rotary.
+TEST(CudaOps, FluxPackingAndQkNormRopeMatchTheCpu) {
+  NEED_GPU();
+  const int64_t B = 2, C = 3, H = 6, W = 10, r0 = 1, r1 = 3;
+  const auto lat = random_values(static_cast<size_t>(B * C * H * W), 70);
+  const int64_t packed_n = B * (r1 - r0) * (W / 2) * 4 * C;
+  std::vector<float> want(static_cast<size_t>(packed_n)), back(want.size());
+  {
+    DeviceScope cpu(Device{});
+    kernels::pack_2x2(lat.data(), want.data(), B, C, H, W, r0, r1, true);
+    kernels::pack_2x2(want.data(), back.data(), B, C, H, W, r0, r1, false);
+  }
+  DeviceScope gpu(parse_device("cuda"));
+  Tensor dl = on_gpu(lat), dp = gpu_empty(packed_n), db = gpu_empty(packed_n);
+  kernels::pack_2x2(f(dl), f(dp), B, C, H, W, r0, r1, true);
+  kernels::pack_2x2(f(dp), f(db), B, C, H, W, r0, r1, false);
+  EXPECT_EQ(dp.to_vector(), want);
+  EXPECT_EQ(db.to_vector(), back);
+  const int64_t seq = 23, heads = 3, hd = 40, rb = 4, rows = 15;
+  const auto qkv = random_values(static_cast<size_t>(B * seq * 3 * heads * hd), 71);
+  const auto wq = random_values(static_cast<size_t>(hd), 72, 0.5f, 1.5f);
+  const auto wk = random_values(static_cast<size_t>(hd), 73, 0.5f, 1.5f);
+  const auto cs = random_values(static_cast<size_t>(seq * hd), 74, -1.f, 1.f);
+  const auto sn = random_values(static_cast<size_t>(seq * hd), 75, -1.f, 1.f);
+  std::vector<float> wantq = qkv;
+  {
+    DeviceScope cpu(Device{});
+    kernels::qk_norm_rope(wantq.data(), B, seq, rb, rows, heads, hd, 1e-6f, wq.data(), wk.data(),
+                          cs.data(), sn.data());
+  }
+  Tensor dq = on_gpu(qkv), dwq = on_gpu(wq), dwk = on_gpu(wk), dc = on_gpu(cs), ds = on_gpu(sn);
+  kernels::qk_norm_rope(f(dq), B, seq, rb, rows, heads, hd, 1e-6f, f(dwq), f(dwk), f(dc), f(ds));
+  EXPECT_LT(max_rel_diff(dq.to_vector(), wantq), 1e-5f);
+}
+
 TEST(CudaRuntime, ADeviceIndexPastTheDevicesIsOneLine) {
   NEED_GPU();
   const int n = cuda::device_count();
@@ -620,22 +690,22 @@ TEST(CudaOps, Skipped) {
 #endif
 
 // On a machine without a GPU, `--device cuda` is one line saying why, before
-// any work; with one, a family whose transformer has no CUDA path (FLUX.1
-// for now) refuses it in one line.
+// any work; with one, a family whose transformer has no CUDA path (SD3 for
+// now) refuses it in one line.
 // Pipeline::set_device refuses, in one line and before any device is
-// touched, a family without a CUDA transformer; PixArt's is accepted as far
-// as this machine allows (here: the device check).
+// touched, a family without a CUDA transformer (SD3); FLUX's (like PixArt's)
+// is accepted as far as this machine allows (here: the device check).
 TEST(Device, PipelinesSayWhichRunOnCuda) {
-  pipeline::Pipeline flux(std::string(XDIT_MODELS) + "/flux-schnell-tiny", DType::kF32);
+  pipeline::Pipeline sd3(std::string(XDIT_MODELS) + "/sd3-tiny", DType::kF32);
   try {
-    flux.set_device(parse_device("cuda"));
-    FAIL() << "FLUX.1 accepted --device cuda";
+    sd3.set_device(parse_device("cuda"));
+    FAIL() << "SD3 accepted --device cuda";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("does not run on the CUDA backend yet"), std::string::npos)
         << e.what();
   }
-  EXPECT_FALSE(flux.device().cuda());
-  pipeline::Pipeline pixart(std::string(XDIT_MODELS) + "/pixart-sigma-tiny", DType::kF32);
+  EXPECT_FALSE(sd3.device().cuda());
+  pipeline::Pipeline flux(std::string(XDIT_MODELS) + "/flux-schnell-tiny", DType::kF32);
   std::string why;
 #ifdef XDIT_HAVE_CUDA
   const bool gpu = cuda::device_count(&why) > 0;
@@ -643,11 +713,11 @@ TEST(Device, PipelinesSayWhichRunOnCuda) {
   const bool gpu = false;
 #endif
   if (gpu) {
-    EXPECT_NO_THROW(pixart.set_device(parse_device("cuda")));
-    EXPECT_TRUE(pixart.device().cuda());
+    EXPECT_NO_THROW(flux.set_device(parse_device("cuda")));
+    EXPECT_TRUE(flux.device().cuda());
   } else {
-    EXPECT_THROW(pixart.set_device(parse_device("cuda")), Error);
-    EXPECT_FALSE(pixart.device().cuda());
+    EXPECT_THROW(flux.set_device(parse_device("cuda")), Error);
+    EXPECT_FALSE(flux.device().cuda());
   }
 }
 
@@ -673,7 +743,7 @@ TEST(Device, GenerateOnCudaIsOneLineWhereItCannotRun) {
   const auto dir = test::make_test_dir("xdit_device_");
   const auto r = test::run_command(
       std::string("env XDIT_QUIET=1 '") + XDIT_BINARY + "' generate --device cuda --model '" +
-          XDIT_MODELS + "/flux-schnell-tiny' --prompt x -o '" + (dir / "x.png").string() + "'",
+          XDIT_MODELS + "/sd3-tiny' --prompt x -o '" + (dir / "x.png").string() + "'",
       (dir / "err.txt").string());
   std::filesystem::remove_all(dir);
   EXPECT_EQ(r.code, 1) << r.err;

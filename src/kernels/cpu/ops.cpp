@@ -557,6 +557,57 @@ void add_rows(const float* x, int64_t x_stride, const float* b, int64_t b_stride
     for (int64_t j = 0; j < n; ++j) y[r * y_stride + j] = x[r * x_stride + j] + b[r * b_stride + j];
 }
 
+void copy_from_host(float* dst, const float* host, int64_t n) {
+#ifdef XDIT_HAVE_CUDA
+  if (on_cuda()) return xdit::cuda::copy(dst, host, static_cast<size_t>(n) * 4);
+#endif
+  std::memcpy(dst, host, static_cast<size_t>(n) * 4);
+}
+
+void pack_2x2(const float* src, float* dst, int64_t B, int64_t C, int64_t H, int64_t W, int64_t r0,
+              int64_t r1, bool pack) {
+  XDIT_CUDA_OP(pack_2x2(src, dst, B, C, H, W, r0, r1, pack));
+  const int64_t gw = W / 2, n = (r1 - r0) * gw, y0 = 2 * r0, rows = 2 * (r1 - r0);
+  const int64_t plain_h = pack ? H : rows, plain_y0 = pack ? y0 : 0;
+#pragma omp parallel for collapse(2) if (B * C * rows * W > (1 << 16))
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t ch = 0; ch < C; ++ch)
+      for (int64_t y = 0; y < rows; ++y)
+        for (int64_t x = 0; x < W; ++x) {
+          const int64_t plain = ((b * C + ch) * plain_h + plain_y0 + y) * W + x;
+          const int64_t packed =
+              (b * n + (y / 2) * gw + x / 2) * 4 * C + ch * 4 + (y % 2) * 2 + x % 2;
+          dst[pack ? packed : plain] = src[pack ? plain : packed];
+        }
+}
+
+void qk_norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin, int64_t rows,
+                  int64_t H, int64_t hd, float eps, const float* wq, const float* wk,
+                  const float* cos, const float* sin) {
+  XDIT_CUDA_OP(qk_norm_rope(qkv, batch, seq, row_begin, rows, H, hd, eps, wq, wk, cos, sin));
+  const int64_t D = H * hd;
+#pragma omp parallel for collapse(2) if (batch * rows * D > kGrain)
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t s = row_begin; s < row_begin + rows; ++s) {
+      float* row = qkv + (b * seq + s) * 3 * D;
+      const float* cs = cos + s * hd;
+      const float* sn = sin + s * hd;
+      for (int part = 0; part < 2; ++part) {  // q, then k
+        float* x = row + part * D;
+        for (int64_t h = 0; h < H; ++h)
+          rms_norm_row(x + h * hd, x + h * hd, hd, eps, part == 0 ? wq : wk);
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t i = 0; i < hd; i += 2) {
+            float* p = x + h * hd + i;
+            const float a = p[0] * cs[i], b0 = -p[1] * sn[i];
+            const float c = p[1] * cs[i + 1], d = p[0] * sn[i + 1];
+            p[0] = a + b0;
+            p[1] = c + d;
+          }
+      }
+    }
+}
+
 void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
                int64_t n) {
 #ifdef XDIT_HAVE_CUDA

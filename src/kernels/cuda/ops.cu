@@ -327,6 +327,48 @@ __global__ void unpack_kv_kernel(const In* __restrict__ src, int64_t heads, int6
   }
 }
 
+// FLUX's 2×2 packing, one thread per value (see kernels.h).
+__global__ void pack_2x2_kernel(const float* __restrict__ src, float* __restrict__ dst, int64_t C,
+                                int64_t H, int64_t W, int64_t r0, int64_t r1, bool pack,
+                                int64_t total) {
+  const int64_t gw = W / 2, n = (r1 - r0) * gw, rows = 2 * (r1 - r0);
+  const int64_t plain_h = pack ? H : rows, plain_y0 = pack ? 2 * r0 : 0;
+  XDIT_GRID_LOOP(i, total) {  // over B · C · rows · W
+    const int64_t x = i % W, y = (i / W) % rows, ch = (i / (W * rows)) % C, b = i / (W * rows * C);
+    const int64_t plain = ((b * C + ch) * plain_h + plain_y0 + y) * W + x;
+    const int64_t packed = (b * n + (y / 2) * gw + x / 2) * 4 * C + ch * 4 + (y % 2) * 2 + x % 2;
+    dst[pack ? packed : plain] = src[pack ? plain : packed];
+  }
+}
+
+// One warp per (batch, row, q or k, head): RMSNorm over head_dim, then the
+// rotary pairs.
+__global__ void qk_norm_rope_kernel(float* __restrict__ qkv, int64_t seq, int64_t row_begin,
+                                    int64_t rows, int64_t heads, int64_t hd, float eps,
+                                    const float* __restrict__ wq, const float* __restrict__ wk,
+                                    const float* __restrict__ cos, const float* __restrict__ sin,
+                                    int64_t warps) {
+  const int lane = threadIdx.x % 32;
+  const int64_t w = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
+  if (w >= warps) return;
+  const int64_t h = w % heads, part = (w / heads) % 2, s = row_begin + (w / (2 * heads)) % rows,
+                b = w / (2 * heads * rows);
+  const int64_t D = heads * hd;
+  float* x = qkv + (b * seq + s) * 3 * D + part * D + h * hd;
+  const float* wt = part == 0 ? wq : wk;
+  float ss = 0.f;
+  for (int64_t i = lane; i < hd; i += 32) ss += x[i] * x[i];
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  const float inv = rsqrtf(ss / static_cast<float>(hd) + eps);
+  const float* cs = cos + s * hd;
+  const float* sn = sin + s * hd;
+  for (int64_t i = 2 * lane; i + 1 < hd; i += 64) {
+    const float x0 = x[i] * inv * wt[i], x1 = x[i + 1] * inv * wt[i + 1];
+    x[i] = x0 * cs[i] + -x1 * sn[i];
+    x[i + 1] = x1 * cs[i + 1] + x0 * sn[i + 1];
+  }
+}
+
 unsigned elementwise_blocks(int64_t n) {
   const int64_t b = (n + kThreads - 1) / kThreads;
   return static_cast<unsigned>(b < 65535 ? (b > 0 ? b : 1) : 65535);
@@ -572,6 +614,23 @@ void unpack_kv(const void* src, int64_t batch, int64_t heads, int64_t total, int
   else
     XDIT_LAUNCH(unpack_kv_kernel, count, s, static_cast<const float*>(src), heads, total, head_dim,
                 dst, count);
+}
+
+void pack_2x2(const float* src, float* dst, int64_t batch, int64_t channels, int64_t height,
+              int64_t width, int64_t r0, int64_t r1, bool pack, Stream s) {
+  const int64_t n = batch * channels * 2 * (r1 - r0) * width;
+  XDIT_LAUNCH(pack_2x2_kernel, n, s, src, dst, channels, height, width, r0, r1, pack, n);
+}
+
+void qk_norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin, int64_t rows,
+                  int64_t heads, int64_t head_dim, float eps, const float* wq, const float* wk,
+                  const float* cos, const float* sin, Stream s) {
+  const int64_t warps = batch * rows * 2 * heads;
+  if (warps == 0) return;
+  const auto blocks = static_cast<unsigned>((warps + kThreads / 32 - 1) / (kThreads / 32));
+  qk_norm_rope_kernel<<<blocks, kThreads, 0, s>>>(qkv, seq, row_begin, rows, heads, head_dim, eps,
+                                                  wq, wk, cos, sin, warps);
+  xdit::cuda::check_launch("qk_norm_rope");
 }
 
 }  // namespace xdit::kernels::cuda

@@ -79,6 +79,12 @@ void patchify(const float* latent, int64_t batch, int64_t channels, int64_t heig
 void unpatchify(const float* x, int64_t batch, int64_t channels, int64_t h, int64_t w, int64_t p,
                 float* out, Stream s = nullptr);
 
+void pack_2x2(const float* src, float* dst, int64_t batch, int64_t channels, int64_t height,
+              int64_t width, int64_t r0, int64_t r1, bool pack, Stream s = nullptr);
+void qk_norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin, int64_t rows,
+                  int64_t heads, int64_t head_dim, float eps, const float* wq, const float* wk,
+                  const float* cos, const float* sin, Stream s = nullptr);
+
 // Attention (attention.cu): the CPU op's arguments on device pointers. The
 // packed K/V layout is head-major [B, H, kv_len, D], bf16 when bf16 was asked for.
 bool attention_packs_bf16(bool bf16);
