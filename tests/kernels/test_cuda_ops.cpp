@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -36,6 +37,22 @@
 
 namespace xdit {
 namespace {
+
+// Paths fixed at build time, overridable from the environment: a checkout
+// on a GPU machine runs a binary built elsewhere (scripts/gpu_check.sh).
+std::string from_env(const char* name, const char* built) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : built;
+}
+std::string models_dir() {
+  return from_env("XDIT_MODELS", XDIT_MODELS);
+}
+std::string test_data_dir() {
+  return from_env("XDIT_TEST_DATA", XDIT_TEST_DATA);
+}
+std::string binary() {
+  return from_env("XDIT_BINARY", XDIT_BINARY);
+}
 
 std::vector<float> random_values(size_t n, uint32_t seed, float lo = -3.f, float hi = 3.f) {
   std::mt19937 g(seed);
@@ -565,7 +582,7 @@ TEST(CudaOps, LinearMatchesTheCpuLinear) {
 TEST(CudaPipeline, PixArtTransformerMatchesTheCpu) {
   NEED_GPU();
   for (const std::string variant : {"alpha", "sigma"}) {
-    io::ModelFolder folder(std::string(XDIT_MODELS) + "/pixart-" + variant + "-tiny");
+    io::ModelFolder folder(models_dir() + "/pixart-" + variant + "-tiny");
     const auto cfg = models::PixArtConfig::from_json(
         folder.component_config("transformer", "config.json"), variant);
     io::WeightStore weights(folder.component("transformer"));
@@ -611,10 +628,10 @@ TEST(CudaPipeline, PixArtTransformerMatchesTheCpu) {
 TEST(CudaPipeline, FluxTransformerMatchesTheCpuAndDiffusers) {
   NEED_GPU();
   for (const std::string name : {"schnell", "dev"}) {
-    const std::string dir = std::string(XDIT_MODELS) + "/flux-" + name + "-tiny/transformer";
+    const std::string dir = models_dir() + "/flux-" + name + "-tiny/transformer";
     const auto cfg = models::FluxConfig::from_json(io::read_json_file(dir + "/config.json"), dir);
     io::WeightStore w(dir);
-    auto g = io::read_safetensors_f32(std::string(XDIT_TEST_DATA) + "/goldens/flux_" + name +
+    auto g = io::read_safetensors_f32(test_data_dir() + "/goldens/flux_" + name +
                                       "_forward.safetensors");
     models::DiTInputs in;
     in.latents = &g["latents"];
@@ -696,7 +713,7 @@ TEST(CudaOps, Skipped) {
 // touched, a family without a CUDA transformer (SD3); FLUX's (like PixArt's)
 // is accepted as far as this machine allows (here: the device check).
 TEST(Device, PipelinesSayWhichRunOnCuda) {
-  pipeline::Pipeline sd3(std::string(XDIT_MODELS) + "/sd3-tiny", DType::kF32);
+  pipeline::Pipeline sd3(models_dir() + "/sd3-tiny", DType::kF32);
   try {
     sd3.set_device(parse_device("cuda"));
     FAIL() << "SD3 accepted --device cuda";
@@ -705,7 +722,7 @@ TEST(Device, PipelinesSayWhichRunOnCuda) {
         << e.what();
   }
   EXPECT_FALSE(sd3.device().cuda());
-  pipeline::Pipeline flux(std::string(XDIT_MODELS) + "/flux-schnell-tiny", DType::kF32);
+  pipeline::Pipeline flux(models_dir() + "/flux-schnell-tiny", DType::kF32);
   std::string why;
 #ifdef XDIT_HAVE_CUDA
   const bool gpu = cuda::device_count(&why) > 0;
@@ -742,8 +759,8 @@ TEST(Device, ScopesNestAndFailCleanly) {
 TEST(Device, GenerateOnCudaIsOneLineWhereItCannotRun) {
   const auto dir = test::make_test_dir("xdit_device_");
   const auto r = test::run_command(
-      std::string("env XDIT_QUIET=1 '") + XDIT_BINARY + "' generate --device cuda --model '" +
-          XDIT_MODELS + "/sd3-tiny' --prompt x -o '" + (dir / "x.png").string() + "'",
+      std::string("env XDIT_QUIET=1 '") + binary() + "' generate --device cuda --model '" +
+          models_dir() + "/sd3-tiny' --prompt x -o '" + (dir / "x.png").string() + "'",
       (dir / "err.txt").string());
   std::filesystem::remove_all(dir);
   EXPECT_EQ(r.code, 1) << r.err;
@@ -761,7 +778,7 @@ TEST(Device, GenerateOnCudaIsOneLineWhereItCannotRun) {
     EXPECT_NE(r.err.find(why), std::string::npos) << r.err;
   }
   const auto bad = test::run_command(
-      std::string("env XDIT_QUIET=1 '") + XDIT_BINARY + "' generate --device tpu --prompt x",
+      std::string("env XDIT_QUIET=1 '") + binary() + "' generate --device tpu --prompt x",
       "/dev/null");
   EXPECT_EQ(bad.code, 1);
 }

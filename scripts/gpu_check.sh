@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# The CUDA backend's check on a GPU machine: its tests, then its benchmark
+# against diffusers + PyTorch on the same GPU.
+#
+#   scripts/gpu_check.sh bundle   # on a build machine (network, CUDA toolkit, no GPU needed)
+#   scripts/gpu_check.sh run      # on the GPU machine, in the same checkout
+#
+# GPU machines lent to this project reach no package registry and lack the
+# Debian libraries xdit builds against, so `bundle` does what a bare GPU
+# machine cannot: it builds xdit with the CUDA backend (scripts/build.sh),
+# and packs into .gpu/ (git-ignored) the stripped `xdit` and
+# `test_cuda_ops`, every shared library they load that is neither glibc's,
+# the driver's nor one of CUDA's (oneDNN, ICU, OpenMPI, SentencePiece, ...),
+# and the wheels of the Python side the GPU image lacks (diffusers). `run`
+# unpacks that, finds CUDA's libraries there (the toolkit's, or the
+# nvidia-* wheels beside PyTorch), runs test_cuda_ops (every op against the
+# CPU op, the tiny PixArt and FLUX transformers against the CPU and
+# diffusers), then the GPU rows of `xdit bench` and bench/torch_bench.py:
+# the PixArt-α step with CFG at 1024 px and the FLUX.1 forward at 1024 px
+# (2 + 4 blocks, extrapolated to 19 + 38), both against the cuBLASLt GEMM
+# peak measured in the same run. Results go to stdout and, when $OUT is set
+# (the device tool), to $OUT/gpu_check.log.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+gpu="$root/.gpu"
+cd "$root"
+
+bundle() {
+  command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] ||
+    { echo "gpu_check.sh bundle: no nvcc here: the CUDA backend would not be built" >&2; exit 1; }
+  bash scripts/build.sh
+  [ -x build/tests/test_cuda_ops ] || { echo "gpu_check.sh bundle: build/tests/test_cuda_ops missing" >&2; exit 1; }
+  rm -rf "$gpu" && mkdir -p "$gpu/stage/bin" "$gpu/stage/lib" "$gpu/stage/lib-compat" "$gpu/whl"
+  strip --strip-debug -o "$gpu/stage/bin/xdit" build/xdit
+  strip --strip-debug -o "$gpu/stage/bin/test_cuda_ops" build/tests/test_cuda_ops
+  # Shared libraries to carry: all but glibc's, the dynamic loader, the
+  # driver's and CUDA's own (the GPU machine has those, matched to its
+  # driver). Base libraries a system usually has (the C++ runtime, zlib,
+  # OpenSSL, ...) go to lib-compat/, used only where the machine lacks them:
+  # a newer system copy must win.
+  ldd build/xdit build/tests/test_cuda_ops | awk '/=> \// { print $3 }' | sort -u |
+    grep -Ev '/(libc|libm|libdl|libpthread|librt|libresolv|ld-linux[^/]*)\.so' |
+    grep -Ev '/lib(cuda|cudart|cublas|cublasLt|cudnn[a-z_]*|nvrtc[a-z-]*|nvJitLink|nccl)\.so' |
+    while read -r lib; do
+      case "$(basename "$lib")" in
+        libstdc++.so*|libgcc_s.so*|libgomp.so*|libz.so*|libssl.so*|libcrypto.so*|libudev.so*)
+          cp -L "$lib" "$gpu/stage/lib-compat/" ;;
+        *) cp -L "$lib" "$gpu/stage/lib/" ;;
+      esac
+    done
+  # OpenMPI loads its components at run time; a single-rank run needs none.
+  # The Python side: diffusers (pure Python) is not on the GPU image.
+  python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$gpu/whl" \
+    "$(grep '^diffusers==' bench/requirements.txt)"
+  tar -C "$gpu/stage" -cJf "$gpu/bundle.tar.xz" .
+  rm -rf "$gpu/stage"
+  du -sh "$gpu"/* | sed 's/^/gpu_check.sh bundle: /'
+  echo "gpu_check.sh bundle: done; on the GPU machine run scripts/gpu_check.sh run (carry .gpu)"
+}
+
+# The folders holding CUDA's runtime libraries on this machine.
+cuda_lib_dirs() {
+  local d
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -d "$d" ] && echo "$d"
+  done
+  python3 - <<'PY' 2>/dev/null || true
+import glob, os, site
+roots = site.getsitepackages() + [site.getusersitepackages()]
+for r in roots:
+    for d in glob.glob(os.path.join(r, "nvidia", "*", "lib")):
+        print(d)
+PY
+}
+
+libs=""
+run() {
+  [ -f "$gpu/bundle.tar.xz" ] || { echo "gpu_check.sh run: no .gpu/bundle.tar.xz (run 'scripts/gpu_check.sh bundle' on a build machine and carry .gpu)" >&2; exit 1; }
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  rm -rf "$gpu/run" && mkdir -p "$gpu/run"
+  tar -C "$gpu/run" -xJf "$gpu/bundle.tar.xz"
+  # Our binaries' library path (only theirs: PyTorch keeps the system's).
+  libs="$gpu/run/lib:$(cuda_lib_dirs | paste -sd:)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local missing
+  missing="$(LD_LIBRARY_PATH="$libs" ldd "$gpu/run/bin/xdit" "$gpu/run/bin/test_cuda_ops" |
+    awk '/not found/ { print $1 }' | sort -u)"
+  if [ -n "$missing" ]; then  # base libraries this system lacks: the carried ones
+    libs="$libs:$gpu/run/lib-compat"
+    if LD_LIBRARY_PATH="$libs" ldd "$gpu/run/bin/xdit" "$gpu/run/bin/test_cuda_ops" | grep 'not found'; then
+      echo "gpu_check.sh run: the libraries above are not found (searched $libs)" >&2
+      exit 1
+    fi
+  fi
+  local xdit="$gpu/run/bin/xdit" status=0
+  # The tests' paths, fixed where they were built, point into this checkout.
+  export XDIT_MODELS="$root/models" XDIT_TEST_DATA="$root/tests/data" XDIT_BINARY="$xdit" XDIT_QUIET=1
+  echo "== test_cuda_ops (every CUDA op against the CPU op; tiny PixArt / FLUX on the GPU)"
+  LD_LIBRARY_PATH="$libs" OMP_NUM_THREADS="$(nproc)" "$gpu/run/bin/test_cuda_ops" || status=1
+  echo "== xdit bench on the GPU (bf16, 1024 px; ratio = against cuBLASLt's peak in the same run)"
+  LD_LIBRARY_PATH="$libs" "$xdit" bench transformer --device cuda --resolutions 1024 --dtypes bf16 --warmup 2 --repeat 5 || status=1
+  LD_LIBRARY_PATH="$libs" "$xdit" bench flux --device cuda --resolutions 1024 --dtypes bf16 --warmup 2 --repeat 5 || status=1
+  echo "== diffusers + PyTorch on the same GPU"
+  if ls "$gpu"/whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$gpu/site" "$gpu"/whl/*.whl &&
+      export PYTHONPATH="$gpu/site${PYTHONPATH:+:$PYTHONPATH}"
+  fi
+  python3 bench/torch_bench.py pixart:1024 flux:1024 --device cuda --threads "$(nproc)" \
+    --warmup 2 --repeat 5 || status=1
+  echo "gpu_check.sh run: exit status $status"
+  return $status
+}
+
+case "${1:-}" in
+  bundle) bundle ;;
+  run)
+    if [ -n "${OUT:-}" ]; then
+      set -o pipefail
+      run 2>&1 | tee "$OUT/gpu_check.log"
+    else
+      run
+    fi
+    ;;
+  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
