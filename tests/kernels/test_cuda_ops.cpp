@@ -20,6 +20,7 @@
 #include "io/model_folder.h"
 #include "io/safetensors.h"
 #include "io/weights.h"
+#include "kernels/conv.h"
 #include "kernels/kernels.h"
 #include "kernels/linear.h"
 #include "models/flux.h"
@@ -30,6 +31,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/ops.h"
 #ifdef XDIT_HAVE_CUDNN_FE
+#include "kernels/cuda/conv.h"
 #include "kernels/cuda/sdpa.h"
 #endif
 #include "kernels/cuda/runtime.h"
@@ -689,6 +691,97 @@ TEST(CudaOps, FluxPackingAndQkNormRopeMatchTheCpu) {
   kernels::qk_norm_rope(f(dq), B, seq, rb, rows, heads, hd, 1e-6f, f(dwq), f(dwk), f(dc), f(ds));
   EXPECT_LT(max_rel_diff(dq.to_vector(), wantq), 1e-5f);
 }
+
+// The whole pipelines with the transformer on the GPU: the tiny PixArt-Σ
+// (CFG, masked text) and FLUX.1 [schnell] images equal the CPU's within
+// 1/255 in f32, and within a few levels in bf16.
+TEST(CudaPipeline, ImagesEqualTheCpuImages) {
+  NEED_GPU();
+  for (const std::string model : {"pixart-sigma-tiny", "flux-schnell-tiny"}) {
+    for (const DType dt : {DType::kF32, DType::kBF16}) {
+      pipeline::ImageRequest r;
+      r.prompts = {"a red fox in the snow", "two boats"};
+      r.height = 96;
+      r.width = 160;
+      r.num_inference_steps = 3;
+      r.seed = 7;
+      std::vector<pipeline::ImageResult> out;
+      for (const bool gpu : {false, true}) {
+        pipeline::Pipeline pipe(models_dir() + "/" + model, dt);
+        if (gpu) pipe.set_device(parse_device("cuda"));
+        out.push_back(pipe.generate(r));
+      }
+      ASSERT_EQ(out[0].rgb.size(), out[1].rgb.size());
+      int worst = 0;
+      for (size_t i = 0; i < out[0].rgb.size(); ++i) {
+        ASSERT_EQ(out[0].rgb[i].size(), out[1].rgb[i].size());
+        for (size_t k = 0; k < out[0].rgb[i].size(); ++k)
+          worst = std::max(worst, std::abs(int{out[0].rgb[i][k]} - int{out[1].rgb[i][k]}));
+      }
+      EXPECT_LE(worst, dt == DType::kF32 ? 1 : 8)
+          << model << (dt == DType::kF32 ? " f32" : " bf16") << ": levels apart";
+    }
+  }
+}
+
+#ifdef XDIT_HAVE_CUDNN_FE
+// cuDNN's convolution graphs validate without a device (SM 90) for the VAE
+// decoder's convolutions at 1024 px: conv_in (4 or 16 latent channels),
+// the 512 / 256 / 128-channel ResNet layers, the shortcut 1×1 and conv_out
+// (3 channels), whole and as a row band with its halo.
+TEST(CudaConv, GraphsValidateForTheVaeShapes) {
+  using kernels::cuda::ConvShape;
+  for (const bool bf16 : {true, false})
+    for (const ConvShape& c : std::vector<ConvShape>{{1, 128, 128, 4, 512, 3, 1},
+                                                     {1, 128, 128, 16, 512, 3, 1},
+                                                     {1, 128, 128, 512, 512, 3, 1},
+                                                     {1, 512, 512, 512, 256, 3, 1},
+                                                     {1, 512, 512, 512, 256, 1, 0},
+                                                     {1, 1024, 1024, 128, 128, 3, 1},
+                                                     {1, 1024, 1024, 128, 3, 3, 1},
+                                                     {2, 37, 53, 64, 32, 3, 1}}) {
+      ConvShape s = c;
+      s.bf16 = bf16;
+      EXPECT_NO_THROW(kernels::cuda::check_conv_graph(s)) << s.str();
+      s.halo = true;
+      EXPECT_NO_THROW(kernels::cuda::check_conv_graph(s)) << s.str();
+    }
+  // A band of 1 row with a 3×3 kernel and no halo rows has no output: refused.
+  ConvShape none{1, 1, 8, 8, 8, 3, 1};
+  none.halo = true;
+  EXPECT_THROW(kernels::cuda::check_conv_graph(none), Error) << none.str();
+}
+
+// Conv2d under a CUDA DeviceScope against the CPU's Conv2d: f32 and bf16,
+// whole and as a band with halo rows.
+TEST(CudaConv, Conv2dMatchesTheCpu) {
+  NEED_GPU();
+  const int64_t B = 2, H = 9, W = 13, Cin = 24, Cout = 40;
+  const auto w = random_values(static_cast<size_t>(Cout * Cin * 9), 80, -0.2f, 0.2f);
+  const auto bias = random_values(static_cast<size_t>(Cout), 81);
+  const auto x = random_values(static_cast<size_t>(B * H * W * Cin), 82);
+  const Tensor tw = Tensor::from_vector(w, {Cout, Cin, 3, 3}),
+               tb = Tensor::from_vector(bias, {Cout});
+  for (const auto ct : {kernels::ComputeType::kF32, kernels::ComputeType::kBF16}) {
+    std::vector<float> want(static_cast<size_t>(B * H * W * Cout)),
+        want_band(static_cast<size_t>(B * (H - 2) * W * Cout));
+    kernels::Conv2d cpu_c(tw, tb, 1, kernels::ComputeType::kF32);
+    cpu_c.forward(x.data(), B, H, W, want.data());
+    cpu_c.forward_halo(x.data(), B, H - 2, W, want_band.data());
+    DeviceScope gpu(parse_device("cuda"));
+    kernels::Conv2d c(tw, tb, 1, ct);
+    Tensor dx = on_gpu(x), dy = gpu_empty(B * H * W * Cout);
+    c.forward(f(dx), B, H, W, f(dy));
+    const float tol = ct == kernels::ComputeType::kBF16 ? 2e-2f : 1e-5f;
+    EXPECT_LT(max_rel_diff(dy.to_vector(), want), tol);
+    if (ct == kernels::ComputeType::kF32) {  // the halo input in the layer's type (f32 here)
+      Tensor db = gpu_empty(B * (H - 2) * W * Cout);
+      c.forward_halo(f(dx), B, H - 2, W, f(db));
+      EXPECT_LT(max_rel_diff(db.to_vector(), want_band), tol) << "halo";
+    }
+  }
+}
+#endif
 
 TEST(CudaRuntime, ADeviceIndexPastTheDevicesIsOneLine) {
   NEED_GPU();

@@ -9,6 +9,10 @@
 #include "core/log.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/dispatch.h"
+#ifdef XDIT_HAVE_CUDNN_FE
+#include "kernels/cuda/conv.h"
+#endif
 
 namespace xdit::kernels {
 
@@ -21,6 +25,10 @@ struct Conv2d::Impl {
   dnnl::memory::desc packed_md;
   dnnl::memory packed;
   std::vector<float> bias;
+#ifdef XDIT_HAVE_CUDNN_FE
+  // Made instead of the oneDNN weights under a CUDA DeviceScope.
+  std::unique_ptr<cuda::DeviceConv> device;
+#endif
   struct Prim {
     dnnl::convolution_forward::primitive_desc pd;
     dnnl::convolution_forward prim;
@@ -108,6 +116,18 @@ Conv2d::Conv2d(const Tensor& weight, const Tensor& bias, int64_t padding, Comput
   im.ct = ct;
   XDIT_CHECK(bias.numel() == im.out, "conv bias has ", bias.numel(), " values, expected ", im.out);
   im.bias = bias.to_vector();
+  if (on_cuda()) {
+#ifdef XDIT_HAVE_CUDNN_FE
+    XDIT_CHECK(im.kh == im.kw, "CUDA conv: square kernels only, got ", im.kh, "x", im.kw);
+    const Tensor w = weight.to(DType::kF32);
+    im.device = std::make_unique<cuda::DeviceConv>(w.data<float>(), im.bias.data(), im.in, im.out,
+                                                   im.kh, im.pad, ct == ComputeType::kBF16);
+    return;
+#else
+    XDIT_FAIL("convolutions on ", current_device().str(),
+              " need cuDNN's frontend headers (scripts/install_deps.sh) at build time");
+#endif
+  }
   try {
     Tensor w = weight.dtype() == DType::kF16 ? weight.to(DType::kF32) : weight;
     dnnl::memory::desc user_md({im.out, im.in, im.kh, im.kw},
@@ -128,6 +148,9 @@ Conv2d::Conv2d(const Tensor& weight, const Tensor& bias, int64_t padding, Comput
 
 void Conv2d::forward(const float* x, int64_t b, int64_t h, int64_t w, float* y) const {
   const Impl& im = *impl_;
+#ifdef XDIT_HAVE_CUDNN_FE
+  if (im.device) return im.device->forward(x, false, b, h, w, y, false);
+#endif
   const void* src = x;
   if (im.ct == ComputeType::kBF16)
     src = cpu::thread_bf16_copy(x, static_cast<size_t>(b * h * w * im.in));
@@ -136,10 +159,17 @@ void Conv2d::forward(const float* x, int64_t b, int64_t h, int64_t w, float* y) 
 
 void Conv2d::forward_bf16(const uint16_t* x, int64_t b, int64_t h, int64_t w, float* y) const {
   XDIT_CHECK(impl_->ct == ComputeType::kBF16, "conv: bf16 input to an f32 layer");
+#ifdef XDIT_HAVE_CUDNN_FE
+  if (impl_->device) return impl_->device->forward(x, true, b, h, w, y, false);
+#endif
   run(x, b, h, w, y);
 }
 
 void Conv2d::forward_halo(const void* x, int64_t b, int64_t rows, int64_t w, float* y) const {
+#ifdef XDIT_HAVE_CUDNN_FE
+  if (impl_->device)
+    return impl_->device->forward(x, impl_->device->bf16(), b, rows + 2 * impl_->pad, w, y, true);
+#endif
   run(x, b, rows + 2 * impl_->pad, w, y, true);
 }
 
@@ -166,6 +196,9 @@ void Conv2d::run(const void* src, int64_t b, int64_t h, int64_t w, float* y, boo
 }
 
 std::string Conv2d::implementation(int64_t b, int64_t h, int64_t w, bool halo) const {
+#ifdef XDIT_HAVE_CUDNN_FE
+  if (impl_->device) return impl_->device->bf16() ? "cudnn:bf16" : "cudnn:f32";
+#endif
   return impl_->prim_for(b, h, w, halo).pd.impl_info_str();
 }
 

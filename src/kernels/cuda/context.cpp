@@ -16,6 +16,7 @@ struct DeviceState {
   std::unique_ptr<Gemm> gemm;
 #ifdef XDIT_HAVE_CUDNN_FE
   std::unique_ptr<Sdpa> sdpa;
+  std::unique_ptr<Conv> conv;
 #endif
   std::array<xdit::cuda::DeviceBuffer, static_cast<size_t>(ScratchSlot::kCount)> scratch;
 };
@@ -40,6 +41,12 @@ Sdpa& device_sdpa() {
   DeviceState& s = state();
   if (!s.sdpa) s.sdpa = std::make_unique<Sdpa>();
   return *s.sdpa;
+}
+
+Conv& device_conv() {
+  DeviceState& s = state();
+  if (!s.conv) s.conv = std::make_unique<Conv>();
+  return *s.conv;
 }
 #endif
 

@@ -1,5 +1,6 @@
 // Per-device state of the CUDA backend that the op set shares: the cuBLASLt
-// GEMM (handle, plans, workspace), the cuDNN SDPA (handle, plans) and
+// GEMM (handle, plans, workspace), the cuDNN SDPA and convolution (handles,
+// plans) and
 // growable scratch buffers for conversions around them. One set per device
 // and host thread, made on first use on the thread's current device.
 #pragma once
@@ -8,6 +9,7 @@
 
 #include "kernels/cuda/gemm.h"
 #ifdef XDIT_HAVE_CUDNN_FE
+#include "kernels/cuda/conv.h"
 #include "kernels/cuda/sdpa.h"
 #endif
 
@@ -16,6 +18,7 @@ namespace xdit::kernels::cuda {
 Gemm& device_gemm();
 #ifdef XDIT_HAVE_CUDNN_FE
 Sdpa& device_sdpa();
+Conv& device_conv();
 #endif
 
 // Scratch slots of the current device, each grown (never shrunk) to the
