@@ -8,6 +8,7 @@
 // on the host and copied), and GroupNorm's `moments` are host memory.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -116,6 +117,17 @@ void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_str
 // n f32 values from host memory to `dst` on this thread's device (a plain
 // copy on the CPU): tables a model computes on the host.
 void copy_from_host(float* dst, const float* host, int64_t n);
+
+// y = x / divisor + shift over n values (y may equal x): latents unscaled as
+// diffusers does it (a division, not a product with the reciprocal).
+void affine_div(const float* x, float* y, int64_t n, float divisor, float shift);
+// Layout changes: rows [r0, r0 + rows) of x [B, C, H, W] → y [B, rows, W, C];
+// and x [B, HW, C] → y [B, C, HW].
+void nchw_rows_to_nhwc(const float* x, int64_t batch, int64_t channels, int64_t height,
+                       int64_t width, int64_t r0, int64_t rows, float* y);
+void nhwc_to_nchw(const float* x, int64_t batch, int64_t hw, int64_t channels, float* y);
+// `bytes` bytes of zeros (halo rows at an image's edge).
+void zero_bytes(void* dst, size_t bytes);
 
 // FLUX's 2×2 packing: latent rows [2·r0, 2·r1) of plain [B, C, H, W] ↔ the
 // packed tokens of patch rows [r0, r1), [B, (r1 − r0)·(W/2), 4C], channel

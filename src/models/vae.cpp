@@ -82,6 +82,17 @@ VaeDecoder::VaeDecoder(const VaeConfig& cfg, const io::WeightSource& w, DType co
 
 VaeDecoder::~VaeDecoder() = default;
 
+namespace {
+// An activation on this thread's device.
+Tensor act(const Shape& shape) {
+  return Tensor::empty(shape, DType::kF32, current_device());
+}
+// `t` as f32 on this thread's device (itself when it already is).
+Tensor f32_here(const Tensor& t) {
+  return (t.dtype() == DType::kF32 ? t : t.to(DType::kF32)).to_device(current_device());
+}
+}  // namespace
+
 // A convolution input with halo rows: `batch` items of rows + 2·halo rows ×
 // `width` × `channels`, in the convolution's input type (bf16 or f32). The
 // storage is sized once for the most channels a caller will put in it
@@ -91,7 +102,7 @@ struct VaeDecoder::Padded {
   int64_t batch = 0, rows = 0, width = 0, channels = 0, halo = 0, elem = 4;
   Padded(int64_t b, int64_t r, int64_t w, int64_t c, int64_t hl, bool bf16)
       : batch(b), rows(r), width(w), channels(c), halo(hl), elem(bf16 ? 2 : 4) {
-    storage = Tensor::empty({(bytes() + 3) / 4});
+    storage = Tensor::empty({(bytes() + 3) / 4}, DType::kF32, current_device());
   }
   int64_t bytes() const { return batch * (rows + 2 * halo) * width * channels * elem; }
   void set_channels(int64_t c) {
@@ -156,7 +167,7 @@ void VaeDecoder::resnet(const Resnet& r, Tensor& x, Band& bd) {
              ct_ == nn::ComputeType::kBF16);
   Tensor s;
   if (r.has_shortcut) {
-    s = Tensor::empty({bd.batch, bd.rows, bd.width, r.out});
+    s = act({bd.batch, bd.rows, bd.width, r.out});
     if (r.shortcut.is_bf16()) {
       auto* xb = reinterpret_cast<uint16_t*>(buf.data());
       kernels::to_bf16_array(x.data<float>(), xb, px * r.in);
@@ -167,7 +178,7 @@ void VaeDecoder::resnet(const Resnet& r, Tensor& x, Band& bd) {
   }
   norm_silu_into(x.data<float>(), r.in, r.n1w, r.n1b, bd, buf);
   if (r.has_shortcut) x = s;  // the residual branch from here on
-  Tensor u = Tensor::empty({bd.batch, bd.rows, bd.width, r.out});
+  Tensor u = act({bd.batch, bd.rows, bd.width, r.out});
   r.conv1.forward_halo(buf.data(), bd.batch, bd.rows, bd.width, u.data<float>());
   norm_silu_into(u.data<float>(), r.out, r.n2w, r.n2b, bd, buf);
   r.conv2.forward_halo(buf.data(), bd.batch, bd.rows, bd.width, u.data<float>());
@@ -175,11 +186,11 @@ void VaeDecoder::resnet(const Resnet& r, Tensor& x, Band& bd) {
 }
 
 Tensor VaeDecoder::decode_latents(const Tensor& latents, nn::RowBands* bands) {
-  Tensor z = latents.clone();
-  const auto scale = static_cast<float>(cfg_.scaling_factor);
-  const auto shift = static_cast<float>(cfg_.shift_factor);
-  float* v = z.data<float>();
-  for (int64_t i = 0; i < z.numel(); ++i) v[i] = v[i] / scale + shift;
+  const Tensor in = f32_here(latents);
+  Tensor z = act(in.shape());
+  kernels::affine_div(in.data<float>(), z.data<float>(), z.numel(),
+                      static_cast<float>(cfg_.scaling_factor),
+                      static_cast<float>(cfg_.shift_factor));
   return decode(z, bands);
 }
 
@@ -200,29 +211,28 @@ Tensor VaeDecoder::decode(const Tensor& z_nchw, nn::RowBands* bands) {
   const int64_t w0 = bd.width;
 
   // This band's latent rows, channels last.
-  Tensor z = Tensor::empty({B, bd.rows, w0, lc});
-  const float* src = z_nchw.data<float>();
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t ch = 0; ch < lc; ++ch)
-      for (int64_t p = 0; p < bd.rows * w0; ++p)
-        z.data<float>()[(b * bd.rows * w0 + p) * lc + ch] = src[((b * lc + ch) * H + r0) * w0 + p];
+  const Tensor zin = f32_here(z_nchw);
+  Tensor z = act({B, bd.rows, w0, lc});
+  kernels::nchw_rows_to_nhwc(zin.data<float>(), B, lc, H, w0, r0, bd.rows, z.data<float>());
   if (c.use_post_quant_conv) {
-    Tensor t = Tensor::empty({B, bd.rows, w0, lc});
+    Tensor t = act({B, bd.rows, w0, lc});
     post_quant_.forward(z.data<float>(), B, bd.rows, w0, t.data<float>());
     z = t;
   }
   const int64_t top = c.block_out_channels.back();
-  Tensor x = Tensor::empty({B, bd.rows, w0, top});
+  Tensor x = act({B, bd.rows, w0, top});
   {
     const bool bf16 = ct_ == nn::ComputeType::kBF16;
     Padded in(B, bd.rows, w0, lc, conv_in_.halo(), bf16);
     for (int64_t b = 0; b < B; ++b) {
       const float* zb = z.data<float>() + b * bd.rows * w0 * lc;
       const auto n = static_cast<size_t>(bd.rows * w0 * lc);
-      if (bf16)  // a few latent values: no vectorised conversion needed
-        std::transform(zb, zb + n, in.inside<uint16_t>() + b * in.item_stride(), f32_to_bf16);
+      if (bf16)
+        kernels::to_bf16_array(zb, in.inside<uint16_t>() + b * in.item_stride(),
+                               static_cast<int64_t>(n));
       else
-        std::memcpy(in.inside<float>() + b * in.item_stride(), zb, n * 4);
+        kernels::copy_rows(in.inside<float>() + b * in.item_stride(), 0, zb, 0, 1,
+                           static_cast<int64_t>(n));
     }
     bd.bands.exchange_halos(in.data(), B, bd.rows, in.halo, in.row_bytes());
     conv_in_.forward_halo(in.data(), B, bd.rows, w0, x.data<float>());
@@ -232,7 +242,7 @@ Tensor VaeDecoder::decode(const Tensor& z_nchw, nn::RowBands* bands) {
   if (has_attn_) {
     // Single-head self-attention over the whole latent: every band's tokens.
     const int64_t hw = bd.rows * bd.width;
-    Tensor n = Tensor::empty({B, bd.rows, bd.width, top}), o = Tensor::empty(n.shape());
+    Tensor n = act({B, bd.rows, bd.width, top}), o = act(n.shape());
     norm(x.data<float>(), top, attn_norm_w_, attn_norm_b_, bd, n.data<float>());
     nn::AttentionBackend& attn = bd.bands.attention();
     std::vector<int64_t> tokens;
@@ -270,27 +280,23 @@ Tensor VaeDecoder::decode(const Tensor& z_nchw, nn::RowBands* bands) {
       // decoder's peak, the upsampled input and output side by side.
       x = Tensor();
       release_cached_blocks();
-      x = Tensor::empty({B, bd.rows, bd.width, ch});
+      x = act({B, bd.rows, bd.width, ch});
       ub->upsample_conv.forward_halo(up.data(), B, bd.rows, bd.width, x.data<float>());
     }
   }
   const int64_t ch = up_.back()->resnets.back()->out, hw = bd.rows * bd.width;
-  Tensor y = Tensor::empty({B, bd.rows, bd.width, c.out_channels});
+  Tensor y = act({B, bd.rows, bd.width, c.out_channels});
   {
     Padded in(B, bd.rows, bd.width, ch, conv_out_.halo(), ct_ == nn::ComputeType::kBF16);
     norm_silu_into(x.data<float>(), ch, norm_out_w_, norm_out_b_, bd, in);
     x = Tensor();
     conv_out_.forward_halo(in.data(), B, bd.rows, bd.width, y.data<float>());
   }
-  Tensor band = Tensor::empty({B, c.out_channels, bd.rows, bd.width});
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t p = 0; p < hw; ++p)
-      for (int64_t k = 0; k < c.out_channels; ++k)
-        band.data<float>()[(b * c.out_channels + k) * hw + p] =
-            y.data<float>()[(b * hw + p) * c.out_channels + k];
+  Tensor band = act({B, c.out_channels, bd.rows, bd.width});
+  kernels::nhwc_to_nchw(y.data<float>(), B, hw, c.out_channels, band.data<float>());
   y = Tensor();
-  release_cached_blocks();  // the decoder's buffers go back to the system
-  return bd.bands.gather(band);
+  release_cached_blocks();                           // the decoder's buffers go back to the system
+  return bd.bands.gather(band).to_device(Device{});  // the image on the host
 }
 
 std::vector<std::vector<uint8_t>> image_to_rgb8(const Tensor& image) {

@@ -1,6 +1,6 @@
 #include "nn/row_bands.h"
 
-#include <cstring>
+#include "kernels/kernels.h"
 
 namespace xdit::nn {
 
@@ -24,8 +24,8 @@ void zero_edge_halos(void* x, int64_t batch, int64_t rows, int64_t halo, size_t 
                edge = static_cast<size_t>(halo) * row_bytes;
   for (int64_t b = 0; b < batch; ++b) {
     uint8_t* it = p + static_cast<size_t>(b) * item;
-    if (top) std::memset(it, 0, edge);
-    if (bottom) std::memset(it + item - edge, 0, edge);
+    if (top) kernels::zero_bytes(it, edge);
+    if (bottom) kernels::zero_bytes(it + item - edge, edge);
   }
 }
 

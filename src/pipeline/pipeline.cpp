@@ -260,18 +260,19 @@ void Pipeline::check_request_memory(const MemoryQuery& q) const {
   MemoryEstimate e = estimate_memory(spec(), family_->parameter_count(), q);
   if (transformer_ || weights_resident_) e.transformer = 0;  // already resident
   if (device_.cuda()) {
-    // The transformer's weights and a step's activations are on the GPU.
+    // The transformer's weights, a step's activations and the VAE's decode
+    // are on the GPU (the transformer stays loaded through the decode).
 #ifdef XDIT_HAVE_CUDA
     const auto info = cuda::device_info(device_.index);
-    const double need = e.transformer + e.denoise;
+    const double need = e.transformer + std::max(e.denoise, e.decode);
     XDIT_CHECK(need <= static_cast<double>(info.free_bytes), "this request needs about ",
                human_size(need), " on ", device_.str(), " (transformer ", human_size(e.transformer),
-               ", denoising ", human_size(e.denoise), ") but ",
+               ", denoising ", human_size(e.denoise), ", decoding ", human_size(e.decode), ") but ",
                human_size(static_cast<double>(info.free_bytes)), " of ",
                human_size(static_cast<double>(info.total_bytes)), " is free on ", info.name,
                ": use a smaller size or fewer prompts");
 #endif
-    e.transformer = e.denoise = 0;
+    e.transformer = e.denoise = e.decode = 0;
   }
   check_memory(e, comm::local_process_count());
 }
@@ -694,6 +695,10 @@ PromptEmbeddings Pipeline::encode_prompts(const ImageRequest& r) {
 
 Tensor Pipeline::decode_latents(const Tensor& latents) {
   XDIT_CHECK(vae_cfg_, "decode_latents before validate");
+  // On a CUDA device the decoder's weights and activations live there; the
+  // image comes back to the host.
+  std::optional<DeviceScope> scope;
+  if (device_.cuda()) scope.emplace(device_);
   if (!vae_) vae_ = std::make_unique<models::VaeDecoder>(*vae_cfg_, *vae_weights_, dtype_);
   Tensor image;
   if (mesh_ != nullptr && mesh_->config().parallel_vae()) {

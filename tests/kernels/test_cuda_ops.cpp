@@ -469,6 +469,31 @@ TEST(CudaOps, GroupNormUpsamplePatchifyAndTablesMatchTheCpu) {
   kernels::unpatchify(f(dl), B, Cl, H / p, W / p, p, f(du));
   EXPECT_EQ(dc.to_vector(), cols) << "patchify";
   EXPECT_EQ(du.to_vector(), back) << "unpatchify";
+  // The VAE's layout changes and latent unscaling, bit for bit.
+  std::vector<float> nhwc(lat.size()), nchw(lat.size()), unscaled(lat.size());
+  {
+    DeviceScope cpu(Device{});
+    kernels::nchw_rows_to_nhwc(lat.data(), B, Cl, H, W, 1, H - 2, nhwc.data());
+    kernels::nhwc_to_nchw(lat.data(), B, H * W, Cl, nchw.data());
+    kernels::affine_div(lat.data(), unscaled.data(), static_cast<int64_t>(lat.size()), 0.18215f,
+                        0.0609f);
+  }
+  kernels::nchw_rows_to_nhwc(f(dl), B, Cl, H, W, 1, H - 2, f(dc));
+  {
+    const auto band = static_cast<size_t>(B * (H - 2) * W * Cl);
+    auto got = dc.to_vector();
+    got.resize(band);
+    nhwc.resize(band);
+    EXPECT_EQ(got, nhwc) << "nchw_rows_to_nhwc";
+  }
+  kernels::nhwc_to_nchw(f(dl), B, H * W, Cl, f(dc));
+  EXPECT_EQ(dc.to_vector(), nchw) << "nhwc_to_nchw";
+  kernels::affine_div(f(dl), f(dc), static_cast<int64_t>(lat.size()), 0.18215f, 0.0609f);
+  EXPECT_EQ(dc.to_vector(), unscaled) << "affine_div";
+  kernels::zero_bytes(dc.raw(), 12);
+  const auto zeroed = dc.to_vector();
+  EXPECT_EQ(zeroed[0] + zeroed[1] + zeroed[2], 0.f);
+  EXPECT_EQ(zeroed[3], unscaled[3]);
   // Tables from host inputs land on the device unchanged.
   const std::vector<float> t = {999.f, 1.5f, 0.f};
   std::vector<float> emb(3 * 257);

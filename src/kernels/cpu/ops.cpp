@@ -564,6 +564,38 @@ void copy_from_host(float* dst, const float* host, int64_t n) {
   std::memcpy(dst, host, static_cast<size_t>(n) * 4);
 }
 
+void affine_div(const float* x, float* y, int64_t n, float divisor, float shift) {
+  XDIT_CUDA_OP(affine_div(x, y, n, divisor, shift));
+  parallel_chunks(n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] = x[i] / divisor + shift;
+  });
+}
+
+void nchw_rows_to_nhwc(const float* x, int64_t B, int64_t C, int64_t H, int64_t W, int64_t r0,
+                       int64_t rows, float* y) {
+  XDIT_CUDA_OP(nchw_rows_to_nhwc(x, B, C, H, W, r0, rows, y));
+#pragma omp parallel for collapse(2) if (B * C * rows * W > kGrain)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t ch = 0; ch < C; ++ch)
+      for (int64_t p = 0; p < rows * W; ++p)
+        y[(b * rows * W + p) * C + ch] = x[((b * C + ch) * H + r0) * W + p];
+}
+
+void nhwc_to_nchw(const float* x, int64_t B, int64_t hw, int64_t C, float* y) {
+  XDIT_CUDA_OP(nhwc_to_nchw(x, B, hw, C, y));
+#pragma omp parallel for collapse(2) if (B * hw * C > kGrain)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t p = 0; p < hw; ++p)
+      for (int64_t k = 0; k < C; ++k) y[(b * C + k) * hw + p] = x[(b * hw + p) * C + k];
+}
+
+void zero_bytes(void* dst, size_t bytes) {
+#ifdef XDIT_HAVE_CUDA
+  if (on_cuda()) return xdit::cuda::fill_bytes(dst, 0, bytes);
+#endif
+  std::memset(dst, 0, bytes);
+}
+
 void pack_2x2(const float* src, float* dst, int64_t B, int64_t C, int64_t H, int64_t W, int64_t r0,
               int64_t r1, bool pack) {
   XDIT_CUDA_OP(pack_2x2(src, dst, B, C, H, W, r0, r1, pack));

@@ -369,6 +369,27 @@ __global__ void qk_norm_rope_kernel(float* __restrict__ qkv, int64_t seq, int64_
   }
 }
 
+__global__ void affine_kernel(const float* x, float* y, int64_t n, float divisor, float shift) {
+  XDIT_GRID_LOOP(i, n) y[i] = x[i] / divisor + shift;
+}
+
+__global__ void nchw_rows_to_nhwc_kernel(const float* __restrict__ x, int64_t C, int64_t H,
+                                         int64_t W, int64_t r0, int64_t rows, float* __restrict__ y,
+                                         int64_t total) {
+  XDIT_GRID_LOOP(i, total) {  // over y: B · rows · W · C
+    const int64_t ch = i % C, p = (i / C) % (rows * W), b = i / (C * rows * W);
+    y[i] = x[((b * C + ch) * H + r0) * W + p];
+  }
+}
+
+__global__ void nhwc_to_nchw_kernel(const float* __restrict__ x, int64_t hw, int64_t C,
+                                    float* __restrict__ y, int64_t total) {
+  XDIT_GRID_LOOP(i, total) {  // over y: B · C · hw
+    const int64_t p = i % hw, k = (i / hw) % C, b = i / (hw * C);
+    y[i] = x[(b * hw + p) * C + k];
+  }
+}
+
 unsigned elementwise_blocks(int64_t n) {
   const int64_t b = (n + kThreads - 1) / kThreads;
   return static_cast<unsigned>(b < 65535 ? (b > 0 ? b : 1) : 65535);
@@ -631,6 +652,21 @@ void qk_norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin, int
   qk_norm_rope_kernel<<<blocks, kThreads, 0, s>>>(qkv, seq, row_begin, rows, heads, head_dim, eps,
                                                   wq, wk, cos, sin, warps);
   xdit::cuda::check_launch("qk_norm_rope");
+}
+
+void affine_div(const float* x, float* y, int64_t n, float divisor, float shift, Stream s) {
+  XDIT_LAUNCH(affine_kernel, n, s, x, y, n, divisor, shift);
+}
+
+void nchw_rows_to_nhwc(const float* x, int64_t batch, int64_t channels, int64_t height,
+                       int64_t width, int64_t r0, int64_t rows, float* y, Stream s) {
+  const int64_t n = batch * rows * width * channels;
+  XDIT_LAUNCH(nchw_rows_to_nhwc_kernel, n, s, x, channels, height, width, r0, rows, y, n);
+}
+
+void nhwc_to_nchw(const float* x, int64_t batch, int64_t hw, int64_t channels, float* y, Stream s) {
+  const int64_t n = batch * hw * channels;
+  XDIT_LAUNCH(nhwc_to_nchw_kernel, n, s, x, hw, channels, y, n);
 }
 
 }  // namespace xdit::kernels::cuda

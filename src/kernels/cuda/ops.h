@@ -79,6 +79,12 @@ void patchify(const float* latent, int64_t batch, int64_t channels, int64_t heig
 void unpatchify(const float* x, int64_t batch, int64_t channels, int64_t h, int64_t w, int64_t p,
                 float* out, Stream s = nullptr);
 
+void affine_div(const float* x, float* y, int64_t n, float divisor, float shift,
+                Stream s = nullptr);
+void nchw_rows_to_nhwc(const float* x, int64_t batch, int64_t channels, int64_t height,
+                       int64_t width, int64_t r0, int64_t rows, float* y, Stream s = nullptr);
+void nhwc_to_nchw(const float* x, int64_t batch, int64_t hw, int64_t channels, float* y,
+                  Stream s = nullptr);
 void pack_2x2(const float* src, float* dst, int64_t batch, int64_t channels, int64_t height,
               int64_t width, int64_t r0, int64_t r1, bool pack, Stream s = nullptr);
 void qk_norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin, int64_t rows,
