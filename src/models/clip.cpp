@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 #include "nn/attention.h"
 
@@ -20,10 +21,12 @@ ClipTextEncoder::ClipTextEncoder(const ClipTextConfig& cfg, const io::WeightSour
   const int64_t d = cfg.hidden_size;
   // transformers saves CLIPTextModel with or without the "text_model." prefix.
   const std::string p = w.has("text_model.embeddings.token_embedding.weight") ? "text_model." : "";
+  // The embedding tables stay on the host: rows are looked up there.
   token_embedding_ =
-      nn::load_param(w, p + "embeddings.token_embedding.weight", {cfg.vocab_size, d});
-  position_embedding_ = nn::load_param(w, p + "embeddings.position_embedding.weight",
-                                       {cfg.max_position_embeddings, d});
+      w.get(p + "embeddings.token_embedding.weight", {cfg.vocab_size, d}).to(DType::kF32);
+  position_embedding_ =
+      w.get(p + "embeddings.position_embedding.weight", {cfg.max_position_embeddings, d})
+          .to(DType::kF32);
   for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
     const std::string l = p + "encoder.layers." + std::to_string(i) + ".";
     auto layer = std::make_unique<Layer>();
@@ -64,16 +67,19 @@ ClipTextOutput ClipTextEncoder::encode(const std::vector<int32_t>& ids, int64_t 
              ", or -1 … -", L + 1, ")");
 
   ClipTextOutput out;
-  out.last_hidden = Tensor::empty({B, S, d});
+  out.last_hidden = Tensor::empty({B, S, d}, DType::kF32, current_device());
   float* h = out.last_hidden.data<float>();
   const float* tok = token_embedding_.data<float>();
   const float* pos = position_embedding_.data<float>();
+  std::vector<float> rows_host(kernels::on_cuda() ? static_cast<size_t>(M * d) : 0);
+  float* rows = kernels::on_cuda() ? rows_host.data() : h;  // looked up on the host
   for (int64_t t = 0; t < M; ++t) {
     const int32_t id = ids[static_cast<size_t>(t)];
     XDIT_CHECK(id >= 0 && id < c.vocab_size, "token id ", id, " is outside the CLIP vocabulary of ",
                c.vocab_size);
-    for (int64_t k = 0; k < d; ++k) h[t * d + k] = tok[id * d + k] + pos[(t % S) * d + k];
+    for (int64_t k = 0; k < d; ++k) rows[t * d + k] = tok[id * d + k] + pos[(t % S) * d + k];
   }
+  if (rows != h) kernels::copy_from_host(h, rows, M * d);
   const auto keep = [&](int64_t index) {
     if (index == want) out.hidden = out.last_hidden.clone();
   };
@@ -85,6 +91,8 @@ ClipTextOutput ClipTextEncoder::encode(const std::vector<int32_t>& ids, int64_t 
     for (int64_t q = 0; q < S; ++q)
       for (int64_t k = q + 1; k < S; ++k)
         causal[static_cast<size_t>((hh * S + q) * S + k)] = -INFINITY;
+  float* causal_here = causal_.get(causal.size());
+  kernels::copy_from_host(causal_here, causal.data(), static_cast<int64_t>(causal.size()));
   const auto eps = static_cast<float>(c.layer_norm_eps);
   float* n = n_.get(static_cast<size_t>(M * d));
   float* qkv = qkv_.get(static_cast<size_t>(M * 3 * d));
@@ -96,7 +104,7 @@ ClipTextOutput ClipTextEncoder::encode(const std::vector<int32_t>& ids, int64_t 
     l.qkv.forward(n, M, qkv);
     kernels::AttentionArgs a =
         nn::fused_qkv_args(qkv, B, S, H, d / H, attn, d, ct_ == nn::ComputeType::kBF16);
-    a.bias = causal.data();
+    a.bias = causal_here;
     kernels::attention(a);
     l.out.forward(attn, M, h, /*accumulate=*/true);  // h += out_proj(attn)
     kernels::layer_norm(h, n, M, d, eps, l.ln2_w.data<float>(), l.ln2_b.data<float>());
@@ -111,7 +119,7 @@ ClipTextOutput ClipTextEncoder::encode(const std::vector<int32_t>& ids, int64_t 
   kernels::layer_norm(h, h, M, d, eps, final_ln_w_.data<float>(), final_ln_b_.data<float>());
 
   // Pooled: the first EOS of each row (legacy configs: the largest id).
-  Tensor pooled = Tensor::empty({B, d});
+  Tensor pooled = Tensor::empty({B, d}, DType::kF32, current_device());
   for (int64_t b = 0; b < B; ++b) {
     const int32_t* row = ids.data() + b * S;
     int64_t at = 0;
@@ -121,14 +129,18 @@ ClipTextOutput ClipTextEncoder::encode(const std::vector<int32_t>& ids, int64_t 
         if (c.eos_token_id != 2) break;
       }
     }
-    std::memcpy(pooled.data<float>() + b * d, h + (b * S + at) * d, static_cast<size_t>(d) * 4);
+    kernels::copy_rows(pooled.data<float>() + b * d, d, h + (b * S + at) * d, d, 1, d);
   }
   if (c.projection_dim > 0) {
-    out.pooled = Tensor::empty({B, c.projection_dim});
+    out.pooled = Tensor::empty({B, c.projection_dim}, DType::kF32, current_device());
     projection_.forward(pooled.data<float>(), B, out.pooled.data<float>());
   } else {
     out.pooled = std::move(pooled);
   }
+  // The outputs on the host.
+  out.last_hidden = out.last_hidden.to_device(Device{});
+  out.pooled = out.pooled.to_device(Device{});
+  if (out.hidden.defined()) out.hidden = out.hidden.to_device(Device{});
   return out;
 }
 

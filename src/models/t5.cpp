@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 #include "nn/attention.h"
 
@@ -26,9 +27,9 @@ T5Encoder::T5Encoder(const T5Config& cfg, const io::WeightSource& w, DType compu
   const size_t before = w.loaded().total;
   const char* emb_name = w.has("shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight";
   embedding_ = w.get(emb_name, {cfg.vocab_size, d});  // kept as stored; rows converted on lookup
-  rel_bias_ =
-      nn::load_param(w, "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
-                     {cfg.relative_attention_num_buckets, cfg.num_heads});
+  rel_bias_ = w.get("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+                    {cfg.relative_attention_num_buckets, cfg.num_heads})
+                  .to(DType::kF32);
   for (int64_t i = 0; i < cfg.num_layers; ++i) {
     const std::string p = "encoder.block." + std::to_string(i) + ".layer.";
     auto b = std::make_unique<Block>();
@@ -69,13 +70,18 @@ Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint
              "T5 encode: ids and mask must hold batch x seq values");
   float* h = h_.get(static_cast<size_t>(M * d));
   const size_t row_bytes = static_cast<size_t>(d) * dtype_size(embedding_.dtype());
+  // The embedding rows are looked up on the host (the table stays there) and
+  // copied where the ops run.
+  std::vector<float> rows_host(kernels::on_cuda() ? static_cast<size_t>(M * d) : 0);
+  float* rows = kernels::on_cuda() ? rows_host.data() : h;
   for (int64_t t = 0; t < M; ++t) {
     const int32_t id = ids[static_cast<size_t>(t)];
     XDIT_CHECK(id >= 0 && id < c.vocab_size, "token id ", id, " is outside the T5 vocabulary of ",
                c.vocab_size);
     convert_to_f32(static_cast<const char*>(embedding_.raw()) + static_cast<size_t>(id) * row_bytes,
-                   embedding_.dtype(), h + t * d, static_cast<size_t>(d));
+                   embedding_.dtype(), rows + t * d, static_cast<size_t>(d));
   }
+  if (rows != h) kernels::copy_from_host(h, rows, M * d);
   // Relative-position bias [H, S, S] from block 0's table, shared by all blocks.
   std::vector<float> bias(static_cast<size_t>(H * S * S));
   {
@@ -90,6 +96,9 @@ Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint
           bias[static_cast<size_t>((hh * S + q) * S + k)] =
               table[bucket[static_cast<size_t>(k - q + S - 1)] * c.num_heads + h0 + hh];
   }
+  float* bias_here = bias_.get(bias.size());
+  kernels::copy_from_host(bias_here, bias.data(), static_cast<int64_t>(bias.size()));
+  const uint8_t* mask_here = nn::bytes_on_current_device(mask, mask_keep_);
   const float eps = static_cast<float>(c.layer_norm_epsilon);
   float* n = n_.get(static_cast<size_t>(M * d));
   float* qkv = qkv_.get(static_cast<size_t>(M * 3 * inner));
@@ -106,7 +115,7 @@ Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint
     }
     l.forward(x, M, part);
     tp_.all_reduce(part, M * d);
-    for (int64_t i = 0; i < M * d; ++i) h[i] += part[i];
+    kernels::gated_residual_add(h, part, 1, 1, M * d, nullptr, 0);
   };
   for (const auto& blk : blocks_) {
     kernels::rms_norm(h, n, M, d, eps, blk->ln0.data<float>());
@@ -114,8 +123,8 @@ Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint
     kernels::AttentionArgs a =
         nn::fused_qkv_args(qkv, B, S, H, c.d_kv, attn, inner, ct_ == nn::ComputeType::kBF16);
     a.scale = 1.0f;  // T5 folds the scaling into its initialisation
-    a.key_mask = mask.empty() ? nullptr : mask.data();
-    a.bias = bias.data();
+    a.key_mask = mask_here;
+    a.bias = bias_here;
     kernels::attention(a);
     add_projected(blk->o, attn);  // h += o(attn)
     kernels::rms_norm(h, n, M, d, eps, blk->ln1.data<float>());
@@ -123,13 +132,13 @@ Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint
     if (c.gated_gelu) {
       kernels::gelu_tanh_gate(ff, ff2, M, F);
     } else {
-      for (int64_t i = 0; i < M * F; ++i) ff2[i] = std::max(ff[i], 0.0f);
+      kernels::relu(ff, ff2, M * F);
     }
     add_projected(blk->wo, ff2);  // h += wo(ff)
   }
-  Tensor out = Tensor::empty({B, S, d});
+  Tensor out = Tensor::empty({B, S, d}, DType::kF32, current_device());
   kernels::rms_norm(h, out.data<float>(), M, d, eps, final_norm_.data<float>());
-  return out;
+  return out.to_device(Device{});  // the embeddings on the host
 }
 
 }  // namespace xdit::models

@@ -66,10 +66,11 @@ class T5Encoder {
   nn::TensorParallel tp_;
   int64_t heads_;     // this rank's
   Tensor embedding_;  // [vocab, d_model], as stored (may be a view of the file)
-  Tensor rel_bias_;   // [num_buckets, heads]
+  Tensor rel_bias_;   // [num_buckets, heads], host (the bias table is made on the host)
   std::vector<std::unique_ptr<Block>> blocks_;
   Tensor final_norm_;
-  nn::Scratch h_, n_, qkv_, attn_, ff_, ff2_, tmp_;
+  nn::Scratch h_, n_, qkv_, attn_, ff_, ff2_, tmp_, bias_;
+  Tensor mask_keep_;  // the key mask on the device, under a CUDA scope
 };
 
 }  // namespace xdit::models

@@ -75,9 +75,9 @@ class ModelFamily {
   virtual int64_t max_side(int64_t /*vae_scale_factor*/) const { return 0; }
   // SD3: skip-layer guidance (a third call that skips blocks).
   virtual bool skips_layers() const { return false; }
-  // Whether the transformer runs on the CUDA backend: its model file uses
-  // only the op set (kernels.h, Linear, Scratch), no host loops over
-  // activations.
+  // Whether the pipeline runs on the CUDA backend: its transformer, text
+  // encoders and VAE use only the op set (kernels.h, Linear, Conv2d,
+  // Scratch), no host loops over activations.
   virtual bool runs_on_cuda() const { return false; }
   // Warnings about a request's fields that have no effect on this model.
   // `guidance_scale` as given (kDefaultGuidance when not), and whether a

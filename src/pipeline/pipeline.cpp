@@ -260,19 +260,22 @@ void Pipeline::check_request_memory(const MemoryQuery& q) const {
   MemoryEstimate e = estimate_memory(spec(), family_->parameter_count(), q);
   if (transformer_ || weights_resident_) e.transformer = 0;  // already resident
   if (device_.cuda()) {
-    // The transformer's weights, a step's activations and the VAE's decode
-    // are on the GPU (the transformer stays loaded through the decode).
+    // Everything but the scheduler runs on the GPU: the text encoders (freed
+    // before the transformer loads, unless kept), then the transformer with
+    // a step's activations, which stays loaded through the VAE's decode.
 #ifdef XDIT_HAVE_CUDA
     const auto info = cuda::device_info(device_.index);
-    const double need = e.transformer + std::max(e.denoise, e.decode);
+    const double run = e.transformer + std::max(e.denoise, e.decode);
+    const double need = keep_text_encoder_ ? e.text_encoder + run : std::max(e.text_encoder, run);
     XDIT_CHECK(need <= static_cast<double>(info.free_bytes), "this request needs about ",
                human_size(need), " on ", device_.str(), " (transformer ", human_size(e.transformer),
-               ", denoising ", human_size(e.denoise), ", decoding ", human_size(e.decode), ") but ",
+               ", denoising ", human_size(e.denoise), ", decoding ", human_size(e.decode),
+               ", text encoder ", human_size(e.text_encoder), ") but ",
                human_size(static_cast<double>(info.free_bytes)), " of ",
                human_size(static_cast<double>(info.total_bytes)), " is free on ", info.name,
                ": use a smaller size or fewer prompts");
 #endif
-    e.transformer = e.denoise = e.decode = 0;
+    e.transformer = e.denoise = e.decode = e.text_encoder = 0;
   }
   check_memory(e, comm::local_process_count());
 }
@@ -690,6 +693,10 @@ PromptEmbeddings Pipeline::encode_prompts(const ImageRequest& r) {
   // FLUX's true CFG needs a given one.
   const bool cfg =
       family_->uses_cfg(r.guidance_scale, r.true_cfg_scale, r.negative_prompt.has_value());
+  // On a CUDA device the text encoders run there too (the embeddings come
+  // back to the host).
+  std::optional<DeviceScope> scope;
+  if (device_.cuda()) scope.emplace(device_);
   return family_->encode(r, cfg, dtype_);
 }
 

@@ -360,7 +360,9 @@ TEST(CudaOps, ElementwiseConversionsAndRowOpsMatchTheCpu) {
   check("gelu_tanh_gate", {want.begin(), want.begin() + rows * n}, 2e-6f);
   for (const auto& [name, cpu_op] :
        std::vector<std::pair<const char*, void (*)(const float*, float*, int64_t)>>{
-           {"gelu_erf", kernels::gelu_erf}, {"quick_gelu", kernels::quick_gelu}}) {
+           {"gelu_erf", kernels::gelu_erf},
+           {"quick_gelu", kernels::quick_gelu},
+           {"relu", kernels::relu}}) {
     {
       DeviceScope cpu(Device{});
       cpu_op(x.data(), want.data(), static_cast<int64_t>(x.size()));

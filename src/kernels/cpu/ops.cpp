@@ -249,6 +249,13 @@ void to_bf16_rows(const float* x, int64_t stride, int64_t rows, int64_t n, uint1
     cpu::f32_to_bf16_array(x + r * stride, y + r * n, static_cast<size_t>(n));
 }
 
+void relu(const float* x, float* y, int64_t n) {
+  XDIT_CUDA_OP(relu(x, y, n));
+  parallel_chunks(n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] = std::max(x[i], 0.0f);
+  });
+}
+
 void quick_gelu(const float* x, float* y, int64_t n) {
   XDIT_CUDA_OP(quick_gelu(x, y, n));
   parallel_chunks(n, [&](int64_t b, int64_t e) {

@@ -120,6 +120,10 @@ __global__ void gelu_erf_kernel(const float* __restrict__ x, float* __restrict__
   XDIT_GRID_LOOP(i, n) y[i] = 0.5f * x[i] * (1.f + erff(x[i] * 0.70710678f));
 }
 
+__global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+  XDIT_GRID_LOOP(i, n) y[i] = fmaxf(x[i], 0.f);
+}
+
 __global__ void quick_gelu_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
   XDIT_GRID_LOOP(i, n) y[i] = x[i] / (1.f + expf(-1.702f * x[i]));
 }
@@ -454,6 +458,10 @@ void gelu_tanh_gate(const float* x, float* y, int64_t rows, int64_t n, Stream s)
 
 void gelu_erf(const float* x, float* y, int64_t n, Stream s) {
   XDIT_LAUNCH(gelu_erf_kernel, n, s, x, y, n);
+}
+
+void relu(const float* x, float* y, int64_t n, Stream s) {
+  XDIT_LAUNCH(relu_kernel, n, s, x, y, n);
 }
 
 void quick_gelu(const float* x, float* y, int64_t n, Stream s) {

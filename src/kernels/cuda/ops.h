@@ -38,6 +38,7 @@ void gated_residual_add(float* h, const float* y, int64_t batch, int64_t tokens,
 void gelu_tanh_gate(const float* x, float* y, int64_t rows, int64_t n, Stream s = nullptr);
 void gelu_erf(const float* x, float* y, int64_t n, Stream s = nullptr);
 void quick_gelu(const float* x, float* y, int64_t n, Stream s = nullptr);
+void relu(const float* x, float* y, int64_t n, Stream s = nullptr);
 void softmax_rows(float* x, int64_t rows, int64_t cols, Stream s = nullptr);
 void layer_norm_modulate(const float* x, float* y, int64_t batch, int64_t tokens, int64_t dim,
                          float eps, const float* shift, const float* scale, int64_t mod_stride,
