@@ -1,28 +1,17 @@
-#include <cudnn.h>
-#include <cudnn_frontend.h>
-
-#include <map>
-#include <unordered_map>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/conv.h"
+#include "kernels/cuda/cudnn_plans.h"
 #include "kernels/cuda/ops.h"
 
 namespace xdit::kernels::cuda {
 
-namespace fe = cudnn_frontend;
-
 namespace {
 
 enum Uid : int64_t { kX = 1, kW, kBias, kY };
-
-void check(fe::error_t e, const char* step, const ConvShape& s) {
-  if (!e.is_good())
-    throw Error(std::string("cuDNN ") + step + " for " + s.str() + ": " + e.get_message());
-}
 
 // NCHW names with NHWC strides (activations), KCRS names with KRSC strides
 // (the weight); `sm` > 0: validation without a device.
@@ -83,25 +72,16 @@ std::string ConvShape::str() const {
 
 void check_conv_graph(const ConvShape& s, int sm) {
   auto g = make_graph(s, sm);
-  check(g->validate(), "graph validation", s);
+  check_cudnn(g->validate(), "graph validation", s.str());
 }
 
 struct Conv::Impl {
-  cudnnHandle_t handle = nullptr;
-  std::map<ConvShape, std::shared_ptr<fe::graph::Graph>> plans;
-  xdit::cuda::DeviceBuffer workspace;
+  CudnnPlans<ConvShape> plans;
 };
 
-Conv::Conv() : impl_(std::make_unique<Impl>()) {
-  const cudnnStatus_t st = cudnnCreate(&impl_->handle);
-  if (st != CUDNN_STATUS_SUCCESS)
-    throw Error(std::string("cudnnCreate failed: ") + cudnnGetErrorString(st));
-}
+Conv::Conv() : impl_(std::make_unique<Impl>()) {}
 
-Conv::~Conv() {
-  impl_->plans.clear();
-  if (impl_->handle != nullptr) cudnnDestroy(impl_->handle);
-}
+Conv::~Conv() = default;
 
 size_t Conv::plans() const {
   return impl_->plans.size();
@@ -109,28 +89,12 @@ size_t Conv::plans() const {
 
 void Conv::run(const ConvShape& s, const void* x, const void* w, const float* bias, float* y,
                Stream st) {
-  auto it = impl_->plans.find(s);
-  if (it == impl_->plans.end()) {
-    auto g = make_graph(s);
-    check(g->validate(), "graph validation", s);
-    check(g->build_operation_graph(impl_->handle), "operation graph", s);
-    check(g->create_execution_plans({fe::HeurMode_t::A}), "execution plans", s);
-    check(g->check_support(impl_->handle), "support check", s);
-    check(g->build_plans(impl_->handle), "plan build", s);
-    int64_t ws = 0;
-    check(g->get_workspace_size(ws), "workspace size", s);
-    if (static_cast<size_t>(ws) > impl_->workspace.bytes())
-      impl_->workspace = xdit::cuda::DeviceBuffer(static_cast<size_t>(ws));
-    it = impl_->plans.emplace(s, std::move(g)).first;
-  }
-  const cudnnStatus_t ss = cudnnSetStream(impl_->handle, st);
-  if (ss != CUDNN_STATUS_SUCCESS)
-    throw Error(std::string("cudnnSetStream failed: ") + cudnnGetErrorString(ss));
   std::unordered_map<int64_t, void*> pack = {{kX, const_cast<void*>(x)},
                                              {kW, const_cast<void*>(w)},
                                              {kBias, const_cast<float*>(bias)},
                                              {kY, y}};
-  check(it->second->execute(impl_->handle, pack, impl_->workspace.data()), "execution", s);
+  impl_->plans.execute(
+      s, [](const ConvShape& c) { return make_graph(c); }, pack, st);
 }
 
 DeviceConv::DeviceConv(const float* w_f32, const float* bias, int64_t in, int64_t out,

@@ -25,13 +25,9 @@ __device__ float block_sum(float v) {
   return t;
 }
 
-// One block per row: mean, then the variance about it (two passes over the
-// row, as the CPU op: no E[x²] − E[x]² cancellation).
-__global__ void layer_norm_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t dim,
-                                  float eps, const float* __restrict__ gamma,
-                                  const float* __restrict__ beta) {
-  const float* xr = x + blockIdx.x * dim;
-  float* yr = y + blockIdx.x * dim;
+// A block's row: its mean, then 1/√(variance about it + eps) (two passes
+// over the row, as the CPU op: no E[x²] − E[x]² cancellation).
+__device__ float2 row_mean_rstd(const float* xr, int64_t dim, float eps) {
   float s = 0.f;
   for (int64_t i = threadIdx.x; i < dim; i += kThreads) s += xr[i];
   const float mean = block_sum(s) / static_cast<float>(dim);
@@ -40,9 +36,18 @@ __global__ void layer_norm_kernel(const float* __restrict__ x, float* __restrict
     const float d = xr[i] - mean;
     q += d * d;
   }
-  const float inv = rsqrtf(block_sum(q) / static_cast<float>(dim) + eps);
+  return make_float2(mean, rsqrtf(block_sum(q) / static_cast<float>(dim) + eps));
+}
+
+// One block per row.
+__global__ void layer_norm_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t dim,
+                                  float eps, const float* __restrict__ gamma,
+                                  const float* __restrict__ beta) {
+  const float* xr = x + blockIdx.x * dim;
+  float* yr = y + blockIdx.x * dim;
+  const float2 st = row_mean_rstd(xr, dim, eps);
   for (int64_t i = threadIdx.x; i < dim; i += kThreads) {
-    float v = (xr[i] - mean) * inv;
+    float v = (xr[i] - st.x) * st.y;
     if (gamma != nullptr) v *= gamma[i];
     if (beta != nullptr) v += beta[i];
     yr[i] = v;
@@ -185,19 +190,11 @@ __global__ void layer_norm_modulate_kernel(const float* __restrict__ x, float* _
   const int64_t row = blockIdx.x, b = row / tokens;
   const float* xr = x + row * dim;
   float* yr = y + row * dim;
-  float s = 0.f;
-  for (int64_t i = threadIdx.x; i < dim; i += kThreads) s += xr[i];
-  const float mean = block_sum(s) / static_cast<float>(dim);
-  float q = 0.f;
-  for (int64_t i = threadIdx.x; i < dim; i += kThreads) {
-    const float d = xr[i] - mean;
-    q += d * d;
-  }
-  const float inv = rsqrtf(block_sum(q) / static_cast<float>(dim) + eps);
+  const float2 st = row_mean_rstd(xr, dim, eps);
   const float* sh = shift + b * mod_stride;
   const float* sc = scale + b * mod_stride;
   for (int64_t i = threadIdx.x; i < dim; i += kThreads)
-    yr[i] = (xr[i] - mean) * inv * (1.f + sc[i]) + sh[i];
+    yr[i] = (xr[i] - st.x) * st.y * (1.f + sc[i]) + sh[i];
 }
 
 // Σx and Σx² of one (batch item, group) in f64: one block each.

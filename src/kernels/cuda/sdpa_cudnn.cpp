@@ -1,25 +1,13 @@
-#include <cudnn.h>
-#include <cudnn_frontend.h>
-
 #include <cmath>
-#include <map>
-#include <unordered_map>
 
-#include "core/error.h"
+#include "kernels/cuda/cudnn_plans.h"
 #include "kernels/cuda/sdpa.h"
 
 namespace xdit::kernels::cuda {
 
-namespace fe = cudnn_frontend;
-
 namespace {
 
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats };
-
-void check(fe::error_t e, const char* step, const SdpaShape& s) {
-  if (!e.is_good())
-    throw Error(std::string("cuDNN ") + step + " for " + s.str() + ": " + e.get_message());
-}
 
 // The graph of one shape: [B, S, H, D] in memory, [B, H, S, D] as cuDNN
 // names the dimensions (strides say the layout).
@@ -63,27 +51,18 @@ std::string SdpaShape::str() const {
 
 void check_sdpa_graph(const SdpaShape& s, int sm) {
   auto g = make_graph(s, sm);
-  check(g->validate(), "graph validation", s);
+  check_cudnn(g->validate(), "graph validation", s.str());
 }
 
 struct Sdpa::Impl {
-  cudnnHandle_t handle = nullptr;
-  std::map<SdpaShape, std::shared_ptr<fe::graph::Graph>> plans;
-  xdit::cuda::DeviceBuffer workspace;
+  CudnnPlans<SdpaShape> plans;
   // LSE is required by cuDNN's graph; a caller without one gets scratch.
   xdit::cuda::DeviceBuffer stats_scratch;
 };
 
-Sdpa::Sdpa() : impl_(std::make_unique<Impl>()) {
-  const cudnnStatus_t st = cudnnCreate(&impl_->handle);
-  if (st != CUDNN_STATUS_SUCCESS)
-    throw Error(std::string("cudnnCreate failed: ") + cudnnGetErrorString(st));
-}
+Sdpa::Sdpa() : impl_(std::make_unique<Impl>()) {}
 
-Sdpa::~Sdpa() {
-  impl_->plans.clear();
-  if (impl_->handle != nullptr) cudnnDestroy(impl_->handle);
-}
+Sdpa::~Sdpa() = default;
 
 size_t Sdpa::plans() const {
   return impl_->plans.size();
@@ -91,34 +70,18 @@ size_t Sdpa::plans() const {
 
 void Sdpa::run(const SdpaShape& s, const void* q, const void* k, const void* v, void* o, float* lse,
                Stream st) {
-  auto it = impl_->plans.find(s);
-  if (it == impl_->plans.end()) {
-    auto g = make_graph(s);
-    check(g->validate(), "graph validation", s);
-    check(g->build_operation_graph(impl_->handle), "operation graph", s);
-    check(g->create_execution_plans({fe::HeurMode_t::A}), "execution plans", s);
-    check(g->check_support(impl_->handle), "support check", s);
-    check(g->build_plans(impl_->handle), "plan build", s);
-    int64_t ws = 0;
-    check(g->get_workspace_size(ws), "workspace size", s);
-    if (static_cast<size_t>(ws) > impl_->workspace.bytes())
-      impl_->workspace = xdit::cuda::DeviceBuffer(static_cast<size_t>(ws));
-    it = impl_->plans.emplace(s, std::move(g)).first;
-  }
   if (lse == nullptr) {
     const size_t need = static_cast<size_t>(s.batch * s.heads * s.q_len) * sizeof(float);
     if (impl_->stats_scratch.bytes() < need) impl_->stats_scratch = xdit::cuda::DeviceBuffer(need);
     lse = impl_->stats_scratch.as<float>();
   }
-  const cudnnStatus_t ss = cudnnSetStream(impl_->handle, st);
-  if (ss != CUDNN_STATUS_SUCCESS)
-    throw Error(std::string("cudnnSetStream failed: ") + cudnnGetErrorString(ss));
   std::unordered_map<int64_t, void*> pack = {{kQ, const_cast<void*>(q)},
                                              {kK, const_cast<void*>(k)},
                                              {kV, const_cast<void*>(v)},
                                              {kO, o},
                                              {kStats, lse}};
-  check(it->second->execute(impl_->handle, pack, impl_->workspace.data()), "execution", s);
+  impl_->plans.execute(
+      s, [](const SdpaShape& x) { return make_graph(x); }, pack, st);
 }
 
 }  // namespace xdit::kernels::cuda
