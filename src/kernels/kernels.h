@@ -142,7 +142,8 @@ void pack_2x2(const float* src, float* dst, int64_t batch, int64_t channels, int
 // rows [row_begin, row_begin + rows): q/k weights [head_dim], cos/sin
 // tables [seq, head_dim] (each angle repeated for its interleaved pair:
 // (x0, x1) → (x0·cos − x1·sin, x1·cos + x0·sin), each product rounded before
-// the sum as torch computes it). FLUX's attention inputs.
+// the sum as torch computes it). FLUX's attention inputs; with cos null, the
+// RMSNorm alone (SD3's qk norm).
 void qk_norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin, int64_t rows,
                   int64_t heads, int64_t head_dim, float eps, const float* wq, const float* wk,
                   const float* cos, const float* sin);

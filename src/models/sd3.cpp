@@ -121,29 +121,27 @@ Streams SD3Transformer::embed(const DiTInputs& in, const Tensor* hidden) {
 
   // Conditioning: Timesteps(256, flip_sin_to_cos, shift 0) → MLP, plus the
   // pooled text's MLP; SiLU once for every AdaLN projection.
-  std::vector<float> proj(static_cast<size_t>(B * SD3Config::kTimeProjDim));
-  std::vector<float> temb(static_cast<size_t>(B * D)), part(static_cast<size_t>(B * D));
-  kernels::timestep_embedding(in.timesteps.data(), B, SD3Config::kTimeProjDim, true, 0.0f,
-                              proj.data());
-  timestep_embedder_.forward(proj.data(), B, temb.data());
-  text_embedder_.forward(in.pooled->data<float>(), B, part.data());
-  for (size_t i = 0; i < temb.size(); ++i) temb[i] += part[i];
-  st_.resize(temb.size());
-  kernels::silu(temb.data(), st_.data(), static_cast<int64_t>(st_.size()));
+  float* proj = tproj_.get(static_cast<size_t>(B * SD3Config::kTimeProjDim));
+  float* temb = temb_.get(static_cast<size_t>(B * D));
+  float* part = part_.get(static_cast<size_t>(B * D));
+  kernels::timestep_embedding(in.timesteps.data(), B, SD3Config::kTimeProjDim, true, 0.0f, proj);
+  timestep_embedder_.forward(proj, B, temb);
+  text_embedder_.forward(in.pooled->data<float>(), B, part);
+  kernels::gated_residual_add(temb, part, 1, 1, B * D, nullptr, 0);
+  kernels::silu(temb, st_.get(static_cast<size_t>(B * D)), B * D);
 
   if (!stage_.first) return previous_stage_streams(hidden, B, L, N, D, "SD3");
   Streams st;
   st.text = L;
-  st.x = Tensor::empty({B, S, D});
+  st.x = Tensor::empty({B, S, D}, DType::kF32, current_device());
   float* X = st.x.data<float>();
   // Patch rows [r0, r1): im2col, the projection, the cropped sin-cos table.
   const int64_t k = c.in_channels * p * p, rows = r1 - r0;
-  std::vector<float> slab(static_cast<size_t>(B * c.in_channels * rows * p * W));
-  for (int64_t bc = 0; bc < B * c.in_channels; ++bc)
-    std::memcpy(slab.data() + bc * rows * p * W, lat.data<float>() + (bc * H + r0 * p) * W,
-                static_cast<size_t>(rows * p * W) * 4);
+  float* slab = slab_.get(static_cast<size_t>(B * c.in_channels * rows * p * W));
+  kernels::copy_rows(slab, rows * p * W, lat.data<float>() + r0 * p * W, H * W, B * c.in_channels,
+                     rows * p * W);
   float* cols = cols_.get(static_cast<size_t>(B * N * std::max(k, D)));
-  kernels::patchify(slab.data(), B, c.in_channels, rows * p, W, p, cols);
+  kernels::patchify(slab, B, c.in_channels, rows * p, W, p, cols);
   float* emb = tmp_.get(static_cast<size_t>(B * N * D));
   patch_proj_.forward(cols, B * N, emb);
   const int64_t top = (c.pos_embed_max_size - gh) / 2, left = (c.pos_embed_max_size - gw) / 2;
@@ -151,13 +149,10 @@ Streams SD3Transformer::embed(const DiTInputs& in, const Tensor* hidden) {
   for (int64_t b = 0; b < B; ++b) {
     context_embedder_.forward(in.text->data<float>() + b * L * c.joint_attention_dim, L,
                               X + b * S * D);
-    for (int64_t n = 0; n < N; ++n) {
-      const int64_t row = r0 + n / gw, col = n % gw;
-      const float* pos = table + ((top + row) * c.pos_embed_max_size + left + col) * D;
-      const float* e = emb + (b * N + n) * D;
-      float* dst = X + (b * S + L + n) * D;
-      for (int64_t i = 0; i < D; ++i) dst[i] = e[i] + pos[i];
-    }
+    for (int64_t row = r0; row < r1; ++row)  // a patch row: gw tokens, contiguous in the table
+      kernels::add_rows(emb + (b * N + (row - r0) * gw) * D, 0,
+                        table + ((top + row) * c.pos_embed_max_size + left) * D, 0,
+                        X + (b * S + L + (row - r0) * gw) * D, 0, 1, gw * D);
   }
   return st;
 }
@@ -165,14 +160,8 @@ Streams SD3Transformer::embed(const DiTInputs& in, const Tensor* hidden) {
 void SD3Transformer::norm_qk(float* qkv, int64_t seq, int64_t row_begin, int64_t rows,
                              const Tensor& wq, const Tensor& wk) const {
   if (!wq.defined()) return;
-  const int64_t H = heads_, hd = cfg_.attention_head_dim, D = H * hd;  // this rank's heads
-#pragma omp parallel for collapse(2) if (B_ * rows * D > (1 << 14))
-  for (int64_t b = 0; b < B_; ++b)
-    for (int64_t s = row_begin; s < row_begin + rows; ++s) {
-      float* row = qkv + (b * seq + s) * 3 * D;
-      kernels::rms_norm(row, row, H, hd, kEps, wq.data<float>());
-      kernels::rms_norm(row + D, row + D, H, hd, kEps, wk.data<float>());
-    }
+  kernels::qk_norm_rope(qkv, B_, seq, row_begin, rows, heads_, cfg_.attention_head_dim, kEps,
+                        wq.data<float>(), wk.data<float>(), nullptr, nullptr);
 }
 
 void SD3Transformer::attend(const float* qkv, int64_t seq, float* out, int layer, int64_t text) {
@@ -193,8 +182,9 @@ void SD3Transformer::block(Block& blk, float* X, int64_t index) {
   float* mod = mod_.get(static_cast<size_t>(B * (mi_n + mc_n)));
   float* mi = mod;  // image: shift, scale, gate (attention), shift, scale, gate (MLP)[, attn2's]
   float* mc = mod + B * mi_n;  // text: the same, or [scale, shift] on the last block
-  blk.mod.forward(st_.data(), B, mi);
-  blk.mod_context.forward(st_.data(), B, mc);
+  const float* st = st_.get(static_cast<size_t>(B * cfg_.hidden()));
+  blk.mod.forward(st, B, mi);
+  blk.mod_context.forward(st, B, mc);
   float* nh = n_.get(static_cast<size_t>(B * S * D));
   float* nh2 = blk.dual ? n2_.get(static_cast<size_t>(B * N * D)) : nullptr;
   float* qkv = qkv_.get(static_cast<size_t>(B * S * 3 * A));
@@ -280,14 +270,14 @@ Tensor SD3Transformer::finalize(const Streams& s) {
   // norm_out on the image rows (AdaLN-continuous: [scale, shift]), proj_out.
   float* mod = mod_.get(static_cast<size_t>(B * 2 * D));
   float* nh = n_.get(static_cast<size_t>(B * S * D));
-  norm_out_.forward(st_.data(), B, mod);
+  norm_out_.forward(st_.get(static_cast<size_t>(B * D)), B, mod);
   for (int64_t b = 0; b < B; ++b)
     kernels::layer_norm_modulate(s.x.data<float>() + (b * S + L) * D, nh + b * N * D, 1, N, D, kEps,
                                  mod + b * 2 * D + D, mod + b * 2 * D, 0);
   const int64_t po = p * p * c.out_channels;
   float* patches = ff_.get(static_cast<size_t>(B * N * std::max(po, 4 * D)));
   proj_out_.forward(nh, B * N, patches);
-  Tensor out = Tensor::empty({B, c.out_channels, rows_ * p, W_});
+  Tensor out = Tensor::empty({B, c.out_channels, rows_ * p, W_}, DType::kF32, current_device());
   kernels::unpatchify(patches, B, c.out_channels, rows_, gw_, p, out.data<float>());
   return out;
 }

@@ -91,7 +91,7 @@ class SD3Transformer : public DiT {
   kernels::Linear norm_out_, proj_out_;
   // The current call (set by embed).
   int64_t B_ = 0, L_ = 0, rows_ = 0, gw_ = 0, W_ = 0;
-  std::vector<float> st_;  // SiLU(conditioning) [B, D]
+  nn::Scratch st_, tproj_, temb_, part_, slab_;  // st_: SiLU(conditioning) [B, D]
   std::vector<int64_t> skip_;
   nn::Scratch n_, n2_, qkv_, attn_, tmp_, ff_, mod_, cols_;
 };

@@ -23,6 +23,7 @@ class SD3Family : public ConfigFamily<models::SD3Config, models::SD3Transformer>
  public:
   using ConfigFamily::ConfigFamily;
 
+  bool runs_on_cuda() const override { return true; }
   std::string name() const override {
     return cfg_.dual_attention_layers.empty() && !cfg_.qk_norm ? "Stable Diffusion 3"
                                                                : "Stable Diffusion 3.5";

@@ -719,12 +719,12 @@ TEST(CudaOps, FluxPackingAndQkNormRopeMatchTheCpu) {
   EXPECT_LT(max_rel_diff(dq.to_vector(), wantq), 1e-5f);
 }
 
-// The whole pipelines with the transformer on the GPU: the tiny PixArt-Σ
-// (CFG, masked text) and FLUX.1 [schnell] images equal the CPU's within
-// 1/255 in f32, and within a few levels in bf16.
+// The whole pipelines on the GPU: the tiny PixArt-Σ (CFG, masked text),
+// FLUX.1 [schnell] and SD3 (CLIP-L/G + T5, CFG) images equal the CPU's
+// within 1/255 in f32, and within a few levels in bf16.
 TEST(CudaPipeline, ImagesEqualTheCpuImages) {
   NEED_GPU();
-  for (const std::string model : {"pixart-sigma-tiny", "flux-schnell-tiny"}) {
+  for (const std::string model : {"pixart-sigma-tiny", "flux-schnell-tiny", "sd3-tiny"}) {
     for (const DType dt : {DType::kF32, DType::kBF16}) {
       pipeline::ImageRequest r;
       r.prompts = {"a red fox in the snow", "two boats"};
@@ -827,34 +827,31 @@ TEST(CudaOps, Skipped) {
 #endif
 
 // On a machine without a GPU, `--device cuda` is one line saying why, before
-// any work; with one, a family whose transformer has no CUDA path (SD3 for
-// now) refuses it in one line.
-// Pipeline::set_device refuses, in one line and before any device is
-// touched, a family without a CUDA transformer (SD3); FLUX's (like PixArt's)
-// is accepted as far as this machine allows (here: the device check).
-TEST(Device, PipelinesSayWhichRunOnCuda) {
-  pipeline::Pipeline sd3(models_dir() + "/sd3-tiny", DType::kF32);
-  try {
-    sd3.set_device(parse_device("cuda"));
-    FAIL() << "SD3 accepted --device cuda";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("does not run on the CUDA backend yet"), std::string::npos)
-        << e.what();
-  }
-  EXPECT_FALSE(sd3.device().cuda());
-  pipeline::Pipeline flux(models_dir() + "/flux-schnell-tiny", DType::kF32);
+// any work; with one, the tiny SD3 pipeline runs there end to end.
+// Every family (PixArt, FLUX.1, SD3) takes --device cuda where there is a
+// GPU; without one, set_device says why in one line and the pipeline stays
+// on the CPU.
+TEST(Device, EveryFamilyTakesCudaWhereThereIsAGpu) {
   std::string why;
 #ifdef XDIT_HAVE_CUDA
   const bool gpu = cuda::device_count(&why) > 0;
 #else
   const bool gpu = false;
 #endif
-  if (gpu) {
-    EXPECT_NO_THROW(flux.set_device(parse_device("cuda")));
-    EXPECT_TRUE(flux.device().cuda());
-  } else {
-    EXPECT_THROW(flux.set_device(parse_device("cuda")), Error);
-    EXPECT_FALSE(flux.device().cuda());
+  for (const char* model : {"pixart-sigma-tiny", "flux-schnell-tiny", "sd3-tiny"}) {
+    pipeline::Pipeline pipe(models_dir() + "/" + model, DType::kF32);
+    if (gpu) {
+      EXPECT_NO_THROW(pipe.set_device(parse_device("cuda"))) << model;
+      EXPECT_TRUE(pipe.device().cuda()) << model;
+      continue;
+    }
+    try {
+      pipe.set_device(parse_device("cuda"));
+      ADD_FAILURE() << model << " took --device cuda without a GPU";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(pipe.device().cuda()) << model;
   }
 }
 
@@ -878,13 +875,13 @@ TEST(Device, ScopesNestAndFailCleanly) {
 
 TEST(Device, GenerateOnCudaIsOneLineWhereItCannotRun) {
   const auto dir = test::make_test_dir("xdit_device_");
+  const auto png = dir / "x.png";
   const auto r = test::run_command(
       std::string("env XDIT_QUIET=1 '") + binary() + "' generate --device cuda --model '" +
-          models_dir() + "/sd3-tiny' --prompt x -o '" + (dir / "x.png").string() + "'",
+          models_dir() + "/sd3-tiny' --prompt x --height 64 --width 64 -o '" + png.string() + "'",
       (dir / "err.txt").string());
+  const bool wrote = std::filesystem::exists(png);
   std::filesystem::remove_all(dir);
-  EXPECT_EQ(r.code, 1) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   std::string why;
 #ifdef XDIT_HAVE_CUDA
   const bool gpu = cuda::device_count(&why) > 0;
@@ -892,10 +889,14 @@ TEST(Device, GenerateOnCudaIsOneLineWhereItCannotRun) {
   const bool gpu = false;
   why = "built without the CUDA backend";
 #endif
-  if (gpu) {
-    EXPECT_NE(r.err.find("does not run on the CUDA backend yet"), std::string::npos) << r.err;
+  if (gpu) {  // the whole SD3 pipeline on the GPU, end to end
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(wrote);
   } else {
+    EXPECT_EQ(r.code, 1) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_NE(r.err.find(why), std::string::npos) << r.err;
+    EXPECT_FALSE(wrote);
   }
   const auto bad = test::run_command(
       std::string("env XDIT_QUIET=1 '") + binary() + "' generate --device tpu --prompt x",

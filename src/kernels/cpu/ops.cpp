@@ -635,6 +635,7 @@ void qk_norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin, int
         float* x = row + part * D;
         for (int64_t h = 0; h < H; ++h)
           rms_norm_row(x + h * hd, x + h * hd, hd, eps, part == 0 ? wq : wk);
+        if (cos == nullptr) continue;  // RMSNorm only (SD3)
         for (int64_t h = 0; h < H; ++h)
           for (int64_t i = 0; i < hd; i += 2) {
             float* p = x + h * hd + i;

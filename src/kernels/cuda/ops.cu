@@ -361,6 +361,10 @@ __global__ void qk_norm_rope_kernel(float* __restrict__ qkv, int64_t seq, int64_
   for (int64_t i = lane; i < hd; i += 32) ss += x[i] * x[i];
   for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   const float inv = rsqrtf(ss / static_cast<float>(hd) + eps);
+  if (cos == nullptr) {  // RMSNorm only (SD3)
+    for (int64_t i = lane; i < hd; i += 32) x[i] = x[i] * inv * wt[i];
+    return;
+  }
   const float* cs = cos + s * hd;
   const float* sn = sin + s * hd;
   for (int64_t i = 2 * lane; i + 1 < hd; i += 64) {
