@@ -55,7 +55,7 @@ namespace {
 
 struct ServeOptions {
   ParallelOptions par;
-  std::string model, dtype = "bf16", host = "127.0.0.1";
+  std::string model, dtype = "bf16", host = "127.0.0.1", device = "cpu";
   int port = 6000;
   int max_queue = 16;
   double request_timeout = 600;
@@ -566,6 +566,8 @@ int run_serve(ServeOptions& o) {
   XDIT_CHECK(std::isfinite(o.request_timeout) && o.request_timeout > 0,
              "--request_timeout must be a positive number of seconds, got ", o.request_timeout);
   XDIT_CHECK(o.port >= 0 && o.port <= 65535, "--port must be 0 … 65535, got ", o.port);
+  const Device device = parse_device(o.device);
+  check_device(device);  // a machine without a GPU says so before anything else
   resolve_parallel_options(o.par, w.size());
   parallel::Mesh mesh(o.par.config, w);  // the degrees against the job, before anything loads
   if (w.size() > 1) XDIT_INFO(mesh.layout());
@@ -582,6 +584,7 @@ int run_serve(ServeOptions& o) {
   const io::ModelRef model = io::resolve_model(o.model);
   pipeline::Pipeline pipe(model.folder, dtype);
   pipe.set_mesh(&mesh);
+  pipe.set_device(device);
   pipe.set_keep_text_encoder(true);  // resident: encoders stay loaded between requests
   // The model's default request against this layout, before the weights load.
   pipeline::ImageRequest probe;
@@ -598,6 +601,7 @@ int run_serve(ServeOptions& o) {
   if (w.rank() != 0) return follow(pipe, mesh);
   pipeline::Pipeline validator(model.folder, dtype);  // configs and headers: checks requests
   validator.set_mesh(&mesh);
+  validator.set_device(device);  // requests' memory is checked against the GPU's
   validator.set_weights_resident(true);
   const std::string id = model.from_cache() ? model.id : fs::path(model.folder).filename().string();
   Server server(o, pipe, validator, mesh, id);
@@ -628,6 +632,8 @@ std::function<int()> add_serve(CLI::App& app) {
                 "seconds a request may take, queued and running; later it is answered 504")
       ->capture_default_str();
   s->add_option("--dtype", o->dtype, "compute type: bf16 or f32")->capture_default_str();
+  s->add_option("--device", o->device, "cpu, or cuda[:N] (a CUDA build on a machine with a GPU)")
+      ->capture_default_str();
   s->add_option("--threads", o->threads,
                 "OpenMP threads per process (default: the cores, shared among local ranks)")
       ->check(thread_count());

@@ -414,7 +414,8 @@ TEST_F(Serve, BadServerOptionsAreOneLineEach) {
            {"--port 70000", "--port must be 0"},
            {"--request_timeout -2", "--request_timeout must be a positive"},
            {"--host no-such-host.invalid --port 6001", "cannot resolve --host"},
-           {"--ulysses_degree 2", "ulysses"}}) {
+           {"--ulysses_degree 2", "ulysses"},
+           {"--device tpu", "--device must be cpu, cuda or cuda:N"}}) {
     const auto r =
         test::run_command(test::xdit_env() + "timeout 60 '" + XDIT_BINARY + "' serve --model '" +
                               kModels + "/pixart-sigma-tiny' " + flags,
