@@ -1,7 +1,6 @@
 #include "models/clip.h"
 
 #include <cmath>
-#include <cstring>
 
 #include "core/error.h"
 #include "kernels/dispatch.h"

@@ -1,7 +1,6 @@
 #include "models/t5.h"
 
 #include <cmath>
-#include <cstring>
 
 #include "core/error.h"
 #include "core/log.h"
