@@ -111,7 +111,8 @@ void unpatchify(const float* x, int64_t batch, int64_t channels, int64_t h, int6
 void add_rows(const float* x, int64_t x_stride, const float* b, int64_t b_stride, float* y,
               int64_t y_stride, int64_t rows, int64_t n);
 // `rows` rows of n f32 values from src (`src_stride` apart) to dst
-// (`dst_stride` apart): slices, concatenations.
+// (`dst_stride` apart): slices, concatenations. Rows must not overlap; with
+// one row the strides are unused.
 void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
                int64_t n);
 

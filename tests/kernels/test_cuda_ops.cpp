@@ -388,6 +388,12 @@ TEST(CudaOps, ElementwiseConversionsAndRowOpsMatchTheCpu) {
       for (int64_t j = 0; j < n - 5; ++j)
         ASSERT_EQ(got[r * n + j], want[r * n + j]) << r << "," << j;
   }
+  // One row: the strides are unused (the VAE passes 0).
+  kernels::copy_rows(f(dy), 0, f(dx) + 3, 0, 1, n);
+  {
+    const auto got = dy.to_vector();
+    for (int64_t j = 0; j < n; ++j) ASSERT_EQ(got[j], x[3 + j]) << j;
+  }
   // bf16 rows: the same rounding as the CPU's (nearest even), bit for bit.
   std::vector<uint16_t> want16(static_cast<size_t>(rows * n)), got16(want16.size());
   {

@@ -651,10 +651,13 @@ void qk_norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin, int
 void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
                int64_t n) {
 #ifdef XDIT_HAVE_CUDA
-  if (on_cuda())
-    return xdit::cuda::copy_rows(dst, static_cast<size_t>(dst_stride) * 4, src,
-                                 static_cast<size_t>(src_stride) * 4, static_cast<size_t>(n) * 4,
-                                 static_cast<size_t>(rows));
+  if (on_cuda()) {
+    // cudaMemcpy2D wants pitches of at least a row, which a single row's
+    // unused strides (0) are not.
+    const auto pitch = [&](int64_t stride) { return static_cast<size_t>(std::max(stride, n)) * 4; };
+    return xdit::cuda::copy_rows(dst, pitch(dst_stride), src, pitch(src_stride),
+                                 static_cast<size_t>(n) * 4, static_cast<size_t>(rows));
+  }
 #endif
 #pragma omp parallel for if (rows * n > kGrain)
   for (int64_t r = 0; r < rows; ++r)
