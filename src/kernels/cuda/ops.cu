@@ -84,23 +84,25 @@ __global__ void silu_kernel(const float* __restrict__ x, float* __restrict__ y, 
 // Grid: (column blocks, batch·tokens rows).
 __global__ void modulate_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t tokens,
                                 int64_t dim, const float* __restrict__ shift,
-                                const float* __restrict__ scale, int64_t mod_stride) {
-  const int64_t row = blockIdx.y, b = row / tokens;
+                                const float* __restrict__ scale, int64_t mod_stride, int64_t rows) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= dim) return;
-  const float* sh = shift + b * mod_stride;
-  const float* sc = scale + b * mod_stride;
-  y[row * dim + i] = x[row * dim + i] * (1.f + sc[i]) + sh[i];
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {  // rows may pass 65535
+    const int64_t b = row / tokens;
+    y[row * dim + i] =
+        x[row * dim + i] * (1.f + scale[b * mod_stride + i]) + shift[b * mod_stride + i];
+  }
 }
 
 __global__ void gated_residual_kernel(float* __restrict__ h, const float* __restrict__ y,
                                       int64_t tokens, int64_t dim, const float* __restrict__ gate,
-                                      int64_t gate_stride) {
-  const int64_t row = blockIdx.y, b = row / tokens;
+                                      int64_t gate_stride, int64_t rows) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= dim) return;
-  const float g = gate != nullptr ? gate[b * gate_stride + i] : 1.f;
-  h[row * dim + i] += g * y[row * dim + i];
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {  // rows may pass 65535
+    const float g = gate != nullptr ? gate[(row / tokens) * gate_stride + i] : 1.f;
+    h[row * dim + i] += g * y[row * dim + i];
+  }
 }
 
 __device__ inline uint16_t to_bf16(float v) {
@@ -395,6 +397,11 @@ __global__ void nhwc_to_nchw_kernel(const float* __restrict__ x, int64_t hw, int
   }
 }
 
+// A grid's y extent for `rows` rows (at most 65535: kernels loop over the rest).
+unsigned grid_rows(int64_t rows) {
+  return static_cast<unsigned>(rows < 65535 ? rows : 65535);
+}
+
 unsigned elementwise_blocks(int64_t n) {
   const int64_t b = (n + kThreads - 1) / kThreads;
   return static_cast<unsigned>(b < 65535 ? (b > 0 ? b : 1) : 65535);
@@ -439,8 +446,9 @@ void modulate(const float* x, float* y, int64_t batch, int64_t tokens, int64_t d
               const float* shift, const float* scale, int64_t mod_stride, Stream s) {
   if (batch * tokens == 0 || dim == 0) return;
   const dim3 grid(static_cast<unsigned>((dim + kThreads - 1) / kThreads),
-                  static_cast<unsigned>(batch * tokens));
-  modulate_kernel<<<grid, kThreads, 0, s>>>(x, y, tokens, dim, shift, scale, mod_stride);
+                  grid_rows(batch * tokens));
+  modulate_kernel<<<grid, kThreads, 0, s>>>(x, y, tokens, dim, shift, scale, mod_stride,
+                                            batch * tokens);
   xdit::cuda::check_launch("modulate");
 }
 
@@ -448,8 +456,9 @@ void gated_residual_add(float* h, const float* y, int64_t batch, int64_t tokens,
                         const float* gate, int64_t gate_stride, Stream s) {
   if (batch * tokens == 0 || dim == 0) return;
   const dim3 grid(static_cast<unsigned>((dim + kThreads - 1) / kThreads),
-                  static_cast<unsigned>(batch * tokens));
-  gated_residual_kernel<<<grid, kThreads, 0, s>>>(h, y, tokens, dim, gate, gate_stride);
+                  grid_rows(batch * tokens));
+  gated_residual_kernel<<<grid, kThreads, 0, s>>>(h, y, tokens, dim, gate, gate_stride,
+                                                  batch * tokens);
   xdit::cuda::check_launch("gated_residual_add");
 }
 
