@@ -75,8 +75,8 @@ void to_bf16_rows(const float* x, int64_t stride, int64_t rows, int64_t n, uint1
 void gelu_tanh(const float* x, float* y, int64_t n);   // 0.5x(1+tanh(√(2/π)(x+0.044715x³)))
 void silu(const float* x, float* y, int64_t n);        // x·sigmoid(x)
 void gelu_erf(const float* x, float* y, int64_t n);    // 0.5x(1+erf(x/√2)), torch's exact GELU
-void quick_gelu(const float* x, float* y, int64_t n);
-void relu(const float* x, float* y, int64_t n);        // max(x, 0)  // x·sigmoid(1.702x), OpenAI CLIP's
+void quick_gelu(const float* x, float* y, int64_t n);  // x·sigmoid(1.702x), OpenAI CLIP's
+void relu(const float* x, float* y, int64_t n);        // max(x, 0)
 
 // Softmax over each row of `cols` values, in place.
 void softmax_rows(float* x, int64_t rows, int64_t cols);
