@@ -110,8 +110,7 @@ double gemm_peak(DType dtype) {
   const bool gpu = g_device.cuda();
   const int64_t M = gpu ? 8192 : 2048, K = gpu ? 8192 : 4096, N = K;
   io::RandomWeights rw(7);
-  std::optional<DeviceScope> scope;
-  if (gpu) scope.emplace(g_device);
+  DeviceScope scope(g_device);
   kernels::Linear lin(
       rw.get("w", {N, K}), Tensor(),
       gpu ? (dtype == DType::kF32 ? kernels::ComputeType::kF32 : kernels::ComputeType::kBF16)
@@ -292,8 +291,8 @@ nlohmann::json run_flux_row(int64_t res, const std::string& dt_name, int warmup,
   reduced.num_single_layers = 4;
   io::RandomWeights weights(4);
   XDIT_CHECK(!(tensor && g_device.cuda()), "bench flux: the tensor-parallel row runs on the CPU");
-  std::optional<DeviceScope> scope;
-  if (g_device.cuda()) scope.emplace(g_device);  // the weights go to the GPU as layers are made
+  // The weights go to the device as the layers are made.
+  std::optional<DeviceScope> scope(std::in_place, g_device);
   models::FluxTransformer model(reduced, weights, dtype, stage);
   scope.reset();
   const double flops = flux_flops(reduced, N, kFluxText), full = flux_flops(cfg, N, kFluxText);
@@ -431,8 +430,8 @@ nlohmann::json run_row(int64_t res, const std::string& dt_name, int warmup, int 
   const double peak = gemm_peak(dtype);
   const models::PixArtConfig cfg = models::PixArtConfig::alpha_xl_1024();
   io::RandomWeights weights(1);
-  std::optional<DeviceScope> scope;
-  if (g_device.cuda()) scope.emplace(g_device);  // the weights go to the GPU as layers are made
+  // The weights go to the device as the layers are made.
+  std::optional<DeviceScope> scope(std::in_place, g_device);
   models::PixArtTransformer model(cfg, weights, dtype);
   scope.reset();
   const int64_t B = 2, h = res / 8, w = res / 8;
@@ -920,7 +919,8 @@ int run_bench(const BenchOptions& o) {
   check_device(g_device);  // one line where there is no GPU
   XDIT_CHECK(!g_device.cuda() || o.what == "transformer" || o.what == "flux", "bench ", o.what,
              ": --device ", g_device.str(),
-             " runs the transformer and flux benchmarks only (the other models are on the CPU)");
+             " runs the transformer and flux benchmarks only (the other rows have no GPU form "
+             "yet)");
   XDIT_CHECK(o.what == "transformer" || o.what == "attention" || o.what == "t5" ||
                  o.what == "vae" || o.what == "flux" || o.what == "sd3" || o.what == "parallel" ||
                  o.what == "tensor" || o.what == "all",

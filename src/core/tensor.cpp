@@ -137,6 +137,10 @@ Tensor Tensor::to_device(Device device) const {
   return out;
 }
 
+Tensor Tensor::as(DType dtype, Device device) const {
+  return (dtype_ == dtype ? *this : to(dtype)).to_device(device);
+}
+
 Tensor Tensor::to(DType dtype) const {
   if (!on_host()) return to_device({}).to(dtype).to_device(device_);
   Tensor out = empty(shape_, dtype);

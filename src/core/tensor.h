@@ -1,8 +1,9 @@
 // Tensor: a typed, shaped view of storage that it shares ownership of. The
 // storage is an aligned host allocation, a memory-mapped file region (kept
 // alive by the view), or device memory of a CUDA device (data() is then a
-// device pointer, for the op set under a DeviceScope of that device). Activations in the engine are
-// f32; weights may be f32/f16/bf16 until they are packed into the compute layout.
+// device pointer, for the op set under a DeviceScope of that device).
+// Activations in the engine are f32; weights may be f32/f16/bf16 until they
+// are packed into the compute layout.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +68,9 @@ class Tensor {
   Tensor to(DType dtype) const;
   // This tensor on `device`: itself when it is there, else a copy.
   Tensor to_device(Device device) const;
+  // This tensor as `dtype` on `device`: itself when it already is, else a
+  // converted and/or moved copy (inputs a model reads where it runs).
+  Tensor as(DType dtype, Device device) const;
   Tensor clone() const { return to(dtype_); }
   // The f32 values as a vector (converting, and copying from the device, if needed).
   std::vector<float> to_vector() const;

@@ -116,9 +116,9 @@ void add_rows(const float* x, int64_t x_stride, const float* b, int64_t b_stride
 void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
                int64_t n);
 
-// n f32 values from host memory to `dst` on this thread's device (a plain
-// copy on the CPU): tables a model computes on the host.
-void copy_from_host(float* dst, const float* host, int64_t n);
+// `bytes` bytes from host memory to `dst` on this thread's device (a plain
+// copy on the CPU): tables and masks a model makes on the host.
+void copy_from_host(void* dst, const void* host, size_t bytes);
 
 // y = x / divisor + shift over n values (y may equal x): latents unscaled as
 // diffusers does it (a division, not a product with the reciprocal).

@@ -78,7 +78,7 @@ ClipTextOutput ClipTextEncoder::encode(const std::vector<int32_t>& ids, int64_t 
                c.vocab_size);
     for (int64_t k = 0; k < d; ++k) rows[t * d + k] = tok[id * d + k] + pos[(t % S) * d + k];
   }
-  if (rows != h) kernels::copy_from_host(h, rows, M * d);
+  if (rows != h) kernels::copy_from_host(h, rows, static_cast<size_t>(M * d) * 4);
   const auto keep = [&](int64_t index) {
     if (index == want) out.hidden = out.last_hidden.clone();
   };
@@ -90,8 +90,7 @@ ClipTextOutput ClipTextEncoder::encode(const std::vector<int32_t>& ids, int64_t 
     for (int64_t q = 0; q < S; ++q)
       for (int64_t k = q + 1; k < S; ++k)
         causal[static_cast<size_t>((hh * S + q) * S + k)] = -INFINITY;
-  float* causal_here = causal_.get(causal.size());
-  kernels::copy_from_host(causal_here, causal.data(), static_cast<int64_t>(causal.size()));
+  const float* causal_here = nn::on_current_device(causal, causal_keep_);
   const auto eps = static_cast<float>(c.layer_norm_eps);
   float* n = n_.get(static_cast<size_t>(M * d));
   float* qkv = qkv_.get(static_cast<size_t>(M * 3 * d));

@@ -67,7 +67,7 @@ class ClipTextEncoder {
   ClipTextConfig cfg_;
   nn::ComputeType ct_;
   Tensor token_embedding_, position_embedding_;  // f32 [vocab, d], [positions, d], host
-  nn::Scratch causal_;                           // the causal bias where the ops run
+  Tensor causal_keep_;                           // the causal bias on a CUDA device
   std::vector<std::unique_ptr<Layer>> layers_;
   Tensor final_ln_w_, final_ln_b_;
   kernels::Linear projection_;

@@ -36,9 +36,7 @@ Tensor DiT::forward(const DiTInputs& in, const Tensor* hidden) {
   DeviceScope scope(device_);
   // The tensors the layers read go to the device; the mask and the
   // micro-conditions are read on the host (models copy what they need).
-  const auto f32_here = [&](const Tensor& t) {
-    return (t.dtype() == DType::kF32 ? t : t.to(DType::kF32)).to_device(device_);
-  };
+  const auto f32_here = [&](const Tensor& t) { return t.as(DType::kF32, device_); };
   DiTInputs d = in;
   Tensor latents, text, pooled, h;
   if (in.latents != nullptr) d.latents = &(latents = f32_here(*in.latents));

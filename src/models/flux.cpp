@@ -96,11 +96,10 @@ FluxTransformer::FluxTransformer(const FluxConfig& cfg, const io::WeightSource& 
 FluxTransformer::~FluxTransformer() = default;
 
 void FluxTransformer::norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin,
-                                int64_t rows, const Tensor& wq, const Tensor& wk) {
+                                int64_t rows, const Tensor& wq, const Tensor& wk) const {
   const int64_t hd = cfg_.attention_head_dim;
-  const size_t table = rope_cos_host_.size();
   kernels::qk_norm_rope(qkv, batch, seq, row_begin, rows, heads_, hd, kEps, wq.data<float>(),
-                        wk.data<float>(), rope_cos_.get(table), rope_sin_.get(table));
+                        wk.data<float>(), rope_cos_, rope_sin_);
 }
 
 void FluxTransformer::attend(float* qkv, int64_t batch, int64_t seq, float* out, int64_t out_stride,
@@ -188,10 +187,8 @@ Streams FluxTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
     }
   }
 
-  kernels::copy_from_host(rope_cos_.get(static_cast<size_t>(S * hd)), rope_cos_host_.data(),
-                          S * hd);
-  kernels::copy_from_host(rope_sin_.get(static_cast<size_t>(S * hd)), rope_sin_host_.data(),
-                          S * hd);
+  rope_cos_ = nn::on_current_device(rope_cos_host_, rope_cos_keep_);
+  rope_sin_ = nn::on_current_device(rope_sin_host_, rope_sin_keep_);
 
   // Streams [B, L + N, D]: per batch item the embedded text, then the image tokens.
   if (!stage_.first) return previous_stage_streams(hidden, B, L, N, D, "FLUX");

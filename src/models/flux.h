@@ -76,7 +76,7 @@ class FluxTransformer : public DiT {
   // item): per-head RMSNorm with
   // the given weights, then the rotation.
   void norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin, int64_t rows,
-                 const Tensor& wq, const Tensor& wk);
+                 const Tensor& wq, const Tensor& wk) const;
   void attend(float* qkv, int64_t batch, int64_t seq, float* out, int64_t out_stride, int layer);
   void double_block(DoubleBlock& blk, float* x, int layer);
   void single_block(SingleBlock& blk, float* x, int layer);
@@ -96,7 +96,9 @@ class FluxTransformer : public DiT {
   nn::Scratch st_;  // SiLU(conditioning) [B, D]
   // Rotary tables [S, head_dim] (made on the host, copied where the ops run).
   std::vector<float> rope_cos_host_, rope_sin_host_;
-  nn::Scratch rope_cos_, rope_sin_, tproj_, temb_, part_;
+  Tensor rope_cos_keep_, rope_sin_keep_;                   // their copies on a CUDA device
+  const float *rope_cos_ = nullptr, *rope_sin_ = nullptr;  // where the ops read them
+  nn::Scratch tproj_, temb_, part_;
   nn::Scratch x_, n_, qkv_, attn_, tmp_, ff_, mod_;
 };
 

@@ -88,7 +88,7 @@ Streams PixArtTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
     mask_.resize(mv.size());
     for (size_t i = 0; i < mv.size(); ++i) mask_[i] = mv[i] != 0.0f;
   }
-  mask_ptr_ = nn::bytes_on_current_device(mask_, mask_device_);
+  mask_ptr_ = nn::on_current_device(mask_, mask_device_);
   B_ = B;
   L_ = L;
   rows_ = rows;
@@ -158,7 +158,7 @@ Streams PixArtTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
   // Caption projection: linear_1 → GELU(tanh) → linear_2.
   float* txt = text_.get(static_cast<size_t>(B * L * d));
   {
-    Tensor tf = text.dtype() == DType::kF32 ? text : text.to(DType::kF32);
+    const Tensor tf = text.as(DType::kF32, current_device());
     float* t1 = text_tmp_.get(static_cast<size_t>(B * L * d));
     caption_1_.forward(tf.data<float>(), B * L, t1);  // GELU(tanh) fused
     caption_2_.forward(t1, B * L, txt);

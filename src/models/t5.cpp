@@ -80,7 +80,7 @@ Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint
     convert_to_f32(static_cast<const char*>(embedding_.raw()) + static_cast<size_t>(id) * row_bytes,
                    embedding_.dtype(), rows + t * d, static_cast<size_t>(d));
   }
-  if (rows != h) kernels::copy_from_host(h, rows, M * d);
+  if (rows != h) kernels::copy_from_host(h, rows, static_cast<size_t>(M * d) * 4);
   // Relative-position bias [H, S, S] from block 0's table, shared by all blocks.
   std::vector<float> bias(static_cast<size_t>(H * S * S));
   {
@@ -95,9 +95,8 @@ Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint
           bias[static_cast<size_t>((hh * S + q) * S + k)] =
               table[bucket[static_cast<size_t>(k - q + S - 1)] * c.num_heads + h0 + hh];
   }
-  float* bias_here = bias_.get(bias.size());
-  kernels::copy_from_host(bias_here, bias.data(), static_cast<int64_t>(bias.size()));
-  const uint8_t* mask_here = nn::bytes_on_current_device(mask, mask_keep_);
+  const float* bias_here = nn::on_current_device(bias, bias_keep_);
+  const uint8_t* mask_here = nn::on_current_device(mask, mask_keep_);
   const float eps = static_cast<float>(c.layer_norm_epsilon);
   float* n = n_.get(static_cast<size_t>(M * d));
   float* qkv = qkv_.get(static_cast<size_t>(M * 3 * inner));

@@ -69,8 +69,8 @@ class T5Encoder {
   Tensor rel_bias_;   // [num_buckets, heads], host (the bias table is made on the host)
   std::vector<std::unique_ptr<Block>> blocks_;
   Tensor final_norm_;
-  nn::Scratch h_, n_, qkv_, attn_, ff_, ff2_, tmp_, bias_;
-  Tensor mask_keep_;  // the key mask on the device, under a CUDA scope
+  nn::Scratch h_, n_, qkv_, attn_, ff_, ff2_, tmp_;
+  Tensor bias_keep_, mask_keep_;  // the position bias and key mask on a CUDA device
 };
 
 }  // namespace xdit::models

@@ -86,10 +86,6 @@ namespace {
 Tensor act(const Shape& shape) {
   return Tensor::empty(shape, DType::kF32, current_device());
 }
-// `t` as f32 on this thread's device (itself when it already is).
-Tensor f32_here(const Tensor& t) {
-  return (t.dtype() == DType::kF32 ? t : t.to(DType::kF32)).to_device(current_device());
-}
 }  // namespace
 
 // A convolution input with halo rows: `batch` items of rows + 2·halo rows ×
@@ -185,7 +181,7 @@ void VaeDecoder::resnet(const Resnet& r, Tensor& x, Band& bd) {
 }
 
 Tensor VaeDecoder::decode_latents(const Tensor& latents, nn::RowBands* bands) {
-  const Tensor in = f32_here(latents);
+  const Tensor in = latents.as(DType::kF32, current_device());
   Tensor z = act(in.shape());
   kernels::affine_div(in.data<float>(), z.data<float>(), z.numel(),
                       static_cast<float>(cfg_.scaling_factor),
@@ -210,7 +206,7 @@ Tensor VaeDecoder::decode(const Tensor& z_nchw, nn::RowBands* bands) {
   const int64_t w0 = bd.width;
 
   // This band's latent rows, channels last.
-  const Tensor zin = f32_here(z_nchw);
+  const Tensor zin = z_nchw.as(DType::kF32, current_device());
   Tensor z = act({B, bd.rows, w0, lc});
   kernels::nchw_rows_to_nhwc(zin.data<float>(), B, lc, H, w0, r0, bd.rows, z.data<float>());
   if (c.use_post_quant_conv) {

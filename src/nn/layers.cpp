@@ -115,14 +115,16 @@ void MlpSilu::forward(const float* x, int64_t m, float* y) const {
   l2_.forward(h.data<float>(), m, y);
 }
 
-const uint8_t* bytes_on_current_device(const std::vector<uint8_t>& host, Tensor& keep) {
-  if (host.empty()) return nullptr;
+const void* on_current_device(const void* host, size_t bytes, Tensor& keep) {
+  if (bytes == 0) return nullptr;
   const Device d = current_device();
-  if (!d.cuda()) return host.data();
-  Tensor h = Tensor::empty({static_cast<int64_t>((host.size() + 3) / 4)});
-  std::memcpy(h.raw(), host.data(), host.size());
-  keep = h.to_device(d);
-  return static_cast<const uint8_t*>(keep.raw());
+  if (!d.cuda()) return host;
+  if (!keep.defined() || keep.device() != d || keep.nbytes() < bytes) {
+    keep = Tensor();
+    keep = Tensor::empty({static_cast<int64_t>((bytes + 3) / 4)}, DType::kF32, d);
+  }
+  kernels::copy_from_host(keep.raw(), host, bytes);
+  return keep.raw();
 }
 
 FeedForwardGelu::FeedForwardGelu(const io::WeightSource& w, const std::string& prefix, int64_t dim,

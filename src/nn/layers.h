@@ -60,9 +60,15 @@ kernels::Linear load_row_linear(const io::WeightSource& w, const std::string& pr
                                 const std::vector<int64_t>& ins, int64_t out, bool bias,
                                 ComputeType ct, const TensorParallel& tp, int only = -1);
 
-// Bytes (a key mask) where this thread's ops read them: `host` itself on the
-// CPU, a copy held by `keep` on a CUDA device; null when `host` is empty.
-const uint8_t* bytes_on_current_device(const std::vector<uint8_t>& host, Tensor& keep);
+// Values a model made on the host (key masks, bias and rotary tables) where
+// this thread's ops read them: `host` itself on the CPU, a copy in `keep`
+// on a CUDA device (`keep` reused while it is large enough); null when
+// `host` is empty.
+const void* on_current_device(const void* host, size_t bytes, Tensor& keep);
+template <class T>
+const T* on_current_device(const std::vector<T>& host, Tensor& keep) {
+  return static_cast<const T*>(on_current_device(host.data(), host.size() * sizeof(T), keep));
+}
 
 // An f32 copy of a parameter tensor (tables, norms) with its shape checked,
 // on this thread's current device.

@@ -283,11 +283,10 @@ void Pipeline::check_request_memory(const MemoryQuery& q) const {
 void Pipeline::set_device(Device device) {
   if (device.cuda()) {
     XDIT_CHECK(family_->runs_on_cuda(), "--device ", device.str(), ": the ", family_->name(),
-               " transformer does not run on the CUDA backend yet (PixArt-α/Σ's does); use "
-               "--device cpu");
+               " pipeline does not run on the CUDA backend yet; use --device cpu");
     XDIT_CHECK(mesh_ == nullptr || mesh_->world().size() == 1, "--device ", device.str(),
-               ": parallel runs on GPUs need the NCCL communicator, which is not there yet; run "
-               "one process, or use --device cpu");
+               ": the parallel methods do not run on GPU memory yet; run one process, or use "
+               "--device cpu");
     XDIT_CHECK(!transformer_, "set_device after the transformer loaded");
     check_device(device);
   }
@@ -330,8 +329,7 @@ void Pipeline::load() {
   const size_t before = weights_->loaded().total;
   {
     // On a CUDA device the layers upload their weights as they are made.
-    std::optional<DeviceScope> scope;
-    if (device_.cuda()) scope.emplace(device_);
+    DeviceScope scope(device_);
     transformer_ = family_->make_transformer(*weights_, dtype_, stage);
   }
   if (stage.tp.split())
@@ -695,8 +693,7 @@ PromptEmbeddings Pipeline::encode_prompts(const ImageRequest& r) {
       family_->uses_cfg(r.guidance_scale, r.true_cfg_scale, r.negative_prompt.has_value());
   // On a CUDA device the text encoders run there too (the embeddings come
   // back to the host).
-  std::optional<DeviceScope> scope;
-  if (device_.cuda()) scope.emplace(device_);
+  DeviceScope scope(device_);
   return family_->encode(r, cfg, dtype_);
 }
 
@@ -704,8 +701,7 @@ Tensor Pipeline::decode_latents(const Tensor& latents) {
   XDIT_CHECK(vae_cfg_, "decode_latents before validate");
   // On a CUDA device the decoder's weights and activations live there; the
   // image comes back to the host.
-  std::optional<DeviceScope> scope;
-  if (device_.cuda()) scope.emplace(device_);
+  DeviceScope scope(device_);
   if (!vae_) vae_ = std::make_unique<models::VaeDecoder>(*vae_cfg_, *vae_weights_, dtype_);
   Tensor image;
   if (mesh_ != nullptr && mesh_->config().parallel_vae()) {

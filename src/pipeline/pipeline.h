@@ -106,10 +106,11 @@ class Pipeline {
   // transformer's weights again.
   void set_weights_resident(bool resident) { weights_resident_ = resident; }
 
-  // Where the transformer runs: the CPU (default) or a CUDA device. Set
-  // before load(). The text encoders and the VAE stay on the CPU for now.
-  // Throws one line for a family whose transformer has no CUDA path yet, or
-  // for a multi-rank mesh (GPU ranks need the NCCL communicator).
+  // Where the pipeline runs: the CPU (default) or a CUDA device (text
+  // encoders, transformer and VAE; the scheduler step stays on the CPU).
+  // Set after set_mesh and before load(). Throws one line for a family
+  // without a CUDA path, or for a multi-rank mesh (the parallel methods do
+  // not run on GPU memory yet).
   void set_device(Device device);
   Device device() const { return device_; }
 

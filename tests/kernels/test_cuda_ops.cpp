@@ -528,7 +528,7 @@ TEST(CudaOps, AttentionMatchesTheCpuInEveryForm) {
   DeviceScope gpu(parse_device("cuda"));
   Tensor dq = on_gpu(q), dkv = on_gpu(kv), dbias = on_gpu(bias), dout = gpu_empty(B * S * hd),
          dlse = gpu_empty(B * Hh * S), mask_keep;
-  const uint8_t* dmask = nn::bytes_on_current_device(mask, mask_keep);
+  const uint8_t* dmask = nn::on_current_device(mask, mask_keep);
   for (int form = 0; form < 5; ++form) {
     kernels::AttentionArgs a;
     a.batch = B;
@@ -859,6 +859,16 @@ TEST(Device, EveryFamilyTakesCudaWhereThereIsAGpu) {
     }
     EXPECT_FALSE(pipe.device().cuda()) << model;
   }
+}
+
+// Host-made values reach the ops without a copy on the CPU; empty is null.
+TEST(Device, HostValuesOnTheCpuAreTheHostBuffer) {
+  Tensor keep;
+  const std::vector<float> v = {1.5f, -2.f, 3.f};
+  const std::vector<uint8_t> none;
+  EXPECT_EQ(nn::on_current_device(v, keep), v.data());
+  EXPECT_EQ(nn::on_current_device(none, keep), nullptr);
+  EXPECT_FALSE(keep.defined());
 }
 
 // A DeviceScope that cannot be entered leaves the thread on its device; a

@@ -564,11 +564,11 @@ void add_rows(const float* x, int64_t x_stride, const float* b, int64_t b_stride
     for (int64_t j = 0; j < n; ++j) y[r * y_stride + j] = x[r * x_stride + j] + b[r * b_stride + j];
 }
 
-void copy_from_host(float* dst, const float* host, int64_t n) {
+void copy_from_host(void* dst, const void* host, size_t bytes) {
 #ifdef XDIT_HAVE_CUDA
-  if (on_cuda()) return xdit::cuda::copy(dst, host, static_cast<size_t>(n) * 4);
+  if (on_cuda()) return xdit::cuda::copy(dst, host, bytes);
 #endif
-  std::memcpy(dst, host, static_cast<size_t>(n) * 4);
+  std::memcpy(dst, host, bytes);
 }
 
 void affine_div(const float* x, float* y, int64_t n, float divisor, float shift) {
