@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/context.h"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/ops.h"
 
 namespace xdit::kernels::cuda {
@@ -40,16 +41,6 @@ struct Params {
   const float* bias;
   bool round_bf16;  // bf16 asked for: q, k, v rounded to bf16 as the products would
 };
-
-__device__ inline float load(const float* p) {
-  return *p;
-}
-__device__ inline float load(const uint16_t* p) {
-  return __bfloat162float(__ushort_as_bfloat16(*p));
-}
-__device__ inline float round_bf16(float v) {
-  return __bfloat162float(__float2bfloat16_rn(v));
-}
 
 template <class KV, int PER>
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const Params a) {
@@ -79,7 +70,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const Params a) 
     for (int p = 0; p < PER; ++p) {
       const int64_t e = lane + 32 * p;
       if (e < a.d) {
-        float kv = load(kr + e);
+        float kv = to_float(kr[e]);
         if (a.round_bf16) kv = round_bf16(kv);
         dot += q[p] * kv;
       }
@@ -96,7 +87,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const Params a) 
     for (int p = 0; p < PER; ++p) {
       const int64_t e = lane + 32 * p;
       if (e < a.d) {
-        float vv = load(vr + e);
+        float vv = to_float(vr[e]);
         if (a.round_bf16) vv = round_bf16(vv);
         acc[p] = acc[p] * corr + pexp * vv;
       }
@@ -142,15 +133,11 @@ bool sdpa_applies(const AttentionArgs& a) {
 
 void run_sdpa(const AttentionArgs& a, Stream s) {
   const int64_t hd = a.heads * a.head_dim;
-  const size_t qn = static_cast<size_t>(a.batch * a.q_len * hd),
-               kn = static_cast<size_t>(a.batch * a.kv_len * hd);
-  auto* q = static_cast<uint16_t*>(device_scratch(ScratchSlot::kAttnQ, qn * 2));
-  auto* k = static_cast<uint16_t*>(device_scratch(ScratchSlot::kAttnK, kn * 2));
-  auto* v = static_cast<uint16_t*>(device_scratch(ScratchSlot::kAttnV, kn * 2));
+  const size_t qn = static_cast<size_t>(a.batch * a.q_len * hd);
+  const uint16_t* q = bf16_rows_in(ScratchSlot::kAttnQ, a.q, a.q_stride, a.batch * a.q_len, hd, s);
+  const uint16_t* k = bf16_rows_in(ScratchSlot::kAttnK, a.k, a.k_stride, a.batch * a.kv_len, hd, s);
+  const uint16_t* v = bf16_rows_in(ScratchSlot::kAttnV, a.v, a.v_stride, a.batch * a.kv_len, hd, s);
   auto* o = static_cast<uint16_t*>(device_scratch(ScratchSlot::kAttnO, qn * 2));
-  to_bf16_rows(a.q, a.q_stride, a.batch * a.q_len, hd, q, s);
-  to_bf16_rows(a.k, a.k_stride, a.batch * a.kv_len, hd, k, s);
-  to_bf16_rows(a.v, a.v_stride, a.batch * a.kv_len, hd, v, s);
   SdpaShape shape;
   shape.batch = a.batch;
   shape.heads = a.heads;

@@ -5,8 +5,11 @@
 #include <array>
 #include <map>
 #include <memory>
+#include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
+#include "kernels/cuda/ops.h"
 
 namespace xdit::kernels::cuda {
 
@@ -57,6 +60,25 @@ void* device_scratch(ScratchSlot slot, size_t bytes) {
     buf = xdit::cuda::DeviceBuffer(bytes);
   }
   return buf.data();
+}
+
+const uint16_t* bf16_rows_in(ScratchSlot slot, const float* x, int64_t stride, int64_t rows,
+                             int64_t n, Stream s) {
+  auto* y = static_cast<uint16_t*>(device_scratch(slot, static_cast<size_t>(rows * n) * 2));
+  to_bf16_rows(x, stride, rows, n, y, s);
+  return y;
+}
+
+xdit::cuda::DeviceBuffer upload_values(const float* host, size_t n, bool bf16) {
+  xdit::cuda::DeviceBuffer d(n * (bf16 ? 2 : 4));
+  if (!bf16) {
+    d.upload(host, n * 4);
+    return d;
+  }
+  std::vector<uint16_t> h(n);
+  for (size_t i = 0; i < n; ++i) h[i] = f32_to_bf16(host[i]);  // inline, header only
+  d.upload(h.data(), n * 2);
+  return d;
 }
 
 }  // namespace xdit::kernels::cuda

@@ -1,6 +1,5 @@
 #include <vector>
 
-#include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/conv.h"
@@ -108,17 +107,8 @@ DeviceConv::DeviceConv(const float* w_f32, const float* bias, int64_t in, int64_
       for (int64_t r = 0; r < kernel * kernel; ++r)
         krsc[static_cast<size_t>((o * kernel * kernel + r) * in + c)] =
             w_f32[(o * in + c) * kernel * kernel + r];
-  if (bf16_) {
-    std::vector<uint16_t> h(n);
-    for (size_t i = 0; i < n; ++i) h[i] = f32_to_bf16(krsc[i]);
-    w_ = xdit::cuda::DeviceBuffer(n * 2);
-    w_.upload(h.data(), n * 2);
-  } else {
-    w_ = xdit::cuda::DeviceBuffer(n * 4);
-    w_.upload(krsc.data(), n * 4);
-  }
-  bias_ = xdit::cuda::DeviceBuffer(static_cast<size_t>(out) * 4);
-  bias_.upload(bias, static_cast<size_t>(out) * 4);
+  w_ = upload_values(krsc.data(), n, bf16_);
+  bias_ = upload_values(bias, static_cast<size_t>(out), false);
 }
 
 void DeviceConv::forward(const void* x, bool x_bf16, int64_t batch, int64_t height, int64_t width,
@@ -133,13 +123,10 @@ void DeviceConv::forward(const void* x, bool x_bf16, int64_t batch, int64_t heig
   s.pad = pad_;
   s.bf16 = bf16_;
   s.halo = halo;
-  const int64_t count = batch * height * width * in_;
   const void* src = x;
   if (bf16_ && !x_bf16) {
-    auto* c = static_cast<uint16_t*>(
-        device_scratch(ScratchSlot::kLinearIn, static_cast<size_t>(count) * 2));
-    to_bf16_array(static_cast<const float*>(x), c, count, st);
-    src = c;
+    src = bf16_rows_in(ScratchSlot::kLinearIn, static_cast<const float*>(x), in_,
+                       batch * height * width, in_, st);
   } else if (!bf16_ && x_bf16) {
     throw Error("CUDA conv: bf16 input to an f32 layer (" + s.str() + ")");
   }

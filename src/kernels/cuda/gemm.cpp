@@ -3,9 +3,6 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
-#include <vector>
-
-#include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/ops.h"
@@ -175,20 +172,8 @@ DeviceLinear::DeviceLinear(const float* w_f32, const float* bias, int64_t in, in
       bf16_(bf16 && in % 8 == 0 && out % 8 == 0),
       gelu_(gelu),
       has_bias_(bias != nullptr) {
-  const size_t n = static_cast<size_t>(in * out);
-  if (bf16_) {
-    std::vector<uint16_t> h(n);
-    for (size_t i = 0; i < n; ++i) h[i] = f32_to_bf16(w_f32[i]);  // inline, header only
-    w_ = xdit::cuda::DeviceBuffer(n * 2);
-    w_.upload(h.data(), n * 2);
-  } else {
-    w_ = xdit::cuda::DeviceBuffer(n * 4);
-    w_.upload(w_f32, n * 4);
-  }
-  if (has_bias_) {
-    bias_ = xdit::cuda::DeviceBuffer(static_cast<size_t>(out) * 4);
-    bias_.upload(bias, static_cast<size_t>(out) * 4);
-  }
+  w_ = upload_values(w_f32, static_cast<size_t>(in * out), bf16_);
+  if (has_bias_) bias_ = upload_values(bias, static_cast<size_t>(out), false);
 }
 
 void DeviceLinear::forward(const void* x, bool x_bf16, int64_t m, void* y, bool y_bf16,
@@ -205,13 +190,11 @@ void DeviceLinear::forward(const void* x, bool x_bf16, int64_t m, void* y, bool 
   s.accumulate = accumulate;
   if (y_bf16 && !bf16_) throw Error("CUDA linear: bf16 output from an f32 layer " + s.str());
   const void* src = x;
-  const size_t count = static_cast<size_t>(m * in_);
   if (bf16_ && !x_bf16) {
-    auto* c = static_cast<uint16_t*>(device_scratch(ScratchSlot::kLinearIn, count * 2));
-    to_bf16_array(static_cast<const float*>(x), c, m * in_, st);
-    src = c;
+    src = bf16_rows_in(ScratchSlot::kLinearIn, static_cast<const float*>(x), in_, m, in_, st);
   } else if (!bf16_ && x_bf16) {
-    auto* c = static_cast<float*>(device_scratch(ScratchSlot::kLinearIn, count * 4));
+    auto* c = static_cast<float*>(
+        device_scratch(ScratchSlot::kLinearIn, static_cast<size_t>(m * in_) * 4));
     from_bf16_rows(static_cast<const uint16_t*>(x), m, in_, c, in_, st);
     src = c;
   }

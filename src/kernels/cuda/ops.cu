@@ -1,9 +1,9 @@
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 
 #include "kernels/cuda/context.h"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/ops.h"
 
 namespace xdit::kernels::cuda {
@@ -12,17 +12,32 @@ namespace {
 
 constexpr int kThreads = 256;  // per block: 8 warps
 
-// The sum of `v` over the block (every thread gets it).
-__device__ float block_sum(float v) {
+struct Sum {
+  static constexpr float kIdentity = 0.f;
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct Max {
+  static constexpr float kIdentity = -INFINITY;
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// `v` reduced with Op over the block (every thread gets the result).
+template <class Op>
+__device__ float block_reduce(float v) {
+  const Op op;
   __shared__ float partial[kThreads / 32];
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __syncthreads();  // `partial` may still be read by a previous call
   if (lane == 0) partial[warp] = v;
   __syncthreads();
-  float t = lane < kThreads / 32 ? partial[lane] : 0.f;
-  for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+  float t = lane < kThreads / 32 ? partial[lane] : Op::kIdentity;
+  for (int o = 16; o > 0; o >>= 1) t = op(t, __shfl_xor_sync(0xffffffffu, t, o));
   return t;
+}
+
+__device__ float block_sum(float v) {
+  return block_reduce<Sum>(v);
 }
 
 // A block's row: its mean, then 1/√(variance about it + eps) (two passes
@@ -65,20 +80,11 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, float* __restrict__
 }
 
 __global__ void gelu_tanh_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
-  const float k = 0.7978845608028654f;  // √(2/π)
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float v = x[i];
-    y[i] = 0.5f * v * (1.f + tanhf(k * (v + 0.044715f * v * v * v)));
-  }
+  XDIT_GRID_LOOP(i, n) y[i] = gelu_tanh_f(x[i]);
 }
 
 __global__ void silu_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float v = x[i];
-    y[i] = v / (1.f + expf(-v));
-  }
+  XDIT_GRID_LOOP(i, n) y[i] = x[i] / (1.f + expf(-x[i]));
 }
 
 // Grid: (column blocks, batch·tokens rows).
@@ -104,24 +110,6 @@ __global__ void gated_residual_kernel(float* __restrict__ h, const float* __rest
     h[row * dim + i] += g * y[row * dim + i];
   }
 }
-
-__device__ inline uint16_t to_bf16(float v) {
-  return __bfloat16_as_ushort(__float2bfloat16_rn(v));  // round to nearest even, as the CPU
-}
-
-__device__ inline float from_bf16(uint16_t v) {
-  return __bfloat162float(__ushort_as_bfloat16(v));
-}
-
-__device__ inline float gelu_tanh_f(float v) {
-  const float k = 0.7978845608028654f;  // √(2/π)
-  return 0.5f * v * (1.f + tanhf(k * (v + 0.044715f * v * v * v)));
-}
-
-// A grid-stride loop over n elements.
-#define XDIT_GRID_LOOP(i, n)                                                             \
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 __global__ void gelu_erf_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
   XDIT_GRID_LOOP(i, n) y[i] = 0.5f * x[i] * (1.f + erff(x[i] * 0.70710678f));
@@ -151,7 +139,7 @@ __global__ void to_bf16_rows_kernel(const float* __restrict__ x, int64_t stride,
 
 __global__ void from_bf16_rows_kernel(const uint16_t* __restrict__ x, int64_t n,
                                       float* __restrict__ y, int64_t stride, int64_t total) {
-  XDIT_GRID_LOOP(i, total) y[(i / n) * stride + i % n] = from_bf16(x[i]);
+  XDIT_GRID_LOOP(i, total) y[(i / n) * stride + i % n] = to_float(x[i]);
 }
 
 __global__ void add_rows_kernel(const float* x, int64_t x_stride, const float* b, int64_t b_stride,
@@ -165,15 +153,10 @@ __global__ void add_rows_kernel(const float* x, int64_t x_stride, const float* b
 
 // One block per row: max, Σ exp (as the CPU op: exp(x − max) stored, then scaled).
 __global__ void softmax_rows_kernel(float* __restrict__ x, int64_t cols) {
-  __shared__ float partial[kThreads / 32];
   float* p = x + blockIdx.x * cols;
   float m = -INFINITY;
   for (int64_t i = threadIdx.x; i < cols; i += kThreads) m = fmaxf(m, p[i]);
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = m;
-  __syncthreads();
-  m = partial[0];
-  for (int w = 1; w < kThreads / 32; ++w) m = fmaxf(m, partial[w]);
+  m = block_reduce<Max>(m);
   float s = 0.f;
   for (int64_t i = threadIdx.x; i < cols; i += kThreads) {
     const float e = expf(p[i] - m);
@@ -245,11 +228,7 @@ __global__ void group_apply_kernel(const float* __restrict__ x, Out* __restrict_
     const float a = static_cast<float>(sa), c = static_cast<float>(beta[ch] - m * sa);
     float v = x[i] * a + c;
     if (silu_after) v = v / (1.f + expf(-v));
-    Out* dst = y + b * y_batch_stride + p * channels + ch;
-    if constexpr (sizeof(Out) == 2)
-      *dst = to_bf16(v);
-    else
-      *dst = v;
+    store(y + b * y_batch_stride + p * channels + ch, v);
   }
 }
 
@@ -260,12 +239,8 @@ __global__ void upsample2x_kernel(const float* __restrict__ x, Out* __restrict__
   XDIT_GRID_LOOP(i, total) {  // over the output's B · 2h · 2w · C values
     const int64_t ch = i % channels, q = (i / channels) % (2 * w);
     const int64_t r = (i / (channels * 2 * w)) % (2 * h), b = i / (channels * 4 * w * h);
-    const float v = x[((b * h + r / 2) * w + q / 2) * channels + ch];
-    Out* dst = y + b * y_batch_stride + (r * 2 * w + q) * channels + ch;
-    if constexpr (sizeof(Out) == 2)
-      *dst = to_bf16(v);
-    else
-      *dst = v;
+    store(y + b * y_batch_stride + (r * 2 * w + q) * channels + ch,
+          x[((b * h + r / 2) * w + q / 2) * channels + ch]);
   }
 }
 
@@ -302,17 +277,8 @@ __global__ void pack_kv_kernel(const In* __restrict__ src, int64_t stride, int64
                                int64_t total_tokens, int64_t t0, int64_t count) {
   XDIT_GRID_LOOP(i, count) {  // over B · H · n · D
     const int64_t e = i % d, tok = (i / d) % n, h = (i / (d * n)) % heads, b = i / (d * n * heads);
-    const In v = src[b * batch_stride + tok * stride + h * d + e];
-    float f;
-    if constexpr (sizeof(In) == 2)
-      f = from_bf16(v);
-    else
-      f = v;
-    Out* o = dst + ((b * heads + h) * total_tokens + t0 + tok) * d + e;
-    if constexpr (sizeof(Out) == 2)
-      *o = to_bf16(f);
-    else
-      *o = f;
+    store(dst + ((b * heads + h) * total_tokens + t0 + tok) * d + e,
+          to_float(src[b * batch_stride + tok * stride + h * d + e]));
   }
 }
 
@@ -322,11 +288,7 @@ __global__ void unpack_kv_kernel(const In* __restrict__ src, int64_t heads, int6
   XDIT_GRID_LOOP(i, count) {  // over B · total · H · D, dst token-major
     const int64_t e = i % d, h = (i / d) % heads, tok = (i / (d * heads)) % total_tokens,
                   b = i / (d * heads * total_tokens);
-    const In v = src[((b * heads + h) * total_tokens + tok) * d + e];
-    if constexpr (sizeof(In) == 2)
-      dst[i] = from_bf16(v);
-    else
-      dst[i] = v;
+    dst[i] = to_float(src[((b * heads + h) * total_tokens + tok) * d + e]);
   }
 }
 
@@ -407,6 +369,14 @@ unsigned elementwise_blocks(int64_t n) {
   return static_cast<unsigned>(b < 65535 ? (b > 0 ? b : 1) : 65535);
 }
 
+// One block of kThreads per row.
+#define XDIT_LAUNCH_ROWS(kernel, rows, s, ...)                            \
+  do {                                                                    \
+    if ((rows) == 0) return;                                              \
+    kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(__VA_ARGS__); \
+    xdit::cuda::check_launch(#kernel);                                    \
+  } while (0)
+
 #define XDIT_LAUNCH(kernel, n, s, ...)                              \
   do {                                                              \
     if ((n) == 0) return;                                           \
@@ -418,28 +388,20 @@ unsigned elementwise_blocks(int64_t n) {
 
 void layer_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps, const float* gamma,
                 const float* beta, Stream s) {
-  if (rows == 0) return;
-  layer_norm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, y, dim, eps, gamma, beta);
-  xdit::cuda::check_launch("layer_norm");
+  XDIT_LAUNCH_ROWS(layer_norm_kernel, rows, s, x, y, dim, eps, gamma, beta);
 }
 
 void rms_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps, const float* weight,
               Stream s) {
-  if (rows == 0) return;
-  rms_norm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, y, dim, eps, weight);
-  xdit::cuda::check_launch("rms_norm");
+  XDIT_LAUNCH_ROWS(rms_norm_kernel, rows, s, x, y, dim, eps, weight);
 }
 
 void gelu_tanh(const float* x, float* y, int64_t n, Stream s) {
-  if (n == 0) return;
-  gelu_tanh_kernel<<<elementwise_blocks(n), kThreads, 0, s>>>(x, y, n);
-  xdit::cuda::check_launch("gelu_tanh");
+  XDIT_LAUNCH(gelu_tanh_kernel, n, s, x, y, n);
 }
 
 void silu(const float* x, float* y, int64_t n, Stream s) {
-  if (n == 0) return;
-  silu_kernel<<<elementwise_blocks(n), kThreads, 0, s>>>(x, y, n);
-  xdit::cuda::check_launch("silu");
+  XDIT_LAUNCH(silu_kernel, n, s, x, y, n);
 }
 
 void modulate(const float* x, float* y, int64_t batch, int64_t tokens, int64_t dim,
@@ -497,18 +459,15 @@ void add_rows(const float* x, int64_t x_stride, const float* b, int64_t b_stride
 }
 
 void softmax_rows(float* x, int64_t rows, int64_t cols, Stream s) {
-  if (rows == 0 || cols == 0) return;
-  softmax_rows_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, cols);
-  xdit::cuda::check_launch("softmax_rows");
+  if (cols == 0) return;
+  XDIT_LAUNCH_ROWS(softmax_rows_kernel, rows, s, x, cols);
 }
 
 void layer_norm_modulate(const float* x, float* y, int64_t batch, int64_t tokens, int64_t dim,
                          float eps, const float* shift, const float* scale, int64_t mod_stride,
                          Stream s) {
-  if (batch * tokens == 0) return;
-  layer_norm_modulate_kernel<<<static_cast<unsigned>(batch * tokens), kThreads, 0, s>>>(
-      x, y, tokens, dim, eps, shift, scale, mod_stride);
-  xdit::cuda::check_launch("layer_norm_modulate");
+  XDIT_LAUNCH_ROWS(layer_norm_modulate_kernel, batch * tokens, s, x, y, tokens, dim, eps, shift,
+                   scale, mod_stride);
 }
 
 namespace {
@@ -623,25 +582,18 @@ void pack_kv(const void* src, bool src_bf16, int64_t stride, int64_t batch, int6
              int64_t batch_stride, Stream s) {
   if (batch_stride == 0) batch_stride = n * stride;
   const int64_t count = batch * heads * n * head_dim;
-  auto* d16 = static_cast<uint16_t*>(dst);
-  auto* d32 = static_cast<float*>(dst);
-  if (src_bf16) {
-    const auto* in = static_cast<const uint16_t*>(src);
+  const auto launch = [&](const auto* in) {
     if (dst_bf16)
-      XDIT_LAUNCH(pack_kv_kernel, count, s, in, stride, batch_stride, heads, n, head_dim, d16,
-                  total, t, count);
+      XDIT_LAUNCH(pack_kv_kernel, count, s, in, stride, batch_stride, heads, n, head_dim,
+                  static_cast<uint16_t*>(dst), total, t, count);
     else
-      XDIT_LAUNCH(pack_kv_kernel, count, s, in, stride, batch_stride, heads, n, head_dim, d32,
-                  total, t, count);
-  } else {
-    const auto* in = static_cast<const float*>(src);
-    if (dst_bf16)
-      XDIT_LAUNCH(pack_kv_kernel, count, s, in, stride, batch_stride, heads, n, head_dim, d16,
-                  total, t, count);
-    else
-      XDIT_LAUNCH(pack_kv_kernel, count, s, in, stride, batch_stride, heads, n, head_dim, d32,
-                  total, t, count);
-  }
+      XDIT_LAUNCH(pack_kv_kernel, count, s, in, stride, batch_stride, heads, n, head_dim,
+                  static_cast<float*>(dst), total, t, count);
+  };
+  if (src_bf16)
+    launch(static_cast<const uint16_t*>(src));
+  else
+    launch(static_cast<const float*>(src));
 }
 
 void unpack_kv(const void* src, int64_t batch, int64_t heads, int64_t total, int64_t head_dim,
