@@ -1,10 +1,12 @@
 #include "comm/device_comm.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
 #include <vector>
 
+#include "core/device.h"
 #include "core/error.h"
 #ifdef XDIT_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -34,6 +36,36 @@ std::string choose_device_comm(int gpus_here, int ranks_here, bool have_nccl, st
                              " on this machine (NCCL needs one each): ranks exchange GPU data "
                              "through host memory (MPI)";
   return "host-staged";
+}
+
+RankDevice rank_device(std::string* note) {
+  const int ranks = local_process_count();
+  int gpus = 0;
+#ifdef XDIT_HAVE_CUDA
+  gpus = cuda::device_count();
+#endif
+  if (gpus == 0) check_device(Device{Device::Kind::kCuda, 0});  // says why: no backend, driver …
+#ifdef XDIT_HAVE_NCCL
+  const bool nccl = true;
+#else
+  const bool nccl = false;
+#endif
+  RankDevice r;
+  r.kind = choose_device_comm(gpus, ranks, nccl, note);
+  r.device = Device{Device::Kind::kCuda, local_rank() % std::max(gpus, 1)};
+  return r;
+}
+
+std::unique_ptr<Communicator> make_device_comm(std::shared_ptr<Communicator> host,
+                                               const std::string& kind) {
+#ifdef XDIT_HAVE_NCCL
+  if (kind == "nccl") return make_nccl(std::move(host));
+#endif
+#ifdef XDIT_HAVE_CUDA
+  if (kind == "host-staged") return make_host_staged(std::move(host));
+#endif
+  XDIT_FAIL("a '", kind, "' communicator for GPU memory is not in this build",
+            built_with_cuda() ? " (no NCCL when CMake configured it)" : " (no CUDA backend)");
 }
 
 #ifdef XDIT_HAVE_CUDA

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "core/device.h"
 
 namespace xdit::comm {
 
@@ -38,6 +39,22 @@ std::unique_ptr<Communicator> make_nccl(std::shared_ptr<Communicator> host, doub
 #ifdef XDIT_HAVE_CUDA
 std::unique_ptr<Communicator> make_host_staged(std::shared_ptr<Communicator> host);
 #endif
+
+// A multi-rank job's GPU for this rank: cuda:<local rank>, shared round-robin
+// where the machine has fewer GPUs than ranks, and the communicator `kind`
+// between them (choose_device_comm; `note` one line when host-staged).
+// Throws one line without a GPU or the CUDA backend.
+struct RankDevice {
+  Device device;
+  std::string kind;
+};
+RankDevice rank_device(std::string* note);
+
+// A device communicator of `kind` ("nccl" or "host-staged", as
+// choose_device_comm says) over the ranks of `host`; every rank calls it with
+// its own device current. Throws one line where this build lacks the kind.
+std::unique_ptr<Communicator> make_device_comm(std::shared_ptr<Communicator> host,
+                                               const std::string& kind);
 
 // Which device communicator a job gets: "nccl" when every rank on a machine
 // has a GPU of its own, else "host-staged" with `note` saying why (one line

@@ -115,6 +115,11 @@ void add_rows(const float* x, int64_t x_stride, const float* b, int64_t b_stride
 // one row the strides are unused.
 void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
                int64_t n);
+// The same in bytes: `rows` rows of `row_bytes` from src (`src_pitch` bytes
+// apart) to dst (`dst_pitch` apart), for buffers of any element type (the
+// parallel layer's exchange buffers).
+void copy_row_bytes(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, int64_t rows,
+                    size_t row_bytes);
 
 // `bytes` bytes from host memory to `dst` on this thread's device (a plain
 // copy on the CPU): tables and masks a model makes on the host.
@@ -200,6 +205,12 @@ void attention_pack_kv(const float* src, int64_t stride, int64_t batch, int64_t 
 void attention_pack_kv_bf16(const uint16_t* src, int64_t stride, int64_t batch, int64_t heads,
                             int64_t n, int64_t head_dim, void* dst, int64_t total, int64_t t,
                             int64_t batch_stride = 0);
+// Merges a partial attention result into an accumulator, exactly (Ring
+// attention's blocks): lse' = log(e^lse + e^lse_b),
+// o' = e^(lse−lse')·o + e^(lse_b−lse')·o_b, in f32. o, ob: [B, S, H, D];
+// lse, lse_b: [B, H, S] as attention writes them.
+void attention_merge(float* o, float* lse, const float* ob, const float* lse_b, int64_t batch,
+                     int64_t tokens, int64_t heads, int64_t head_dim);
 // The inverse, for inspection: tokens [0, total) of a packed buffer → f32
 // [B, total, H·D].
 void attention_unpack_kv(const void* src, int64_t batch, int64_t heads, int64_t total,

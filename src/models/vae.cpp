@@ -291,7 +291,7 @@ Tensor VaeDecoder::decode(const Tensor& z_nchw, nn::RowBands* bands) {
   kernels::nhwc_to_nchw(y.data<float>(), B, hw, c.out_channels, band.data<float>());
   y = Tensor();
   release_cached_blocks();                           // the decoder's buffers go back to the system
-  return bd.bands.gather(band).to_device(Device{});  // the image on the host
+  return bd.bands.gather(band.to_device(Device{}));  // the image, gathered on the host
 }
 
 std::vector<std::vector<uint8_t>> image_to_rgb8(const Tensor& image) {

@@ -25,6 +25,13 @@ class Scratch {
     if (buf_.size() < n) grow(n);
     return buf_.data();
   }
+  // `bytes` bytes (the buffer in any element type).
+  void* bytes(size_t bytes) { return get((bytes + 3) / 4); }
+  // Frees the buffer (the next get allocates again).
+  void release() {
+    AlignedVector<float>().swap(buf_);
+    device_buf_ = Tensor();
+  }
 
  private:
   void grow(size_t n);  // throws one line with the size when memory runs out

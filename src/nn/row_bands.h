@@ -23,9 +23,9 @@ class RowBands {
   virtual const std::vector<int64_t>& rows() const = 0;
   // This rank's band.
   virtual int band() const = 0;
-  // In-place sum over the bands (GroupNorm's Σx and Σx², f64).
+  // In-place sum over the bands (GroupNorm's Σx and Σx², f64, host memory).
   virtual void sum(double* values, size_t count) = 0;
-  // x holds `batch` items of `rows` + 2·halo rows, `row_bytes` bytes per row:
+  // x (the model's memory: the thread's current device) holds `batch` items of `rows` + 2·halo rows, `row_bytes` bytes per row:
   // fills the `halo` rows above and below each item's band with the
   // neighbouring bands' edge rows, and with zeros at the image's top and
   // bottom (a convolution's zero padding).
@@ -34,8 +34,8 @@ class RowBands {
   // Self-attention over every band's tokens; the caller tells it the split
   // (AttentionBackend::set_sequence_split) before each call.
   virtual AttentionBackend& attention() = 0;
-  // Every band's [B, C, rows_i, W] assembled into [B, C, Σ rows_i, W] on
-  // every rank.
+  // Every band's [B, C, rows_i, W] (host memory) assembled into
+  // [B, C, Σ rows_i, W] on every rank.
   virtual Tensor gather(const Tensor& band) = 0;
 
   // This band's rows [begin, end) of the input grid scaled by `scale`.

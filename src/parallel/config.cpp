@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "comm/device_comm.h"
 #include "core/error.h"
 #include "nn/tensor_parallel.h"
 #include "parallel/split.h"
@@ -197,22 +198,46 @@ Coord Mesh::coord_of(const ParallelConfig& c, int rank) {
 Mesh::Mesh(const ParallelConfig& cfg, comm::Communicator& world) : cfg_(cfg), world_(world) {
   cfg.validate(world.size());
   coord_ = coord_of(cfg, world.rank());
+  host_ = split(world, false);
+  model_ = model_of(host_);
+}
+
+Mesh::Groups Mesh::split(comm::Communicator& base, bool model_only) const {
+  const ParallelConfig& c = cfg_;
   const Coord& k = coord_;
   // color: every coordinate but the group's own; key: the group's coordinate.
   auto color = [&](int dp, int cf, int pp, int sp, int tp) {
-    return (((dp * 2 + cf) * cfg.pipefusion_parallel_degree + pp) * (cfg.sp() + 1) + sp) *
-               cfg.tensor_parallel_degree +
+    return (((dp * 2 + cf) * c.pipefusion_parallel_degree + pp) * (c.sp() + 1) + sp) *
+               c.tensor_parallel_degree +
            tp;
   };
-  const int none = cfg.sp();  // a value no sp coordinate takes
-  sp_ = world.split(color(k.dp, k.cfg, k.pp, none, k.tp), k.sp);
-  ulysses_ = sp_->split(k.ring + cfg.ring_degree * k.patch, k.ulysses);
-  ring_ = sp_->split(k.ulysses + cfg.ulysses_degree * k.patch, k.ring);
-  cfg_group_ = world.split(color(k.dp, 0, k.pp, k.sp, k.tp), k.cfg);
-  dp_ = world.split(color(0, k.cfg, k.pp, k.sp, k.tp), k.dp);
-  pp_ = world.split(color(k.dp, k.cfg, 0, k.sp, k.tp), k.pp);
-  tp_ = world.split(color(k.dp, k.cfg, k.pp, k.sp, 0), k.tp);
-  replica_ = world.split(k.dp, world.rank());
+  const int none = c.sp();  // a value no sp coordinate takes
+  Groups g;
+  g.sp = base.split(color(k.dp, k.cfg, k.pp, none, k.tp), k.sp);
+  g.ulysses = g.sp->split(k.ring + c.ring_degree * k.patch, k.ulysses);
+  g.ring = g.sp->split(k.ulysses + c.ulysses_degree * k.patch, k.ring);
+  if (!model_only) {
+    g.cfg = base.split(color(k.dp, 0, k.pp, k.sp, k.tp), k.cfg);
+    g.dp = base.split(color(0, k.cfg, k.pp, k.sp, k.tp), k.dp);
+    g.pp = base.split(color(k.dp, k.cfg, 0, k.sp, k.tp), k.pp);
+  }
+  g.tp = base.split(color(k.dp, k.cfg, k.pp, k.sp, 0), k.tp);
+  g.replica = base.split(k.dp, base.rank());
+  return g;
+}
+
+void Mesh::set_device(Device device, const std::string& kind) {
+  XDIT_CHECK(device.cuda() && device_kind_.empty(),
+             "Mesh::set_device takes one CUDA device, once");
+  DeviceScope scope(device);  // NCCL and the staged copies bind to the current device
+  // The world as a shared pointer the device communicator can hold; the
+  // mesh's caller owns it and outlives the mesh.
+  std::shared_ptr<comm::Communicator> host(&world_, [](comm::Communicator*) {});
+  device_world_ = comm::make_device_comm(host, kind);
+  device_groups_ = split(*device_world_, true);
+  model_ = model_of(device_groups_);
+  device_kind_ = kind;
+  device_ = device;
 }
 
 Mesh::~Mesh() = default;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/device.h"
 
 namespace xdit::parallel {
 
@@ -100,18 +101,36 @@ class Mesh {
   static Coord coord_of(const ParallelConfig& cfg, int rank);
   const ParallelConfig& config() const { return cfg_; }
   const Coord& coord() const { return coord_; }
+  // The groups over host memory (the pipeline's latents, images, stage
+  // hand-offs, and on the CPU everything).
   comm::Communicator& world() { return world_; }
-  comm::Communicator& sp_group() { return *sp_; }
-  comm::Communicator& ulysses_group() { return *ulysses_; }
-  comm::Communicator& ring_group() { return *ring_; }
-  comm::Communicator& cfg_group() { return *cfg_group_; }
-  comm::Communicator& dp_group() { return *dp_; }
-  comm::Communicator& pp_group() { return *pp_; }
+  comm::Communicator& sp_group() { return *host_.sp; }
+  comm::Communicator& ulysses_group() { return *host_.ulysses; }
+  comm::Communicator& ring_group() { return *host_.ring; }
+  comm::Communicator& cfg_group() { return *host_.cfg; }
+  comm::Communicator& dp_group() { return *host_.dp; }
+  comm::Communicator& pp_group() { return *host_.pp; }
   // The tensor-parallel ranks that share this rank's layers (consecutive ranks).
-  comm::Communicator& tp_group() { return *tp_; }
+  comm::Communicator& tp_group() { return *host_.tp; }
   // The ranks of this rank's data-parallel replica, in rank order (the
   // patch-parallel VAE's bands).
-  comm::Communicator& replica_group() { return *replica_; }
+  comm::Communicator& replica_group() { return *host_.replica; }
+
+  // The groups that carry a model's activations inside a call (the
+  // attention backends, tensor parallelism's all-reduce, the parallel VAE's
+  // halos and attention): the host groups, or after set_device the same
+  // ranks over device memory.
+  struct ModelGroups {
+    comm::Communicator *sp, *ulysses, *ring, *tp, *replica;
+  };
+  const ModelGroups& model_groups() const { return model_; }
+  // Activations on this rank's GPU `device` (made current here): the model
+  // groups become communicators of `kind` ("nccl" or "host-staged", as
+  // comm::choose_device_comm says) in the mesh's order. Collective: every
+  // rank of the world calls it.
+  void set_device(Device device, const std::string& kind);
+  Device device() const { return device_; }
+  const std::string& device_comm() const { return device_kind_; }  // "" on the CPU
   // --patch_weights auto: the calibrated weights (one per SP position),
   // kept for every later request.
   void set_patch_weights(std::vector<double> weights);
@@ -119,10 +138,25 @@ class Mesh {
   std::string layout() const;
 
  private:
+  struct Groups {
+    std::unique_ptr<comm::Communicator> sp, ulysses, ring, cfg, dp, pp, tp, replica;
+  };
+  // The groups of this rank's coordinate split from `base` (only the model
+  // groups when `model_only`).
+  Groups split(comm::Communicator& base, bool model_only) const;
+  static ModelGroups model_of(const Groups& g) {
+    return {g.sp.get(), g.ulysses.get(), g.ring.get(), g.tp.get(), g.replica.get()};
+  }
+
   ParallelConfig cfg_;
   comm::Communicator& world_;
   Coord coord_;
-  std::unique_ptr<comm::Communicator> sp_, ulysses_, ring_, cfg_group_, dp_, pp_, tp_, replica_;
+  Groups host_;
+  std::unique_ptr<comm::Communicator> device_world_;
+  Groups device_groups_;
+  ModelGroups model_{};
+  Device device_;
+  std::string device_kind_;
 };
 
 }  // namespace xdit::parallel

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 
 #include "core/error.h"
 #include "kernels/kernels.h"
@@ -17,13 +16,13 @@ constexpr int kTag = 1 << 21;  // + the layer: one exchange per layer per step
 // attention packs bf16: the same rounding the packing would do, half the
 // bytes and half the exchange buffers).
 struct PatchAttention::Layer {
-  std::vector<uint8_t> k, v;  // packed [B, H, text + total, D]
+  Tensor k, v;  // packed [B, H, text + total, D], on the attention's device
   int64_t batch = 0, heads = 0, head_dim = 0, text = 0, total = 0;
   size_t esz = 4;  // bytes per packed (and exchanged) element
   bool bf16 = false, filled = false;
   std::vector<int64_t> share, offset;  // every rank's band and its first token
-  std::vector<uint8_t> fresh;          // this rank's K then V: [2][B, n, H·D]
-  std::vector<std::vector<uint8_t>> recv;
+  nn::Scratch fresh;                   // this rank's K then V: [2][B, n, H·D]
+  std::vector<nn::Scratch> recv;       // every peer's, as fresh
   std::vector<std::unique_ptr<comm::Request>> pending;
 
   // Tokens [0, n) of exchanged K/V ([2][B, n, H·D], batch items `per_item`
@@ -33,7 +32,7 @@ struct PatchAttention::Layer {
     const int64_t hd = heads * head_dim, all = text + total, bs = per_item * hd;
     for (int i = 0; i < 2; ++i) {
       const uint8_t* src = kv + static_cast<size_t>(i * batch * bs) * esz;
-      void* dst = i == 0 ? k.data() : v.data();
+      void* dst = i == 0 ? k.raw() : v.raw();
       if (esz == 2)
         kernels::attention_pack_kv_bf16(reinterpret_cast<const uint16_t*>(src), hd, batch, heads, n,
                                         head_dim, dst, all, t, bs);
@@ -84,8 +83,8 @@ void PatchAttention::complete(Layer& l) {
   if (!refresh_) return;  // the test switch: keep what the warm-up stored
   for (int p = 0; p < group_.size(); ++p)
     if (p != group_.rank())
-      l.store(l.recv[static_cast<size_t>(p)].data(), l.share[static_cast<size_t>(p)],
-              l.text + l.offset[static_cast<size_t>(p)]);
+      l.store(static_cast<const uint8_t*>(l.recv[static_cast<size_t>(p)].bytes(0)),
+              l.share[static_cast<size_t>(p)], l.text + l.offset[static_cast<size_t>(p)]);
 }
 
 void PatchAttention::attend(const kernels::AttentionArgs& args, const nn::AttentionSite& site) {
@@ -108,14 +107,19 @@ void PatchAttention::attend(const kernels::AttentionArgs& args, const nn::Attent
   auto& slot = layers_[site.layer];
   if (!slot) slot = std::make_unique<Layer>();
   Layer& l = *slot;
-  if (l.batch != B || l.heads != H || l.head_dim != D || l.text != text || l.total != total ||
-      l.bf16 != args.bf16 || l.share != share) {
+  if (!l.k.defined() || l.k.device() != current_device() || l.batch != B || l.heads != H ||
+      l.head_dim != D || l.text != text || l.total != total || l.bf16 != args.bf16 ||
+      l.share != share) {
     for (auto& r : l.pending) r->wait();
     l.pending.clear();
-    const size_t esz = kernels::attention_packs_bf16(args.bf16) ? 2 : 4;
-    l.esz = esz;
-    l.k.assign(static_cast<size_t>(B * H * (text + total) * D) * esz, 0);
-    l.v.assign(l.k.size(), 0);
+    const bool packs_bf16 = kernels::attention_packs_bf16(args.bf16);
+    l.esz = packs_bf16 ? 2 : 4;
+    l.k = Tensor();  // freed before the new ones are made
+    l.v = Tensor();
+    const Shape packed{B * H * (text + total) * D};
+    const DType type = packs_bf16 ? DType::kBF16 : DType::kF32;
+    l.k = Tensor::zeros(packed, type, current_device());
+    l.v = Tensor::zeros(packed, type, current_device());
     l.batch = B;
     l.heads = H;
     l.head_dim = D;
@@ -137,37 +141,34 @@ void PatchAttention::attend(const kernels::AttentionArgs& args, const nn::Attent
   const bool sync = sync_ || !l.filled;
   const int64_t per = sync ? most : n;
   const size_t block = static_cast<size_t>(2 * B * per * hd) * l.esz;
-  std::vector<uint8_t>& mine = sync ? sync_send_ : l.fresh;
-  mine.resize(block);
+  auto* mine = static_cast<uint8_t*>((sync ? sync_send_ : l.fresh).bytes(block));
   for (int t = 0; t < 2; ++t) {
     const float* src = t == 0 ? args.k : args.v;
     const int64_t stride = t == 0 ? args.k_stride : args.v_stride;
     for (int64_t b = 0; b < B; ++b) {
       const float* rows = src + (b * (text + n) + text) * stride;
-      uint8_t* dst = mine.data() + static_cast<size_t>((t * B + b) * per * hd) * l.esz;
+      uint8_t* dst = mine + static_cast<size_t>((t * B + b) * per * hd) * l.esz;
       if (l.esz == 2)  // one threaded conversion of the band's rows
         kernels::to_bf16_rows(rows, stride, n, hd, reinterpret_cast<uint16_t*>(dst));
       else
-        for (int64_t i = 0; i < n; ++i)
-          std::memcpy(dst + static_cast<size_t>(i * hd) * 4, rows + i * stride,
-                      static_cast<size_t>(hd) * 4);
+        kernels::copy_rows(reinterpret_cast<float*>(dst), hd, rows, stride, n, hd);
     }
   }
   if (sync) {
     // Every band fresh, synchronously: exact.
-    sync_recv_.resize(block * static_cast<size_t>(n_ranks));
-    group_.allgather(mine.data(), sync_recv_.data(), block, comm::Type::kByte);
+    auto* all = static_cast<uint8_t*>(sync_recv_.bytes(block * static_cast<size_t>(n_ranks)));
+    group_.allgather(mine, all, block, comm::Type::kByte);
     for (int p = 0; p < n_ranks; ++p)
-      l.store(sync_recv_.data() + block * static_cast<size_t>(p), share[static_cast<size_t>(p)],
+      l.store(all + block * static_cast<size_t>(p), share[static_cast<size_t>(p)],
               text + l.offset[static_cast<size_t>(p)], most);
     l.filled = true;
   } else {  // the other bands' K/V as of the previous step (stored by complete)
-    l.store(l.fresh.data(), n, text + l.offset[static_cast<size_t>(me)]);
+    l.store(mine, n, text + l.offset[static_cast<size_t>(me)]);
   }
   if (text > 0) {  // this rank's text K/V, fresh, in front
-    kernels::attention_pack_kv(args.k, args.k_stride, B, H, text, D, l.bf16, l.k.data(),
+    kernels::attention_pack_kv(args.k, args.k_stride, B, H, text, D, l.bf16, l.k.raw(),
                                text + total, 0, (text + n) * args.k_stride);
-    kernels::attention_pack_kv(args.v, args.v_stride, B, H, text, D, l.bf16, l.v.data(),
+    kernels::attention_pack_kv(args.v, args.v_stride, B, H, text, D, l.bf16, l.v.raw(),
                                text + total, 0, (text + n) * args.v_stride);
   }
   kernels::AttentionArgs a;
@@ -175,8 +176,8 @@ void PatchAttention::attend(const kernels::AttentionArgs& args, const nn::Attent
   a.q_stride = args.q_stride;
   a.out = args.out;
   a.out_stride = args.out_stride;
-  a.k_packed = l.k.data();
-  a.v_packed = l.v.data();
+  a.k_packed = l.k.raw();
+  a.v_packed = l.v.raw();
   a.batch = B;
   a.heads = H;
   a.q_len = args.q_len;
@@ -187,25 +188,22 @@ void PatchAttention::attend(const kernels::AttentionArgs& args, const nn::Attent
   kernels::attention(a);
   // After a stale step, send this step's K/V on for the next one.
   if (!sync_ && !last_step_) {
-    if (sync) {  // the first stale step after a sync one: this band's K/V, unpadded
-      l.fresh.resize(static_cast<size_t>(2 * B * n * hd) * l.esz);
-      for (int64_t tb = 0; tb < 2 * B; ++tb)
-        std::memcpy(l.fresh.data() + static_cast<size_t>(tb * n * hd) * l.esz,
-                    mine.data() + static_cast<size_t>(tb * most * hd) * l.esz,
-                    static_cast<size_t>(n * hd) * l.esz);
-    }
+    const size_t item = static_cast<size_t>(n * hd) * l.esz, fresh = 2 * B * item;
+    if (sync)  // the first stale step after a sync one: this band's K/V, unpadded
+      kernels::copy_row_bytes(l.fresh.bytes(fresh), item, mine,
+                              static_cast<size_t>(most * hd) * l.esz, 2 * B, item);
     l.recv.resize(static_cast<size_t>(n_ranks));
     for (int p = 0; p < n_ranks; ++p) {
       if (p == me) continue;
-      auto& buf = l.recv[static_cast<size_t>(p)];
-      buf.resize(static_cast<size_t>(2 * B * share[static_cast<size_t>(p)] * hd) * l.esz);
-      l.pending.push_back(
-          group_.irecv(buf.data(), buf.size(), comm::Type::kByte, p, kTag + site.layer));
+      const size_t bytes = static_cast<size_t>(2 * B * share[static_cast<size_t>(p)] * hd) * l.esz;
+      l.pending.push_back(group_.irecv(l.recv[static_cast<size_t>(p)].bytes(bytes), bytes,
+                                       comm::Type::kByte, p, kTag + site.layer));
     }
     for (int p = 0; p < n_ranks; ++p)
       if (p != me)
         l.pending.push_back(
-            group_.isend(l.fresh.data(), l.fresh.size(), comm::Type::kByte, p, kTag + site.layer));
+            group_.isend(l.fresh.bytes(fresh), fresh, comm::Type::kByte, p, kTag + site.layer));
+    l.pending.back()->test();  // starts them now (NCCL holds point-to-point calls until then)
   }
 }
 

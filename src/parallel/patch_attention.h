@@ -13,6 +13,8 @@
 //    step, so the exchange hides behind a whole step of compute.
 // Joint attention (FLUX, SD3): the text's K/V lead the buffer and are the
 // local rank's, fresh every call. Cross-attention stays local.
+// The buffers live on the thread's current device (GPU memory under a CUDA
+// scope, exchanged through the mesh's device communicators).
 #pragma once
 
 #include <map>
@@ -21,6 +23,7 @@
 
 #include "comm/communicator.h"
 #include "nn/attention.h"
+#include "nn/layers.h"
 
 namespace xdit::parallel {
 
@@ -49,7 +52,7 @@ class PatchAttention : public nn::AttentionBackend {
   std::vector<int64_t> split_;
   std::map<int, std::unique_ptr<Layer>> layers_;
   // A sync step's all-gather buffers, shared by every layer (one call at a time).
-  std::vector<uint8_t> sync_send_, sync_recv_;
+  nn::Scratch sync_send_, sync_recv_;
   double wait_seconds_ = 0;
 };
 

@@ -1,7 +1,6 @@
 #include "parallel/pipefusion_attention.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "core/error.h"
 #include "kernels/kernels.h"
@@ -21,7 +20,7 @@ void PipeFusionAttention::set_window(int64_t total, int64_t t0, int64_t t1) {
 
 size_t PipeFusionAttention::buffer_bytes() const {
   size_t n = 0;
-  for (const auto& [layer, b] : buffers_) n += b.k.size() + b.v.size();
+  for (const auto& [layer, b] : buffers_) n += b.k.nbytes() + b.v.nbytes();
   return n;
 }
 
@@ -29,13 +28,15 @@ PipeFusionAttention::Buffer& PipeFusionAttention::buffer(int layer,
                                                          const kernels::AttentionArgs& args,
                                                          int64_t heads, bool whole, int64_t text) {
   Buffer& buf = buffers_[layer];
-  const size_t esz = kernels::attention_packs_bf16(args.bf16) ? 2 : 4;
-  const size_t size =
-      static_cast<size_t>(args.batch * heads * (text + total_) * args.head_dim) * esz;
-  if (buf.k.size() != size || buf.bf16 != args.bf16 || buf.heads != heads ||
-      buf.batch != args.batch || buf.head_dim != args.head_dim || buf.text != text) {
-    buf.k.assign(size, 0);
-    buf.v.assign(size, 0);
+  const DType type = kernels::attention_packs_bf16(args.bf16) ? DType::kBF16 : DType::kF32;
+  const int64_t size = args.batch * heads * (text + total_) * args.head_dim;
+  if (!buf.k.defined() || buf.k.numel() != size || buf.k.device() != current_device() ||
+      buf.bf16 != args.bf16 || buf.heads != heads || buf.batch != args.batch ||
+      buf.head_dim != args.head_dim || buf.text != text) {
+    buf.k = Tensor();  // freed before the new ones are made
+    buf.v = Tensor();
+    buf.k = Tensor::zeros({size}, type, current_device());
+    buf.v = Tensor::zeros({size}, type, current_device());
     buf.batch = args.batch;
     buf.heads = heads;
     buf.head_dim = args.head_dim;
@@ -53,9 +54,9 @@ void PipeFusionAttention::store(Buffer& buf, const float* k, const float* v, int
                                 int64_t n) const {
   const int64_t total = buf.text + total_;
   kernels::attention_pack_kv(k, k_stride, buf.batch, buf.heads, n, buf.head_dim, buf.bf16,
-                             buf.k.data(), total, t, batch_tokens * k_stride);
+                             buf.k.raw(), total, t, batch_tokens * k_stride);
   kernels::attention_pack_kv(v, v_stride, buf.batch, buf.heads, n, buf.head_dim, buf.bf16,
-                             buf.v.data(), total, t, batch_tokens * v_stride);
+                             buf.v.raw(), total, t, batch_tokens * v_stride);
 }
 
 void PipeFusionAttention::attend_buffer(const Buffer& buf, const kernels::AttentionArgs& args,
@@ -66,8 +67,8 @@ void PipeFusionAttention::attend_buffer(const Buffer& buf, const kernels::Attent
   a.q_stride = q_stride;
   a.out = out;
   a.out_stride = out_stride;
-  a.k_packed = buf.k.data();
-  a.v_packed = buf.v.data();
+  a.k_packed = buf.k.raw();
+  a.v_packed = buf.v.raw();
   a.batch = buf.batch;
   a.heads = buf.heads;
   a.q_len = q_len;
@@ -80,10 +81,12 @@ void PipeFusionAttention::attend_buffer(const Buffer& buf, const kernels::Attent
 
 std::vector<float> PipeFusionAttention::unpack(const Buffer& buf, bool keys) const {
   const int64_t total = buf.text + total_;
-  std::vector<float> out(static_cast<size_t>(buf.batch * total * buf.heads * buf.head_dim));
-  kernels::attention_unpack_kv(keys ? buf.k.data() : buf.v.data(), buf.batch, buf.heads, total,
-                               buf.head_dim, buf.bf16, out.data());
-  return out;
+  DeviceScope scope(buf.k.device());
+  Tensor out =
+      Tensor::empty({buf.batch * total * buf.heads * buf.head_dim}, DType::kF32, buf.k.device());
+  kernels::attention_unpack_kv(keys ? buf.k.raw() : buf.v.raw(), buf.batch, buf.heads, total,
+                               buf.head_dim, buf.bf16, out.data<float>());
+  return out.to_vector();
 }
 
 void PipeFusionAttention::attend(const kernels::AttentionArgs& args,
@@ -156,16 +159,16 @@ void PipeFusionAttention::attend_sequence_parallel(const kernels::AttentionArgs&
     // The ring super-chunks' fresh image K/V ([2][B, Nu, Hu, D], Ulysses
     // chunks padded to P), each SP rank's real tokens stored at their place.
     const size_t m = static_cast<size_t>(B * Nu * cols);
-    kv_mine_.resize(2 * m);
+    float* mine = kv_mine_.get(2 * m);
     for (int t = 0; t < 2; ++t)
       for (int64_t b = 0; b < B; ++b)
-        std::memcpy(kv_mine_.data() + t * m + b * Nu * cols,
-                    (t == 0 ? k : v) + (b * S + text) * cols, static_cast<size_t>(Nu * cols) * 4);
-    const float* kv = kv_mine_.data();
+        kernels::copy_rows(mine + t * m + b * Nu * cols, cols,
+                           (t == 0 ? k : v) + (b * S + text) * cols, cols, Nu, cols);
+    const float* kv = mine;
     if (r > 1) {
-      kv_all_.resize(2 * m * static_cast<size_t>(r));
-      ring_->allgather(kv_mine_.data(), kv_all_.data(), 2 * m, comm::Type::kF32);
-      kv = kv_all_.data();
+      float* all = kv_all_.get(2 * m * static_cast<size_t>(r));
+      ring_->allgather(mine, all, 2 * m, comm::Type::kF32);
+      kv = all;
     }
     int64_t at = text + t0_;
     for (int i = 0; i < r; ++i)
@@ -177,9 +180,9 @@ void PipeFusionAttention::attend_sequence_parallel(const kernels::AttentionArgs&
       }
     buf.filled = buf.filled || whole;
   }
-  out_.resize(n);
-  attend_buffer(buf, args, q, cols, S, out_.data(), cols);
-  exchange_->to_tokens(out_.data(), args, text);
+  float* out = out_.get(n);
+  attend_buffer(buf, args, q, cols, S, out, cols);
+  exchange_->to_tokens(out, args, text);
 }
 
 }  // namespace xdit::parallel

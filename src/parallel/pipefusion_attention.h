@@ -17,6 +17,10 @@
 // every rank); their K/V lead the buffer and are written fresh by every call
 // (the text is recomputed with each patch), while the image's K/V are stale
 // outside the patch, as xDiT's PipeFusion for FLUX keeps them.
+//
+// The buffers live on the device of the first call (the thread's current
+// device): on a GPU the K/V stay in GPU memory and the exchanges go through
+// the mesh's device communicators.
 #pragma once
 
 #include <map>
@@ -24,7 +28,9 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "core/tensor.h"
 #include "nn/attention.h"
+#include "nn/layers.h"
 #include "parallel/usp_attention.h"
 
 namespace xdit::parallel {
@@ -55,7 +61,7 @@ class PipeFusionAttention : public nn::AttentionBackend {
   // bf16 when the attention computes in bf16): nothing is converted or
   // re-packed per patch but the patch's own tokens, and bf16 halves the bytes.
   struct Buffer {
-    std::vector<uint8_t> k, v;
+    Tensor k, v;  // packed, on the device the attention runs on
     int64_t batch = 0, heads = 0, head_dim = 0;
     int64_t text = 0;   // joint attention: the text's tokens lead the buffer, fresh each call
     bool bf16 = false;  // as requested by the attention call
@@ -81,7 +87,7 @@ class PipeFusionAttention : public nn::AttentionBackend {
   comm::Communicator* ulysses_ = nullptr;
   comm::Communicator* ring_ = nullptr;
   std::unique_ptr<UlyssesExchange> exchange_;
-  std::vector<float> kv_mine_, kv_all_, out_;
+  nn::Scratch kv_mine_, kv_all_, out_;
 };
 
 }  // namespace xdit::parallel

@@ -8,12 +8,18 @@
 // batch item on every rank; Ulysses splits them by heads without exchanging
 // them and all-gathers their output heads; Ring attends them once, with the
 // local block. Model files are unchanged.
+//
+// Activations stay where the model computes them: the packing and merging
+// are ops (kernels.h), the buffers nn::Scratch on the thread's current
+// device, and the groups must carry that memory (on a GPU the mesh's device
+// communicators: NCCL, or host-staged). The same code runs on the CPU.
 #pragma once
 
 #include <vector>
 
 #include "comm/communicator.h"
 #include "nn/attention.h"
+#include "nn/layers.h"
 
 namespace xdit::parallel {
 
@@ -44,7 +50,7 @@ class UlyssesExchange {
   comm::Communicator& group_;
   std::vector<int64_t> counts_;
   int64_t pad_ = 0;
-  std::vector<float> send_, recv_, qkv_;
+  nn::Scratch send_, recv_, qkv_;
 };
 
 class UspAttention : public nn::AttentionBackend {
@@ -68,14 +74,9 @@ class UspAttention : public nn::AttentionBackend {
   comm::Communicator& ring_;
   UlyssesExchange exchange_;
   std::vector<int64_t> split_;  // image tokens per SP rank, or empty (equal)
-  std::vector<float> kv_, kv_next_, out_, part_, lse_, lse_part_;
+  nn::Scratch kv_, kv_next_, out_, part_, lse_, lse_part_;
+  Tensor mask_;  // the key mask's device copy
 };
-
-// Merges a partial attention result into an accumulator, exactly:
-// lse' = log(e^lse + e^lse_b), o' = e^(lse−lse')·o + e^(lse_b−lse')·o_b, in f32.
-// o, ob: [B, S, H, D]; lse, lse_b: [B, H, S].
-void merge_attention(float* o, float* lse, const float* ob, const float* lse_b, int64_t batch,
-                     int64_t tokens, int64_t heads, int64_t head_dim);
 
 // The checks every sequence-parallel self-attention call shares.
 void check_sequence_parallel_args(const kernels::AttentionArgs& args, int ulysses_degree,

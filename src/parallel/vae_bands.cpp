@@ -7,20 +7,23 @@
 
 namespace xdit::parallel {
 
-VaeBands::VaeBands(comm::Communicator& group, std::vector<int64_t> latent_rows)
+VaeBands::VaeBands(comm::Communicator& group, comm::Communicator& host,
+                   std::vector<int64_t> latent_rows)
     : group_(group),
+      host_(host),
       rows_(std::move(latent_rows)),
       single_(comm::make_single()),
       attention_(*single_, group) {
-  XDIT_CHECK(static_cast<int>(rows_.size()) == group.size(), "VAE bands: ", rows_.size(),
-             " bands for ", group.size(), " ranks");
+  XDIT_CHECK(static_cast<int>(rows_.size()) == group.size() && host.size() == group.size() &&
+                 host.rank() == group.rank(),
+             "VAE bands: ", rows_.size(), " bands for ", group.size(), " ranks");
   for (int64_t r : rows_) XDIT_CHECK(r >= 1, "VAE bands: a band of ", r, " latent rows");
 }
 
 VaeBands::~VaeBands() = default;
 
 void VaeBands::sum(double* values, size_t count) {
-  group_.allreduce_sum(values, count);
+  host_.allreduce_sum(values, count);
 }
 
 void VaeBands::exchange_halos(void* x, int64_t batch, int64_t rows, int64_t halo,
@@ -54,7 +57,7 @@ Tensor VaeBands::gather(const Tensor& band) {
   const int64_t scale = band.dim(2) / rows_[static_cast<size_t>(group_.rank())];
   std::vector<int64_t> px;
   for (int64_t r : rows_) px.push_back(r * scale);
-  return gather_rows(group_, band, px);
+  return gather_rows(host_, band, px);
 }
 
 }  // namespace xdit::parallel

@@ -19,7 +19,12 @@ namespace xdit::parallel {
 class VaeBands : public nn::RowBands {
  public:
   // `latent_rows`: every rank's rows of the latent, in the group's rank order.
-  VaeBands(comm::Communicator& group, std::vector<int64_t> latent_rows);
+  // `group` carries the decoder's activations (halos, attention: on a GPU a
+  // device communicator), `host` the same ranks over host memory (the
+  // statistics' sums and the final gather); one group on the CPU.
+  VaeBands(comm::Communicator& group, comm::Communicator& host, std::vector<int64_t> latent_rows);
+  VaeBands(comm::Communicator& group, std::vector<int64_t> latent_rows)
+      : VaeBands(group, group, std::move(latent_rows)) {}
   ~VaeBands() override;
   const std::vector<int64_t>& rows() const override { return rows_; }
   int band() const override { return group_.rank(); }
@@ -31,6 +36,7 @@ class VaeBands : public nn::RowBands {
 
  private:
   comm::Communicator& group_;
+  comm::Communicator& host_;
   std::vector<int64_t> rows_;
   std::unique_ptr<comm::Communicator> single_;  // the Ulysses side of the attention: none
   UspAttention attention_;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "comm/device_comm.h"
 #include "core/block_cache.h"
 #include "core/error.h"
 #ifdef XDIT_HAVE_CUDA
@@ -95,8 +96,12 @@ Pipeline::~Pipeline() = default;
 
 void Pipeline::set_mesh(parallel::Mesh* mesh) {
   mesh_ = mesh;
-  family_->set_tensor_parallel(mesh != nullptr ? nn::TensorParallel::of(mesh->tp_group())
-                                               : nn::TensorParallel{});
+  family_->set_tensor_parallel(tensor_parallel());
+}
+
+nn::TensorParallel Pipeline::tensor_parallel() const {
+  return mesh_ != nullptr ? nn::TensorParallel::of(*mesh_->model_groups().tp)
+                          : nn::TensorParallel{};
 }
 
 const io::ModelFolder& Pipeline::folder() const {
@@ -284,10 +289,21 @@ void Pipeline::set_device(Device device) {
   if (device.cuda()) {
     XDIT_CHECK(family_->runs_on_cuda(), "--device ", device.str(), ": the ", family_->name(),
                " pipeline does not run on the CUDA backend yet; use --device cpu");
-    XDIT_CHECK(mesh_ == nullptr || mesh_->world().size() == 1, "--device ", device.str(),
-               ": the parallel methods do not run on GPU memory yet; run one process, or use "
-               "--device cpu");
     XDIT_CHECK(!transformer_, "set_device after the transformer loaded");
+    if (mesh_ != nullptr && mesh_->world().size() > 1) {
+      // Every rank takes the GPU of its local rank; the mesh's model groups
+      // move to device communicators (NCCL, or host-staged where ranks share
+      // a GPU), the pipeline's own exchanges stay on the host.
+      XDIT_CHECK(device.index == 0, "--device ", device.str(),
+                 ": under mpirun each rank takes the GPU of its local rank; use --device cuda "
+                 "(CUDA_VISIBLE_DEVICES chooses the GPUs)");
+      std::string note;
+      const comm::RankDevice mine = comm::rank_device(&note);
+      if (!note.empty() && mesh_->world().rank() == 0) XDIT_INFO(note);
+      mesh_->set_device(mine.device, mine.kind);
+      device = mine.device;
+      family_->set_tensor_parallel(tensor_parallel());  // the text encoder's, on the device
+    }
     check_device(device);
   }
   device_ = device;
@@ -317,7 +333,7 @@ void Pipeline::load() {
   if (transformer_) return;
   const int64_t blocks = spec().blocks;
   models::DiTStage stage;
-  if (mesh_ != nullptr) stage.tp = nn::TensorParallel::of(mesh_->tp_group());
+  stage.tp = tensor_parallel();
   if (mesh_ != nullptr && mesh_->config().pipefusion_parallel_degree > 1) {
     // PipeFusion: this rank keeps only its stage's blocks.
     const auto& pc = mesh_->config();
@@ -343,8 +359,8 @@ void Pipeline::load() {
   // matrix), so a rank's resident weights are its shares.
   weights_.reset();
   if (mesh_ != nullptr && mesh_->config().pipefusion_parallel_degree > 1) {
-    pipefusion_ = std::make_unique<parallel::PipeFusionAttention>(mesh_->ulysses_group(),
-                                                                  mesh_->ring_group());
+    pipefusion_ = std::make_unique<parallel::PipeFusionAttention>(
+        *mesh_->model_groups().ulysses, *mesh_->model_groups().ring);
     pipefusion_->set_refresh(pipefusion_refresh_);
     transformer_->set_attention_backend(pipefusion_.get());
     // Every stage's blocks and weight bytes, logged by rank 0.
@@ -360,12 +376,13 @@ void Pipeline::load() {
       XDIT_INFO(std::string(all.data() + i * kLine));
   } else if (mesh_ != nullptr && mesh_->config().patch_parallel_degree > 1) {
     const auto& pc = mesh_->config();
-    patch_ = std::make_unique<parallel::PatchAttention>(mesh_->sp_group(),
+    patch_ = std::make_unique<parallel::PatchAttention>(*mesh_->model_groups().sp,
                                                         pc.patch_mode == "displaced", pc.full_sync);
     patch_->set_refresh(pipefusion_refresh_);
     transformer_->set_attention_backend(patch_.get());
   } else if (mesh_ != nullptr && mesh_->config().sp() > 1) {
-    usp_ = std::make_unique<parallel::UspAttention>(mesh_->ulysses_group(), mesh_->ring_group());
+    usp_ = std::make_unique<parallel::UspAttention>(*mesh_->model_groups().ulysses,
+                                                    *mesh_->model_groups().ring);
     transformer_->set_attention_backend(usp_.get());
   }
 }
@@ -707,7 +724,8 @@ Tensor Pipeline::decode_latents(const Tensor& latents) {
   if (mesh_ != nullptr && mesh_->config().parallel_vae()) {
     // Every rank of the replica decodes its band of latent rows; every one
     // returns the whole image.
-    parallel::VaeBands bands(mesh_->replica_group(), mesh_->config().vae_rows(latents.dim(2)));
+    parallel::VaeBands bands(*mesh_->model_groups().replica, mesh_->replica_group(),
+                             mesh_->config().vae_rows(latents.dim(2)));
     image = vae_->decode_latents(latents, &bands);
   } else {
     image = vae_->decode_latents(latents);

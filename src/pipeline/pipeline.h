@@ -108,9 +108,11 @@ class Pipeline {
 
   // Where the pipeline runs: the CPU (default) or a CUDA device (text
   // encoders, transformer and VAE; the scheduler step stays on the CPU).
-  // Set after set_mesh and before load(). Throws one line for a family
-  // without a CUDA path, or for a multi-rank mesh (the parallel methods do
-  // not run on GPU memory yet).
+  // Set after set_mesh and before load(). Under a multi-rank mesh every rank
+  // takes the GPU of its local rank (`device` must be cuda / cuda:0) and the
+  // mesh's model groups move to device communicators (collective: every
+  // rank calls it). Throws one line for a family without a CUDA path, or
+  // where there is no GPU.
   void set_device(Device device);
   Device device() const { return device_; }
 
@@ -118,6 +120,8 @@ class Pipeline {
   bool uses_cfg(const LatentRequest& r) const;
 
  private:
+  // The mesh's tensor-parallel shares over its model group (none without a mesh).
+  nn::TensorParallel tensor_parallel() const;
   // What every transformer call of one denoising run shares: the batch's
   // conditioning ([uncond; cond] under CFG, one half under CFG parallel).
   struct LoopInputs {

@@ -175,7 +175,7 @@ TEST(Merge, TwoHalvesOfTheKeysEqualTheWhole) {
   run(0, K, ow, lw);
   run(0, 4, o1, l1);
   run(4, K, o2, l2);
-  merge_attention(o1.data(), l1.data(), o2.data(), l2.data(), B, S, H, D);
+  kernels::attention_merge(o1.data(), l1.data(), o2.data(), l2.data(), B, S, H, D);
   EXPECT_LT(test::rel_max_err(o1, ow), 1e-6);
   EXPECT_LT(test::rel_max_err(l1, lw), 1e-6);
 }

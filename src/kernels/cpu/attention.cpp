@@ -181,6 +181,26 @@ void attention_pack_kv_bf16(const uint16_t* src, int64_t stride, int64_t B, int6
                     src + b * batch_stride + r * stride + h * D, static_cast<size_t>(D) * 2);
 }
 
+void attention_merge(float* o, float* lse, const float* ob, const float* lse_b, int64_t B,
+                     int64_t S, int64_t H, int64_t D) {
+  XDIT_CUDA_OP(attention_merge(o, lse, ob, lse_b, B, S, H, D));
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t s = 0; s < S; ++s) {
+        const int64_t li = (b * H + h) * S + s;
+        const float x = lse[li], y = lse_b[li];
+        const float m = std::max(x, y);
+        if (m == -INFINITY) continue;  // no keys on either side yet
+        const float l = m + std::log(std::exp(x - m) + std::exp(y - m));
+        const float wx = std::exp(x - l), wy = std::exp(y - l);
+        float* dst = o + ((b * S + s) * H + h) * D;
+        const float* src = ob + ((b * S + s) * H + h) * D;
+        for (int64_t d = 0; d < D; ++d) dst[d] = wx * dst[d] + wy * src[d];
+        lse[li] = l;
+      }
+}
+
 void attention_unpack_kv(const void* src, int64_t B, int64_t H, int64_t total, int64_t D,
                          bool bf16_requested, float* dst) {
   const bool bf16 = attention_packs_bf16(bf16_requested);

@@ -648,20 +648,27 @@ void qk_norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin, int
     }
 }
 
+void copy_row_bytes(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, int64_t rows,
+                    size_t row_bytes) {
+  if (rows <= 0 || row_bytes == 0) return;
+  // One row's pitches are unused (they may be 0); cudaMemcpy2D wants them
+  // at least a row.
+  if (rows == 1) dst_pitch = src_pitch = row_bytes;
+#ifdef XDIT_HAVE_CUDA
+  if (on_cuda())
+    return xdit::cuda::copy_rows(dst, dst_pitch, src, src_pitch, row_bytes,
+                                 static_cast<size_t>(rows));
+#endif
+#pragma omp parallel for if (static_cast <size_t>(rows) * row_bytes > kGrain * 4)
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(static_cast<char*>(dst) + static_cast<size_t>(r) * dst_pitch,
+                static_cast<const char*>(src) + static_cast<size_t>(r) * src_pitch, row_bytes);
+}
+
 void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_stride, int64_t rows,
                int64_t n) {
-#ifdef XDIT_HAVE_CUDA
-  if (on_cuda()) {
-    // cudaMemcpy2D wants pitches of at least a row, which a single row's
-    // unused strides (0) are not.
-    const auto pitch = [&](int64_t stride) { return static_cast<size_t>(std::max(stride, n)) * 4; };
-    return xdit::cuda::copy_rows(dst, pitch(dst_stride), src, pitch(src_stride),
-                                 static_cast<size_t>(n) * 4, static_cast<size_t>(rows));
-  }
-#endif
-#pragma omp parallel for if (rows * n > kGrain)
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(dst + r * dst_stride, src + r * src_stride, static_cast<size_t>(n) * 4);
+  copy_row_bytes(dst, static_cast<size_t>(dst_stride) * 4, src, static_cast<size_t>(src_stride) * 4,
+                 rows, static_cast<size_t>(n) * 4);
 }
 
 bool cpu_has_bf16() {

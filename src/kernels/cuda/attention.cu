@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -150,7 +151,39 @@ void run_sdpa(const AttentionArgs& a, Stream s) {
 }
 #endif
 
+// One warp per (batch, head, query): every lane reads the two log-sum-exps,
+// the lanes scale their share of the row, lane 0 stores the merged one
+// after the warp has read the old.
+__global__ void merge_kernel(float* o, float* lse, const float* ob, const float* lse_b, int64_t S,
+                             int64_t H, int64_t D, int64_t n) {
+  XDIT_GRID_LOOP(i, n) {
+    const int64_t row = i / 32, lane = i % 32;  // row = (b·H + h)·S + s
+    const int64_t s = row % S, h = (row / S) % H, b = row / (S * H);
+    const float x = lse[row], y = lse_b[row];
+    const float m = fmaxf(x, y);
+    __syncwarp();
+    if (m == -INFINITY) continue;  // no keys on either side yet
+    const float l = m + logf(expf(x - m) + expf(y - m));
+    const float wx = expf(x - l), wy = expf(y - l);
+    float* dst = o + ((b * S + s) * H + h) * D;
+    const float* src = ob + ((b * S + s) * H + h) * D;
+    for (int64_t d = lane; d < D; d += 32) dst[d] = wx * dst[d] + wy * src[d];
+    if (lane == 0) lse[row] = l;
+  }
+}
+
 }  // namespace
+
+void attention_merge(float* o, float* lse, const float* ob, const float* lse_b, int64_t B,
+                     int64_t S, int64_t H, int64_t D, Stream s) {
+  const int64_t n = B * H * S * 32;  // whole warps: the grid loop's stride is a multiple of 32
+  if (n == 0) return;
+  constexpr int kThreads = 256;
+  const auto blocks =
+      static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 16));
+  merge_kernel<<<blocks, kThreads, 0, s>>>(o, lse, ob, lse_b, S, H, D, n);
+  xdit::cuda::check_launch("attention_merge");
+}
 
 bool attention_packs_bf16(bool bf16) {
   return bf16;

@@ -100,6 +100,8 @@ void attention(const AttentionArgs& a, Stream s = nullptr);
 void pack_kv(const void* src, bool src_bf16, int64_t stride, int64_t batch, int64_t heads,
              int64_t n, int64_t head_dim, bool dst_bf16, void* dst, int64_t total, int64_t t,
              int64_t batch_stride, Stream s = nullptr);
+void attention_merge(float* o, float* lse, const float* ob, const float* lse_b, int64_t batch,
+                     int64_t tokens, int64_t heads, int64_t head_dim, Stream s = nullptr);
 void unpack_kv(const void* src, int64_t batch, int64_t heads, int64_t total, int64_t head_dim,
                bool bf16, float* dst, Stream s = nullptr);
 
