@@ -28,7 +28,8 @@ Calibration calibrate_weights(Mesh& mesh, int64_t rows,
   XDIT_CHECK(rows >= n, "--patch_weights auto: ", rows, " rows cannot give each of the ", n,
              " ranks a row");
   const auto [b, e] = row_share(0, rows, n, mesh.coord().sp);
-  comm::Communicator* groups[] = {&mesh.sp_group(), &mesh.ulysses_group(), &mesh.ring_group()};
+  const Mesh::ModelGroups& m = mesh.model_groups();  // the groups the attention waits on
+  comm::Communicator* groups[] = {m.sp, m.ulysses, m.ring};
   double waited = 0;
   for (auto* g : groups) waited -= g->stats().seconds;
   mesh.world().barrier();

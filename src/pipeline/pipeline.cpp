@@ -297,11 +297,13 @@ void Pipeline::set_device(Device device) {
       XDIT_CHECK(device.index == 0, "--device ", device.str(),
                  ": under mpirun each rank takes the GPU of its local rank; use --device cuda "
                  "(CUDA_VISIBLE_DEVICES chooses the GPUs)");
-      std::string note;
-      const comm::RankDevice mine = comm::rank_device(&note);
-      if (!note.empty() && mesh_->world().rank() == 0) XDIT_INFO(note);
-      mesh_->set_device(mine.device, mine.kind);
-      device = mine.device;
+      if (mesh_->device_comm().empty()) {  // the first pipeline on this mesh (serve has two)
+        std::string note;
+        const comm::RankDevice mine = comm::rank_device(&note);
+        if (!note.empty() && mesh_->world().rank() == 0) XDIT_INFO(note);
+        mesh_->set_device(mine.device, mine.kind);
+      }
+      device = mesh_->device();
       family_->set_tensor_parallel(tensor_parallel());  // the text encoder's, on the device
     }
     check_device(device);

@@ -8,12 +8,18 @@
 // ≤ 1e-4 relative). A layout that does not fit the world size or the model
 // skips visibly. The serial runs themselves are checked against diffusers in
 // tests/parity. Also: sequence slices of one forward, and the layout errors.
+// On a GPU (ParallelLoopOnGpu, ParallelImagesOnGpu) the same layouts run on
+// GPU memory through the device communicators.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
+#include "core/device.h"
+#include "core/error.h"
 #include "core/rng.h"
 #include "dist/world.h"
 #include "io/model_folder.h"
@@ -103,6 +109,7 @@ class ParallelLoop : public testing::TestWithParam<std::string> {
     SCOPED_TRACE(pc.describe() + " on " + GetParam() +
                  (rows > 0 ? " with " + std::to_string(rows) + " patch rows" : ""));
     pipeline::Pipeline serial(model, DType::kF32);
+    if (device_.cuda()) serial.set_device(device_);
     auto req = request(serial, rows);
     if (slg && !serial.family().skips_layers())
       GTEST_SKIP() << "skip-layer guidance is SD3's, not " << serial.family().name() << "'s";
@@ -119,6 +126,7 @@ class ParallelLoop : public testing::TestWithParam<std::string> {
     parallel::Mesh mesh(pc, world());
     pipeline::Pipeline par(model, DType::kF32);
     par.set_mesh(&mesh);
+    if (device_.cuda()) par.set_device(device_);  // each rank: its local rank's GPU
     Tensor got = pipeline::generate_latents_distributed(par, mesh, req);
     ASSERT_EQ(got.shape(), want.shape());
     EXPECT_LE(test::rel_max_err(got.to_vector(), want.to_vector()), 1e-4)
@@ -129,6 +137,7 @@ class ParallelLoop : public testing::TestWithParam<std::string> {
       for (double w : mesh.config().patch_weights) EXPECT_TRUE(w > 0 && w <= 1) << w;
     }
   }
+  Device device_;  // where both runs compute (ParallelLoopOnGpu: the GPU)
 };
 
 TEST_P(ParallelLoop, CfgParallel) {
@@ -317,6 +326,101 @@ INSTANTIATE_TEST_SUITE_P(Models, ParallelLoop,
                              if (ch == '-') ch = '_';
                            return n;
                          });
+
+// The parallel methods on GPU memory: every rank takes its local rank's GPU
+// and the model groups move to device communicators — host-staged when the
+// ranks share one GPU (a one-GPU machine), NCCL with one each. Against the
+// serial run on the GPU. Skips, saying why, where there is no GPU.
+class ParallelLoopOnGpu : public ParallelLoop {
+ protected:
+  void SetUp() override {
+    try {
+      check_device(Device{Device::Kind::kCuda, 0});
+    } catch (const Error& e) {
+      GTEST_SKIP() << "CUDA cases skipped: " << e.what();
+    }
+    device_ = Device{Device::Kind::kCuda, 0};
+  }
+};
+TEST_P(ParallelLoopOnGpu, Ulysses2) {
+  check(layout(1, false, 2, 1));
+}
+TEST_P(ParallelLoopOnGpu, Ring2) {
+  check(layout(1, false, 1, 2));
+}
+TEST_P(ParallelLoopOnGpu, PipeFusion2With2PatchesFullWarmup) {
+  check(layout(1, false, 1, 1, 2, 2, 3));
+}
+TEST_P(ParallelLoopOnGpu, CfgParallel) {
+  check(layout(1, true, 1, 1));
+}
+TEST_P(ParallelLoopOnGpu, DataParallel2) {
+  check(layout(2, false, 1, 1));
+}
+TEST_P(ParallelLoopOnGpu, Ulysses2With7Rows) {  // uneven shares: key masks on the device
+  check(layout(1, false, 2, 1), 7);
+}
+TEST_P(ParallelLoopOnGpu, Ring2With7Rows) {
+  check(layout(1, false, 1, 2), 7);
+}
+TEST_P(ParallelLoopOnGpu, PatchDisplaced2FullSync) {
+  check(patch(1, false, 2, true));
+}
+TEST_P(ParallelLoopOnGpu, TensorParallel2) {
+  check(tensor(layout(1, false, 1, 1), 2));
+}
+TEST_P(ParallelLoopOnGpu, UlyssesTimesRing) {
+  check(layout(1, false, 2, 2));
+}
+TEST_P(ParallelLoopOnGpu, PipeFusionTimesRingFullWarmup) {
+  check(layout(1, false, 1, 2, 2, 2, 3));
+}
+INSTANTIATE_TEST_SUITE_P(Models, ParallelLoopOnGpu,
+                         testing::Values("pixart-sigma", "flux-dev", "sd3"),
+                         [](const testing::TestParamInfo<std::string>& i) {
+                           std::string n = i.param;
+                           for (char& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
+
+// Whole images (text encoders, loop, VAE — the parallel VAE's bands too) on
+// the GPU under u2, r2 and pp2 equal the CPU's serial image within 1/255.
+TEST(ParallelImagesOnGpu, EqualTheCpuSerialImage) {
+  try {
+    check_device(Device{Device::Kind::kCuda, 0});
+  } catch (const Error& e) {
+    GTEST_SKIP() << "CUDA cases skipped: " << e.what();
+  }
+  if (world().size() != 2) GTEST_SKIP() << "the layouts here take 2 ranks, not " << world().size();
+  pipeline::ImageRequest r;
+  r.prompts = {"a red fox in the snow", "two boats"};
+  r.height = 128;
+  r.width = 96;
+  r.num_inference_steps = 3;
+  r.seed = 7;
+  pipeline::Pipeline cpu(kSigma, DType::kF32);
+  const pipeline::ImageResult want = cpu.generate(r);
+  ParallelConfig vae = layout(1, false, 2, 1);
+  vae.use_parallel_vae = true;
+  for (const ParallelConfig& pc :
+       {layout(1, false, 2, 1), layout(1, false, 1, 2), layout(1, false, 1, 1, 2, 2, 3), vae}) {
+    SCOPED_TRACE(pc.describe());
+    parallel::Mesh mesh(pc, world());
+    pipeline::Pipeline gpu(kSigma, DType::kF32);
+    gpu.set_mesh(&mesh);
+    gpu.set_device(Device{Device::Kind::kCuda, 0});
+    const pipeline::ImageResult got = pipeline::generate_distributed(gpu, mesh, r);
+    ASSERT_EQ(got.rgb.size(), want.rgb.size());
+    int worst = 0;
+    for (size_t i = 0; i < want.rgb.size(); ++i) {
+      ASSERT_EQ(got.rgb[i].size(), want.rgb[i].size());
+      for (size_t k = 0; k < want.rgb[i].size(); ++k)
+        worst = std::max(worst, std::abs(int{got.rgb[i][k]} - int{want.rgb[i][k]}));
+    }
+    EXPECT_LE(worst, 1) << "levels apart on rank " << world().rank();
+  }
+}
 
 TEST(ParallelForward, SequenceSlicesEqualTheWholeForward) {
   const int n = world().size();

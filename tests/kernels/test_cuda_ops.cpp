@@ -725,6 +725,47 @@ TEST(CudaOps, FluxPackingAndQkNormRopeMatchTheCpu) {
   EXPECT_LT(max_rel_diff(dq.to_vector(), wantq), 1e-5f);
 }
 
+// The parallel layer's ops through the dispatch: Ring attention's exact merge
+// (rows where one or both sides have no keys yet included) and strided byte
+// rows (the exchange buffers' bf16 rows, odd pitches).
+TEST(CudaOps, ParallelLayerOpsMatchTheCpu) {
+  NEED_GPU();
+  const int64_t B = 2, S = 13, H = 3, D = 40;
+  const auto o = random_values(static_cast<size_t>(B * S * H * D), 90);
+  const auto ob = random_values(o.size(), 91);
+  auto lse = random_values(static_cast<size_t>(B * H * S), 92, -3.f, 3.f);
+  auto lb = random_values(lse.size(), 93, -3.f, 3.f);
+  lse[5] = lb[5] = -INFINITY;  // neither side has keys: the row stays
+  lb[7] = -INFINITY;           // only the accumulator has
+  lse[9] = -INFINITY;          // only the new part has
+  std::vector<float> want_o = o, want_l = lse;
+  {
+    DeviceScope cpu(Device{});
+    kernels::attention_merge(want_o.data(), want_l.data(), ob.data(), lb.data(), B, S, H, D);
+  }
+  DeviceScope gpu(parse_device("cuda"));
+  Tensor d_o = on_gpu(o), d_l = on_gpu(lse), d_ob = on_gpu(ob), d_lb = on_gpu(lb);
+  kernels::attention_merge(f(d_o), f(d_l), f(d_ob), f(d_lb), B, S, H, D);
+  EXPECT_LT(max_rel_diff(d_o.to_vector(), want_o), 1e-5f);
+  auto got_l = d_l.to_vector();
+  EXPECT_TRUE(std::isinf(got_l[5]) && got_l[5] < 0);
+  got_l[5] = want_l[5] = 0;
+  EXPECT_LT(max_rel_diff(got_l, want_l), 1e-5f);
+
+  const int64_t rows = 37;
+  const size_t src_pitch = 50, dst_pitch = 42, row_bytes = 34;
+  std::vector<float> src = random_values(rows * src_pitch / 4 + 1, 94);
+  std::vector<float> want(rows * dst_pitch / 4 + 1, 0.f);
+  {
+    DeviceScope cpu(Device{});
+    kernels::copy_row_bytes(want.data(), dst_pitch, src.data(), src_pitch, rows, row_bytes);
+  }
+  Tensor d_src = on_gpu(src), d_dst = on_gpu(std::vector<float>(want.size(), 0.f));
+  kernels::copy_row_bytes(f(d_dst), dst_pitch, f(d_src), src_pitch, rows, row_bytes);
+  const auto got = d_dst.to_vector();
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0);
+}
+
 // The whole pipelines on the GPU: the tiny PixArt-Σ (CFG, masked text),
 // FLUX.1 [schnell] and SD3 (CLIP-L/G + T5, CFG) images equal the CPU's
 // within 1/255 in f32, and within a few levels in bf16.
