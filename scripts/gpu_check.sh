@@ -11,11 +11,14 @@
 # and packs into .gpu/ (git-ignored) the stripped `xdit` and
 # `test_cuda_ops`, every shared library they load that is neither glibc's,
 # the driver's nor one of CUDA's (oneDNN, ICU, OpenMPI, SentencePiece, ...),
-# and the wheels of the Python side the GPU image lacks (diffusers). `run`
-# unpacks that, finds CUDA's libraries there (the toolkit's, or the
-# nvidia-* wheels beside PyTorch), runs test_cuda_ops (every op against the
-# CPU op, the tiny PixArt and FLUX transformers against the CPU and
-# diffusers), then the GPU rows of `xdit bench` and bench/torch_bench.py:
+# OpenMPI's mpirun with its components (relocated: OPAL_PREFIX), and the
+# wheels of the Python side the GPU image lacks (diffusers). `run` unpacks
+# that, finds CUDA's libraries there (the toolkit's, or the nvidia-* wheels
+# beside PyTorch), runs test_cuda_ops (every op against the CPU op, the tiny
+# PixArt and FLUX transformers against the CPU and diffusers, the whole
+# pipelines' images), test_device_comm and test_parallel's GPU cases under
+# mpirun with 2 and 4 ranks (the parallel methods on GPU memory against the
+# serial run), then the GPU rows of `xdit bench` and bench/torch_bench.py:
 # the PixArt-α step with CFG at 1024 px and the FLUX.1 forward at 1024 px
 # (2 + 4 blocks, extrapolated to 19 + 38), both against the cuBLASLt GEMM
 # peak measured in the same run. Results go to stdout and, when $OUT is set
@@ -32,13 +35,30 @@ bundle() {
   [ -x build/tests/test_cuda_ops ] || { echo "gpu_check.sh bundle: build/tests/test_cuda_ops missing" >&2; exit 1; }
   rm -rf "$gpu" && mkdir -p "$gpu/stage/bin" "$gpu/stage/lib" "$gpu/stage/lib-compat" "$gpu/whl"
   strip --strip-debug -o "$gpu/stage/bin/xdit" build/xdit
-  strip --strip-debug -o "$gpu/stage/bin/test_cuda_ops" build/tests/test_cuda_ops
+  local t
+  for t in test_cuda_ops test_parallel test_device_comm; do
+    strip --strip-debug -o "$gpu/stage/bin/$t" "build/tests/$t"
+  done
+  # mpirun for the multi-rank GPU tests (ranks sharing the GPU through the
+  # host-staged communicator): Debian's OpenMPI relocated under mpi/ (found
+  # there through OPAL_PREFIX; its components in the same relative place),
+  # its PMIx beside it (PMIX_INSTALL_PREFIX) and its help texts.
+  local ml=/usr/lib/x86_64-linux-gnu m="$gpu/stage/mpi"
+  mkdir -p "$m/bin" "$m/lib/x86_64-linux-gnu/openmpi" "$m/share"
+  cp -L "$(readlink -f "$(command -v mpirun)")" "$m/bin/mpirun"
+  cp -a "$ml/openmpi/lib" "$m/lib/x86_64-linux-gnu/openmpi/"
+  cp -a "$ml/pmix2" "$m/lib/x86_64-linux-gnu/"
+  rm -rf "$m/lib/x86_64-linux-gnu/pmix2/include" "$m/lib/x86_64-linux-gnu/openmpi/lib/pkgconfig"
+  cp -a /usr/share/openmpi "$m/share/"
+  [ -d /usr/share/pmix ] && cp -a /usr/share/pmix "$m/share/"
   # Shared libraries to carry: all but glibc's, the dynamic loader, the
   # driver's and CUDA's own (the GPU machine has those, matched to its
   # driver). Base libraries a system usually has (the C++ runtime, zlib,
   # OpenSSL, ...) go to lib-compat/, used only where the machine lacks them:
   # a newer system copy must win.
-  ldd build/xdit build/tests/test_cuda_ops | awk '/=> \// { print $3 }' | sort -u |
+  ldd build/xdit build/tests/test_cuda_ops build/tests/test_parallel "$m/bin/mpirun" \
+    "$m"/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so "$m"/lib/x86_64-linux-gnu/pmix2/lib/pmix/*.so |
+    awk '/=> \// { print $3 }' | sort -u |
     grep -Ev '/(libc|libm|libdl|libpthread|librt|libresolv|ld-linux[^/]*)\.so' |
     grep -Ev '/lib(cuda|cudart|cublas|cublasLt|cudnn[a-z_]*|nvrtc[a-z-]*|nvJitLink|nccl)\.so' |
     while read -r lib; do
@@ -48,7 +68,6 @@ bundle() {
         *) cp -L "$lib" "$gpu/stage/lib/" ;;
       esac
     done
-  # OpenMPI loads its components at run time; a single-rank run needs none.
   # The Python side: diffusers (pure Python) is not on the GPU image.
   python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$gpu/whl" \
     "$(grep '^diffusers==' bench/requirements.txt)"
@@ -82,11 +101,12 @@ run() {
   # Our binaries' library path (only theirs: PyTorch keeps the system's).
   libs="$gpu/run/lib:$(cuda_lib_dirs | paste -sd:)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   local missing
-  missing="$(LD_LIBRARY_PATH="$libs" ldd "$gpu/run/bin/xdit" "$gpu/run/bin/test_cuda_ops" |
+  local bins=("$gpu"/run/bin/* "$gpu/run/mpi/bin/mpirun")
+  missing="$(LD_LIBRARY_PATH="$libs" ldd "${bins[@]}" |
     awk '/not found/ { print $1 }' | sort -u)"
   if [ -n "$missing" ]; then  # base libraries this system lacks: the carried ones
     libs="$libs:$gpu/run/lib-compat"
-    if LD_LIBRARY_PATH="$libs" ldd "$gpu/run/bin/xdit" "$gpu/run/bin/test_cuda_ops" | grep 'not found'; then
+    if LD_LIBRARY_PATH="$libs" ldd "${bins[@]}" | grep 'not found'; then
       echo "gpu_check.sh run: the libraries above are not found (searched $libs)" >&2
       exit 1
     fi
@@ -96,6 +116,20 @@ run() {
   export XDIT_MODELS="$root/models" XDIT_TEST_DATA="$root/tests/data" XDIT_BINARY="$xdit" XDIT_QUIET=1
   echo "== test_cuda_ops (every CUDA op against the CPU op; tiny PixArt / FLUX on the GPU)"
   LD_LIBRARY_PATH="$libs" OMP_NUM_THREADS="$(nproc)" "$gpu/run/bin/test_cuda_ops" || status=1
+  # The parallel methods on GPU memory: 2 and 4 ranks, each on its local
+  # rank's GPU (sharing it through the host-staged communicator where there
+  # are fewer GPUs than ranks, NCCL otherwise), against the serial run.
+  local mpi="$gpu/run/mpi" n
+  export OPAL_PREFIX="$mpi" PMIX_INSTALL_PREFIX="$mpi/lib/x86_64-linux-gnu/pmix2" \
+    OMPI_MCA_mca_base_component_show_load_errors=0 \
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  for n in 2 4; do
+    echo "== test_device_comm, test_parallel (GPU cases) under mpirun -np $n"
+    LD_LIBRARY_PATH="$libs" OMP_NUM_THREADS=2 "$mpi/bin/mpirun" --oversubscribe --bind-to none \
+      -np "$n" "$gpu/run/bin/test_device_comm" || status=1
+    LD_LIBRARY_PATH="$libs" OMP_NUM_THREADS=2 "$mpi/bin/mpirun" --oversubscribe --bind-to none \
+      -np "$n" "$gpu/run/bin/test_parallel" --gtest_filter='*OnGpu*' || status=1
+  done
   echo "== xdit bench on the GPU (bf16, 1024 px; ratio = against cuBLASLt's peak in the same run)"
   LD_LIBRARY_PATH="$libs" "$xdit" bench transformer --device cuda --resolutions 1024 --dtypes bf16 --warmup 2 --repeat 5 || status=1
   LD_LIBRARY_PATH="$libs" "$xdit" bench flux --device cuda --resolutions 1024 --dtypes bf16 --warmup 2 --repeat 5 || status=1
@@ -120,5 +154,5 @@ case "${1:-}" in
       run
     fi
     ;;
-  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

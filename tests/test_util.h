@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <random>
 #include <string>
@@ -13,6 +14,19 @@
 #include "core/tensor.h"
 
 namespace xdit::test {
+
+// A path fixed at build time, overridable from the environment: a checkout
+// on a GPU machine runs binaries built elsewhere (scripts/gpu_check.sh).
+inline std::string path_from_env(const char* name, const char* built) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : built;
+}
+#ifdef XDIT_MODELS
+// The tiny model folders (XDIT_MODELS in the environment overrides).
+inline std::string models_dir() {
+  return path_from_env("XDIT_MODELS", XDIT_MODELS);
+}
+#endif
 
 inline std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.0f) {
   std::mt19937_64 rng(seed);

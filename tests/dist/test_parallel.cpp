@@ -36,10 +36,10 @@ namespace {
 using parallel::ParallelConfig;
 using test::world;
 
+// (test::models_dir: XDIT_MODELS in the environment overrides the built-in path.)
 const std::string kSigma =
-    std::string(XDIT_MODELS) + "/pixart-sigma-tiny";  // 2 heads, no micro-conditions
-const std::string kAlpha =
-    std::string(XDIT_MODELS) + "/pixart-alpha-tiny";  // 3 heads, micro-conditions
+    test::models_dir() + "/pixart-sigma-tiny";  // 2 heads, no micro-conditions
+const std::string kAlpha = test::models_dir() + "/pixart-alpha-tiny";  // 3 heads, micro-conditions
 
 ParallelConfig layout(int dp, bool cfg, int u, int r, int pp = 1, int m = 0, int warmup = 1) {
   ParallelConfig c;
@@ -105,7 +105,7 @@ class ParallelLoop : public testing::TestWithParam<std::string> {
   void check(const ParallelConfig& pc, int64_t rows = 0, bool slg = false) {
     if (pc.world() != world().size())
       GTEST_SKIP() << pc.describe() << " needs " << pc.world() << " ranks, not " << world().size();
-    const std::string model = std::string(XDIT_MODELS) + "/" + GetParam() + "-tiny";
+    const std::string model = test::models_dir() + "/" + GetParam() + "-tiny";
     SCOPED_TRACE(pc.describe() + " on " + GetParam() +
                  (rows > 0 ? " with " + std::to_string(rows) + " patch rows" : ""));
     pipeline::Pipeline serial(model, DType::kF32);

@@ -27,6 +27,7 @@
 #include "models/pixart.h"
 #include "nn/layers.h"
 #include "pipeline/pipeline.h"
+#include "test_util.h"
 #ifdef XDIT_HAVE_CUDA
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/ops.h"
@@ -40,20 +41,13 @@
 namespace xdit {
 namespace {
 
-// Paths fixed at build time, overridable from the environment: a checkout
-// on a GPU machine runs a binary built elsewhere (scripts/gpu_check.sh).
-std::string from_env(const char* name, const char* built) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? v : built;
-}
-std::string models_dir() {
-  return from_env("XDIT_MODELS", XDIT_MODELS);
-}
+// Paths fixed at build time, overridable from the environment (test_util.h).
+using test::models_dir;
 std::string test_data_dir() {
-  return from_env("XDIT_TEST_DATA", XDIT_TEST_DATA);
+  return test::path_from_env("XDIT_TEST_DATA", XDIT_TEST_DATA);
 }
 std::string binary() {
-  return from_env("XDIT_BINARY", XDIT_BINARY);
+  return test::path_from_env("XDIT_BINARY", XDIT_BINARY);
 }
 
 std::vector<float> random_values(size_t n, uint32_t seed, float lo = -3.f, float hi = 3.f) {
