@@ -13,6 +13,7 @@
 
 #include "app/commands.h"
 #include "app/parallel_options.h"
+#include "comm/device_comm.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -229,7 +230,7 @@ int run_generate(GenerateOptions o) {
   // The device before anything else: a machine without a GPU says so in one
   // line before any work.
   const Device device = parse_device(o.device);
-  check_device(device);
+  comm::check_job_device(device, w.size());
   resolve_parallel_options(o.par, w.size());
   parallel::Mesh mesh(o.par.config, w);  // checks the degrees against the job before anything loads
   if (w.size() > 1) XDIT_INFO(mesh.layout());

@@ -34,6 +34,7 @@
 
 #include "app/commands.h"
 #include "app/parallel_options.h"
+#include "comm/device_comm.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/memory.h"
@@ -567,7 +568,7 @@ int run_serve(ServeOptions& o) {
              "--request_timeout must be a positive number of seconds, got ", o.request_timeout);
   XDIT_CHECK(o.port >= 0 && o.port <= 65535, "--port must be 0 … 65535, got ", o.port);
   const Device device = parse_device(o.device);
-  check_device(device);  // a machine without a GPU says so before anything else
+  comm::check_job_device(device, w.size());  // a machine without a GPU says so before anything else
   resolve_parallel_options(o.par, w.size());
   parallel::Mesh mesh(o.par.config, w);  // the degrees against the job, before anything loads
   if (w.size() > 1) XDIT_INFO(mesh.layout());

@@ -56,6 +56,10 @@ RankDevice rank_device(std::string* note) {
   return r;
 }
 
+void check_job_device(const Device& requested, int world_size) {
+  check_device(requested.cuda() && world_size > 1 ? rank_device(nullptr).device : requested);
+}
+
 std::unique_ptr<Communicator> make_device_comm(std::shared_ptr<Communicator> host,
                                                const std::string& kind) {
 #ifdef XDIT_HAVE_NCCL

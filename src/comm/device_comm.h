@@ -50,6 +50,12 @@ struct RankDevice {
 };
 RankDevice rank_device(std::string* note);
 
+// `--device` for a job of `world_size` ranks, checked before any work: on
+// one rank the device itself (check_device); under mpirun with a CUDA
+// device the GPU this rank will take (rank_device), so that no rank starts
+// a context on another rank's GPU. Throws one line.
+void check_job_device(const Device& requested, int world_size);
+
 // A device communicator of `kind` ("nccl" or "host-staged", as
 // choose_device_comm says) over the ranks of `host`; every rank calls it with
 // its own device current. Throws one line where this build lacks the kind.

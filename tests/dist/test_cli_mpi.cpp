@@ -16,6 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
+#include "core/device.h"
+#include "core/error.h"
 #include "io/png.h"
 #include "test_util.h"
 
@@ -209,6 +211,41 @@ TEST_F(CliMpi, DegreesThatDoNotMatchTheRanks) {
             std::string::npos)
       << r.err;
   EXPECT_FALSE(fs::exists(path("x_0.png")));
+}
+
+// --device cuda under mpirun: where there is a GPU, each rank takes its local
+// rank's (two ranks share a lone GPU through the host-staged communicator)
+// and u2, r2 and pp2 write the serial GPU run's images; cuda:1 is refused in
+// one line. Without one, every rank says why in one line before any work.
+TEST_F(CliMpi, DeviceCudaRunsTheParallelMethodsOrSaysWhyNot) {
+  bool gpu = true;
+  try {
+    check_device(Device{Device::Kind::kCuda, 0});
+  } catch (const Error&) {
+    gpu = false;
+  }
+  if (!gpu) {
+    Result r = run(2, args("x.png", "--ulysses_degree 2 --device cuda"));
+    EXPECT_NE(r.code, 0);
+    for (const char* rank : {"[rank 0/2] --device cuda:0: ", "[rank 1/2] --device cuda:0: "})
+      EXPECT_NE(r.err.find(rank), std::string::npos) << r.err;
+    EXPECT_TRUE(r.err.find("no CUDA device") != std::string::npos ||
+                r.err.find("without the CUDA backend") != std::string::npos)
+        << r.err;
+    EXPECT_FALSE(fs::exists(path("x_0.png")));
+    return;
+  }
+  expect_serial_pixels(
+      [&](const std::string& out, const std::string& flags) {
+        return args(out, flags + " --device cuda");
+      },
+      Runs{{2, "--ulysses_degree 2"},
+           {2, "--ring_degree 2"},
+           {2, "--pipefusion_parallel_degree 2 --warmup_steps 3"}},
+      "gpu_");
+  Result r = run(2, args("x.png", "--ulysses_degree 2 --device cuda:1"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("each rank takes the GPU of its local rank"), std::string::npos) << r.err;
 }
 
 TEST_F(CliMpi, HeadsNotDivisible) {
