@@ -331,14 +331,20 @@ INSTANTIATE_TEST_SUITE_P(Models, ParallelLoop,
 // and the model groups move to device communicators — host-staged when the
 // ranks share one GPU (a one-GPU machine), NCCL with one each. Against the
 // serial run on the GPU. Skips, saying why, where there is no GPU.
+// Why the GPU cases cannot run here ("" where they can).
+std::string no_gpu() {
+  try {
+    check_device(Device{Device::Kind::kCuda, 0});
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 class ParallelLoopOnGpu : public ParallelLoop {
  protected:
   void SetUp() override {
-    try {
-      check_device(Device{Device::Kind::kCuda, 0});
-    } catch (const Error& e) {
-      GTEST_SKIP() << "CUDA cases skipped: " << e.what();
-    }
+    if (const std::string why = no_gpu(); !why.empty())
+      GTEST_SKIP() << "CUDA cases skipped: " << why;
     device_ = Device{Device::Kind::kCuda, 0};
   }
 };
@@ -387,11 +393,7 @@ INSTANTIATE_TEST_SUITE_P(Models, ParallelLoopOnGpu,
 // Whole images (text encoders, loop, VAE — the parallel VAE's bands too) on
 // the GPU under u2, r2 and pp2 equal the CPU's serial image within 1/255.
 TEST(ParallelImagesOnGpu, EqualTheCpuSerialImage) {
-  try {
-    check_device(Device{Device::Kind::kCuda, 0});
-  } catch (const Error& e) {
-    GTEST_SKIP() << "CUDA cases skipped: " << e.what();
-  }
+  if (const std::string why = no_gpu(); !why.empty()) GTEST_SKIP() << "CUDA cases skipped: " << why;
   if (world().size() != 2) GTEST_SKIP() << "the layouts here take 2 ranks, not " << world().size();
   pipeline::ImageRequest r;
   r.prompts = {"a red fox in the snow", "two boats"};
@@ -412,13 +414,9 @@ TEST(ParallelImagesOnGpu, EqualTheCpuSerialImage) {
     gpu.set_device(Device{Device::Kind::kCuda, 0});
     const pipeline::ImageResult got = pipeline::generate_distributed(gpu, mesh, r);
     ASSERT_EQ(got.rgb.size(), want.rgb.size());
-    int worst = 0;
-    for (size_t i = 0; i < want.rgb.size(); ++i) {
-      ASSERT_EQ(got.rgb[i].size(), want.rgb[i].size());
-      for (size_t k = 0; k < want.rgb[i].size(); ++k)
-        worst = std::max(worst, std::abs(int{got.rgb[i][k]} - int{want.rgb[i][k]}));
-    }
-    EXPECT_LE(worst, 1) << "levels apart on rank " << world().rank();
+    for (size_t i = 0; i < want.rgb.size(); ++i)
+      EXPECT_LE(test::worst_pixel_difference(got.rgb[i], want.rgb[i]), 1)
+          << "image " << i << ": levels apart on rank " << world().rank();
   }
 }
 
