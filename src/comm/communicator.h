@@ -5,6 +5,7 @@
 // (device buffers, streams) can implement it later.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -28,6 +29,24 @@ class Request {
 struct CommStats {
   double seconds = 0;
   uint64_t bytes_sent = 0;
+};
+
+// Times a communication call (its scope) into `s`, adding `bytes` sent.
+class CommTimer {
+ public:
+  explicit CommTimer(CommStats& s, uint64_t bytes = 0)
+      : s_(s), t0_(std::chrono::steady_clock::now()) {
+    s_.bytes_sent += bytes;
+  }
+  ~CommTimer() {
+    s_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+  CommTimer(const CommTimer&) = delete;
+  CommTimer& operator=(const CommTimer&) = delete;
+
+ private:
+  CommStats& s_;
+  std::chrono::steady_clock::time_point t0_;
 };
 
 class Communicator {

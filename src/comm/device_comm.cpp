@@ -89,10 +89,12 @@ class HostStaged : public Communicator {
   int size() const override { return host_->size(); }
 
   void send(const void* buf, size_t count, Type t, int dest, int tag) override {
+    CommTimer tm(stats_, count * type_size(t));
     const auto h = down(buf, count * type_size(t));
     host_->send(h.data(), count, t, dest, tag);
   }
   void recv(void* buf, size_t count, Type t, int src, int tag) override {
+    CommTimer tm(stats_);
     std::vector<char> h(count * type_size(t));
     host_->recv(h.data(), count, t, src, tag);
     up(buf, h);
@@ -100,10 +102,12 @@ class HostStaged : public Communicator {
 
   class StagedRequest : public Request {
    public:
-    StagedRequest(std::unique_ptr<Request> r, std::vector<char> host, void* device)
-        : r_(std::move(r)), host_(std::move(host)), device_(device) {}
+    StagedRequest(std::unique_ptr<Request> r, std::vector<char> host, void* device,
+                  CommStats& stats)
+        : r_(std::move(r)), host_(std::move(host)), device_(device), stats_(stats) {}
     void wait() override {
       if (done_) return;
+      CommTimer tm(stats_);
       r_->wait();
       if (device_ != nullptr) cuda::copy(device_, host_.data(), host_.size());
       done_ = true;
@@ -118,23 +122,26 @@ class HostStaged : public Communicator {
     std::unique_ptr<Request> r_;
     std::vector<char> host_;  // stays alive while the host operation runs
     void* device_;            // a receive's destination; null for a send
+    CommStats& stats_;
     bool done_ = false;
   };
 
   std::unique_ptr<Request> isend(const void* buf, size_t count, Type t, int dest,
                                  int tag) override {
+    CommTimer tm(stats_, count * type_size(t));
     auto h = down(buf, count * type_size(t));
     auto r = host_->isend(h.data(), count, t, dest, tag);  // the vector's data does not move
-    return std::make_unique<StagedRequest>(std::move(r), std::move(h), nullptr);
+    return std::make_unique<StagedRequest>(std::move(r), std::move(h), nullptr, stats_);
   }
   std::unique_ptr<Request> irecv(void* buf, size_t count, Type t, int src, int tag) override {
     std::vector<char> h(count * type_size(t));
     auto r = host_->irecv(h.data(), count, t, src, tag);
-    return std::make_unique<StagedRequest>(std::move(r), std::move(h), buf);
+    return std::make_unique<StagedRequest>(std::move(r), std::move(h), buf, stats_);
   }
   void allreduce_sum(float* buf, size_t count) override { reduce(buf, count); }
   void allreduce_sum(double* buf, size_t count) override { reduce(buf, count); }
   void allgather(const void* send, void* recv, size_t count, Type t) override {
+    CommTimer tm(stats_, count * type_size(t) * static_cast<size_t>(size() - 1));
     const auto h = down(send, count * type_size(t));
     std::vector<char> all(h.size() * static_cast<size_t>(size()));
     host_->allgather(h.data(), all.data(), count, t);
@@ -142,17 +149,20 @@ class HostStaged : public Communicator {
   }
   void alltoall(const void* send, void* recv, size_t count, Type t) override {
     const size_t bytes = count * type_size(t) * static_cast<size_t>(size());
+    CommTimer tm(stats_, count * type_size(t) * static_cast<size_t>(size() - 1));
     const auto h = down(send, bytes);
     std::vector<char> r(bytes);
     host_->alltoall(h.data(), r.data(), count, t);
     up(recv, r);
   }
   void broadcast(void* buf, size_t count, Type t, int root) override {
+    CommTimer tm(stats_, rank() == root ? count * type_size(t) : 0);
     auto h = down(buf, count * type_size(t));
     host_->broadcast(h.data(), count, t, root);
     up(buf, h);
   }
   void barrier() override {
+    CommTimer tm(stats_);
     cuda::synchronize();
     host_->barrier();
   }
@@ -175,6 +185,7 @@ class HostStaged : public Communicator {
   }
   template <class T>
   void reduce(T* buf, size_t count) {
+    CommTimer tm(stats_, count * sizeof(T));
     auto h = down(buf, count * sizeof(T));
     host_->allreduce_sum(reinterpret_cast<T*>(h.data()), count);
     up(buf, h);
@@ -256,6 +267,7 @@ class Nccl : public Communicator {
     NcclRequest(Nccl* c, std::shared_ptr<Batch> b) : c_(c), b_(std::move(b)) {}
     void wait() override {
       if (done_) return;
+      CommTimer tm(c_->stats());
       if (b_->done == nullptr) c_->flush();
       c_->wait_event(b_->done, "a point-to-point transfer");
       done_ = true;
@@ -272,6 +284,7 @@ class Nccl : public Communicator {
     bool done_ = false;
   };
   std::unique_ptr<Request> isend(const void* buf, size_t count, Type t, int dest, int) override {
+    stats_.bytes_sent += count * type_size(t);
     pending_.push_back({true, const_cast<void*>(buf), count, t, dest});
     return std::make_unique<NcclRequest>(this, batch());
   }
@@ -281,38 +294,39 @@ class Nccl : public Communicator {
   }
 
   void allreduce_sum(float* buf, size_t count) override {
-    collective("ncclAllReduce", [&] {
+    collective("ncclAllReduce", count * 4, [&] {
       return ncclAllReduce(buf, buf, count, ncclFloat32, ncclSum, comm_, stream_.get());
     });
   }
   void allreduce_sum(double* buf, size_t count) override {
-    collective("ncclAllReduce", [&] {
+    collective("ncclAllReduce", count * 8, [&] {
       return ncclAllReduce(buf, buf, count, ncclFloat64, ncclSum, comm_, stream_.get());
     });
   }
   void allgather(const void* send, void* recv, size_t count, Type t) override {
-    collective("ncclAllGather", [&] {
+    collective("ncclAllGather", count * type_size(t) * static_cast<size_t>(size_ - 1), [&] {
       return ncclAllGather(send, recv, count, nccl_type(t), comm_, stream_.get());
     });
   }
   // Grouped send/recv: block j of send to rank j, block i of recv from rank i.
   void alltoall(const void* send, void* recv, size_t count, Type t) override {
     const size_t bytes = count * type_size(t);
-    collective("all-to-all (grouped ncclSend/ncclRecv)", [&] {
-      ncclResult_t r = ncclGroupStart();
-      for (int j = 0; j < size_ && r == ncclSuccess; ++j) {
-        r = ncclSend(static_cast<const char*>(send) + j * bytes, count, nccl_type(t), j, comm_,
-                     stream_.get());
-        if (r == ncclSuccess)
-          r = ncclRecv(static_cast<char*>(recv) + j * bytes, count, nccl_type(t), j, comm_,
-                       stream_.get());
-      }
-      const ncclResult_t e = ncclGroupEnd();
-      return r != ncclSuccess ? r : e;
-    });
+    collective("all-to-all (grouped ncclSend/ncclRecv)", bytes * static_cast<size_t>(size_ - 1),
+               [&] {
+                 ncclResult_t r = ncclGroupStart();
+                 for (int j = 0; j < size_ && r == ncclSuccess; ++j) {
+                   r = ncclSend(static_cast<const char*>(send) + j * bytes, count, nccl_type(t), j,
+                                comm_, stream_.get());
+                   if (r == ncclSuccess)
+                     r = ncclRecv(static_cast<char*>(recv) + j * bytes, count, nccl_type(t), j,
+                                  comm_, stream_.get());
+                 }
+                 const ncclResult_t e = ncclGroupEnd();
+                 return r != ncclSuccess ? r : e;
+               });
   }
   void broadcast(void* buf, size_t count, Type t, int root) override {
-    collective("ncclBroadcast", [&] {
+    collective("ncclBroadcast", rank_ == root ? count * type_size(t) : 0, [&] {
       return ncclBroadcast(buf, buf, count, nccl_type(t), root, comm_, stream_.get());
     });
   }
@@ -383,9 +397,11 @@ class Nccl : public Communicator {
     ready.wait(stream_.get());
     settle(enqueue(), call);
   }
-  // Pending point-to-point calls first, then `enqueue`, waited for.
+  // Pending point-to-point calls first, then `enqueue`, waited for (its
+  // time and the `bytes` it sends counted in the stats).
   template <class F>
-  void collective(const char* call, F enqueue) {
+  void collective(const char* call, size_t bytes, F enqueue) {
+    CommTimer tm(stats_, bytes);
     flush();
     issue(call, enqueue);
     wait_stream(call);

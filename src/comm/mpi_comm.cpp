@@ -30,20 +30,7 @@ MPI_Datatype mpi_type(Type t) {
   return t == Type::kF32 ? MPI_FLOAT : MPI_BYTE;
 }
 
-// Times a communication call into the stats.
-class Timer {
- public:
-  explicit Timer(CommStats& s, uint64_t bytes = 0) : s_(s), t0_(std::chrono::steady_clock::now()) {
-    s_.bytes_sent += bytes;
-  }
-  ~Timer() {
-    s_.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-  }
-
- private:
-  CommStats& s_;
-  std::chrono::steady_clock::time_point t0_;
-};
+using Timer = CommTimer;
 
 class MpiRequest : public Request {
  public:
