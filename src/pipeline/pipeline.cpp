@@ -272,13 +272,22 @@ void Pipeline::check_request_memory(const MemoryQuery& q) const {
     const auto info = cuda::device_info(device_.index);
     const double run = e.transformer + std::max(e.denoise, e.decode);
     const double need = keep_text_encoder_ ? e.text_encoder + run : std::max(e.text_encoder, run);
-    XDIT_CHECK(need <= static_cast<double>(info.free_bytes), "this request needs about ",
-               human_size(need), " on ", device_.str(), " (transformer ", human_size(e.transformer),
-               ", denoising ", human_size(e.denoise), ", decoding ", human_size(e.decode),
-               ", text encoder ", human_size(e.text_encoder), ") but ",
-               human_size(static_cast<double>(info.free_bytes)), " of ",
-               human_size(static_cast<double>(info.total_bytes)), " is free on ", info.name,
-               ": use a smaller size or fewer prompts");
+    // Ranks of this machine that share the GPU (local rank r takes r mod GPUs):
+    // each checks before any of them allocates, so each needs its share.
+    int sharing = 1;
+    if (mesh_ != nullptr && mesh_->world().size() > 1) {
+      const int ranks = comm::local_process_count(), gpus = std::max(cuda::device_count(), 1);
+      sharing = ranks / gpus + (device_.index < ranks % gpus ? 1 : 0);
+    }
+    XDIT_CHECK(
+        need * sharing <= static_cast<double>(info.free_bytes), "this request needs about ",
+        human_size(need), " on ", device_.str(), " (transformer ", human_size(e.transformer),
+        ", denoising ", human_size(e.denoise), ", decoding ", human_size(e.decode),
+        ", text encoder ", human_size(e.text_encoder), ")",
+        sharing > 1 ? " for each of the " + std::to_string(sharing) + " ranks sharing it" : "",
+        " but ", human_size(static_cast<double>(info.free_bytes)), " of ",
+        human_size(static_cast<double>(info.total_bytes)), " is free on ", info.name,
+        ": use a smaller size, fewer prompts", sharing > 1 ? " or fewer ranks per GPU" : "");
 #endif
     e.transformer = e.denoise = e.decode = e.text_encoder = 0;
   }
@@ -361,8 +370,8 @@ void Pipeline::load() {
   // matrix), so a rank's resident weights are its shares.
   weights_.reset();
   if (mesh_ != nullptr && mesh_->config().pipefusion_parallel_degree > 1) {
-    pipefusion_ = std::make_unique<parallel::PipeFusionAttention>(
-        *mesh_->model_groups().ulysses, *mesh_->model_groups().ring);
+    pipefusion_ = std::make_unique<parallel::PipeFusionAttention>(*mesh_->model_groups().ulysses,
+                                                                  *mesh_->model_groups().ring);
     pipefusion_->set_refresh(pipefusion_refresh_);
     transformer_->set_attention_backend(pipefusion_.get());
     // Every stage's blocks and weight bytes, logged by rank 0.
