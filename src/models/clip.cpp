@@ -70,15 +70,15 @@ ClipTextOutput ClipTextEncoder::encode(const std::vector<int32_t>& ids, int64_t 
   float* h = out.last_hidden.data<float>();
   const float* tok = token_embedding_.data<float>();
   const float* pos = position_embedding_.data<float>();
-  std::vector<float> rows_host(kernels::on_cuda() ? static_cast<size_t>(M * d) : 0);
-  float* rows = kernels::on_cuda() ? rows_host.data() : h;  // looked up on the host
+  nn::HostRows staged(h, static_cast<size_t>(M * d));
+  float* rows = staged.data();  // looked up on the host
   for (int64_t t = 0; t < M; ++t) {
     const int32_t id = ids[static_cast<size_t>(t)];
     XDIT_CHECK(id >= 0 && id < c.vocab_size, "token id ", id, " is outside the CLIP vocabulary of ",
                c.vocab_size);
     for (int64_t k = 0; k < d; ++k) rows[t * d + k] = tok[id * d + k] + pos[(t % S) * d + k];
   }
-  if (rows != h) kernels::copy_from_host(h, rows, static_cast<size_t>(M * d) * 4);
+  staged.upload();
   const auto keep = [&](int64_t index) {
     if (index == want) out.hidden = out.last_hidden.clone();
   };

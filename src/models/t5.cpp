@@ -71,8 +71,8 @@ Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint
   const size_t row_bytes = static_cast<size_t>(d) * dtype_size(embedding_.dtype());
   // The embedding rows are looked up on the host (the table stays there) and
   // copied where the ops run.
-  std::vector<float> rows_host(kernels::on_cuda() ? static_cast<size_t>(M * d) : 0);
-  float* rows = kernels::on_cuda() ? rows_host.data() : h;
+  nn::HostRows staged(h, static_cast<size_t>(M * d));
+  float* rows = staged.data();
   for (int64_t t = 0; t < M; ++t) {
     const int32_t id = ids[static_cast<size_t>(t)];
     XDIT_CHECK(id >= 0 && id < c.vocab_size, "token id ", id, " is outside the T5 vocabulary of ",
@@ -80,7 +80,7 @@ Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint
     convert_to_f32(static_cast<const char*>(embedding_.raw()) + static_cast<size_t>(id) * row_bytes,
                    embedding_.dtype(), rows + t * d, static_cast<size_t>(d));
   }
-  if (rows != h) kernels::copy_from_host(h, rows, static_cast<size_t>(M * d) * 4);
+  staged.upload();
   // Relative-position bias [H, S, S] from block 0's table, shared by all blocks.
   std::vector<float> bias(static_cast<size_t>(H * S * S));
   {

@@ -115,6 +115,10 @@ void MlpSilu::forward(const float* x, int64_t m, float* y) const {
   l2_.forward(h.data<float>(), m, y);
 }
 
+void HostRows::upload() {
+  if (!host_.empty()) kernels::copy_from_host(dst_, host_.data(), n_ * 4);
+}
+
 const void* on_current_device(const void* host, size_t bytes, Tensor& keep) {
   if (bytes == 0) return nullptr;
   const Device d = current_device();

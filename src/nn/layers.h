@@ -67,6 +67,23 @@ kernels::Linear load_row_linear(const io::WeightSource& w, const std::string& pr
                                 const std::vector<int64_t>& ins, int64_t out, bool bias,
                                 ComputeType ct, const TensorParallel& tp, int only = -1);
 
+// Rows a model fills on the host (embedding lookups) for `dst`, n floats on
+// the current device: data() is dst itself on the CPU, a host buffer on a
+// CUDA device that upload() copies to dst.
+class HostRows {
+ public:
+  HostRows(float* dst, size_t n) : dst_(dst), n_(n) {
+    if (current_device().cuda()) host_.resize(n);
+  }
+  float* data() { return host_.empty() ? dst_ : host_.data(); }
+  void upload();
+
+ private:
+  float* dst_;
+  size_t n_;
+  std::vector<float> host_;
+};
+
 // Values a model made on the host (key masks, bias and rotary tables) where
 // this thread's ops read them: `host` itself on the CPU, a copy in `keep`
 // on a CUDA device (`keep` reused while it is large enough); null when
