@@ -128,6 +128,27 @@ void copy_from_host(void* dst, const void* host, size_t bytes);
 // y = x / divisor + shift over n values (y may equal x): latents unscaled as
 // diffusers does it (a division, not a product with the reciprocal).
 void affine_div(const float* x, float* y, int64_t n, float divisor, float shift);
+// The denoising loop's elementwise work, on the latents' device.
+// Classifier-free guidance: noise = u + g·(c − u) over n values (diffusers'
+// order of operations).
+void guidance_combine(const float* uncond, const float* cond, float g, float* noise, int64_t n);
+// SD3's skip-layer guidance: noise += (c − skip)·scale.
+void guidance_add(float* noise, const float* cond, const float* skip, float scale, int64_t n);
+// Flow-Match Euler: sample += dt·model_output, the product rounded before the
+// add (as torch computes it).
+void flow_euler_step(const float* model_output, float* sample, float dt, int64_t n);
+// DPM-Solver(++) multistep, per value: m0 = xa·x + xb·model_output (the
+// converted prediction, stored in cur), x ← cs·x + c0·m0, and at second order
+// + c1·(inv_r0·(m0 − prev)). `items` runs of n values: run i of model_output
+// and sample at i·n, of cur and prev at i·hist_stride (the step's rows of
+// the full-size history).
+struct DpmUpdate {
+  float xa = 1, xb = 0, cs = 0, c0 = 0, c1 = 0, inv_r0 = 0;
+  bool second_order = false;
+};
+void dpm_solver_step(const float* model_output, float* sample, float* cur, const float* prev,
+                     int64_t items, int64_t n, int64_t hist_stride, const DpmUpdate& k);
+
 // Layout changes: rows [r0, r0 + rows) of x [B, C, H, W] → y [B, rows, W, C];
 // and x [B, HW, C] → y [B, C, HW].
 void nchw_rows_to_nhwc(const float* x, int64_t batch, int64_t channels, int64_t height,

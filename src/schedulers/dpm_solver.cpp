@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "kernels/kernels.h"
 
 namespace xdit::schedulers {
 
@@ -143,15 +144,16 @@ void DPMSolverMultistep::set_timesteps(int64_t steps, const TimestepHints& hints
   step_index_ = 0;
   lower_order_nums_ = 0;
   reset_rows();
-  cur_.clear();
-  prev_.clear();
+  cur_ = Tensor();
+  prev_ = Tensor();
 }
 
 void DPMSolverMultistep::step(const float* model_output, float* sample, const Shape& shape,
                               int64_t row_begin, int64_t row_end) {
-  if (begin_rows(shape, row_begin, row_end, timesteps_.size(), step_index_)) {
-    cur_.assign(static_cast<size_t>(shape_numel(shape)), 0.0f);
-    prev_.assign(cur_.size(), 0.0f);
+  const bool new_shape = begin_rows(shape, row_begin, row_end, timesteps_.size(), step_index_);
+  if (new_shape || cur_.device() != current_device()) {
+    cur_ = Tensor::zeros(shape, DType::kF32, current_device());
+    prev_ = Tensor::zeros(shape, DType::kF32, current_device());
   }
   const int64_t n_steps = static_cast<int64_t>(timesteps_.size());
   const int64_t i = step_index_;
@@ -218,21 +220,19 @@ void DPMSolverMultistep::step(const float* model_output, float* sample, const Sh
 
   const int64_t B = shape[0], C = shape[1], H = shape[2], W = shape[3];
   const int64_t rows = row_end - row_begin;
-  const float fxa = static_cast<float>(xa), fxb = static_cast<float>(xb);
-  const float fcs = static_cast<float>(cs), fc0 = static_cast<float>(c0),
-              fc1 = static_cast<float>(c1), fr = static_cast<float>(inv_r0);
-  for (int64_t bc = 0; bc < B * C; ++bc) {
-    const int64_t local = bc * rows * W;            // offset in the patch buffers
-    const int64_t full = (bc * H + row_begin) * W;  // offset in the history
-    for (int64_t k = 0; k < rows * W; ++k) {
-      const float x = sample[local + k];
-      const float m0 = fxa * x + fxb * model_output[local + k];
-      cur_[static_cast<size_t>(full + k)] = m0;
-      float out = fcs * x + fc0 * m0;
-      if (order == 2) out += fc1 * (fr * (m0 - prev_[static_cast<size_t>(full + k)]));
-      sample[local + k] = out;
-    }
-  }
+  kernels::DpmUpdate k;
+  k.xa = static_cast<float>(xa);
+  k.xb = static_cast<float>(xb);
+  k.cs = static_cast<float>(cs);
+  k.c0 = static_cast<float>(c0);
+  k.c1 = static_cast<float>(c1);
+  k.inv_r0 = static_cast<float>(inv_r0);
+  k.second_order = order == 2;
+  // Per (batch, channel): the step's rows*W values, at rows [row_begin, …) of
+  // the full-size history.
+  const int64_t first = row_begin * W;
+  kernels::dpm_solver_step(model_output, sample, cur_.data<float>() + first,
+                           prev_.data<float>() + first, B * C, rows * W, H * W, k);
   if (end_rows(rows)) {  // the step is complete: advance
     std::swap(cur_, prev_);
     if (lower_order_nums_ < cfg_.solver_order) ++lower_order_nums_;

@@ -65,7 +65,9 @@ class DPMSolverMultistep final : public Scheduler {
   int64_t step_index_ = 0;
   int64_t lower_order_nums_ = 0;
   // Converted model outputs of the current and previous step, full latent size.
-  std::vector<float> cur_, prev_;
+  // The converted predictions of this step and the last, full size, on the
+  // device the steps run on (the thread's current device at the first step).
+  Tensor cur_, prev_;
 };
 
 }  // namespace xdit::schedulers

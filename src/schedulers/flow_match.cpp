@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "kernels/kernels.h"
 
 namespace xdit::schedulers {
 
@@ -130,10 +131,7 @@ void FlowMatchEuler::step(const float* model_output, float* sample, const Shape&
   const auto i = static_cast<size_t>(step_index_);
   const float dt = sigmas_[i + 1] - sigmas_[i];
   const int64_t n = shape[0] * shape[1] * (row_end - row_begin) * shape[3];
-  for (int64_t k = 0; k < n; ++k) {
-    const float d = dt * model_output[k];  // rounded before the add, as torch does
-    sample[k] = sample[k] + d;
-  }
+  kernels::flow_euler_step(model_output, sample, dt, n);
   if (end_rows(row_end - row_begin)) ++step_index_;
 }
 

@@ -342,6 +342,36 @@ __global__ void affine_kernel(const float* x, float* y, int64_t n, float divisor
   XDIT_GRID_LOOP(i, n) y[i] = x[i] / divisor + shift;
 }
 
+// The loop's steps round each product and sum as the CPU ops write them
+// (no contraction into FMAs: __fmul_rn / __fadd_rn).
+__global__ void guidance_combine_kernel(const float* u, const float* c, float g, float* noise,
+                                        int64_t n) {
+  XDIT_GRID_LOOP(i, n) noise[i] = __fadd_rn(u[i], __fmul_rn(g, __fsub_rn(c[i], u[i])));
+}
+
+__global__ void guidance_add_kernel(float* noise, const float* c, const float* skip, float scale,
+                                    int64_t n) {
+  XDIT_GRID_LOOP(i, n) noise[i] = __fadd_rn(noise[i], __fmul_rn(__fsub_rn(c[i], skip[i]), scale));
+}
+
+__global__ void flow_euler_kernel(const float* mo, float* sample, float dt, int64_t n) {
+  XDIT_GRID_LOOP(i, n) sample[i] = __fadd_rn(sample[i], __fmul_rn(dt, mo[i]));
+}
+
+__global__ void dpm_solver_kernel(const float* mo, float* sample, float* cur, const float* prev,
+                                  int64_t n, int64_t hist_stride, DpmUpdate k, int64_t total) {
+  XDIT_GRID_LOOP(i, total) {
+    const int64_t it = i / n, j = i % n, h = it * hist_stride + j;
+    const float x = sample[i];
+    const float m0 = __fadd_rn(__fmul_rn(k.xa, x), __fmul_rn(k.xb, mo[i]));
+    cur[h] = m0;
+    float out = __fadd_rn(__fmul_rn(k.cs, x), __fmul_rn(k.c0, m0));
+    if (k.second_order)
+      out = __fadd_rn(out, __fmul_rn(k.c1, __fmul_rn(k.inv_r0, __fsub_rn(m0, prev[h]))));
+    sample[i] = out;
+  }
+}
+
 __global__ void nchw_rows_to_nhwc_kernel(const float* __restrict__ x, int64_t C, int64_t H,
                                          int64_t W, int64_t r0, int64_t rows, float* __restrict__ y,
                                          int64_t total) {
@@ -626,6 +656,25 @@ void qk_norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin, int
 
 void affine_div(const float* x, float* y, int64_t n, float divisor, float shift, Stream s) {
   XDIT_LAUNCH(affine_kernel, n, s, x, y, n, divisor, shift);
+}
+
+void guidance_combine(const float* u, const float* c, float g, float* noise, int64_t n, Stream s) {
+  XDIT_LAUNCH(guidance_combine_kernel, n, s, u, c, g, noise, n);
+}
+
+void guidance_add(float* noise, const float* c, const float* skip, float scale, int64_t n,
+                  Stream s) {
+  XDIT_LAUNCH(guidance_add_kernel, n, s, noise, c, skip, scale, n);
+}
+
+void flow_euler_step(const float* mo, float* sample, float dt, int64_t n, Stream s) {
+  XDIT_LAUNCH(flow_euler_kernel, n, s, mo, sample, dt, n);
+}
+
+void dpm_solver_step(const float* mo, float* sample, float* cur, const float* prev, int64_t items,
+                     int64_t n, int64_t hist_stride, const DpmUpdate& k, Stream s) {
+  const int64_t total = items * n;
+  XDIT_LAUNCH(dpm_solver_kernel, total, s, mo, sample, cur, prev, n, hist_stride, k, total);
 }
 
 void nchw_rows_to_nhwc(const float* x, int64_t batch, int64_t channels, int64_t height,

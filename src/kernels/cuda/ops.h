@@ -82,6 +82,15 @@ void unpatchify(const float* x, int64_t batch, int64_t channels, int64_t h, int6
 
 void affine_div(const float* x, float* y, int64_t n, float divisor, float shift,
                 Stream s = nullptr);
+void guidance_combine(const float* uncond, const float* cond, float g, float* noise, int64_t n,
+                      Stream s = nullptr);
+void guidance_add(float* noise, const float* cond, const float* skip, float scale, int64_t n,
+                  Stream s = nullptr);
+void flow_euler_step(const float* model_output, float* sample, float dt, int64_t n,
+                     Stream s = nullptr);
+void dpm_solver_step(const float* model_output, float* sample, float* cur, const float* prev,
+                     int64_t items, int64_t n, int64_t hist_stride, const DpmUpdate& k,
+                     Stream s = nullptr);
 void nchw_rows_to_nhwc(const float* x, int64_t batch, int64_t channels, int64_t height,
                        int64_t width, int64_t r0, int64_t rows, float* y, Stream s = nullptr);
 void nhwc_to_nchw(const float* x, int64_t batch, int64_t hw, int64_t channels, float* y,

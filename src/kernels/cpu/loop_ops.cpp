@@ -1,0 +1,57 @@
+// The denoising loop's elementwise ops (kernels.h): guidance, the
+// schedulers' updates. A file of their own, free of oneDNN, so that the
+// config fuzzers (tests/fuzz/libfuzzer), which link the schedulers, can link
+// them too. Built without FMA contraction (no -march), as the CUDA versions
+// round each product and sum.
+#include <cstdint>
+
+#include "kernels/dispatch.h"
+#include "kernels/kernels.h"
+
+namespace xdit::kernels {
+
+namespace {
+constexpr int64_t kGrain = 1 << 14;  // values before OpenMP splits a loop
+}  // namespace
+
+void guidance_combine(const float* u, const float* c, float g, float* noise, int64_t n) {
+  XDIT_CUDA_OP(guidance_combine(u, c, g, noise, n));
+#pragma omp parallel for if (n > kGrain)
+  for (int64_t i = 0; i < n; ++i) noise[i] = u[i] + g * (c[i] - u[i]);
+}
+
+void guidance_add(float* noise, const float* c, const float* skip, float scale, int64_t n) {
+  XDIT_CUDA_OP(guidance_add(noise, c, skip, scale, n));
+#pragma omp parallel for if (n > kGrain)
+  for (int64_t i = 0; i < n; ++i) noise[i] += (c[i] - skip[i]) * scale;
+}
+
+void flow_euler_step(const float* model_output, float* sample, float dt, int64_t n) {
+  XDIT_CUDA_OP(flow_euler_step(model_output, sample, dt, n));
+#pragma omp parallel for if (n > kGrain)
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = dt * model_output[i];  // rounded before the add, as torch does
+    sample[i] = sample[i] + d;
+  }
+}
+
+void dpm_solver_step(const float* model_output, float* sample, float* cur, const float* prev,
+                     int64_t items, int64_t n, int64_t hist_stride, const DpmUpdate& k) {
+  XDIT_CUDA_OP(dpm_solver_step(model_output, sample, cur, prev, items, n, hist_stride, k));
+#pragma omp parallel for if (items * n > kGrain)
+  for (int64_t it = 0; it < items; ++it) {
+    const float* mo = model_output + it * n;
+    float* x = sample + it * n;
+    float* c = cur + it * hist_stride;
+    const float* p = prev + it * hist_stride;
+    for (int64_t j = 0; j < n; ++j) {
+      const float m0 = k.xa * x[j] + k.xb * mo[j];
+      c[j] = m0;
+      float out = k.cs * x[j] + k.c0 * m0;
+      if (k.second_order) out += k.c1 * (k.inv_r0 * (m0 - p[j]));
+      x[j] = out;
+    }
+  }
+}
+
+}  // namespace xdit::kernels
