@@ -43,7 +43,11 @@ Tensor DiT::forward(const DiTInputs& in, const Tensor* hidden) {
   if (in.text != nullptr) d.text = &(text = f32_here(*in.text));
   if (in.pooled != nullptr) d.pooled = &(pooled = f32_here(*in.pooled));
   if (hidden != nullptr) h = f32_here(*hidden);
-  return forward_here(d, hidden != nullptr ? &h : nullptr).to_device(Device{});
+  // The result goes where the call's activations came from.
+  const Device back = in.latents != nullptr ? in.latents->device()
+                      : hidden != nullptr   ? hidden->device()
+                                            : Device{};
+  return forward_here(d, hidden != nullptr ? &h : nullptr).to_device(back);
 }
 
 DiTStage resolve_stage(DiTStage stage, int64_t blocks) {

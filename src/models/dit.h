@@ -108,8 +108,9 @@ class DiT {
   virtual Tensor finalize(const Streams& s) = 0;
 
   // A stage's whole call: the output on the last stage, else the streams' x.
-  // On a CUDA model the inputs are copied to its device, the call runs
-  // under its DeviceScope and the result comes back to the host.
+  // On a CUDA model the inputs are copied to its device (where they are not
+  // already), the call runs under its DeviceScope and the result goes to the
+  // device of the latents (or of `hidden`): the host for host inputs.
   Tensor forward(const DiTInputs& in, const Tensor* hidden = nullptr);
   // The device the model was built on (the DeviceScope current then): its
   // weights live there and its calls run there.

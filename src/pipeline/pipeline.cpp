@@ -415,17 +415,19 @@ void check_finite_latents(const Tensor& latents, int64_t step, int64_t total) {
 
 Tensor guided_noise(const Tensor& out, int64_t P, int64_t C, bool cfg, double guidance_scale) {
   // CFG: uncond + g·(cond − uncond) with out = [uncond P; cond P]; learned
-  // sigma: keep the first C of the out_channels.
+  // sigma: keep the first C of the out_channels. On out's device (ops).
   const int64_t oc = out.dim(1), hw = out.dim(2) * out.dim(3), plane = C * hw;
   const float g = static_cast<float>(guidance_scale);
-  Tensor noise = Tensor::empty({P, C, out.dim(2), out.dim(3)});
+  Tensor noise = Tensor::empty({P, C, out.dim(2), out.dim(3)}, DType::kF32, out.device());
   const float* ob = out.data<float>();
-  for (int64_t b = 0; b < P; ++b)
-    for (int64_t j = 0; j < plane; ++j) {
-      const float cond = ob[(cfg ? P + b : b) * oc * hw + j];
-      noise.data<float>()[b * plane + j] =
-          cfg ? ob[b * oc * hw + j] + g * (cond - ob[b * oc * hw + j]) : cond;
-    }
+  for (int64_t b = 0; b < P; ++b) {
+    const float* cond = ob + (cfg ? P + b : b) * oc * hw;
+    float* nb = noise.data<float>() + b * plane;
+    if (cfg)
+      kernels::guidance_combine(ob + b * oc * hw, cond, g, nb, plane);
+    else
+      kernels::copy_rows(nb, plane, cond, plane, 1, plane);
+  }
   return noise;
 }
 
@@ -512,14 +514,18 @@ std::pair<int64_t, int64_t> Pipeline::my_rows(int64_t r0, int64_t r1) {
 }
 
 Tensor Pipeline::gather_output(Tensor out, bool cfg_halves, int64_t r0, int64_t r1) {
-  if (mesh_ != nullptr && mesh_->config().sp() > 1) {
+  const bool rows_split = mesh_ != nullptr && mesh_->config().sp() > 1;
+  if (!rows_split && !cfg_halves) return out;
+  const Device back = out.device();
+  out = out.to_device(Device{});  // the host groups gather host tensors
+  if (rows_split) {
     // The SP ranks' shares of the rows, in latent rows.
     std::vector<int64_t> rows = mesh_->config().row_split(r1 - r0);
     for (int64_t& r : rows) r *= spec().patch;
     out = parallel::gather_rows(mesh_->sp_group(), out, rows);
   }
   if (cfg_halves) out = parallel::gather_batch(mesh_->cfg_group(), out);  // [uncond; cond]
-  return out;
+  return out.to_device(back);
 }
 
 Tensor Pipeline::noise_prediction(Tensor out, const LoopInputs& li, int64_t r0, int64_t r1,
@@ -552,13 +558,10 @@ void Pipeline::add_skip_guidance(Tensor& noise, const Tensor& gathered, const Te
   // noise + (noise_pred_text − noise_pred_skip_layers) · scale, in f32.
   const int64_t P = li.prompts, C = spec().latent_channels;
   const int64_t oc = gathered.dim(1), hw = gathered.dim(2) * gathered.dim(3), plane = C * hw;
-  const float s = static_cast<float>(scale);
   for (int64_t b = 0; b < P; ++b)
-    for (int64_t j = 0; j < plane; ++j) {
-      const float cond = gathered.data<float>()[(P + b) * oc * hw + j];
-      const float skip = skipped.data<float>()[b * oc * hw + j];
-      noise.data<float>()[b * plane + j] += (cond - skip) * s;
-    }
+    kernels::guidance_add(noise.data<float>() + b * plane,
+                          gathered.data<float>() + (P + b) * oc * hw,
+                          skipped.data<float>() + b * oc * hw, static_cast<float>(scale), plane);
 }
 
 Tensor Pipeline::generate_latents(const LatentRequest& req,
@@ -577,20 +580,32 @@ Tensor Pipeline::generate_latents(const LatentRequest& req,
   sched.set_timesteps(r.num_inference_steps,
                       family_->timestep_hints(sched_cfg_, r.num_inference_steps, h, w));
   // latents * init_noise_sigma (1 for DPM-Solver and Flow-Match).
-  const LoopInputs li = loop_inputs(r);
+  LoopInputs li = loop_inputs(r);
 
   if (mesh_ != nullptr && mesh_->config().pipefusion_parallel_degree > 1)
     return pipefusion_loop(latents, sched, li, on_step);
-  const LoopInputs slg = skip_inputs(r, li);
+  LoopInputs slg = skip_inputs(r, li);
+  // The loop's tensors stay on the pipeline's device: on a GPU the latents,
+  // the guidance and the scheduler's step run there (ops), the text
+  // embeddings go up once, and only the pipeline's gathers (host groups)
+  // and the finite check read them on the host.
+  DeviceScope scope(device_);
+  if (device_.cuda()) {
+    for (LoopInputs* l : {&li, &slg}) {
+      l->text = l->text.as(DType::kF32, device_);
+      if (l->pooled.defined()) l->pooled = l->pooled.as(DType::kF32, device_);
+    }
+    latents = latents.to_device(device_);
+  }
   const int64_t gh = h / spec().patch;
   grid_width_ = w / spec().patch;
-  Tensor model_in = Tensor::empty({li.batch, C, h, w});
+  Tensor model_in = Tensor::empty({li.batch, C, h, w}, DType::kF32, device_);
   const int64_t plane = C * h * w;
   const auto& ts = sched.timesteps();
   const auto fill_model_in = [&] {  // the latents, twice under CFG
     for (int64_t k = 0; k < li.batch; ++k)
-      std::memcpy(model_in.data<float>() + k * plane, latents.data<float>() + (k % P) * plane,
-                  plane * 4);
+      kernels::copy_rows(model_in.data<float>() + k * plane, plane,
+                         latents.data<float>() + (k % P) * plane, plane, 1, plane);
   };
   if (mesh_ != nullptr && mesh_->config().auto_weights)
     calibrate(li, model_in, ts[0], gh, fill_model_in);
@@ -624,7 +639,7 @@ Tensor Pipeline::generate_latents(const LatentRequest& req,
       on_step({static_cast<int64_t>(i) + 1, static_cast<int64_t>(ts.size()), s});
     }
   }
-  return latents;
+  return latents.to_device(Device{});  // the caller's latents are on the host
 }
 
 void Pipeline::calibrate(const LoopInputs& li, const Tensor& model_in, double t, int64_t rows,

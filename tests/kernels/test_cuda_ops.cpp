@@ -760,6 +760,46 @@ TEST(CudaOps, ParallelLayerOpsMatchTheCpu) {
   EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0);
 }
 
+// The denoising loop's ops (guidance, the schedulers' updates) through the
+// dispatch, against the CPU: the same roundings, so equal to the last bit
+// but for the order the hardware gives products (within 1e-6).
+TEST(CudaOps, LoopOpsMatchTheCpu) {
+  NEED_GPU();
+  const int64_t items = 6, n = 1037, hist = 1500;  // odd runs, history rows apart
+  const auto mo = random_values(static_cast<size_t>(items * n), 100);
+  const auto x = random_values(mo.size(), 101);
+  const auto c = random_values(mo.size(), 102);
+  const auto prev = random_values(static_cast<size_t>(items * hist), 103);
+  kernels::DpmUpdate k;
+  k.xa = 0.83f, k.xb = -0.41f, k.cs = 0.97f, k.c0 = 0.12f, k.c1 = -0.05f, k.inv_r0 = 1.7f;
+  for (const bool second : {false, true}) {
+    k.second_order = second;
+    std::vector<float> want_x = x, want_cur(prev.size(), 0.f), want_g(mo.size()), want_a = c,
+                       want_f = x;
+    {
+      DeviceScope cpu(Device{});
+      kernels::dpm_solver_step(mo.data(), want_x.data(), want_cur.data(), prev.data(), items, n,
+                               hist, k);
+      kernels::guidance_combine(mo.data(), c.data(), 4.5f, want_g.data(), items * n);
+      kernels::guidance_add(want_a.data(), mo.data(), x.data(), 2.8f, items * n);
+      kernels::flow_euler_step(mo.data(), want_f.data(), -0.0625f, items * n);
+    }
+    DeviceScope gpu(parse_device("cuda"));
+    Tensor d_mo = on_gpu(mo), d_x = on_gpu(x), d_c = on_gpu(c), d_prev = on_gpu(prev);
+    Tensor d_cur = on_gpu(std::vector<float>(prev.size(), 0.f)), d_g = gpu_empty(items * n);
+    Tensor d_a = on_gpu(c), d_f = on_gpu(x);
+    kernels::dpm_solver_step(f(d_mo), f(d_x), f(d_cur), f(d_prev), items, n, hist, k);
+    kernels::guidance_combine(f(d_mo), f(d_c), 4.5f, f(d_g), items * n);
+    kernels::guidance_add(f(d_a), f(d_mo), f(d_x), 2.8f, items * n);
+    kernels::flow_euler_step(f(d_mo), f(d_f), -0.0625f, items * n);
+    EXPECT_LT(max_rel_diff(d_x.to_vector(), want_x), 1e-6f) << "dpm_solver_step " << second;
+    EXPECT_LT(max_rel_diff(d_cur.to_vector(), want_cur), 1e-6f) << "the history";
+    EXPECT_LT(max_rel_diff(d_g.to_vector(), want_g), 1e-6f) << "guidance_combine";
+    EXPECT_LT(max_rel_diff(d_a.to_vector(), want_a), 1e-6f) << "guidance_add";
+    EXPECT_LT(max_rel_diff(d_f.to_vector(), want_f), 1e-6f) << "flow_euler_step";
+  }
+}
+
 // The whole pipelines on the GPU: the tiny PixArt-Σ (CFG, masked text),
 // FLUX.1 [schnell] and SD3 (CLIP-L/G + T5, CFG) images equal the CPU's
 // within 1/255 in f32, and within a few levels in bf16.
