@@ -51,6 +51,7 @@ ClipTextEncoder::~ClipTextEncoder() = default;
 
 ClipTextOutput ClipTextEncoder::encode(const std::vector<int32_t>& ids, int64_t B, int64_t S,
                                        int64_t hidden_state) {
+  DeviceScope scope(device_);
   const ClipTextConfig& c = cfg_;
   const int64_t d = c.hidden_size, H = c.num_attention_heads, M = B * S;
   const auto L = static_cast<int64_t>(layers_.size());

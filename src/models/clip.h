@@ -72,6 +72,7 @@ class ClipTextEncoder {
   Tensor final_ln_w_, final_ln_b_;
   kernels::Linear projection_;
   nn::Scratch n_, qkv_, attn_, ff_;
+  Device device_ = current_device();  // where it was built: its weights and its calls
 };
 
 }  // namespace xdit::models

@@ -60,6 +60,7 @@ T5Encoder::~T5Encoder() = default;
 
 Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask,
                          int64_t B, int64_t S) {
+  DeviceScope scope(device_);
   const T5Config& c = cfg_;
   // Under tensor parallelism: this rank's heads [h0, h0 + H) and d_ff / T units.
   const int64_t d = c.d_model, H = heads_, inner = H * c.d_kv, M = B * S, F = c.d_ff / tp_.size;

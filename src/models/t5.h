@@ -70,7 +70,8 @@ class T5Encoder {
   std::vector<std::unique_ptr<Block>> blocks_;
   Tensor final_norm_;
   nn::Scratch h_, n_, qkv_, attn_, ff_, ff2_, tmp_;
-  Tensor bias_keep_, mask_keep_;  // the position bias and key mask on a CUDA device
+  Tensor bias_keep_, mask_keep_;      // the position bias and key mask on a CUDA device
+  Device device_ = current_device();  // where it was built: its weights and its calls
 };
 
 }  // namespace xdit::models

@@ -181,6 +181,7 @@ void VaeDecoder::resnet(const Resnet& r, Tensor& x, Band& bd) {
 }
 
 Tensor VaeDecoder::decode_latents(const Tensor& latents, nn::RowBands* bands) {
+  DeviceScope scope(device_);
   const Tensor in = latents.as(DType::kF32, current_device());
   Tensor z = act(in.shape());
   kernels::affine_div(in.data<float>(), z.data<float>(), z.numel(),
@@ -190,6 +191,7 @@ Tensor VaeDecoder::decode_latents(const Tensor& latents, nn::RowBands* bands) {
 }
 
 Tensor VaeDecoder::decode(const Tensor& z_nchw, nn::RowBands* bands) {
+  DeviceScope scope(device_);
   const VaeConfig& c = cfg_;
   XDIT_CHECK(z_nchw.ndim() == 4 && z_nchw.dim(1) == c.latent_channels, "VAE decode expects [B, ",
              c.latent_channels, ", h, w] latents, got ", shape_str(z_nchw.shape()));

@@ -88,6 +88,7 @@ class VaeDecoder {
   std::vector<std::unique_ptr<UpBlock>> up_;
   Tensor norm_out_w_, norm_out_b_;
   nn::AttentionScratch attn_scratch_;
+  Device device_ = current_device();  // where it was built: its weights and its calls
 };
 
 // diffusers' VaeImageProcessor.postprocess to uint8: x/2 + 0.5, clamp to
