@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -21,6 +22,17 @@ inline std::string path_from_env(const char* name, const char* built) {
   const char* v = std::getenv(name);
   return v != nullptr && *v != '\0' ? v : built;
 }
+// Why a CUDA device cannot run the GPU cases here ("" where cuda:0 can):
+// the runtime's one line (no backend, no driver, no device).
+inline std::string no_gpu() {
+  try {
+    check_device(Device{Device::Kind::kCuda, 0});
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 #ifdef XDIT_MODELS
 // The tiny model folders (XDIT_MODELS in the environment overrides).
 inline std::string models_dir() {

@@ -38,12 +38,30 @@ std::string choose_device_comm(int gpus_here, int ranks_here, bool have_nccl, st
   return "host-staged";
 }
 
-RankDevice rank_device(std::string* note) {
-  const int ranks = local_process_count();
-  int gpus = 0;
+namespace {
+// GPUs cudart sees here (0 without the backend or a device).
+int gpus_here() {
 #ifdef XDIT_HAVE_CUDA
-  gpus = cuda::device_count();
+  return cuda::device_count();
+#else
+  return 0;
 #endif
+}
+// Local rank r's GPU among `gpus`: round-robin.
+int gpu_of_local_rank(int r, int gpus) {
+  return r % std::max(gpus, 1);
+}
+}  // namespace
+
+int ranks_on_gpu(int gpu) {
+  const int ranks = local_process_count(), gpus = gpus_here();
+  int n = 0;
+  for (int r = 0; r < ranks; ++r) n += gpu_of_local_rank(r, gpus) == gpu ? 1 : 0;
+  return std::max(n, 1);
+}
+
+RankDevice rank_device(std::string* note) {
+  const int ranks = local_process_count(), gpus = gpus_here();
   if (gpus == 0) check_device(Device{Device::Kind::kCuda, 0});  // says why: no backend, driver …
 #ifdef XDIT_HAVE_NCCL
   const bool nccl = true;
@@ -52,7 +70,7 @@ RankDevice rank_device(std::string* note) {
 #endif
   RankDevice r;
   r.kind = choose_device_comm(gpus, ranks, nccl, note);
-  r.device = Device{Device::Kind::kCuda, local_rank() % std::max(gpus, 1)};
+  r.device = Device{Device::Kind::kCuda, gpu_of_local_rank(local_rank(), gpus)};
   return r;
 }
 

@@ -49,6 +49,9 @@ struct RankDevice {
   std::string kind;
 };
 RankDevice rank_device(std::string* note);
+// The ranks of this machine that rank_device puts on cuda:`gpu` (1 without
+// a launcher or a GPU count).
+int ranks_on_gpu(int gpu);
 
 // `--device` for a job of `world_size` ranks, checked before any work: on
 // one rank the device itself (check_device); under mpirun with a CUDA

@@ -272,13 +272,10 @@ void Pipeline::check_request_memory(const MemoryQuery& q) const {
     const auto info = cuda::device_info(device_.index);
     const double run = e.transformer + std::max(e.denoise, e.decode);
     const double need = keep_text_encoder_ ? e.text_encoder + run : std::max(e.text_encoder, run);
-    // Ranks of this machine that share the GPU (local rank r takes r mod GPUs):
-    // each checks before any of them allocates, so each needs its share.
-    int sharing = 1;
-    if (mesh_ != nullptr && mesh_->world().size() > 1) {
-      const int ranks = comm::local_process_count(), gpus = std::max(cuda::device_count(), 1);
-      sharing = ranks / gpus + (device_.index < ranks % gpus ? 1 : 0);
-    }
+    // Ranks of this machine that share the GPU: each checks before any of
+    // them allocates, so each needs its share.
+    const int sharing =
+        mesh_ != nullptr && mesh_->world().size() > 1 ? comm::ranks_on_gpu(device_.index) : 1;
     XDIT_CHECK(
         need * sharing <= static_cast<double>(info.free_bytes), "this request needs about ",
         human_size(need), " on ", device_.str(), " (transformer ", human_size(e.transformer),

@@ -16,8 +16,6 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
-#include "core/device.h"
-#include "core/error.h"
 #include "io/png.h"
 #include "test_util.h"
 
@@ -218,13 +216,7 @@ TEST_F(CliMpi, DegreesThatDoNotMatchTheRanks) {
 // and u2, r2 and pp2 write the serial GPU run's images; cuda:1 is refused in
 // one line. Without one, every rank says why in one line before any work.
 TEST_F(CliMpi, DeviceCudaRunsTheParallelMethodsOrSaysWhyNot) {
-  bool gpu = true;
-  try {
-    check_device(Device{Device::Kind::kCuda, 0});
-  } catch (const Error&) {
-    gpu = false;
-  }
-  if (!gpu) {
+  if (!test::no_gpu().empty()) {
     Result r = run(2, args("x.png", "--ulysses_degree 2 --device cuda"));
     EXPECT_NE(r.code, 0);
     for (const char* rank : {"[rank 0/2] --device cuda:0: ", "[rank 1/2] --device cuda:0: "})

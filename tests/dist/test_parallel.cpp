@@ -331,19 +331,10 @@ INSTANTIATE_TEST_SUITE_P(Models, ParallelLoop,
 // and the model groups move to device communicators — host-staged when the
 // ranks share one GPU (a one-GPU machine), NCCL with one each. Against the
 // serial run on the GPU. Skips, saying why, where there is no GPU.
-// Why the GPU cases cannot run here ("" where they can).
-std::string no_gpu() {
-  try {
-    check_device(Device{Device::Kind::kCuda, 0});
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 class ParallelLoopOnGpu : public ParallelLoop {
  protected:
   void SetUp() override {
-    if (const std::string why = no_gpu(); !why.empty())
+    if (const std::string why = test::no_gpu(); !why.empty())
       GTEST_SKIP() << "CUDA cases skipped: " << why;
     device_ = Device{Device::Kind::kCuda, 0};
   }
@@ -393,7 +384,8 @@ INSTANTIATE_TEST_SUITE_P(Models, ParallelLoopOnGpu,
 // Whole images (text encoders, loop, VAE — the parallel VAE's bands too) on
 // the GPU under u2, r2 and pp2 equal the CPU's serial image within 1/255.
 TEST(ParallelImagesOnGpu, EqualTheCpuSerialImage) {
-  if (const std::string why = no_gpu(); !why.empty()) GTEST_SKIP() << "CUDA cases skipped: " << why;
+  if (const std::string why = test::no_gpu(); !why.empty())
+    GTEST_SKIP() << "CUDA cases skipped: " << why;
   if (world().size() != 2) GTEST_SKIP() << "the layouts here take 2 ranks, not " << world().size();
   pipeline::ImageRequest r;
   r.prompts = {"a red fox in the snow", "two boats"};

@@ -823,8 +823,7 @@ TEST(CudaPipeline, ImagesEqualTheCpuImages) {
       int worst = 0;
       for (size_t i = 0; i < out[0].rgb.size(); ++i) {
         ASSERT_EQ(out[0].rgb[i].size(), out[1].rgb[i].size());
-        for (size_t k = 0; k < out[0].rgb[i].size(); ++k)
-          worst = std::max(worst, std::abs(int{out[0].rgb[i][k]} - int{out[1].rgb[i][k]}));
+        worst = std::max(worst, test::worst_pixel_difference(out[1].rgb[i], out[0].rgb[i]));
       }
       EXPECT_LE(worst, dt == DType::kF32 ? 1 : 8)
           << model << (dt == DType::kF32 ? " f32" : " bf16") << ": levels apart";
