@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/cpu/amx_tiles.h"
+#include "kernels/cpu/softmax_row.h"
 #include "kernels/kernels.h"
 #include "kernels/reference.h"
 #include "test_util.h"
@@ -153,6 +154,41 @@ TEST(Attention, ScoresJumpingFarAboveTheRunningMaximum) {
       ASSERT_NEAR(lse[i], want_lse[i], (bf16 ? 2e-2 : 1e-4) * std::fabs(want_lse[i])) << i;
   }
   set_attention_blocks(128, 512);
+}
+
+// The softmax's exponentials against std::exp, in f32 and bf16 output, on a
+// ragged row (odd length, padded), with −∞ and far-negative scores giving 0
+// and an overflowing one giving +∞ in the sum the caller checks.
+TEST(Attention, SoftmaxRowExponentialsMatchStdExp) {
+  const int64_t n = 77, n_pad = 96;
+  const float scale = 0.37f, m = 3.25f;
+  auto s = test::randn(n, 41);
+  for (auto& x : s) x *= 12.0f;  // exponents over about ±40
+  s[5] = -INFINITY;
+  s[6] = -1e30f;
+  s[7] = -300.0f;
+  for (bool bf16 : {false, true}) {
+    if (bf16 && !cpu_has_bf16()) continue;
+    std::vector<float> pf(n_pad, 7.0f);
+    std::vector<uint16_t> pb(n_pad, 7);
+    const float sum = cpu::exp_row(s.data(), n, n_pad, scale, m, bf16 ? nullptr : pf.data(),
+                                   bf16 ? pb.data() : nullptr);
+    double want_sum = 0.0;
+    for (int64_t i = 0; i < n_pad; ++i) {
+      const double want = i < n ? std::exp(static_cast<double>(s[i]) * scale - m) : 0.0;
+      want_sum += want;
+      const double got = bf16 ? bf16_to_f32(pb[i]) : pf[i];
+      // bf16 rounds to half its 2^-7 ulp; the degree-3 polynomial adds 1e-4,
+      // the degree-5 one 2e-7.
+      ASSERT_NEAR(got, want, (bf16 ? 4e-3 : 1e-6) * want + 1e-38) << i << (bf16 ? " bf16" : "");
+    }
+    EXPECT_NEAR(sum, want_sum, 2e-4 * want_sum) << (bf16 ? "bf16" : "f32");
+    s[8] = 300.0f / scale;  // exp(300 − m) overflows f32
+    const float inf_sum = cpu::exp_row(s.data(), n, n_pad, scale, m, bf16 ? nullptr : pf.data(),
+                                       bf16 ? pb.data() : nullptr);
+    EXPECT_EQ(inf_sum, INFINITY);
+    s[8] = 0.5f;
+  }
 }
 
 TEST(Attention, PrepackedKVGivesTheSameResultAsStridedKV) {

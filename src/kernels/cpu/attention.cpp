@@ -42,8 +42,10 @@ int64_t g_q_block = 128;
 int64_t g_kv_block = 512;
 bool g_tiles = true;
 // How far above the exponent's reference a block's scores may lie before the
-// reference moves: e^30 ≈ 1e13 leaves f32 sums of any length room.
+// reference moves: e^30 ≈ 1e13 leaves f32 sums of any length room. A block
+// whose exponentials sum to more than kSumLimit moves it.
 constexpr float kHeadroom = 30.0f;
+const float kSumLimit = std::exp(kHeadroom);
 
 int64_t round_up(int64_t x, int64_t g) {
   return (x + g - 1) / g * g;
@@ -358,13 +360,18 @@ void attention(const AttentionArgs& a) {
               uint16_t* pr = bf16 ? p.data() + r * colsp : nullptr;
               // The exponent's reference m only has to keep exp from
               // overflowing: later blocks reuse the running m in one pass
-              // and start again from their own maximum only when it lies
-              // more than kHeadroom above; the first block finds its maximum.
-              float s_max, m_new = m[r], sum = 0.0f;
-              if (k0 > 0) sum = cpu::exp_row(sr, cols, colsp, exp_scale, m[r], pf, pr, &s_max);
-              if (k0 == 0 || s_max * exp_scale > m[r] + kHeadroom) {
-                m_new = (k0 == 0 ? cpu::row_max(sr, cols) : s_max) * exp_scale;
-                sum = cpu::exp_row(sr, cols, colsp, exp_scale, m_new, pf, pr, &s_max);
+              // and start again from their own maximum only when their sum
+              // (which bounds every p) passes e^kHeadroom or is not finite;
+              // the first block finds its maximum.
+              float m_new = m[r], sum = 0.0f;
+              bool fresh = k0 == 0;
+              if (!fresh) {
+                sum = cpu::exp_row(sr, cols, colsp, exp_scale, m[r], pf, pr);
+                fresh = !(sum <= kSumLimit);
+              }
+              if (fresh) {
+                m_new = std::max(m[r], cpu::row_max(sr, cols) * exp_scale);
+                sum = cpu::exp_row(sr, cols, colsp, exp_scale, m_new, pf, pr);
               }
               alpha[r] = std::exp(m[r] - m_new);  // 0 on the first block, 1 when m holds
               l[r] = l[r] * alpha[r] + sum;

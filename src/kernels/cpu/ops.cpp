@@ -149,7 +149,7 @@ inline void affine_silu(const float* x, Out* y, int64_t n, const float* a, const
 // (fminf / fmaxf under IEEE rules) kept the compiler from vectorising the
 // loops above, and GroupNorm + SiLU was a quarter of the VAE decoder.
 template <bool kBf16>
-__attribute__((target("avx512f,avx512bf16,avx512vl,avx512bw"))) void affine_silu_avx512(
+__attribute__((target("avx512f,avx512dq,avx512bf16,avx512vl,avx512bw"))) void affine_silu_avx512(
     const float* x, void* y, int64_t n, const float* a, const float* c, bool silu) {
   for (int64_t i = 0; i < n; i += 16) {
     const auto k = static_cast<__mmask16>(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1);

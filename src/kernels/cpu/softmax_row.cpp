@@ -36,50 +36,42 @@ __attribute__((target("avx512f"))) float row_max_avx512(const float* s, int64_t 
 }
 
 // exp(s·scale − m) = 2^(s·c − m·log2 e) with c = scale·log2 e: one FMA.
-__attribute__((target("avx512f"))) float exp_row_f32_avx512(const float* s, int64_t n,
-                                                            int64_t n_pad, float scale, float m,
-                                                            float* pf, float* s_max) {
+__attribute__((target("avx512f,avx512dq"))) float exp_row_f32_avx512(const float* s, int64_t n,
+                                                                     int64_t n_pad, float scale,
+                                                                     float m, float* pf) {
   const __m512 c = _mm512_set1_ps(scale * kLog2e), mc = _mm512_set1_ps(m * kLog2e);
-  __m512 acc = _mm512_setzero_ps(), vm = _mm512_set1_ps(-INFINITY);
+  __m512 acc = _mm512_setzero_ps();
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 k = tail_mask(n - i);
-    const __m512 v = _mm512_maskz_loadu_ps(k, s + i);
-    vm = _mm512_mask_max_ps(vm, k, vm, v);
-    const __m512 e = exp2_16<5>(_mm512_fmsub_ps(v, c, mc));
+    const __m512 e = exp2_16<5>(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, s + i), c, mc));
     acc = _mm512_mask_add_ps(acc, k, acc, e);
     _mm512_mask_storeu_ps(pf + i, k, e);
   }
   std::fill(pf + n, pf + n_pad, 0.0f);
-  *s_max = _mm512_reduce_max_ps(vm);
   return _mm512_reduce_add_ps(acc);
 }
 
 // The same with bf16 output, 32 values per conversion.
-__attribute__((target("avx512f,avx512bf16,avx512vl,avx512bw"))) float exp_row_bf16_avx512(
-    const float* s, int64_t n, int64_t n_pad, float scale, float m, uint16_t* pb, float* s_max) {
+__attribute__((target("avx512f,avx512dq,avx512bf16,avx512vl,avx512bw"))) float exp_row_bf16_avx512(
+    const float* s, int64_t n, int64_t n_pad, float scale, float m, uint16_t* pb) {
   const __m512 c = _mm512_set1_ps(scale * kLog2e), mc = _mm512_set1_ps(m * kLog2e);
-  __m512 acc = _mm512_setzero_ps(), vm = _mm512_set1_ps(-INFINITY);
+  __m512 acc = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    const __m512 v0 = _mm512_loadu_ps(s + i), v1 = _mm512_loadu_ps(s + i + 16);
-    vm = _mm512_max_ps(vm, _mm512_max_ps(v0, v1));
-    const __m512 e0 = exp2_16<3>(_mm512_fmsub_ps(v0, c, mc));
-    const __m512 e1 = exp2_16<3>(_mm512_fmsub_ps(v1, c, mc));
+    const __m512 e0 = exp2_16<3>(_mm512_fmsub_ps(_mm512_loadu_ps(s + i), c, mc));
+    const __m512 e1 = exp2_16<3>(_mm512_fmsub_ps(_mm512_loadu_ps(s + i + 16), c, mc));
     acc = _mm512_add_ps(acc, _mm512_add_ps(e0, e1));
     const __m512bh b = _mm512_cvtne2ps_pbh(e1, e0);
     _mm512_storeu_si512(pb + i, reinterpret_cast<const __m512i&>(b));
   }
   for (; i < n; i += 16) {
     const __mmask16 k = tail_mask(n - i);
-    const __m512 v = _mm512_maskz_loadu_ps(k, s + i);
-    vm = _mm512_mask_max_ps(vm, k, vm, v);
-    const __m512 e = exp2_16<3>(_mm512_fmsub_ps(v, c, mc));
+    const __m512 e = exp2_16<3>(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, s + i), c, mc));
     acc = _mm512_mask_add_ps(acc, k, acc, e);
     const __m256bh b = _mm512_cvtneps_pbh(e);
     _mm256_mask_storeu_epi16(pb + i, k, reinterpret_cast<const __m256i&>(b));
   }
   std::fill(pb + n, pb + n_pad, static_cast<uint16_t>(0));
-  *s_max = _mm512_reduce_max_ps(vm);
   return _mm512_reduce_add_ps(acc);
 }
 
@@ -106,13 +98,11 @@ float row_max(const float* s, int64_t n) {
 }
 
 float exp_row(const float* s, int64_t n, int64_t n_pad, float scale, float m, float* pf,
-              uint16_t* pb, float* s_max) {
-  if (kAvx512 && pb == nullptr) return exp_row_f32_avx512(s, n, n_pad, scale, m, pf, s_max);
-  if (has_avx512_bf16()) return exp_row_bf16_avx512(s, n, n_pad, scale, m, pb, s_max);
+              uint16_t* pb) {
+  if (pb == nullptr && has_avx512_dq()) return exp_row_f32_avx512(s, n, n_pad, scale, m, pf);
+  if (pb != nullptr && has_avx512_bf16()) return exp_row_bf16_avx512(s, n, n_pad, scale, m, pb);
   float sum = 0.0f;
-  *s_max = -INFINITY;
   for (int64_t i = 0; i < n; ++i) {
-    *s_max = std::max(*s_max, s[i]);
     const float p = exp_approx(s[i] * scale - m);
     sum += p;
     if (pb != nullptr)

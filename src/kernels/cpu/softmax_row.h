@@ -10,13 +10,13 @@ namespace xdit::kernels::cpu {
 float row_max(const float* s, int64_t n);
 // p[i] = exp(s[i]·scale − m) for i < n and p[i] = 0 for n ≤ i < n_pad,
 // written as bf16 to pb when it is not null, else as f32 to pf (which may be
-// s itself); returns Σ p[i] in f32 and sets *s_max = max_i s[i]. m need not
-// be the maximum, only large enough that no p[i] overflows: the caller checks
-// *s_max·scale − m and recomputes with a larger m when it is too big.
+// s itself); returns Σ p[i] in f32. m need not be the maximum, only large
+// enough that no p[i] overflows: every p[i] is at most the sum, so a caller
+// that finds the sum too large (or not finite) recomputes with a larger m.
 // The bf16 output uses a degree-3 polynomial for 2^x (relative error 1e-4,
-// 40 times below bf16's rounding), the f32 output a degree-5 one (2.5e-7).
+// 20 times below bf16's rounding), the f32 output a degree-5 one (2e-7).
 float exp_row(const float* s, int64_t n, int64_t n_pad, float scale, float m, float* pf,
-              uint16_t* pb, float* s_max);
+              uint16_t* pb);
 // o[i] ← o[i]·a + t[i].
 void scale_add_row(float* o, const float* t, int64_t n, float a);
 
