@@ -75,15 +75,25 @@ __attribute__((target("amx-tile,amx-bf16"))) void qk_piece(const uint16_t* q, in
 
 __attribute__((target("amx-tile,amx-bf16"))) void pv_tiles(const uint16_t* p, int64_t m,
                                                            int64_t keys, const uint16_t* v,
-                                                           int64_t dv, float* t) {
+                                                           int64_t dv, float* t, bool accumulate) {
   const int64_t groups = dv / 16, ps = keys * 2, ts = dv * 4;
   for (int64_t r = 0; r < m; r += 32)
     for (int64_t g = 0; g < groups; g += 2) {
       const bool two = g + 1 < groups;  // a last odd column group runs alone
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
+      float* o = t + r * dv + g * 16;
+      if (accumulate) {
+        _tile_loadd(0, o, ts);
+        _tile_loadd(2, o + 16 * dv, ts);
+        if (two) {
+          _tile_loadd(1, o + 16, ts);
+          _tile_loadd(3, o + 16 * dv + 16, ts);
+        }
+      } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      }
       for (int64_t c = 0; c < keys / 32; ++c) {
         _tile_loadd(4, p + r * keys + c * 32, ps);
         _tile_loadd(5, p + (r + 16) * keys + c * 32, ps);
@@ -96,7 +106,6 @@ __attribute__((target("amx-tile,amx-bf16"))) void pv_tiles(const uint16_t* p, in
           _tile_dpbf16ps(3, 5, 7);
         }
       }
-      float* o = t + r * dv + g * 16;
       _tile_stored(0, o, ts);
       _tile_stored(2, o + 16 * dv, ts);
       if (two) {
@@ -177,11 +186,11 @@ void amx_qk(const uint16_t* q, int64_t m, int64_t dp, const uint16_t* k_packed, 
 }
 
 void amx_pv(const uint16_t* p, int64_t m, int64_t keys, const uint16_t* v_packed, int64_t dv,
-            float* t) {
+            float* t, bool accumulate) {
   XDIT_CHECK(m % 32 == 0 && keys % 32 == 0 && dv % 16 == 0, "amx_pv: sizes ", m, "×", keys, "×", dv,
              " do not fit the tiles");
   load_config();
-  pv_tiles(p, m, keys, v_packed, dv, t);
+  pv_tiles(p, m, keys, v_packed, dv, t, accumulate);
 }
 
 }  // namespace xdit::kernels::cpu

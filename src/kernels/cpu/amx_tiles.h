@@ -50,8 +50,10 @@ void amx_tiles_configure();
 int64_t amx_qk_pieces(int64_t m, int64_t keys);
 void amx_qk_piece(const uint16_t* q, int64_t m, int64_t dp, const uint16_t* k_packed, int64_t keys,
                   float* s, int64_t piece);
-// t[m, dv] (f32, row stride dv) = p[m, keys] · V, p with row stride keys.
+// t[m, dv] (f32, row stride dv) = p[m, keys] · V, p with row stride keys;
+// with `accumulate`, t += p · V (the tiles start from t instead of 0, so a
+// running output needs no second buffer and no add pass).
 void amx_pv(const uint16_t* p, int64_t m, int64_t keys, const uint16_t* v_packed, int64_t dv,
-            float* t);
+            float* t, bool accumulate = false);
 
 }  // namespace xdit::kernels::cpu

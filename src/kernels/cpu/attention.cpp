@@ -326,12 +326,14 @@ void attention(const AttentionArgs& a) {
     // Scores: two buffers with the tiles, the next block's filling while
     // this one's softmax runs.
     AlignedVector<float> s(static_cast<size_t>(M * KBp * (plan.tiles ? 2 : 1))),
-        t(static_cast<size_t>(M * Dv));
+        t(static_cast<size_t>(plan.tiles ? 0 : M * Dv));
     // P: bf16, or f32 (apart from the scores, which a second pass may reread).
     AlignedVector<uint16_t> p(bf16 ? static_cast<size_t>(M * KBp) : 0);
     AlignedVector<float> pf32(bf16 ? 0 : static_cast<size_t>(M * KBp));
-    std::vector<float> o(static_cast<size_t>(M * D)), m(static_cast<size_t>(M)),
-        l(static_cast<size_t>(M)), alpha(static_cast<size_t>(M));
+    // The running output, rows Dv apart (the tile products accumulate into it).
+    AlignedVector<float> o(static_cast<size_t>(M * Dv));
+    std::vector<float> m(static_cast<size_t>(M)), l(static_cast<size_t>(M)),
+        alpha(static_cast<size_t>(M));
     const auto* qw = reinterpret_cast<const uint16_t*>(qt.data());
 #pragma omp for collapse(3) schedule(dynamic)
     for (int64_t b = 0; b < B; ++b)
@@ -400,17 +402,24 @@ void attention(const AttentionArgs& a) {
                 }
               }
               for (; r < rows; ++r) softmax_row(r, s_now, k0, cols, colsp);
-              if (plan.tiles)
+              if (plan.tiles) {
+                // o·α + P·V: rows whose reference moved are rescaled (rarely
+                // any after the first blocks), then the tiles add P·V to o.
+                if (k0 > 0)
+                  for (int64_t i = 0; i < rows; ++i)
+                    if (alpha[i] != 1.0f) cpu::scale_row(o.data() + i * Dv, Dv, alpha[i]);
                 cpu::amx_pv(p.data(), M, colsp,
-                            reinterpret_cast<const uint16_t*>(slot_of(vw, b, h, j)), Dv, t.data());
-              else
+                            reinterpret_cast<const uint16_t*>(slot_of(vw, b, h, j)), Dv, o.data(),
+                            k0 > 0);
+              } else {
                 cpu::gemm(plan.pv(colsp), bf16 ? static_cast<const void*>(p.data()) : pf32.data(),
                           slot_of(vw, b, h, j), t.data());
-              for (int64_t i = 0; i < rows; ++i) {
-                if (k0 == 0)
-                  std::memcpy(o.data() + i * D, t.data() + i * Dv, static_cast<size_t>(D) * 4);
-                else
-                  cpu::scale_add_row(o.data() + i * D, t.data() + i * Dv, D, alpha[i]);
+                for (int64_t i = 0; i < rows; ++i) {
+                  if (k0 == 0)
+                    std::memcpy(o.data() + i * Dv, t.data() + i * Dv, static_cast<size_t>(D) * 4);
+                  else
+                    cpu::scale_add_row(o.data() + i * Dv, t.data() + i * Dv, D, alpha[i]);
+                }
               }
               std::swap(s_now, s_next);
             }
@@ -418,7 +427,7 @@ void attention(const AttentionArgs& a) {
             for (int64_t r = 0; r < rows; ++r) {
               float* dst = a.out + (b * Sq + q0 + r) * a.out_stride + h * D;
               const float inv = 1.0f / l[r];
-              for (int64_t i = 0; i < D; ++i) dst[i] = o[r * D + i] * inv;
+              for (int64_t i = 0; i < D; ++i) dst[i] = o[r * Dv + i] * inv;
               if (a.lse != nullptr) a.lse[(b * H + h) * Sq + q0 + r] = m[r] + std::log(l[r]);
             }
           });

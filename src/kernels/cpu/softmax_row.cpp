@@ -123,4 +123,8 @@ void scale_add_row(float* o, const float* t, int64_t n, float a) {
   for (int64_t i = 0; i < n; ++i) o[i] = o[i] * a + t[i];
 }
 
+void scale_row(float* o, int64_t n, float a) {
+  for (int64_t i = 0; i < n; ++i) o[i] *= a;
+}
+
 }  // namespace xdit::kernels::cpu

@@ -19,5 +19,7 @@ float exp_row(const float* s, int64_t n, int64_t n_pad, float scale, float m, fl
               uint16_t* pb);
 // o[i] ← o[i]·a + t[i].
 void scale_add_row(float* o, const float* t, int64_t n, float a);
+// o[i] ← o[i]·a.
+void scale_row(float* o, int64_t n, float a);
 
 }  // namespace xdit::kernels::cpu
