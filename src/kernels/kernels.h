@@ -89,6 +89,11 @@ void modulate(const float* x, float* y, int64_t batch, int64_t tokens, int64_t d
 // layer_norm (no affine) followed by modulate, in one pass over x.
 void layer_norm_modulate(const float* x, float* y, int64_t batch, int64_t tokens, int64_t dim,
                          float eps, const float* shift, const float* scale, int64_t mod_stride);
+// The same written as bf16 (rounded to nearest even, as a bf16 linear layer
+// rounds its f32 input): the layer reads it directly, with no f32 copy
+// written, reread and converted in between.
+void layer_norm_modulate(const float* x, uint16_t* y, int64_t batch, int64_t tokens, int64_t dim,
+                         float eps, const float* shift, const float* scale, int64_t mod_stride);
 
 // Gated residual: h[b,t,:] += gate_b * y[b,t,:] (gate_b = gate + b*gate_stride,
 // or 1 when gate is null).

@@ -36,6 +36,7 @@ class Linear {
   // bf16 (rounded after bias and activation), so that one layer feeds the
   // next without an f32 round trip through memory.
   void forward_bf16(const uint16_t* x, int64_t m, float* y) const;
+  void forward_bf16(const uint16_t* x, int64_t m, uint16_t* y) const;  // both
   void forward_to_bf16(const float* x, int64_t m, uint16_t* y) const;
   bool is_bf16() const;
   Tensor forward(const Tensor& x) const;  // x [..., in] → [..., out]

@@ -188,17 +188,30 @@ void PixArtTransformer::run_blocks(Streams& s, int64_t b0, int64_t b1) {
     const int64_t ms = 6 * d;
     const int layer = static_cast<int>(bi);
 
-    kernels::layer_norm_modulate(h, nrm, B, N, d, eps, m + 0 * d, m + 1 * d, ms);
-    blk.attn1.forward(nrm, B, N, nullptr, 0, nullptr, tmp, *backend_, {layer, false},
-                      attn_scratch_);
+    // With bf16 layers the modulated norms are written in bf16 for the
+    // layer that reads them (nrm has room for either).
+    auto* nrm_b = reinterpret_cast<uint16_t*>(nrm);
+    if (blk.attn1.bf16_input()) {
+      kernels::layer_norm_modulate(h, nrm_b, B, N, d, eps, m + 0 * d, m + 1 * d, ms);
+      blk.attn1.forward(nrm_b, B, N, tmp, *backend_, {layer, false}, attn_scratch_);
+    } else {
+      kernels::layer_norm_modulate(h, nrm, B, N, d, eps, m + 0 * d, m + 1 * d, ms);
+      blk.attn1.forward(nrm, B, N, nullptr, 0, nullptr, tmp, *backend_, {layer, false},
+                        attn_scratch_);
+    }
     kernels::gated_residual_add(h, tmp, B, N, d, m + 2 * d, ms);
 
     // ada_norm_single: cross-attention reads the residual stream unnormalised.
     blk.attn2.forward(h, B, N, txt, L, mask_ptr_, tmp, *backend_, {layer, true}, attn_scratch_);
     kernels::gated_residual_add(h, tmp, B, N, d, nullptr, 0);
 
-    kernels::layer_norm_modulate(h, nrm, B, N, d, eps, m + 3 * d, m + 4 * d, ms);
-    blk.ff.forward(nrm, B * N, tmp, ffh);
+    if (blk.ff.bf16_input()) {
+      kernels::layer_norm_modulate(h, nrm_b, B, N, d, eps, m + 3 * d, m + 4 * d, ms);
+      blk.ff.forward(nrm_b, B * N, tmp, ffh);
+    } else {
+      kernels::layer_norm_modulate(h, nrm, B, N, d, eps, m + 3 * d, m + 4 * d, ms);
+      blk.ff.forward(nrm, B * N, tmp, ffh);
+    }
     kernels::gated_residual_add(h, tmp, B, N, d, m + 5 * d, ms);
     XDIT_DEBUG("block ", bi, " done, rss ", current_rss_bytes() >> 20, " MiB");
   }

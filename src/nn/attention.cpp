@@ -45,6 +45,19 @@ void Attention::forward(const float* x, int64_t batch, int64_t seq, const float*
                         int64_t ctx_len, const uint8_t* ctx_mask, float* y,
                         AttentionBackend& backend, AttentionSite site,
                         AttentionScratch& scratch) const {
+  run(x, false, batch, seq, context, ctx_len, ctx_mask, y, backend, site, scratch);
+}
+
+void Attention::forward(const uint16_t* x, int64_t batch, int64_t seq, float* y,
+                        AttentionBackend& backend, AttentionSite site,
+                        AttentionScratch& scratch) const {
+  XDIT_CHECK(bf16_input(), "attention: a bf16 input needs a self-attention with bf16 layers");
+  run(x, true, batch, seq, nullptr, 0, nullptr, y, backend, site, scratch);
+}
+
+void Attention::run(const void* x, bool x_bf16, int64_t batch, int64_t seq, const float* context,
+                    int64_t ctx_len, const uint8_t* ctx_mask, float* y, AttentionBackend& backend,
+                    AttentionSite site, AttentionScratch& scratch) const {
   const int64_t inner = heads_ * head_dim_;
   kernels::AttentionArgs a;
   a.batch = batch;
@@ -58,7 +71,10 @@ void Attention::forward(const float* x, int64_t batch, int64_t seq, const float*
   a.out_stride = inner;
   if (!cross_) {
     float* qkv = scratch.proj.get(static_cast<size_t>(batch * seq * 3 * inner));
-    qkv_.forward(x, batch * seq, qkv);
+    if (x_bf16)
+      qkv_.forward_bf16(static_cast<const uint16_t*>(x), batch * seq, qkv);
+    else
+      qkv_.forward(static_cast<const float*>(x), batch * seq, qkv);
     a.q = qkv;
     a.k = qkv + inner;
     a.v = qkv + 2 * inner;
@@ -68,7 +84,7 @@ void Attention::forward(const float* x, int64_t batch, int64_t seq, const float*
     XDIT_CHECK(context != nullptr, "cross-attention needs a context");
     float* q = scratch.proj.get(static_cast<size_t>(batch * seq * inner));
     float* kv = scratch.kv.get(static_cast<size_t>(batch * ctx_len * 2 * inner));
-    q_.forward(x, batch * seq, q);
+    q_.forward(static_cast<const float*>(x), batch * seq, q);
     kv_.forward(context, batch * ctx_len, kv);
     a.q = q;
     a.q_stride = inner;

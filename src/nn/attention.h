@@ -72,12 +72,22 @@ class Attention {
   void forward(const float* x, int64_t batch, int64_t seq, const float* context, int64_t ctx_len,
                const uint8_t* ctx_mask, float* y, AttentionBackend& backend, AttentionSite site,
                AttentionScratch& scratch) const;
+  // Self-attention with x already bf16 (bf16 layers only: see bf16_input()).
+  void forward(const uint16_t* x, int64_t batch, int64_t seq, float* y, AttentionBackend& backend,
+               AttentionSite site, AttentionScratch& scratch) const;
+  // Whether this is a self-attention whose layers compute in bf16, which
+  // takes a bf16 x.
+  bool bf16_input() const { return !cross_ && qkv_.is_bf16(); }
 
  private:
   int64_t dim_ = 0, heads_ = 0, head_dim_ = 0;  // heads_: this rank's
   bool cross_ = false, bf16_ = false;
   kernels::Linear qkv_, q_, kv_, out_;
   TensorParallel tp_;
+
+  void run(const void* x, bool x_bf16, int64_t batch, int64_t seq, const float* context,
+           int64_t ctx_len, const uint8_t* ctx_mask, float* y, AttentionBackend& backend,
+           AttentionSite site, AttentionScratch& scratch) const;
 };
 
 }  // namespace xdit::nn

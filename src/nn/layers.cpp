@@ -153,4 +153,12 @@ void FeedForwardGelu::forward(const float* x, int64_t m, float* y, float* hidden
   tp_.all_reduce(y, m * fc2_.out_features());
 }
 
+void FeedForwardGelu::forward(const uint16_t* x, int64_t m, float* y, float* hidden) const {
+  XDIT_CHECK(bf16_input(), "feed-forward: a bf16 input needs bf16 layers");
+  uint16_t* hb = reinterpret_cast<uint16_t*>(hidden);
+  fc1_.forward_bf16(x, m, hb);
+  fc2_.forward_bf16(hb, m, y);
+  tp_.all_reduce(y, m * fc2_.out_features());
+}
+
 }  // namespace xdit::nn

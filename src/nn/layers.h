@@ -122,6 +122,9 @@ class FeedForwardGelu {
                   ComputeType ct, const TensorParallel& tp = {});
   // y[m, dim] = ff(x[m, dim]); `hidden` is scratch of m·inner floats.
   void forward(const float* x, int64_t m, float* y, float* hidden) const;
+  // The same with x already bf16 (bf16 layers only: see bf16_input()).
+  void forward(const uint16_t* x, int64_t m, float* y, float* hidden) const;
+  bool bf16_input() const { return fc1_.is_bf16() && fc2_.is_bf16(); }
   int64_t inner() const { return fc1_.out_features(); }  // this rank's share
 
  private:

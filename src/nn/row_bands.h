@@ -25,10 +25,10 @@ class RowBands {
   virtual int band() const = 0;
   // In-place sum over the bands (GroupNorm's Σx and Σx², f64, host memory).
   virtual void sum(double* values, size_t count) = 0;
-  // x (the model's memory: the thread's current device) holds `batch` items of `rows` + 2·halo rows, `row_bytes` bytes per row:
-  // fills the `halo` rows above and below each item's band with the
-  // neighbouring bands' edge rows, and with zeros at the image's top and
-  // bottom (a convolution's zero padding).
+  // x (the model's memory: the thread's current device) holds `batch` items of `rows` + 2·halo
+  // rows, `row_bytes` bytes per row: fills the `halo` rows above and below each item's band with
+  // the neighbouring bands' edge rows, and with zeros at the image's top and bottom (a
+  // convolution's zero padding).
   virtual void exchange_halos(void* x, int64_t batch, int64_t rows, int64_t halo,
                               size_t row_bytes) = 0;
   // Self-attention over every band's tokens; the caller tells it the split

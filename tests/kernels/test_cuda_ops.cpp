@@ -417,6 +417,18 @@ TEST(CudaOps, ElementwiseConversionsAndRowOpsMatchTheCpu) {
   kernels::layer_norm_modulate(f(dx), f(dy), batch, tokens, dim, 1e-6f, f(dmod), f(dmod) + dim,
                                3 * dim);
   check("layer_norm_modulate", {want.begin(), want.begin() + batch * tokens * dim}, 1e-5f);
+  // bf16 out: within one bf16 step of the CPU's (the f32 values differ by rounding).
+  std::vector<uint16_t> want_b(static_cast<size_t>(batch * tokens * dim)), got_b(want_b.size());
+  {
+    DeviceScope cpu(Device{});
+    kernels::layer_norm_modulate(x.data(), want_b.data(), batch, tokens, dim, 1e-6f, mod.data(),
+                                 mod.data() + dim, 3 * dim);
+  }
+  kernels::layer_norm_modulate(f(dx), reinterpret_cast<uint16_t*>(f(dy)), batch, tokens, dim, 1e-6f,
+                               f(dmod), f(dmod) + dim, 3 * dim);
+  cuda::copy(got_b.data(), dy.raw(), got_b.size() * 2);
+  for (size_t i = 0; i < got_b.size(); ++i)
+    ASSERT_LE(std::abs(static_cast<int>(got_b[i]) - static_cast<int>(want_b[i])), 1) << i;
 }
 
 TEST(CudaOps, GroupNormUpsamplePatchifyAndTablesMatchTheCpu) {

@@ -334,6 +334,13 @@ TEST(Ops, LayerNormModulateEqualsLayerNormThenModulate) {
   layer_norm(x.data(), two.data(), B * T, D, 1e-6f, nullptr, nullptr);
   modulate(two.data(), two.data(), B, T, D, shift, scale, stride);
   EXPECT_LT(rel_max_err(fused, two), 1e-6);
+  // bf16 out: the f32 result rounded to nearest even, as a bf16 linear layer
+  // would round it (the row width 251 leaves a masked tail).
+  std::vector<uint16_t> b16(x.size(), 0x7fc0);
+  layer_norm_modulate(x.data(), b16.data(), B, T, D, 1e-6f, shift, scale, stride);
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_LE(std::abs(static_cast<int>(b16[i]) - static_cast<int>(f32_to_bf16(fused[i]))), 1)
+        << i << ": " << bf16_to_f32(b16[i]) << " vs " << fused[i];
 }
 
 TEST(Ops, ModulateAndGatedResidual) {

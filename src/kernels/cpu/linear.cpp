@@ -168,6 +168,14 @@ void Linear::forward_bf16(const uint16_t* x, int64_t m, float* y) const {
   if (m > 0) run(x, m, y, false, false);
 }
 
+void Linear::forward_bf16(const uint16_t* x, int64_t m, uint16_t* y) const {
+  XDIT_CHECK(is_bf16(), "linear: bf16 input to an f32 layer");
+#ifdef XDIT_HAVE_CUDA
+  if (impl_->device) return impl_->device->forward(x, true, m, y, true, false);
+#endif
+  if (m > 0) run(x, m, y, false, true);
+}
+
 void Linear::forward_to_bf16(const float* x, int64_t m, uint16_t* y) const {
   XDIT_CHECK(is_bf16(), "linear: bf16 output from an f32 layer");
   if (m == 0) return;

@@ -167,19 +167,21 @@ __global__ void softmax_rows_kernel(float* __restrict__ x, int64_t cols) {
   for (int64_t i = threadIdx.x; i < cols; i += kThreads) p[i] *= inv;
 }
 
-// LayerNorm (no affine) then y = n · (1 + scale_b) + shift_b; one block per row.
-__global__ void layer_norm_modulate_kernel(const float* __restrict__ x, float* __restrict__ y,
+// LayerNorm (no affine) then y = n · (1 + scale_b) + shift_b, f32 or bf16 out;
+// one block per row.
+template <class Out>
+__global__ void layer_norm_modulate_kernel(const float* __restrict__ x, Out* __restrict__ y,
                                            int64_t tokens, int64_t dim, float eps,
                                            const float* __restrict__ shift,
                                            const float* __restrict__ scale, int64_t mod_stride) {
   const int64_t row = blockIdx.x, b = row / tokens;
   const float* xr = x + row * dim;
-  float* yr = y + row * dim;
+  Out* yr = y + row * dim;
   const float2 st = row_mean_rstd(xr, dim, eps);
   const float* sh = shift + b * mod_stride;
   const float* sc = scale + b * mod_stride;
   for (int64_t i = threadIdx.x; i < dim; i += kThreads)
-    yr[i] = (xr[i] - st.x) * st.y * (1.f + sc[i]) + sh[i];
+    store(yr + i, (xr[i] - st.x) * st.y * (1.f + sc[i]) + sh[i]);
 }
 
 // Σx and Σx² of one (batch item, group) in f64: one block each.
@@ -496,8 +498,15 @@ void softmax_rows(float* x, int64_t rows, int64_t cols, Stream s) {
 void layer_norm_modulate(const float* x, float* y, int64_t batch, int64_t tokens, int64_t dim,
                          float eps, const float* shift, const float* scale, int64_t mod_stride,
                          Stream s) {
-  XDIT_LAUNCH_ROWS(layer_norm_modulate_kernel, batch * tokens, s, x, y, tokens, dim, eps, shift,
-                   scale, mod_stride);
+  XDIT_LAUNCH_ROWS(layer_norm_modulate_kernel<float>, batch * tokens, s, x, y, tokens, dim, eps,
+                   shift, scale, mod_stride);
+}
+
+void layer_norm_modulate(const float* x, uint16_t* y, int64_t batch, int64_t tokens, int64_t dim,
+                         float eps, const float* shift, const float* scale, int64_t mod_stride,
+                         Stream s) {
+  XDIT_LAUNCH_ROWS(layer_norm_modulate_kernel<uint16_t>, batch * tokens, s, x, y, tokens, dim, eps,
+                   shift, scale, mod_stride);
 }
 
 namespace {

@@ -43,6 +43,9 @@ void softmax_rows(float* x, int64_t rows, int64_t cols, Stream s = nullptr);
 void layer_norm_modulate(const float* x, float* y, int64_t batch, int64_t tokens, int64_t dim,
                          float eps, const float* shift, const float* scale, int64_t mod_stride,
                          Stream s = nullptr);
+void layer_norm_modulate(const float* x, uint16_t* y, int64_t batch, int64_t tokens, int64_t dim,
+                         float eps, const float* shift, const float* scale, int64_t mod_stride,
+                         Stream s = nullptr);
 
 // Conversions: f32 rows (`stride` apart) → packed bf16, and back.
 void to_bf16_array(const float* x, uint16_t* y, int64_t n, Stream s = nullptr);
