@@ -43,6 +43,14 @@ struct Params {
   bool round_bf16;  // bf16 asked for: q, k, v rounded to bf16 as the products would
 };
 
+// Element e of a q, k or v row as the products see it: rounded to bf16 when
+// bf16 was asked for.
+template <class T>
+__device__ inline float operand(const T* row, int64_t e, bool round) {
+  const float v = to_float(row[e]);
+  return round ? round_bf16(v) : v;
+}
+
 template <class KV, int PER>
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const Params a) {
   const int lane = threadIdx.x % 32;
@@ -56,8 +64,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const Params a) 
 #pragma unroll
   for (int p = 0; p < PER; ++p) {
     const int64_t e = lane + 32 * p;
-    q[p] = e < a.d ? qr[e] : 0.f;
-    if (a.round_bf16) q[p] = round_bf16(q[p]);
+    q[p] = e < a.d ? operand(qr, e, a.round_bf16) : 0.f;
     acc[p] = 0.f;
   }
   float m = -INFINITY, l = 0.f;
@@ -70,11 +77,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const Params a) 
 #pragma unroll
     for (int p = 0; p < PER; ++p) {
       const int64_t e = lane + 32 * p;
-      if (e < a.d) {
-        float kv = to_float(kr[e]);
-        if (a.round_bf16) kv = round_bf16(kv);
-        dot += q[p] * kv;
-      }
+      if (e < a.d) dot += q[p] * operand(kr, e, a.round_bf16);
     }
     for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
     float s = dot * a.scale;
@@ -87,11 +90,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(const Params a) 
 #pragma unroll
     for (int p = 0; p < PER; ++p) {
       const int64_t e = lane + 32 * p;
-      if (e < a.d) {
-        float vv = to_float(vr[e]);
-        if (a.round_bf16) vv = round_bf16(vv);
-        acc[p] = acc[p] * corr + pexp * vv;
-      }
+      if (e < a.d) acc[p] = acc[p] * corr + pexp * operand(vr, e, a.round_bf16);
     }
     m = m_new;
   }
