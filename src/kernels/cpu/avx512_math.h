@@ -6,23 +6,29 @@
 
 #include <immintrin.h>
 
-namespace xdit::kernels::cpu {
+#include <cstdint>
 
-// Whether the CPU runs the bf16 intrinsic kernels, which are compiled for
-// avx512f + avx512dq + avx512bf16 + avx512vl + avx512bw (every CPU with
-// AVX-512-bf16 has the others).
-inline bool has_avx512_bf16() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
-                          __builtin_cpu_supports("avx512bf16") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw");
-  return has;
-}
+namespace xdit::kernels::cpu {
 
 // Whether the CPU runs the f32 AVX-512 kernels that use exp2_16 (avx512f +
 // avx512dq: all AVX-512 CPUs but the Xeon Phi).
 inline bool has_avx512_dq() {
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
   return has;
+}
+
+// Whether the CPU runs the bf16 intrinsic kernels, which are compiled for
+// avx512f + avx512dq + avx512bf16 + avx512vl + avx512bw (every CPU with
+// AVX-512-bf16 has the others).
+inline bool has_avx512_bf16() {
+  static const bool has = has_avx512_dq() && __builtin_cpu_supports("avx512bf16") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw");
+  return has;
+}
+
+// Lanes [0, min(left, 16)) of a 16-lane mask: the masked tail of a row.
+inline __mmask16 tail_mask(int64_t left) {
+  return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1);
 }
 
 // 2^x on 16 lanes: x = n + f with n = ⌊x⌋ and 0 ≤ f < 1. vreduceps gives f

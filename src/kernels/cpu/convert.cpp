@@ -21,7 +21,7 @@ __attribute__((target("avx512f,avx512bf16,avx512vl,avx512bw"))) void convert_avx
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), reinterpret_cast<__m256i&>(v));
   }
   if (i < n) {
-    const auto k = static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __mmask16 k = tail_mask(static_cast<int64_t>(n - i));
     __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, s + i));
     _mm256_mask_storeu_epi16(d + i, k, reinterpret_cast<__m256i&>(v));
   }

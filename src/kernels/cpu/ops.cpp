@@ -85,7 +85,7 @@ layer_norm_modulate_row_bf16_avx512(const float* x, uint16_t* y, int64_t dim, fl
                                     float rstd, const float* shift, const float* scale) {
   const __m512 vm = _mm512_set1_ps(mean), vr = _mm512_set1_ps(rstd), one = _mm512_set1_ps(1.0f);
   for (int64_t i = 0; i < dim; i += 16) {
-    const auto k = static_cast<__mmask16>(dim - i >= 16 ? 0xffff : (1u << (dim - i)) - 1);
+    const __mmask16 k = cpu::tail_mask(dim - i);
     const __m512 nrm = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm), vr);
     const __m512 r = _mm512_fmadd_ps(nrm, _mm512_add_ps(one, _mm512_maskz_loadu_ps(k, scale + i)),
                                      _mm512_maskz_loadu_ps(k, shift + i));
@@ -178,7 +178,7 @@ template <bool kBf16>
 __attribute__((target("avx512f,avx512dq,avx512bf16,avx512vl,avx512bw"))) void affine_silu_avx512(
     const float* x, void* y, int64_t n, const float* a, const float* c, bool silu) {
   for (int64_t i = 0; i < n; i += 16) {
-    const auto k = static_cast<__mmask16>(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1);
+    const __mmask16 k = cpu::tail_mask(n - i);
     __m512 r = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, x + i), _mm512_maskz_loadu_ps(k, a + i),
                                _mm512_maskz_loadu_ps(k, c + i));
     if (silu) r = cpu::silu_16(r);

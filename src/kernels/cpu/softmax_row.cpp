@@ -20,10 +20,6 @@ namespace {
 
 constexpr float kLog2e = 1.44269504088896341f;
 
-__mmask16 tail_mask(int64_t left) {
-  return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1);
-}
-
 __attribute__((target("avx512f"))) float row_max_avx512(const float* s, int64_t n) {
   __m512 vm = _mm512_set1_ps(-INFINITY);
   int64_t i = 0;
