@@ -99,6 +99,20 @@ void layer_norm_modulate(const float* x, uint16_t* y, int64_t batch, int64_t tok
 // or 1 when gate is null).
 void gated_residual_add(float* h, const float* y, int64_t batch, int64_t tokens, int64_t dim,
                         const float* gate, int64_t gate_stride);
+// The same, the new h also written as bf16 to h_bf16 (rounded to nearest
+// even): the input of a bf16 layer that reads the residual stream itself
+// (PixArt's cross-attention), converted in the pass that writes h.
+void gated_residual_add(float* h, const float* y, int64_t batch, int64_t tokens, int64_t dim,
+                        const float* gate, int64_t gate_stride, uint16_t* h_bf16);
+// gated_residual_add, then layer_norm_modulate of the new h into `out`, in
+// one pass over h (each row is normalised while it is still in cache); gate,
+// shift and scale all `mod_stride` apart between batch items. f32 or bf16 out.
+void residual_layer_norm_modulate(float* h, const float* y, int64_t batch, int64_t tokens,
+                                  int64_t dim, const float* gate, float eps, const float* shift,
+                                  const float* scale, int64_t mod_stride, float* out);
+void residual_layer_norm_modulate(float* h, const float* y, int64_t batch, int64_t tokens,
+                                  int64_t dim, const float* gate, float eps, const float* shift,
+                                  const float* scale, int64_t mod_stride, uint16_t* out);
 
 // PatchEmbed's p×p stride-p convolution as im2col: latent [B,C,H,W] →
 // cols [B·(H/p)·(W/p), C·p·p] in (c, i, j) order, matching a conv weight
@@ -214,6 +228,10 @@ struct AttentionArgs {
   // unused. For callers that keep K/V across calls (PipeFusion's buffers).
   const void* k_packed = nullptr;
   const void* v_packed = nullptr;
+  // Optional: the output written here as bf16 (rounded to nearest even, rows
+  // out_stride apart) instead of to `out`, for a bf16 layer that reads it
+  // next (no f32 copy written, reread and converted). CPU only.
+  uint16_t* out_bf16 = nullptr;
 };
 void attention(const AttentionArgs& a);
 

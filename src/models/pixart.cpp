@@ -1,6 +1,7 @@
 #include "models/pixart.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -167,52 +168,72 @@ Streams PixArtTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
 }
 
 void PixArtTransformer::run_blocks(Streams& s, int64_t b0, int64_t b1) {
-  const int64_t B = B_, L = L_, d = cfg_.hidden(), N = rows_ * gw_;
+  const int64_t B = B_, N = rows_ * gw_, d = cfg_.hidden();
   XDIT_CHECK(stage_.block_begin <= b0 && b0 <= b1 && b1 <= stage_.block_end, "blocks [", b0, ", ",
              b1, ") outside this stage's [", stage_.block_begin, ", ", stage_.block_end, ")");
   XDIT_CHECK(s.x.numel() == B * N * d && s.text == 0, "PixArt streams must be [", B, ", ", N, ", ",
              d, "], got ", shape_str(s.x.shape()));
+  if (b0 == b1) return;
+  // With bf16 layers the layers' inputs (the modulated norms and the
+  // residual stream the cross-attention reads) are written in bf16 by the
+  // pass that makes them; the norm buffer has room for either type.
+  const Block& first = *blocks_[static_cast<size_t>(b0 - stage_.block_begin)];
+  if (first.attn1.bf16_input() && first.attn2.bf16_input() && first.ff.bf16_input())
+    run_blocks_as<uint16_t>(s, b0, b1);
+  else
+    run_blocks_as<float>(s, b0, b1);
+}
+
+template <class T>
+void PixArtTransformer::run_blocks_as(Streams& s, int64_t b0, int64_t b1) {
+  const int64_t B = B_, L = L_, d = cfg_.hidden(), N = rows_ * gw_, ms = 6 * d;
   float* h = s.x.data<float>();
   const float* txt = text_.get(static_cast<size_t>(B * L * d));
-  float* nrm = norm_.get(static_cast<size_t>(B * N * d));
+  T* nrm = reinterpret_cast<T*>(norm_.get(static_cast<size_t>(B * N * d)));
   float* tmp = tmp_.get(static_cast<size_t>(B * N * d));
   float* ffh = ffh_.get(static_cast<size_t>(B * N * 4 * d));
-  float* mod = mod_.get(static_cast<size_t>(B * 6 * d));
-  const float* t6 = t6_.get(static_cast<size_t>(B * 6 * d));
+  float* mods = mod_.get(static_cast<size_t>(2 * B * ms));  // this block's and the next one's
+  const float* t6 = t6_.get(static_cast<size_t>(B * ms));
   const float eps = static_cast<float>(cfg_.norm_eps);
+  // Block bi's shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp,
+  // gate_mlp = its table + t6, [B, 6d], in the slot of bi's parity.
+  const auto modulation = [&](int64_t bi) {
+    float* m = mods + (bi % 2) * B * ms;
+    kernels::add_rows(t6, ms,
+                      blocks_[static_cast<size_t>(bi - stage_.block_begin)]->table.data<float>(), 0,
+                      m, ms, B, ms);
+    return m;
+  };
+  const float* m = modulation(b0);
+  kernels::layer_norm_modulate(h, nrm, B, N, d, eps, m + 0 * d, m + 1 * d, ms);
   for (int64_t bi = b0; bi < b1; ++bi) {
     Block& blk = *blocks_[static_cast<size_t>(bi - stage_.block_begin)];
-    // shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = table + t6.
-    kernels::add_rows(t6, 6 * d, blk.table.data<float>(), 0, mod, 6 * d, B, 6 * d);
-    const float* m = mod;
-    const int64_t ms = 6 * d;
     const int layer = static_cast<int>(bi);
-
-    // With bf16 layers the modulated norms are written in bf16 for the
-    // layer that reads them (nrm has room for either).
-    auto* nrm_b = reinterpret_cast<uint16_t*>(nrm);
-    if (blk.attn1.bf16_input()) {
-      kernels::layer_norm_modulate(h, nrm_b, B, N, d, eps, m + 0 * d, m + 1 * d, ms);
-      blk.attn1.forward(nrm_b, B, N, tmp, *backend_, {layer, false}, attn_scratch_);
+    // nrm: norm1(h) · (1 + scale_msa) + shift_msa.
+    blk.attn1.forward(nrm, B, N, nullptr, 0, nullptr, tmp, *backend_, {layer, false},
+                      attn_scratch_);
+    // ada_norm_single: the cross-attention reads the residual stream
+    // unnormalised (in bf16, a copy written by the residual add into nrm).
+    const T* x2 = nullptr;
+    if constexpr (std::is_same_v<T, uint16_t>) {
+      kernels::gated_residual_add(h, tmp, B, N, d, m + 2 * d, ms, nrm);
+      x2 = nrm;
     } else {
-      kernels::layer_norm_modulate(h, nrm, B, N, d, eps, m + 0 * d, m + 1 * d, ms);
-      blk.attn1.forward(nrm, B, N, nullptr, 0, nullptr, tmp, *backend_, {layer, false},
-                        attn_scratch_);
+      kernels::gated_residual_add(h, tmp, B, N, d, m + 2 * d, ms);
+      x2 = h;
     }
-    kernels::gated_residual_add(h, tmp, B, N, d, m + 2 * d, ms);
-
-    // ada_norm_single: cross-attention reads the residual stream unnormalised.
-    blk.attn2.forward(h, B, N, txt, L, mask_ptr_, tmp, *backend_, {layer, true}, attn_scratch_);
-    kernels::gated_residual_add(h, tmp, B, N, d, nullptr, 0);
-
-    if (blk.ff.bf16_input()) {
-      kernels::layer_norm_modulate(h, nrm_b, B, N, d, eps, m + 3 * d, m + 4 * d, ms);
-      blk.ff.forward(nrm_b, B * N, tmp, ffh);
+    blk.attn2.forward(x2, B, N, txt, L, mask_ptr_, tmp, *backend_, {layer, true}, attn_scratch_);
+    kernels::residual_layer_norm_modulate(h, tmp, B, N, d, nullptr, eps, m + 3 * d, m + 4 * d, ms,
+                                          nrm);
+    blk.ff.forward(nrm, B * N, tmp, ffh);
+    if (bi + 1 < b1) {  // the residual add and the next block's first norm in one pass
+      const float* next = modulation(bi + 1);
+      kernels::residual_layer_norm_modulate(h, tmp, B, N, d, m + 5 * d, eps, next + 0 * d,
+                                            next + 1 * d, ms, nrm);
+      m = next;
     } else {
-      kernels::layer_norm_modulate(h, nrm, B, N, d, eps, m + 3 * d, m + 4 * d, ms);
-      blk.ff.forward(nrm, B * N, tmp, ffh);
+      kernels::gated_residual_add(h, tmp, B, N, d, m + 5 * d, ms);
     }
-    kernels::gated_residual_add(h, tmp, B, N, d, m + 5 * d, ms);
     XDIT_DEBUG("block ", bi, " done, rss ", current_rss_bytes() >> 20, " MiB");
   }
 }

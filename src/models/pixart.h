@@ -68,6 +68,10 @@ class PixArtTransformer : public DiT {
 
  private:
   struct Block;
+  // run_blocks with the layers' inputs in T: float, or uint16_t (bf16) for
+  // bf16 layers.
+  template <class T>
+  void run_blocks_as(Streams& s, int64_t b0, int64_t b1);
   PixArtConfig cfg_;
   nn::ComputeType ct_;
   kernels::Linear patch_proj_;

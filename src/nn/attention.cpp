@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/device.h"
 #include "core/error.h"
 
 namespace xdit::nn {
@@ -12,6 +13,7 @@ class SerialAttention : public AttentionBackend {
   void attend(const kernels::AttentionArgs& args, const AttentionSite&) override {
     kernels::attention(args);
   }
+  bool writes_bf16() const override { return !current_device().cuda(); }  // a CPU kernel's option
 };
 }  // namespace
 
@@ -48,11 +50,12 @@ void Attention::forward(const float* x, int64_t batch, int64_t seq, const float*
   run(x, false, batch, seq, context, ctx_len, ctx_mask, y, backend, site, scratch);
 }
 
-void Attention::forward(const uint16_t* x, int64_t batch, int64_t seq, float* y,
+void Attention::forward(const uint16_t* x, int64_t batch, int64_t seq, const float* context,
+                        int64_t ctx_len, const uint8_t* ctx_mask, float* y,
                         AttentionBackend& backend, AttentionSite site,
                         AttentionScratch& scratch) const {
-  XDIT_CHECK(bf16_input(), "attention: a bf16 input needs a self-attention with bf16 layers");
-  run(x, true, batch, seq, nullptr, 0, nullptr, y, backend, site, scratch);
+  XDIT_CHECK(bf16_input(), "attention: a bf16 input needs bf16 layers");
+  run(x, true, batch, seq, context, ctx_len, ctx_mask, y, backend, site, scratch);
 }
 
 void Attention::run(const void* x, bool x_bf16, int64_t batch, int64_t seq, const float* context,
@@ -67,7 +70,12 @@ void Attention::run(const void* x, bool x_bf16, int64_t batch, int64_t seq, cons
   a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim_));
   a.bf16 = bf16_;
   float* o = scratch.out.get(static_cast<size_t>(batch * seq * inner));
-  a.out = o;
+  // A bf16 output projection reads the attention's output as bf16 written
+  // by the attention itself, where the backend can.
+  uint16_t* o_bf16 =
+      out_.is_bf16() && backend.writes_bf16() ? reinterpret_cast<uint16_t*>(o) : nullptr;
+  a.out = o_bf16 != nullptr ? nullptr : o;
+  a.out_bf16 = o_bf16;
   a.out_stride = inner;
   if (!cross_) {
     float* qkv = scratch.proj.get(static_cast<size_t>(batch * seq * 3 * inner));
@@ -84,7 +92,10 @@ void Attention::run(const void* x, bool x_bf16, int64_t batch, int64_t seq, cons
     XDIT_CHECK(context != nullptr, "cross-attention needs a context");
     float* q = scratch.proj.get(static_cast<size_t>(batch * seq * inner));
     float* kv = scratch.kv.get(static_cast<size_t>(batch * ctx_len * 2 * inner));
-    q_.forward(static_cast<const float*>(x), batch * seq, q);
+    if (x_bf16)
+      q_.forward_bf16(static_cast<const uint16_t*>(x), batch * seq, q);
+    else
+      q_.forward(static_cast<const float*>(x), batch * seq, q);
     kv_.forward(context, batch * ctx_len, kv);
     a.q = q;
     a.q_stride = inner;
@@ -96,7 +107,10 @@ void Attention::run(const void* x, bool x_bf16, int64_t batch, int64_t seq, cons
   }
   site.cross = cross_;
   backend.attend(a, site);
-  out_.forward(o, batch * seq, y);
+  if (o_bf16 != nullptr)
+    out_.forward_bf16(o_bf16, batch * seq, y);
+  else
+    out_.forward(o, batch * seq, y);
   tp_.all_reduce(y, batch * seq * dim_);
 }
 

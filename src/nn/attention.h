@@ -39,6 +39,10 @@ class AttentionBackend {
   // Frees the buffers kept between calls (the caller has no more calls for
   // a while, e.g. the VAE after its one attention).
   virtual void release_buffers() {}
+  // Whether attend() writes AttentionArgs::out_bf16 when it is set (a bf16
+  // output projection then reads it without a conversion); else the caller
+  // passes `out`.
+  virtual bool writes_bf16() const { return false; }
 };
 
 // Attention arguments over a fused [q | k | v] buffer: `seq` tokens per batch
@@ -72,12 +76,12 @@ class Attention {
   void forward(const float* x, int64_t batch, int64_t seq, const float* context, int64_t ctx_len,
                const uint8_t* ctx_mask, float* y, AttentionBackend& backend, AttentionSite site,
                AttentionScratch& scratch) const;
-  // Self-attention with x already bf16 (bf16 layers only: see bf16_input()).
-  void forward(const uint16_t* x, int64_t batch, int64_t seq, float* y, AttentionBackend& backend,
-               AttentionSite site, AttentionScratch& scratch) const;
-  // Whether this is a self-attention whose layers compute in bf16, which
-  // takes a bf16 x.
-  bool bf16_input() const { return !cross_ && qkv_.is_bf16(); }
+  // The same with x already bf16 (bf16 layers only: see bf16_input()).
+  void forward(const uint16_t* x, int64_t batch, int64_t seq, const float* context, int64_t ctx_len,
+               const uint8_t* ctx_mask, float* y, AttentionBackend& backend, AttentionSite site,
+               AttentionScratch& scratch) const;
+  // Whether the layers that read x compute in bf16, so that x may be bf16.
+  bool bf16_input() const { return (cross_ ? q_ : qkv_).is_bf16(); }
 
  private:
   int64_t dim_ = 0, heads_ = 0, head_dim_ = 0;  // heads_: this rank's

@@ -241,6 +241,42 @@ TEST(Attention, PrepackedKVGivesTheSameResultAsStridedKV) {
   set_attention_blocks(128, 512);
 }
 
+// out_bf16: the f32 output rounded to nearest even, bit for bit, at the
+// strided positions (the gaps between rows untouched), on the tile path
+// (head_dim 72, several query and key blocks) and with a key mask.
+TEST(Attention, Bf16OutputIsTheF32OutputRounded) {
+  set_attention_blocks(32, 64);
+  const int64_t B = 2, H = 3, Sq = 77, Sk = 141, D = 72, qs = 3 * H * D, os = H * D + 5;
+  auto qkv = test::randn(B * Sk * qs, 21);
+  std::vector<uint8_t> mask(B * Sk, 1);
+  for (int64_t j = 0; j < Sk; j += 4) mask[Sk + j] = 0;
+  for (bool bf16 : {false, true}) {
+    if (bf16 && !cpu_has_bf16()) continue;
+    AttentionArgs a;
+    a.q = qkv.data(), a.k = qkv.data() + H * D, a.v = qkv.data() + 2 * H * D;
+    a.q_stride = a.k_stride = a.v_stride = qs;
+    a.out_stride = os;
+    a.batch = B, a.heads = H, a.q_len = Sq, a.kv_len = Sk, a.head_dim = D;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    a.key_mask = mask.data();
+    a.bf16 = bf16;
+    std::vector<float> f32(B * Sq * os, 0.0f);
+    a.out = f32.data();
+    attention(a);
+    std::vector<uint16_t> b16(f32.size(), 0x7fc0);  // NaN where nothing may be written
+    a.out = nullptr;
+    a.out_bf16 = b16.data();
+    attention(a);
+    for (int64_t r = 0; r < B * Sq; ++r)
+      for (int64_t i = 0; i < os; ++i) {
+        const size_t at = static_cast<size_t>(r * os + i);
+        const uint16_t want = i < H * D ? f32_to_bf16(f32[at]) : uint16_t{0x7fc0};
+        ASSERT_EQ(b16[at], want) << "row " << r << " col " << i << (bf16 ? " bf16" : " f32");
+      }
+  }
+  set_attention_blocks(128, 512);
+}
+
 TEST(Attention, FullyMaskedRowAttendsUniformlyLikeDiffusersBias) {
   // All keys padded: diffusers adds −10000 to every score, which cancels.
   set_attention_blocks(128, 512);

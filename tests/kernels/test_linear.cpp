@@ -14,6 +14,7 @@
 #include "kernels/reference.h"
 #include "models/pixart.h"
 #include "models/t5.h"
+#include "nn/attention.h"
 #include "test_util.h"
 
 namespace xdit::kernels {
@@ -74,6 +75,48 @@ TEST(Linear, Bf16HiddenBetweenTwoLayers) {
   Linear f32(Tensor::from_vector(w2, {N, H}), Tensor(), ComputeType::kF32);
   EXPECT_THROW(f32.forward_bf16(hb.data(), M, got.data()), Error);
   EXPECT_THROW(f32.forward_to_bf16(h.data(), M, hb.data()), Error);
+}
+
+// nn::Attention with bf16 layers: a bf16 x (self- and cross-attention) gives
+// bit for bit what the f32 x gives (the layer rounds it the same way), and the
+// attention's output written in bf16 for the output projection (the serial
+// backend on the CPU) gives bit for bit what the f32 output converted does.
+TEST(Linear, AttentionBf16InputsAndOutputMatchTheF32Path) {
+  if (!cpu_has_bf16()) GTEST_SKIP() << "no native bf16 on this CPU";
+  struct F32Out : nn::AttentionBackend {  // the serial attention, told to write f32
+    void attend(const AttentionArgs& a, const nn::AttentionSite& s) override {
+      nn::serial_attention().attend(a, s);
+    }
+  } f32_out;
+  ASSERT_TRUE(nn::serial_attention().writes_bf16());
+  ASSERT_FALSE(f32_out.writes_bf16());
+  const int64_t dim = 80, heads = 2, hd = 40, ctx_dim = 56, B = 2, S = 37, L = 9;
+  io::RandomWeights w(5);
+  auto x = test::randn(B * S * dim, 41), ctx = test::randn(B * L * ctx_dim, 42);
+  std::vector<uint16_t> xb(x.size());
+  to_bf16_array(x.data(), xb.data(), B * S * dim);
+  std::vector<uint8_t> mask(B * L, 1);
+  mask[L + 3] = 0;
+  for (const int64_t kv_dim : {int64_t{0}, ctx_dim}) {
+    nn::Attention att(w, kv_dim == 0 ? "self" : "cross", dim, heads, hd, kv_dim, true,
+                      ComputeType::kBF16);
+    ASSERT_TRUE(att.bf16_input());
+    const float* c = kv_dim == 0 ? nullptr : ctx.data();
+    const int64_t cl = kv_dim == 0 ? 0 : L;
+    const uint8_t* cm = kv_dim == 0 ? nullptr : mask.data();
+    nn::AttentionScratch scratch;
+    std::vector<float> want(B * S * dim), got_out(want.size()), got_in(want.size());
+    att.forward(x.data(), B, S, c, cl, cm, want.data(), f32_out, {}, scratch);
+    att.forward(x.data(), B, S, c, cl, cm, got_out.data(), nn::serial_attention(), {}, scratch);
+    att.forward(xb.data(), B, S, c, cl, cm, got_in.data(), nn::serial_attention(), {}, scratch);
+    EXPECT_EQ(got_out, want) << (kv_dim == 0 ? "self" : "cross");
+    EXPECT_EQ(got_in, want) << (kv_dim == 0 ? "self" : "cross");
+    float largest = 0.0f;  // the outputs are not all zeros
+    for (float v : want) largest = std::max(largest, std::fabs(v));
+    EXPECT_GT(largest, 1e-3f);
+  }
+  nn::Attention f32(w, "f32", dim, heads, hd, 0, true, ComputeType::kF32);
+  EXPECT_FALSE(f32.bf16_input());
 }
 
 TEST(Linear, FusedGeluTanh) {

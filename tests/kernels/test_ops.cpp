@@ -2,6 +2,7 @@
 // odd-sized inputs.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <set>
 #include <tuple>
 
@@ -341,6 +342,48 @@ TEST(Ops, LayerNormModulateEqualsLayerNormThenModulate) {
   for (size_t i = 0; i < x.size(); ++i)
     ASSERT_LE(std::abs(static_cast<int>(b16[i]) - static_cast<int>(f32_to_bf16(fused[i]))), 1)
         << i << ": " << bf16_to_f32(b16[i]) << " vs " << fused[i];
+}
+
+// The fused residual passes do exactly what the ops they replace do, one
+// after the other: the residual add (gated or not), then the bf16 copy of h
+// or the modulated LayerNorm of the new h, f32 and bf16 out; odd width (a
+// masked tail), batch items' modulations a stride apart.
+TEST(Ops, FusedResidualPassesEqualTheOpsInTurn) {
+  const int64_t B = 2, T = 23, D = 203, stride = 6 * D;
+  auto h0 = randn(B * T * D, 31, 3.0f), y = randn(B * T * D, 32), mod = randn(B * stride, 33);
+  for (auto& v : h0) v += 0.4f;  // non-zero mean
+  const float* gate = mod.data() + 2 * D;
+  const float* shift = mod.data() + 3 * D;
+  const float* scale = mod.data() + 4 * D;
+  for (const float* g : {gate, static_cast<const float*>(nullptr)}) {
+    auto want_h = h0;
+    gated_residual_add(want_h.data(), y.data(), B, T, D, g, stride);
+    std::vector<float> want_n(h0.size());
+    std::vector<uint16_t> want_b(h0.size()), want_hb(h0.size());
+    layer_norm_modulate(want_h.data(), want_n.data(), B, T, D, 1e-6f, shift, scale, stride);
+    layer_norm_modulate(want_h.data(), want_b.data(), B, T, D, 1e-6f, shift, scale, stride);
+    to_bf16_array(want_h.data(), want_hb.data(), B * T * D);
+
+    auto h = h0;
+    std::vector<uint16_t> hb(h0.size(), 0x7fc0);
+    gated_residual_add(h.data(), y.data(), B, T, D, g, stride, hb.data());
+    EXPECT_EQ(h, want_h);
+    EXPECT_EQ(hb, want_hb);
+
+    h = h0;
+    std::vector<float> n(h0.size(), NAN);
+    residual_layer_norm_modulate(h.data(), y.data(), B, T, D, g, 1e-6f, shift, scale, stride,
+                                 n.data());
+    EXPECT_EQ(h, want_h);
+    EXPECT_EQ(n, want_n);
+
+    h = h0;
+    std::vector<uint16_t> b(h0.size(), 0x7fc0);
+    residual_layer_norm_modulate(h.data(), y.data(), B, T, D, g, 1e-6f, shift, scale, stride,
+                                 b.data());
+    EXPECT_EQ(h, want_h);
+    EXPECT_EQ(b, want_b);
+  }
 }
 
 TEST(Ops, ModulateAndGatedResidual) {

@@ -220,7 +220,7 @@ void attention_unpack_kv(const void* src, int64_t B, int64_t H, int64_t total, i
 
 void attention(const AttentionArgs& a) {
   const bool packed = a.k_packed != nullptr;
-  XDIT_CHECK(a.q && a.out && (packed ? a.v_packed != nullptr : a.k && a.v),
+  XDIT_CHECK(a.q && (a.out || a.out_bf16) && (packed ? a.v_packed != nullptr : a.k && a.v),
              "attention: null tensor");
   XDIT_CHECK(a.batch > 0 && a.heads > 0 && a.head_dim > 0 && a.q_len >= 0 && a.kv_len > 0,
              "attention: bad sizes");
@@ -425,9 +425,14 @@ void attention(const AttentionArgs& a) {
             }
             if (plan.tiles) cpu::amx_tiles_release();
             for (int64_t r = 0; r < rows; ++r) {
-              float* dst = a.out + (b * Sq + q0 + r) * a.out_stride + h * D;
+              const int64_t at = (b * Sq + q0 + r) * a.out_stride + h * D;
               const float inv = 1.0f / l[r];
-              for (int64_t i = 0; i < D; ++i) dst[i] = o[r * Dv + i] * inv;
+              if (a.out_bf16 != nullptr) {  // the same f32 values, rounded once
+                cpu::scale_row(o.data() + r * Dv, D, inv);
+                cpu::f32_to_bf16_array(o.data() + r * Dv, a.out_bf16 + at, static_cast<size_t>(D));
+              } else {
+                for (int64_t i = 0; i < D; ++i) a.out[at + i] = o[r * Dv + i] * inv;
+              }
               if (a.lse != nullptr) a.lse[(b * H + h) * Sq + q0 + r] = m[r] + std::log(l[r]);
             }
           });

@@ -344,15 +344,66 @@ void modulate(const float* x, float* y, int64_t batch, int64_t tokens, int64_t d
     }
 }
 
-void gated_residual_add(float* h, const float* y, int64_t batch, int64_t tokens, int64_t dim,
-                        const float* gate, int64_t gate_stride) {
-  XDIT_CUDA_OP(gated_residual_add(h, y, batch, tokens, dim, gate, gate_stride));
+namespace {
+// h += gate·y row by row, then after(row offset, batch item) on the row
+// while it is in cache.
+template <class After>
+void gated_residual_rows(float* h, const float* y, int64_t batch, int64_t tokens, int64_t dim,
+                         const float* gate, int64_t gate_stride, After after) {
 #pragma omp parallel for collapse(2) if (batch * tokens * dim > kGrain)
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t t = 0; t < tokens; ++t) {
       const int64_t o = (b * tokens + t) * dim;
       gated_add_row(h + o, y + o, dim, gate == nullptr ? nullptr : gate + b * gate_stride);
+      after(o, b);
     }
+}
+
+template <class Out>
+void residual_layer_norm_modulate_rows(float* h, const float* y, int64_t batch, int64_t tokens,
+                                       int64_t dim, const float* gate, float eps,
+                                       const float* shift, const float* scale, int64_t mod_stride,
+                                       Out* out) {
+  if (on_cuda()) {  // two launches there: no fused CUDA kernel yet
+    gated_residual_add(h, y, batch, tokens, dim, gate, mod_stride);
+    return layer_norm_modulate(h, out, batch, tokens, dim, eps, shift, scale, mod_stride);
+  }
+  gated_residual_rows(h, y, batch, tokens, dim, gate, mod_stride, [&](int64_t o, int64_t b) {
+    layer_norm_modulate_row(h + o, out + o, dim, eps, shift + b * mod_stride,
+                            scale + b * mod_stride);
+  });
+}
+}  // namespace
+
+void gated_residual_add(float* h, const float* y, int64_t batch, int64_t tokens, int64_t dim,
+                        const float* gate, int64_t gate_stride) {
+  XDIT_CUDA_OP(gated_residual_add(h, y, batch, tokens, dim, gate, gate_stride));
+  gated_residual_rows(h, y, batch, tokens, dim, gate, gate_stride, [](int64_t, int64_t) {});
+}
+
+void gated_residual_add(float* h, const float* y, int64_t batch, int64_t tokens, int64_t dim,
+                        const float* gate, int64_t gate_stride, uint16_t* h_bf16) {
+  if (on_cuda()) {  // two launches there: no fused CUDA kernel yet
+    gated_residual_add(h, y, batch, tokens, dim, gate, gate_stride);
+    return to_bf16_array(h, h_bf16, batch * tokens * dim);
+  }
+  gated_residual_rows(h, y, batch, tokens, dim, gate, gate_stride, [&](int64_t o, int64_t) {
+    cpu::f32_to_bf16_array(h + o, h_bf16 + o, static_cast<size_t>(dim));
+  });
+}
+
+void residual_layer_norm_modulate(float* h, const float* y, int64_t batch, int64_t tokens,
+                                  int64_t dim, const float* gate, float eps, const float* shift,
+                                  const float* scale, int64_t mod_stride, float* out) {
+  residual_layer_norm_modulate_rows(h, y, batch, tokens, dim, gate, eps, shift, scale, mod_stride,
+                                    out);
+}
+
+void residual_layer_norm_modulate(float* h, const float* y, int64_t batch, int64_t tokens,
+                                  int64_t dim, const float* gate, float eps, const float* shift,
+                                  const float* scale, int64_t mod_stride, uint16_t* out) {
+  residual_layer_norm_modulate_rows(h, y, batch, tokens, dim, gate, eps, shift, scale, mod_stride,
+                                    out);
 }
 
 void group_norm_moments_nhwc(const float* x, int64_t batch, int64_t hw, int64_t channels,
