@@ -228,9 +228,13 @@ struct AttentionArgs {
   // unused. For callers that keep K/V across calls (PipeFusion's buffers).
   const void* k_packed = nullptr;
   const void* v_packed = nullptr;
-  // Optional: the output written here as bf16 (rounded to nearest even, rows
-  // out_stride apart) instead of to `out`, for a bf16 layer that reads it
-  // next (no f32 copy written, reread and converted). CPU only.
+  // Optional, CPU only, for bf16 layers on either side (no f32 copies
+  // written, reread and converted): q, k and v given as bf16 rows instead
+  // (all three, same strides; with bf16 set), and the output written here as
+  // bf16 (rounded to nearest even, rows out_stride apart) instead of to `out`.
+  const uint16_t* q_bf16 = nullptr;
+  const uint16_t* k_bf16 = nullptr;
+  const uint16_t* v_bf16 = nullptr;
   uint16_t* out_bf16 = nullptr;
 };
 void attention(const AttentionArgs& a);

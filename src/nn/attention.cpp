@@ -13,7 +13,7 @@ class SerialAttention : public AttentionBackend {
   void attend(const kernels::AttentionArgs& args, const AttentionSite&) override {
     kernels::attention(args);
   }
-  bool writes_bf16() const override { return !current_device().cuda(); }  // a CPU kernel's option
+  bool takes_bf16() const override { return !current_device().cuda(); }  // a CPU kernel's option
 };
 }  // namespace
 
@@ -62,6 +62,36 @@ void Attention::run(const void* x, bool x_bf16, int64_t batch, int64_t seq, cons
                     int64_t ctx_len, const uint8_t* ctx_mask, float* y, AttentionBackend& backend,
                     AttentionSite site, AttentionScratch& scratch) const {
   const int64_t inner = heads_ * head_dim_;
+  // With bf16 layers on both sides and a backend that takes them, q/k/v and
+  // the output travel in bf16: the projections round their own output and
+  // the attention reads it, and writes the rounded output the output
+  // projection reads, with no f32 copies written, reread and converted.
+  const bool b16 = bf16_ && backend.takes_bf16() && kernels::attention_packs_bf16(true) &&
+                   out_.is_bf16() && (cross_ ? q_.is_bf16() && kv_.is_bf16() : qkv_.is_bf16());
+  // m rows of `in` projected by l into buf, in f32 or (b16) bf16.
+  const auto project = [&](const kernels::Linear& l, const void* in, bool in_bf16, int64_t m,
+                           Scratch& buf) -> const void* {
+    float* f = buf.get(static_cast<size_t>(m * l.out_features()));
+    auto* h = reinterpret_cast<uint16_t*>(f);
+    const auto* in_h = static_cast<const uint16_t*>(in);
+    const auto* in_f = static_cast<const float*>(in);
+    if (b16 && in_bf16)
+      l.forward_bf16(in_h, m, h);
+    else if (b16)
+      l.forward_to_bf16(in_f, m, h);
+    else if (in_bf16)
+      l.forward_bf16(in_h, m, f);
+    else
+      l.forward(in_f, m, f);
+    return f;
+  };
+  // The operand `offset` elements into a projection, as f32 or bf16.
+  const auto operand = [&](const void* p, int64_t offset, const float*& f, const uint16_t*& h) {
+    if (b16)
+      h = static_cast<const uint16_t*>(p) + offset;
+    else
+      f = static_cast<const float*>(p) + offset;
+  };
   kernels::AttentionArgs a;
   a.batch = batch;
   a.heads = heads_;
@@ -69,45 +99,35 @@ void Attention::run(const void* x, bool x_bf16, int64_t batch, int64_t seq, cons
   a.q_len = seq;
   a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim_));
   a.bf16 = bf16_;
-  float* o = scratch.out.get(static_cast<size_t>(batch * seq * inner));
-  // A bf16 output projection reads the attention's output as bf16 written
-  // by the attention itself, where the backend can.
-  uint16_t* o_bf16 =
-      out_.is_bf16() && backend.writes_bf16() ? reinterpret_cast<uint16_t*>(o) : nullptr;
-  a.out = o_bf16 != nullptr ? nullptr : o;
-  a.out_bf16 = o_bf16;
-  a.out_stride = inner;
   if (!cross_) {
-    float* qkv = scratch.proj.get(static_cast<size_t>(batch * seq * 3 * inner));
-    if (x_bf16)
-      qkv_.forward_bf16(static_cast<const uint16_t*>(x), batch * seq, qkv);
-    else
-      qkv_.forward(static_cast<const float*>(x), batch * seq, qkv);
-    a.q = qkv;
-    a.k = qkv + inner;
-    a.v = qkv + 2 * inner;
+    const void* qkv = project(qkv_, x, x_bf16, batch * seq, scratch.proj);
+    operand(qkv, 0, a.q, a.q_bf16);
+    operand(qkv, inner, a.k, a.k_bf16);
+    operand(qkv, 2 * inner, a.v, a.v_bf16);
     a.q_stride = a.k_stride = a.v_stride = 3 * inner;
     a.kv_len = seq;
   } else {
     XDIT_CHECK(context != nullptr, "cross-attention needs a context");
-    float* q = scratch.proj.get(static_cast<size_t>(batch * seq * inner));
-    float* kv = scratch.kv.get(static_cast<size_t>(batch * ctx_len * 2 * inner));
-    if (x_bf16)
-      q_.forward_bf16(static_cast<const uint16_t*>(x), batch * seq, q);
-    else
-      q_.forward(static_cast<const float*>(x), batch * seq, q);
-    kv_.forward(context, batch * ctx_len, kv);
-    a.q = q;
+    const void* q = project(q_, x, x_bf16, batch * seq, scratch.proj);
+    const void* kv = project(kv_, context, false, batch * ctx_len, scratch.kv);
+    operand(q, 0, a.q, a.q_bf16);
+    operand(kv, 0, a.k, a.k_bf16);
+    operand(kv, inner, a.v, a.v_bf16);
     a.q_stride = inner;
-    a.k = kv;
-    a.v = kv + inner;
     a.k_stride = a.v_stride = 2 * inner;
     a.kv_len = ctx_len;
     a.key_mask = ctx_mask;
   }
+  float* o = scratch.out.get(static_cast<size_t>(batch * seq * inner));
+  auto* o_bf16 = reinterpret_cast<uint16_t*>(o);
+  if (b16)
+    a.out_bf16 = o_bf16;
+  else
+    a.out = o;
+  a.out_stride = inner;
   site.cross = cross_;
   backend.attend(a, site);
-  if (o_bf16 != nullptr)
+  if (b16)
     out_.forward_bf16(o_bf16, batch * seq, y);
   else
     out_.forward(o, batch * seq, y);

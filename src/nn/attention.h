@@ -39,10 +39,10 @@ class AttentionBackend {
   // Frees the buffers kept between calls (the caller has no more calls for
   // a while, e.g. the VAE after its one attention).
   virtual void release_buffers() {}
-  // Whether attend() writes AttentionArgs::out_bf16 when it is set (a bf16
-  // output projection then reads it without a conversion); else the caller
-  // passes `out`.
-  virtual bool writes_bf16() const { return false; }
+  // Whether attend() takes AttentionArgs' bf16 operands (q_bf16, k_bf16,
+  // v_bf16, out_bf16), so that bf16 layers around it hand over bf16 rows
+  // with no f32 copies; else the caller passes f32 q/k/v and out.
+  virtual bool takes_bf16() const { return false; }
 };
 
 // Attention arguments over a fused [q | k | v] buffer: `seq` tokens per batch

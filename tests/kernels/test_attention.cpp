@@ -2,6 +2,7 @@
 // several key blocks, key padding masks, strided layouts, f32 and bf16.
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/softmax_row.h"
 #include "kernels/kernels.h"
@@ -241,39 +242,50 @@ TEST(Attention, PrepackedKVGivesTheSameResultAsStridedKV) {
   set_attention_blocks(128, 512);
 }
 
-// out_bf16: the f32 output rounded to nearest even, bit for bit, at the
-// strided positions (the gaps between rows untouched), on the tile path
-// (head_dim 72, several query and key blocks) and with a key mask.
-TEST(Attention, Bf16OutputIsTheF32OutputRounded) {
+// The bf16 operands: q/k/v given as bf16 rows give bit for bit what the same
+// values given as f32 give (the attention rounds them the same way), and
+// out_bf16 is the f32 output rounded to nearest even, at the strided
+// positions (the gaps between rows untouched); on the tile path (head_dim
+// 72, several query and key blocks) with a key mask. bf16 q/k/v with an f32
+// attention are refused.
+TEST(Attention, Bf16OperandsMatchTheF32Path) {
+  if (!cpu_has_bf16()) GTEST_SKIP() << "no native bf16 on this CPU";
   set_attention_blocks(32, 64);
   const int64_t B = 2, H = 3, Sq = 77, Sk = 141, D = 72, qs = 3 * H * D, os = H * D + 5;
   auto qkv = test::randn(B * Sk * qs, 21);
+  std::vector<uint16_t> qkv_b(qkv.size());
+  to_bf16_array(qkv.data(), qkv_b.data(), static_cast<int64_t>(qkv.size()));
   std::vector<uint8_t> mask(B * Sk, 1);
   for (int64_t j = 0; j < Sk; j += 4) mask[Sk + j] = 0;
-  for (bool bf16 : {false, true}) {
-    if (bf16 && !cpu_has_bf16()) continue;
-    AttentionArgs a;
-    a.q = qkv.data(), a.k = qkv.data() + H * D, a.v = qkv.data() + 2 * H * D;
-    a.q_stride = a.k_stride = a.v_stride = qs;
-    a.out_stride = os;
-    a.batch = B, a.heads = H, a.q_len = Sq, a.kv_len = Sk, a.head_dim = D;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(D));
-    a.key_mask = mask.data();
-    a.bf16 = bf16;
-    std::vector<float> f32(B * Sq * os, 0.0f);
-    a.out = f32.data();
-    attention(a);
-    std::vector<uint16_t> b16(f32.size(), 0x7fc0);  // NaN where nothing may be written
-    a.out = nullptr;
-    a.out_bf16 = b16.data();
-    attention(a);
-    for (int64_t r = 0; r < B * Sq; ++r)
-      for (int64_t i = 0; i < os; ++i) {
-        const size_t at = static_cast<size_t>(r * os + i);
-        const uint16_t want = i < H * D ? f32_to_bf16(f32[at]) : uint16_t{0x7fc0};
-        ASSERT_EQ(b16[at], want) << "row " << r << " col " << i << (bf16 ? " bf16" : " f32");
-      }
-  }
+  AttentionArgs a;
+  a.q = qkv.data(), a.k = qkv.data() + H * D, a.v = qkv.data() + 2 * H * D;
+  a.q_stride = a.k_stride = a.v_stride = qs;
+  a.out_stride = os;
+  a.batch = B, a.heads = H, a.q_len = Sq, a.kv_len = Sk, a.head_dim = D;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  a.key_mask = mask.data();
+  a.bf16 = true;
+  std::vector<float> want(B * Sq * os, 0.0f), got(want.size(), 0.0f);
+  a.out = want.data();
+  attention(a);
+  AttentionArgs b = a;
+  b.q = b.k = b.v = nullptr;
+  b.q_bf16 = qkv_b.data(), b.k_bf16 = qkv_b.data() + H * D, b.v_bf16 = qkv_b.data() + 2 * H * D;
+  b.out = got.data();
+  attention(b);
+  EXPECT_EQ(got, want);
+  std::vector<uint16_t> out_b(want.size(), 0x7fc0);  // NaN where nothing may be written
+  b.out = nullptr;
+  b.out_bf16 = out_b.data();
+  attention(b);
+  for (int64_t r = 0; r < B * Sq; ++r)
+    for (int64_t i = 0; i < os; ++i) {
+      const size_t at = static_cast<size_t>(r * os + i);
+      const uint16_t expect = i < H * D ? f32_to_bf16(want[at]) : uint16_t{0x7fc0};
+      ASSERT_EQ(out_b[at], expect) << "row " << r << " col " << i;
+    }
+  b.bf16 = false;
+  EXPECT_THROW(attention(b), Error);
   set_attention_blocks(128, 512);
 }
 

@@ -88,8 +88,8 @@ TEST(Linear, AttentionBf16InputsAndOutputMatchTheF32Path) {
       nn::serial_attention().attend(a, s);
     }
   } f32_out;
-  ASSERT_TRUE(nn::serial_attention().writes_bf16());
-  ASSERT_FALSE(f32_out.writes_bf16());
+  ASSERT_TRUE(nn::serial_attention().takes_bf16());
+  ASSERT_FALSE(f32_out.takes_bf16());
   const int64_t dim = 80, heads = 2, hd = 40, ctx_dim = 56, B = 2, S = 37, L = 9;
   io::RandomWeights w(5);
   auto x = test::randn(B * S * dim, 41), ctx = test::randn(B * L * ctx_dim, 42);

@@ -51,17 +51,32 @@ int64_t round_up(int64_t x, int64_t g) {
   return (x + g - 1) / g * g;
 }
 
-// Copies rows [0, rows) of f32 [rows, d] at `stride` (row r taken from
-// index[r] when index is set) into a buffer of the compute type whose rows are
-// `ld` apart; the columns d … ld are left as they are.
-void pack_rows(const float* src, int64_t stride, int64_t rows, int64_t d, bool bf16, void* dst,
-               int64_t ld, const int32_t* index) {
+// Rows of f32 or bf16 values (exactly one of the pointers set), `stride`
+// elements apart.
+struct RowSource {
+  const float* f32 = nullptr;
+  const uint16_t* b16 = nullptr;
+  int64_t stride = 0;
+  RowSource at(int64_t elements) const {
+    return {f32 != nullptr ? f32 + elements : nullptr, b16 != nullptr ? b16 + elements : nullptr,
+            stride};
+  }
+};
+
+// Copies rows [0, rows) of d values of src (row r taken from index[r] when
+// index is set) into a buffer of the compute type whose rows are `ld` apart;
+// the columns d … ld are left as they are. bf16 rows go to a bf16 buffer only.
+void pack_rows(const RowSource& src, int64_t rows, int64_t d, bool bf16, void* dst, int64_t ld,
+               const int32_t* index) {
   for (int64_t r = 0; r < rows; ++r) {
-    const float* s = src + (index != nullptr ? index[r] : r) * stride;
-    if (bf16)
-      cpu::f32_to_bf16_array(s, static_cast<uint16_t*>(dst) + r * ld, static_cast<size_t>(d));
+    const int64_t at = (index != nullptr ? index[r] : r) * src.stride;
+    if (src.b16 != nullptr)
+      std::memcpy(static_cast<uint16_t*>(dst) + r * ld, src.b16 + at, static_cast<size_t>(d) * 2);
+    else if (bf16)
+      cpu::f32_to_bf16_array(src.f32 + at, static_cast<uint16_t*>(dst) + r * ld,
+                             static_cast<size_t>(d));
     else
-      std::memcpy(static_cast<float*>(dst) + r * ld, s, static_cast<size_t>(d) * 4);
+      std::memcpy(static_cast<float*>(dst) + r * ld, src.f32 + at, static_cast<size_t>(d) * 4);
   }
 }
 
@@ -162,7 +177,7 @@ void attention_pack_kv(const float* src, int64_t stride, int64_t B, int64_t H, i
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
-      pack_rows(src + b * batch_stride + h * D, stride, n, D, bf16,
+      pack_rows(RowSource{src + b * batch_stride + h * D, nullptr, stride}, n, D, bf16,
                 static_cast<char*>(dst) + static_cast<size_t>(((b * H + h) * total + t) * D) * esz,
                 D, nullptr);
 }
@@ -220,8 +235,10 @@ void attention_unpack_kv(const void* src, int64_t B, int64_t H, int64_t total, i
 
 void attention(const AttentionArgs& a) {
   const bool packed = a.k_packed != nullptr;
-  XDIT_CHECK(a.q && (a.out || a.out_bf16) && (packed ? a.v_packed != nullptr : a.k && a.v),
-             "attention: null tensor");
+  const bool bf16_in = a.q_bf16 != nullptr;
+  const bool have_kv =
+      packed ? a.v_packed != nullptr : (bf16_in ? a.k_bf16 && a.v_bf16 : a.k && a.v);
+  XDIT_CHECK((bf16_in || a.q) && (a.out || a.out_bf16) && have_kv, "attention: null tensor");
   XDIT_CHECK(a.batch > 0 && a.heads > 0 && a.head_dim > 0 && a.q_len >= 0 && a.kv_len > 0,
              "attention: bad sizes");
   XDIT_CHECK(a.scale > 0.0f, "attention: the scale must be positive");
@@ -230,6 +247,9 @@ void attention(const AttentionArgs& a) {
   if (a.q_len == 0) return;
   const int64_t B = a.batch, H = a.heads, D = a.head_dim, Sq = a.q_len, Sk = a.kv_len;
   const bool bf16 = attention_packs_bf16(a.bf16);
+  XDIT_CHECK(!bf16_in || bf16, "attention: bf16 q/k/v need a bf16 attention on a CPU with bf16");
+  const RowSource q_rows{a.q, a.q_bf16, a.q_stride}, k_rows{a.k, a.k_bf16, a.k_stride},
+      v_rows{a.v, a.v_bf16, a.v_stride};
   const size_t esz = bf16 ? 2 : 4;
   const Plan plan(Sq, D, bf16);
   const int64_t g = plan.g, Dp = plan.Dp, Dv = plan.Dv, KB = plan.KB, M = plan.M;
@@ -288,7 +308,7 @@ void attention(const AttentionArgs& a) {
             const int64_t cols = std::min(KB, n_kv - k0), colsp = round_up(cols, g);
             const int32_t* idx = kept(b) != nullptr ? kept(b) + k0 : nullptr;
             // Token rows [cols, D] → tile [colsp, Dp], padding rows zeroed.
-            const auto load = [&](const float* src, int64_t stride, const void* src_packed) {
+            const auto load = [&](const RowSource& src, const void* src_packed) {
               if (src_packed != nullptr) {
                 const char* from = static_cast<const char*>(src_packed) +
                                    static_cast<size_t>(((b * H + h) * Sk + k0) * D) * esz;
@@ -297,19 +317,20 @@ void attention(const AttentionArgs& a) {
                               from + static_cast<size_t>(r * D) * esz,
                               static_cast<size_t>(D) * esz);
               } else {
-                pack_rows(src + b * Sk * stride + h * D + (idx != nullptr ? 0 : k0 * stride),
-                          stride, cols, D, bf16, tile.data(), Dp, idx);
+                pack_rows(
+                    src.at(b * Sk * src.stride + h * D + (idx != nullptr ? 0 : k0 * src.stride)),
+                    cols, D, bf16, tile.data(), Dp, idx);
               }
               std::memset(tile.data() + static_cast<size_t>(cols * Dp) * esz, 0,
                           static_cast<size_t>((colsp - cols) * Dp) * esz);
             };
             const auto* rows = reinterpret_cast<const uint16_t*>(tile.data());
-            load(a.k, a.k_stride, a.k_packed);
+            load(k_rows, a.k_packed);
             if (plan.tiles)
               cpu::amx_pack_k(rows, colsp, Dp, reinterpret_cast<uint16_t*>(slot_of(kw, b, h, j)));
             else
               cpu::gemm_pack_b(plan.qk(colsp), tile.data(), slot_of(kw, b, h, j));
-            load(a.v, a.v_stride, a.v_packed);
+            load(v_rows, a.v_packed);
             if (plan.tiles)
               cpu::amx_pack_v(rows, colsp, Dp, Dv,
                               reinterpret_cast<uint16_t*>(slot_of(vw, b, h, j)));
@@ -343,8 +364,8 @@ void attention(const AttentionArgs& a) {
             const int64_t q0 = qb * M, rows = std::min(M, Sq - q0);
             const int64_t n_kv = kv_n[static_cast<size_t>(b)];
             const int32_t* idx = kept(b);
-            pack_rows(a.q + (b * Sq + q0) * a.q_stride + h * D, a.q_stride, rows, D, bf16,
-                      qt.data(), Dp, nullptr);
+            pack_rows(q_rows.at((b * Sq + q0) * a.q_stride + h * D), rows, D, bf16, qt.data(), Dp,
+                      nullptr);
             std::fill(m.begin(), m.end(), -INFINITY);
             std::fill(l.begin(), l.end(), 0.0f);
             // Softmax of row r of key block [k0, k0 + cols) from scores sc.

@@ -190,8 +190,8 @@ bool attention_packs_bf16(bool bf16) {
 
 void attention(const AttentionArgs& a, Stream s) {
   if (a.batch * a.heads * a.q_len == 0) return;
-  if (a.out_bf16 != nullptr)
-    throw Error("CUDA attention writes f32 output: pass `out`, not `out_bf16`");
+  if (a.out_bf16 != nullptr || a.q_bf16 != nullptr)
+    throw Error("CUDA attention takes f32 q/k/v and writes f32 output (no q_bf16 / out_bf16)");
   if (a.head_dim > 512)
     throw Error("CUDA attention: head_dim " + std::to_string(a.head_dim) +
                 " is above the 512 this kernel holds in registers");
