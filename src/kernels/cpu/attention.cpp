@@ -14,9 +14,12 @@
 // - The softmax is one pass over the scores after the row maximum: the scale
 //   folds into the exponent's FMA, exp is 2^x with vscalefps, and the
 //   probabilities go straight to bf16.
-// - The P·V product writes a fresh tile that one FMA pass folds into the
-//   accumulator with the rescale factor, instead of a sum post-op plus a
-//   separate rescale.
+// - On AMX the P·V tiles start from the running output and add to it; only
+//   rows whose exponent reference moved are rescaled first (rarely any after
+//   the first key blocks). The oneDNN path adds a fresh product with one
+//   FMA pass that also rescales.
+// - bf16 layers on either side hand over bf16 rows (q_bf16 / k_bf16 /
+//   v_bf16 in, out_bf16 out): no f32 copies written, reread and converted.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
