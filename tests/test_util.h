@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 #include "core/device.h"
 #include "core/error.h"
 #include "core/tensor.h"
@@ -109,6 +111,14 @@ inline std::string error_message(const std::function<void()>& f) {
     return e.what();
   }
   return "(no error)";
+}
+
+// The name of a test instantiated per model folder ("flux-dev" →
+// "flux_dev": gtest takes letters, digits and underscores only).
+inline std::string model_param_name(const testing::TestParamInfo<std::string>& info) {
+  std::string n = info.param;
+  std::replace(n.begin(), n.end(), '-', '_');
+  return n;
 }
 
 }  // namespace xdit::test

@@ -320,12 +320,7 @@ TEST_P(ParallelLoop, PipeFusionTimesRingWith7RowsFullWarmup) {
 INSTANTIATE_TEST_SUITE_P(Models, ParallelLoop,
                          testing::Values("pixart-alpha", "pixart-sigma", "flux-dev", "flux-schnell",
                                          "sd3", "sd35"),
-                         [](const testing::TestParamInfo<std::string>& i) {
-                           std::string n = i.param;
-                           for (char& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+                         test::model_param_name);
 
 // The parallel methods on GPU memory: every rank takes its local rank's GPU
 // and the model groups move to device communicators — host-staged when the
@@ -374,12 +369,7 @@ TEST_P(ParallelLoopOnGpu, PipeFusionTimesRingFullWarmup) {
 }
 INSTANTIATE_TEST_SUITE_P(Models, ParallelLoopOnGpu,
                          testing::Values("pixart-sigma", "flux-dev", "sd3"),
-                         [](const testing::TestParamInfo<std::string>& i) {
-                           std::string n = i.param;
-                           for (char& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+                         test::model_param_name);
 
 // Whole images (text encoders, loop, VAE — the parallel VAE's bands too) on
 // the GPU under u2, r2 and pp2 equal the CPU's serial image within 1/255.

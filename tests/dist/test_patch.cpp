@@ -112,12 +112,7 @@ TEST_P(Patch, DisplacedStaysCloseAndAForgetfulRunDoesNot) {
 
 INSTANTIATE_TEST_SUITE_P(Models, Patch,
                          testing::Values("pixart-sigma", "pixart-alpha", "flux-dev", "sd35"),
-                         [](const testing::TestParamInfo<std::string>& i) {
-                           std::string n = i.param;
-                           for (char& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+                         test::model_param_name);
 
 // A second request on the same pipeline starts from fresh K/V: nothing of the
 // first image is attended (the first step of a run always exchanges fresh).
