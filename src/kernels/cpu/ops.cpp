@@ -112,12 +112,45 @@ inline float gelu_tanh_one(float v) {
   return 0.5f * v * (1.0f + t);
 }
 
-XDIT_CLONES void gelu_tanh_range(const float* x, float* y, int64_t n) {
+XDIT_CLONES void gelu_tanh_generic(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = gelu_tanh_one(x[i]);
 }
 
-XDIT_CLONES void gelu_gate_row(const float* x, float* y, int64_t n) {
+XDIT_CLONES void gelu_gate_generic(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = gelu_tanh_one(x[i]) * x[n + i];
+}
+
+// The same two with intrinsics: the loops above stay scalar (exp_approx's
+// fminf / fmaxf), and the gate was 7 % of the T5-XXL encoder.
+__attribute__((target("avx512f,avx512dq"))) void gelu_tanh_avx512(const float* x, float* y,
+                                                                  int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = cpu::tail_mask(n - i);
+    _mm512_mask_storeu_ps(y + i, k, cpu::gelu_tanh_16(_mm512_maskz_loadu_ps(k, x + i)));
+  }
+}
+
+__attribute__((target("avx512f,avx512dq"))) void gelu_gate_avx512(const float* x, float* y,
+                                                                  int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 k = cpu::tail_mask(n - i);
+    const __m512 g = cpu::gelu_tanh_16(_mm512_maskz_loadu_ps(k, x + i));
+    _mm512_mask_storeu_ps(y + i, k, _mm512_mul_ps(g, _mm512_maskz_loadu_ps(k, x + n + i)));
+  }
+}
+
+void gelu_tanh_range(const float* x, float* y, int64_t n) {
+  if (cpu::has_avx512_dq())
+    gelu_tanh_avx512(x, y, n);
+  else
+    gelu_tanh_generic(x, y, n);
+}
+
+void gelu_gate_row(const float* x, float* y, int64_t n) {
+  if (cpu::has_avx512_dq())
+    gelu_gate_avx512(x, y, n);
+  else
+    gelu_gate_generic(x, y, n);
 }
 
 XDIT_CLONES void rms_norm_row(const float* x, float* y, int64_t dim, float eps, const float* w) {
