@@ -48,7 +48,8 @@ class Linear {
   int64_t out_features() const;
 
  private:
-  void run(const void* src, int64_t m, void* y, bool accumulate, bool bf16_out) const;
+  // src: f32 (src_f32) or bf16 rows; an f32 src of a bf16 layer is rounded first.
+  void run(const void* src, bool src_f32, int64_t m, void* y, bool accumulate, bool bf16_out) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

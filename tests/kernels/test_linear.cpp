@@ -2,6 +2,8 @@
 // f32 and bf16, for odd sizes and several row counts on one packed weight.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <cmath>
 #include <set>
 
@@ -9,6 +11,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "io/weights.h"
+#include "kernels/cpu/amx_gemm.h"
 #include "kernels/kernels.h"
 #include "kernels/linear.h"
 #include "kernels/reference.h"
@@ -131,6 +134,103 @@ TEST(Linear, FusedGeluTanh) {
     ref::linear(x.data(), wv.data(), bv.data(), M, K, N, r.data());
     for (auto& v : r) v = ref::gelu_tanh(v);
     EXPECT_LT(test::rel_max_err(y, r), ct == ComputeType::kF32 ? 1e-5 : 2e-2);
+  }
+}
+
+// y = a · bᵀ in double from the bf16-rounded operands, and Σ|a·b| per value
+// (the scale of the f32 accumulation's rounding).
+void reference_bf16(const std::vector<float>& a, const std::vector<float>& w, int64_t m, int64_t k,
+                    int64_t n, std::vector<double>& y, std::vector<double>& mag) {
+  y.assign(static_cast<size_t>(m * n), 0.0);
+  mag.assign(y.size(), 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0, t = 0;
+      for (int64_t q = 0; q < k; ++q) {
+        const double p = static_cast<double>(bf16_to_f32(f32_to_bf16(a[i * k + q]))) *
+                         bf16_to_f32(f32_to_bf16(w[j * k + q]));
+        s += p;
+        t += std::fabs(p);
+      }
+      y[i * n + j] = s;
+      mag[i * n + j] = t;
+    }
+}
+
+// The AMX tile GEMM against a double reference: row tails (m not a multiple
+// of 32, m < 32), two reduction chunks (k > 2048), two row blocks, and each
+// epilogue (bias, tanh GELU, accumulate, bf16 out); f32 and bf16 rows of a
+// give the same bits.
+TEST(Linear, AmxTileGemmMatchesTheReference) {
+  if (!cpu::amx_gemm_takes(64, 64)) GTEST_SKIP() << "no AMX tiles on this CPU";
+  struct Case {
+    int64_t m, k, n;
+  };
+  for (const Case c : {Case{1, 64, 64}, Case{37, 96, 96}, Case{200, 2080, 64},
+                       Case{400, 2112, 96}}) {
+    const std::string what = std::to_string(c.m) + "x" + std::to_string(c.k) + "x" +
+                             std::to_string(c.n);
+    auto a = test::randn(c.m * c.k, 51), w = test::randn(c.n * c.k, 52, 0.2f),
+         bias = test::randn(c.n, 53), prior = test::randn(c.m * c.n, 54);
+    std::vector<uint16_t> packed(static_cast<size_t>(c.k * c.n)), ab(a.size());
+    cpu::amx_gemm_pack(w.data(), false, c.n, c.k, packed.data());
+    to_bf16_array(a.data(), ab.data(), c.m * c.k);
+    std::vector<double> ref, mag;
+    reference_bf16(a, w, c.m, c.k, c.n, ref, mag);
+    std::vector<float> y(static_cast<size_t>(c.m * c.n)), yb(y.size()), g(y.size()),
+        acc = prior;
+    std::vector<uint16_t> g16(y.size());
+    cpu::AmxGemmOut o;
+    o.y = y.data();
+    cpu::amx_gemm(a.data(), true, c.m, c.k, packed.data(), c.n, o);
+    o.y = yb.data();
+    cpu::amx_gemm(ab.data(), false, c.m, c.k, packed.data(), c.n, o);
+    EXPECT_EQ(y, yb) << what;
+    o.y = acc.data();
+    o.bias = bias.data();
+    o.accumulate = true;
+    cpu::amx_gemm(ab.data(), false, c.m, c.k, packed.data(), c.n, o);
+    o.accumulate = false;
+    o.gelu_tanh = true;
+    o.y = g.data();
+    cpu::amx_gemm(ab.data(), false, c.m, c.k, packed.data(), c.n, o);
+    o.y = g16.data();
+    o.bf16 = true;
+    cpu::amx_gemm(ab.data(), false, c.m, c.k, packed.data(), c.n, o);
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t j = 0; j < c.n; ++j) {
+        const size_t at = static_cast<size_t>(i * c.n + j);
+        const double tol = 1e-5 * mag[at] + 1e-6, biased = ref[at] + bias[j];
+        const double gelu = ref::gelu_tanh(static_cast<float>(biased));
+        ASSERT_NEAR(y[at], ref[at], tol) << what << " [" << i << ", " << j << "]";
+        ASSERT_NEAR(acc[at], prior[at] + biased, tol) << what << " accumulate";
+        ASSERT_NEAR(g[at], gelu, tol + 1e-6 * std::fabs(gelu)) << what << " gelu";
+        ASSERT_NEAR(bf16_to_f32(g16[at]), gelu, tol + 4e-3 * std::fabs(gelu)) << what << " bf16";
+      }
+  }
+}
+
+// A bf16 layer the tile GEMM may run: calls of up to 512 rows run on it, longer
+// ones on oneDNN reading the same packed weight (BA16a32b2a); both agree with
+// the reference.
+TEST(Linear, AmxTileGemmAndOneDnnShareTheWeight) {
+  const int64_t K = 96, N = 64 * omp_get_max_threads();
+  if (!cpu::amx_gemm_takes(K, N)) GTEST_SKIP() << "no AMX tiles on this CPU";
+  auto w = test::randn(N * K, 61, 0.2f), b = test::randn(N, 62);
+  Linear lin(Tensor::from_vector(w, {N, K}), Tensor::from_vector(b, {N}), ComputeType::kBF16);
+  const char* gemm = std::getenv("XDIT_GEMM");
+  const bool tiles = gemm == nullptr || std::string(gemm) != "onednn";
+  for (const int64_t m : {int64_t{45}, int64_t{512}, int64_t{600}}) {
+    const std::string impl = lin.implementation(m);
+    EXPECT_EQ(impl == "xdit:amx_tiles", tiles && m <= 512) << m << " rows: " << impl;
+    EXPECT_NE(impl.rfind("ref", 0), 0u) << impl;
+    auto x = test::randn(m * K, 63 + m);
+    std::vector<double> ref, mag;
+    reference_bf16(x, w, m, K, N, ref, mag);
+    std::vector<float> y(static_cast<size_t>(m * N));
+    lin.forward(x.data(), m, y.data());
+    for (int64_t i = 0; i < m * N; ++i)
+      ASSERT_NEAR(y[i], ref[i] + b[i % N], 1e-5 * mag[i] + 1e-5) << m << " rows, " << i;
   }
 }
 

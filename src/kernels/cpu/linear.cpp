@@ -1,13 +1,18 @@
 // kernels::Linear on oneDNN matmul with weights prepacked at construction.
 #include "kernels/linear.h"
 
+#include <omp.h>
+
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <tuple>
 #include <vector>
 
+#include "core/aligned.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "kernels/cpu/amx_gemm.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/dispatch.h"
@@ -37,6 +42,24 @@ ComputeType resolve_compute_type(DType requested) {
 namespace {
 // Row count the weight layout is chosen for; other row counts reuse the layout.
 constexpr int64_t kPackHintRows = 256;
+constexpr int64_t kAmxMaxRows = 512;
+
+// Whether a bf16 layer of `in` → `out` may run on the AMX tile GEMM
+// (kernels/cpu/amx_gemm.h): the tiles are there, the sizes fit its 32
+// granule, and there are at least two 32-column panels per thread (the panels
+// are what the threads split). Its weight layout is oneDNN's BA16a32b2a, so
+// one packed weight serves both: calls of up to kAmxMaxRows rows run on the
+// tile GEMM, which streams the weight at up to 1.6× oneDNN 3.2's rate there
+// (T5's 120 tokens, PixArt's 240 text rows), longer ones on oneDNN, which is
+// faster when the rows are many (docs/PERFORMANCE.md, fourth round).
+// XDIT_GEMM=onednn keeps every call on oneDNN, to compare the two.
+bool use_amx_gemm(int64_t in, int64_t out) {
+  static const bool off = [] {
+    const char* v = std::getenv("XDIT_GEMM");
+    return v != nullptr && std::string(v) == "onednn";
+  }();
+  return !off && cpu::amx_gemm_takes(in, out) && out / 32 >= 2 * omp_get_max_threads();
+}
 }  // namespace
 
 struct Linear::Impl {
@@ -46,6 +69,9 @@ struct Linear::Impl {
   dt src_dt = dt::f32;
   dnnl::memory::desc packed_md;
   dnnl::memory packed;
+  AlignedVector<uint16_t> amx_packed;  // the weight (`packed` views it) when cpu::amx_gemm may run
+
+  bool amx_rows(int64_t m) const { return !amx_packed.empty() && m <= kAmxMaxRows; }
   std::vector<float> bias;
   bool has_bias = false;
 #ifdef XDIT_HAVE_CUDA
@@ -130,9 +156,16 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, ComputeType ct, Activat
     return;
   }
 #endif
+  Tensor w = weight.dtype() == DType::kF16 ? weight.to(DType::kF32) : weight;
+  if (ct == ComputeType::kBF16 && use_amx_gemm(im.in, im.out)) {
+    im.amx_packed.resize(static_cast<size_t>(im.in * im.out));
+    cpu::amx_gemm_pack(w.raw(), w.dtype() == DType::kBF16, im.out, im.in, im.amx_packed.data());
+    im.packed_md = dnnl::memory::desc({im.in, im.out}, dt::bf16, tag::BA16a32b2a);
+    im.packed = dnnl::memory(im.packed_md, engine(), im.amx_packed.data());
+    return;
+  }
   try {
     // Wᵀ viewed as [in, out] is the torch [out, in] buffer in "ba" order.
-    Tensor w = weight.dtype() == DType::kF16 ? weight.to(DType::kF32) : weight;
     const dt wdt = w.dtype() == DType::kBF16 ? dt::bf16 : dt::f32;
     dnnl::memory::desc user_md({im.in, im.out}, wdt, tag::ba);
     dnnl::memory::desc any_md({im.in, im.out}, im.src_dt, tag::any);
@@ -155,9 +188,7 @@ void Linear::forward(const float* x, int64_t m, float* y, bool accumulate) const
 #ifdef XDIT_HAVE_CUDA
   if (im.device) return im.device->forward(x, false, m, y, false, accumulate);
 #endif
-  const void* src = x;
-  if (im.ct == ComputeType::kBF16) src = cpu::thread_bf16_copy(x, static_cast<size_t>(m * im.in));
-  run(src, m, y, accumulate, false);
+  run(x, true, m, y, accumulate, false);
 }
 
 void Linear::forward_bf16(const uint16_t* x, int64_t m, float* y) const {
@@ -165,7 +196,7 @@ void Linear::forward_bf16(const uint16_t* x, int64_t m, float* y) const {
 #ifdef XDIT_HAVE_CUDA
   if (impl_->device) return impl_->device->forward(x, true, m, y, false, false);
 #endif
-  if (m > 0) run(x, m, y, false, false);
+  if (m > 0) run(x, false, m, y, false, false);
 }
 
 void Linear::forward_bf16(const uint16_t* x, int64_t m, uint16_t* y) const {
@@ -173,7 +204,7 @@ void Linear::forward_bf16(const uint16_t* x, int64_t m, uint16_t* y) const {
 #ifdef XDIT_HAVE_CUDA
   if (impl_->device) return impl_->device->forward(x, true, m, y, true, false);
 #endif
-  if (m > 0) run(x, m, y, false, true);
+  if (m > 0) run(x, false, m, y, false, true);
 }
 
 void Linear::forward_to_bf16(const float* x, int64_t m, uint16_t* y) const {
@@ -182,11 +213,24 @@ void Linear::forward_to_bf16(const float* x, int64_t m, uint16_t* y) const {
 #ifdef XDIT_HAVE_CUDA
   if (impl_->device) return impl_->device->forward(x, false, m, y, true, false);
 #endif
-  run(cpu::thread_bf16_copy(x, static_cast<size_t>(m * impl_->in)), m, y, false, true);
+  run(x, true, m, y, false, true);
 }
 
-void Linear::run(const void* src, int64_t m, void* y, bool accumulate, bool bf16_out) const {
+void Linear::run(const void* src, bool src_f32, int64_t m, void* y, bool accumulate,
+                 bool bf16_out) const {
   const Impl& im = *impl_;
+  if (im.amx_rows(m)) {
+    cpu::AmxGemmOut o;
+    o.y = y;
+    o.bf16 = bf16_out;
+    o.bias = im.has_bias ? im.bias.data() : nullptr;
+    o.gelu_tanh = im.act == Activation::kGeluTanh;
+    o.accumulate = accumulate;
+    cpu::amx_gemm(src, src_f32, m, im.in, im.amx_packed.data(), im.out, o);
+    return;
+  }
+  if (src_f32 && im.ct == ComputeType::kBF16)
+    src = cpu::thread_bf16_copy(static_cast<const float*>(src), static_cast<size_t>(m * im.in));
   const Impl::Prim& p = im.prim_for(m, accumulate, bf16_out);
   auto& e = engine();
   dnnl::memory ms(p.pd.src_desc(), e, const_cast<void*>(src));
@@ -215,6 +259,7 @@ std::string Linear::implementation(int64_t m) const {
 #ifdef XDIT_HAVE_CUDA
   if (impl_->device) return impl_->device->bf16() ? "cublasLt:bf16" : "cublasLt:f32";
 #endif
+  if (impl_->amx_rows(m)) return "xdit:amx_tiles";
   return impl_->prim_for(m, false).pd.impl_info_str();
 }
 
