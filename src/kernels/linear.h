@@ -1,6 +1,8 @@
 // Linear layers on oneDNN matmul. The weight is converted and prepacked once,
 // at load, into the layout the chosen implementation wants (blocked bf16 when
-// the CPU has native bf16 and bf16 was asked for, f32 otherwise).
+// the CPU has native bf16 and bf16 was asked for, f32 otherwise). On AMX,
+// bf16 calls of up to 512 rows run on xdit's tile GEMM (cpu/amx_gemm.h)
+// instead, from the same packed weight.
 #pragma once
 
 #include <cstdint>

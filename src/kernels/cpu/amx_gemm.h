@@ -1,24 +1,26 @@
-// A bf16 GEMM written with AMX tile instructions, for the linear layers on
-// CPUs that have AMX: y[m, n] = epilogue(a[m, k] · b[k, n]).
+// A bf16 GEMM written with AMX tile instructions, for the linear calls with
+// few rows on CPUs that have AMX: y[m, n] = epilogue(a[m, k] · b[k, n]).
 //
-// Why by hand: on the Sapphire Rapids this engine is measured on, oneDNN 3.2's
-// brgemm matmul runs the PixArt and T5 layer shapes at 1.3–2.4 TFLOP/s, while
-// the tile unit does 4.5 TFLOP/s on the same loop with its operands in L2
-// (docs/PERFORMANCE.md, "Issue 9, fourth round"). What the hand-written loop
-// adds is the blocking below and a software prefetch of the weight stream:
-// - the weight is packed once into panels of 32 columns, each a run of 2 KB
-//   steps (two 1 KB tiles [16 reduction pairs][16 columns][2], VNNI order), so
-//   one panel is one sequential stream;
-// - rows go in blocks whose bf16 rows stay in L2 while every panel of the
-//   thread passes over them; the reduction is cut into chunks of at most 2048
-//   when it is longer, with the partial sums kept per thread in tile order;
-// - while a panel is multiplied, the next one is prefetched into L2, spread
-//   over the steps (the hardware prefetcher alone reached half the DRAM
-//   bandwidth on the skinny T5 shapes);
-// - each 32 × 32 result is stored as four contiguous tiles and finished by a
+// Why by hand: with few rows (T5's 120 tokens, PixArt's 240 text rows) a layer
+// is a stream of its weight, and oneDNN 3.2's brgemm matmul streams it at
+// 10–12 GB/s on the Sapphire Rapids this engine is measured on, where the
+// machine reads 29 GB/s; the loop below reaches 1.3–1.6× oneDNN's rate there
+// (docs/PERFORMANCE.md, "Issue 9, fourth round"). With many rows oneDNN is
+// the faster one, so kernels::Linear sends only calls of up to 512 rows here,
+// and both read the same packed weight.
+// - The weight is packed once in oneDNN's BA16a32b2a: panels of 32 columns,
+//   each a run of 2 KB steps [16 reduction pairs][32 columns][2], so one panel
+//   is one sequential stream and a B tile is 16 of its columns (stride 128 B).
+// - The threads first pack a into contiguous 1 KB tiles together (strided
+//   16-row tile loads ran at half the speed), then each multiplies its own
+//   panels without another barrier.
+// - Rows go in blocks whose packed rows stay in L2 while the thread's panels
+//   pass over them; a reduction longer than 2048 is cut into chunks, with the
+//   partial sums kept per thread in tile order.
+// - While a panel is multiplied, the next one is prefetched into L2, a few
+//   lines per tile step.
+// - Each 32 × 32 result is stored as four contiguous tiles and finished by a
 //   vector epilogue (bias, tanh GELU, accumulate, f32 or bf16 out).
-// Threads split the panels, so every thread reads its own part of the weight
-// once per row block and no thread waits on another.
 #pragma once
 
 #include <cstdint>

@@ -162,6 +162,8 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, ComputeType ct, Activat
     cpu::amx_gemm_pack(w.raw(), w.dtype() == DType::kBF16, im.out, im.in, im.amx_packed.data());
     im.packed_md = dnnl::memory::desc({im.in, im.out}, dt::bf16, tag::BA16a32b2a);
     im.packed = dnnl::memory(im.packed_md, engine(), im.amx_packed.data());
+    XDIT_DEBUG("linear ", im.in, " -> ", im.out, " bf16: xdit:amx_tiles up to ", kAmxMaxRows,
+               " rows, oneDNN on the same weight beyond");
     return;
   }
   try {
