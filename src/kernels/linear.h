@@ -50,7 +50,8 @@ class Linear {
   int64_t out_features() const;
 
  private:
-  // src: f32 (src_f32) or bf16 rows; an f32 src of a bf16 layer is rounded first.
+  // Every forward: src f32 (src_f32) or bf16 rows, on the layer's device
+  // (cuBLASLt, the AMX tile GEMM or oneDNN); nothing for m = 0.
   void run(const void* src, bool src_f32, int64_t m, void* y, bool accumulate, bool bf16_out) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -7,8 +7,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
-#include <vector>
 
 #include "core/aligned.h"
 #include "core/dtype.h"

@@ -183,43 +183,32 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, ComputeType ct, Activat
 }
 
 void Linear::forward(const float* x, int64_t m, float* y, bool accumulate) const {
-  if (m == 0) return;
-  const Impl& im = *impl_;
-  XDIT_CHECK(!(accumulate && im.act != Activation::kNone),
+  XDIT_CHECK(!(accumulate && impl_->act != Activation::kNone),
              "linear: accumulate with a fused activation");
-#ifdef XDIT_HAVE_CUDA
-  if (im.device) return im.device->forward(x, false, m, y, false, accumulate);
-#endif
   run(x, true, m, y, accumulate, false);
 }
 
 void Linear::forward_bf16(const uint16_t* x, int64_t m, float* y) const {
   XDIT_CHECK(is_bf16(), "linear: bf16 input to an f32 layer");
-#ifdef XDIT_HAVE_CUDA
-  if (impl_->device) return impl_->device->forward(x, true, m, y, false, false);
-#endif
-  if (m > 0) run(x, false, m, y, false, false);
+  run(x, false, m, y, false, false);
 }
 
 void Linear::forward_bf16(const uint16_t* x, int64_t m, uint16_t* y) const {
   XDIT_CHECK(is_bf16(), "linear: bf16 input to an f32 layer");
-#ifdef XDIT_HAVE_CUDA
-  if (impl_->device) return impl_->device->forward(x, true, m, y, true, false);
-#endif
-  if (m > 0) run(x, false, m, y, false, true);
+  run(x, false, m, y, false, true);
 }
 
 void Linear::forward_to_bf16(const float* x, int64_t m, uint16_t* y) const {
   XDIT_CHECK(is_bf16(), "linear: bf16 output from an f32 layer");
-  if (m == 0) return;
-#ifdef XDIT_HAVE_CUDA
-  if (impl_->device) return impl_->device->forward(x, false, m, y, true, false);
-#endif
   run(x, true, m, y, false, true);
 }
 
 void Linear::run(const void* src, bool src_f32, int64_t m, void* y, bool accumulate,
                  bool bf16_out) const {
+  if (m == 0) return;
+#ifdef XDIT_HAVE_CUDA
+  if (impl_->device) return impl_->device->forward(src, !src_f32, m, y, bf16_out, accumulate);
+#endif
   const Impl& im = *impl_;
   if (im.amx_rows(m)) {
     cpu::AmxGemmOut o;
