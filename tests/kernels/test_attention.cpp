@@ -127,7 +127,10 @@ TEST(Attention, AmxTileProductsMatchOneDnnMatmuls) {
 
 // A later key block whose scores lie far above the running maximum (by more
 // than the exponent's headroom) restarts the softmax from its own maximum;
-// small key blocks put the jump several blocks in.
+// small key blocks put the jump several blocks in. With scale 1 the jump
+// (~40) stays below f32's exp range, where the fused AMX blocks renormalise
+// the row; with scale 2.5 (~100) their exponentials overflow, and the query
+// block must start again on the two-pass path.
 TEST(Attention, ScoresJumpingFarAboveTheRunningMaximum) {
   set_attention_blocks(16, 32);
   const int64_t B = 1, H = 2, Sq = 21, Sk = 100, D = 72;
@@ -135,25 +138,28 @@ TEST(Attention, ScoresJumpingFarAboveTheRunningMaximum) {
        v = test::randn(B * Sk * H * D, 33);
   for (int64_t t = 70; t < Sk; ++t)  // keys aligned with every query: scores of ~+60
     for (int64_t i = 0; i < H * D; ++i) k[t * H * D + i] = q[(t % Sq) * H * D + i] * 0.9f + 0.5f;
-  for (bool bf16 : {false, true}) {
-    if (bf16 && !cpu_has_bf16()) continue;
-    AttentionArgs a;
-    a.q = q.data(), a.k = k.data(), a.v = v.data();
-    a.q_stride = a.k_stride = a.v_stride = a.out_stride = H * D;
-    a.batch = B, a.heads = H, a.q_len = Sq, a.kv_len = Sk, a.head_dim = D, a.scale = 1.0f;
-    a.bf16 = bf16;
-    std::vector<float> out(B * Sq * H * D), want(out.size()), lse(B * H * Sq), want_lse(lse.size());
-    a.out = out.data();
-    a.lse = lse.data();
-    attention(a);
-    AttentionArgs r = a;
-    r.out = want.data();
-    r.lse = want_lse.data();
-    ref::attention(r);
-    EXPECT_LT(test::rel_max_err(out, want), bf16 ? 3e-2 : 1e-5) << (bf16 ? "bf16" : "f32");
-    for (size_t i = 0; i < lse.size(); ++i)
-      ASSERT_NEAR(lse[i], want_lse[i], (bf16 ? 2e-2 : 1e-4) * std::fabs(want_lse[i])) << i;
-  }
+  for (const float scale : {1.0f, 2.5f})
+    for (bool bf16 : {false, true}) {
+      if (bf16 && !cpu_has_bf16()) continue;
+      AttentionArgs a;
+      a.q = q.data(), a.k = k.data(), a.v = v.data();
+      a.q_stride = a.k_stride = a.v_stride = a.out_stride = H * D;
+      a.batch = B, a.heads = H, a.q_len = Sq, a.kv_len = Sk, a.head_dim = D, a.scale = scale;
+      a.bf16 = bf16;
+      std::vector<float> out(B * Sq * H * D), want(out.size()), lse(B * H * Sq),
+          want_lse(lse.size());
+      a.out = out.data();
+      a.lse = lse.data();
+      attention(a);
+      AttentionArgs r = a;
+      r.out = want.data();
+      r.lse = want_lse.data();
+      ref::attention(r);
+      EXPECT_LT(test::rel_max_err(out, want), bf16 ? 3e-2 : 1e-5)
+          << (bf16 ? "bf16" : "f32") << ", scale " << scale;
+      for (size_t i = 0; i < lse.size(); ++i)
+        ASSERT_NEAR(lse[i], want_lse[i], (bf16 ? 2e-2 : 1e-4) * std::fabs(want_lse[i])) << i;
+    }
   set_attention_blocks(128, 512);
 }
 

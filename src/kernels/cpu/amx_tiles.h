@@ -37,23 +37,28 @@ void amx_pack_v(const uint16_t* rows, int64_t keys, int64_t ld, int64_t dv, uint
 // returns the tile state when a thread is done with them.
 void amx_tiles_release();
 
-// s[m, keys] (f32, row stride keys) = q[m, dp] · Kᵀ, q with row stride dp;
-// m a multiple of 32.
+// s[m, keys] (f32, rows ld_s apart) = q[m, dp] · Kᵀ, q with row stride dp;
+// m a multiple of 32. (Callers keep ld_s off multiples of 2 KB: rows 2 KB
+// apart fall into the same few L1 sets, and the tile stores then miss.)
 void amx_qk(const uint16_t* q, int64_t m, int64_t dp, const uint16_t* k_packed, int64_t keys,
-            float* s);
-// The key product in amx_qk_pieces(m, keys) pieces, any order, for callers
-// that interleave vector work with it: the tile unit runs alongside the
-// vector units, so the softmax of one key block can hide the next block's
-// product. amx_tiles_configure() must have run on the thread, and nothing
-// may have reconfigured the tiles since.
+            float* s, int64_t ld_s);
+// Loads the tile configuration of the products here on the calling thread
+// (amx_gemm's loop uses the same one).
 void amx_tiles_configure();
-int64_t amx_qk_pieces(int64_t m, int64_t keys);
-void amx_qk_piece(const uint16_t* q, int64_t m, int64_t dp, const uint16_t* k_packed, int64_t keys,
-                  float* s, int64_t piece);
-// t[m, dv] (f32, row stride dv) = p[m, keys] · V, p with row stride keys;
+// The key product of one key block and its exponentials, piece by piece:
+// each 32 × 32 piece of scores goes to a 4 KB scratch in L1 and on at once
+// to exp_tile (softmax_row.h), which writes p (bf16, rows ld_p apart) and
+// adds to sums (16 partial sums per row). The scores never reach L2, and
+// the softmax needs no second pass over them; it takes a reference ref[r]
+// per row instead of the block's maximum (see exp_tile). Rows [rows, m) are
+// left alone; keys [valid, keys) get p = 0.
+void amx_qk_exp(const uint16_t* q, int64_t m, int64_t rows, int64_t dp, const uint16_t* k_packed,
+                int64_t keys, int64_t valid, float scale, const float* ref, uint16_t* p,
+                int64_t ld_p, float* sums);
+// t[m, dv] (f32, row stride dv) = p[m, keys] · V, p with rows ld_p apart;
 // with `accumulate`, t += p · V (the tiles start from t instead of 0, so a
 // running output needs no second buffer and no add pass).
-void amx_pv(const uint16_t* p, int64_t m, int64_t keys, const uint16_t* v_packed, int64_t dv,
-            float* t, bool accumulate = false);
+void amx_pv(const uint16_t* p, int64_t ld_p, int64_t m, int64_t keys, const uint16_t* v_packed,
+            int64_t dv, float* t, bool accumulate = false);
 
 }  // namespace xdit::kernels::cpu

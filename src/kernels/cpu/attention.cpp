@@ -14,6 +14,13 @@
 // - The softmax is one pass over the scores after the row maximum: the scale
 //   folds into the exponent's FMA, exp is 2^x with vscalefps, and the
 //   probabilities go straight to bf16.
+// - On AMX, every key block after the first is fused: each 32 × 32 piece of
+//   scores goes from the tiles to a 4 KB scratch and is exponentiated at
+//   once against the reference the first block set (cpu::amx_qk_exp), so the
+//   scores never travel to L2 and back. (Interleaving the next block's key
+//   product with this block's softmax, the earlier design, gained nothing
+//   measurable: with loads and stores in the vector code the tile unit and
+//   the vector units did not overlap on the Sapphire Rapids measured.)
 // - On AMX the P·V tiles start from the running output and add to it; only
 //   rows whose exponent reference moved are rescaled first (rarely any after
 //   the first key blocks). The oneDNN path adds a fresh product with one
@@ -346,16 +353,22 @@ void attention(const AttentionArgs& a) {
 #pragma omp parallel
   {
     const int64_t KBp = round_up(KB, g);
+    // Row strides of the score and probability tiles: with the tiles, 64
+    // bytes past the block width, since rows a multiple of 2 KB apart (512
+    // keys in f32, 1024 in bf16) share a handful of L1 sets and the tile
+    // stores and loads of a 16-row tile then miss each other out; oneDNN's
+    // products take the plain width.
+    const int64_t ld_s = plan.tiles ? KBp + 16 : KBp, ld_p = plan.tiles ? KBp + 32 : KBp;
     AlignedVector<char> qt(static_cast<size_t>(M * Dp) * esz, 0);  // padding columns stay 0
-    // Scores: two buffers with the tiles, the next block's filling while
-    // this one's softmax runs.
-    AlignedVector<float> s(static_cast<size_t>(M * KBp * (plan.tiles ? 2 : 1))),
+    AlignedVector<float> s(static_cast<size_t>(M * ld_s)),
         t(static_cast<size_t>(plan.tiles ? 0 : M * Dv));
     // P: bf16, or f32 (apart from the scores, which a second pass may reread).
-    AlignedVector<uint16_t> p(bf16 ? static_cast<size_t>(M * KBp) : 0);
+    AlignedVector<uint16_t> p(bf16 ? static_cast<size_t>(M * ld_p) : 0);
     AlignedVector<float> pf32(bf16 ? 0 : static_cast<size_t>(M * KBp));
     // The running output, rows Dv apart (the tile products accumulate into it).
     AlignedVector<float> o(static_cast<size_t>(M * Dv));
+    // 16 partial row sums of the fused key blocks (amx_qk_exp).
+    AlignedVector<float> sums(plan.tiles ? static_cast<size_t>(M * 16) : 0);
     std::vector<float> m(static_cast<size_t>(M)), l(static_cast<size_t>(M)),
         alpha(static_cast<size_t>(M));
     const auto* qw = reinterpret_cast<const uint16_t*>(qt.data());
@@ -369,12 +382,10 @@ void attention(const AttentionArgs& a) {
             const int32_t* idx = kept(b);
             pack_rows(q_rows.at((b * Sq + q0) * a.q_stride + h * D), rows, D, bf16, qt.data(), Dp,
                       nullptr);
-            std::fill(m.begin(), m.end(), -INFINITY);
-            std::fill(l.begin(), l.end(), 0.0f);
-            // Softmax of row r of key block [k0, k0 + cols) from scores sc.
-            const auto softmax_row = [&](int64_t r, float* sc, int64_t k0, int64_t cols,
-                                         int64_t colsp) {
-              float* sr = sc + r * colsp;
+            // Softmax of row r of key block [k0, k0 + cols) from the scores.
+            const auto softmax_row = [&](int64_t r, int64_t k0, int64_t cols, int64_t colsp) {
+              // (oneDNN's products keep the block's own width as the stride)
+              float* sr = s.data() + r * (plan.tiles ? ld_s : colsp);
               float exp_scale = a.scale;
               if (a.bias != nullptr) {  // bias row of this query, at the kept keys' positions
                 const float* br = a.bias + (h * Sq + q0 + r) * Sk;
@@ -383,7 +394,7 @@ void attention(const AttentionArgs& a) {
                 exp_scale = 1.0f;
               }
               float* pf = bf16 ? nullptr : pf32.data() + r * colsp;
-              uint16_t* pr = bf16 ? p.data() + r * colsp : nullptr;
+              uint16_t* pr = bf16 ? p.data() + r * (plan.tiles ? ld_p : colsp) : nullptr;
               // The exponent's reference m only has to keep exp from
               // overflowing: later blocks reuse the running m in one pass
               // and start again from their own maximum only when their sum
@@ -403,50 +414,68 @@ void attention(const AttentionArgs& a) {
               l[r] = l[r] * alpha[r] + sum;
               m[r] = m_new;
             };
-            float* s_now = s.data();
-            float* s_next = s.data() + (plan.tiles ? M * KBp : 0);
-            if (plan.tiles)
-              cpu::amx_qk(qw, M, Dp, reinterpret_cast<const uint16_t*>(slot_of(kw, b, h, 0)),
-                          round_up(std::min(KB, n_kv), g), s_now);
-            for (int64_t k0 = 0, j = 0; k0 < n_kv; k0 += KB, ++j) {
-              const int64_t cols = std::min(KB, n_kv - k0), colsp = round_up(cols, g);
-              int64_t r = 0;
-              if (!plan.tiles) {
-                cpu::gemm(plan.qk(colsp), qt.data(), slot_of(kw, b, h, j), s_now);
-              } else if (k0 + KB < n_kv) {
-                // The next block's key product in pieces, this block's
-                // softmax rows spread evenly between them.
-                const int64_t next = round_up(std::min(KB, n_kv - k0 - KB), g);
-                const auto* kn = reinterpret_cast<const uint16_t*>(slot_of(kw, b, h, j + 1));
-                const int64_t pieces = cpu::amx_qk_pieces(M, next);
-                cpu::amx_tiles_configure();
-                for (int64_t i = 0; i < pieces; ++i) {
-                  cpu::amx_qk_piece(qw, M, Dp, kn, next, s_next, i);
-                  for (; r < rows * (i + 1) / pieces; ++r) softmax_row(r, s_now, k0, cols, colsp);
+            // The key blocks of this query block. With the tiles and no
+            // bias, every block after the first is fused (amx_qk_exp): its
+            // exponentials use the reference m the first block set, so no
+            // block needs its scores twice. Its row sums then show whether
+            // the reference held; a sum past e^kHeadroom renormalises the
+            // row (o and l scaled down, m raised: exact up to rounding), and
+            // one that is not finite (a score more than ~88 above the
+            // reference, or NaN input) means exp overflowed, and the query
+            // block starts again on the two-pass path, which moves m before
+            // exponentiating. Returns whether the pass went through.
+            const auto key_blocks = [&](bool fused) {
+              std::fill(m.begin(), m.end(), -INFINITY);
+              std::fill(l.begin(), l.end(), 0.0f);
+              for (int64_t k0 = 0, j = 0; k0 < n_kv; k0 += KB, ++j) {
+                const int64_t cols = std::min(KB, n_kv - k0), colsp = round_up(cols, g);
+                const auto* kj = reinterpret_cast<const uint16_t*>(slot_of(kw, b, h, j));
+                const auto* vj = reinterpret_cast<const uint16_t*>(slot_of(vw, b, h, j));
+                if (!plan.tiles) {
+                  cpu::gemm(plan.qk(colsp), qt.data(), kj, s.data());
+                  for (int64_t r = 0; r < rows; ++r) softmax_row(r, k0, cols, colsp);
+                  cpu::gemm(plan.pv(colsp), bf16 ? static_cast<const void*>(p.data()) : pf32.data(),
+                            vj, t.data());
+                  for (int64_t i = 0; i < rows; ++i) {
+                    if (k0 == 0)
+                      std::memcpy(o.data() + i * Dv, t.data() + i * Dv, static_cast<size_t>(D) * 4);
+                    else
+                      cpu::scale_add_row(o.data() + i * Dv, t.data() + i * Dv, D, alpha[i]);
+                  }
+                  continue;
+                }
+                if (k0 == 0 || !fused) {
+                  cpu::amx_qk(qw, M, Dp, kj, colsp, s.data(), ld_s);
+                  for (int64_t r = 0; r < rows; ++r) softmax_row(r, k0, cols, colsp);
+                  // o·α + P·V: rows whose reference moved are rescaled
+                  // (rarely any after the first block), then the tiles add
+                  // P·V to o.
+                  if (k0 > 0)
+                    for (int64_t i = 0; i < rows; ++i)
+                      if (alpha[i] != 1.0f) cpu::scale_row(o.data() + i * Dv, Dv, alpha[i]);
+                  cpu::amx_pv(p.data(), ld_p, M, colsp, vj, Dv, o.data(), k0 > 0);
+                  continue;
+                }
+                std::fill(sums.begin(), sums.begin() + rows * 16, 0.0f);
+                cpu::amx_qk_exp(qw, M, rows, Dp, kj, colsp, cols, a.scale, m.data(), p.data(), ld_p,
+                                sums.data());
+                cpu::amx_pv(p.data(), ld_p, M, colsp, vj, Dv, o.data(), true);
+                for (int64_t r = 0; r < rows; ++r) {
+                  float sum = 0.0f;
+                  for (int64_t i = 0; i < 16; ++i) sum += sums[r * 16 + i];
+                  if (!std::isfinite(sum)) return false;
+                  l[r] += sum;
+                  if (l[r] > kSumLimit) {
+                    cpu::scale_row(o.data() + r * Dv, Dv, 1.0f / l[r]);
+                    m[r] += std::log(l[r]);
+                    l[r] = 1.0f;
+                  }
                 }
               }
-              for (; r < rows; ++r) softmax_row(r, s_now, k0, cols, colsp);
-              if (plan.tiles) {
-                // o·α + P·V: rows whose reference moved are rescaled (rarely
-                // any after the first blocks), then the tiles add P·V to o.
-                if (k0 > 0)
-                  for (int64_t i = 0; i < rows; ++i)
-                    if (alpha[i] != 1.0f) cpu::scale_row(o.data() + i * Dv, Dv, alpha[i]);
-                cpu::amx_pv(p.data(), M, colsp,
-                            reinterpret_cast<const uint16_t*>(slot_of(vw, b, h, j)), Dv, o.data(),
-                            k0 > 0);
-              } else {
-                cpu::gemm(plan.pv(colsp), bf16 ? static_cast<const void*>(p.data()) : pf32.data(),
-                          slot_of(vw, b, h, j), t.data());
-                for (int64_t i = 0; i < rows; ++i) {
-                  if (k0 == 0)
-                    std::memcpy(o.data() + i * Dv, t.data() + i * Dv, static_cast<size_t>(D) * 4);
-                  else
-                    cpu::scale_add_row(o.data() + i * Dv, t.data() + i * Dv, D, alpha[i]);
-                }
-              }
-              std::swap(s_now, s_next);
-            }
+              return true;
+            };
+            const bool fused = plan.tiles && a.bias == nullptr;
+            if (!key_blocks(fused)) key_blocks(false);
             if (plan.tiles) cpu::amx_tiles_release();
             for (int64_t r = 0; r < rows; ++r) {
               const int64_t at = (b * Sq + q0 + r) * a.out_stride + h * D;

@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "kernels/cpu/avx512_math.h"
 #include "kernels/cpu/vec_math.h"
 
@@ -71,6 +72,25 @@ __attribute__((target("avx512f,avx512dq,avx512bf16,avx512vl,avx512bw"))) float e
   return _mm512_reduce_add_ps(acc);
 }
 
+__attribute__((target("avx512f,avx512dq,avx512bf16,avx512vl,avx512bw"))) void exp_tile_avx512(
+    const float* s, int64_t rows, int64_t valid, float scale, const float* ref, uint16_t* p,
+    int64_t ld_p, float* sums) {
+  const __m512 c = _mm512_set1_ps(scale * kLog2e);
+  const __mmask16 k0 = tail_mask(valid), k1 = valid > 16 ? tail_mask(valid - 16) : 0;
+  for (int64_t r = 0; r < rows; ++r, s += 32, p += ld_p, sums += 16) {
+    const __m512 mc = _mm512_set1_ps(ref[r] * kLog2e);
+    __m512 e0 = exp2_16<3>(_mm512_fmsub_ps(_mm512_load_ps(s), c, mc));
+    __m512 e1 = exp2_16<3>(_mm512_fmsub_ps(_mm512_load_ps(s + 16), c, mc));
+    if (valid < 32) {  // the padded keys of a ragged last block
+      e0 = _mm512_maskz_mov_ps(k0, e0);
+      e1 = _mm512_maskz_mov_ps(k1, e1);
+    }
+    _mm512_storeu_ps(sums, _mm512_add_ps(_mm512_loadu_ps(sums), _mm512_add_ps(e0, e1)));
+    const __m512bh b = _mm512_cvtne2ps_pbh(e1, e0);
+    _mm512_storeu_si512(p, reinterpret_cast<const __m512i&>(b));
+  }
+}
+
 __attribute__((target("avx512f"))) void scale_add_row_avx512(float* o, const float* t, int64_t n,
                                                              float a) {
   const __m512 va = _mm512_set1_ps(a);
@@ -112,6 +132,12 @@ float exp_row(const float* s, int64_t n, int64_t n_pad, float scale, float m, fl
     else
       pf[i] = 0.0f;
   return sum;
+}
+
+void exp_tile(const float* s, int64_t rows, int64_t valid, float scale, const float* ref,
+              uint16_t* p, int64_t ld_p, float* sums) {
+  XDIT_CHECK(has_avx512_bf16(), "exp_tile needs AVX-512-bf16");
+  exp_tile_avx512(s, rows, valid, scale, ref, p, ld_p, sums);
 }
 
 void scale_add_row(float* o, const float* t, int64_t n, float a) {
