@@ -94,7 +94,7 @@ __attribute__((target("amx-tile,amx-bf16"))) void pv_tiles(const uint16_t* p, in
   // (keys / 32 × 2 KB, 32 KB for 512 keys) stay in L1 for every row pair,
   // and only P comes from L2, half a tile load per product. P is loaded
   // with the non-temporal hint (tileloaddt1), so its stream does not push
-  // the value tiles out of L1 (7–9 % of the call at S = 4096).
+  // the value tiles out of L1 (docs/PERFORMANCE.md, fifth round).
   for (int64_t g = 0; g < groups; g += 2)
     for (int64_t r = 0; r < m; r += 32) {
       const bool two = g + 1 < groups;  // a last odd column group runs alone
