@@ -1,8 +1,8 @@
 // Linear layers on oneDNN matmul. The weight is converted and prepacked once,
 // at load, into the layout the chosen implementation wants (blocked bf16 when
-// the CPU has native bf16 and bf16 was asked for, f32 otherwise). On AMX,
-// bf16 calls of up to 512 rows run on xdit's tile GEMM (cpu/amx_gemm.h)
-// instead, from the same packed weight.
+// the CPU has native bf16 and bf16 was asked for, f32 otherwise). On AMX, a
+// bf16 layer whose sizes fit runs on xdit's tile GEMM (cpu/amx_gemm.h)
+// instead, every row count.
 #pragma once
 
 #include <cstdint>
@@ -43,8 +43,8 @@ class Linear {
   bool is_bf16() const;
   Tensor forward(const Tensor& x) const;  // x [..., in] → [..., out]
 
-  // The oneDNN implementation the matmul runs for m rows ("brg:avx512_core_amx",
-  // ...), creating its primitive without running it.
+  // The implementation that runs m rows: oneDNN's ("brg:avx512_core_amx", ...),
+  // creating its primitive without running it, or "xdit:amx_tiles".
   std::string implementation(int64_t m) const;
   int64_t in_features() const;
   int64_t out_features() const;

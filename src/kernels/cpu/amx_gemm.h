@@ -1,26 +1,29 @@
-// A bf16 GEMM written with AMX tile instructions, for the linear calls with
-// few rows on CPUs that have AMX: y[m, n] = epilogue(a[m, k] · b[k, n]).
+// A bf16 GEMM written with AMX tile instructions, for the bf16 linear layers
+// on CPUs that have AMX: y[m, n] = epilogue(a[m, k] · b[k, n]).
 //
 // Why by hand: with few rows (T5's 120 tokens, PixArt's 240 text rows) a layer
 // is a stream of its weight, and oneDNN 3.2's brgemm matmul streams it at
 // 10–12 GB/s on the Sapphire Rapids this engine is measured on, where the
 // machine reads 29 GB/s; the loop below reaches 1.3–1.6× oneDNN's rate there
-// (docs/PERFORMANCE.md, "Issue 9, fourth round"). With many rows oneDNN is
-// the faster one, so kernels::Linear sends only calls of up to 512 rows here,
-// and both read the same packed weight.
+// (docs/PERFORMANCE.md, "Issue 9, fourth round"). With many rows (PixArt's
+// 2048 and 8192 image rows) it ran 1.2–1.7× oneDNN's rate on the same packed
+// weight ("sixth round"), so kernels::Linear sends every call here.
 // - The weight is packed once in oneDNN's BA16a32b2a: panels of 32 columns,
 //   each a run of 2 KB steps [16 reduction pairs][32 columns][2], so one panel
 //   is one sequential stream and a B tile is 16 of its columns (stride 128 B).
-// - The threads first pack a into contiguous 1 KB tiles together (strided
-//   16-row tile loads ran at half the speed), then each multiplies its own
-//   panels without another barrier.
-// - Rows go in blocks whose packed rows stay in L2 while the thread's panels
-//   pass over them; a reduction longer than 2048 is cut into chunks, with the
-//   partial sums kept per thread in tile order.
+// - Each thread owns a range of panels and needs no barrier. Rows go in
+//   blocks that each thread packs itself into contiguous 1 KB tiles (strided
+//   16-row tile loads ran at half the speed), which stay in L2 while its
+//   panels pass over them; a reduction longer than 2048 is cut into chunks.
+// - Each panel's steps go in sub-chunks of 16 (32 KB, kept in L1) while the
+//   block's row pairs pass over them, the row tiles loaded non-temporally so
+//   that they do not evict the weight; partial sums wait in a per-thread
+//   buffer in tile order.
 // - While a panel is multiplied, the next one is prefetched into L2, a few
 //   lines per tile step.
 // - Each 32 × 32 result is stored as four contiguous tiles and finished by a
-//   vector epilogue (bias, tanh GELU, accumulate, f32 or bf16 out).
+//   vector epilogue (bias, tanh GELU, accumulate, f32 or bf16 out); results
+//   of 4 MB or more go out with non-temporal stores when y is 64-byte aligned.
 #pragma once
 
 #include <cstdint>

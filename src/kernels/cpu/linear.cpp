@@ -42,17 +42,16 @@ ComputeType resolve_compute_type(DType requested) {
 namespace {
 // Row count the weight layout is chosen for; other row counts reuse the layout.
 constexpr int64_t kPackHintRows = 256;
-constexpr int64_t kAmxMaxRows = 512;
 
-// Whether a bf16 layer of `in` → `out` may run on the AMX tile GEMM
+// Whether a bf16 layer of `in` → `out` runs on the AMX tile GEMM
 // (kernels/cpu/amx_gemm.h): the tiles are there, the sizes fit its 32
 // granule, and there are at least two 32-column panels per thread (the panels
-// are what the threads split). Its weight layout is oneDNN's BA16a32b2a, so
-// one packed weight serves both: calls of up to kAmxMaxRows rows run on the
-// tile GEMM, which streams the weight at up to 1.6× oneDNN 3.2's rate there
-// (T5's 120 tokens, PixArt's 240 text rows), longer ones on oneDNN, which is
-// faster when the rows are many (docs/PERFORMANCE.md, fourth round).
-// XDIT_GEMM=onednn keeps every call on oneDNN, to compare the two.
+// are what the threads split). It then runs every call of the layer: with few
+// rows (T5's 120 tokens, PixArt's 240 text rows) it streams the weight at up
+// to 1.6× oneDNN 3.2's rate, and with many (PixArt's 2048 and 8192 image
+// rows) it ran 1.2–1.7× oneDNN's rate on the same packed weight
+// (docs/PERFORMANCE.md, fourth and sixth rounds).
+// XDIT_GEMM=onednn keeps every layer on oneDNN, to compare the two.
 bool use_amx_gemm(int64_t in, int64_t out) {
   static const bool off = [] {
     const char* v = std::getenv("XDIT_GEMM");
@@ -69,9 +68,9 @@ struct Linear::Impl {
   dt src_dt = dt::f32;
   dnnl::memory::desc packed_md;
   dnnl::memory packed;
-  AlignedVector<uint16_t> amx_packed;  // the weight (`packed` views it) when cpu::amx_gemm may run
+  AlignedVector<uint16_t> amx_packed;  // the weight when cpu::amx_gemm runs the layer
 
-  bool amx_rows(int64_t m) const { return !amx_packed.empty() && m <= kAmxMaxRows; }
+  bool amx() const { return !amx_packed.empty(); }
   std::vector<float> bias;
   bool has_bias = false;
 #ifdef XDIT_HAVE_CUDA
@@ -160,10 +159,7 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, ComputeType ct, Activat
   if (ct == ComputeType::kBF16 && use_amx_gemm(im.in, im.out)) {
     im.amx_packed.resize(static_cast<size_t>(im.in * im.out));
     cpu::amx_gemm_pack(w.raw(), w.dtype() == DType::kBF16, im.out, im.in, im.amx_packed.data());
-    im.packed_md = dnnl::memory::desc({im.in, im.out}, dt::bf16, tag::BA16a32b2a);
-    im.packed = dnnl::memory(im.packed_md, engine(), im.amx_packed.data());
-    XDIT_DEBUG("linear ", im.in, " -> ", im.out, " bf16: xdit:amx_tiles up to ", kAmxMaxRows,
-               " rows, oneDNN on the same weight beyond");
+    XDIT_DEBUG("linear ", im.in, " -> ", im.out, " bf16: xdit:amx_tiles");
     return;
   }
   try {
@@ -210,7 +206,7 @@ void Linear::run(const void* src, bool src_f32, int64_t m, void* y, bool accumul
   if (impl_->device) return impl_->device->forward(src, !src_f32, m, y, bf16_out, accumulate);
 #endif
   const Impl& im = *impl_;
-  if (im.amx_rows(m)) {
+  if (im.amx()) {
     cpu::AmxGemmOut o;
     o.y = y;
     o.bf16 = bf16_out;
@@ -250,7 +246,7 @@ std::string Linear::implementation(int64_t m) const {
 #ifdef XDIT_HAVE_CUDA
   if (impl_->device) return impl_->device->bf16() ? "cublasLt:bf16" : "cublasLt:f32";
 #endif
-  if (impl_->amx_rows(m)) return "xdit:amx_tiles";
+  if (impl_->amx()) return "xdit:amx_tiles";
   return impl_->prim_for(m, false).pd.impl_info_str();
 }
 
