@@ -8,8 +8,11 @@
 # Prints both times and xdit's speed-up (torch seconds / xdit seconds), with
 # the CPU model and the ISA oneDNN runs on.
 #
-#   bench/compare.sh [--threads N] [--warmup N] [--repeat N] [--rows LIST] [--device D]
+#   bench/compare.sh [--threads N] [--warmup N] [--repeat N] [--rounds N] [--rows LIST] [--device D]
 #
+# --rounds N runs each row's pair N times, xdit and PyTorch alternated, and
+# keeps each side's best: on a shared host whose speed changes every few
+# seconds, one pair can land on two different states (default 1).
 # LIST is a comma-separated subset of pixart512,pixart1024,vae1024,t5,flux1024,sd3_1024
 # (default: all). --device cuda (or cuda:N) runs both sides on the GPU: the
 # pixart and flux rows only (default pixart1024,flux1024), each xdit row
@@ -24,24 +27,27 @@ venv="${XDIT_BENCH_VENV:-$root/bench/.venv}"
 threads="$(nproc)"
 warmup=1
 repeat=1
+rounds=1
 rows=""
 device=cpu
 
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --threads) threads="${2:?--threads needs a number}"; shift 2 ;;
     --warmup) warmup="${2:?--warmup needs a number}"; shift 2 ;;
     --repeat) repeat="${2:?--repeat needs a number}"; shift 2 ;;
+    --rounds) rounds="${2:?--rounds needs a number}"; shift 2 ;;
     --rows) rows="${2:?--rows needs a list}"; shift 2 ;;
     --device) device="${2:?--device needs cpu, cuda or cuda:N}"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "compare.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
-for n in "$threads" "$warmup" "$repeat"; do
+for n in "$threads" "$warmup" "$repeat" "$rounds"; do
   [[ "$n" =~ ^[0-9]+$ ]] || { echo "compare.sh: '$n' is not a whole number" >&2; exit 2; }
 done
+(( rounds >= 1 )) || { echo "compare.sh: --rounds must be at least 1" >&2; exit 2; }
 if [[ "$device" == cpu ]]; then
   rows="${rows:-pixart512,pixart1024,vae1024,t5,flux1024,sd3_1024}"
 else
@@ -85,8 +91,15 @@ for row in "${list[@]}"; do
     sd3_1024) label="SD3.5-large 3 blocks, CFG, 1024"; x=(sd3 1024); t="sd3:1024" ;;
     *) echo "compare.sh: unknown row '$row' (pixart512, pixart1024, vae1024, t5, flux1024, sd3_1024)" >&2; exit 2 ;;
   esac
-  read -r xs ratio isa < <(xdit_row "${x[@]}")
-  ts="$(torch_row "$t")"
+  xs="" ts=""
+  for ((i = 0; i < rounds; i++)); do
+    read -r x1 r1 isa < <(xdit_row "${x[@]}")
+    t1="$(torch_row "$t")"
+    if [[ -z "$xs" ]] || awk -v a="$x1" -v b="$xs" 'BEGIN { exit !(a < b) }'; then
+      xs="$x1" ratio="$r1"
+    fi
+    if [[ -z "$ts" ]] || awk -v a="$t1" -v b="$ts" 'BEGIN { exit !(a < b) }'; then ts="$t1"; fi
+  done
   awk -v l="$label" -v x="$xs" -v t="$ts" -v i="$isa" -v r="$ratio" -v d="$device" \
     'BEGIN { printf "%-32s %10.3f %10.3f %8.2fx  (%s %s, %.2f of the GEMM peak)\n", l, x, t, t / x,
              d == "cpu" ? "oneDNN ISA" : "on", i, r }'
