@@ -1,3 +1,6 @@
+// GCC 12's AVX-512 intrinsics (the shuffles of amx_pack_k) start from
+// undefined vectors, which -Wmaybe-uninitialized reports inside the headers.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "kernels/cpu/amx_tiles.h"
 
 #include <immintrin.h>
@@ -149,32 +152,62 @@ bool amx_tiles_ready() {
   return ready;
 }
 
-void amx_pack_k(const uint16_t* rows, int64_t keys, int64_t dp, uint16_t* out) {
+// Both packs are vector shuffles: the scalar loops they replace (a 4-byte
+// store per word) cost 2–3 % of a 512 px step (docs/PERFORMANCE.md, sixth
+// round). Every CPU with AMX has AVX-512 BW.
+__attribute__((target("avx512f,avx512bw"))) void amx_pack_k(const uint16_t* rows, int64_t keys,
+                                                            int64_t dp, uint16_t* out) {
   // Word (key n, dims 2i, 2i+1) of chunk c goes to row i, column n of tile
-  // (key group, c): a 16 × 16 transpose of 32-bit words per tile.
+  // (key group, c): a 16 × 16 transpose of 32-bit words per tile, in three
+  // rounds of shuffles (words within 128-bit lanes, then pairs of words,
+  // then the lanes themselves).
   const int64_t chunks = dp / 32;
-  auto* dst = reinterpret_cast<uint32_t*>(out);
   for (int64_t g = 0; g < keys / 16; ++g)
-    for (int64_t c = 0; c < chunks; ++c, dst += 256)
-      for (int64_t n = 0; n < 16; ++n) {
-        uint32_t w[16];
-        std::memcpy(w, rows + (g * 16 + n) * dp + c * 32, 64);
-        for (int64_t i = 0; i < 16; ++i) dst[i * 16 + n] = w[i];
+    for (int64_t c = 0; c < chunks; ++c, out += 512) {
+      __m512i r[16], a[16], b[16];
+      for (int n = 0; n < 16; ++n) r[n] = _mm512_loadu_si512(rows + (g * 16 + n) * dp + c * 32);
+      for (int n = 0; n < 16; n += 2) {
+        a[n] = _mm512_unpacklo_epi32(r[n], r[n + 1]);
+        a[n + 1] = _mm512_unpackhi_epi32(r[n], r[n + 1]);
       }
+      // b[4q + j], lane L: word 4L + j of keys 4q … 4q + 3.
+      for (int q = 0; q < 4; ++q) {
+        b[4 * q] = _mm512_unpacklo_epi64(a[4 * q], a[4 * q + 2]);
+        b[4 * q + 1] = _mm512_unpackhi_epi64(a[4 * q], a[4 * q + 2]);
+        b[4 * q + 2] = _mm512_unpacklo_epi64(a[4 * q + 1], a[4 * q + 3]);
+        b[4 * q + 3] = _mm512_unpackhi_epi64(a[4 * q + 1], a[4 * q + 3]);
+      }
+      // Tile row 4L + j: lane L of b[j], b[4 + j], b[8 + j], b[12 + j].
+      for (int j = 0; j < 4; ++j) {
+        const __m512i x02 = _mm512_shuffle_i32x4(b[j], b[4 + j], 0x88),
+                      y02 = _mm512_shuffle_i32x4(b[8 + j], b[12 + j], 0x88),
+                      x13 = _mm512_shuffle_i32x4(b[j], b[4 + j], 0xdd),
+                      y13 = _mm512_shuffle_i32x4(b[8 + j], b[12 + j], 0xdd);
+        _mm512_storeu_si512(out + (0 + j) * 32, _mm512_shuffle_i32x4(x02, y02, 0x88));
+        _mm512_storeu_si512(out + (8 + j) * 32, _mm512_shuffle_i32x4(x02, y02, 0xdd));
+        _mm512_storeu_si512(out + (4 + j) * 32, _mm512_shuffle_i32x4(x13, y13, 0x88));
+        _mm512_storeu_si512(out + (12 + j) * 32, _mm512_shuffle_i32x4(x13, y13, 0xdd));
+      }
+    }
 }
 
-void amx_pack_v(const uint16_t* rows, int64_t keys, int64_t ld, int64_t dv, uint16_t* out) {
-  // Row i of tile (key group, column group) interleaves keys 2i and 2i+1.
+__attribute__((target("avx512f,avx512bw"))) void amx_pack_v(const uint16_t* rows, int64_t keys,
+                                                            int64_t ld, int64_t dv, uint16_t* out) {
+  // Row i of tile (key group, column group) interleaves keys 2i and 2i+1:
+  // the two 16-value rows side by side, then one word permutation.
   const int64_t groups = dv / 16;
+  alignas(64) static constexpr uint16_t kInterleave[32] = {
+      0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+      8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i idx = _mm512_load_si512(kInterleave);
   for (int64_t c = 0; c < keys / 32; ++c)
     for (int64_t g = 0; g < groups; ++g, out += 512)
       for (int64_t i = 0; i < 16; ++i) {
         const uint16_t* a = rows + (c * 32 + 2 * i) * ld + g * 16;
-        const uint16_t* b = a + ld;
-        for (int64_t n = 0; n < 16; ++n) {
-          out[i * 32 + 2 * n] = a[n];
-          out[i * 32 + 2 * n + 1] = b[n];
-        }
+        const __m512i both = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + ld)), 1);
+        _mm512_storeu_si512(out + i * 32, _mm512_permutexvar_epi16(idx, both));
       }
 }
 
