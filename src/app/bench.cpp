@@ -129,8 +129,9 @@ double gemm_rate(int64_t M, int64_t K, int64_t N, DType dtype, int runs) {
 
 // The machine's GEMM peak. On a GPU: 8192³ (about 1 ms at Hopper's rate, so
 // launch costs vanish), best of 10, cuBLASLt. On a CPU: the better of two
-// shapes, best of 3 each: 2048 × 4096 × 4096, and 2048 × 1152 × 4608 (a
-// DiT's feed-forward shape), which oneDNN runs 1.2–1.3× faster on an AMX Xeon
+// shapes, best of 3 each, through the Linear the models use (oneDNN, or on
+// AMX xdit's tile GEMM): 2048 × 4096 × 4096, and 2048 × 1152 × 4608 (a DiT's
+// feed-forward shape), which oneDNN ran 1.2–1.3× faster on an AMX Xeon
 // (K = 4096 costs it more): a peak from the slower shape alone made every
 // ratio look that much better than it was.
 double gemm_peak(DType dtype) {
