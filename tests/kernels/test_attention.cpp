@@ -136,12 +136,21 @@ TEST(Attention, AmxTileProductsMatchOneDnnMatmuls) {
 // cannot be hidden by a later overflow sending the block back through the
 // two-pass path; at scale 2.5 the few jumping keys there put bf16's input
 // rounding past the tolerance on every path, the previous kernel's too).
+// The last case's values are 1e20: the jump's exponentials (~e^48) are
+// finite but P·V overflows f32 in the fused block, which the two-pass path
+// (every p ≤ 1) does not; the row must not come out infinite.
 TEST(Attention, ScoresJumpingFarAboveTheRunningMaximum) {
   set_attention_blocks(16, 32);
   const int64_t B = 1, H = 2, Sq = 21, Sk = 100, D = 72;
-  const auto q = test::randn(B * Sq * H * D, 31), v = test::randn(B * Sk * H * D, 33);
-  for (const auto& [from, scale] : {std::pair<int64_t, float>{70, 1.0f}, {70, 2.5f}, {96, 1.0f}}) {
-    auto k = test::randn(B * Sk * H * D, 32);
+  const auto q = test::randn(B * Sq * H * D, 31);
+  struct Case {
+    int64_t from;
+    float scale, v_scale;
+  };
+  for (const auto& [from, scale, v_scale] :
+       {Case{70, 1.0f, 1.0f}, Case{70, 2.5f, 1.0f}, Case{96, 1.0f, 1.0f}, Case{70, 1.0f, 1e20f}}) {
+    auto k = test::randn(B * Sk * H * D, 32), v = test::randn(B * Sk * H * D, 33);
+    for (auto& x : v) x *= v_scale;
     for (int64_t t = from; t < Sk; ++t)  // keys aligned with every query: scores of ~+60
       for (int64_t i = 0; i < H * D; ++i) k[t * H * D + i] = q[(t % Sq) * H * D + i] * 0.9f + 0.5f;
     for (bool bf16 : {false, true}) {

@@ -421,9 +421,11 @@ void attention(const AttentionArgs& a) {
             // the reference held; a sum past e^kHeadroom renormalises the
             // row (o and l scaled down, m raised: exact up to rounding), and
             // one that is not finite (a score more than ~88 above the
-            // reference, or NaN input) means exp overflowed, and the query
-            // block starts again on the two-pass path, which moves m before
-            // exponentiating. Returns whether the pass went through.
+            // reference, or NaN input) means exp overflowed — as does a
+            // non-finite o row found when renormalising (P·V past f32's
+            // range) — and the query block starts again on the two-pass
+            // path, which moves m before exponentiating. Returns whether the
+            // pass went through.
             const auto key_blocks = [&](bool fused) {
               std::fill(m.begin(), m.end(), -INFINITY);
               std::fill(l.begin(), l.end(), 0.0f);
@@ -466,6 +468,12 @@ void attention(const AttentionArgs& a) {
                   if (!std::isfinite(sum)) return false;
                   l[r] += sum;
                   if (l[r] > kSumLimit) {
+                    // o ≤ l · max |v| may have overflowed where the sum did
+                    // not (values past ~1e25); the two-pass path keeps every
+                    // p ≤ 1.
+                    const float* orow = o.data() + r * Dv;
+                    if (!std::all_of(orow, orow + D, [](float x) { return std::isfinite(x); }))
+                      return false;
                     cpu::scale_row(o.data() + r * Dv, Dv, 1.0f / l[r]);
                     m[r] += std::log(l[r]);
                     l[r] = 1.0f;
