@@ -160,10 +160,10 @@ void reference_bf16(const std::vector<float>& a, const std::vector<float>& w, in
 }
 
 // The AMX tile GEMM against a double reference: row tails (m not a multiple
-// of 32, m < 32), two reduction chunks (k > 2048) of two sub-chunks each, one
-// chunk of two uneven sub-chunks (17 steps), two row blocks, and each
+// of 32, m < 32), two reduction chunks (k > 2048) cut into sub-chunks, one
+// chunk of two uneven sub-chunks (17 steps: 9 + 8), two row blocks, and each
 // epilogue (bias, tanh GELU, accumulate, bf16 out); f32 and bf16 rows of a
-// give the same bits. The last case's 4.3 MB f32 result is stored
+// give the same bits. The last case's 4.5 MB f32 result is stored
 // non-temporally into 64-byte aligned buffers; stored one float off that
 // alignment (ordinary stores) it has the same bits.
 TEST(Linear, AmxTileGemmMatchesTheReference) {

@@ -25,7 +25,6 @@ constexpr int64_t kMaxChunk = 64;              // steps per reduction chunk (k �
 constexpr int64_t kSubSteps = 16;              // steps of a sub-chunk kept in L1 (32 KB)
 constexpr int64_t kRowBlockBytes = 768 << 10;  // bf16 rows of a row block kept in L2
 constexpr size_t kStreamBytes = 4 << 20;       // results stored past the caches from this size
-                                               // results stored past the caches from this size
 
 // The 32 results of row `i` of a 32 × 32 block stored as tiles 0–3 (rows
 // 0–15: tiles 0, 1; rows 16–31: tiles 2, 3), finished and stored at y, with
