@@ -6,7 +6,7 @@
 // 10–12 GB/s on the Sapphire Rapids this engine is measured on, where the
 // machine reads 29 GB/s; the loop below reaches 1.3–1.6× oneDNN's rate there
 // (docs/PERFORMANCE.md, "Issue 9, fourth round"). With many rows (PixArt's
-// 2048 and 8192 image rows) it ran 1.2–1.7× oneDNN's rate on the same packed
+// 2048 and 8192 image rows) it ran 1.2–1.9× oneDNN's rate on the same packed
 // weight ("sixth round"), so kernels::Linear sends every call here.
 // - The weight is packed once in oneDNN's BA16a32b2a: panels of 32 columns,
 //   each a run of 2 KB steps [16 reduction pairs][32 columns][2], so one panel

@@ -49,7 +49,7 @@ constexpr int64_t kPackHintRows = 256;
 // are what the threads split). It then runs every call of the layer: with few
 // rows (T5's 120 tokens, PixArt's 240 text rows) it streams the weight at up
 // to 1.6× oneDNN 3.2's rate, and with many (PixArt's 2048 and 8192 image
-// rows) it ran 1.2–1.7× oneDNN's rate on the same packed weight
+// rows) it ran 1.2–1.9× oneDNN's rate on the same packed weight
 // (docs/PERFORMANCE.md, fourth and sixth rounds).
 // XDIT_GEMM=onednn keeps every layer on oneDNN, to compare the two.
 bool use_amx_gemm(int64_t in, int64_t out) {
