@@ -18,6 +18,13 @@ struct Case {
   bool bias = false;
 };
 
+// a with its outputs pointed at out and lse.
+AttentionArgs into(AttentionArgs a, std::vector<float>& out, std::vector<float>& lse) {
+  a.out = out.data();
+  a.lse = lse.data();
+  return a;
+}
+
 // Runs attention on case c (random Q/K/V in strided rows) and returns out
 // and lse; with `check`, asserts both against the full-matrix reference.
 std::pair<std::vector<float>, std::vector<float>> run(const Case& c, bool bf16, double tol,
@@ -50,14 +57,9 @@ std::pair<std::vector<float>, std::vector<float>> run(const Case& c, bool bf16, 
   a.bf16 = bf16;
   std::vector<float> out(c.B * c.Sq * os, 0.0f), ref_out(out.size(), 0.0f);
   std::vector<float> lse(c.B * c.H * c.Sq), ref_lse(lse.size());
-  a.out = out.data();
-  a.lse = lse.data();
-  attention(a);
-  AttentionArgs r = a;
-  r.out = ref_out.data();
-  r.lse = ref_lse.data();
+  attention(into(a, out, lse));
   if (check) {
-    ref::attention(r);
+    ref::attention(into(a, ref_out, ref_lse));
     EXPECT_LT(test::rel_max_err(out, ref_out), tol);
     for (size_t i = 0; i < lse.size(); ++i) EXPECT_NEAR(lse[i], ref_lse[i], tol * 10) << i;
   }
@@ -162,13 +164,8 @@ TEST(Attention, ScoresJumpingFarAboveTheRunningMaximum) {
       a.bf16 = bf16;
       std::vector<float> out(B * Sq * H * D), want(out.size()), lse(B * H * Sq),
           want_lse(lse.size());
-      a.out = out.data();
-      a.lse = lse.data();
-      attention(a);
-      AttentionArgs r = a;
-      r.out = want.data();
-      r.lse = want_lse.data();
-      ref::attention(r);
+      attention(into(a, out, lse));
+      ref::attention(into(a, want, want_lse));
       EXPECT_LT(test::rel_max_err(out, want), bf16 ? 3e-2 : 1e-5)
           << (bf16 ? "bf16" : "f32") << ", scale " << scale << ", jump at key " << from;
       for (size_t i = 0; i < lse.size(); ++i)
