@@ -3,13 +3,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 #include <set>
+#include <sstream>
 #include <tuple>
 
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "io/weights.h"
 #include "kernels/conv.h"
+#include "kernels/cpu/winograd.h"
 #include "kernels/kernels.h"
 #include "kernels/reference.h"
 #include "models/vae.h"
@@ -86,6 +89,53 @@ TEST(Ops, Conv2dNhwcAgainstDirectConvolution) {
   }
 }
 
+// bf16 3x3 convolutions run Winograd F(2x2, 3x3) on AVX-512-bf16: against
+// the f32 convolution (in double) and against oneDNN's direct bf16
+// convolution of the same input, for odd and even sizes (partial tiles at the
+// right and bottom), channel counts of one and several vectors, with padding
+// and with halo rows. A wrong transform or a misplaced tile gives errors of
+// the size of the output; the rounding of the transformed input to bf16 stays
+// within a few times the direct convolution's rounding.
+TEST(Ops, Conv2dWinogradAgainstDirectConvolution) {
+  if (!cpu::Winograd3x3::usable(16, 16)) GTEST_SKIP() << "Winograd needs AVX-512-bf16";
+  struct Case {
+    int64_t B, H, W, I, O;
+  };
+  for (const Case c : {Case{2, 7, 9, 32, 48}, Case{1, 8, 6, 16, 16}, Case{3, 5, 3, 64, 32},
+                       Case{1, 1, 1, 16, 32}, Case{1, 23, 21, 48, 16}}) {
+    const auto x = randn(c.B * c.H * c.W * c.I, 60), b = randn(c.O, 62);
+    const auto w = randn(c.O * c.I * 9, 61, 1.0f / std::sqrt(9.0f * c.I));
+    std::vector<float> r(c.B * c.H * c.W * c.O), y(r.size()), d(r.size());
+    ref::conv2d_nhwc(x.data(), w.data(), b.data(), c.B, c.H, c.W, c.I, c.O, 3, 1, r.data());
+    set_conv_winograd(false);
+    Conv2d direct(Tensor::from_vector(w, {c.O, c.I, 3, 3}), Tensor::from_vector(b, {c.O}), 1,
+                  ComputeType::kBF16);
+    set_conv_winograd(true);
+    Conv2d wino(Tensor::from_vector(w, {c.O, c.I, 3, 3}), Tensor::from_vector(b, {c.O}), 1,
+                ComputeType::kBF16);
+    std::ostringstream os;
+    os << "B" << c.B << " " << c.H << "x" << c.W << " " << c.I << "->" << c.O;
+    const std::string what = os.str();
+    ASSERT_EQ(wino.implementation(c.B, c.H, c.W).rfind("xdit:winograd", 0), 0u) << what;
+    ASSERT_EQ(direct.implementation(c.B, c.H, c.W).rfind("xdit:winograd", 0), std::string::npos);
+    direct.forward(x.data(), c.B, c.H, c.W, d.data());
+    wino.forward(x.data(), c.B, c.H, c.W, y.data());
+    const double err_d = rel_max_err(d, r), err_w = rel_max_err(y, r);
+    std::cout << what << ": direct " << err_d << ", winograd " << err_w << "\n";
+    EXPECT_LT(err_w, 2e-2) << what;
+    EXPECT_LT(err_w, 4 * err_d + 1e-3) << what;
+    // With halo rows: the same image as one band with zero halo rows.
+    const int64_t item = (c.H + 2) * c.W * c.I;
+    std::vector<uint16_t> in(static_cast<size_t>(c.B * item), 0);
+    for (int64_t bi = 0; bi < c.B; ++bi)
+      for (int64_t i = 0; i < c.H * c.W * c.I; ++i)
+        in[bi * item + c.W * c.I + i] = f32_to_bf16(x[bi * c.H * c.W * c.I + i]);
+    std::vector<float> h(r.size());
+    wino.forward_halo(in.data(), c.B, c.H, c.W, h.data());
+    EXPECT_EQ(h, y) << what << " with halo rows";
+  }
+}
+
 // A row band with its halo rows supplied (the patch-parallel VAE): rows
 // [r0, r1) of the whole convolution, for bands at the top, inside and at the
 // bottom, in f32 and bf16.
@@ -144,19 +194,28 @@ TEST(Ops, VaeDecoderConvolutionsAt1024PxHaveJitKernels) {
     }
     if (!seen.insert({shape[0], shape[1], shape[2], size}).second) continue;
     const std::string prefix = name.substr(0, name.size() - 7);
-    Conv2d conv(random.get(name, shape), random.get(prefix + ".bias", {shape[0]}), shape[2] / 2,
-                ct);
-    // The decoder runs its 3x3 convolutions on bands with halo rows: the whole
-    // image, and the band of one of two, three or four ranks.
-    for (int64_t bands : {1, 2, 3, 4}) {
-      if (shape[2] == 1 && bands > 1) break;
-      const int64_t rows = (size + bands - 1) / bands;
-      const std::string impl = shape[2] == 1
-                                   ? conv.implementation(1, size, size)
-                                   : conv.implementation(1, rows + 2 * conv.halo(), size, true);
-      EXPECT_NE(impl.rfind("ref", 0), 0u)
-          << name << " at " << size << " px, " << rows << " rows: " << impl;
+    // bf16 3x3 layers run Winograd by default ("xdit:winograd_2x2_3x3+" and
+    // its GEMMs' oneDNN kernel) and oneDNN's direct convolution with
+    // XDIT_CONV=direct: neither may be a reference kernel.
+    for (bool winograd : {true, false}) {
+      set_conv_winograd(winograd);
+      Conv2d conv(random.get(name, shape), random.get(prefix + ".bias", {shape[0]}), shape[2] / 2,
+                  ct);
+      // The decoder runs its 3x3 convolutions on bands with halo rows: the
+      // whole image, and the band of one of two, three or four ranks.
+      for (int64_t bands : {1, 2, 3, 4}) {
+        if (shape[2] == 1 && bands > 1) break;
+        const int64_t rows = (size + bands - 1) / bands;
+        const std::string impl = shape[2] == 1
+                                     ? conv.implementation(1, size, size)
+                                     : conv.implementation(1, rows + 2 * conv.halo(), size, true);
+        EXPECT_NE(impl.rfind("ref", 0), 0u)
+            << name << " at " << size << " px, " << rows << " rows: " << impl;
+        EXPECT_EQ(impl.find("+ref"), std::string::npos)
+            << name << " at " << size << " px, " << rows << " rows: " << impl;
+      }
     }
+    set_conv_winograd(true);
   }
   EXPECT_GE(seen.size(), 10u);
 }
@@ -172,9 +231,12 @@ TEST(Ops, Conv2dRepackedForItsSizeComputesTheSame) {
              ComputeType::kF32);
   if (f32.implementation(1, H, W).rfind("ref", 0) == 0)
     GTEST_SKIP() << "no f32 JIT kernel to compare with";
+  set_conv_winograd(false);  // the case is oneDNN's direct convolution's
   Conv2d bf16(Tensor::from_vector(w, {O, I, 3, 3}), Tensor::from_vector(b, {O}), 1,
               ComputeType::kBF16);
+  set_conv_winograd(true);
   EXPECT_NE(bf16.implementation(1, H, W).rfind("ref", 0), 0u);
+  EXPECT_EQ(bf16.implementation(1, H, W).rfind("xdit:winograd", 0), std::string::npos);
   std::vector<float> y(H * W * O), r(y.size());
   f32.forward(x.data(), 1, H, W, r.data());
   bf16.forward(x.data(), 1, H, W, y.data());

@@ -1,5 +1,7 @@
 #include "kernels/conv.h"
 
+#include <atomic>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -9,7 +11,9 @@
 #include "core/log.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/cpu/winograd.h"
 #include "kernels/dispatch.h"
+#include "kernels/kernels.h"
 #ifdef XDIT_HAVE_CUDNN_FE
 #include "kernels/cuda/conv.h"
 #endif
@@ -19,12 +23,33 @@ namespace xdit::kernels {
 using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
 
+namespace {
+// set_conv_winograd's choice: -1 none yet (then XDIT_CONV=direct turns it off).
+std::atomic<int> winograd_choice{-1};
+bool winograd_enabled() {
+  const int c = winograd_choice.load();
+  if (c >= 0) return c == 1;
+  static const bool direct = [] {
+    const char* e = std::getenv("XDIT_CONV");
+    return e != nullptr && std::string(e) == "direct";
+  }();
+  return !direct;
+}
+}  // namespace
+
+void set_conv_winograd(bool enabled) {
+  winograd_choice.store(enabled ? 1 : 0);
+}
+
 struct Conv2d::Impl {
   int64_t in = 0, out = 0, kh = 0, kw = 0, pad = 0;
   ComputeType ct = ComputeType::kF32;
   dnnl::memory::desc packed_md;
   dnnl::memory packed;
   std::vector<float> bias;
+  // bf16 3×3 layers with padding 1 on AVX-512-bf16: Winograd F(2×2, 3×3)
+  // instead of oneDNN's direct convolution (XDIT_CONV=direct keeps the latter).
+  std::unique_ptr<cpu::Winograd3x3> wino;
 #ifdef XDIT_HAVE_CUDNN_FE
   // Made instead of the oneDNN weights under a CUDA DeviceScope.
   std::unique_ptr<cuda::DeviceConv> device;
@@ -128,6 +153,12 @@ Conv2d::Conv2d(const Tensor& weight, const Tensor& bias, int64_t padding, Comput
               " need cuDNN's frontend headers (scripts/install_deps.sh) at build time");
 #endif
   }
+  if (ct == ComputeType::kBF16 && im.kh == 3 && im.kw == 3 && im.pad == 1 &&
+      cpu::Winograd3x3::usable(im.in, im.out) && winograd_enabled()) {
+    const Tensor w = weight.to(DType::kF32);
+    im.wino = std::make_unique<cpu::Winograd3x3>(w.data<float>(), im.in, im.out);
+    return;
+  }
   try {
     Tensor w = weight.dtype() == DType::kF16 ? weight.to(DType::kF32) : weight;
     dnnl::memory::desc user_md({im.out, im.in, im.kh, im.kw},
@@ -183,6 +214,11 @@ bool Conv2d::is_bf16() const {
 
 void Conv2d::run(const void* src, int64_t b, int64_t h, int64_t w, float* y, bool halo) const {
   const Impl& im = *impl_;
+  if (im.wino) {
+    im.wino->forward(static_cast<const uint16_t*>(src), b, h, w, halo ? 0 : im.pad, im.bias.data(),
+                     y);
+    return;
+  }
   const Impl::Prim& p = im.prim_for(b, h, w, halo);
   auto& e = cpu::engine();
   dnnl::memory ms(p.pd.src_desc(), e, const_cast<void*>(src));
@@ -199,6 +235,7 @@ std::string Conv2d::implementation(int64_t b, int64_t h, int64_t w, bool halo) c
 #ifdef XDIT_HAVE_CUDNN_FE
   if (impl_->device) return impl_->device->bf16() ? "cudnn:bf16" : "cudnn:f32";
 #endif
+  if (impl_->wino) return impl_->wino->implementation();
   return impl_->prim_for(b, h, w, halo).pd.impl_info_str();
 }
 
