@@ -277,9 +277,10 @@ void set_attention_blocks(int64_t q_block, int64_t kv_block);
 void set_attention_tiles(bool enabled);
 
 // Whether bf16 3x3 convolutions (padding 1) constructed from now on run
-// Winograd F(2x2, 3x3) where the CPU has AVX-512-bf16 (default, unless
-// XDIT_CONV=direct) or oneDNN's direct convolution; for tests and benchmarks
-// that compare the two.
+// Winograd F(2x2, 3x3) (where the CPU has AVX-512-bf16) or oneDNN's direct
+// convolution; for tests and benchmarks that compare the two. Without a call,
+// XDIT_CONV=winograd|direct decides, else the CPU: Winograd unless oneDNN
+// runs bf16 on AMX.
 void set_conv_winograd(bool enabled);
 
 // Whether the CPU has native bf16 dot products (AVX-512-bf16 or AMX).

@@ -24,16 +24,23 @@ using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
 
 namespace {
-// set_conv_winograd's choice: -1 none yet (then XDIT_CONV=direct turns it off).
+// set_conv_winograd's choice: -1 none yet, then XDIT_CONV (winograd or
+// direct) decides, and without it the CPU: Winograd where the bf16 GEMMs are
+// AVX-512 dot products (measured there: 1.65x faster on the VAE decoder);
+// on AMX, oneDNN's direct kernel until Winograd is measured there too (its
+// GEMMs are ~4x faster, so its transforms weigh more).
 std::atomic<int> winograd_choice{-1};
 bool winograd_enabled() {
   const int c = winograd_choice.load();
   if (c >= 0) return c == 1;
-  static const bool direct = [] {
+  static const bool on = [] {
     const char* e = std::getenv("XDIT_CONV");
-    return e != nullptr && std::string(e) == "direct";
+    const std::string v = e != nullptr ? e : "";
+    XDIT_CHECK(v.empty() || v == "winograd" || v == "direct", "XDIT_CONV='", v,
+               "': use winograd, direct, or leave it unset");
+    return v.empty() ? !cpu_has_amx() : v == "winograd";
   }();
-  return !direct;
+  return on;
 }
 }  // namespace
 
@@ -157,6 +164,7 @@ Conv2d::Conv2d(const Tensor& weight, const Tensor& bias, int64_t padding, Comput
       cpu::Winograd3x3::usable(im.in, im.out) && winograd_enabled()) {
     const Tensor w = weight.to(DType::kF32);
     im.wino = std::make_unique<cpu::Winograd3x3>(w.data<float>(), im.in, im.out);
+    XDIT_DEBUG("conv ", im.in, "->", im.out, " k3: ", im.wino->implementation());
     return;
   }
   try {

@@ -70,27 +70,41 @@ struct Gemm {
   dnnl::reorder pack;  // b_blocked: plain B → b
 };
 
-using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, int, bool>;
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, int, bool,
+                       int64_t>;
+
+// A matrix of `rows` × `cols` with `ld` elements between rows (or, for
+// `trans`, between columns), repeated `batch` times one after the other.
+dnnl::memory::desc matrix(int64_t batch, int64_t rows, int64_t cols, int64_t ld, bool trans,
+                          dt type) {
+  const int64_t items = trans ? cols : rows;  // the rows of storage
+  if (batch == 1)
+    return trans ? dnnl::memory::desc({rows, cols}, type, dnnl::memory::dims{1, ld})
+                 : dnnl::memory::desc({rows, cols}, type, dnnl::memory::dims{ld, 1});
+  return trans
+             ? dnnl::memory::desc({batch, rows, cols}, type, dnnl::memory::dims{items * ld, 1, ld})
+             : dnnl::memory::desc({batch, rows, cols}, type, dnnl::memory::dims{items * ld, ld, 1});
+}
 
 const Gemm& get_gemm(const GemmShape& s) {
   static std::mutex mu;
   static std::map<Key, std::unique_ptr<Gemm>> cache;
-  const Key key{
-      s.m,        s.n, s.k, s.lda, s.ldb, s.ldc, s.b_trans, s.accumulate, static_cast<int>(s.dt),
-      s.b_blocked};
+  const Key key{s.m,         s.n,          s.k,
+                s.lda,       s.ldb,        s.ldc,
+                s.b_trans,   s.accumulate, static_cast<int>(s.dt),
+                s.b_blocked, s.batch};
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it != cache.end()) return *it->second;
   auto g = std::make_unique<Gemm>();
   try {
-    g->a = dnnl::memory::desc({s.m, s.k}, s.dt, dnnl::memory::dims{s.lda, 1});
-    g->b = s.b_trans ? dnnl::memory::desc({s.k, s.n}, s.dt, dnnl::memory::dims{1, s.ldb})
-                     : dnnl::memory::desc({s.k, s.n}, s.dt, dnnl::memory::dims{s.ldb, 1});
+    g->a = matrix(s.batch, s.m, s.k, s.lda, false, s.dt);
+    g->b = matrix(s.batch, s.k, s.n, s.ldb, s.b_trans, s.dt);
     if (s.b_blocked) {
       g->b_plain = g->b;
-      g->b = dnnl::memory::desc({s.k, s.n}, s.dt, dnnl::memory::format_tag::any);
+      g->b = dnnl::memory::desc(g->b.get_dims(), s.dt, dnnl::memory::format_tag::any);
     }
-    g->c = dnnl::memory::desc({s.m, s.n}, dt::f32, dnnl::memory::dims{s.ldc, 1});
+    g->c = matrix(s.batch, s.m, s.n, s.ldc, false, dt::f32);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (s.accumulate) {

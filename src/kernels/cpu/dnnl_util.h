@@ -31,6 +31,10 @@ struct GemmShape {
   bool accumulate;
   dnnl::memory::data_type dt;
   bool b_blocked = false;
+  // batch > 1: that many products in one call, each operand's matrices one
+  // after the other (A every m·lda elements, B every k·ldb or n·ldb, C every
+  // m·ldc; a blocked B as gemm_pack_b lays out all of them).
+  int64_t batch = 1;
 };
 // Runs on the calling thread's stream (single-threaded inside an OpenMP region).
 void gemm(const GemmShape& s, const void* a, const void* b, float* c);

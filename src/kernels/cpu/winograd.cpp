@@ -32,6 +32,14 @@ XDIT_WINO_TARGET inline void store_bf16(uint16_t* p, __m512 v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), reinterpret_cast<const __m256i&>(h));
 }
 
+template <bool kStream>
+XDIT_WINO_TARGET inline void store(float* p, __m512 v) {
+  if constexpr (kStream)
+    _mm512_stream_ps(p, v);
+  else
+    _mm512_storeu_ps(p, v);
+}
+
 // Where tile t of the image lies: batch item, tile row, tile column.
 struct TilePos {
   int64_t b, ty, tx;
@@ -91,6 +99,7 @@ XDIT_WINO_TARGET void input_transform(const uint16_t* x, const Geometry& g, int6
 // y's 2×2 tile = Aᵀ m A + bias for the tiles t0 … t0 + n − 1, with
 // Aᵀ = [1 1 1 0; 0 1 −1 −1]; outputs past the image's last row or column
 // (odd sizes) are dropped.
+template <bool kStream>
 XDIT_WINO_TARGET void output_transform(const float* m, const Geometry& g, int64_t t0, int64_t n,
                                        int64_t ld, const float* bias, float* y) {
   const int64_t point_stride = ld * g.out;
@@ -115,10 +124,10 @@ XDIT_WINO_TARGET void output_transform(const float* m, const Geometry& g, int64_
       for (int a = 0; a < 2; ++a) {  // (Aᵀ m) A
         if (a == 1 && !row2) break;
         float* dst = (a == 0 ? y0 : y1) + o;
-        _mm512_storeu_ps(
-            dst, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s[a][0], s[a][1]), s[a][2]), bv));
+        store<kStream>(dst,
+                       _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s[a][0], s[a][1]), s[a][2]), bv));
         if (col2)
-          _mm512_storeu_ps(
+          store<kStream>(
               dst + g.out,
               _mm512_add_ps(_mm512_sub_ps(_mm512_sub_ps(s[a][1], s[a][2]), s[a][3]), bv));
       }
@@ -126,9 +135,12 @@ XDIT_WINO_TARGET void output_transform(const float* m, const Geometry& g, int64_
   }
 }
 
-// The GEMM of one point: [tiles × in] · [in × out] → f32, the weight blocked.
-GemmShape point_gemm(int64_t tiles, int64_t in, int64_t out) {
-  return {tiles, out, in, in, out, out, false, false, dnnl::memory::data_type::bf16, true};
+// The 16 GEMMs of a block in one call, one per point:
+// [tiles × in] · [in × out] → f32, the weights blocked.
+GemmShape point_gemms(int64_t tiles, int64_t in, int64_t out) {
+  GemmShape s{tiles, out, in, in, out, out, false, false, dnnl::memory::data_type::bf16, true};
+  s.batch = kPoints;
+  return s;
 }
 
 }  // namespace
@@ -144,7 +156,7 @@ Winograd3x3::Winograd3x3(const float* w, int64_t in, int64_t out) : in_(in), out
   tiles_ = 64;
   if (const char* e = std::getenv("XDIT_WINO_TILES")) tiles_ = std::atoll(e);
   // U = G g Gᵀ per channel pair, G = [1 0 0; ½ ½ ½; ½ −½ ½; 0 0 1], in
-  // double, then bf16: plain [point][in][out], packed per point.
+  // double, then bf16: plain [point][in][out], then blocked.
   static constexpr double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
   std::vector<uint16_t> plain(static_cast<size_t>(kPoints * in * out));
   for (int64_t o = 0; o < out; ++o)
@@ -161,15 +173,13 @@ Winograd3x3::Winograd3x3(const float* w, int64_t in, int64_t out) : in_(in), out
               f32_to_bf16(static_cast<float>(u));
         }
     }
-  const GemmShape s = point_gemm(tiles_, in_, out_);
-  packed_bytes_ = gemm_b_bytes(s);
-  packed_.resize(packed_bytes_ * kPoints);
-  for (int64_t p = 0; p < kPoints; ++p)
-    gemm_pack_b(s, plain.data() + p * in * out, packed_.data() + p * packed_bytes_);
+  const GemmShape s = point_gemms(tiles_, in_, out_);
+  packed_.resize(gemm_b_bytes(s));
+  gemm_pack_b(s, plain.data(), packed_.data());
 }
 
 std::string Winograd3x3::implementation() const {
-  return "xdit:winograd_2x2_3x3+" + gemm_implementation(point_gemm(tiles_, in_, out_));
+  return "xdit:winograd_2x2_3x3+" + gemm_implementation(point_gemms(tiles_, in_, out_));
 }
 
 void Winograd3x3::forward(const uint16_t* x, int64_t batch, int64_t in_rows, int64_t width,
@@ -181,9 +191,13 @@ void Winograd3x3::forward(const uint16_t* x, int64_t batch, int64_t in_rows, int
   g.tiles_x = (width + 1) / 2;
   const int64_t tiles = batch * g.tiles_y * g.tiles_x;
   const int64_t blocks = (tiles + tiles_ - 1) / tiles_;
-  const GemmShape s = point_gemm(tiles_, in_, out_);
+  const GemmShape s = point_gemms(tiles_, in_, out_);
   const size_t v_size = static_cast<size_t>(kPoints * tiles_ * in_);
   const size_t m_size = static_cast<size_t>(kPoints * tiles_ * out_);
+  // An output larger than the caches is stored non-temporally: nothing reads
+  // it before it has left them, and the stores skip reading each line first.
+  const bool stream = batch * g.out_rows * width * out_ * 4 >= (int64_t{64} << 20) &&
+                      reinterpret_cast<uintptr_t>(y) % 64 == 0;
 #pragma omp parallel
   {
     // Rows past the last tile of the last block keep earlier (finite) values;
@@ -196,11 +210,13 @@ void Winograd3x3::forward(const uint16_t* x, int64_t batch, int64_t in_rows, int
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t t0 = blk * tiles_, n = std::min(tiles_, tiles - t0);
       input_transform(x, g, t0, n, tiles_, v.data());
-      for (int64_t p = 0; p < kPoints; ++p)
-        gemm(s, v.data() + p * tiles_ * in_, packed_.data() + p * packed_bytes_,
-             m.data() + p * tiles_ * out_);
-      output_transform(m.data(), g, t0, n, tiles_, bias, y);
+      gemm(s, v.data(), packed_.data(), m.data());
+      if (stream)
+        output_transform<true>(m.data(), g, t0, n, tiles_, bias, y);
+      else
+        output_transform<false>(m.data(), g, t0, n, tiles_, bias, y);
     }
+    if (stream) _mm_sfence();
   }
 }
 

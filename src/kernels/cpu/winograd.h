@@ -46,8 +46,7 @@ class Winograd3x3 {
  private:
   int64_t in_ = 0, out_ = 0;
   int64_t tiles_ = 0;           // tiles per block: the GEMMs' row count
-  size_t packed_bytes_ = 0;     // one transformed weight in oneDNN's blocked layout
-  AlignedVector<char> packed_;  // 16 of them, one per point of the 4×4 tile
+  AlignedVector<char> packed_;  // the transformed weights of the 16 points, blocked
 };
 
 }  // namespace xdit::kernels::cpu
