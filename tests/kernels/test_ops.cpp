@@ -136,6 +136,41 @@ TEST(Ops, Conv2dWinogradAgainstDirectConvolution) {
   }
 }
 
+// An output of 64 MB or more is stored non-temporally when it starts on a
+// cache line: the same values as the ordinary stores (the output one float
+// off the line), on a size whose reference in double would take too long.
+TEST(Ops, Conv2dWinogradStreamedOutputEqualsTheStoredOne) {
+  if (!cpu::Winograd3x3::usable(16, 16)) GTEST_SKIP() << "Winograd needs AVX-512-bf16";
+  const int64_t H = 259, W = 255, I = 16, O = 256;  // 64.5 MiB of f32 output
+  const auto x = randn(H * W * I, 70), b = randn(O, 72);
+  const auto w = randn(O * I * 9, 71, 1.0f / std::sqrt(9.0f * I));
+  set_conv_winograd(true);
+  Conv2d wino(Tensor::from_vector(w, {O, I, 3, 3}), Tensor::from_vector(b, {O}), 1,
+              ComputeType::kBF16);
+  Tensor line = Tensor::empty({H * W * O + 16}, DType::kF32);  // 64-byte aligned
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(line.data<float>()) % 64, 0u);
+  wino.forward(x.data(), 1, H, W, line.data<float>());
+  const std::vector<float> streamed(line.data<float>(), line.data<float>() + H * W * O);
+  wino.forward(x.data(), 1, H, W, line.data<float>() + 1);
+  const std::vector<float> stored(line.data<float>() + 1, line.data<float>() + 1 + H * W * O);
+  EXPECT_EQ(streamed, stored);
+  // And a few outputs against the convolution in double.
+  for (const int64_t p : {int64_t{0}, W - 1, (H - 1) * W, H * W - 1, 131 * W + 77}) {
+    const int64_t r = p / W, c = p % W;
+    for (const int64_t o : {int64_t{0}, O - 1, int64_t{101}}) {
+      double want = b[o];
+      for (int64_t i = -1; i <= 1; ++i)
+        for (int64_t j = -1; j <= 1; ++j)
+          if (r + i >= 0 && r + i < H && c + j >= 0 && c + j < W)
+            for (int64_t ch = 0; ch < I; ++ch)
+              want += static_cast<double>(w[((o * I + ch) * 3 + i + 1) * 3 + j + 1]) *
+                      x[((r + i) * W + c + j) * I + ch];
+      EXPECT_NEAR(streamed[p * O + o], want, 3e-2 * (1 + std::fabs(want)))
+          << "pixel " << r << "," << c << " channel " << o;
+    }
+  }
+}
+
 // A row band with its halo rows supplied (the patch-parallel VAE): rows
 // [r0, r1) of the whole convolution, for bands at the top, inside and at the
 // bottom, in f32 and bf16.
