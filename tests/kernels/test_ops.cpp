@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <set>
 #include <sstream>
@@ -134,6 +135,22 @@ TEST(Ops, Conv2dWinogradAgainstDirectConvolution) {
     wino.forward_halo(in.data(), c.B, c.H, c.W, h.data());
     EXPECT_EQ(h, y) << what << " with halo rows";
   }
+}
+
+// A value of XDIT_CONV that is neither winograd nor direct is refused in one
+// line that names it, when a layer it would apply to is built.
+TEST(Ops, UnknownXditConvIsRefusedByName) {
+  if (!cpu::Winograd3x3::usable(16, 16)) GTEST_SKIP() << "XDIT_CONV applies with AVX-512-bf16";
+  const auto w = randn(16 * 16 * 9, 80), b = randn(16, 81);
+  ASSERT_EQ(setenv("XDIT_CONV", "fast", 1), 0);
+  const std::string m = test::error_message([&] {
+    Conv2d c(Tensor::from_vector(w, {16, 16, 3, 3}), Tensor::from_vector(b, {16}), 1,
+             ComputeType::kBF16);
+  });
+  unsetenv("XDIT_CONV");
+  EXPECT_NE(m.find("XDIT_CONV='fast'"), std::string::npos) << m;
+  EXPECT_NE(m.find("winograd, direct"), std::string::npos) << m;
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
 }
 
 // An output of 64 MB or more is stored non-temporally when it starts on a

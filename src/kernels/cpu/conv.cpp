@@ -31,16 +31,13 @@ namespace {
 // GEMMs are ~4x faster, so its transforms weigh more).
 std::atomic<int> winograd_choice{-1};
 bool winograd_enabled() {
+  const char* e = std::getenv("XDIT_CONV");
+  const std::string v = e != nullptr ? e : "";
+  XDIT_CHECK(v.empty() || v == "winograd" || v == "direct", "XDIT_CONV='", v,
+             "': use winograd, direct, or leave it unset");
   const int c = winograd_choice.load();
   if (c >= 0) return c == 1;
-  static const bool on = [] {
-    const char* e = std::getenv("XDIT_CONV");
-    const std::string v = e != nullptr ? e : "";
-    XDIT_CHECK(v.empty() || v == "winograd" || v == "direct", "XDIT_CONV='", v,
-               "': use winograd, direct, or leave it unset");
-    return v.empty() ? !cpu_has_amx() : v == "winograd";
-  }();
-  return on;
+  return v.empty() ? !cpu_has_amx() : v == "winograd";
 }
 }  // namespace
 
