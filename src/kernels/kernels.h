@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -278,10 +279,10 @@ void set_attention_tiles(bool enabled);
 
 // Whether bf16 3x3 convolutions (padding 1) constructed from now on run
 // Winograd F(2x2, 3x3) (where the CPU has AVX-512-bf16) or oneDNN's direct
-// convolution; for tests and benchmarks that compare the two. Without a call,
-// XDIT_CONV=winograd|direct decides, else the CPU: Winograd unless oneDNN
-// runs bf16 on AMX.
-void set_conv_winograd(bool enabled);
+// convolution; for tests and benchmarks that compare the two. Without a
+// choice (never called, or std::nullopt), XDIT_CONV=winograd|direct decides,
+// else the CPU: Winograd unless oneDNN runs bf16 on AMX.
+void set_conv_winograd(std::optional<bool> enabled);
 
 // Whether the CPU has native bf16 dot products (AVX-512-bf16 or AMX).
 bool cpu_has_bf16();

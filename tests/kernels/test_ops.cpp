@@ -114,6 +114,7 @@ TEST(Ops, Conv2dWinogradAgainstDirectConvolution) {
     set_conv_winograd(true);
     Conv2d wino(Tensor::from_vector(w, {c.O, c.I, 3, 3}), Tensor::from_vector(b, {c.O}), 1,
                 ComputeType::kBF16);
+    set_conv_winograd(std::nullopt);
     std::ostringstream os;
     os << "B" << c.B << " " << c.H << "x" << c.W << " " << c.I << "->" << c.O;
     const std::string what = os.str();
@@ -164,6 +165,7 @@ TEST(Ops, Conv2dWinogradStreamedOutputEqualsTheStoredOne) {
   set_conv_winograd(true);
   Conv2d wino(Tensor::from_vector(w, {O, I, 3, 3}), Tensor::from_vector(b, {O}), 1,
               ComputeType::kBF16);
+  set_conv_winograd(std::nullopt);
   Tensor line = Tensor::empty({H * W * O + 16}, DType::kF32);  // 64-byte aligned
   ASSERT_EQ(reinterpret_cast<uintptr_t>(line.data<float>()) % 64, 0u);
   wino.forward(x.data(), 1, H, W, line.data<float>());
@@ -267,7 +269,7 @@ TEST(Ops, VaeDecoderConvolutionsAt1024PxHaveJitKernels) {
             << name << " at " << size << " px, " << rows << " rows: " << impl;
       }
     }
-    set_conv_winograd(true);
+    set_conv_winograd(std::nullopt);
   }
   EXPECT_GE(seen.size(), 10u);
 }
@@ -286,7 +288,7 @@ TEST(Ops, Conv2dRepackedForItsSizeComputesTheSame) {
   set_conv_winograd(false);  // the case is oneDNN's direct convolution's
   Conv2d bf16(Tensor::from_vector(w, {O, I, 3, 3}), Tensor::from_vector(b, {O}), 1,
               ComputeType::kBF16);
-  set_conv_winograd(true);
+  set_conv_winograd(std::nullopt);
   EXPECT_NE(bf16.implementation(1, H, W).rfind("ref", 0), 0u);
   EXPECT_EQ(bf16.implementation(1, H, W).rfind("xdit:winograd", 0), std::string::npos);
   std::vector<float> y(H * W * O), r(y.size());

@@ -24,7 +24,7 @@ using dt = dnnl::memory::data_type;
 using tag = dnnl::memory::format_tag;
 
 namespace {
-// set_conv_winograd's choice: -1 none yet, then XDIT_CONV (winograd or
+// set_conv_winograd's choice: -1 none, then XDIT_CONV (winograd or
 // direct) decides, and without it the CPU: Winograd where the bf16 GEMMs are
 // AVX-512 dot products (measured there: 1.65x faster on the VAE decoder);
 // on AMX, oneDNN's direct kernel until Winograd is measured there too (its
@@ -41,8 +41,8 @@ bool winograd_enabled() {
 }
 }  // namespace
 
-void set_conv_winograd(bool enabled) {
-  winograd_choice.store(enabled ? 1 : 0);
+void set_conv_winograd(std::optional<bool> enabled) {
+  winograd_choice.store(enabled ? (*enabled ? 1 : 0) : -1);
 }
 
 struct Conv2d::Impl {

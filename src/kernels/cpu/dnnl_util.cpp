@@ -113,7 +113,7 @@ const Gemm& get_gemm(const GemmShape& s) {
       attr.set_post_ops(po);
     }
     g->pd = dnnl::matmul::primitive_desc(engine(), g->a, g->b, g->c, attr);
-    warn_if_reference(g->pd.impl_info_str(), "attention matmul",
+    warn_if_reference(g->pd.impl_info_str(), s.batch > 1 ? "batched matmul" : "attention matmul",
                       detail::concat(s.m, "x", s.k, " -> ", s.n));
     g->prim = dnnl::matmul(g->pd);
     if (s.b_blocked) {
