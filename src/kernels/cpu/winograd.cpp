@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"

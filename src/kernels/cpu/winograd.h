@@ -3,22 +3,22 @@
 // each 2×2 output tile comes from its 4×4 input tile through 16 products per
 // (input, output) channel pair instead of 36, 2.25× fewer multiply-adds.
 // Over a block of tiles the 16 products are 16 bf16 GEMMs
-// [tiles × in] · [in × out] on oneDNN; the input and output transforms are
-// additions on AVX-512 vectors, done per block while the block is in cache.
+// [tiles × in] · [in × out], run as one batched oneDNN matmul; the input and
+// output transforms are additions on AVX-512 vectors, done per block while
+// the block is in cache.
 //
 // Written here because oneDNN 3 has no bf16 Winograd convolution (its only
 // Winograd kernel is f32 on AVX-512, slower than its bf16 direct one), and
 // the VAE decoder spends nearly all its time in 3×3 convolutions.
 //
 // The transformed input is rounded to bf16 as the direct convolution's input
-// is; its values are sums of four inputs, so the rounding error grows by about
-// that factor (docs/PERFORMANCE.md, "Issue 9, seventh round", gives the
-// measured error against f32 and against the direct bf16 convolution).
+// is; its values are sums of up to four inputs, so the rounding error grows:
+// 1.1–2.3× the direct bf16 convolution's largest error on the tested layers
+// (docs/PERFORMANCE.md, "Issue 9, seventh round").
 #pragma once
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "core/aligned.h"
 
@@ -41,7 +41,6 @@ class Winograd3x3 {
 
   // "xdit:winograd_2x2_3x3+" and the oneDNN implementation of its GEMMs.
   std::string implementation() const;
-  int64_t tiles_per_block() const { return tiles_; }
 
  private:
   int64_t in_ = 0, out_ = 0;
