@@ -1,4 +1,6 @@
-// 2-D convolution on oneDNN with the weight prepacked once at load.
+// 2-D convolution on oneDNN with the weight prepacked once at load; bf16 3×3
+// layers with padding 1 may instead run Winograd F(2×2, 3×3) on oneDNN GEMMs
+// (cpu/winograd.h; set_conv_winograd in kernels.h says when).
 // Activations are f32 NHWC ("channels last"); the weight is torch's
 // [out, in, kh, kw]. Stride 1, symmetric zero padding (what the VAE uses), or
 // a row band with halo rows supplied by the caller (the patch-parallel VAE).
@@ -37,9 +39,10 @@ class Conv2d {
   int64_t in_channels() const;
   int64_t out_channels() const;
   int64_t out_size(int64_t in) const;
-  // The oneDNN implementation the convolution runs for this input size
-  // ("brgconv:avx512_core_amx", ...), creating its primitive without running
-  // it: the tests check that no size falls to a reference kernel.
+  // The implementation the convolution runs for this input size
+  // ("brgconv:avx512_core_amx", ..., or "xdit:winograd_2x2_3x3+" and its
+  // GEMMs' oneDNN kernel), creating its primitive without running it: the
+  // tests check that no size falls to a reference kernel.
   // `halo`: the forward_halo primitive for `height` input rows (halos included).
   std::string implementation(int64_t batch, int64_t height, int64_t width, bool halo = false) const;
 

@@ -185,8 +185,8 @@ std::string Winograd3x3::implementation() const {
 void Winograd3x3::forward(const uint16_t* x, int64_t batch, int64_t in_rows, int64_t width,
                           int64_t top, const float* bias, float* y) const {
   Geometry g{in_, out_, in_rows, width, top, in_rows + 2 * top - 2, 0, 0};
-  XDIT_CHECK(g.out_rows > 0 && width > 0, "Winograd 3x3: no output rows from ", in_rows,
-             " input rows");
+  XDIT_CHECK(g.out_rows > 0 && width > 0, "Winograd 3x3: no output from ", in_rows,
+             " input rows of width ", width);
   g.tiles_y = (g.out_rows + 1) / 2;
   g.tiles_x = (width + 1) / 2;
   const int64_t tiles = batch * g.tiles_y * g.tiles_x;
