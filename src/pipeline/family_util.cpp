@@ -1,5 +1,8 @@
 #include "pipeline/family_util.h"
 
+#include <cstring>
+#include <map>
+
 #include "core/error.h"
 #include "core/log.h"
 
@@ -27,33 +30,70 @@ std::unique_ptr<models::T5Config> open_t5(const io::ModelFolder& folder,
   return cfg;
 }
 
-std::pair<Tensor, Tensor> encode_t5(const tokenizers::T5Tokenizer& tok, models::T5Encoder& t5,
-                                    const std::vector<std::string>& texts, int64_t L,
-                                    bool lower_strip, bool masked, bool warn) {
-  const int64_t n = static_cast<int64_t>(texts.size());
+std::vector<std::pair<Tensor, Tensor>> encode_t5(const tokenizers::T5Tokenizer& tok,
+                                                 models::T5Encoder& t5,
+                                                 const std::vector<T5Texts>& lists, int64_t L,
+                                                 bool lower_strip, bool masked) {
+  // The distinct texts, each tokenized once, and where each list's texts are.
+  std::map<std::string, int64_t> index;
+  std::vector<tokenizers::Tokens> unique;
+  std::vector<std::vector<int64_t>> which(lists.size());
+  for (size_t l = 0; l < lists.size(); ++l)
+    for (const auto& raw : lists[l].texts) {
+      const std::string text = lower_strip ? tokenizers::lower_strip(raw) : raw;
+      auto [it, added] = index.emplace(text, static_cast<int64_t>(unique.size()));
+      if (added) unique.push_back(tok.encode(text, L));
+      const tokenizers::Tokens& t = unique[static_cast<size_t>(it->second)];
+      if (lists[l].warn && t.truncated()) {
+        // As diffusers: say what was cut.
+        tokenizers::Tokens all = tok.encode(text, t.untruncated);
+        std::vector<int32_t> cut(all.ids.begin() + (L - 1), all.ids.end() - 1);
+        XDIT_WARN("the prompt is longer than ", L, " T5 tokens; this part was truncated: \"",
+                  tok.decode(cut), "\"");
+      }
+      which[l].push_back(it->second);
+    }
+  // Masked, the positions after the last real token of every text are left
+  // out: no real token attends to them.
+  int64_t S = L;
+  if (masked) {
+    S = 1;
+    for (const auto& t : unique)
+      for (int64_t i = L; i > S; --i)
+        if (t.mask[static_cast<size_t>(i - 1)] != 0) {
+          S = i;
+          break;
+        }
+  }
+  const int64_t U = static_cast<int64_t>(unique.size());
   std::vector<int32_t> ids;
   std::vector<uint8_t> mask;
-  for (const auto& raw : texts) {
-    const std::string text = lower_strip ? tokenizers::lower_strip(raw) : raw;
-    tokenizers::Tokens t = tok.encode(text, L);
-    if (warn && t.truncated()) {
-      // As diffusers: say what was cut.
-      tokenizers::Tokens all = tok.encode(text, t.untruncated);
-      std::vector<int32_t> cut(all.ids.begin() + (L - 1), all.ids.end() - 1);
-      XDIT_WARN("the prompt is longer than ", L, " T5 tokens; this part was truncated: \"",
-                tok.decode(cut), "\"");
+  for (const auto& t : unique) {
+    ids.insert(ids.end(), t.ids.begin(), t.ids.begin() + S);
+    mask.insert(mask.end(), t.mask.begin(), t.mask.begin() + S);
+  }
+  const Tensor enc = t5.encode(ids, masked ? mask : std::vector<uint8_t>{}, U, S);
+  check_finite_output(enc, "text encoder", "text_encoder");
+  const int64_t d = enc.dim(2);
+  std::vector<std::pair<Tensor, Tensor>> out;
+  for (size_t l = 0; l < lists.size(); ++l) {
+    const int64_t n = static_cast<int64_t>(which[l].size());
+    Tensor e = Tensor::zeros({n, L, d}), m;
+    if (masked) m = Tensor::zeros({n, L});
+    for (int64_t b = 0; b < n; ++b) {
+      const int64_t u = which[l][static_cast<size_t>(b)];
+      const auto& umask = unique[static_cast<size_t>(u)].mask;
+      for (int64_t i = 0; i < S; ++i) {
+        if (masked && umask[static_cast<size_t>(i)] == 0) continue;  // padding stays zero
+        std::memcpy(e.data<float>() + (b * L + i) * d, enc.data<float>() + (u * S + i) * d,
+                    static_cast<size_t>(d) * sizeof(float));
+      }
+      if (masked)
+        for (int64_t i = 0; i < L; ++i) m.data<float>()[b * L + i] = umask[static_cast<size_t>(i)];
     }
-    ids.insert(ids.end(), t.ids.begin(), t.ids.end());
-    mask.insert(mask.end(), t.mask.begin(), t.mask.end());
+    out.emplace_back(std::move(e), std::move(m));
   }
-  Tensor m;
-  if (masked) {
-    m = Tensor::empty({n, L});
-    for (size_t i = 0; i < mask.size(); ++i) m.data<float>()[i] = mask[i];
-  }
-  Tensor embeds = t5.encode(ids, masked ? mask : std::vector<uint8_t>{}, n, L);
-  check_finite_output(embeds, "text encoder", "text_encoder");
-  return {embeds, m};
+  return out;
 }
 
 models::ClipTextOutput encode_clip(const tokenizers::ClipTokenizer& tok,

@@ -52,12 +52,34 @@ inline int64_t t5_sequence_limit(const tokenizers::T5Tokenizer& tok) {
   return std::min<int64_t>(512, tok.model_max_length());
 }
 
-// Prompts → T5 embeddings [n, L, d] and the mask [n, L] (as floats; undefined
-// when `masked` is false, as FLUX.1 and SD3 call T5). `lower_strip`: PixArt's
-// caption preprocessing. `warn`: say what truncation cut, as diffusers does.
-std::pair<Tensor, Tensor> encode_t5(const tokenizers::T5Tokenizer& tok, models::T5Encoder& t5,
-                                    const std::vector<std::string>& texts, int64_t L,
-                                    bool lower_strip, bool masked, bool warn);
+// Lists of prompts → for each list, T5 embeddings [n, L, d] and the mask
+// [n, L] (as floats; undefined when `masked` is false, as FLUX.1 and SD3
+// call T5). All lists go through the encoder in one call, so its weights are
+// read once for, say, the prompts and their negative prompts together, and a
+// text that occurs more than once is encoded once. `lower_strip`: PixArt's
+// caption preprocessing. A list's `warn`: say what truncation cut, as
+// diffusers does for prompts (not for negative prompts).
+//
+// Masked (PixArt), the encoder runs only up to the longest text's last real
+// token, not over all L: T5's mask keeps padding out of every real token's
+// attention, so the real positions come out as over all L (to rounding), and
+// the padded positions, which the transformer's cross-attention masks out,
+// are zero. A 20-token prompt then costs a sixth of a 120-token one.
+struct T5Texts {
+  std::vector<std::string> texts;
+  bool warn = false;
+};
+std::vector<std::pair<Tensor, Tensor>> encode_t5(const tokenizers::T5Tokenizer& tok,
+                                                 models::T5Encoder& t5,
+                                                 const std::vector<T5Texts>& lists, int64_t L,
+                                                 bool lower_strip, bool masked);
+// One list.
+inline std::pair<Tensor, Tensor> encode_t5(const tokenizers::T5Tokenizer& tok,
+                                           models::T5Encoder& t5,
+                                           const std::vector<std::string>& texts, int64_t L,
+                                           bool lower_strip, bool masked, bool warn) {
+  return encode_t5(tok, t5, {T5Texts{texts, warn}}, L, lower_strip, masked).front();
+}
 
 // Prompts → CLIP's outputs at the tokenizer's model_max_length: the pooled
 // vector, and the hidden state `hidden_state` indexes (SD3: -2, the

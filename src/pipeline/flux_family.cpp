@@ -100,14 +100,15 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
     if (!t5_) t5_ = std::make_unique<models::T5Encoder>(*t5_cfg_, *t5_weights_, dtype, text_tp_);
     PromptEmbeddings e;
     e.pooled = encode_clip(*clip_tok_, *clip_, r.prompts, true).pooled;
-    e.embeds =
-        encode_t5(*t5_tok_, *t5_, r.prompts, r.max_sequence_length, false, false, true).first;
+    std::vector<T5Texts> lists{{r.prompts, true}};
     if (cfg) {
-      const std::vector<std::string> neg(r.prompts.size(), r.negative_prompt.value_or(""));
-      e.negative_pooled = encode_clip(*clip_tok_, *clip_, neg, false).pooled;
-      e.negative_embeds =
-          encode_t5(*t5_tok_, *t5_, neg, r.max_sequence_length, false, false, false).first;
+      lists.push_back({std::vector<std::string>(r.prompts.size(), r.negative_prompt.value_or("")),
+                       false});
+      e.negative_pooled = encode_clip(*clip_tok_, *clip_, lists[1].texts, false).pooled;
     }
+    auto enc = encode_t5(*t5_tok_, *t5_, lists, r.max_sequence_length, false, false);
+    e.embeds = std::move(enc[0].first);
+    if (cfg) e.negative_embeds = std::move(enc[1].first);
     return e;
   }
   void release_text() override {

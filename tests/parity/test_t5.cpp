@@ -8,6 +8,7 @@
 #include "io/safetensors.h"
 #include "io/weights.h"
 #include "models/t5.h"
+#include "pipeline/family_util.h"
 #include "test_util.h"
 #include "tokenizers/t5_tokenizer.h"
 
@@ -149,6 +150,84 @@ TEST(T5Encoder, UnmaskedAsFluxAndSd3CallItMatchesTransformers) {
   const Tensor masked = enc.encode(iv, mv, P, L);
   EXPECT_LE(test::rel_max_err(masked.to_vector(), g["masked"].to_vector()), 1e-4);
   EXPECT_GT(test::rel_max_err(masked.to_vector(), g["embeds"].to_vector()), 1e-2);
+}
+
+// The pipelines' encode_t5: the masked form runs T5 only up to the longest
+// text's last real token, encodes a repeated text once, and zeroes the
+// padding; its real positions must still equal transformers' run over all
+// 120 (or all L unmasked) positions.
+TEST(T5Encoder, PipelineEncodeTrimsPaddingAndSharesRepeatsAgainstTransformers) {
+  tokenizers::T5Tokenizer tok(kModel + "/tokenizer");
+  io::ModelFolder folder(kModel);
+  const auto cfg = models::T5Config::from_json(
+      folder.component_config("text_encoder", "config.json"), "text_encoder/config.json");
+  io::WeightStore w(kModel + "/text_encoder");
+  models::T5Encoder enc(cfg, w, DType::kF32);
+  const int64_t d = cfg.d_model;
+
+  auto g = io::read_safetensors_f32(kGolden);
+  const auto prompts = golden_prompts();
+  const auto want = g["embeds_120"].to_vector();
+  const auto want_mask = g["mask_120"].to_vector();
+  // Without the last prompt (longer than 120 tokens) every text has padding.
+  const std::vector<size_t> first{3, 0, 5, 1}, second{5, 2, 5, 0};
+  std::vector<pipeline::T5Texts> lists(2);
+  for (size_t p : first) lists[0].texts.push_back(prompts[p]);
+  for (size_t p : second) lists[1].texts.push_back(prompts[p]);
+  const auto out = pipeline::encode_t5(tok, enc, lists, 120, true, true);
+  ASSERT_EQ(out.size(), 2u);
+  for (size_t l = 0; l < 2; ++l) {
+    const auto& order = l == 0 ? first : second;
+    const Tensor& e = out[l].first;
+    const Tensor& m = out[l].second;
+    ASSERT_EQ(e.shape(), (Shape{4, 120, d}));
+    ASSERT_EQ(m.shape(), (Shape{4, 120}));
+    std::vector<float> got_real, want_real;
+    int64_t padded = 0, real = 0;
+    for (size_t b = 0; b < order.size(); ++b) {
+      const size_t p = order[b];
+      for (int64_t i = 0; i < 120; ++i) {
+        const float mk = want_mask[p * 120 + static_cast<size_t>(i)];
+        ASSERT_EQ(m.data<float>()[b * 120 + static_cast<size_t>(i)], mk) << "text " << p;
+        const float* row = e.data<float>() + (static_cast<int64_t>(b) * 120 + i) * d;
+        if (mk == 0.0f) {
+          ++padded;
+          for (int64_t c = 0; c < d; ++c) ASSERT_EQ(row[c], 0.0f) << "padding of text " << p;
+          continue;
+        }
+        ++real;
+        got_real.insert(got_real.end(), row, row + d);
+        const size_t at = (p * 120 + static_cast<size_t>(i)) * static_cast<size_t>(d);
+        want_real.insert(want_real.end(), want.begin() + static_cast<ptrdiff_t>(at),
+                         want.begin() + static_cast<ptrdiff_t>(at + static_cast<size_t>(d)));
+      }
+    }
+    EXPECT_GT(padded, real) << "the texts should be short enough to be padded";
+    EXPECT_LE(test::rel_max_err(got_real, want_real), 1e-4) << "list " << l;
+  }
+  // A text in both lists, and twice in one, gets the same rows.
+  const float* a = out[0].first.data<float>();  // prompts[5] is row 2 of list 0
+  const float* b = out[1].first.data<float>();  // and rows 0 and 2 of list 1
+  for (int64_t i = 0; i < 120 * d; ++i) {
+    ASSERT_EQ(a[2 * 120 * d + i], b[i]);
+    ASSERT_EQ(b[i], b[2 * 120 * d + i]);
+  }
+
+  // Unmasked (FLUX.1, SD3) nothing is trimmed: every position as transformers.
+  const std::string file = std::string(XDIT_TEST_DATA) + "/goldens/t5_unmasked.safetensors";
+  io::SafeTensorsFile f(file);
+  const auto raw =
+      io::parse_json_text(f.metadata().at("prompts"), "prompts").get<std::vector<std::string>>();
+  const int64_t L = std::stoll(f.metadata().at("length"));
+  const auto u = io::read_safetensors_f32(file);
+  std::vector<std::string> twice = raw;
+  twice.insert(twice.end(), raw.begin(), raw.end());
+  const Tensor e = pipeline::encode_t5(tok, enc, twice, L, false, false, false).first;
+  EXPECT_FALSE(pipeline::encode_t5(tok, enc, raw, L, false, false, false).second.defined());
+  const auto wu = u.at("embeds").to_vector();
+  auto ev = e.to_vector();
+  EXPECT_LE(test::rel_max_err(std::vector<float>(ev.begin(), ev.begin() + wu.size()), wu), 1e-4);
+  EXPECT_LE(test::rel_max_err(std::vector<float>(ev.begin() + wu.size(), ev.end()), wu), 1e-4);
 }
 
 TEST(T5Encoder, Bf16Compute) {
