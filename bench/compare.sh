@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # xdit against PyTorch + diffusers on the same work, in one invocation:
 #   the PixArt-alpha XL/2 step with CFG at 512 and 1024 px, the VAE decoder to
-#   1024 px, the T5-XXL encoder on 120 tokens and a FLUX.1 forward at full
+#   1024 px, the T5-XXL encoder on 120 tokens (t5prompt: a 20-token PixArt
+#   prompt and "" under CFG, as each pipeline encodes them), a FLUX.1 forward at full
 #   width and 2 + 4 blocks at 1024 px, an SD3.5-large step with CFG at full
 #   width and 3 blocks at 1024 px; bf16, the same number of
 #   threads, warm-up runs first, the best timed run of each side.
@@ -13,7 +14,7 @@
 # --rounds N runs each row's pair N times, xdit and PyTorch alternated, and
 # keeps each side's best: on a shared host whose speed changes every few
 # seconds, one pair can land on two different states (default 1).
-# LIST is a comma-separated subset of pixart512,pixart1024,vae1024,t5,flux1024,sd3_1024
+# LIST is a comma-separated subset of pixart512,pixart1024,vae1024,t5,t5prompt,flux1024,sd3_1024
 # (default: all). --device cuda (or cuda:N) runs both sides on the GPU: the
 # pixart and flux rows only (default pixart1024,flux1024), each xdit row
 # with its model FLOP utilisation against the cuBLASLt peak of the same run. The Python side lives in a venv (default bench/.venv,
@@ -63,10 +64,13 @@ if ! "$venv/bin/python" -c 'import torch, diffusers, transformers' 2>/dev/null; 
 fi
 
 # One row of each side: prints "seconds" (xdit: "seconds isa") or fails.
-xdit_row() {  # WHAT RES
+xdit_row() {  # WHAT RES [NAME: the row of that name, when the benchmark prints several]
   "$xdit" bench "$1" --resolutions "$2" --dtypes bf16 --threads "$threads" --warmup "$warmup" \
     --repeat "$repeat" --device "$device" --json |
-    "$venv/bin/python" -c 'import json,sys; r=json.loads(sys.stdin.readline()); print(r["seconds"], r["ratio"], r["isa"])'
+    "$venv/bin/python" -c 'import json,sys
+rows = [json.loads(l) for l in sys.stdin if l.strip()]
+r = next(r for r in rows if sys.argv[1] in ("", r["name"]))
+print(r["seconds"], r["ratio"], r["isa"])' "${3:-}"
 }
 torch_row() {  # ROW
   "$venv/bin/python" "$root/bench/torch_bench.py" "$1" --threads "$threads" --warmup "$warmup" \
@@ -86,10 +90,11 @@ for row in "${list[@]}"; do
     pixart512) label="PixArt-alpha step, CFG, 512 px"; x=(transformer 512); t="pixart:512" ;;
     pixart1024) label="PixArt-alpha step, CFG, 1024 px"; x=(transformer 1024); t="pixart:1024" ;;
     vae1024) label="VAE decoder, 1024 px"; x=(vae 1024); t="vae:1024" ;;
-    t5) label="T5-XXL encoder, 120 tokens"; x=(t5 512); t="t5" ;;
+    t5) label="T5-XXL encoder, 120 tokens"; x=(t5 512 t5_xxl_encoder); t="t5" ;;
+    t5prompt) label="PixArt prompt (20 tok) + negative"; x=(t5 512 t5_xxl_pixart_cfg); t="t5:20" ;;
     flux1024) label="FLUX.1 2+4 blocks, 1024 px"; x=(flux 1024); t="flux:1024" ;;
     sd3_1024) label="SD3.5-large 3 blocks, CFG, 1024"; x=(sd3 1024); t="sd3:1024" ;;
-    *) echo "compare.sh: unknown row '$row' (pixart512, pixart1024, vae1024, t5, flux1024, sd3_1024)" >&2; exit 2 ;;
+    *) echo "compare.sh: unknown row '$row' (pixart512, pixart1024, vae1024, t5, t5prompt, flux1024, sd3_1024)" >&2; exit 2 ;;
   esac
   xs="" ts=""
   for ((i = 0; i < rounds; i++)); do

@@ -6,6 +6,7 @@ both). Random weights in bf16, the same shapes and inputs as src/app/bench.cpp:
            tokens of which 100 valid, micro-conditions, CFG batch 2) at RES px
   vae      the AutoencoderKL decoder (SD / PixArt VAE) from RES/8 latents
   t5       the T5-XXL encoder (google/t5-v1_1-xxl) on 120 tokens
+  t5:N     PixArt's encode_prompt of an N-token prompt and "" under CFG
   flux     a FLUX.1 forward at full width (3072, 24 heads x 128, guidance
            embedding, 512 T5 tokens) and reduced depth (2 double + 4 single
            blocks) at RES px: (RES/16)^2 image tokens, batch 1
@@ -89,7 +90,11 @@ def vae_row(res, warmup, repeat):
             "seconds": best_time(lambda: vae.decode(z, return_dict=False), warmup, repeat)}
 
 
-def t5_row(warmup, repeat):
+def t5_row(prompt_tokens, warmup, repeat):
+    """prompt_tokens 0: the encoder on 120 real tokens. Otherwise what
+    PixArtAlphaPipeline.encode_prompt runs for a prompt of that many tokens
+    and the empty negative prompt under CFG: two calls, each padded to 120
+    with its attention mask."""
     from transformers import T5Config, T5EncoderModel
 
     cfg = T5Config(vocab_size=32128, d_model=4096, d_kv=64, d_ff=10240, num_layers=24,
@@ -102,9 +107,23 @@ def t5_row(warmup, repeat):
     tokens = 120
     ids = ((torch.arange(tokens) * 7919) % 32000 + 3).unsqueeze(0)
     mask = torch.ones(1, tokens, dtype=torch.long)
-    return {"name": "t5_xxl_encoder", "resolution": 0, "tokens": tokens,
-            "seconds": best_time(lambda: enc(input_ids=ids, attention_mask=mask), warmup,
-                                 repeat)}
+    if not prompt_tokens:
+        return {"name": "t5_xxl_encoder", "resolution": 0, "tokens": tokens,
+                "seconds": best_time(lambda: enc(input_ids=ids, attention_mask=mask), warmup,
+                                     repeat)}
+    ids[0, prompt_tokens:] = 0  # T5's padding id
+    mask[0, prompt_tokens:] = 0
+    neg_ids = torch.zeros(1, tokens, dtype=torch.long)
+    neg_ids[0, 0] = 1  # "": EOS alone
+    neg_mask = torch.zeros(1, tokens, dtype=torch.long)
+    neg_mask[0, 0] = 1
+
+    def both():
+        enc(input_ids=ids, attention_mask=mask)
+        enc(input_ids=neg_ids, attention_mask=neg_mask)
+
+    return {"name": "t5_xxl_pixart_cfg", "resolution": 0, "tokens": prompt_tokens,
+            "seconds": best_time(both, warmup, repeat)}
 
 
 def sd3_row(res, warmup, repeat):
@@ -163,7 +182,7 @@ def flux_row(res, warmup, repeat):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("rows", nargs="+", help="pixart:RES, vae:RES, t5, flux:RES or sd3:RES")
+    ap.add_argument("rows", nargs="+", help="pixart:RES, vae:RES, t5[:N], flux:RES or sd3:RES")
     ap.add_argument("--threads", type=int, required=True)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=1)
@@ -189,13 +208,13 @@ def main():
             elif what == "vae":
                 r = vae_row(int(res), a.warmup, a.repeat)
             elif what == "t5":
-                r = t5_row(a.warmup, a.repeat)
+                r = t5_row(int(res or 0), a.warmup, a.repeat)
             elif what == "flux":
                 r = flux_row(int(res), a.warmup, a.repeat)
             elif what == "sd3":
                 r = sd3_row(int(res), a.warmup, a.repeat)
             else:
-                sys.exit(f"torch_bench.py: unknown row '{row}' (pixart:RES, vae:RES, t5, flux:RES or sd3:RES)")
+                sys.exit(f"torch_bench.py: unknown row '{row}' (pixart:RES, vae:RES, t5[:N], flux:RES or sd3:RES)")
         r.update(versions, threads=a.threads, dtype="bf16")
         print(json.dumps(r), flush=True)
 

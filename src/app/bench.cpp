@@ -3,7 +3,8 @@
 // process:
 //  - transformer: one denoising step of PixArt-α XL/2 (28 blocks, hidden
 //    1152, 16 heads, 120 text tokens, CFG batch 2) at 512 and 1024 px;
-//  - t5: the T5-XXL encoder (google/t5-v1_1-xxl) on 120 tokens;
+//  - t5: the T5-XXL encoder (google/t5-v1_1-xxl) on 120 tokens, and the
+//    PixArt pipeline's encoding of a 20-token prompt and "" under CFG;
 //  - vae: the AutoencoderKL decoder (SD/PixArt VAE) to a 1024 px image;
 //  - flux: a FLUX.1 forward at full width and reduced depth (2 double + 4
 //    single blocks, 512 text tokens), per block and extrapolated to 19 + 38;
@@ -60,6 +61,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int64_t kTextTokens = 120;
+constexpr int64_t kPromptTokens = 20;  // bench t5's PixArt prompt row
 
 struct BenchOptions {
   std::string what = "transformer";
@@ -192,20 +194,35 @@ nlohmann::json timed_row(const std::string& name, int64_t res, const std::string
           {"device", g_device.str()}};
 }
 
-nlohmann::json run_t5_row(const std::string& dt_name, int warmup, int repeat) {
+// `prompt_tokens` 0: the encoder on 120 real tokens. Otherwise the PixArt
+// pipeline's encoding of a prompt of that many tokens (EOS included) and the
+// empty negative prompt under CFG, as pipeline::encode_t5 runs it: one call,
+// 2 texts × prompt_tokens positions, the negative masked after its EOS.
+nlohmann::json run_t5_row(int64_t prompt_tokens, const std::string& dt_name, int warmup,
+                          int repeat) {
   const DType dtype = parse_dtype(dt_name);
   const double peak = gemm_peak(dtype);
   const models::T5Config cfg = models::T5Config::xxl();
   io::RandomWeights weights(2);
   models::T5Encoder enc(cfg, weights, dtype);
-  std::vector<int32_t> ids(kTextTokens);
-  std::vector<uint8_t> mask(kTextTokens, 1);
-  for (int64_t i = 0; i < kTextTokens; ++i)
+  const bool pipeline = prompt_tokens > 0;
+  const int64_t S = pipeline ? prompt_tokens : kTextTokens, B = pipeline ? 2 : 1;
+  XDIT_CHECK(S <= kTextTokens, "bench t5: a PixArt-α prompt has at most ", kTextTokens,
+             " tokens, not ", S);
+  std::vector<int32_t> ids(static_cast<size_t>(B * S), 0);  // 0: T5's padding id
+  std::vector<uint8_t> mask(static_cast<size_t>(B * S), 0);
+  for (int64_t i = 0; i < S; ++i) {
     ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % 32000 + 3);
-  nlohmann::json r =
-      timed_row("t5_xxl_encoder", 0, dt_name, cfg.encoder_flops(1, kTextTokens), dtype, peak,
-                warmup, repeat, [&] { enc.encode(ids, mask, 1, kTextTokens); });
-  r["tokens"] = kTextTokens;
+    mask[static_cast<size_t>(i)] = 1;
+  }
+  if (pipeline) {
+    ids[static_cast<size_t>(S)] = 1;  // the negative "": EOS alone
+    mask[static_cast<size_t>(S)] = 1;
+  }
+  nlohmann::json r = timed_row(pipeline ? "t5_xxl_pixart_cfg" : "t5_xxl_encoder", 0, dt_name,
+                               cfg.encoder_flops(B, S), dtype, peak, warmup, repeat,
+                               [&] { enc.encode(ids, mask, B, S); });
+  r["tokens"] = S;
   r["weight_bytes_bf16"] = cfg.parameter_count() * 2;
   return r;
 }
@@ -945,7 +962,7 @@ int run_bench(const BenchOptions& o) {
     const std::string& dt = f[2];
     const int64_t res = std::stoll(f[1]);
     nlohmann::json r =
-        what == "t5"          ? run_t5_row(dt, o.warmup, o.repeat)
+        what == "t5"          ? run_t5_row(res, dt, o.warmup, o.repeat)
         : what == "vae"       ? run_vae_row(res, dt, o.warmup, o.repeat)
         : what == "attention" ? run_attention_row(res, dt, o.warmup, o.repeat)
         : what == "flux"
@@ -965,9 +982,10 @@ int run_bench(const BenchOptions& o) {
     const DType t = parse_dtype(dt);
     XDIT_CHECK(t != DType::kF16, "bench: --dtypes takes bf16 and/or f32");
   }
-  // The rows: the transformer at each resolution; T5-XXL (120 tokens, bf16
-  // unless only f32 is asked for: f32 XXL weights alone are 19 GB); the VAE at
-  // the largest resolution.
+  // The rows: the transformer at each resolution; T5-XXL (120 tokens, and a
+  // 20-token PixArt prompt with its empty negative as the pipeline encodes
+  // them; bf16 unless only f32 is asked for: f32 XXL weights alone are
+  // 19 GB); the VAE at the largest resolution.
   struct Row {
     std::string what;
     int64_t res;
@@ -983,7 +1001,8 @@ int run_bench(const BenchOptions& o) {
       for (const auto& dt : o.dtypes) rows.push_back({"attention", res, dt});
   if (all || o.what == "t5")
     for (const auto& dt : o.dtypes)
-      if (dt == "bf16" || o.dtypes.size() == 1) rows.push_back({"t5", 0, dt});
+      if (dt == "bf16" || o.dtypes.size() == 1)
+        for (int64_t tokens : {int64_t{0}, kPromptTokens}) rows.push_back({"t5", tokens, dt});
   if (all || o.what == "vae")
     for (const auto& dt : o.dtypes)
       rows.push_back({"vae", *std::max_element(o.resolutions.begin(), o.resolutions.end()), dt});
