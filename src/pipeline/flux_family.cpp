@@ -102,8 +102,8 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
     e.pooled = encode_clip(*clip_tok_, *clip_, r.prompts, true).pooled;
     std::vector<T5Texts> lists{{r.prompts, true}};
     if (cfg) {
-      lists.push_back({std::vector<std::string>(r.prompts.size(), r.negative_prompt.value_or("")),
-                       false});
+      lists.push_back(
+          {std::vector<std::string>(r.prompts.size(), r.negative_prompt.value_or("")), false});
       e.negative_pooled = encode_clip(*clip_tok_, *clip_, lists[1].texts, false).pooled;
     }
     auto enc = encode_t5(*t5_tok_, *t5_, lists, r.max_sequence_length, false, false);
