@@ -17,6 +17,7 @@ struct ClipTextEncoder::Layer {
 ClipTextEncoder::ClipTextEncoder(const ClipTextConfig& cfg, const io::WeightSource& w,
                                  DType compute)
     : cfg_(cfg), ct_(kernels::resolve_compute_type(compute)) {
+  const nn::LoadStaging staging;
   const int64_t d = cfg.hidden_size;
   // transformers saves CLIPTextModel with or without the "text_model." prefix.
   const std::string p = w.has("text_model.embeddings.token_embedding.weight") ? "text_model." : "";

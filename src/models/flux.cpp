@@ -35,6 +35,7 @@ struct FluxTransformer::SingleBlock {
 FluxTransformer::FluxTransformer(const FluxConfig& cfg, const io::WeightSource& w, DType compute,
                                  DiTStage stage)
     : DiT(stage, cfg.blocks()), cfg_(cfg), ct_(kernels::resolve_compute_type(compute)) {
+  const nn::LoadStaging staging;
   const int64_t D = cfg.hidden(), hd = cfg.attention_head_dim;
   const nn::TensorParallel& tp = stage_.tp;
   heads_ = tp.part(cfg.num_attention_heads, "attention heads of the FLUX transformer");

@@ -22,6 +22,7 @@ struct PixArtTransformer::Block {
 PixArtTransformer::PixArtTransformer(const PixArtConfig& cfg, const WeightSource& w, DType compute,
                                      DiTStage stage)
     : DiT(stage, cfg.num_layers), cfg_(cfg), ct_(kernels::resolve_compute_type(compute)) {
+  const nn::LoadStaging staging;
   const int64_t d = cfg.hidden(), p = cfg.patch_size;
   // The patch convolution's weight [d, C, p, p] is a [d, C·p·p] matrix over im2col columns.
   if (stage_.first) {

@@ -32,6 +32,7 @@ struct SD3Transformer::Block {
 SD3Transformer::SD3Transformer(const SD3Config& cfg, const io::WeightSource& w, DType compute,
                                DiTStage stage)
     : DiT(stage, cfg.num_layers), cfg_(cfg), ct_(kernels::resolve_compute_type(compute)) {
+  const nn::LoadStaging staging;
   const int64_t D = cfg.hidden(), hd = cfg.attention_head_dim, p = cfg.patch_size;
   const nn::TensorParallel& tp = stage_.tp;
   heads_ = tp.part(cfg.num_attention_heads, "attention heads of the SD3 transformer");

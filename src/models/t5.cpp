@@ -24,6 +24,7 @@ T5Encoder::T5Encoder(const T5Config& cfg, const io::WeightSource& w, DType compu
   const int64_t d = cfg.d_model, inner = cfg.num_heads * cfg.d_kv;
   tp.part(cfg.d_ff, "feed-forward units (d_ff) of the T5 encoder");
   const size_t before = w.loaded().total;
+  const nn::LoadStaging staging;
   const char* emb_name = w.has("shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight";
   embedding_ = w.get(emb_name, {cfg.vocab_size, d});  // kept as stored; rows converted on lookup
   rel_bias_ = w.get("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",

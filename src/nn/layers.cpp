@@ -31,6 +31,29 @@ float* Scratch::get_device(size_t n) {
   return device_buf_.data<float>();
 }
 
+namespace {
+
+thread_local AlignedVector<float>* t_staging = nullptr;  // while a LoadStaging lives
+
+// An f32 [rows, cols] matrix to assemble a weight in before a Linear packs it.
+Tensor assembly_matrix(int64_t rows, int64_t cols) {
+  if (t_staging == nullptr) return Tensor::empty({rows, cols});
+  grow_discarding(*t_staging, static_cast<size_t>(rows * cols));
+  return Tensor::view(nullptr, t_staging->data(), {rows, cols}, DType::kF32);
+}
+
+}  // namespace
+
+LoadStaging::LoadStaging() : outermost_(t_staging == nullptr) {
+  if (outermost_) t_staging = new AlignedVector<float>();
+}
+
+LoadStaging::~LoadStaging() {
+  if (!outermost_) return;
+  delete t_staging;
+  t_staging = nullptr;
+}
+
 kernels::Linear load_linear(const io::WeightSource& w, const std::string& prefix, int64_t in,
                             int64_t out, bool bias, ComputeType ct, kernels::Activation act) {
   Tensor weight = w.get(prefix + ".weight", {out, in});
@@ -47,23 +70,21 @@ kernels::Linear load_fused_linear(const io::WeightSource& w,
   int64_t total = 0;
   for (size_t i = 0; i < prefixes.size(); ++i)
     total += tp.part(outs[i], "output features of " + prefixes[i]);
-  Tensor weight = Tensor::empty({total, in});
+  Tensor weight = assembly_matrix(total, in);
   Tensor b = bias ? Tensor::empty({total}) : Tensor();
-  // This rank's rows [begin, begin + n) of a part (all of them under T = 1).
-  const auto rows = [&](const std::string& name, const Shape& whole) {
+  // This rank's rows [begin, begin + n) of a part (all of them under T = 1),
+  // as stored (unsplit: a view of the file), converted straight into `dst`.
+  const auto rows = [&](const std::string& name, const Shape& whole, float* dst) {
     const int64_t n = tp.part(whole[0], name);
-    return (tp.split() ? w.get_slice(name, whole, 0, tp.begin(whole[0]), n) : w.get(name, whole))
-        .to(DType::kF32);
+    const Tensor t =
+        tp.split() ? w.get_slice(name, whole, 0, tp.begin(whole[0]), n) : w.get(name, whole);
+    convert_to_f32(t.raw(), t.dtype(), dst, static_cast<size_t>(t.numel()));
+    return n;
   };
   int64_t row = 0;
   for (size_t i = 0; i < prefixes.size(); ++i) {
-    Tensor part = rows(prefixes[i] + ".weight", {outs[i], in});
-    std::memcpy(weight.data<float>() + row * in, part.data<float>(), part.nbytes());
-    if (bias) {
-      Tensor pb = rows(prefixes[i] + ".bias", {outs[i]});
-      std::memcpy(b.data<float>() + row, pb.data<float>(), pb.nbytes());
-    }
-    row += part.dim(0);
+    if (bias) rows(prefixes[i] + ".bias", {outs[i]}, b.data<float>() + row);
+    row += rows(prefixes[i] + ".weight", {outs[i], in}, weight.data<float>() + row * in);
   }
   return kernels::Linear(weight, b, ct, act);
 }
@@ -82,15 +103,17 @@ kernels::Linear load_row_linear(const io::WeightSource& w, const std::string& pr
   int64_t cols = 0;
   for (size_t i = 0; i < ins.size(); ++i)
     if (mine(i)) cols += tp.part(ins[i], "input features of " + prefix);
-  Tensor weight = Tensor::empty({out, cols});
+  Tensor weight = assembly_matrix(out, cols);
   int64_t c = 0, part_begin = 0;
   for (size_t i = 0; i < ins.size(); ++i) {
     const int64_t n = ins[i], share = n / tp.size;
     if (mine(i)) {
-      Tensor slice = w.get_slice(wn, shape, 1, part_begin + tp.begin(n), share).to(DType::kF32);
+      const Tensor slice = w.get_slice(wn, shape, 1, part_begin + tp.begin(n), share);
+      const size_t es = dtype_size(slice.dtype());
       for (int64_t r = 0; r < out; ++r)
-        std::memcpy(weight.data<float>() + r * cols + c, slice.data<float>() + r * share,
-                    static_cast<size_t>(share) * 4);
+        convert_to_f32(static_cast<const char*>(slice.raw()) + static_cast<size_t>(r * share) * es,
+                       slice.dtype(), weight.data<float>() + r * cols + c,
+                       static_cast<size_t>(share));
       c += share;
     }
     part_begin += n;

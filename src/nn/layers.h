@@ -40,6 +40,24 @@ class Scratch {
   Tensor device_buf_;  // under a CUDA DeviceScope
 };
 
+// While one is alive on this thread, load_fused_linear and load_row_linear
+// assemble their weight matrix in one buffer reused from layer to layer
+// instead of a fresh allocation per layer, whose pages the kernel would
+// fault in and zero each time (T5-XXL: 13 GB of them over its 24 blocks).
+// A model's constructor holds one; an inner one shares the outer one's
+// buffer, which is freed when the outermost ends, so no memory outlives the
+// load. The layers never keep the matrix: they pack it into their own layout.
+class LoadStaging {
+ public:
+  LoadStaging();
+  ~LoadStaging();
+  LoadStaging(const LoadStaging&) = delete;
+  LoadStaging& operator=(const LoadStaging&) = delete;
+
+ private:
+  bool outermost_;
+};
+
 // "<prefix>.weight" [out, in] and, when `bias`, "<prefix>.bias" [out].
 kernels::Linear load_linear(const io::WeightSource& w, const std::string& prefix, int64_t in,
                             int64_t out, bool bias, ComputeType ct,

@@ -244,6 +244,75 @@ TEST(Linear, RejectsWrongBias) {
   EXPECT_THROW(Linear(w, b, ComputeType::kF32), Error);
 }
 
+// load_fused_linear and load_row_linear assemble their matrix in the
+// LoadStaging buffer while one lives. Each layer must hold this rank's rows
+// (fused) or columns (row-parallel) of the stored weights, and keep them after
+// later loads reuse the buffer, grow it (the old block freed) and end it.
+TEST(Linear, LoadsThroughTheStagingBufferKeepTheirWeights) {
+  io::RandomWeights w(5);
+  const int64_t M = 5;
+  const nn::TensorParallel whole, half{1, 2, nullptr};  // rank 1 of 2, only loading
+  // [rows, cols] of `name` [out, in]: rows [r0, r0 + nr), columns [c0, c0 + nc).
+  const auto block = [&](const std::string& name, int64_t out, int64_t in, int64_t r0, int64_t nr,
+                         int64_t c0, int64_t nc) {
+    const auto all = w.get(name, {out, in}).to_vector();
+    std::vector<float> b;
+    for (int64_t r = r0; r < r0 + nr; ++r)
+      b.insert(b.end(), all.begin() + r * in + c0, all.begin() + r * in + c0 + nc);
+    return b;
+  };
+  const auto expect_layer = [&](const Linear& l, int64_t in, const std::vector<float>& weight,
+                                const std::vector<float>& bias, const char* what) {
+    const int64_t out = l.out_features();
+    ASSERT_EQ(static_cast<int64_t>(weight.size()), out * in) << what;
+    const auto x = test::randn(M * in, 11);
+    std::vector<float> y(static_cast<size_t>(M * out)), r(y.size());
+    l.forward(x.data(), M, y.data());
+    ref::linear(x.data(), weight.data(), bias.empty() ? nullptr : bias.data(), M, in, out,
+                r.data());
+    EXPECT_LT(test::rel_max_err(y, r), 1e-5) << what;
+  };
+  Linear fused, fused_half, row_half, grown;
+  {
+    const nn::LoadStaging outer;
+    fused =
+        nn::load_fused_linear(w, {"a.q", "a.k", "a.v"}, 37, {20, 24, 28}, true, ComputeType::kF32);
+    fused_half = nn::load_fused_linear(w, {"a.q", "a.k", "a.v"}, 37, {20, 24, 28}, true,
+                                       ComputeType::kF32, half);
+    row_half = nn::load_row_linear(w, "b.o", {18, 26}, 31, true, ComputeType::kF32, half);
+    {
+      const nn::LoadStaging inner;  // shares the outer one's buffer, which grows here
+      grown = nn::load_fused_linear(w, {"c.q", "c.k"}, 301, {150, 170}, false, ComputeType::kF32);
+    }
+  }
+  std::vector<float> wf, bf, wh, bh;
+  for (const auto& [name, out] :
+       std::vector<std::pair<std::string, int64_t>>{{"a.q", 20}, {"a.k", 24}, {"a.v", 28}}) {
+    const auto rows = block(name + ".weight", out, 37, 0, out, 0, 37);
+    wf.insert(wf.end(), rows.begin(), rows.end());
+    const auto b = w.get(name + ".bias", {out}).to_vector();
+    bf.insert(bf.end(), b.begin(), b.end());
+    const auto second = block(name + ".weight", out, 37, out / 2, out / 2, 0, 37);
+    wh.insert(wh.end(), second.begin(), second.end());
+    bh.insert(bh.end(), b.begin() + out / 2, b.end());
+  }
+  expect_layer(fused, 37, wf, bf, "fused q/k/v");
+  expect_layer(fused_half, 37, wh, bh, "rank 1's half of the fused q/k/v");
+  // Row-parallel, rank 1: the second half of each part's columns, no bias (rank 0 adds it).
+  std::vector<float> wr;
+  const auto p0 = block("b.o.weight", 31, 44, 0, 31, 9, 9);
+  const auto p1 = block("b.o.weight", 31, 44, 0, 31, 18 + 13, 13);
+  for (int64_t r = 0; r < 31; ++r) {
+    wr.insert(wr.end(), p0.begin() + r * 9, p0.begin() + (r + 1) * 9);
+    wr.insert(wr.end(), p1.begin() + r * 13, p1.begin() + (r + 1) * 13);
+  }
+  expect_layer(row_half, 22, wr, {}, "rank 1's columns of the row-parallel o");
+  std::vector<float> wg = block("c.q.weight", 150, 301, 0, 150, 0, 301);
+  const auto k = block("c.k.weight", 170, 301, 0, 170, 0, 301);
+  wg.insert(wg.end(), k.begin(), k.end());
+  expect_layer(grown, 301, wg, {}, "fused q/k loaded in the nested staging");
+}
+
 // Every matmul of a full-size PixArt-α step at 1024 px with CFG (8192 token
 // rows, 240 text rows, 2 timestep rows) and of T5-XXL (120 and 240 tokens)
 // has a JIT kernel in the compute type this CPU uses; primitives are created,
