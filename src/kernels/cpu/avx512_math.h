@@ -31,6 +31,19 @@ inline __mmask16 tail_mask(int64_t left) {
   return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1);
 }
 
+// 16 floats rounded to bf16 (to nearest even, as vcvtneps2bf16 does) and
+// stored at p: all 16, or (masked) the lanes of k, e.g. a row's tail.
+__attribute__((target("avx512f,avx512bf16,avx512vl,avx512bw"))) inline void store_bf16_16(
+    uint16_t* p, __m512 v) {
+  const __m256bh b = _mm512_cvtneps_pbh(v);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), reinterpret_cast<const __m256i&>(b));
+}
+__attribute__((target("avx512f,avx512bf16,avx512vl,avx512bw"))) inline void store_bf16_16(
+    uint16_t* p, __m512 v, __mmask16 k) {
+  const __m256bh b = _mm512_cvtneps_pbh(v);
+  _mm256_mask_storeu_epi16(p, k, reinterpret_cast<const __m256i&>(b));
+}
+
 // 2^x on 16 lanes: x = n + f with n = ⌊x⌋ and 0 ≤ f < 1. vreduceps gives f
 // in one instruction, a polynomial gives 2^f (least-squares fits on
 // Chebyshev nodes, moved from [−½, ½] to [0, 1): degree 5 has a relative

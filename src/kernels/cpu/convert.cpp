@@ -17,13 +17,11 @@ __attribute__((target("avx512f,avx512bf16,avx512vl,avx512bw"))) void convert_avx
     const float* s, uint16_t* d, size_t n) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    __m256bh v = _mm512_cvtneps_pbh(_mm512_loadu_ps(s + i));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + i), reinterpret_cast<__m256i&>(v));
+    store_bf16_16(d + i, _mm512_loadu_ps(s + i));
   }
   if (i < n) {
     const __mmask16 k = tail_mask(static_cast<int64_t>(n - i));
-    __m256bh v = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(k, s + i));
-    _mm256_mask_storeu_epi16(d + i, k, reinterpret_cast<__m256i&>(v));
+    store_bf16_16(d + i, _mm512_maskz_loadu_ps(k, s + i), k);
   }
 }
 

@@ -89,8 +89,7 @@ layer_norm_modulate_row_bf16_avx512(const float* x, uint16_t* y, int64_t dim, fl
     const __m512 nrm = _mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm), vr);
     const __m512 r = _mm512_fmadd_ps(nrm, _mm512_add_ps(one, _mm512_maskz_loadu_ps(k, scale + i)),
                                      _mm512_maskz_loadu_ps(k, shift + i));
-    const __m256bh b = _mm512_cvtneps_pbh(r);
-    _mm256_mask_storeu_epi16(y + i, k, reinterpret_cast<const __m256i&>(b));
+    cpu::store_bf16_16(y + i, r, k);
   }
 }
 
@@ -216,9 +215,7 @@ __attribute__((target("avx512f,avx512dq,avx512bf16,avx512vl,avx512bw"))) void af
                                _mm512_maskz_loadu_ps(k, c + i));
     if (silu) r = cpu::silu_16(r);
     if constexpr (kBf16) {
-      const __m256bh b = _mm512_cvtneps_pbh(r);
-      _mm256_mask_storeu_epi16(static_cast<uint16_t*>(y) + i, k,
-                               reinterpret_cast<const __m256i&>(b));
+      cpu::store_bf16_16(static_cast<uint16_t*>(y) + i, r, k);
     } else {
       _mm512_mask_storeu_ps(static_cast<float*>(y) + i, k, r);
     }

@@ -65,8 +65,7 @@ __attribute__((target("avx512f,avx512dq,avx512bf16,avx512vl,avx512bw"))) float e
     const __mmask16 k = tail_mask(n - i);
     const __m512 e = exp2_16<3>(_mm512_fmsub_ps(_mm512_maskz_loadu_ps(k, s + i), c, mc));
     acc = _mm512_mask_add_ps(acc, k, acc, e);
-    const __m256bh b = _mm512_cvtneps_pbh(e);
-    _mm256_mask_storeu_epi16(pb + i, k, reinterpret_cast<const __m256i&>(b));
+    store_bf16_16(pb + i, e, k);
   }
   std::fill(pb + n, pb + n_pad, static_cast<uint16_t>(0));
   return _mm512_reduce_add_ps(acc);

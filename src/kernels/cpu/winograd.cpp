@@ -27,11 +27,6 @@ XDIT_WINO_TARGET inline __m512 load_bf16(const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-XDIT_WINO_TARGET inline void store_bf16(uint16_t* p, __m512 v) {
-  const __m256bh h = _mm512_cvtneps_pbh(v);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), reinterpret_cast<const __m256i&>(h));
-}
-
 template <bool kStream>
 XDIT_WINO_TARGET inline void store(float* p, __m512 v) {
   if constexpr (kStream)
@@ -87,10 +82,10 @@ XDIT_WINO_TARGET void input_transform(const uint16_t* x, const Geometry& g, int6
       }
       for (int i = 0; i < 4; ++i) {  // (Bᵀ d) B
         uint16_t* p = dst + 4 * i * point_stride + c;
-        store_bf16(p, _mm512_sub_ps(u[i][0], u[i][2]));
-        store_bf16(p + point_stride, _mm512_add_ps(u[i][1], u[i][2]));
-        store_bf16(p + 2 * point_stride, _mm512_sub_ps(u[i][2], u[i][1]));
-        store_bf16(p + 3 * point_stride, _mm512_sub_ps(u[i][1], u[i][3]));
+        store_bf16_16(p, _mm512_sub_ps(u[i][0], u[i][2]));
+        store_bf16_16(p + point_stride, _mm512_add_ps(u[i][1], u[i][2]));
+        store_bf16_16(p + 2 * point_stride, _mm512_sub_ps(u[i][2], u[i][1]));
+        store_bf16_16(p + 3 * point_stride, _mm512_sub_ps(u[i][1], u[i][3]));
       }
     }
   }
