@@ -1,6 +1,7 @@
 #include "models/pixart.h"
 
 #include <algorithm>
+#include <cstring>
 #include <type_traits>
 
 #include "core/error.h"
@@ -76,20 +77,50 @@ Streams PixArtTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
   const int64_t gh = H / p, gw = W / p;
   const auto [r0, r1] = in.rows(gh);
   const int64_t rows = r1 - r0, N = rows * gw;  // the tokens this call computes
-  const Tensor& text = *in.text;
-  XDIT_CHECK(text.ndim() == 3 && text.dim(0) == B && text.dim(2) == c.caption_channels,
+  const Tensor* text_in = in.text;
+  XDIT_CHECK(text_in->ndim() == 3 && text_in->dim(0) == B && text_in->dim(2) == c.caption_channels,
              "text embeddings must be [", B, ", L, ", c.caption_channels, "], got ",
-             shape_str(text.shape()));
-  const int64_t L = text.dim(1);
+             shape_str(text_in->shape()));
+  int64_t L = text_in->dim(1);
   XDIT_CHECK(static_cast<int64_t>(in.timesteps.size()) == B, "need one timestep per batch row");
   mask_.clear();
+  Tensor trimmed;
   if (in.text_mask != nullptr) {
     XDIT_CHECK(in.text_mask->numel() == B * L, "text mask must be [", B, ", ", L, "], got ",
                shape_str(in.text_mask->shape()));
     auto mv = in.text_mask->to_vector();
-    mask_.resize(mv.size());
-    for (size_t i = 0; i < mv.size(); ++i) mask_[i] = mv[i] != 0.0f;
+    // The tokens after the last one any row keeps are masked out of every
+    // row's cross-attention: their caption projection and keys/values would
+    // never be read, so they are left out (a 20-token prompt among 120 or 300
+    // padded positions). Kept whole when a row keeps nothing (the attention
+    // then has no key to drop to).
+    int64_t keep = 0;
+    bool every_row = true;
+    for (int64_t b = 0; b < B; ++b) {
+      int64_t last = 0;
+      for (int64_t j = L; j > 0 && last == 0; --j)
+        if (mv[static_cast<size_t>(b * L + j - 1)] != 0.0f) last = j;
+      every_row = every_row && last > 0;
+      keep = std::max(keep, last);
+    }
+    if (!every_row || !text_in->on_host()) keep = L;
+    const size_t row = static_cast<size_t>(c.caption_channels) * dtype_size(text_in->dtype());
+    if (keep < L) trimmed = Tensor::empty({B, keep, c.caption_channels}, text_in->dtype());
+    mask_.resize(static_cast<size_t>(B * keep));
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t j = 0; j < keep; ++j)
+        mask_[static_cast<size_t>(b * keep + j)] = mv[static_cast<size_t>(b * L + j)] != 0.0f;
+      if (trimmed.defined())
+        std::memcpy(static_cast<char*>(trimmed.raw()) + static_cast<size_t>(b * keep) * row,
+                    static_cast<const char*>(text_in->raw()) + static_cast<size_t>(b * L) * row,
+                    static_cast<size_t>(keep) * row);
+    }
+    if (trimmed.defined()) {
+      text_in = &trimmed;
+      L = keep;
+    }
   }
+  const Tensor& text = *text_in;
   mask_ptr_ = nn::on_current_device(mask_, mask_device_);
   B_ = B;
   L_ = L;
