@@ -50,7 +50,7 @@ for n in "$threads" "$warmup" "$repeat" "$rounds"; do
 done
 (( rounds >= 1 )) || { echo "compare.sh: --rounds must be at least 1" >&2; exit 2; }
 if [[ "$device" == cpu ]]; then
-  rows="${rows:-pixart512,pixart1024,vae1024,t5,flux1024,sd3_1024}"
+  rows="${rows:-pixart512,pixart1024,vae1024,t5,t5prompt,flux1024,sd3_1024}"
 else
   rows="${rows:-pixart1024,flux1024}"
 fi
