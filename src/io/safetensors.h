@@ -36,11 +36,18 @@ class SafeTensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // A zero-copy view of tensor `name` (f32, f16 or bf16).
   Tensor get(const std::string& name) const;
+  // Takes the pages of tensor `name` that reads have touched out of this
+  // process's resident memory (madvise MADV_DONTNEED on the private read-only
+  // mapping): the page cache keeps them, and a later read of a view faults
+  // them in again, unchanged. Only pages wholly inside the tensor's bytes;
+  // nothing for a file given as bytes in memory.
+  void drop_pages(const std::string& name) const;
 
  private:
   void parse();  // validates the header of the bytes in map_
   std::string path_;
   std::shared_ptr<const void> map_;  // the whole file
+  bool mapped_ = false;              // map_ is this object's mmap of the file
   size_t file_size_ = 0;
   size_t data_start_ = 0;
   std::map<std::string, TensorEntry> entries_;

@@ -195,6 +195,11 @@ std::vector<std::string> WeightStore::dtypes() const {
   return d;
 }
 
+void WeightStore::drop_pages(const std::string& name) const {
+  const auto it = index_.find(name);
+  if (it != index_.end()) it->second->drop_pages(name);
+}
+
 std::vector<std::string> WeightStore::names() const {
   std::vector<std::string> v;
   for (const auto& [name, f] : index_) v.push_back(name);

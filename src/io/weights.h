@@ -29,6 +29,11 @@ class WeightSource {
                    int64_t count) const;
   // Bytes of the weights as stored (for memory estimates and logs).
   virtual size_t stored_bytes() const = 0;
+  // Called once the weight `name` has been converted into a layer's own
+  // copy: the source may let go of the memory its reads touched (WeightStore:
+  // the file pages leave the resident set; a view read later still reads
+  // right). Nothing by default.
+  virtual void drop_pages(const std::string& /*name*/) const {}
 
   // Bytes (as stored) this source has handed out: all of them, and those of
   // get_slice (the shares). A model's loaded weights, for tests and logs.
@@ -69,6 +74,7 @@ class WeightStore : public WeightSource {
   // whose names start with `prefix`.
   int64_t parameter_count(const std::string& prefix = "") const;
   std::vector<std::string> dtypes() const;
+  void drop_pages(const std::string& name) const override;
 
  protected:
   Tensor read(const std::string& name, const Shape& expected) const override;

@@ -42,6 +42,13 @@ Tensor assembly_matrix(int64_t rows, int64_t cols) {
   return Tensor::view(nullptr, t_staging->data(), {rows, cols}, DType::kF32);
 }
 
+// A layer holds its own packed copy of "<prefix>.weight" (and ".bias"): the
+// pages the load touched in the file can go (WeightSource::drop_pages).
+void drop_pages(const io::WeightSource& w, const std::string& prefix, bool bias) {
+  w.drop_pages(prefix + ".weight");
+  if (bias) w.drop_pages(prefix + ".bias");
+}
+
 }  // namespace
 
 LoadStaging::LoadStaging() : outermost_(t_staging == nullptr) {
@@ -56,9 +63,10 @@ LoadStaging::~LoadStaging() {
 
 kernels::Linear load_linear(const io::WeightSource& w, const std::string& prefix, int64_t in,
                             int64_t out, bool bias, ComputeType ct, kernels::Activation act) {
-  Tensor weight = w.get(prefix + ".weight", {out, in});
-  Tensor b = bias ? w.get(prefix + ".bias", {out}) : Tensor();
-  return kernels::Linear(weight, b, ct, act);
+  kernels::Linear l(w.get(prefix + ".weight", {out, in}),
+                    bias ? w.get(prefix + ".bias", {out}) : Tensor(), ct, act);
+  drop_pages(w, prefix, bias);
+  return l;
 }
 
 kernels::Linear load_fused_linear(const io::WeightSource& w,
@@ -79,6 +87,7 @@ kernels::Linear load_fused_linear(const io::WeightSource& w,
     const Tensor t =
         tp.split() ? w.get_slice(name, whole, 0, tp.begin(whole[0]), n) : w.get(name, whole);
     convert_to_f32(t.raw(), t.dtype(), dst, static_cast<size_t>(t.numel()));
+    w.drop_pages(name);
     return n;
   };
   int64_t row = 0;
@@ -97,7 +106,7 @@ kernels::Linear load_row_linear(const io::WeightSource& w, const std::string& pr
   const std::string wn = prefix + ".weight", bn = prefix + ".bias";
   const Shape shape{out, whole};
   if (!tp.split() && only < 0 && ins.size() == 1)
-    return kernels::Linear(w.get(wn, shape), bias ? w.get(bn, {out}) : Tensor(), ct);
+    return load_linear(w, prefix, whole, out, bias, ct);
   // This rank's columns of each part (or of part `only`), side by side.
   const auto mine = [&](size_t i) { return only < 0 || static_cast<int>(i) == only; };
   int64_t cols = 0;
@@ -119,11 +128,15 @@ kernels::Linear load_row_linear(const io::WeightSource& w, const std::string& pr
     part_begin += n;
   }
   const bool add_bias = bias && tp.rank == 0;
-  return kernels::Linear(weight, add_bias ? w.get_slice(bn, {out}, 0, 0, out) : Tensor(), ct);
+  kernels::Linear l(weight, add_bias ? w.get_slice(bn, {out}, 0, 0, out) : Tensor(), ct);
+  drop_pages(w, prefix, add_bias);
+  return l;
 }
 
 Tensor load_param(const io::WeightSource& w, const std::string& name, const Shape& shape) {
-  return w.get(name, shape).to(DType::kF32).to_device(current_device());
+  Tensor p = w.get(name, shape).to(DType::kF32).to_device(current_device());
+  w.drop_pages(name);
+  return p;
 }
 
 MlpSilu::MlpSilu(const io::WeightSource& w, const std::string& prefix, int64_t in, int64_t hidden,

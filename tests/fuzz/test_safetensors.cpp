@@ -1,10 +1,12 @@
 // safetensors reader/writer: round trips, sharded indexes, and a clear error
 // for every kind of malformed file.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <string>
 
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -90,6 +92,46 @@ TEST_F(SafeTensors, ShardedIndexIsFollowed) {
               std::string::npos);
   }
   EXPECT_THROW(s.get("x.c", {1}), Error);
+}
+
+// Resident pages of this process (/proc/self/statm's second field).
+int64_t resident_pages() {
+  std::ifstream f("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  f >> size >> resident;
+  return resident;
+}
+
+// drop_pages takes a tensor's pages out of the resident set once a layer has
+// its own copy; a view read afterwards still sees the same values, and a
+// file given as bytes in memory is left alone (advice there would zero it).
+TEST_F(SafeTensors, DropPagesLeavesResidentMemoryAndKeepsValues) {
+  const int64_t n = 3 << 20;  // 12 MB of f32
+  const auto v = test::randn(n, 4);
+  const auto small = test::randn(37, 5);
+  const std::string p = (dir_ / "big.safetensors").string();
+  write_safetensors(
+      p, {{"big", Tensor::from_vector(v, {n})}, {"small", Tensor::from_vector(small, {37})}});
+  WeightStore s(dir_.string());
+  const Tensor view = s.get("big", {n});
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += view.data<float>()[i];  // touches every page
+  const int64_t touched = resident_pages();
+  s.drop_pages("big");
+  const int64_t page = ::sysconf(_SC_PAGESIZE);
+  EXPECT_GT(touched - resident_pages(), (n * 4 / page) * 9 / 10)
+      << "the tensor's pages should have left the resident set";
+  EXPECT_EQ(view.to_vector(), v);  // read again from the file
+  EXPECT_EQ(s.get("small", {37}).to_vector(), small);
+  s.drop_pages("no.such.weight");  // nothing to do
+  EXPECT_NE(sum, 0.0);
+
+  std::ifstream in(p, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto held = std::make_shared<std::string>(bytes);
+  SafeTensorsFile mem(std::shared_ptr<const void>(held, held->data()), held->size(), "in memory");
+  mem.drop_pages("big");
+  EXPECT_EQ(mem.get("big").to_vector(), v);
 }
 
 TEST_F(SafeTensors, MissingShardIsNamed) {
