@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <set>
 
 #include "core/aligned.h"
@@ -14,6 +15,7 @@
 #include "core/tensor.h"
 #include "io/weights.h"
 #include "kernels/cpu/amx_gemm.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/kernels.h"
 #include "kernels/linear.h"
 #include "kernels/reference.h"
@@ -311,6 +313,36 @@ TEST(Linear, LoadsThroughTheStagingBufferKeepTheirWeights) {
   const auto k = block("c.k.weight", 170, 301, 0, 170, 0, 301);
   wg.insert(wg.end(), k.begin(), k.end());
   expect_layer(grown, 301, wg, {}, "fused q/k loaded in the nested staging");
+}
+
+// pack_bf16_ba16a64b2a writes, byte for byte, what oneDNN's reorder writes
+// for that layout (padding included), from f32 and from bf16 weights of
+// sizes that are and are not whole blocks.
+TEST(Linear, BlockedBf16PackingEqualsOnednnReorder) {
+  using tag = dnnl::memory::format_tag;
+  using dt = dnnl::memory::data_type;
+  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(eng);
+  for (const auto& [out, in] : std::vector<std::pair<int64_t, int64_t>>{
+           {128, 64}, {71, 37}, {200, 96}, {1152, 1152}, {65, 33}, {3, 5}}) {
+    for (const bool bf16 : {false, true}) {
+      Tensor w = Tensor::from_vector(test::randn(out * in, out + in, 0.3f), {out, in});
+      if (bf16) w = w.to(DType::kBF16);
+      const dnnl::memory::desc user({in, out}, bf16 ? dt::bf16 : dt::f32, tag::ba);
+      const dnnl::memory::desc packed({in, out}, dt::bf16, tag::BA16a64b2a);
+      dnnl::memory src(user, eng, const_cast<void*>(w.raw())), want(packed, eng);
+      dnnl::reorder(src, want).execute(stream, src, want);
+      stream.wait();
+      const size_t n = packed.get_size() / 2;
+      ASSERT_EQ(n, static_cast<size_t>((out + 63) / 64 * 64 * ((in + 31) / 32 * 32)));
+      std::vector<uint16_t> got(n, 0xffff);
+      cpu::pack_bf16_ba16a64b2a(w.raw(), bf16, out, in, got.data());
+      const auto* ref = static_cast<const uint16_t*>(want.get_data_handle());
+      size_t differ = 0;
+      for (size_t i = 0; i < n; ++i) differ += got[i] != ref[i];
+      EXPECT_EQ(differ, 0u) << out << " x " << in << (bf16 ? " bf16" : " f32");
+    }
+  }
 }
 
 // Every matmul of a full-size PixArt-α step at 1024 px with CFG (8192 token

@@ -3,6 +3,8 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include <cstring>
+
 #include "core/aligned.h"
 #include "core/dtype.h"
 #include "kernels/cpu/avx512_math.h"
@@ -52,6 +54,41 @@ void f32_to_bf16_array(const float* src, uint16_t* dst, size_t n) {
     const size_t chunk = (n + nt - 1) / nt;
     const size_t b = t * chunk, e = b + chunk < n ? b + chunk : n;
     if (b < e) run(b, e);
+  }
+}
+
+void pack_bf16_ba16a64b2a(const void* w, bool w_bf16, int64_t out, int64_t in, uint16_t* dst) {
+  const auto* w16 = static_cast<const uint16_t*>(w);
+  const auto* w32 = static_cast<const float*>(w);
+  const int64_t kblocks = (in + 31) / 32, nblocks = (out + 63) / 64;
+  // Input pair (k, k + 1) of output n as one 32-bit unit, zero past the edges.
+  const auto pair = [&](int64_t n, int64_t k) -> uint32_t {
+    if (n >= out) return 0;
+    const int64_t at = n * in + k;
+    const uint32_t lo = k >= in ? 0u : w_bf16 ? w16[at] : f32_to_bf16(w32[at]);
+    const uint32_t hi = k + 1 >= in ? 0u : w_bf16 ? w16[at + 1] : f32_to_bf16(w32[at + 1]);
+    return lo | hi << 16;
+  };
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < nblocks * kblocks; ++blk) {
+    const int64_t n0 = blk / kblocks * 64, k0 = blk % kblocks * 32;
+    // Within the block: [16 input pairs][64 outputs] 32-bit units. Each
+    // output's 32 inputs are one 64-byte (bf16) or 128-byte (f32) run of w.
+    uint32_t unit[16][64];
+    if (n0 + 64 <= out && k0 + 32 <= in) {
+      for (int64_t j = 0; j < 64; ++j) {
+        const int64_t at = (n0 + j) * in + k0;
+        for (int p = 0; p < 16; ++p) {
+          const uint32_t lo = w_bf16 ? w16[at + 2 * p] : f32_to_bf16(w32[at + 2 * p]);
+          const uint32_t hi = w_bf16 ? w16[at + 2 * p + 1] : f32_to_bf16(w32[at + 2 * p + 1]);
+          unit[p][j] = lo | hi << 16;
+        }
+      }
+    } else {
+      for (int64_t j = 0; j < 64; ++j)
+        for (int p = 0; p < 16; ++p) unit[p][j] = pair(n0 + j, k0 + 2 * p);
+    }
+    std::memcpy(dst + blk * 2048, unit, sizeof unit);
   }
 }
 

@@ -9,6 +9,15 @@ namespace xdit::kernels::cpu {
 
 void f32_to_bf16_array(const float* src, uint16_t* dst, size_t n);
 
+// A torch-layout weight w [out, in] (f32 or bf16) packed as oneDNN's bf16
+// BA16a64b2a for dims {in, out} — the layout its avx512_core_bf16 matmul
+// asks for: blocks of 64 outputs × 32 inputs (4 KB each, outputs outer),
+// within a block 16 input pairs × 64 outputs × the pair, zero past the edges.
+// Written here because oneDNN's reorder (jit:uni) does this at 0.5 G
+// elements/s, nearly all of T5-XXL's 9 s load; dst holds
+// ⌈out/64⌉·64 × ⌈in/32⌉·32 values.
+void pack_bf16_ba16a64b2a(const void* w, bool w_bf16, int64_t out, int64_t in, uint16_t* dst);
+
 // src converted into the calling thread's bf16 input buffer (64-byte aligned,
 // grown as needed, shared by the layers that convert their f32 input), valid
 // until the thread's next call.

@@ -170,9 +170,15 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, ComputeType ct, Activat
     auto pd = im.make_pd(kPackHintRows, any_md, false);
     im.packed_md = pd.weights_desc();
     im.packed = dnnl::memory(im.packed_md, engine());
-    dnnl::memory user(user_md, engine(), const_cast<void*>(w.raw()));
-    dnnl::reorder(user, im.packed).execute(cpu::thread_stream(), user, im.packed);
-    cpu::thread_stream().wait();
+    if (im.packed_md == dnnl::memory::desc({im.in, im.out}, dt::bf16, tag::BA16a64b2a)) {
+      // The avx512_core_bf16 layout: packed here, 3-4x faster than the reorder.
+      cpu::pack_bf16_ba16a64b2a(w.raw(), wdt == dt::bf16, im.out, im.in,
+                                static_cast<uint16_t*>(im.packed.get_data_handle()));
+    } else {
+      dnnl::memory user(user_md, engine(), const_cast<void*>(w.raw()));
+      dnnl::reorder(user, im.packed).execute(cpu::thread_stream(), user, im.packed);
+      cpu::thread_stream().wait();
+    }
   } catch (const dnnl::error& e) {
     rethrow_dnnl(e, "packing a linear weight");
   }
