@@ -35,11 +35,12 @@ namespace {
 
 thread_local AlignedVector<float>* t_staging = nullptr;  // while a LoadStaging lives
 
-// An f32 [rows, cols] matrix to assemble a weight in before a Linear packs it.
-Tensor assembly_matrix(int64_t rows, int64_t cols) {
-  if (t_staging == nullptr) return Tensor::empty({rows, cols});
-  grow_discarding(*t_staging, static_cast<size_t>(rows * cols));
-  return Tensor::view(nullptr, t_staging->data(), {rows, cols}, DType::kF32);
+// A [rows, cols] matrix (f32 or bf16) to assemble a weight in before a
+// Linear packs it.
+Tensor assembly_matrix(int64_t rows, int64_t cols, DType dt = DType::kF32) {
+  if (t_staging == nullptr) return Tensor::empty({rows, cols}, dt);
+  grow_discarding(*t_staging, (static_cast<size_t>(rows * cols) * dtype_size(dt) + 3) / 4);
+  return Tensor::view(nullptr, t_staging->data(), {rows, cols}, dt);
 }
 
 // A layer holds its own packed copy of "<prefix>.weight" (and ".bias"): the
@@ -78,22 +79,35 @@ kernels::Linear load_fused_linear(const io::WeightSource& w,
   int64_t total = 0;
   for (size_t i = 0; i < prefixes.size(); ++i)
     total += tp.part(outs[i], "output features of " + prefixes[i]);
-  Tensor weight = assembly_matrix(total, in);
-  Tensor b = bias ? Tensor::empty({total}) : Tensor();
   // This rank's rows [begin, begin + n) of a part (all of them under T = 1),
-  // as stored (unsplit: a view of the file), converted straight into `dst`.
-  const auto rows = [&](const std::string& name, const Shape& whole, float* dst) {
+  // as stored (unsplit: a view of the file).
+  const auto part = [&](const std::string& name, const Shape& whole) {
     const int64_t n = tp.part(whole[0], name);
-    const Tensor t =
-        tp.split() ? w.get_slice(name, whole, 0, tp.begin(whole[0]), n) : w.get(name, whole);
-    convert_to_f32(t.raw(), t.dtype(), dst, static_cast<size_t>(t.numel()));
-    w.drop_pages(name);
-    return n;
+    return tp.split() ? w.get_slice(name, whole, 0, tp.begin(whole[0]), n) : w.get(name, whole);
   };
+  // Stored bf16 weights are assembled in bf16 (the layer packs bf16 from
+  // them, no round trip through f32); others in f32.
+  const Tensor first = part(prefixes[0] + ".weight", {outs[0], in});
+  const DType dt = first.dtype() == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  Tensor weight = assembly_matrix(total, in, dt);
+  Tensor b = bias ? Tensor::empty({total}) : Tensor();
   int64_t row = 0;
   for (size_t i = 0; i < prefixes.size(); ++i) {
-    if (bias) rows(prefixes[i] + ".bias", {outs[i]}, b.data<float>() + row);
-    row += rows(prefixes[i] + ".weight", {outs[i], in}, weight.data<float>() + row * in);
+    const Tensor t = i == 0 ? first : part(prefixes[i] + ".weight", {outs[i], in});
+    const size_t n = static_cast<size_t>(t.numel());
+    char* dst = static_cast<char*>(weight.raw()) + static_cast<size_t>(row * in) * dtype_size(dt);
+    if (dt == DType::kF32)
+      convert_to_f32(t.raw(), t.dtype(), reinterpret_cast<float*>(dst), n);
+    else if (t.dtype() == DType::kBF16)
+      std::memcpy(dst, t.raw(), n * 2);
+    else  // a part stored otherwise than the first
+      convert_from_f32(t.to(DType::kF32).data<float>(), dst, DType::kBF16, n);
+    if (bias) {
+      const Tensor tb = part(prefixes[i] + ".bias", {outs[i]});
+      convert_to_f32(tb.raw(), tb.dtype(), b.data<float>() + row, static_cast<size_t>(tb.numel()));
+    }
+    drop_pages(w, prefixes[i], bias);
+    row += t.dim(0);
   }
   return kernels::Linear(weight, b, ct, act);
 }

@@ -246,12 +246,30 @@ TEST(Linear, RejectsWrongBias) {
   EXPECT_THROW(Linear(w, b, ComputeType::kF32), Error);
 }
 
-// load_fused_linear and load_row_linear assemble their matrix in the
-// LoadStaging buffer while one lives. Each layer must hold this rank's rows
-// (fused) or columns (row-parallel) of the stored weights, and keep them after
-// later loads reuse the buffer, grow it (the old block freed) and end it.
-TEST(Linear, LoadsThroughTheStagingBufferKeepTheirWeights) {
-  io::RandomWeights w(5);
+// RandomWeights stored in bf16, but for the names in `f32`.
+class StoredBf16 : public io::RandomWeights {
+ public:
+  explicit StoredBf16(std::set<std::string> f32) : RandomWeights(5), f32_(std::move(f32)) {}
+
+ protected:
+  Tensor read(const std::string& n, const Shape& e) const override {
+    return as_stored(n, RandomWeights::read(n, e));
+  }
+  Tensor read_slice(const std::string& n, const Shape& e, int dim, int64_t begin,
+                    int64_t count) const override {
+    return as_stored(n, RandomWeights::read_slice(n, e, dim, begin, count));
+  }
+
+ private:
+  Tensor as_stored(const std::string& n, Tensor t) const {
+    return f32_.count(n) != 0 ? t : t.to(DType::kBF16);
+  }
+  std::set<std::string> f32_;
+};
+
+// `fused_in_bf16`: the fused layers are assembled in bf16 (their first part
+// is stored so), a part stored in f32 then rounded to bf16.
+void check_staged_loads(const io::WeightSource& w, bool fused_in_bf16) {
   const int64_t M = 5;
   const nn::TensorParallel whole, half{1, 2, nullptr};  // rank 1 of 2, only loading
   // [rows, cols] of `name` [out, in]: rows [r0, r0 + nr), columns [c0, c0 + nc).
@@ -287,14 +305,19 @@ TEST(Linear, LoadsThroughTheStagingBufferKeepTheirWeights) {
       grown = nn::load_fused_linear(w, {"c.q", "c.k"}, 301, {150, 170}, false, ComputeType::kF32);
     }
   }
+  const auto as_fused = [&](std::vector<float> v) {
+    if (!fused_in_bf16) return v;
+    const int64_t n = static_cast<int64_t>(v.size());
+    return Tensor::from_vector(v, {n}).to(DType::kBF16).to_vector();
+  };
   std::vector<float> wf, bf, wh, bh;
   for (const auto& [name, out] :
        std::vector<std::pair<std::string, int64_t>>{{"a.q", 20}, {"a.k", 24}, {"a.v", 28}}) {
-    const auto rows = block(name + ".weight", out, 37, 0, out, 0, 37);
+    const auto rows = as_fused(block(name + ".weight", out, 37, 0, out, 0, 37));
     wf.insert(wf.end(), rows.begin(), rows.end());
     const auto b = w.get(name + ".bias", {out}).to_vector();
     bf.insert(bf.end(), b.begin(), b.end());
-    const auto second = block(name + ".weight", out, 37, out / 2, out / 2, 0, 37);
+    const auto second = as_fused(block(name + ".weight", out, 37, out / 2, out / 2, 0, 37));
     wh.insert(wh.end(), second.begin(), second.end());
     bh.insert(bh.end(), b.begin() + out / 2, b.end());
   }
@@ -309,10 +332,21 @@ TEST(Linear, LoadsThroughTheStagingBufferKeepTheirWeights) {
     wr.insert(wr.end(), p1.begin() + r * 13, p1.begin() + (r + 1) * 13);
   }
   expect_layer(row_half, 22, wr, {}, "rank 1's columns of the row-parallel o");
-  std::vector<float> wg = block("c.q.weight", 150, 301, 0, 150, 0, 301);
-  const auto k = block("c.k.weight", 170, 301, 0, 170, 0, 301);
+  std::vector<float> wg = as_fused(block("c.q.weight", 150, 301, 0, 150, 0, 301));
+  const auto k = as_fused(block("c.k.weight", 170, 301, 0, 170, 0, 301));
   wg.insert(wg.end(), k.begin(), k.end());
   expect_layer(grown, 301, wg, {}, "fused q/k loaded in the nested staging");
+}
+
+// load_fused_linear and load_row_linear assemble their matrix in the
+// LoadStaging buffer while one lives (in bf16 when the weights are stored
+// so). Each layer must hold this rank's rows (fused) or columns
+// (row-parallel) of the stored weights, and keep them after later loads
+// reuse the buffer, grow it (the old block freed) and end it.
+TEST(Linear, LoadsThroughTheStagingBufferKeepTheirWeights) {
+  check_staged_loads(io::RandomWeights(5), false);
+  check_staged_loads(StoredBf16({}), true);
+  check_staged_loads(StoredBf16({"a.k.weight", "c.k.weight"}), true);
 }
 
 // pack_bf16_ba16a64b2a writes, byte for byte, what oneDNN's reorder writes
