@@ -61,13 +61,14 @@ void pack_bf16_ba16a64b2a(const void* w, bool w_bf16, int64_t out, int64_t in, u
   const auto* w16 = static_cast<const uint16_t*>(w);
   const auto* w32 = static_cast<const float*>(w);
   const int64_t kblocks = (in + 31) / 32, nblocks = (out + 63) / 64;
+  const auto value = [&](int64_t at) -> uint32_t {
+    return w_bf16 ? w16[at] : f32_to_bf16(w32[at]);
+  };
   // Input pair (k, k + 1) of output n as one 32-bit unit, zero past the edges.
   const auto pair = [&](int64_t n, int64_t k) -> uint32_t {
     if (n >= out) return 0;
     const int64_t at = n * in + k;
-    const uint32_t lo = k >= in ? 0u : w_bf16 ? w16[at] : f32_to_bf16(w32[at]);
-    const uint32_t hi = k + 1 >= in ? 0u : w_bf16 ? w16[at + 1] : f32_to_bf16(w32[at + 1]);
-    return lo | hi << 16;
+    return (k >= in ? 0u : value(at)) | (k + 1 >= in ? 0u : value(at + 1)) << 16;
   };
 #pragma omp parallel for schedule(static)
   for (int64_t blk = 0; blk < nblocks * kblocks; ++blk) {
@@ -78,11 +79,7 @@ void pack_bf16_ba16a64b2a(const void* w, bool w_bf16, int64_t out, int64_t in, u
     if (n0 + 64 <= out && k0 + 32 <= in) {
       for (int64_t j = 0; j < 64; ++j) {
         const int64_t at = (n0 + j) * in + k0;
-        for (int p = 0; p < 16; ++p) {
-          const uint32_t lo = w_bf16 ? w16[at + 2 * p] : f32_to_bf16(w32[at + 2 * p]);
-          const uint32_t hi = w_bf16 ? w16[at + 2 * p + 1] : f32_to_bf16(w32[at + 2 * p + 1]);
-          unit[p][j] = lo | hi << 16;
-        }
+        for (int p = 0; p < 16; ++p) unit[p][j] = value(at + 2 * p) | value(at + 2 * p + 1) << 16;
       }
     } else {
       for (int64_t j = 0; j < 64; ++j)

@@ -13,8 +13,9 @@ void f32_to_bf16_array(const float* src, uint16_t* dst, size_t n);
 // BA16a64b2a for dims {in, out} — the layout its avx512_core_bf16 matmul
 // asks for: blocks of 64 outputs × 32 inputs (4 KB each, outputs outer),
 // within a block 16 input pairs × 64 outputs × the pair, zero past the edges.
-// Written here because oneDNN's reorder (jit:uni) does this at 0.5 G
-// elements/s, nearly all of T5-XXL's 9 s load; dst holds
+// Written here because oneDNN's reorder (jit:uni) did this at 0.5 G
+// elements/s, page faults on the new memory included (9 s of T5-XXL's load;
+// docs/PERFORMANCE.md, eighth round); dst holds
 // ⌈out/64⌉·64 × ⌈in/32⌉·32 values.
 void pack_bf16_ba16a64b2a(const void* w, bool w_bf16, int64_t out, int64_t in, uint16_t* dst);
 
