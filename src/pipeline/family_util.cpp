@@ -96,6 +96,14 @@ std::vector<std::pair<Tensor, Tensor>> encode_t5(const tokenizers::T5Tokenizer& 
   return out;
 }
 
+std::vector<T5Texts> prompt_lists(const ImageRequest& r, bool cfg) {
+  std::vector<T5Texts> lists{{r.prompts, true}};
+  if (cfg)
+    lists.push_back(
+        {std::vector<std::string>(r.prompts.size(), r.negative_prompt.value_or("")), false});
+  return lists;
+}
+
 models::ClipTextOutput encode_clip(const tokenizers::ClipTokenizer& tok,
                                    models::ClipTextEncoder& clip,
                                    const std::vector<std::string>& texts, bool warn,

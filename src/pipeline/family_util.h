@@ -14,6 +14,7 @@
 #include "io/weights.h"
 #include "models/clip.h"
 #include "models/t5.h"
+#include "pipeline/request.h"
 #include "tokenizers/clip_tokenizer.h"
 #include "tokenizers/t5_tokenizer.h"
 
@@ -81,6 +82,11 @@ inline std::pair<Tensor, Tensor> encode_t5(const tokenizers::T5Tokenizer& tok,
                                            bool lower_strip, bool masked, bool warn) {
   return encode_t5(tok, t5, {T5Texts{texts, warn}}, L, lower_strip, masked).front();
 }
+
+// The request's prompts (warned about when truncated) and, under CFG, one
+// negative prompt for each ("" when none is given, not warned about), as
+// encode_t5 takes them.
+std::vector<T5Texts> prompt_lists(const ImageRequest& r, bool cfg);
 
 // Prompts → CLIP's outputs at the tokenizer's model_max_length: the pooled
 // vector, and the hidden state `hidden_state` indexes (SD3: -2, the

@@ -100,12 +100,8 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
     if (!t5_) t5_ = std::make_unique<models::T5Encoder>(*t5_cfg_, *t5_weights_, dtype, text_tp_);
     PromptEmbeddings e;
     e.pooled = encode_clip(*clip_tok_, *clip_, r.prompts, true).pooled;
-    std::vector<T5Texts> lists{{r.prompts, true}};
-    if (cfg) {
-      lists.push_back(
-          {std::vector<std::string>(r.prompts.size(), r.negative_prompt.value_or("")), false});
-      e.negative_pooled = encode_clip(*clip_tok_, *clip_, lists[1].texts, false).pooled;
-    }
+    const std::vector<T5Texts> lists = prompt_lists(r, cfg);
+    if (cfg) e.negative_pooled = encode_clip(*clip_tok_, *clip_, lists[1].texts, false).pooled;
     auto enc = encode_t5(*t5_tok_, *t5_, lists, r.max_sequence_length, false, false);
     e.embeds = std::move(enc[0].first);
     if (cfg) e.negative_embeds = std::move(enc[1].first);
