@@ -6,8 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -27,6 +29,14 @@ class Linear {
   // weight: [out, in] as torch stores it (any float dtype); bias: [out] or undefined.
   Linear(const Tensor& weight, const Tensor& bias, ComputeType ct,
          Activation act = Activation::kNone);
+  // A fused layer whose weight is the rows of `parts` stacked ([out_i, in]
+  // each, any float dtypes, mixed). Where the layer packs into a layout
+  // blocked by outputs (bf16 on AVX-512-bf16, the AMX tile GEMM) and every
+  // part but the last fills whole blocks, each part is packed from where it
+  // lies (a file's mapping) and `stacked` is never called; otherwise it is,
+  // once, for the stacked [Σ out_i, in] weight (the caller chooses its memory).
+  Linear(const std::vector<Tensor>& parts, const Tensor& bias, ComputeType ct, Activation act,
+         const std::function<Tensor()>& stacked);
   Linear(Linear&&) noexcept;
   Linear& operator=(Linear&&) noexcept;
   ~Linear();

@@ -85,31 +85,39 @@ kernels::Linear load_fused_linear(const io::WeightSource& w,
     const int64_t n = tp.part(whole[0], name);
     return tp.split() ? w.get_slice(name, whole, 0, tp.begin(whole[0]), n) : w.get(name, whole);
   };
-  // Stored bf16 weights are assembled in bf16 (the layer packs bf16 from
-  // them, no round trip through f32); others in f32.
-  const Tensor first = part(prefixes[0] + ".weight", {outs[0], in});
-  const DType dt = first.dtype() == DType::kBF16 ? DType::kBF16 : DType::kF32;
-  Tensor weight = assembly_matrix(total, in, dt);
+  std::vector<Tensor> parts;
   Tensor b = bias ? Tensor::empty({total}) : Tensor();
   int64_t row = 0;
   for (size_t i = 0; i < prefixes.size(); ++i) {
-    const Tensor t = i == 0 ? first : part(prefixes[i] + ".weight", {outs[i], in});
-    const size_t n = static_cast<size_t>(t.numel());
-    char* dst = static_cast<char*>(weight.raw()) + static_cast<size_t>(row * in) * dtype_size(dt);
-    if (dt == DType::kF32)
-      convert_to_f32(t.raw(), t.dtype(), reinterpret_cast<float*>(dst), n);
-    else if (t.dtype() == DType::kBF16)
-      std::memcpy(dst, t.raw(), n * 2);
-    else  // a part stored otherwise than the first
-      convert_from_f32(t.to(DType::kF32).data<float>(), dst, DType::kBF16, n);
+    parts.push_back(part(prefixes[i] + ".weight", {outs[i], in}));
     if (bias) {
       const Tensor tb = part(prefixes[i] + ".bias", {outs[i]});
       convert_to_f32(tb.raw(), tb.dtype(), b.data<float>() + row, static_cast<size_t>(tb.numel()));
     }
-    drop_pages(w, prefixes[i], bias);
-    row += t.dim(0);
+    row += parts.back().dim(0);
   }
-  return kernels::Linear(weight, b, ct, act);
+  // Where the layer cannot pack each part from the file (kernels::Linear),
+  // it packs them stacked in the staging matrix: in bf16 when the first part
+  // is stored so (no round trip through f32), else in f32.
+  const auto stacked = [&] {
+    const DType dt = parts[0].dtype() == DType::kBF16 ? DType::kBF16 : DType::kF32;
+    Tensor weight = assembly_matrix(total, in, dt);
+    char* dst = static_cast<char*>(weight.raw());
+    for (const Tensor& t : parts) {
+      const size_t n = static_cast<size_t>(t.numel());
+      if (dt == DType::kF32)
+        convert_to_f32(t.raw(), t.dtype(), reinterpret_cast<float*>(dst), n);
+      else if (t.dtype() == DType::kBF16)
+        std::memcpy(dst, t.raw(), n * 2);
+      else  // a part stored otherwise than the first
+        convert_from_f32(t.to(DType::kF32).data<float>(), dst, DType::kBF16, n);
+      dst += n * dtype_size(dt);
+    }
+    return weight;
+  };
+  kernels::Linear l(parts, b, ct, act, stacked);
+  for (const std::string& prefix : prefixes) drop_pages(w, prefix, bias);
+  return l;
 }
 
 kernels::Linear load_row_linear(const io::WeightSource& w, const std::string& prefix,

@@ -99,6 +99,40 @@ TEST(Attention, Bf16) {
   set_attention_blocks(128, 512);
 }
 
+// The key and value packs of the tile products are vector shuffles that run
+// on any AVX-512 CPU: each word against the layouts amx_tiles.h describes,
+// for 64 keys, a head dim of 96 (three 32-deep chunks) and values of 80
+// columns in rows of 96.
+TEST(Attention, AmxKeyAndValuePacksFollowTheTileLayouts) {
+  if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw"))
+    GTEST_SKIP() << "no AVX-512 BW on this CPU (the packs are only used with AMX)";
+  const int64_t keys = 64, dp = 96, dv = 80;
+  std::vector<uint16_t> rows(keys * dp);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<uint16_t>(i * 2654435761u >> 7);
+  std::vector<uint16_t> k(keys * dp, 0xffff), v(keys * dv, 0xffff);
+  cpu::amx_pack_k(rows.data(), keys, dp, k.data());
+  cpu::amx_pack_v(rows.data(), keys, dp, dv, v.data());
+  size_t k_wrong = 0, v_wrong = 0;
+  // K: per 16 keys and 32-deep chunk a tile [16 dim pairs][16 keys][2].
+  for (int64_t g = 0; g < keys / 16; ++g)
+    for (int64_t c = 0; c < dp / 32; ++c)
+      for (int64_t i = 0; i < 16; ++i)
+        for (int64_t n = 0; n < 16; ++n)
+          for (int64_t e = 0; e < 2; ++e)
+            k_wrong += k[((g * (dp / 32) + c) * 16 + i) * 32 + 2 * n + e] !=
+                       rows[(g * 16 + n) * dp + c * 32 + 2 * i + e];
+  // V: per 32 keys and 16 columns a tile [16 key pairs][16 columns][2].
+  for (int64_t c = 0; c < keys / 32; ++c)
+    for (int64_t g = 0; g < dv / 16; ++g)
+      for (int64_t i = 0; i < 16; ++i)
+        for (int64_t m = 0; m < 16; ++m)
+          for (int64_t e = 0; e < 2; ++e)
+            v_wrong += v[((c * (dv / 16) + g) * 16 + i) * 32 + 2 * m + e] !=
+                       rows[(c * 32 + 2 * i + e) * dp + g * 16 + m];
+  EXPECT_EQ(k_wrong, 0u);
+  EXPECT_EQ(v_wrong, 0u);
+}
+
 // The hand-written AMX tile products (the default for bf16 on AMX) against
 // oneDNN's matmuls on the same packed bf16 operands: head dims whose value
 // width is an odd number of 16-column tiles (40 → 48, 72 → 80) and a single

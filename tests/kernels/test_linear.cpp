@@ -15,6 +15,7 @@
 #include "core/tensor.h"
 #include "io/weights.h"
 #include "kernels/cpu/amx_gemm.h"
+#include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/kernels.h"
 #include "kernels/linear.h"
@@ -349,32 +350,101 @@ TEST(Linear, LoadsThroughTheStagingBufferKeepTheirWeights) {
   check_staged_loads(StoredBf16({"a.k.weight", "c.k.weight"}), true);
 }
 
-// pack_bf16_ba16a64b2a writes, byte for byte, what oneDNN's reorder writes
-// for that layout (padding included), from f32 and from bf16 weights of
-// sizes that are and are not whole blocks.
+// A fused layer built from its parts (stored bf16, f16 and f32) computes
+// what the layer of the stacked weight computes, bit for bit. Parts that
+// fill whole 64-output blocks are packed from where they lie on a CPU whose
+// oneDNN matmul takes the blocked bf16 layout (AVX-512-bf16 without AMX: the
+// stacked weight is never asked for); parts that do not (70 rows) are
+// stacked once, on every CPU and compute type.
+TEST(Linear, FusedLayerFromItsPartsEqualsTheStackedWeight) {
+  const ComputeType ct = resolve_compute_type(DType::kBF16);
+  const int64_t in = 37, M = 9;
+  const auto x = test::randn(M * in, 3);
+  for (const std::vector<int64_t>& outs :
+       {std::vector<int64_t>{128, 64, 71}, std::vector<int64_t>{70, 64, 33}}) {
+    std::vector<Tensor> parts;
+    std::vector<float> all;
+    const DType stored[] = {DType::kBF16, DType::kF16, DType::kF32};
+    for (size_t i = 0; i < outs.size(); ++i) {
+      parts.push_back(Tensor::from_vector(test::randn(outs[i] * in, 40 + i, 0.2f), {outs[i], in})
+                          .to(stored[i]));
+      const auto v = parts.back().to_vector();  // the values as stored
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    const int64_t out = static_cast<int64_t>(all.size()) / in;
+    const Tensor whole = Tensor::from_vector(all, {out, in});
+    const auto bias = Tensor::from_vector(test::randn(out, 7), {out});
+    int calls = 0;
+    const Linear fused(parts, bias, ct, Activation::kNone, [&] {
+      ++calls;
+      return whole;
+    });
+    const Linear ref(whole, bias, ct);
+    std::vector<float> y(static_cast<size_t>(M * out)), r(y.size());
+    fused.forward(x.data(), M, y.data());
+    ref.forward(x.data(), M, r.data());
+    EXPECT_EQ(y, r) << "parts of " << outs[0] << " rows first";
+    if (outs[0] % 64 != 0)
+      EXPECT_EQ(calls, 1);
+    else if (ct == ComputeType::kBF16 && !cpu::amx_tiles_ready())
+      EXPECT_EQ(calls, 0);
+    else
+      EXPECT_LE(calls, 1);
+  }
+}
+
+// pack_bf16_ba16a_b2a writes, byte for byte, what oneDNN's reorder writes
+// for BA16a64b2a and BA16a32b2a (padding included), from f32 and from bf16
+// weights of sizes that are and are not whole blocks; amx_gemm_pack (its
+// 32-output blocks) too, where its sizes allow. Rows from a whole block on,
+// packed as a matrix of their own at ba16a_b2a_offset, land where the whole
+// matrix's pack puts them (fused layers pack each part so).
 TEST(Linear, BlockedBf16PackingEqualsOnednnReorder) {
   using tag = dnnl::memory::format_tag;
   using dt = dnnl::memory::data_type;
   const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(eng);
-  for (const auto& [out, in] : std::vector<std::pair<int64_t, int64_t>>{
-           {128, 64}, {71, 37}, {200, 96}, {1152, 1152}, {65, 33}, {3, 5}}) {
-    for (const bool bf16 : {false, true}) {
-      Tensor w = Tensor::from_vector(test::randn(out * in, out + in, 0.3f), {out, in});
-      if (bf16) w = w.to(DType::kBF16);
-      const dnnl::memory::desc user({in, out}, bf16 ? dt::bf16 : dt::f32, tag::ba);
-      const dnnl::memory::desc packed({in, out}, dt::bf16, tag::BA16a64b2a);
-      dnnl::memory src(user, eng, const_cast<void*>(w.raw())), want(packed, eng);
-      dnnl::reorder(src, want).execute(stream, src, want);
-      stream.wait();
-      const size_t n = packed.get_size() / 2;
-      ASSERT_EQ(n, static_cast<size_t>((out + 63) / 64 * 64 * ((in + 31) / 32 * 32)));
-      std::vector<uint16_t> got(n, 0xffff);
-      cpu::pack_bf16_ba16a64b2a(w.raw(), bf16, out, in, got.data());
-      const auto* ref = static_cast<const uint16_t*>(want.get_data_handle());
-      size_t differ = 0;
-      for (size_t i = 0; i < n; ++i) differ += got[i] != ref[i];
-      EXPECT_EQ(differ, 0u) << out << " x " << in << (bf16 ? " bf16" : " f32");
+  for (const int64_t block : {64, 32}) {
+    for (const auto& [out, in] : std::vector<std::pair<int64_t, int64_t>>{
+             {128, 64}, {71, 37}, {200, 96}, {1152, 1152}, {65, 33}, {3, 5}, {96, 160}}) {
+      for (const bool bf16 : {false, true}) {
+        const std::string what = std::to_string(out) + " x " + std::to_string(in) +
+                                 (bf16 ? " bf16" : " f32") + ", blocks of " + std::to_string(block);
+        Tensor w = Tensor::from_vector(test::randn(out * in, out + in, 0.3f), {out, in});
+        if (bf16) w = w.to(DType::kBF16);
+        const dnnl::memory::desc user({in, out}, bf16 ? dt::bf16 : dt::f32, tag::ba);
+        const dnnl::memory::desc packed({in, out}, dt::bf16,
+                                        block == 64 ? tag::BA16a64b2a : tag::BA16a32b2a);
+        dnnl::memory src(user, eng, const_cast<void*>(w.raw())), want(packed, eng);
+        dnnl::reorder(src, want).execute(stream, src, want);
+        stream.wait();
+        const size_t n = packed.get_size() / 2;
+        ASSERT_EQ(n,
+                  static_cast<size_t>((out + block - 1) / block * block * ((in + 31) / 32 * 32)));
+        const auto* ref = static_cast<const uint16_t*>(want.get_data_handle());
+        const auto differ = [&](const std::vector<uint16_t>& got) {
+          size_t d = 0;
+          for (size_t i = 0; i < n; ++i) d += got[i] != ref[i];
+          return d;
+        };
+        std::vector<uint16_t> got(n, 0xffff);
+        cpu::pack_bf16_ba16a_b2a(w.raw(), bf16, out, in, block, got.data());
+        EXPECT_EQ(differ(got), 0u) << what;
+        if (out > block) {  // rows [0, block) and [block, out) packed apart
+          std::vector<uint16_t> parts(n, 0xffff);
+          const size_t esize = bf16 ? 2 : 4;
+          cpu::pack_bf16_ba16a_b2a(w.raw(), bf16, block, in, block, parts.data());
+          cpu::pack_bf16_ba16a_b2a(static_cast<const char*>(w.raw()) + block * in * esize, bf16,
+                                   out - block, in, block,
+                                   parts.data() + cpu::ba16a_b2a_offset(block, in, block));
+          EXPECT_EQ(differ(parts), 0u) << what << ", in two parts";
+        }
+        if (block == 32 && out % 32 == 0 && in % 32 == 0) {
+          std::vector<uint16_t> amx(n, 0xffff);
+          cpu::amx_gemm_pack(w.raw(), bf16, out, in, amx.data());
+          EXPECT_EQ(differ(amx), 0u) << what << ", amx_gemm_pack";
+        }
+      }
     }
   }
 }

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/avx512_math.h"
+#include "kernels/cpu/convert.h"
 
 namespace xdit::kernels::cpu {
 
@@ -189,22 +190,9 @@ bool amx_gemm_takes(int64_t k, int64_t n) {
 void amx_gemm_pack(const void* w, bool w_bf16, int64_t n, int64_t k, uint16_t* out) {
   XDIT_CHECK(k % kStep == 0 && n % kPanel == 0, "amx_gemm_pack: ", n, " x ", k,
              " is not a multiple of 32 both ways");
-  const int64_t steps = k / kStep;
   // Value (column j, reduction 32s + 2r + e) of panel p goes to row r,
   // column j, half e of step s: oneDNN's BA16a32b2a.
-#pragma omp parallel for
-  for (int64_t p = 0; p < n / kPanel; ++p)
-    for (int64_t s = 0; s < steps; ++s) {
-      uint16_t* step = out + (p * steps + s) * kStepValues;
-      for (int64_t j = 0; j < kPanel; ++j) {
-        const int64_t row = (p * kPanel + j) * k + s * kStep;
-        for (int64_t q = 0; q < kStep; ++q) {
-          const uint16_t v = w_bf16 ? static_cast<const uint16_t*>(w)[row + q]
-                                    : f32_to_bf16(static_cast<const float*>(w)[row + q]);
-          step[(q / 2) * 64 + j * 2 + q % 2] = v;
-        }
-      }
-    }
+  pack_bf16_ba16a_b2a(w, w_bf16, n, k, kPanel, out);
 }
 
 void amx_gemm(const void* a, bool a_f32, int64_t m, int64_t k, const uint16_t* b, int64_t n,

@@ -1,4 +1,4 @@
-// GCC 12's AVX-512 intrinsics (the shuffles of amx_pack_k) start from
+// GCC 12's AVX-512 intrinsics (the shuffles of transpose_16x16_epi32) start from
 // undefined vectors, which -Wmaybe-uninitialized reports inside the headers.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include "kernels/cpu/amx_tiles.h"
@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/cpu/avx512_math.h"
 #include "kernels/cpu/softmax_row.h"
 #include "kernels/kernels.h"
 
@@ -158,36 +159,14 @@ bool amx_tiles_ready() {
 __attribute__((target("avx512f,avx512bw"))) void amx_pack_k(const uint16_t* rows, int64_t keys,
                                                             int64_t dp, uint16_t* out) {
   // Word (key n, dims 2i, 2i+1) of chunk c goes to row i, column n of tile
-  // (key group, c): a 16 × 16 transpose of 32-bit words per tile, in three
-  // rounds of shuffles (words within 128-bit lanes, then pairs of words,
-  // then the lanes themselves).
+  // (key group, c): a 16 × 16 transpose of 32-bit words per tile.
   const int64_t chunks = dp / 32;
   for (int64_t g = 0; g < keys / 16; ++g)
     for (int64_t c = 0; c < chunks; ++c, out += 512) {
-      __m512i r[16], a[16], b[16];
+      __m512i r[16], t[16];
       for (int n = 0; n < 16; ++n) r[n] = _mm512_loadu_si512(rows + (g * 16 + n) * dp + c * 32);
-      for (int n = 0; n < 16; n += 2) {
-        a[n] = _mm512_unpacklo_epi32(r[n], r[n + 1]);
-        a[n + 1] = _mm512_unpackhi_epi32(r[n], r[n + 1]);
-      }
-      // b[4q + j], lane L: word 4L + j of keys 4q … 4q + 3.
-      for (int q = 0; q < 4; ++q) {
-        b[4 * q] = _mm512_unpacklo_epi64(a[4 * q], a[4 * q + 2]);
-        b[4 * q + 1] = _mm512_unpackhi_epi64(a[4 * q], a[4 * q + 2]);
-        b[4 * q + 2] = _mm512_unpacklo_epi64(a[4 * q + 1], a[4 * q + 3]);
-        b[4 * q + 3] = _mm512_unpackhi_epi64(a[4 * q + 1], a[4 * q + 3]);
-      }
-      // Tile row 4L + j: lane L of b[j], b[4 + j], b[8 + j], b[12 + j].
-      for (int j = 0; j < 4; ++j) {
-        const __m512i x02 = _mm512_shuffle_i32x4(b[j], b[4 + j], 0x88),
-                      y02 = _mm512_shuffle_i32x4(b[8 + j], b[12 + j], 0x88),
-                      x13 = _mm512_shuffle_i32x4(b[j], b[4 + j], 0xdd),
-                      y13 = _mm512_shuffle_i32x4(b[8 + j], b[12 + j], 0xdd);
-        _mm512_storeu_si512(out + (0 + j) * 32, _mm512_shuffle_i32x4(x02, y02, 0x88));
-        _mm512_storeu_si512(out + (8 + j) * 32, _mm512_shuffle_i32x4(x02, y02, 0xdd));
-        _mm512_storeu_si512(out + (4 + j) * 32, _mm512_shuffle_i32x4(x13, y13, 0x88));
-        _mm512_storeu_si512(out + (12 + j) * 32, _mm512_shuffle_i32x4(x13, y13, 0xdd));
-      }
+      transpose_16x16_epi32(r, t);
+      for (int i = 0; i < 16; ++i) _mm512_storeu_si512(out + i * 32, t[i]);
     }
 }
 

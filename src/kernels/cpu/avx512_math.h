@@ -44,6 +44,37 @@ __attribute__((target("avx512f,avx512bf16,avx512vl,avx512bw"))) inline void stor
   _mm256_mask_storeu_epi16(p, k, reinterpret_cast<const __m256i&>(b));
 }
 
+// A 16 × 16 transpose of 32-bit words: lane n of t[i] is word i of r[n].
+// Three rounds of shuffles: words within 128-bit lanes, then pairs of
+// words, then the lanes themselves (48 shuffles for 16 rows, where a store
+// per word would take 256).
+__attribute__((target("avx512f"))) inline void transpose_16x16_epi32(const __m512i r[16],
+                                                                     __m512i t[16]) {
+  __m512i a[16], b[16];
+  for (int n = 0; n < 16; n += 2) {
+    a[n] = _mm512_unpacklo_epi32(r[n], r[n + 1]);
+    a[n + 1] = _mm512_unpackhi_epi32(r[n], r[n + 1]);
+  }
+  // b[4q + j], lane L: word 4L + j of rows 4q … 4q + 3.
+  for (int q = 0; q < 4; ++q) {
+    b[4 * q] = _mm512_unpacklo_epi64(a[4 * q], a[4 * q + 2]);
+    b[4 * q + 1] = _mm512_unpackhi_epi64(a[4 * q], a[4 * q + 2]);
+    b[4 * q + 2] = _mm512_unpacklo_epi64(a[4 * q + 1], a[4 * q + 3]);
+    b[4 * q + 3] = _mm512_unpackhi_epi64(a[4 * q + 1], a[4 * q + 3]);
+  }
+  // Word 4L + j of all rows: lane L of b[j], b[4 + j], b[8 + j], b[12 + j].
+  for (int j = 0; j < 4; ++j) {
+    const __m512i x02 = _mm512_shuffle_i32x4(b[j], b[4 + j], 0x88),
+                  y02 = _mm512_shuffle_i32x4(b[8 + j], b[12 + j], 0x88),
+                  x13 = _mm512_shuffle_i32x4(b[j], b[4 + j], 0xdd),
+                  y13 = _mm512_shuffle_i32x4(b[8 + j], b[12 + j], 0xdd);
+    t[j] = _mm512_shuffle_i32x4(x02, y02, 0x88);
+    t[8 + j] = _mm512_shuffle_i32x4(x02, y02, 0xdd);
+    t[4 + j] = _mm512_shuffle_i32x4(x13, y13, 0x88);
+    t[12 + j] = _mm512_shuffle_i32x4(x13, y13, 0xdd);
+  }
+}
+
 // 2^x on 16 lanes: x = n + f with n = ⌊x⌋ and 0 ≤ f < 1. vreduceps gives f
 // in one instruction, a polynomial gives 2^f (least-squares fits on
 // Chebyshev nodes, moved from [−½, ½] to [0, 1): degree 5 has a relative

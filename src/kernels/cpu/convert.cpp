@@ -1,3 +1,7 @@
+// GCC 12's AVX-512 intrinsics (the shuffles of transpose_16x16_epi32) start
+// from undefined vectors, which GCC reports as uninitialized inside the headers.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include "kernels/cpu/convert.h"
 
 #include <immintrin.h>
@@ -7,6 +11,7 @@
 
 #include "core/aligned.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "kernels/cpu/avx512_math.h"
 
 namespace xdit::kernels::cpu {
@@ -57,10 +62,48 @@ void f32_to_bf16_array(const float* src, uint16_t* dst, size_t n) {
   }
 }
 
-void pack_bf16_ba16a64b2a(const void* w, bool w_bf16, int64_t out, int64_t in, uint16_t* dst) {
+namespace {
+
+// One whole block (B = block_out outputs × 32 inputs) of
+// pack_bf16_ba16a_b2a on vectors: each output's 32 inputs are one row of 16
+// input pairs (one 64-byte load of bf16, or two of f32 rounded as
+// vcvtne2ps2bf16 rounds), and 16 outputs' rows transposed give 16 pairs'
+// runs of 16 outputs. The scalar loop, a 4-byte store per pair, packed 2.2 G
+// elements/s from bf16 and 0.95 from f32 on two Zen 4 cores; this 4.6 and
+// 2.5–3.0.
+__attribute__((target("avx512f,avx512bf16,avx512vl,avx512bw"))) void pack_block_avx512bf16(
+    const void* w, bool w_bf16, int64_t in, int64_t n0, int64_t k0, int64_t block_out,
+    uint16_t* out) {
   const auto* w16 = static_cast<const uint16_t*>(w);
   const auto* w32 = static_cast<const float*>(w);
-  const int64_t kblocks = (in + 31) / 32, nblocks = (out + 63) / 64;
+  for (int64_t g = 0; g < block_out; g += 16) {
+    __m512i r[16], t[16];
+    for (int j = 0; j < 16; ++j) {
+      const int64_t at = (n0 + g + j) * in + k0;
+      if (w_bf16) {
+        r[j] = _mm512_loadu_si512(w16 + at);
+      } else {
+        const __m512bh b =
+            _mm512_cvtne2ps_pbh(_mm512_loadu_ps(w32 + at + 16), _mm512_loadu_ps(w32 + at));
+        r[j] = reinterpret_cast<const __m512i&>(b);
+      }
+    }
+    transpose_16x16_epi32(r, t);
+    for (int p = 0; p < 16; ++p) _mm512_storeu_si512(out + (p * block_out + g) * 2, t[p]);
+  }
+}
+
+}  // namespace
+
+void pack_bf16_ba16a_b2a(const void* w, bool w_bf16, int64_t out, int64_t in, int64_t block_out,
+                         uint16_t* dst) {
+  XDIT_CHECK(block_out == 32 || block_out == 64, "pack_bf16_ba16a_b2a: blocks of ", block_out,
+             " outputs (32 or 64)");
+  const auto* w16 = static_cast<const uint16_t*>(w);
+  const auto* w32 = static_cast<const float*>(w);
+  const int64_t kblocks = (in + 31) / 32, nblocks = (out + block_out - 1) / block_out;
+  const int64_t block = 32 * block_out;  // values
+  const bool vector = has_avx512_bf16();
   const auto value = [&](int64_t at) -> uint32_t {
     return w_bf16 ? w16[at] : f32_to_bf16(w32[at]);
   };
@@ -72,20 +115,23 @@ void pack_bf16_ba16a64b2a(const void* w, bool w_bf16, int64_t out, int64_t in, u
   };
 #pragma omp parallel for schedule(static)
   for (int64_t blk = 0; blk < nblocks * kblocks; ++blk) {
-    const int64_t n0 = blk / kblocks * 64, k0 = blk % kblocks * 32;
-    // Within the block: [16 input pairs][64 outputs] 32-bit units. Each
+    const int64_t n0 = blk / kblocks * block_out, k0 = blk % kblocks * 32;
+    uint16_t* const o = dst + blk * block;
+    // Within the block: [16 input pairs][B outputs] 32-bit units. Each
     // output's 32 inputs are one 64-byte (bf16) or 128-byte (f32) run of w.
-    uint32_t unit[16][64];
-    if (n0 + 64 <= out && k0 + 32 <= in) {
-      for (int64_t j = 0; j < 64; ++j) {
-        const int64_t at = (n0 + j) * in + k0;
-        for (int p = 0; p < 16; ++p) unit[p][j] = value(at + 2 * p) | value(at + 2 * p + 1) << 16;
-      }
-    } else {
-      for (int64_t j = 0; j < 64; ++j)
-        for (int p = 0; p < 16; ++p) unit[p][j] = pair(n0 + j, k0 + 2 * p);
+    const bool whole = n0 + block_out <= out && k0 + 32 <= in;
+    if (whole && vector) {
+      pack_block_avx512bf16(w, w_bf16, in, n0, k0, block_out, o);
+      continue;
     }
-    std::memcpy(dst + blk * 2048, unit, sizeof unit);
+    uint32_t unit[16][64];
+    for (int64_t j = 0; j < block_out; ++j)
+      for (int p = 0; p < 16; ++p)
+        unit[p][j] =
+            whole ? value((n0 + j) * in + k0 + 2 * p) | value((n0 + j) * in + k0 + 2 * p + 1) << 16
+                  : pair(n0 + j, k0 + 2 * p);
+    for (int p = 0; p < 16; ++p)
+      std::memcpy(o + p * block_out * 2, unit[p], static_cast<size_t>(block_out) * 4);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -131,11 +132,19 @@ Linear& Linear::operator=(Linear&&) noexcept = default;
 Linear::~Linear() = default;
 
 Linear::Linear(const Tensor& weight, const Tensor& bias, ComputeType ct, Activation act)
+    : Linear(std::vector<Tensor>{weight}, bias, ct, act, [&] { return weight; }) {}
+
+Linear::Linear(const std::vector<Tensor>& parts, const Tensor& bias, ComputeType ct, Activation act,
+               const std::function<Tensor()>& stacked)
     : impl_(std::make_unique<Impl>()) {
-  XDIT_CHECK(weight.ndim() == 2, "linear weight must be 2-D, got ", shape_str(weight.shape()));
+  XDIT_CHECK(!parts.empty(), "linear: no weight");
   Impl& im = *impl_;
-  im.out = weight.dim(0);
-  im.in = weight.dim(1);
+  im.in = parts[0].ndim() == 2 ? parts[0].dim(1) : 0;
+  for (const Tensor& p : parts) {
+    XDIT_CHECK(p.ndim() == 2 && p.dim(1) == im.in, "linear weight parts must be 2-D with ", im.in,
+               " inputs each, got ", shape_str(p.shape()));
+    im.out += p.dim(0);
+  }
   im.ct = ct;
   im.act = act;
   im.src_dt = ct == ComputeType::kBF16 ? dt::bf16 : dt::f32;
@@ -147,7 +156,7 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, ComputeType ct, Activat
   }
 #ifdef XDIT_HAVE_CUDA
   if (on_cuda()) {
-    const Tensor w = weight.to(DType::kF32);
+    const Tensor w = stacked().to(DType::kF32);
     im.device = std::make_unique<cuda::DeviceLinear>(
         w.data<float>(), im.has_bias ? im.bias.data() : nullptr, im.in, im.out,
         ct == ComputeType::kBF16, act == Activation::kGeluTanh);
@@ -155,17 +164,32 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, ComputeType ct, Activat
     return;
   }
 #endif
-  Tensor w = weight.dtype() == DType::kF16 ? weight.to(DType::kF32) : weight;
+  // Packs into one of the layouts blocked by `block` outputs
+  // (cpu::pack_bf16_ba16a_b2a): each part straight from where it lies when
+  // every part but the last fills whole blocks (a fused layer's parts need
+  // not be stacked first), else the stacked weight.
+  const auto pack_blocked = [&](int64_t block, uint16_t* dst) {
+    bool apart = true;
+    for (size_t i = 0; i + 1 < parts.size(); ++i) apart = apart && parts[i].dim(0) % block == 0;
+    const auto pack = [&](const Tensor& t, int64_t row) {
+      const Tensor w = t.dtype() == DType::kF16 ? t.to(DType::kF32) : t;
+      cpu::pack_bf16_ba16a_b2a(w.raw(), w.dtype() == DType::kBF16, w.dim(0), im.in, block,
+                               dst + cpu::ba16a_b2a_offset(row, im.in, block));
+    };
+    if (!apart) return pack(stacked(), 0);
+    int64_t row = 0;
+    for (const Tensor& p : parts) {
+      pack(p, row);
+      row += p.dim(0);
+    }
+  };
   if (ct == ComputeType::kBF16 && use_amx_gemm(im.in, im.out)) {
     im.amx_packed.resize(static_cast<size_t>(im.in * im.out));
-    cpu::amx_gemm_pack(w.raw(), w.dtype() == DType::kBF16, im.out, im.in, im.amx_packed.data());
+    pack_blocked(32, im.amx_packed.data());  // amx_gemm_pack's layout (BA16a32b2a)
     XDIT_DEBUG("linear ", im.in, " -> ", im.out, " bf16: xdit:amx_tiles");
     return;
   }
   try {
-    // Wᵀ viewed as [in, out] is the torch [out, in] buffer in "ba" order.
-    const dt wdt = w.dtype() == DType::kBF16 ? dt::bf16 : dt::f32;
-    dnnl::memory::desc user_md({im.in, im.out}, wdt, tag::ba);
     dnnl::memory::desc any_md({im.in, im.out}, im.src_dt, tag::any);
     auto pd = im.make_pd(kPackHintRows, any_md, false);
     im.packed_md = pd.weights_desc();
@@ -173,9 +197,13 @@ Linear::Linear(const Tensor& weight, const Tensor& bias, ComputeType ct, Activat
     if (im.packed_md == dnnl::memory::desc({im.in, im.out}, dt::bf16, tag::BA16a64b2a)) {
       // The avx512_core_bf16 layout, packed here (oneDNN's reorder to it is
       // slow: cpu/convert.h).
-      cpu::pack_bf16_ba16a64b2a(w.raw(), wdt == dt::bf16, im.out, im.in,
-                                static_cast<uint16_t*>(im.packed.get_data_handle()));
+      pack_blocked(64, static_cast<uint16_t*>(im.packed.get_data_handle()));
     } else {
+      const Tensor whole = stacked();
+      const Tensor w = whole.dtype() == DType::kF16 ? whole.to(DType::kF32) : whole;
+      // Wᵀ viewed as [in, out] is the torch [out, in] buffer in "ba" order.
+      const dt wdt = w.dtype() == DType::kBF16 ? dt::bf16 : dt::f32;
+      dnnl::memory::desc user_md({im.in, im.out}, wdt, tag::ba);
       dnnl::memory user(user_md, engine(), const_cast<void*>(w.raw()));
       dnnl::reorder(user, im.packed).execute(cpu::thread_stream(), user, im.packed);
       cpu::thread_stream().wait();
