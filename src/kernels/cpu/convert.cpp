@@ -119,17 +119,15 @@ void pack_bf16_ba16a_b2a(const void* w, bool w_bf16, int64_t out, int64_t in, in
     uint16_t* const o = dst + blk * block;
     // Within the block: [16 input pairs][B outputs] 32-bit units. Each
     // output's 32 inputs are one 64-byte (bf16) or 128-byte (f32) run of w.
-    const bool whole = n0 + block_out <= out && k0 + 32 <= in;
-    if (whole && vector) {
+    if (vector && n0 + block_out <= out && k0 + 32 <= in) {
       pack_block_avx512bf16(w, w_bf16, in, n0, k0, block_out, o);
       continue;
     }
+    // Edge blocks, and CPUs without AVX-512-bf16 (where bf16 layers are rare:
+    // their compute type falls back to f32).
     uint32_t unit[16][64];
     for (int64_t j = 0; j < block_out; ++j)
-      for (int p = 0; p < 16; ++p)
-        unit[p][j] =
-            whole ? value((n0 + j) * in + k0 + 2 * p) | value((n0 + j) * in + k0 + 2 * p + 1) << 16
-                  : pair(n0 + j, k0 + 2 * p);
+      for (int p = 0; p < 16; ++p) unit[p][j] = pair(n0 + j, k0 + 2 * p);
     for (int p = 0; p < 16; ++p)
       std::memcpy(o + p * block_out * 2, unit[p], static_cast<size_t>(block_out) * 4);
   }
