@@ -139,12 +139,13 @@ Linear::Linear(const std::vector<Tensor>& parts, const Tensor& bias, ComputeType
     : impl_(std::make_unique<Impl>()) {
   XDIT_CHECK(!parts.empty(), "linear: no weight");
   Impl& im = *impl_;
-  im.in = parts[0].ndim() == 2 ? parts[0].dim(1) : 0;
   for (const Tensor& p : parts) {
-    XDIT_CHECK(p.ndim() == 2 && p.dim(1) == im.in, "linear weight parts must be 2-D with ", im.in,
-               " inputs each, got ", shape_str(p.shape()));
+    XDIT_CHECK(p.ndim() == 2, "linear weight must be 2-D, got ", shape_str(p.shape()));
+    XDIT_CHECK(p.dim(1) == parts[0].dim(1), "fused linear weight parts must have the same ",
+               parts[0].dim(1), " inputs, got ", shape_str(p.shape()));
     im.out += p.dim(0);
   }
+  im.in = parts[0].dim(1);
   im.ct = ct;
   im.act = act;
   im.src_dt = ct == ComputeType::kBF16 ? dt::bf16 : dt::f32;
