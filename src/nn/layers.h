@@ -40,10 +40,12 @@ class Scratch {
   Tensor device_buf_;  // under a CUDA DeviceScope
 };
 
-// While one is alive on this thread, load_fused_linear and load_row_linear
-// assemble their weight matrix in one buffer reused from layer to layer
-// instead of a fresh allocation per layer, whose pages the kernel would
-// fault in and zero each time (T5-XXL: 13 GB of them over its 24 blocks).
+// While one is alive on this thread, load_row_linear, and load_fused_linear
+// where its layer cannot pack each part from the file (kernels::Linear from
+// parts: f32 layers, layouts not blocked by outputs), assemble their weight
+// matrix in one buffer reused from layer to layer instead of a fresh
+// allocation per layer, whose pages the kernel would fault in and zero each
+// time (13 GB of them for T5-XXL's 24 blocks before this buffer).
 // A model's constructor holds one; an inner one shares the outer one's
 // buffer, which is freed when the outermost ends, so no memory outlives the
 // load. The layers never keep the matrix: they pack it into their own layout.

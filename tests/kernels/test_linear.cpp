@@ -181,7 +181,7 @@ TEST(Linear, AmxTileGemmMatchesTheReference) {
     auto a = test::randn(c.m * c.k, 51), w = test::randn(c.n * c.k, 52, 0.2f),
          bias = test::randn(c.n, 53), prior = test::randn(c.m * c.n, 54);
     std::vector<uint16_t> packed(static_cast<size_t>(c.k * c.n)), ab(a.size());
-    cpu::amx_gemm_pack(w.data(), false, c.n, c.k, packed.data());
+    cpu::pack_bf16_ba16a_b2a(w.data(), false, c.n, c.k, 32, packed.data());
     to_bf16_array(a.data(), ab.data(), c.m * c.k);
     std::vector<double> ref, mag;
     reference_bf16(a, w, c.m, c.k, c.n, ref, mag);
@@ -395,8 +395,8 @@ TEST(Linear, FusedLayerFromItsPartsEqualsTheStackedWeight) {
 
 // pack_bf16_ba16a_b2a writes, byte for byte, what oneDNN's reorder writes
 // for BA16a64b2a and BA16a32b2a (padding included), from f32 and from bf16
-// weights of sizes that are and are not whole blocks; amx_gemm_pack (its
-// 32-output blocks) too, where its sizes allow. Rows from a whole block on,
+// weights of sizes that are and are not whole blocks (32-output blocks are
+// the AMX tile GEMM's panels). Rows from a whole block on,
 // packed as a matrix of their own at ba16a_b2a_offset, land where the whole
 // matrix's pack puts them (fused layers pack each part so).
 TEST(Linear, BlockedBf16PackingEqualsOnednnReorder) {
@@ -438,11 +438,6 @@ TEST(Linear, BlockedBf16PackingEqualsOnednnReorder) {
                                    out - block, in, block,
                                    parts.data() + cpu::ba16a_b2a_offset(block, in, block));
           EXPECT_EQ(differ(parts), 0u) << what << ", in two parts";
-        }
-        if (block == 32 && out % 32 == 0 && in % 32 == 0) {
-          std::vector<uint16_t> amx(n, 0xffff);
-          cpu::amx_gemm_pack(w.raw(), bf16, out, in, amx.data());
-          EXPECT_EQ(differ(amx), 0u) << what << ", amx_gemm_pack";
         }
       }
     }

@@ -13,7 +13,6 @@
 #include "core/error.h"
 #include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/avx512_math.h"
-#include "kernels/cpu/convert.h"
 
 namespace xdit::kernels::cpu {
 
@@ -185,14 +184,6 @@ panels(const Plan& pl, const void* a, bool a_f32, uint16_t* mine, const uint16_t
 bool amx_gemm_takes(int64_t k, int64_t n) {
   return k > 0 && n > 0 && k % kStep == 0 && n % kPanel == 0 && amx_tiles_ready() &&
          has_avx512_bf16();
-}
-
-void amx_gemm_pack(const void* w, bool w_bf16, int64_t n, int64_t k, uint16_t* out) {
-  XDIT_CHECK(k % kStep == 0 && n % kPanel == 0, "amx_gemm_pack: ", n, " x ", k,
-             " is not a multiple of 32 both ways");
-  // Value (column j, reduction 32s + 2r + e) of panel p goes to row r,
-  // column j, half e of step s: oneDNN's BA16a32b2a.
-  pack_bf16_ba16a_b2a(w, w_bf16, n, k, kPanel, out);
 }
 
 void amx_gemm(const void* a, bool a_f32, int64_t m, int64_t k, const uint16_t* b, int64_t n,

@@ -43,12 +43,10 @@ struct AmxGemmOut {
 // granted, k and n multiples of 32.
 bool amx_gemm_takes(int64_t k, int64_t n);
 
-// The weight [n, k] as torch stores it (f32 or bf16 rows) → the panel layout
-// above, k · n bf16 values.
-void amx_gemm_pack(const void* w, bool w_bf16, int64_t n, int64_t k, uint16_t* out);
-
 // a: [m, k] rows (row stride k), bf16 or (a_f32) f32 rounded to bf16 as it
-// is packed; any m ≥ 1. b from amx_gemm_pack.
+// is packed; any m ≥ 1. b: the weight [n, k] in the panel layout above, k · n
+// bf16 values, as cpu::pack_bf16_ba16a_b2a writes it with blocks of 32
+// outputs (convert.h; kernels::Linear packs it so).
 void amx_gemm(const void* a, bool a_f32, int64_t m, int64_t k, const uint16_t* b, int64_t n,
               const AmxGemmOut& out);
 

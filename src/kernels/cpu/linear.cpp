@@ -186,7 +186,7 @@ Linear::Linear(const std::vector<Tensor>& parts, const Tensor& bias, ComputeType
   };
   if (ct == ComputeType::kBF16 && use_amx_gemm(im.in, im.out)) {
     im.amx_packed.resize(static_cast<size_t>(im.in * im.out));
-    pack_blocked(32, im.amx_packed.data());  // amx_gemm_pack's layout (BA16a32b2a)
+    pack_blocked(32, im.amx_packed.data());  // amx_gemm's panels (BA16a32b2a)
     XDIT_DEBUG("linear ", im.in, " -> ", im.out, " bf16: xdit:amx_tiles");
     return;
   }
