@@ -51,9 +51,9 @@ T5Encoder::T5Encoder(const T5Config& cfg, const io::WeightSource& w, DType compu
   }
   final_norm_ = nn::load_param(w, "encoder.final_layer_norm.weight", {d});
   if (tp.split() && tp.comm != nullptr)  // not when only loading (memory figures)
-    XDIT_INFO("T5 encoder, tensor parallel rank ", tp.rank, " of ", tp.size, ": loaded ",
-              human_size(static_cast<double>(w.loaded().total - before)), " of ",
-              human_size(static_cast<double>(w.stored_bytes())),
+    XDIT_INFO("T5 encoder split over ", tp.size, " ranks (heads and feed-forward units), rank ",
+              tp.rank, ": loaded ", human_size(static_cast<double>(w.loaded().total - before)),
+              " of ", human_size(static_cast<double>(w.stored_bytes())),
               " (as stored; the embedding whole)");
 }
 

@@ -227,8 +227,7 @@ Mesh::Groups Mesh::split(comm::Communicator& base, bool model_only) const {
 }
 
 void Mesh::set_device(Device device, const std::string& kind) {
-  XDIT_CHECK(device.cuda() && device_kind_.empty(),
-             "Mesh::set_device takes one CUDA device, once");
+  XDIT_CHECK(device.cuda() && device_kind_.empty(), "Mesh::set_device takes one CUDA device, once");
   DeviceScope scope(device);  // NCCL and the staged copies bind to the current device
   // The world as a shared pointer the device communicator can hold; the
   // mesh's caller owns it and outlives the mesh.
@@ -238,6 +237,15 @@ void Mesh::set_device(Device device, const std::string& kind) {
   model_ = model_of(device_groups_);
   device_kind_ = kind;
   device_ = device;
+}
+
+comm::Communicator& Mesh::text_group(int degree) {
+  comm::Communicator& replica = *host_.replica;
+  XDIT_CHECK(degree >= 1 && replica.size() % degree == 0, "text encoder group of ", degree,
+             " ranks: it must divide the ", replica.size(), " ranks of a replica");
+  auto& g = text_groups_[degree];
+  if (!g) g = replica.split(replica.rank() / degree, replica.rank() % degree);
+  return *g;
 }
 
 Mesh::~Mesh() = default;

@@ -4,6 +4,7 @@
 // outermost (../shared/research/REFERENCE.md, "Mesh").
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -115,6 +116,12 @@ class Mesh {
   // The ranks of this rank's data-parallel replica, in rank order (the
   // patch-parallel VAE's bands).
   comm::Communicator& replica_group() { return *host_.replica; }
+  // The replica's ranks in groups of `degree` consecutive ranks (host
+  // memory): the groups a CPU text encoder splits over (its heads and
+  // feed-forward units), whatever the transformer's layout, since every rank
+  // of a replica encodes the same prompts. Made on the first call for a
+  // degree, which is collective over the replica; `degree` divides its size.
+  comm::Communicator& text_group(int degree);
 
   // The groups that carry a model's activations inside a call (the
   // attention backends, tensor parallelism's all-reduce, the parallel VAE's
@@ -155,6 +162,7 @@ class Mesh {
   std::unique_ptr<comm::Communicator> device_world_;
   Groups device_groups_;
   ModelGroups model_{};
+  std::map<int, std::unique_ptr<comm::Communicator>> text_groups_;  // by degree
   Device device_;
   std::string device_kind_;
 };

@@ -121,7 +121,7 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
   std::unique_ptr<tokenizers::T5Tokenizer> t5_tok_;
   std::unique_ptr<models::ClipTextConfig> clip_cfg_;
   std::unique_ptr<models::T5Config> t5_cfg_;
-  std::unique_ptr<io::WeightStore> clip_weights_, t5_weights_;
+  std::unique_ptr<io::WeightStore> clip_weights_;
   std::unique_ptr<models::ClipTextEncoder> clip_;
   std::unique_ptr<models::T5Encoder> t5_;
 };

@@ -40,10 +40,9 @@ MemoryEstimate estimate_memory(const models::DiTSpec& c, int64_t parameters, con
   if (q.t5 != nullptr) {
     const models::T5Config& t = *q.t5;
     const double n = P * (q.cfg ? 2 : 1), d = static_cast<double>(t.d_model);
-    e.text_encoder =
-        static_cast<double>(t.parameter_count()) * wb / std::max(1, q.tensor_parallel) +
-        n * L * (8 * d + 3 * static_cast<double>(t.d_ff)) * f  // states, q/k/v, ff
-        + static_cast<double>(t.num_heads) * L * L * f;        // position bias
+    e.text_encoder = static_cast<double>(t.parameter_count()) * wb / std::max(1, q.text_parallel) +
+                     n * L * (8 * d + 3 * static_cast<double>(t.d_ff)) * f  // states, q/k/v, ff
+                     + static_cast<double>(t.num_heads) * L * L * f;        // position bias
   }
   if (q.clip != nullptr) {
     const models::ClipTextConfig& t = *q.clip;

@@ -35,4 +35,13 @@ void ModelFamily::check_tensor_parallel(int degree) const {
                       "--tensor_parallel_degree");
 }
 
+int ModelFamily::text_parallel_degree(int ranks) const {
+  MemoryQuery q;
+  describe_text(q);
+  if (q.t5 == nullptr) return 1;
+  for (int d = ranks; d > 1; --d)
+    if (ranks % d == 0 && q.t5->num_heads % d == 0 && q.t5->d_ff % d == 0) return d;
+  return 1;
+}
+
 }  // namespace xdit::pipeline

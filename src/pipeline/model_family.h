@@ -101,9 +101,16 @@ class ModelFamily {
   // One line naming the part when the opened T5 encoder cannot split over
   // `degree` ranks (before its weights load).
   void check_tensor_parallel(int degree) const;
+  // The most of `ranks` (a divisor of it) that the opened T5 encoder's heads
+  // and feed-forward units split over evenly; 1 without a T5 encoder.
+  int text_parallel_degree(int ranks) const;
+  // The T5 encoder's files once opened (null before): what this process has
+  // read of them (`loaded()`: its share under a split) is what tests check.
+  const io::WeightStore* t5_weights() const { return t5_weights_.get(); }
 
  protected:
   nn::TensorParallel text_tp_;
+  std::unique_ptr<io::WeightStore> t5_weights_;  // the T5 encoder's files, once opened
 };
 
 // What every family takes straight from its transformer's config.

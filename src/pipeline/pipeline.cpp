@@ -97,11 +97,18 @@ Pipeline::~Pipeline() = default;
 void Pipeline::set_mesh(parallel::Mesh* mesh) {
   mesh_ = mesh;
   family_->set_tensor_parallel(tensor_parallel());
+  text_split_ = false;
 }
 
 nn::TensorParallel Pipeline::tensor_parallel() const {
   return mesh_ != nullptr ? nn::TensorParallel::of(*mesh_->model_groups().tp)
                           : nn::TensorParallel{};
+}
+
+int Pipeline::text_parallel() const {
+  if (mesh_ == nullptr) return 1;
+  if (device_.cuda()) return mesh_->config().tensor_parallel_degree;
+  return family_->text_parallel_degree(mesh_->config().replica());
 }
 
 const io::ModelFolder& Pipeline::folder() const {
@@ -331,6 +338,7 @@ MemoryQuery Pipeline::memory_query(int64_t prompts, int64_t height, int64_t widt
     q.sequence_parallel = pc.sp();
     q.pipeline_stages = pc.pipefusion_parallel_degree;
     q.tensor_parallel = pc.tensor_parallel_degree;
+    q.text_parallel = text_parallel();
     q.cfg_parallel = pc.use_cfg_parallel;
     if (pc.parallel_vae()) q.vae_bands = pc.replica();
   }
@@ -731,6 +739,13 @@ PromptEmbeddings Pipeline::encode_prompts(const ImageRequest& r) {
   // FLUX's true CFG needs a given one.
   const bool cfg =
       family_->uses_cfg(r.guidance_scale, r.true_cfg_scale, r.negative_prompt.has_value());
+  if (mesh_ != nullptr && !device_.cuda() && !text_split_) {
+    // Collective over the replica (all its ranks encode these prompts).
+    const int d = text_parallel();
+    family_->set_tensor_parallel(d > 1 ? nn::TensorParallel::of(mesh_->text_group(d))
+                                       : nn::TensorParallel{});
+    text_split_ = true;
+  }
   // On a CUDA device the text encoders run there too (the embeddings come
   // back to the host).
   DeviceScope scope(device_);

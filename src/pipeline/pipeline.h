@@ -91,8 +91,9 @@ class Pipeline {
   // Runs the transformer over the mesh: CFG halves on the two CFG groups,
   // image rows split over the sequence-parallel group (Ulysses / Ring / USP
   // attention), blocks over PipeFusion stages, layers' weights over the
-  // tensor-parallel group (with the T5 encoder's). nullptr (the default) is
-  // the serial run. Set before load() and before the text encoder runs.
+  // tensor-parallel group (the T5 encoder over text_parallel() ranks).
+  // nullptr (the default) is the serial run. Set before load() and before
+  // the text encoder runs.
   void set_mesh(parallel::Mesh* mesh);
   parallel::Mesh* mesh() const { return mesh_; }
 
@@ -122,6 +123,12 @@ class Pipeline {
  private:
   // The mesh's tensor-parallel shares over its model group (none without a mesh).
   nn::TensorParallel tensor_parallel() const;
+  // The ranks the T5 encoder splits over: on the CPU as many ranks of the
+  // replica as its heads and feed-forward units allow (every rank of a
+  // replica encodes the same prompts, so one copy of T5 per replica, each
+  // rank holding and computing its share); on a CUDA device the
+  // transformer's tensor-parallel group. 1 without a mesh.
+  int text_parallel() const;
   // What every transformer call of one denoising run shares: the batch's
   // conditioning ([uncond; cond] under CFG, one half under CFG parallel).
   struct LoopInputs {
@@ -191,6 +198,7 @@ class Pipeline {
   std::unique_ptr<io::WeightStore> vae_weights_;
   std::unique_ptr<models::VaeDecoder> vae_;
   bool text_opened_ = false;
+  bool text_split_ = false;  // the T5 encoder's share chosen (encode_prompts, on the CPU)
   bool keep_text_encoder_ = false;
   bool weights_resident_ = false;
   Device device_;

@@ -62,7 +62,6 @@ class PixArtFamily : public ConfigFamily<models::PixArtConfig, models::PixArtTra
   bool sigma_;
   std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_;
   std::unique_ptr<models::T5Config> t5_cfg_;
-  std::unique_ptr<io::WeightStore> t5_weights_;
   std::unique_ptr<models::T5Encoder> t5_;
 };
 

@@ -148,7 +148,7 @@ class SD3Family : public ConfigFamily<models::SD3Config, models::SD3Transformer>
   std::unique_ptr<tokenizers::T5Tokenizer> t5_tok_;
   std::unique_ptr<models::ClipTextConfig> clip_l_cfg_, clip_g_cfg_;
   std::unique_ptr<models::T5Config> t5_cfg_;
-  std::unique_ptr<io::WeightStore> clip_l_weights_, clip_g_weights_, t5_weights_;
+  std::unique_ptr<io::WeightStore> clip_l_weights_, clip_g_weights_;
   std::unique_ptr<models::ClipTextEncoder> clip_l_, clip_g_;
   std::unique_ptr<models::T5Encoder> t5_;
 };

@@ -27,6 +27,7 @@
 #include "parallel/config.h"
 #include "parallel/usp_attention.h"
 #include "pipeline/model_family.h"
+#include "pipeline/pipeline.h"
 #include "test_util.h"
 
 namespace xdit {
@@ -314,6 +315,60 @@ TEST(TensorParallel, T5ThatCannotSplitIsNamed) {
                 .find("--tensor_parallel_degree 8 is larger than the 4 attention heads of the "
                       "T5 text encoder"),
             std::string::npos);
+}
+
+// On the CPU every multi-rank layout splits the pipeline's T5 encoder over
+// the ranks of a data-parallel replica (they all encode the same prompts),
+// as far as its heads and feed-forward units divide, whatever the
+// transformer's own layout: each rank reads its share of the weights and
+// every rank gets the serial pipeline's embeddings.
+TEST(TensorParallel, PipelineSplitsT5OverEachReplica) {
+  const int W = world().size();
+  const std::string folder = std::string(XDIT_MODELS) + "/pixart-sigma-tiny";
+  pipeline::ImageRequest r;
+  r.prompts = {"a red fox in the snow", "a cat"};
+  r.negative_prompt = "blurry";
+  r.height = 128;
+  r.width = 96;
+  r.resolution_binning = false;
+  pipeline::Pipeline serial(folder, DType::kF32);
+  pipeline::ImageRequest rs = r;
+  serial.validate(rs);
+  const pipeline::PromptEmbeddings want = serial.encode_prompts(rs);
+  // Layouts and the split each gives the tiny T5 (4 heads, d_ff 48).
+  std::vector<std::pair<ParallelConfig, int>> layouts;
+  ParallelConfig cfg_sp;
+  cfg_sp.use_cfg_parallel = true;
+  cfg_sp.ulysses_degree = W / 2;
+  layouts.emplace_back(cfg_sp, W);
+  ParallelConfig dp_ring;
+  dp_ring.data_parallel_degree = 2;
+  dp_ring.ring_degree = W / 2;
+  layouts.emplace_back(dp_ring, W / 2);
+  ParallelConfig tp_pp;  // wider than the transformer's own split at 4 ranks
+  tp_pp.tensor_parallel_degree = 2;
+  tp_pp.pipefusion_parallel_degree = W / 2;
+  layouts.emplace_back(tp_pp, W);
+  for (const auto& [pc, split] : layouts) {
+    SCOPED_TRACE(pc.describe());
+    ASSERT_EQ(pc.world(), W) << "the test's layouts are for 2 or 4 ranks";
+    Mesh mesh(pc, world());
+    pipeline::Pipeline pipe(folder, DType::kF32);
+    pipe.set_mesh(&mesh);
+    pipeline::ImageRequest rp = r;
+    pipe.validate(rp);
+    const pipeline::PromptEmbeddings got = pipe.encode_prompts(rp);
+    EXPECT_LE(test::rel_max_err(got.embeds.to_vector(), want.embeds.to_vector()), 1e-4);
+    EXPECT_LE(test::rel_max_err(got.negative_embeds.to_vector(), want.negative_embeds.to_vector()),
+              1e-4);
+    EXPECT_EQ(got.mask.to_vector(), want.mask.to_vector());
+    const io::WeightStore& part = *pipe.family().t5_weights();
+    const io::WeightStore& whole = *serial.family().t5_weights();
+    if (split == 1)
+      EXPECT_EQ(part.loaded().total, whole.loaded().total);
+    else
+      check_loaded(part, whole, mesh.text_group(split), 0.6);  // the embedding stays whole
+  }
 }
 
 TEST(TensorParallel, MeshGroupsAreConsecutiveRanks) {
