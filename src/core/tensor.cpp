@@ -128,6 +128,17 @@ Tensor Tensor::leading(Shape shape) const {
   return t;
 }
 
+Tensor Tensor::rows(int64_t begin, int64_t count) const {
+  XDIT_CHECK(ndim() >= 1 && begin >= 0 && count >= 0 && begin + count <= dim(0), "rows [", begin,
+             ", ", begin + count, ") lie outside ", shape_str(shape_));
+  Tensor t = *this;
+  t.shape_[0] = count;
+  t.data_ = static_cast<char*>(data_) + static_cast<size_t>(begin) *
+                                            (static_cast<size_t>(shape_numel(shape_) / dim(0))) *
+                                            dtype_size(dtype_);
+  return t;
+}
+
 Tensor Tensor::to_device(Device device) const {
   if (device == device_ || !defined()) return *this;
   Tensor out = empty(shape_, dtype_, device);

@@ -63,6 +63,9 @@ class Tensor {
   Tensor reshape(Shape shape) const;
   // Same storage, the leading elements under a new shape of at most as many.
   Tensor leading(Shape shape) const;
+  // Same storage, entries [begin, begin + count) of the first dimension
+  // (contiguous: a view, no copy).
+  Tensor rows(int64_t begin, int64_t count) const;
   // A copy converted to `dtype` (a plain copy when it already is), on the
   // same device.
   Tensor to(DType dtype) const;

@@ -86,21 +86,16 @@ bool WeightStore::has(const std::string& name) const {
 namespace {
 
 // Elements [begin, begin + count) along `dim` (0 or 1) of a 1-D or 2-D
-// tensor, copied in its dtype.
-Tensor slice_copy(const Tensor& t, int dim, int64_t begin, int64_t count) {
-  const int64_t rows = t.ndim() == 2 ? t.dim(0) : 1, cols = t.dim(-1);
-  Shape shape = t.shape();
-  shape[static_cast<size_t>(dim)] = count;
-  Tensor out = Tensor::empty(shape, t.dtype());
+// tensor in its dtype: whole rows (dim 0) as a view of its storage (a file
+// mapping stays mapped while the view lives), columns copied.
+Tensor slice_of(const Tensor& t, int dim, int64_t begin, int64_t count) {
+  if (dim == 0) return t.rows(begin, count);
+  const int64_t rows = t.dim(0), cols = t.dim(1);
+  Tensor out = Tensor::empty({rows, count}, t.dtype());
   const size_t es = dtype_size(t.dtype());
   const auto* src = static_cast<const char*>(t.raw());
   auto* dst = static_cast<char*>(out.raw());
-  if (dim == 0 && t.ndim() == 2) {  // whole rows: one contiguous block
-    std::memcpy(dst, src + static_cast<size_t>(begin * cols) * es,
-                static_cast<size_t>(count * cols) * es);
-    return out;
-  }
-  for (int64_t r = 0; r < rows; ++r)  // columns: one strided read per row
+  for (int64_t r = 0; r < rows; ++r)  // one strided read per row
     std::memcpy(dst + static_cast<size_t>(r * count) * es,
                 src + static_cast<size_t>(r * cols + begin) * es, static_cast<size_t>(count) * es);
   return out;
@@ -128,7 +123,7 @@ Tensor WeightSource::get_slice(const std::string& name, const Shape& expected, i
 
 Tensor WeightSource::read_slice(const std::string& name, const Shape& expected, int dim,
                                 int64_t begin, int64_t count) const {
-  return slice_copy(read(name, expected), dim, begin, count);
+  return slice_of(read(name, expected), dim, begin, count);
 }
 
 Tensor WeightStore::read(const std::string& name, const Shape& expected) const {

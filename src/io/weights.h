@@ -23,8 +23,9 @@ class WeightSource {
   Tensor get(const std::string& name, const Shape& expected) const;
   // Elements [begin, begin + count) along dimension `dim` (0 or 1) of the
   // weight `name`, whose whole shape is `expected`: a tensor-parallel
-  // rank's share, copied in the stored dtype. Columns are strided reads of
-  // the file's mapping, so nothing outside the share is copied.
+  // rank's share in the stored dtype. Rows are a view of what read() gives
+  // (a file's mapping: nothing copied); columns are copied, one strided read
+  // of the mapping per row, so nothing outside the share is touched.
   Tensor get_slice(const std::string& name, const Shape& expected, int dim, int64_t begin,
                    int64_t count) const;
   // Bytes of the weights as stored (for memory estimates and logs).
@@ -44,7 +45,7 @@ class WeightSource {
 
  protected:
   virtual Tensor read(const std::string& name, const Shape& expected) const = 0;
-  // Default: the slice copied out of read()'s tensor.
+  // Default: a view of read()'s rows, or its columns copied out.
   virtual Tensor read_slice(const std::string& name, const Shape& expected, int dim, int64_t begin,
                             int64_t count) const;
 

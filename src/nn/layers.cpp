@@ -131,23 +131,38 @@ kernels::Linear load_row_linear(const io::WeightSource& w, const std::string& pr
     return load_linear(w, prefix, whole, out, bias, ct);
   // This rank's columns of each part (or of part `only`), side by side.
   const auto mine = [&](size_t i) { return only < 0 || static_cast<int>(i) == only; };
-  int64_t cols = 0;
-  for (size_t i = 0; i < ins.size(); ++i)
-    if (mine(i)) cols += tp.part(ins[i], "input features of " + prefix);
-  Tensor weight = assembly_matrix(out, cols);
-  int64_t c = 0, part_begin = 0;
+  std::vector<Tensor> slices;
+  int64_t cols = 0, part_begin = 0;
+  bool all_bf16 = true;
   for (size_t i = 0; i < ins.size(); ++i) {
-    const int64_t n = ins[i], share = n / tp.size;
+    const int64_t n = ins[i];
     if (mine(i)) {
-      const Tensor slice = w.get_slice(wn, shape, 1, part_begin + tp.begin(n), share);
-      const size_t es = dtype_size(slice.dtype());
-      for (int64_t r = 0; r < out; ++r)
-        convert_to_f32(static_cast<const char*>(slice.raw()) + static_cast<size_t>(r * share) * es,
-                       slice.dtype(), weight.data<float>() + r * cols + c,
-                       static_cast<size_t>(share));
-      c += share;
+      const int64_t share = tp.part(n, "input features of " + prefix);
+      slices.push_back(w.get_slice(wn, shape, 1, part_begin + tp.begin(n), share));
+      all_bf16 = all_bf16 && slices.back().dtype() == DType::kBF16;
+      cols += share;
     }
     part_begin += n;
+  }
+  // One slice is the weight as it is; several are put side by side in the
+  // staging matrix, in bf16 when all are stored so (no f32 round trip).
+  Tensor weight = slices.size() == 1
+                      ? slices[0]
+                      : assembly_matrix(out, cols, all_bf16 ? DType::kBF16 : DType::kF32);
+  int64_t c = 0;
+  for (size_t i = 0; slices.size() > 1 && i < slices.size(); ++i) {
+    const Tensor& slice = slices[i];
+    const int64_t share = slice.dim(1);
+    const size_t es = dtype_size(slice.dtype());
+    for (int64_t r = 0; r < out; ++r) {
+      const char* src = static_cast<const char*>(slice.raw()) + static_cast<size_t>(r * share) * es;
+      if (all_bf16)
+        std::memcpy(weight.data<uint16_t>() + r * cols + c, src, static_cast<size_t>(share) * 2);
+      else
+        convert_to_f32(src, slice.dtype(), weight.data<float>() + r * cols + c,
+                       static_cast<size_t>(share));
+    }
+    c += share;
   }
   const bool add_bias = bias && tp.rank == 0;
   kernels::Linear l(weight, add_bias ? w.get_slice(bn, {out}, 0, 0, out) : Tensor(), ct);
