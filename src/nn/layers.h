@@ -40,7 +40,8 @@ class Scratch {
   Tensor device_buf_;  // under a CUDA DeviceScope
 };
 
-// While one is alive on this thread, load_row_linear, and load_fused_linear
+// While one is alive on this thread, load_row_linear (a share of columns
+// of several input parts), and load_fused_linear
 // where its layer cannot pack each part from the file (kernels::Linear from
 // parts: f32 layers, layouts not blocked by outputs), assemble their weight
 // matrix in one buffer reused from layer to layer instead of a fresh
