@@ -60,7 +60,8 @@ void add_parallel_options(CLI::App* cmd, ParallelOptions& o) {
   o.parallel_vae_flag =
       cmd->add_flag("--use_parallel_vae,--use-parallel-vae", o.parallel_vae,
                     "decode with the VAE split into row bands over the ranks of each data-parallel "
-                    "group (halo rows, exact); on by default under patch parallelism, "
+                    "group (halo rows, exact); on by default on the CPU (a replica of several "
+                    "ranks, a latent row for each) and under patch parallelism, "
                     "--use_parallel_vae=false turns it off")
           ->group(par);
   cmd->add_option("--tensor_parallel_degree,--tensor-parallel-degree", p.tensor_parallel_degree,

@@ -111,6 +111,14 @@ int Pipeline::text_parallel() const {
   return family_->text_parallel_degree(mesh_->config().replica());
 }
 
+bool Pipeline::vae_in_bands(int64_t latent_rows) const {
+  if (mesh_ == nullptr) return false;
+  const auto& pc = mesh_->config();
+  if (pc.use_parallel_vae.has_value() || pc.patch_parallel_degree > 1 || device_.cuda())
+    return pc.parallel_vae();
+  return pc.replica() > 1 && latent_rows >= pc.replica();
+}
+
 const io::ModelFolder& Pipeline::folder() const {
   XDIT_CHECK(folder_.has_value(), "this pipeline was built without a model folder");
   return *folder_;
@@ -340,7 +348,7 @@ MemoryQuery Pipeline::memory_query(int64_t prompts, int64_t height, int64_t widt
     q.tensor_parallel = pc.tensor_parallel_degree;
     q.text_parallel = text_parallel();
     q.cfg_parallel = pc.use_cfg_parallel;
-    if (pc.parallel_vae()) q.vae_bands = pc.replica();
+    if (vae_in_bands(height / q.vae_scale_factor)) q.vae_bands = pc.replica();
   }
   return q;
 }
@@ -759,11 +767,14 @@ Tensor Pipeline::decode_latents(const Tensor& latents) {
   DeviceScope scope(device_);
   if (!vae_) vae_ = std::make_unique<models::VaeDecoder>(*vae_cfg_, *vae_weights_, dtype_);
   Tensor image;
-  if (mesh_ != nullptr && mesh_->config().parallel_vae()) {
+  if (vae_in_bands(latents.dim(2))) {
     // Every rank of the replica decodes its band of latent rows; every one
     // returns the whole image.
-    parallel::VaeBands bands(*mesh_->model_groups().replica, mesh_->replica_group(),
-                             mesh_->config().vae_rows(latents.dim(2)));
+    const std::vector<int64_t> rows = mesh_->config().vae_rows(latents.dim(2));
+    if (!told_vae_bands_)
+      XDIT_INFO("VAE decoder in ", rows.size(), " row bands over the ranks of each replica");
+    told_vae_bands_ = true;
+    parallel::VaeBands bands(*mesh_->model_groups().replica, mesh_->replica_group(), rows);
     image = vae_->decode_latents(latents, &bands);
   } else {
     image = vae_->decode_latents(latents);

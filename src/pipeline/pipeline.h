@@ -129,6 +129,13 @@ class Pipeline {
   // rank holding and computing its share); on a CUDA device the
   // transformer's tensor-parallel group. 1 without a mesh.
   int text_parallel() const;
+  // Whether the VAE decodes `latent_rows` rows in bands over the replica
+  // (parallel::VaeBands): as asked (--use_parallel_vae, on by default under
+  // patch parallelism); unasked, on the CPU wherever the replica has
+  // several ranks and the latent a row for each of them, since each rank
+  // would otherwise decode the whole image on shared cores (a CUDA rank has
+  // its own GPU: whole, as in xDiT).
+  bool vae_in_bands(int64_t latent_rows) const;
   // What every transformer call of one denoising run shares: the batch's
   // conditioning ([uncond; cond] under CFG, one half under CFG parallel).
   struct LoopInputs {
@@ -198,7 +205,8 @@ class Pipeline {
   std::unique_ptr<io::WeightStore> vae_weights_;
   std::unique_ptr<models::VaeDecoder> vae_;
   bool text_opened_ = false;
-  bool text_split_ = false;  // the T5 encoder's share chosen (encode_prompts, on the CPU)
+  bool told_vae_bands_ = false;  // the decoder's bands logged once
+  bool text_split_ = false;      // the T5 encoder's share chosen (encode_prompts, on the CPU)
   bool keep_text_encoder_ = false;
   bool weights_resident_ = false;
   Device device_;

@@ -6,7 +6,8 @@
 // PixArt VAE with post_quant_conv, 4 channels; FLUX / SD3's, 16 channels,
 // shift), even and odd band heights, weighted bands, and every band count
 // from 2 to the world size; then through the pipeline with CFG parallel,
-// data parallel and patch parallelism (where it is on by default).
+// data parallel, patch parallelism, and Ring and PipeFusion, where it is on
+// by default on the CPU.
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -130,11 +131,11 @@ TEST(ParallelVae, TooFewLatentRowsForTheRanksIsOneLine) {
   EXPECT_FALSE(c.parallel_vae());
 }
 
-// Prompts → images through the pipeline on `pc`: the parallel VAE gives the
-// serial run's image (the layouts are exact), and its decode did exchange
-// halos over the replica.
+// Prompts → images through the pipeline on `pc`: the image is the serial
+// run's (the layouts are exact), and the decode did (`bands`) or did not
+// exchange halos over the replica.
 void expect_pipeline_image_equals_serial(const std::string& name,
-                                         const parallel::ParallelConfig& pc) {
+                                         const parallel::ParallelConfig& pc, bool bands = true) {
   const std::string model = std::string(XDIT_MODELS) + "/pixart-alpha-tiny";
   pipeline::ImageRequest r;
   r.prompts = {"a red fox in the snow", "a lighthouse at dusk"};
@@ -146,13 +147,16 @@ void expect_pipeline_image_equals_serial(const std::string& name,
   r.resolution_binning = false;
   pipeline::Pipeline serial(model, DType::kF32);
   const pipeline::ImageResult want = serial.generate(r);
-  ASSERT_TRUE(pc.parallel_vae()) << name;
   parallel::Mesh mesh(pc, world());
   pipeline::Pipeline p(model, DType::kF32);
   p.set_mesh(&mesh);
   const pipeline::ImageResult got = pipeline::generate_distributed(p, mesh, r);
-  EXPECT_GT(mesh.replica_group().stats().bytes_sent, 0u)
-      << name << ": the decode exchanged nothing over the replica";
+  if (bands)
+    EXPECT_GT(mesh.replica_group().stats().bytes_sent, 0u)
+        << name << ": the decode exchanged nothing over the replica";
+  else
+    EXPECT_EQ(mesh.replica_group().stats().bytes_sent, 0u)
+        << name << ": the decode ran in bands where it was turned off";
   ASSERT_EQ(got.rgb.size(), want.rgb.size()) << name;
   for (size_t i = 0; i < want.rgb.size(); ++i)
     EXPECT_LE(test::worst_pixel_difference(got.rgb[i], want.rgb[i]), 1) << name << " image " << i;
@@ -167,6 +171,24 @@ TEST(ParallelVae, PipelineWithCfgAndDataParallelEqualsTheSerialRun) {
   c.use_parallel_vae = true;
   expect_pipeline_image_equals_serial("cfg2 x dp" + std::to_string(n / 2) + " --use_parallel_vae",
                                       c);
+}
+
+// On the CPU the ranks of a replica decode in bands unless told not to
+// (they would otherwise each decode the whole image on shared cores).
+TEST(ParallelVae, OnByDefaultOnTheCpuUnderEveryLayout) {
+  const int n = world().size();
+  parallel::ParallelConfig ring;
+  ring.ring_degree = n;
+  expect_pipeline_image_equals_serial("ring" + std::to_string(n), ring);
+  if (n % 2 == 0) {  // the tiny model's 2 blocks over 2 stages
+    parallel::ParallelConfig pf;  // warmed up on every step: exact
+    pf.pipefusion_parallel_degree = 2;
+    pf.ring_degree = n / 2;
+    pf.warmup_steps = 2;
+    expect_pipeline_image_equals_serial("pipefusion 2 x ring " + std::to_string(n / 2), pf);
+  }
+  ring.use_parallel_vae = false;
+  expect_pipeline_image_equals_serial("ring, --use_parallel_vae=false", ring, false);
 }
 
 TEST(ParallelVae, OnByDefaultUnderPatchParallelism) {
