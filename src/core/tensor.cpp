@@ -131,11 +131,10 @@ Tensor Tensor::leading(Shape shape) const {
 Tensor Tensor::rows(int64_t begin, int64_t count) const {
   XDIT_CHECK(ndim() >= 1 && begin >= 0 && count >= 0 && begin + count <= dim(0), "rows [", begin,
              ", ", begin + count, ") lie outside ", shape_str(shape_));
+  const size_t row_bytes = dim(0) == 0 ? 0 : nbytes() / static_cast<size_t>(dim(0));
   Tensor t = *this;
   t.shape_[0] = count;
-  t.data_ = static_cast<char*>(data_) + static_cast<size_t>(begin) *
-                                            (static_cast<size_t>(shape_numel(shape_) / dim(0))) *
-                                            dtype_size(dtype_);
+  t.data_ = static_cast<char*>(data_) + static_cast<size_t>(begin) * row_bytes;
   return t;
 }
 

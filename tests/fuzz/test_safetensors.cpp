@@ -94,6 +94,44 @@ TEST_F(SafeTensors, ShardedIndexIsFollowed) {
   EXPECT_THROW(s.get("x.c", {1}), Error);
 }
 
+// A tensor-parallel share of a stored weight: whole rows are a view of the
+// file's mapping (no copy; it outlives the store), columns a copy; both hold
+// the stored values of a 7 x 5 bf16 matrix and count as sliced bytes.
+TEST_F(SafeTensors, SharesAreRowViewsAndColumnCopies) {
+  const auto v = test::randn(7 * 5, 6);
+  const Tensor w = Tensor::from_vector(v, {7, 5}).to(DType::kBF16);
+  const Tensor b = Tensor::from_vector(test::randn(7, 7), {7});
+  write_safetensors((dir_ / "m.safetensors").string(), {{"l.weight", w}, {"l.bias", b}});
+  Tensor rows, cols, bias;
+  {
+    WeightStore s(dir_.string());
+    const Tensor whole = s.get("l.weight", {7, 5});
+    rows = s.get_slice("l.weight", {7, 5}, 0, 2, 3);
+    EXPECT_EQ(rows.raw(), static_cast<const char*>(whole.raw()) + 2 * 5 * 2)
+        << "rows [2, 5) should lie in the mapping, not in a copy";
+    cols = s.get_slice("l.weight", {7, 5}, 1, 1, 3);
+    bias = s.get_slice("l.bias", {7}, 0, 4, 3);
+    EXPECT_EQ(s.loaded().sliced, (3 * 5 + 7 * 3) * 2u + 3 * 4u);
+    EXPECT_EQ(s.loaded().total, s.loaded().sliced + 7 * 5 * 2u);
+    EXPECT_THROW(s.get_slice("l.weight", {7, 5}, 0, 5, 3), Error);
+  }
+  const auto stored = w.to_vector(), rv = rows.to_vector(), cv = cols.to_vector();
+  ASSERT_EQ(rows.shape(), (Shape{3, 5}));
+  ASSERT_EQ(cols.shape(), (Shape{7, 3}));
+  for (int64_t r = 0; r < 7; ++r)
+    for (int64_t c = 0; c < 5; ++c) {
+      const float x = stored[static_cast<size_t>(r * 5 + c)];
+      if (r >= 2 && r < 5) {
+        EXPECT_EQ(rv[static_cast<size_t>((r - 2) * 5 + c)], x);
+      }
+      if (c >= 1 && c < 4) {
+        EXPECT_EQ(cv[static_cast<size_t>(r * 3 + c - 1)], x);
+      }
+    }
+  const auto bv = b.to_vector();
+  EXPECT_EQ(bias.to_vector(), std::vector<float>(bv.begin() + 4, bv.end()));
+}
+
 // Resident pages of this process (/proc/self/statm's second field).
 int64_t resident_pages() {
   std::ifstream f("/proc/self/statm");
