@@ -16,43 +16,59 @@ struct T5Encoder::Block {
 };
 
 T5Encoder::T5Encoder(const T5Config& cfg, const io::WeightSource& w, DType compute,
-                     const nn::TensorParallel& tp)
+                     const nn::TensorParallel& tp, bool resident)
     : cfg_(cfg),
       ct_(kernels::resolve_compute_type(compute)),
       tp_(tp),
       heads_(tp.part(cfg.num_heads, "attention heads of the T5 encoder")) {
-  const int64_t d = cfg.d_model, inner = cfg.num_heads * cfg.d_kv;
+  const int64_t d = cfg.d_model;
   tp.part(cfg.d_ff, "feed-forward units (d_ff) of the T5 encoder");
   const size_t before = w.loaded().total;
-  const nn::LoadStaging staging;
   const char* emb_name = w.has("shared.weight") ? "shared.weight" : "encoder.embed_tokens.weight";
   embedding_ = w.get(emb_name, {cfg.vocab_size, d});  // kept as stored; rows converted on lookup
   rel_bias_ = w.get("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
                     {cfg.relative_attention_num_buckets, cfg.num_heads})
                   .to(DType::kF32);
-  for (int64_t i = 0; i < cfg.num_layers; ++i) {
-    const std::string p = "encoder.block." + std::to_string(i) + ".layer.";
-    auto b = std::make_unique<Block>();
-    b->ln0 = nn::load_param(w, p + "0.layer_norm.weight", {d});
-    b->ln1 = nn::load_param(w, p + "1.layer_norm.weight", {d});
-    const std::string sa = p + "0.SelfAttention.";
-    b->qkv = nn::load_fused_linear(w, {sa + "q", sa + "k", sa + "v"}, d, {inner, inner, inner},
-                                   false, ct_, tp);
-    b->o = nn::load_row_linear(w, sa + "o", {inner}, d, false, ct_, tp);
-    const std::string ff = p + "1.DenseReluDense.";
-    if (cfg.gated_gelu) {
-      b->wi = nn::load_fused_linear(w, {ff + "wi_0", ff + "wi_1"}, d, {cfg.d_ff, cfg.d_ff}, false,
-                                    ct_, tp);
-    } else {
-      b->wi = nn::load_fused_linear(w, {ff + "wi"}, d, {cfg.d_ff}, false, ct_, tp);
-    }
-    b->wo = nn::load_row_linear(w, ff + "wo", {cfg.d_ff}, d, false, ct_, tp);
-    blocks_.push_back(std::move(b));
-  }
   final_norm_ = nn::load_param(w, "encoder.final_layer_norm.weight", {d});
-  if (tp.split() && tp.comm != nullptr)  // not when only loading (memory figures)
-    XDIT_INFO("T5 encoder split over ", tp.size, " ranks (heads and feed-forward units), rank ",
-              tp.rank, ": loaded ", human_size(static_cast<double>(w.loaded().total - before)),
+  if (!resident) {
+    streamed_ = &w;
+    streamed_before_ = before;  // the first encode logs the share
+    return;
+  }
+  {
+    const nn::LoadStaging staging;  // one buffer for all blocks' assembled matrices
+    for (int64_t i = 0; i < cfg.num_layers; ++i) blocks_.push_back(load_block(w, i));
+  }
+  log_share(w, before);
+}
+
+std::unique_ptr<T5Encoder::Block> T5Encoder::load_block(const io::WeightSource& w,
+                                                        int64_t i) const {
+  const T5Config& cfg = cfg_;
+  const int64_t d = cfg.d_model, inner = cfg.num_heads * cfg.d_kv;
+  const std::string p = "encoder.block." + std::to_string(i) + ".layer.";
+  auto b = std::make_unique<Block>();
+  b->ln0 = nn::load_param(w, p + "0.layer_norm.weight", {d});
+  b->ln1 = nn::load_param(w, p + "1.layer_norm.weight", {d});
+  const std::string sa = p + "0.SelfAttention.";
+  b->qkv = nn::load_fused_linear(w, {sa + "q", sa + "k", sa + "v"}, d, {inner, inner, inner}, false,
+                                 ct_, tp_);
+  b->o = nn::load_row_linear(w, sa + "o", {inner}, d, false, ct_, tp_);
+  const std::string ff = p + "1.DenseReluDense.";
+  if (cfg.gated_gelu) {
+    b->wi = nn::load_fused_linear(w, {ff + "wi_0", ff + "wi_1"}, d, {cfg.d_ff, cfg.d_ff}, false,
+                                  ct_, tp_);
+  } else {
+    b->wi = nn::load_fused_linear(w, {ff + "wi"}, d, {cfg.d_ff}, false, ct_, tp_);
+  }
+  b->wo = nn::load_row_linear(w, ff + "wo", {cfg.d_ff}, d, false, ct_, tp_);
+  return b;
+}
+
+void T5Encoder::log_share(const io::WeightSource& w, size_t before) const {
+  if (tp_.split() && tp_.comm != nullptr)  // not when only loading (memory figures)
+    XDIT_INFO("T5 encoder split over ", tp_.size, " ranks (heads and feed-forward units), rank ",
+              tp_.rank, ": loaded ", human_size(static_cast<double>(w.loaded().total - before)),
               " of ", human_size(static_cast<double>(w.stored_bytes())),
               " (as stored; the embedding whole)");
 }
@@ -117,7 +133,15 @@ Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint
     tp_.all_reduce(part, M * d);
     kernels::gated_residual_add(h, part, 1, 1, M * d, nullptr, 0);
   };
-  for (const auto& blk : blocks_) {
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    // Not resident: this block is built now and freed after it ran, its
+    // buffers then kept by core/block_cache for the next block's same sizes.
+    std::unique_ptr<Block> built;
+    if (streamed_ != nullptr) {
+      const nn::LoadStaging staging;
+      built = load_block(*streamed_, i);
+    }
+    const Block* blk = built ? built.get() : blocks_[static_cast<size_t>(i)].get();
     kernels::rms_norm(h, n, M, d, eps, blk->ln0.data<float>());
     blk->qkv.forward(n, M, qkv);
     kernels::AttentionArgs a =
@@ -136,6 +160,8 @@ Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint
     }
     add_projected(blk->wo, ff2);  // h += wo(ff)
   }
+  if (streamed_ != nullptr && !told_share_) log_share(*streamed_, streamed_before_);
+  told_share_ = true;
   Tensor out = Tensor::empty({B, S, d}, DType::kF32, current_device());
   kernels::rms_norm(h, out.data<float>(), M, d, eps, final_norm_.data<float>());
   return out.to_device(Device{});  // the embeddings on the host

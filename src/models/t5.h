@@ -49,8 +49,12 @@ class T5Encoder {
   // Under tensor parallelism (`tp`) the attention is split by heads and the
   // feed-forward by units, as in the transformers' blocks (nn/tensor_parallel.h);
   // the embedding, the relative-position table and the norms stay whole.
+  // `resident` false: the blocks are not built here but one at a time in
+  // each encode(), each freed before the next (a one-shot encoding holds one
+  // block's packed weights instead of all of them, and each block reuses
+  // the previous one's memory); `weights` must then outlive the encoder.
   T5Encoder(const T5Config& cfg, const io::WeightSource& weights, DType compute,
-            const nn::TensorParallel& tp = {});
+            const nn::TensorParallel& tp = {}, bool resident = true);
   ~T5Encoder();
   const T5Config& config() const { return cfg_; }
   // ids and mask: [batch, seq] row-major; returns [batch, seq, d_model].
@@ -61,13 +65,19 @@ class T5Encoder {
 
  private:
   struct Block;
+  std::unique_ptr<Block> load_block(const io::WeightSource& w, int64_t i) const;
+  // The log line of a split encoder: the bytes this rank read of the weights.
+  void log_share(const io::WeightSource& w, size_t before) const;
   T5Config cfg_;
   nn::ComputeType ct_;
   nn::TensorParallel tp_;
   int64_t heads_;     // this rank's
   Tensor embedding_;  // [vocab, d_model], as stored (may be a view of the file)
   Tensor rel_bias_;   // [num_buckets, heads], host (the bias table is made on the host)
-  std::vector<std::unique_ptr<Block>> blocks_;
+  std::vector<std::unique_ptr<Block>> blocks_;  // empty when not resident
+  const io::WeightSource* streamed_ = nullptr;  // the blocks' weights when not resident
+  size_t streamed_before_ = 0;  // the source's loaded bytes before this encoder read any
+  bool told_share_ = false;
   Tensor final_norm_;
   nn::Scratch h_, n_, qkv_, attn_, ff_, ff2_, tmp_;
   Tensor bias_keep_, mask_keep_;      // the position bias and key mask on a CUDA device

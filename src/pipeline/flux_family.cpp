@@ -97,7 +97,9 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
                "encode before the text side was opened");
     if (!clip_)
       clip_ = std::make_unique<models::ClipTextEncoder>(*clip_cfg_, *clip_weights_, dtype);
-    if (!t5_) t5_ = std::make_unique<models::T5Encoder>(*t5_cfg_, *t5_weights_, dtype, text_tp_);
+    if (!t5_)
+      t5_ = std::make_unique<models::T5Encoder>(*t5_cfg_, *t5_weights_, dtype, text_tp_,
+                                                text_resident_);
     PromptEmbeddings e;
     e.pooled = encode_clip(*clip_tok_, *clip_, r.prompts, true).pooled;
     const std::vector<T5Texts> lists = prompt_lists(r, cfg);

@@ -98,6 +98,10 @@ class ModelFamily {
   // Tensor parallelism: the group the T5 encoder splits over (CLIP stays
   // whole; the transformer's share comes with its DiTStage).
   void set_tensor_parallel(const nn::TensorParallel& tp) { text_tp_ = tp; }
+  // false: the T5 encoder builds its blocks one at a time in each encoding
+  // (models::T5Encoder's `resident`), for a pipeline that frees it after one
+  // encoding; set before the encoder is first built.
+  void set_text_resident(bool resident) { text_resident_ = resident; }
   // One line naming the part when the opened T5 encoder cannot split over
   // `degree` ranks (before its weights load).
   void check_tensor_parallel(int degree) const;
@@ -110,6 +114,7 @@ class ModelFamily {
 
  protected:
   nn::TensorParallel text_tp_;
+  bool text_resident_ = true;
   std::unique_ptr<io::WeightStore> t5_weights_;  // the T5 encoder's files, once opened
 };
 

@@ -754,6 +754,9 @@ PromptEmbeddings Pipeline::encode_prompts(const ImageRequest& r) {
                                        : nn::TensorParallel{});
     text_split_ = true;
   }
+  // Freed after this encoding (one-shot on the CPU): T5 builds a block at a
+  // time, holding one block's weights instead of all of them.
+  family_->set_text_resident(keep_text_encoder_ || device_.cuda());
   // On a CUDA device the text encoders run there too (the embeddings come
   // back to the host).
   DeviceScope scope(device_);

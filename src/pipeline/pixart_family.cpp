@@ -47,7 +47,9 @@ class PixArtFamily : public ConfigFamily<models::PixArtConfig, models::PixArtTra
 
   PromptEmbeddings encode(const ImageRequest& r, bool cfg, DType dtype) override {
     XDIT_CHECK(tokenizer_ && t5_cfg_, "encode before the text side was opened");
-    if (!t5_) t5_ = std::make_unique<models::T5Encoder>(*t5_cfg_, *t5_weights_, dtype, text_tp_);
+    if (!t5_)
+      t5_ = std::make_unique<models::T5Encoder>(*t5_cfg_, *t5_weights_, dtype, text_tp_,
+                                                text_resident_);
     auto enc =
         encode_t5(*tokenizer_, *t5_, prompt_lists(r, cfg), r.max_sequence_length, true, true);
     PromptEmbeddings e;

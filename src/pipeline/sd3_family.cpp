@@ -92,7 +92,9 @@ class SD3Family : public ConfigFamily<models::SD3Config, models::SD3Transformer>
       clip_l_ = std::make_unique<models::ClipTextEncoder>(*clip_l_cfg_, *clip_l_weights_, dtype);
       clip_g_ = std::make_unique<models::ClipTextEncoder>(*clip_g_cfg_, *clip_g_weights_, dtype);
     }
-    if (!t5_) t5_ = std::make_unique<models::T5Encoder>(*t5_cfg_, *t5_weights_, dtype, text_tp_);
+    if (!t5_)
+      t5_ = std::make_unique<models::T5Encoder>(*t5_cfg_, *t5_weights_, dtype, text_tp_,
+                                                text_resident_);
     PromptEmbeddings e;
     std::tie(e.embeds, e.pooled) = encode_texts(r.prompts, r.max_sequence_length, true);
     if (cfg)

@@ -68,7 +68,12 @@ struct Linear::Impl {
   Activation act = Activation::kNone;
   dt src_dt = dt::f32;
   dnnl::memory::desc packed_md;
-  dnnl::memory packed;
+  dnnl::memory packed;  // over packed_buf
+  // The packed weight's bytes: an uninitialised Tensor, so from
+  // core/block_cache like every large buffer — a layer built after one of
+  // the same size was freed (T5's blocks built one at a time) takes its pages
+  // instead of faulting in and zeroing new ones.
+  Tensor packed_buf;
   AlignedVector<uint16_t> amx_packed;  // the weight when cpu::amx_gemm runs the layer
 
   bool amx() const { return !amx_packed.empty(); }
@@ -194,7 +199,9 @@ Linear::Linear(const std::vector<Tensor>& parts, const Tensor& bias, ComputeType
     dnnl::memory::desc any_md({im.in, im.out}, im.src_dt, tag::any);
     auto pd = im.make_pd(kPackHintRows, any_md, false);
     im.packed_md = pd.weights_desc();
-    im.packed = dnnl::memory(im.packed_md, engine());
+    im.packed_buf =
+        Tensor::empty({static_cast<int64_t>((im.packed_md.get_size() + 3) / 4)}, DType::kF32);
+    im.packed = dnnl::memory(im.packed_md, engine(), im.packed_buf.raw());
     if (im.packed_md == dnnl::memory::desc({im.in, im.out}, dt::bf16, tag::BA16a64b2a)) {
       // The avx512_core_bf16 layout, packed here (oneDNN's reorder to it is
       // slow: cpu/convert.h).
