@@ -40,7 +40,13 @@ MemoryEstimate estimate_memory(const models::DiTSpec& c, int64_t parameters, con
   if (q.t5 != nullptr) {
     const models::T5Config& t = *q.t5;
     const double n = P * (q.cfg ? 2 : 1), d = static_cast<double>(t.d_model);
-    e.text_encoder = static_cast<double>(t.parameter_count()) * wb / std::max(1, q.text_parallel) +
+    // The embedding stays whole (as stored, at most f32); the blocks split,
+    // and streamed only the one running and the one it replaces are held.
+    const double emb = static_cast<double>(t.vocab_size) * d,
+                 blocks = static_cast<double>(t.parameter_count()) - emb;
+    const double held =
+        q.text_streamed ? std::min(blocks, 2 * blocks / static_cast<double>(t.num_layers)) : blocks;
+    e.text_encoder = emb * f + held * wb / std::max(1, q.text_parallel) +
                      n * L * (8 * d + 3 * static_cast<double>(t.d_ff)) * f  // states, q/k/v, ff
                      + static_cast<double>(t.num_heads) * L * L * f;        // position bias
   }

@@ -30,8 +30,9 @@ struct MemoryQuery {
   int64_t vae_scale_factor = 8;
   // This rank's share under a parallel layout.
   int data_parallel = 1, sequence_parallel = 1, pipeline_stages = 1;
-  int tensor_parallel = 1;  // splits the transformer's weights (about 1/T)
-  int text_parallel = 1;    // splits T5's weights (Pipeline: over the replica on the CPU)
+  int tensor_parallel = 1;     // splits the transformer's weights (about 1/T)
+  int text_parallel = 1;       // splits T5's weights (Pipeline: over the replica on the CPU)
+  bool text_streamed = false;  // T5 built a block at a time (one-shot on the CPU)
   bool cfg_parallel = false;
   int vae_bands = 1;  // the patch-parallel VAE's bands (ranks of a replica)
 };

@@ -340,6 +340,7 @@ MemoryQuery Pipeline::memory_query(int64_t prompts, int64_t height, int64_t widt
   q.cfg = cfg;
   q.dtype = dtype_;
   q.vae_scale_factor = vae_scale_factor();
+  q.text_streamed = !keep_text_encoder_ && !device_.cuda();
   if (mesh_ != nullptr) {
     const auto& pc = mesh_->config();
     q.data_parallel = pc.data_parallel_degree;

@@ -192,6 +192,14 @@ TEST(MemoryEstimate, GrowsWithTheRequestAndRefusesWhatCannotFit) {
   EXPECT_NEAR(base.transformer / 1e9, 1.22, 0.05);
   EXPECT_NEAR(base.text_encoder / 1e9, 9.6, 0.3);
   EXPECT_GT(base.peak(), base.text_encoder - 1);
+  // Split over 2 ranks: the blocks halve, the embedding (0.13 B) stays whole
+  // (counted in f32); streamed a block at a time: about two of 24 blocks.
+  auto split = q;
+  split.text_parallel = 2;
+  EXPECT_NEAR(pipeline::estimate_memory(c, split).text_encoder / 1e9, 5.2, 0.2);
+  auto streamed = q;
+  streamed.text_streamed = true;
+  EXPECT_NEAR(pipeline::estimate_memory(c, streamed).text_encoder / 1e9, 1.3, 0.2);
   auto bigger = q;
   bigger.out_height = bigger.out_width = 100000;  // the binning resize to 100000 px
   EXPECT_GT(pipeline::estimate_memory(c, bigger).output, 1e11);
