@@ -288,6 +288,7 @@ int run_generate(GenerateOptions o) {
   pipeline::Pipeline pipe(model.folder, dtype);  // the family from model_index.json
   pipe.set_mesh(&mesh);
   pipe.set_device(device);  // the transformer on a GPU; refuses what has no CUDA path yet
+  pipe.set_one_shot(true);  // one run: the transformer goes before the VAE decodes
   using Clock = std::chrono::steady_clock;
   auto secs = [](Clock::time_point a) {
     return std::chrono::duration<double>(Clock::now() - a).count();
@@ -419,6 +420,7 @@ int run_generate(GenerateOptions o) {
     return 0;
   }
   const auto t2 = Clock::now();
+  pipe.release_transformer();
   auto rgb = models::image_to_rgb8(pipe.decode_latents(latents));
   const auto paths = output_paths(o.output, rgb.size());
   if (!writer) return 0;

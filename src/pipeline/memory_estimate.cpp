@@ -10,7 +10,8 @@
 namespace xdit::pipeline {
 
 double MemoryEstimate::peak() const {
-  return std::max(text_encoder, transformer + std::max(denoise, decode + output));
+  const double kept = transformer_freed_for_decode ? 0 : transformer;
+  return std::max({text_encoder, transformer + denoise, kept + decode + output});
 }
 
 std::string MemoryEstimate::describe() const {
@@ -36,6 +37,7 @@ MemoryEstimate estimate_memory(const models::DiTSpec& c, int64_t parameters, con
   const double wb = q.dtype == DType::kF32 ? 4.0 : 2.0, f = 4.0;
   const double P = std::ceil(static_cast<double>(q.prompts) / std::max(1, q.data_parallel));
   MemoryEstimate e;
+  e.transformer_freed_for_decode = q.one_shot;
   const double L = static_cast<double>(q.text_tokens);
   if (q.t5 != nullptr) {
     const models::T5Config& t = *q.t5;

@@ -33,6 +33,7 @@ struct MemoryQuery {
   int tensor_parallel = 1;     // splits the transformer's weights (about 1/T)
   int text_parallel = 1;       // splits T5's weights (Pipeline: over the replica on the CPU)
   bool text_streamed = false;  // T5 built a block at a time (one-shot on the CPU)
+  bool one_shot = false;       // the transformer freed before the VAE decodes
   bool cfg_parallel = false;
   int vae_bands = 1;  // the patch-parallel VAE's bands (ranks of a replica)
 };
@@ -43,8 +44,9 @@ struct MemoryEstimate {
   double denoise = 0;       // latents, activations and attention scratch of a step
   double decode = 0;        // VAE weights + activations
   double output = 0;        // decoded, resized and 8-bit images
+  bool transformer_freed_for_decode = false;  // one-shot: not held while decoding
   // The most held at once: text encoding, then denoising, then decoding
-  // (the transformer stays loaded).
+  // (the transformer stays loaded unless freed for it).
   double peak() const;
   // "text encoder 1.2 GB, transformer 1.2 GB, denoising 3.4 GB, ..."
   std::string describe() const;

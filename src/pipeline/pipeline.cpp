@@ -341,6 +341,7 @@ MemoryQuery Pipeline::memory_query(int64_t prompts, int64_t height, int64_t widt
   q.dtype = dtype_;
   q.vae_scale_factor = vae_scale_factor();
   q.text_streamed = !keep_text_encoder_ && !device_.cuda();
+  q.one_shot = one_shot_;
   if (mesh_ != nullptr) {
     const auto& pc = mesh_->config();
     q.data_parallel = pc.data_parallel_degree;
@@ -356,6 +357,9 @@ MemoryQuery Pipeline::memory_query(int64_t prompts, int64_t height, int64_t widt
 
 void Pipeline::load() {
   if (transformer_) return;
+  XDIT_CHECK(weights_,
+             "this one-shot pipeline released its transformer after its image; make a "
+             "new pipeline for another");
   const int64_t blocks = spec().blocks;
   models::DiTStage stage;
   stage.tp = tensor_parallel();
@@ -410,6 +414,14 @@ void Pipeline::load() {
                                                     *mesh_->model_groups().ring);
     transformer_->set_attention_backend(usp_.get());
   }
+}
+
+void Pipeline::release_transformer() {
+  transformer_.reset();
+  usp_.reset();
+  pipefusion_.reset();
+  patch_.reset();
+  release_cached_blocks();  // before the decoder takes its buffers
 }
 
 nn::AttentionBackend* Pipeline::parallel_backend() const {
@@ -818,6 +830,7 @@ ImageResult Pipeline::generate(ImageRequest r,
   lr.seed = r.seed;
   lr.latents = r.latents;
   Tensor latents = generate_latents(lr, on_step);
+  if (one_shot_) release_transformer();
   const auto t2 = Clock::now();
   Tensor image = decode_latents(latents);
   if (family_->bins_resolution() && r.resolution_binning)

@@ -101,6 +101,14 @@ class Pipeline {
   // to the larger of them and transformer + VAE) unless asked to keep them.
   void set_keep_text_encoder(bool keep) { keep_text_encoder_ = keep; }
 
+  // One image run per process (xdit generate): generate() frees the
+  // transformer and the parallel attention's buffers once the latents are
+  // final, before the VAE decodes, so the peak is the larger of the two
+  // phases instead of their sum; a later load() is refused.
+  // release_transformer() does it by hand (a caller that decodes itself).
+  void set_one_shot(bool one_shot) { one_shot_ = one_shot; }
+  void release_transformer();
+
   // The weights are held resident by another pipeline of this process
   // (xdit serve's validator checks requests while the serving pipeline
   // runs): the memory check counts the request's activations, not the
@@ -208,6 +216,7 @@ class Pipeline {
   bool told_vae_bands_ = false;  // the decoder's bands logged once
   bool text_split_ = false;      // the T5 encoder's share chosen (encode_prompts, on the CPU)
   bool keep_text_encoder_ = false;
+  bool one_shot_ = false;
   bool weights_resident_ = false;
   Device device_;
   mutable bool warned_ = false;  // the family's warnings about unused fields, once

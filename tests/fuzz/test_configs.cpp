@@ -199,7 +199,14 @@ TEST(MemoryEstimate, GrowsWithTheRequestAndRefusesWhatCannotFit) {
   EXPECT_NEAR(pipeline::estimate_memory(c, split).text_encoder / 1e9, 5.2, 0.2);
   auto streamed = q;
   streamed.text_streamed = true;
-  EXPECT_NEAR(pipeline::estimate_memory(c, streamed).text_encoder / 1e9, 1.3, 0.2);
+  const auto s = pipeline::estimate_memory(c, streamed);
+  EXPECT_NEAR(s.text_encoder / 1e9, 1.3, 0.2);
+  // One-shot: the transformer is not held while the VAE decodes.
+  streamed.one_shot = true;
+  const auto o = pipeline::estimate_memory(c, streamed);
+  EXPECT_DOUBLE_EQ(o.peak(),
+                   std::max({o.text_encoder, o.transformer + o.denoise, o.decode + o.output}));
+  EXPECT_NEAR(s.peak() - o.peak(), o.transformer, 1.0) << "1024 px: decoding is the peak";
   auto bigger = q;
   bigger.out_height = bigger.out_width = 100000;  // the binning resize to 100000 px
   EXPECT_GT(pipeline::estimate_memory(c, bigger).output, 1e11);

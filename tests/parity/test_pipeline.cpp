@@ -14,12 +14,15 @@
 namespace xdit {
 namespace {
 
-void check_against_diffusers(const std::string& variant) {
+// `one_shot`: as xdit generate runs it (the transformer freed before the
+// VAE decodes); a second image from that pipeline is then refused.
+void check_against_diffusers(const std::string& variant, bool one_shot = false) {
   const std::string golden =
       std::string(XDIT_TEST_DATA) + "/goldens/pipeline_" + variant + ".safetensors";
   io::SafeTensorsFile f(golden);
   const auto req = io::parse_json_text(f.metadata().at("request"), "request");
   pipeline::Pipeline pipe(std::string(XDIT_MODELS) + "/pixart-" + variant + "-tiny", DType::kF32);
+  pipe.set_one_shot(one_shot);
   pipeline::ImageRequest r;
   r.prompts = req["prompts"].get<std::vector<std::string>>();
   r.negative_prompt = req["negative"].get<std::string>();
@@ -42,10 +45,19 @@ void check_against_diffusers(const std::string& variant) {
       worst = std::max(worst, std::abs(ref - static_cast<int>(px)));
     }
   EXPECT_LE(worst, 1) << "largest per-pixel difference (of 255)";
+  if (one_shot) {
+    const std::string again = test::error_message([&] { pipe.generate(r); });
+    EXPECT_NE(again.find("this one-shot pipeline released its transformer after its image"),
+              std::string::npos)
+        << again;
+  }
 }
 
 TEST(PipelineParity, AlphaPromptToImage) {
   check_against_diffusers("alpha");
+}
+TEST(PipelineParity, OneShotPromptToImage) {
+  check_against_diffusers("alpha", true);
 }
 TEST(PipelineParity, SigmaBatchWithResolutionBinning) {
   check_against_diffusers("sigma");
