@@ -97,14 +97,11 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
                "encode before the text side was opened");
     if (!clip_)
       clip_ = std::make_unique<models::ClipTextEncoder>(*clip_cfg_, *clip_weights_, dtype);
-    if (!t5_)
-      t5_ = std::make_unique<models::T5Encoder>(*t5_cfg_, *t5_weights_, dtype, text_tp_,
-                                                text_resident_);
     PromptEmbeddings e;
     e.pooled = encode_clip(*clip_tok_, *clip_, r.prompts, true).pooled;
     const std::vector<T5Texts> lists = prompt_lists(r, cfg);
     if (cfg) e.negative_pooled = encode_clip(*clip_tok_, *clip_, lists[1].texts, false).pooled;
-    auto enc = encode_t5(*t5_tok_, *t5_, lists, r.max_sequence_length, false, false);
+    auto enc = encode_t5(*t5_tok_, t5_encoder(dtype), lists, r.max_sequence_length, false, false);
     e.embeds = std::move(enc[0].first);
     if (cfg) e.negative_embeds = std::move(enc[1].first);
     return e;
@@ -122,10 +119,8 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
   std::unique_ptr<tokenizers::ClipTokenizer> clip_tok_;
   std::unique_ptr<tokenizers::T5Tokenizer> t5_tok_;
   std::unique_ptr<models::ClipTextConfig> clip_cfg_;
-  std::unique_ptr<models::T5Config> t5_cfg_;
   std::unique_ptr<io::WeightStore> clip_weights_;
   std::unique_ptr<models::ClipTextEncoder> clip_;
-  std::unique_ptr<models::T5Encoder> t5_;
 };
 
 }  // namespace

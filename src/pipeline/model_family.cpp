@@ -26,21 +26,25 @@ std::unique_ptr<ModelFamily> ModelFamily::from_folder(const io::ModelFolder& fol
 }
 
 void ModelFamily::check_tensor_parallel(int degree) const {
-  MemoryQuery q;
-  describe_text(q);
-  if (q.t5 == nullptr) return;  // the text side is not open (embeddings given)
-  nn::check_divisible(q.t5->num_heads, degree, "attention heads of the T5 text encoder",
+  if (!t5_cfg_) return;  // the text side is not open (embeddings given)
+  nn::check_divisible(t5_cfg_->num_heads, degree, "attention heads of the T5 text encoder",
                       "--tensor_parallel_degree");
-  nn::check_divisible(q.t5->d_ff, degree, "feed-forward units (d_ff) of the T5 text encoder",
+  nn::check_divisible(t5_cfg_->d_ff, degree, "feed-forward units (d_ff) of the T5 text encoder",
                       "--tensor_parallel_degree");
 }
 
+models::T5Encoder& ModelFamily::t5_encoder(DType dtype) {
+  XDIT_CHECK(t5_cfg_ && t5_weights_, "encode before the text side was opened");
+  if (!t5_)
+    t5_ = std::make_unique<models::T5Encoder>(*t5_cfg_, *t5_weights_, dtype, text_tp_,
+                                              text_resident_);
+  return *t5_;
+}
+
 int ModelFamily::text_parallel_degree(int ranks) const {
-  MemoryQuery q;
-  describe_text(q);
-  if (q.t5 == nullptr) return 1;
+  if (!t5_cfg_) return 1;
   for (int d = ranks; d > 1; --d)
-    if (ranks % d == 0 && q.t5->num_heads % d == 0 && q.t5->d_ff % d == 0) return d;
+    if (ranks % d == 0 && t5_cfg_->num_heads % d == 0 && t5_cfg_->d_ff % d == 0) return d;
   return 1;
 }
 

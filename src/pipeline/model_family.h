@@ -15,6 +15,7 @@
 #include "io/weights.h"
 #include "models/dit.h"
 #include "models/pixart.h"
+#include "models/t5.h"
 #include "pipeline/memory_estimate.h"
 #include "pipeline/request.h"
 #include "schedulers/scheduler_config.h"
@@ -113,9 +114,15 @@ class ModelFamily {
   const io::WeightStore* t5_weights() const { return t5_weights_.get(); }
 
  protected:
+  // The T5 encoder every family has: its config and files (open_t5 fills
+  // them in open_text) and the encoder, built on first use by t5_encoder
+  // with the split and residency set above, freed by release_text.
+  models::T5Encoder& t5_encoder(DType dtype);
   nn::TensorParallel text_tp_;
   bool text_resident_ = true;
-  std::unique_ptr<io::WeightStore> t5_weights_;  // the T5 encoder's files, once opened
+  std::unique_ptr<models::T5Config> t5_cfg_;
+  std::unique_ptr<io::WeightStore> t5_weights_;
+  std::unique_ptr<models::T5Encoder> t5_;
 };
 
 // What every family takes straight from its transformer's config.

@@ -96,8 +96,6 @@ Pipeline::~Pipeline() = default;
 
 void Pipeline::set_mesh(parallel::Mesh* mesh) {
   mesh_ = mesh;
-  family_->set_tensor_parallel(tensor_parallel());
-  text_split_ = false;
 }
 
 nn::TensorParallel Pipeline::tensor_parallel() const {
@@ -325,7 +323,6 @@ void Pipeline::set_device(Device device) {
         mesh_->set_device(mine.device, mine.kind);
       }
       device = mesh_->device();
-      family_->set_tensor_parallel(tensor_parallel());  // the text encoder's, on the device
     }
     check_device(device);
   }
@@ -760,13 +757,14 @@ PromptEmbeddings Pipeline::encode_prompts(const ImageRequest& r) {
   // FLUX's true CFG needs a given one.
   const bool cfg =
       family_->uses_cfg(r.guidance_scale, r.true_cfg_scale, r.negative_prompt.has_value());
-  if (mesh_ != nullptr && !device_.cuda() && !text_split_) {
-    // Collective over the replica (all its ranks encode these prompts).
-    const int d = text_parallel();
-    family_->set_tensor_parallel(d > 1 ? nn::TensorParallel::of(mesh_->text_group(d))
-                                       : nn::TensorParallel{});
-    text_split_ = true;
-  }
+  // T5's share: on the CPU the replica's text group (made on the first call,
+  // collective over the replica, all of whose ranks encode these prompts),
+  // on a CUDA device the transformer's tensor-parallel group.
+  const int d = text_parallel();
+  nn::TensorParallel share;  // whole
+  if (d > 1)
+    share = device_.cuda() ? tensor_parallel() : nn::TensorParallel::of(mesh_->text_group(d));
+  family_->set_tensor_parallel(share);
   // Freed after this encoding (one-shot on the CPU): T5 builds a block at a
   // time, holding one block's weights instead of all of them.
   family_->set_text_resident(keep_text_encoder_ || device_.cuda());

@@ -214,7 +214,6 @@ class Pipeline {
   std::unique_ptr<models::VaeDecoder> vae_;
   bool text_opened_ = false;
   bool told_vae_bands_ = false;  // the decoder's bands logged once
-  bool text_split_ = false;      // the T5 encoder's share chosen (encode_prompts, on the CPU)
   bool keep_text_encoder_ = false;
   bool one_shot_ = false;
   bool weights_resident_ = false;

@@ -47,11 +47,8 @@ class PixArtFamily : public ConfigFamily<models::PixArtConfig, models::PixArtTra
 
   PromptEmbeddings encode(const ImageRequest& r, bool cfg, DType dtype) override {
     XDIT_CHECK(tokenizer_ && t5_cfg_, "encode before the text side was opened");
-    if (!t5_)
-      t5_ = std::make_unique<models::T5Encoder>(*t5_cfg_, *t5_weights_, dtype, text_tp_,
-                                                text_resident_);
-    auto enc =
-        encode_t5(*tokenizer_, *t5_, prompt_lists(r, cfg), r.max_sequence_length, true, true);
+    auto enc = encode_t5(*tokenizer_, t5_encoder(dtype), prompt_lists(r, cfg),
+                         r.max_sequence_length, true, true);
     PromptEmbeddings e;
     std::tie(e.embeds, e.mask) = std::move(enc[0]);
     if (cfg) std::tie(e.negative_embeds, e.negative_mask) = std::move(enc[1]);
@@ -63,8 +60,6 @@ class PixArtFamily : public ConfigFamily<models::PixArtConfig, models::PixArtTra
  private:
   bool sigma_;
   std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_;
-  std::unique_ptr<models::T5Config> t5_cfg_;
-  std::unique_ptr<models::T5Encoder> t5_;
 };
 
 }  // namespace

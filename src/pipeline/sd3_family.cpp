@@ -92,9 +92,7 @@ class SD3Family : public ConfigFamily<models::SD3Config, models::SD3Transformer>
       clip_l_ = std::make_unique<models::ClipTextEncoder>(*clip_l_cfg_, *clip_l_weights_, dtype);
       clip_g_ = std::make_unique<models::ClipTextEncoder>(*clip_g_cfg_, *clip_g_weights_, dtype);
     }
-    if (!t5_)
-      t5_ = std::make_unique<models::T5Encoder>(*t5_cfg_, *t5_weights_, dtype, text_tp_,
-                                                text_resident_);
+    t5_encoder(dtype);  // encode_texts runs it
     PromptEmbeddings e;
     std::tie(e.embeds, e.pooled) = encode_texts(r.prompts, r.max_sequence_length, true);
     if (cfg)
@@ -149,10 +147,8 @@ class SD3Family : public ConfigFamily<models::SD3Config, models::SD3Transformer>
   std::unique_ptr<tokenizers::ClipTokenizer> clip_l_tok_, clip_g_tok_;
   std::unique_ptr<tokenizers::T5Tokenizer> t5_tok_;
   std::unique_ptr<models::ClipTextConfig> clip_l_cfg_, clip_g_cfg_;
-  std::unique_ptr<models::T5Config> t5_cfg_;
   std::unique_ptr<io::WeightStore> clip_l_weights_, clip_g_weights_;
   std::unique_ptr<models::ClipTextEncoder> clip_l_, clip_g_;
-  std::unique_ptr<models::T5Encoder> t5_;
 };
 
 }  // namespace
