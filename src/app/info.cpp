@@ -13,6 +13,7 @@
 #include "io/model_folder.h"
 #include "io/model_ref.h"
 #include "io/weights.h"
+#include "kernels/kernels.h"
 #include "models/clip.h"
 #include "models/t5.h"
 #include "models/vae.h"
@@ -166,6 +167,12 @@ int run_info(InfoOptions o) {
       << "; peak about " << human_size(e.peak()) << " (text encoders freed after encoding)";
   if (avail > 0) out << "; available " << human_size(static_cast<double>(avail));
   out << "\n";
+  out << "cpu:          " << kernels::cpu_isa_level_name(kernels::cpu_isa()) << " kernels (oneDNN "
+      << kernels::cpu_isa_name() << ")";
+  if (kernels::cpu_hardware_isa() != kernels::cpu_isa())
+    out << ", capped by ONEDNN_MAX_CPU_ISA from "
+        << kernels::cpu_isa_level_name(kernels::cpu_hardware_isa());
+  out << "; bf16 " << (kernels::cpu_has_bf16() ? "native" : "computed in f32") << "\n";
   const int64_t bad = o.check_weights ? check_weights(f, out) : 0;
   std::cout << out.str();
   XDIT_CHECK(bad == 0, bad,

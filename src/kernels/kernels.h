@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/isa.h"
+
 namespace xdit::kernels {
 
 // y = (x - mean) / sqrt(var + eps) [* gamma + beta] over the last `dim` values
@@ -284,7 +286,8 @@ void set_attention_tiles(bool enabled);
 // else the CPU: Winograd unless oneDNN runs bf16 on AMX.
 void set_conv_winograd(std::optional<bool> enabled);
 
-// Whether the CPU has native bf16 dot products (AVX-512-bf16 or AMX).
+// Whether the CPU has native bf16 dot products (AVX-512-bf16 or AMX), as
+// cpu_isa() sees it (ONEDNN_MAX_CPU_ISA caps it).
 bool cpu_has_bf16();
 // Whether oneDNN runs bf16 products on AMX tiles.
 bool cpu_has_amx();

@@ -2,17 +2,20 @@
 // odd-sized inputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <set>
 #include <sstream>
+#include <string>
 #include <tuple>
 
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "io/weights.h"
 #include "kernels/conv.h"
+#include "kernels/cpu/vec_math.h"
 #include "kernels/cpu/winograd.h"
 #include "kernels/kernels.h"
 #include "kernels/reference.h"
@@ -138,6 +141,65 @@ TEST(Ops, Conv2dWinogradAgainstDirectConvolution) {
   }
 }
 
+// The kernels' level is the CPU's, capped by ONEDNN_MAX_CPU_ISA as oneDNN's
+// is: ctest runs these binaries again under AVX2 and SSE41 caps
+// (tests/CMakeLists.txt), so the AVX2 and baseline builds are checked on any
+// machine.
+TEST(Ops, KernelIsaIsTheCpusCappedByOnednnMaxCpuIsa) {
+  __builtin_cpu_init();
+  CpuIsa cpu = CpuIsa::kBaseline;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) cpu = CpuIsa::kAvx2;
+  if (cpu == CpuIsa::kAvx2 && __builtin_cpu_supports("avx512f") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl"))
+    cpu = CpuIsa::kAvx512;
+  if (cpu == CpuIsa::kAvx512 && __builtin_cpu_supports("avx512bf16")) cpu = CpuIsa::kAvx512Bf16;
+  if (cpu == CpuIsa::kAvx512Bf16 && __builtin_cpu_supports("amx-bf16")) cpu = CpuIsa::kAmx;
+  EXPECT_EQ(cpu_hardware_isa(), cpu);
+  const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
+  const std::string c = cap != nullptr ? cap : "";
+  if (c == "AVX2") {
+    EXPECT_EQ(cpu_isa(), std::min(cpu, CpuIsa::kAvx2));
+  } else if (c == "SSE41") {
+    EXPECT_EQ(cpu_isa(), CpuIsa::kBaseline);
+  } else if (c.empty()) {
+    // AMX also needs the OS's permission for the tile state, which oneDNN asks.
+    if (cpu == CpuIsa::kAmx)
+      EXPECT_GE(cpu_isa(), CpuIsa::kAvx512Bf16);
+    else
+      EXPECT_EQ(cpu_isa(), cpu);
+  }
+  EXPECT_LE(cpu_isa(), cpu_hardware_isa());
+  EXPECT_EQ(cpu_has_bf16(), cpu_isa() >= CpuIsa::kAvx512Bf16);
+  EXPECT_EQ(cpu_has_amx(), cpu_isa() == CpuIsa::kAmx);
+  std::cout << "kernels: " << cpu_isa_level_name(cpu_isa())
+            << " (CPU: " << cpu_isa_level_name(cpu_hardware_isa()) << ", oneDNN " << cpu_isa_name()
+            << ")\n";
+}
+
+// The portable exp every build of the plain-loop kernels uses (SiLU, GELU,
+// the softmax without AVX-512): f32 accuracy across the range, 0 below it,
+// ∞ above it, denormal results, and NaN kept.
+TEST(Ops, PortableExpMatchesStdExpOverTheWholeRange) {
+  std::vector<float> x = randn(4001, 91);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = x[i] * 40.0f + (i % 2 != 0 ? -60.0f : 40.0f);
+  for (float v : {-INFINITY, -1e30f, -110.0f, -103.9f, -100.0f, -90.0f, -87.5f, -1e-7f, 0.0f, 1e-7f,
+                  88.0f, 88.5f, 88.72f, 88.73f, 95.0f, 1e30f, INFINITY})
+    x.push_back(v);
+  for (float v : x) {
+    const double want = std::exp(static_cast<double>(v));
+    const float got = cpu::exp_approx(v);
+    if (want > 3.4028234663852886e38) {
+      EXPECT_EQ(got, INFINITY) << v;
+    } else if (want < 1.1754943508222875e-38) {  // denormal or 0: within one denormal step
+      EXPECT_NEAR(got, want, 1.5e-45) << v;
+    } else {
+      EXPECT_NEAR(got, want, 3e-7 * want) << v;
+    }
+  }
+  EXPECT_TRUE(std::isnan(cpu::exp_approx(NAN)));
+}
+
 // A value of XDIT_CONV that is neither winograd nor direct is refused in one
 // line that names it, when a layer it would apply to is built.
 TEST(Ops, UnknownXditConvIsRefusedByName) {
@@ -231,6 +293,10 @@ TEST(Ops, Conv2dHaloBandEqualsThoseRowsOfTheWholeConvolution) {
 // reference kernel there turned a decode into hours. Primitives are created,
 // not run.
 TEST(Ops, VaeDecoderConvolutionsAt1024PxHaveJitKernels) {
+  if (cpu_isa() < CpuIsa::kAvx2)
+    GTEST_SKIP() << "below AVX2 (here " << cpu_isa_level_name(cpu_isa())
+                 << ") oneDNN has no JIT convolution for some of the decoder's layers; such a CPU "
+                    "runs them on reference kernels, with a warning each";
   const models::VaeConfig vae;  // block_out_channels 128, 256, 512, 512
   const ComputeType ct = resolve_compute_type(DType::kBF16);
   io::RandomWeights random(3);

@@ -8,22 +8,20 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/isa.h"
+
 namespace xdit::kernels::cpu {
 
-// Whether the CPU runs the f32 AVX-512 kernels that use exp2_16 (avx512f +
-// avx512dq: all AVX-512 CPUs but the Xeon Phi).
+// Whether the f32 AVX-512 kernels (avx512f + avx512dq, e.g. those using
+// exp2_16) may run: kernels/cpu/isa.h, the CPU capped by ONEDNN_MAX_CPU_ISA.
 inline bool has_avx512_dq() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-  return has;
+  return cpu_isa() >= CpuIsa::kAvx512;
 }
 
-// Whether the CPU runs the bf16 intrinsic kernels, which are compiled for
-// avx512f + avx512dq + avx512bf16 + avx512vl + avx512bw (every CPU with
-// AVX-512-bf16 has the others).
+// Whether the bf16 intrinsic kernels, compiled for avx512f + avx512dq +
+// avx512bf16 + avx512vl + avx512bw, may run.
 inline bool has_avx512_bf16() {
-  static const bool has = has_avx512_dq() && __builtin_cpu_supports("avx512bf16") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw");
-  return has;
+  return cpu_isa() >= CpuIsa::kAvx512Bf16;
 }
 
 // Lanes [0, min(left, 16)) of a 16-lane mask: the masked tail of a row.

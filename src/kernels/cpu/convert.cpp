@@ -13,6 +13,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cpu/avx512_math.h"
+#include "kernels/cpu/isa.h"
 
 namespace xdit::kernels::cpu {
 
@@ -32,11 +33,10 @@ __attribute__((target("avx512f,avx512bf16,avx512vl,avx512bw"))) void convert_avx
   }
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void convert_generic(const float* s,
-                                                                                  uint16_t* d,
-                                                                                  size_t n) {
+XDIT_ISA_BODY void convert_generic_body(const float* s, uint16_t* d, size_t n) {
   for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
 }
+XDIT_ISA_CLONES(void, convert_generic, (const float* s, uint16_t* d, size_t n), (s, d, n))
 
 }  // namespace
 

@@ -34,7 +34,10 @@ ComputeType resolve_compute_type(DType requested) {
   if (cpu_has_bf16()) return ComputeType::kBF16;
   static bool warned = false;
   if (!warned) {
-    XDIT_WARN("this CPU has no native bf16 (AVX-512-bf16 / AMX): computing in f32");
+    if (cpu_hardware_isa() >= CpuIsa::kAvx512Bf16)
+      XDIT_WARN("ONEDNN_MAX_CPU_ISA leaves no native bf16 (AVX-512-bf16 / AMX): computing in f32");
+    else
+      XDIT_WARN("this CPU has no native bf16 (AVX-512-bf16 / AMX): computing in f32");
     warned = true;
   }
   return ComputeType::kF32;

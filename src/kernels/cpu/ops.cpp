@@ -1,6 +1,7 @@
 // Elementwise and row-wise CPU kernels. Loops are written for the compiler to
-// vectorise; target_clones builds AVX-512 / AVX2 / baseline versions and picks
-// one at load time, so the binary runs on any x86-64.
+// vectorise; XDIT_ISA_CLONES (kernels/cpu/isa.h) builds AVX-512 / AVX2 /
+// baseline versions and picks one by cpu_isa(), so the binary runs on any
+// x86-64. The hottest have AVX-512 intrinsic versions besides.
 // GCC 12's masked AVX-512 intrinsics start from deliberately undefined
 // vectors, which -Wmaybe-uninitialized reports inside the headers.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -18,11 +19,10 @@
 #include "kernels/cpu/avx512_math.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
-
-#define XDIT_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
 namespace xdit::kernels {
 
@@ -45,8 +45,8 @@ inline double sum_f64(const float* x, int64_t n, F f) {
 
 // Mean and 1/std of one row: two passes in f32 with double-accumulated sums,
 // which matches torch's f32 LayerNorm to rounding for the row widths DiTs use.
-XDIT_CLONES void layer_norm_stats(const float* x, int64_t dim, float eps, float* mean_out,
-                                  float* rstd_out) {
+XDIT_ISA_BODY void layer_norm_stats_body(const float* x, int64_t dim, float eps, float* mean_out,
+                                         float* rstd_out) {
   const float mean =
       static_cast<float>(sum_f64(x, dim, [](float v) { return static_cast<double>(v); }) / dim);
   const double sq = sum_f64(x, dim, [mean](float v) {
@@ -56,9 +56,12 @@ XDIT_CLONES void layer_norm_stats(const float* x, int64_t dim, float eps, float*
   *mean_out = mean;
   *rstd_out = static_cast<float>(1.0 / std::sqrt(sq / dim + eps));
 }
+XDIT_ISA_CLONES(void, layer_norm_stats,
+                (const float* x, int64_t dim, float eps, float* mean_out, float* rstd_out),
+                (x, dim, eps, mean_out, rstd_out))
 
-XDIT_CLONES void layer_norm_row(const float* x, float* y, int64_t dim, float eps, const float* g,
-                                const float* b) {
+XDIT_ISA_BODY void layer_norm_row_body(const float* x, float* y, int64_t dim, float eps,
+                                       const float* g, const float* b) {
   float mean, rstd;
   layer_norm_stats(x, dim, eps, &mean, &rstd);
   if (g != nullptr && b != nullptr) {
@@ -69,14 +72,21 @@ XDIT_CLONES void layer_norm_row(const float* x, float* y, int64_t dim, float eps
     for (int64_t i = 0; i < dim; ++i) y[i] = (x[i] - mean) * rstd;
   }
 }
+XDIT_ISA_CLONES(void, layer_norm_row,
+                (const float* x, float* y, int64_t dim, float eps, const float* g, const float* b),
+                (x, y, dim, eps, g, b))
 
 // LayerNorm without affine, then ·(1 + scale) + shift, in one pass.
-XDIT_CLONES void layer_norm_modulate_row(const float* x, float* y, int64_t dim, float eps,
-                                         const float* shift, const float* scale) {
+XDIT_ISA_BODY void layer_norm_modulate_row_body(const float* x, float* y, int64_t dim, float eps,
+                                                const float* shift, const float* scale) {
   float mean, rstd;
   layer_norm_stats(x, dim, eps, &mean, &rstd);
   for (int64_t i = 0; i < dim; ++i) y[i] = (x[i] - mean) * rstd * (1.0f + scale[i]) + shift[i];
 }
+XDIT_ISA_CLONES(void, layer_norm_modulate_row,
+                (const float* x, float* y, int64_t dim, float eps, const float* shift,
+                 const float* scale),
+                (x, y, dim, eps, shift, scale))
 
 // The same with a bf16 row out: intrinsics, because the bf16 store's rounding
 // keeps the compiler from vectorising (as in affine_silu below).
@@ -111,16 +121,19 @@ inline float gelu_tanh_one(float v) {
   return 0.5f * v * (1.0f + t);
 }
 
-XDIT_CLONES void gelu_tanh_generic(const float* x, float* y, int64_t n) {
+XDIT_ISA_BODY void gelu_tanh_generic_body(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = gelu_tanh_one(x[i]);
 }
+XDIT_ISA_CLONES(void, gelu_tanh_generic, (const float* x, float* y, int64_t n), (x, y, n))
 
-XDIT_CLONES void gelu_gate_generic(const float* x, float* y, int64_t n) {
+XDIT_ISA_BODY void gelu_gate_generic_body(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = gelu_tanh_one(x[i]) * x[n + i];
 }
+XDIT_ISA_CLONES(void, gelu_gate_generic, (const float* x, float* y, int64_t n), (x, y, n))
 
-// The same two with intrinsics: the loops above stay scalar (exp_approx's
-// fminf / fmaxf), and the gate was 7 % of the T5-XXL encoder.
+// The same two with intrinsics (exp2_16: vreduceps and vscalefps, fewer
+// µops than exp_approx): when they were written the loops above stayed
+// scalar, and the gate was 7 % of the T5-XXL encoder.
 __attribute__((target("avx512f,avx512dq"))) void gelu_tanh_avx512(const float* x, float* y,
                                                                   int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
@@ -152,37 +165,49 @@ void gelu_gate_row(const float* x, float* y, int64_t n) {
     gelu_gate_generic(x, y, n);
 }
 
-XDIT_CLONES void rms_norm_row(const float* x, float* y, int64_t dim, float eps, const float* w) {
+XDIT_ISA_BODY void rms_norm_row_body(const float* x, float* y, int64_t dim, float eps,
+                                     const float* w) {
   const double sq = sum_f64(x, dim, [](float v) { return static_cast<double>(v) * v; });
   const float r = static_cast<float>(1.0 / std::sqrt(sq / dim + eps));
   for (int64_t i = 0; i < dim; ++i) y[i] = w[i] * (x[i] * r);
 }
+XDIT_ISA_CLONES(void, rms_norm_row,
+                (const float* x, float* y, int64_t dim, float eps, const float* w),
+                (x, y, dim, eps, w))
 
-XDIT_CLONES void silu_range(const float* x, float* y, int64_t n) {
+XDIT_ISA_BODY void silu_range_body(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (1.0f + cpu::exp_approx(-x[i]));
 }
+XDIT_ISA_CLONES(void, silu_range, (const float* x, float* y, int64_t n), (x, y, n))
 
-XDIT_CLONES void modulate_row(const float* x, float* y, int64_t dim, const float* shift,
-                              const float* scale) {
+XDIT_ISA_BODY void modulate_row_body(const float* x, float* y, int64_t dim, const float* shift,
+                                     const float* scale) {
   for (int64_t i = 0; i < dim; ++i) y[i] = x[i] * (1.0f + scale[i]) + shift[i];
 }
+XDIT_ISA_CLONES(void, modulate_row,
+                (const float* x, float* y, int64_t dim, const float* shift, const float* scale),
+                (x, y, dim, shift, scale))
 
-XDIT_CLONES void gated_add_row(float* h, const float* y, int64_t dim, const float* gate) {
+XDIT_ISA_BODY void gated_add_row_body(float* h, const float* y, int64_t dim, const float* gate) {
   if (gate == nullptr) {
     for (int64_t i = 0; i < dim; ++i) h[i] += y[i];
   } else {
     for (int64_t i = 0; i < dim; ++i) h[i] += gate[i] * y[i];
   }
 }
+XDIT_ISA_CLONES(void, gated_add_row, (float* h, const float* y, int64_t dim, const float* gate),
+                (h, y, dim, gate))
 
 // s[c] += x[c], s2[c] += x[c]² in double, for one pixel's channels.
-XDIT_CLONES void channel_moments(const float* x, int64_t n, double* s, double* s2) {
+XDIT_ISA_BODY void channel_moments_body(const float* x, int64_t n, double* s, double* s2) {
   for (int64_t c = 0; c < n; ++c) {
     const double v = x[c];
     s[c] += v;
     s2[c] += v * v;
   }
 }
+XDIT_ISA_CLONES(void, channel_moments, (const float* x, int64_t n, double* s, double* s2),
+                (x, n, s, s2))
 
 // y = x·a + c (per channel), then x·sigmoid(x) when `silu`; f32 or bf16 out.
 template <class Out>
@@ -204,8 +229,8 @@ inline void affine_silu(const float* x, Out* y, int64_t n, const float* a, const
   }
 }
 // The same with intrinsics: the bf16 store's rounding and exp_approx's clamp
-// (fminf / fmaxf under IEEE rules) kept the compiler from vectorising the
-// loops above, and GroupNorm + SiLU was a quarter of the VAE decoder.
+// (then fminf / fmaxf) kept the compiler from vectorising the loops above,
+// and GroupNorm + SiLU was a quarter of the VAE decoder.
 template <bool kBf16>
 __attribute__((target("avx512f,avx512dq,avx512bf16,avx512vl,avx512bw"))) void affine_silu_avx512(
     const float* x, void* y, int64_t n, const float* a, const float* c, bool silu) {
@@ -222,14 +247,20 @@ __attribute__((target("avx512f,avx512dq,avx512bf16,avx512vl,avx512bw"))) void af
   }
 }
 
-XDIT_CLONES void affine_silu_row_generic(const float* x, float* y, int64_t n, const float* a,
-                                         const float* c, bool silu) {
+XDIT_ISA_BODY void affine_silu_row_generic_body(const float* x, float* y, int64_t n, const float* a,
+                                                const float* c, bool silu) {
   affine_silu(x, y, n, a, c, silu);
 }
-XDIT_CLONES void affine_silu_row_generic(const float* x, uint16_t* y, int64_t n, const float* a,
-                                         const float* c, bool silu) {
+XDIT_ISA_CLONES(void, affine_silu_row_generic,
+                (const float* x, float* y, int64_t n, const float* a, const float* c, bool silu),
+                (x, y, n, a, c, silu))
+XDIT_ISA_BODY void affine_silu_row_generic_body(const float* x, uint16_t* y, int64_t n,
+                                                const float* a, const float* c, bool silu) {
   affine_silu(x, y, n, a, c, silu);
 }
+XDIT_ISA_CLONES(void, affine_silu_row_generic,
+                (const float* x, uint16_t* y, int64_t n, const float* a, const float* c, bool silu),
+                (x, y, n, a, c, silu))
 
 template <class Out>
 void affine_silu_row(const float* x, Out* y, int64_t n, const float* a, const float* c, bool silu) {
@@ -793,16 +824,65 @@ void copy_rows(float* dst, int64_t dst_stride, const float* src, int64_t src_str
                  rows, static_cast<size_t>(n) * 4);
 }
 
+namespace {
+
+// The CPU's level, and with `capped` no higher than oneDNN's effective ISA.
+CpuIsa isa_level(bool capped) {
+  __builtin_cpu_init();
+  // oneDNN's ISAs are bit sets, each holding the ones below it.
+  const auto dnnl_has =
+      [capped, isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa())](dnnl::cpu_isa level) {
+        return !capped || (isa & static_cast<unsigned>(level)) == static_cast<unsigned>(level);
+      };
+  if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        dnnl_has(dnnl::cpu_isa::avx2)))
+    return CpuIsa::kBaseline;
+  if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        dnnl_has(dnnl::cpu_isa::avx512_core)))
+    return CpuIsa::kAvx2;
+  if (!(__builtin_cpu_supports("avx512bf16") && dnnl_has(dnnl::cpu_isa::avx512_core_bf16)))
+    return CpuIsa::kAvx512;
+  // AMX as oneDNN sees it (it also asks the OS for the tile state); the
+  // CPU's own flag only for the uncapped level, which is for messages.
+  const bool amx =
+      capped ? dnnl_has(dnnl::cpu_isa::avx512_core_amx) : __builtin_cpu_supports("amx-bf16") != 0;
+  return amx ? CpuIsa::kAmx : CpuIsa::kAvx512Bf16;
+}
+
+}  // namespace
+
+CpuIsa detect_cpu_isa() {
+  return isa_level(true);
+}
+
+CpuIsa cpu_hardware_isa() {
+  static const CpuIsa isa = isa_level(false);
+  return isa;
+}
+
+const char* cpu_isa_level_name(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAmx:
+      return "AMX";
+    case CpuIsa::kAvx512Bf16:
+      return "AVX-512-bf16";
+    case CpuIsa::kAvx512:
+      return "AVX-512";
+    case CpuIsa::kAvx2:
+      return "AVX2";
+    case CpuIsa::kBaseline:
+      break;
+  }
+  return "x86-64 baseline";
+}
+
 bool cpu_has_bf16() {
-  static const bool has = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_bf16 &&
-                          __builtin_cpu_supports("avx512bf16");
-  return has;
+  return cpu_isa() >= CpuIsa::kAvx512Bf16;
 }
 
 bool cpu_has_amx() {
-  static const bool has =
-      cpu_has_bf16() && dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_amx;
-  return has;
+  return cpu_isa() == CpuIsa::kAmx;
 }
 
 const char* cpu_isa_name() {
@@ -817,6 +897,10 @@ const char* cpu_isa_name() {
       return "avx512_core";
     case dnnl::cpu_isa::avx2:
       return "avx2";
+    case dnnl::cpu_isa::avx:
+      return "avx";
+    case dnnl::cpu_isa::sse41:
+      return "sse41";
     default:
       return "baseline";
   }

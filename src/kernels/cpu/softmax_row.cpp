@@ -9,10 +9,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/cpu/avx512_math.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/vec_math.h"
 
 namespace xdit::kernels::cpu {
@@ -101,36 +103,81 @@ __attribute__((target("avx512f"))) void scale_add_row_avx512(float* o, const flo
   }
 }
 
-const bool kAvx512 = __builtin_cpu_supports("avx512f");
+// The builds for CPUs without AVX-512 (kernels/cpu/isa.h): plain loops the
+// compiler vectorises for AVX2 and the baseline. The max and the sum run in
+// 16 independent lanes: one running value would be a chain the compiler may
+// not reorder (floating-point adds are not associative, and max here must
+// ignore NaN as std::max does).
+constexpr int kLanes = 16;
+
+XDIT_ISA_BODY float row_max_generic_body(const float* s, int64_t n) {
+  float lane[kLanes];
+  std::fill(lane, lane + kLanes, -INFINITY);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) lane[j] = lane[j] < s[i + j] ? s[i + j] : lane[j];
+  for (; i < n; ++i) lane[0] = lane[0] < s[i] ? s[i] : lane[0];
+  return *std::max_element(lane, lane + kLanes);
+}
+XDIT_ISA_CLONES(float, row_max_generic, (const float* s, int64_t n), (s, n))
+
+template <class Out>
+XDIT_ISA_BODY float exp_row_generic_body(const float* s, int64_t n, int64_t n_pad, float scale,
+                                         float m, Out* p) {
+  const auto store = [](float e) {
+    if constexpr (std::is_same_v<Out, uint16_t>)
+      return f32_to_bf16(e);
+    else
+      return e;
+  };
+  float lane[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      const float e = exp_approx(s[i + j] * scale - m);
+      lane[j] += e;
+      p[i + j] = store(e);
+    }
+  for (; i < n; ++i) {
+    const float e = exp_approx(s[i] * scale - m);
+    lane[0] += e;
+    p[i] = store(e);
+  }
+  std::fill(p + n, p + n_pad, Out{0});
+  float sum = 0.0f;
+  for (const float v : lane) sum += v;
+  return sum;
+}
+XDIT_ISA_CLONES(float, exp_row_generic,
+                (const float* s, int64_t n, int64_t n_pad, float scale, float m, float* p),
+                (s, n, n_pad, scale, m, p))
+XDIT_ISA_CLONES(float, exp_row_generic,
+                (const float* s, int64_t n, int64_t n_pad, float scale, float m, uint16_t* p),
+                (s, n, n_pad, scale, m, p))
+
+XDIT_ISA_BODY void scale_add_row_generic_body(float* o, const float* t, int64_t n, float a) {
+  for (int64_t i = 0; i < n; ++i) o[i] = o[i] * a + t[i];
+}
+XDIT_ISA_CLONES(void, scale_add_row_generic, (float* o, const float* t, int64_t n, float a),
+                (o, t, n, a))
+
+XDIT_ISA_BODY void scale_row_generic_body(float* o, int64_t n, float a) {
+  for (int64_t i = 0; i < n; ++i) o[i] *= a;
+}
+XDIT_ISA_CLONES(void, scale_row_generic, (float* o, int64_t n, float a), (o, n, a))
 
 }  // namespace
 
 float row_max(const float* s, int64_t n) {
-  if (kAvx512) return row_max_avx512(s, n);
-  float m = -INFINITY;
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, s[i]);
-  return m;
+  return has_avx512_dq() ? row_max_avx512(s, n) : row_max_generic(s, n);
 }
 
 float exp_row(const float* s, int64_t n, int64_t n_pad, float scale, float m, float* pf,
               uint16_t* pb) {
   if (pb == nullptr && has_avx512_dq()) return exp_row_f32_avx512(s, n, n_pad, scale, m, pf);
   if (pb != nullptr && has_avx512_bf16()) return exp_row_bf16_avx512(s, n, n_pad, scale, m, pb);
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float p = exp_approx(s[i] * scale - m);
-    sum += p;
-    if (pb != nullptr)
-      pb[i] = f32_to_bf16(p);
-    else
-      pf[i] = p;
-  }
-  for (int64_t i = n; i < n_pad; ++i)
-    if (pb != nullptr)
-      pb[i] = 0;
-    else
-      pf[i] = 0.0f;
-  return sum;
+  return pb != nullptr ? exp_row_generic(s, n, n_pad, scale, m, pb)
+                       : exp_row_generic(s, n, n_pad, scale, m, pf);
 }
 
 void exp_tile(const float* s, int64_t rows, int64_t valid, float scale, const float* ref,
@@ -140,12 +187,12 @@ void exp_tile(const float* s, int64_t rows, int64_t valid, float scale, const fl
 }
 
 void scale_add_row(float* o, const float* t, int64_t n, float a) {
-  if (kAvx512) return scale_add_row_avx512(o, t, n, a);
-  for (int64_t i = 0; i < n; ++i) o[i] = o[i] * a + t[i];
+  if (has_avx512_dq()) return scale_add_row_avx512(o, t, n, a);
+  scale_add_row_generic(o, t, n, a);
 }
 
 void scale_row(float* o, int64_t n, float a) {
-  for (int64_t i = 0; i < n; ++i) o[i] *= a;
+  scale_row_generic(o, n, a);
 }
 
 }  // namespace xdit::kernels::cpu
