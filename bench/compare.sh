@@ -4,12 +4,19 @@
 #   1024 px, the T5-XXL encoder on 120 tokens (t5prompt: a 20-token PixArt
 #   prompt and "" under CFG, as each pipeline encodes them), a FLUX.1 forward at full
 #   width and 2 + 4 blocks at 1024 px, an SD3.5-large step with CFG at full
-#   width and 3 blocks at 1024 px; bf16, the same number of
+#   width and 3 blocks at 1024 px; bf16 (or --dtype f32), the same number of
 #   threads, warm-up runs first, the best timed run of each side.
 # Prints both times and xdit's speed-up (torch seconds / xdit seconds), with
 # the CPU model and the ISA oneDNN runs on.
 #
 #   bench/compare.sh [--threads N] [--warmup N] [--repeat N] [--rounds N] [--rows LIST] [--device D]
+#                    [--dtype bf16|f32] [--isa AVX2|AVX512_CORE]
+#
+# --isa caps both sides at a smaller server's instruction set on this CPU:
+# ONEDNN_MAX_CPU_ISA for oneDNN (xdit's own kernels follow it too), and for
+# PyTorch also ATEN_CPU_CAPABILITY and MKL_ENABLE_INSTRUCTIONS. Below
+# AVX-512-bf16 xdit computes bf16 work in f32; --dtype f32 is then the fair
+# setting for both.
 #
 # --rounds N runs each row's pair N times, xdit and PyTorch alternated, and
 # keeps each side's best: on a shared host whose speed changes every few
@@ -31,8 +38,10 @@ repeat=1
 rounds=1
 rows=""
 device=cpu
+dtype=bf16
+isa=""
 
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --threads) threads="${2:?--threads needs a number}"; shift 2 ;;
@@ -41,6 +50,8 @@ while [[ $# -gt 0 ]]; do
     --rounds) rounds="${2:?--rounds needs a number}"; shift 2 ;;
     --rows) rows="${2:?--rows needs a list}"; shift 2 ;;
     --device) device="${2:?--device needs cpu, cuda or cuda:N}"; shift 2 ;;
+    --dtype) dtype="${2:?--dtype needs bf16 or f32}"; shift 2 ;;
+    --isa) isa="${2:?--isa needs AVX2 or AVX512_CORE}"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "compare.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -49,6 +60,14 @@ for n in "$threads" "$warmup" "$repeat" "$rounds"; do
   [[ "$n" =~ ^[0-9]+$ ]] || { echo "compare.sh: '$n' is not a whole number" >&2; exit 2; }
 done
 (( rounds >= 1 )) || { echo "compare.sh: --rounds must be at least 1" >&2; exit 2; }
+[[ "$dtype" == bf16 || "$dtype" == f32 ]] || { echo "compare.sh: --dtype must be bf16 or f32, not '$dtype'" >&2; exit 2; }
+case "$isa" in
+  "") ;;
+  AVX2) export ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ;;
+  AVX512_CORE) export ONEDNN_MAX_CPU_ISA=AVX512_CORE ATEN_CPU_CAPABILITY=avx512 MKL_ENABLE_INSTRUCTIONS=AVX512 ;;
+  *) echo "compare.sh: --isa must be AVX2 or AVX512_CORE, not '$isa'" >&2; exit 2 ;;
+esac
+[[ -z "$isa" || "$device" == cpu ]] || { echo "compare.sh: --isa applies to --device cpu" >&2; exit 2; }
 if [[ "$device" == cpu ]]; then
   rows="${rows:-pixart512,pixart1024,vae1024,t5,t5prompt,flux1024,sd3_1024}"
 else
@@ -65,7 +84,7 @@ fi
 
 # One row of each side: prints "seconds" (xdit: "seconds isa") or fails.
 xdit_row() {  # WHAT RES [NAME: the row of that name, when the benchmark prints several]
-  "$xdit" bench "$1" --resolutions "$2" --dtypes bf16 --threads "$threads" --warmup "$warmup" \
+  "$xdit" bench "$1" --resolutions "$2" --dtypes "$dtype" --threads "$threads" --warmup "$warmup" \
     --repeat "$repeat" --device "$device" --json |
     "$venv/bin/python" -c 'import json,sys
 rows = [json.loads(l) for l in sys.stdin if l.strip()]
@@ -74,7 +93,7 @@ print(r["seconds"], r["ratio"], r["isa"])' "${3:-}"
 }
 torch_row() {  # ROW
   "$venv/bin/python" "$root/bench/torch_bench.py" "$1" --threads "$threads" --warmup "$warmup" \
-    --repeat "$repeat" --device "$torch_device" | "$venv/bin/python" -c 'import json,sys; print(json.loads(sys.stdin.readline())["seconds"])'
+    --repeat "$repeat" --device "$torch_device" --dtype "$dtype" | "$venv/bin/python" -c 'import json,sys; print(json.loads(sys.stdin.readline())["seconds"])'
 }
 
 cpu="$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
@@ -82,7 +101,8 @@ if [[ "$device" != cpu ]]; then
   cpu="$cpu; GPU: $("$venv/bin/python" -c 'import torch; print(torch.cuda.get_device_name())')"
 fi
 versions="$("$venv/bin/python" -c 'import torch, diffusers; print(f"torch {torch.__version__}, diffusers {diffusers.__version__}")')"
-echo "CPU: $cpu; $threads threads; bf16; $versions"
+torch_isa="$("$venv/bin/python" -c 'import torch; print(torch.backends.cpu.get_cpu_capability())')"
+echo "CPU: $cpu; $threads threads; $dtype; $versions (ATen $torch_isa)${isa:+; capped at $isa}"
 printf '%-32s %10s %10s %9s\n' work 'xdit s' 'torch s' speed-up
 IFS=',' read -ra list <<< "$rows"
 for row in "${list[@]}"; do

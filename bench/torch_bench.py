@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch + diffusers on the same work as `xdit bench` (bench/compare.sh runs
-both). Random weights in bf16, the same shapes and inputs as src/app/bench.cpp:
+both). Random weights in bf16 (--dtype f32: in f32), the same shapes and
+inputs as src/app/bench.cpp:
 
   pixart   one PixArt-alpha XL/2 step (28 blocks, 16 heads x 72, 120 text
            tokens of which 100 valid, micro-conditions, CFG batch 2) at RES px
@@ -25,6 +26,7 @@ import torch
 
 
 DEVICE = "cpu"
+DTYPE = torch.bfloat16
 
 
 def sync():
@@ -54,15 +56,15 @@ def pixart_row(res, warmup, repeat):
         patch_size=2, norm_type="ada_norm_single", norm_elementwise_affine=False,
         norm_eps=1e-6, attention_bias=True, use_additional_conditions=True,
         interpolation_scale=2,
-    ).to(torch.bfloat16).to(DEVICE).eval()
+    ).to(DTYPE).to(DEVICE).eval()
     g = torch.Generator().manual_seed(0)
     batch, tokens = 2, 120
-    latents = torch.randn(batch, 4, res // 8, res // 8, generator=g).to(torch.bfloat16)
-    text = torch.randn(batch, tokens, 4096, generator=g).to(torch.bfloat16)
+    latents = torch.randn(batch, 4, res // 8, res // 8, generator=g).to(DTYPE)
+    text = torch.randn(batch, tokens, 4096, generator=g).to(DTYPE)
     mask = torch.zeros(batch, tokens)
     mask[:, :100] = 1
-    cond = {"resolution": torch.full((batch, 2), float(res), dtype=torch.bfloat16),
-            "aspect_ratio": torch.ones(batch, 1, dtype=torch.bfloat16)}
+    cond = {"resolution": torch.full((batch, 2), float(res), dtype=DTYPE),
+            "aspect_ratio": torch.ones(batch, 1, dtype=DTYPE)}
     t = torch.full((batch,), 500.0)
     latents, text, mask, t = (v.to(DEVICE) for v in (latents, text, mask, t))
     cond = {k: v.to(DEVICE) for k, v in cond.items()}
@@ -83,9 +85,9 @@ def vae_row(res, warmup, repeat):
         down_block_types=["DownEncoderBlock2D"] * 4, up_block_types=["UpDecoderBlock2D"] * 4,
         block_out_channels=[128, 256, 512, 512], layers_per_block=2, norm_num_groups=32,
         sample_size=1024,
-    ).to(torch.bfloat16).eval()
+    ).to(DTYPE).eval()
     z = torch.randn(1, 4, res // 8, res // 8, generator=torch.Generator().manual_seed(1))
-    z = z.to(torch.bfloat16)
+    z = z.to(DTYPE)
     return {"name": "vae_decoder", "resolution": res,
             "seconds": best_time(lambda: vae.decode(z, return_dict=False), warmup, repeat)}
 
@@ -100,8 +102,8 @@ def t5_row(prompt_tokens, warmup, repeat):
     cfg = T5Config(vocab_size=32128, d_model=4096, d_kv=64, d_ff=10240, num_layers=24,
                    num_heads=64, feed_forward_proj="gated-gelu", is_encoder_decoder=False,
                    use_cache=False)
-    # Built in bf16 from the start: the f32 XXL weights alone would be 19 GB.
-    torch.set_default_dtype(torch.bfloat16)
+    # Built in the compute type from the start (the f32 XXL weights are 19 GB).
+    torch.set_default_dtype(DTYPE)
     enc = T5EncoderModel(cfg).eval()
     torch.set_default_dtype(torch.float32)
     tokens = 120
@@ -130,20 +132,20 @@ def sd3_row(res, warmup, repeat):
     from diffusers import SD3Transformer2DModel
 
     # SD3.5-large at full width (38 heads x 64, qk RMSNorm), 3 blocks, CFG batch 2.
-    torch.set_default_dtype(torch.bfloat16)
+    torch.set_default_dtype(DTYPE)
     model = SD3Transformer2DModel(num_layers=3, attention_head_dim=64, num_attention_heads=38,
                                   caption_projection_dim=2432, pos_embed_max_size=192,
                                   qk_norm="rms_norm").eval()
     torch.set_default_dtype(torch.float32)
     g = torch.Generator().manual_seed(9)
     side, tokens = res // 8, 77 + 256
-    x = torch.randn(2, 16, side, side, generator=g).to(torch.bfloat16)
-    text = torch.randn(2, tokens, 4096, generator=g).to(torch.bfloat16)
-    pooled = torch.randn(2, 2048, generator=g).to(torch.bfloat16)
+    x = torch.randn(2, 16, side, side, generator=g).to(DTYPE)
+    text = torch.randn(2, tokens, 4096, generator=g).to(DTYPE)
+    pooled = torch.randn(2, 2048, generator=g).to(DTYPE)
 
     def step():
         model(hidden_states=x, encoder_hidden_states=text, pooled_projections=pooled,
-              timestep=torch.tensor([500.0, 500.0], dtype=torch.bfloat16), return_dict=False)
+              timestep=torch.tensor([500.0, 500.0], dtype=DTYPE), return_dict=False)
 
     return {"name": "sd35_large_3_blocks", "resolution": res, "text_tokens": tokens,
             "seconds": best_time(step, warmup, repeat)}
@@ -152,23 +154,23 @@ def sd3_row(res, warmup, repeat):
 def flux_row(res, warmup, repeat):
     from diffusers import FluxTransformer2DModel
 
-    torch.set_default_dtype(torch.bfloat16)
+    torch.set_default_dtype(DTYPE)
     model = FluxTransformer2DModel(num_layers=2, num_single_layers=4,
                                    guidance_embeds=True).to(DEVICE).eval()
     torch.set_default_dtype(torch.float32)
     g = torch.Generator().manual_seed(9)
     side = res // 16
     tokens = 512
-    x = torch.randn(1, side * side, 64, generator=g).to(torch.bfloat16)
-    text = torch.randn(1, tokens, 4096, generator=g).to(torch.bfloat16)
-    pooled = torch.randn(1, 768, generator=g).to(torch.bfloat16)
+    x = torch.randn(1, side * side, 64, generator=g).to(DTYPE)
+    text = torch.randn(1, tokens, 4096, generator=g).to(DTYPE)
+    pooled = torch.randn(1, 768, generator=g).to(DTYPE)
     img_ids = torch.zeros(side, side, 3)
     img_ids[..., 1] += torch.arange(side)[:, None]
     img_ids[..., 2] += torch.arange(side)[None, :]
     img_ids = img_ids.reshape(-1, 3)
     x, text, pooled, img_ids = (v.to(DEVICE) for v in (x, text, pooled, img_ids))
-    ts = torch.tensor([0.5], dtype=torch.bfloat16, device=DEVICE)
-    gs = torch.tensor([3.5], dtype=torch.bfloat16, device=DEVICE)
+    ts = torch.tensor([0.5], dtype=DTYPE, device=DEVICE)
+    gs = torch.tensor([3.5], dtype=DTYPE, device=DEVICE)
     txt_ids = torch.zeros(tokens, 3, device=DEVICE)
 
     def step():
@@ -187,9 +189,11 @@ def main():
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--device", default="cpu", help="cpu or cuda (pixart and flux rows)")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "f32"])
     a = ap.parse_args()
-    global DEVICE
+    global DEVICE, DTYPE
     DEVICE = a.device
+    DTYPE = torch.bfloat16 if a.dtype == "bf16" else torch.float32
     torch.set_num_threads(a.threads)
     import diffusers
     import transformers
@@ -215,7 +219,8 @@ def main():
                 r = sd3_row(int(res), a.warmup, a.repeat)
             else:
                 sys.exit(f"torch_bench.py: unknown row '{row}' (pixart:RES, vae:RES, t5[:N], flux:RES or sd3:RES)")
-        r.update(versions, threads=a.threads, dtype="bf16")
+        r.update(versions, threads=a.threads, dtype=a.dtype,
+                 isa=torch.backends.cpu.get_cpu_capability())
         print(json.dumps(r), flush=True)
 
 
