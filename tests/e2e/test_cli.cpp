@@ -9,11 +9,13 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "cli_util.h"
 #include "io/json.h"
 #include "io/png.h"
 #include "io/safetensors.h"
+#include "kernels/kernels.h"
 #include "test_util.h"
 
 namespace xdit {
@@ -313,6 +315,51 @@ TEST_F(Cli, InfoDescribesTheModel) {
   for (const char* want : {"PixArtSigmaPipeline", "3 blocks", "T5 encoder",
                            "max sequence length 300", "AutoencoderKL", "memory (estimate"})
     EXPECT_NE(ss.str().find(want), std::string::npos) << want << " in:\n" << ss.str();
+}
+
+// A server without native bf16, as ONEDNN_MAX_CPU_ISA=AVX2 makes this one:
+// `--dtype bf16` runs, says once that it computes in f32, and gives
+// diffusers' image; `xdit info` names the level the kernels run at.
+TEST_F(Cli, CpuWithoutNativeBf16SaysSoOnceAndMatchesDiffusers) {
+  if (kernels::cpu_hardware_isa() < kernels::CpuIsa::kAvx2)
+    GTEST_SKIP() << "the CPU has no AVX2 to cap at";
+  const std::string model = std::string(XDIT_MODELS) + "/pixart-alpha-tiny";
+  const auto r = test::run_command(
+      std::string("env XDIT_QUIET=1 ONEDNN_MAX_CPU_ISA=AVX2 '") + XDIT_BINARY +
+          "' generate --model '" + model +
+          "' --prompt 'a red fox in the snow' --height 48 --width 80 --num_inference_steps 4 "
+          "--guidance_scale 4.5 --seed 0 --no_resolution_binning --dtype bf16 -o '" +
+          path("out.png") + "'",
+      path("stderr.txt"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  size_t lines = 0;
+  for (size_t at = r.err.find("no native bf16"); at != std::string::npos;
+       at = r.err.find("no native bf16", at + 1))
+    ++lines;
+  EXPECT_EQ(lines, 1u) << r.err;
+  EXPECT_NE(r.err.find("computing in f32"), std::string::npos) << r.err;
+  auto want =
+      io::read_safetensors_f32(kData + "/goldens/pipeline_alpha.safetensors")["image"].to_vector();
+  const io::PngImage png = io::read_png(path("out.png"));
+  ASSERT_EQ(want.size(), png.rgb.size());
+  int worst = 0;
+  for (size_t i = 0; i < want.size(); ++i)
+    worst =
+        std::max(worst, std::abs(static_cast<int>(std::nearbyint(want[i] * 255.0f)) - png.rgb[i]));
+  EXPECT_LE(worst, 1);
+
+  for (const auto& [cap, level] : {std::pair<std::string, std::string>{"AVX2", "AVX2 kernels"},
+                                   {"SSE41", "x86-64 baseline kernels"}}) {
+    const std::string out = path("info.txt");
+    ASSERT_EQ(std::system(("env ONEDNN_MAX_CPU_ISA=" + cap + " '" + XDIT_BINARY +
+                           "' info --model '" + model + "' > '" + out + "' 2>&1")
+                              .c_str()),
+              0);
+    std::ifstream in(out);
+    std::stringstream info;
+    info << in.rdbuf();
+    EXPECT_NE(info.str().find("cpu:          " + level), std::string::npos) << info.str();
+  }
 }
 
 // FLUX.1 [dev] from the prompt with true CFG: the PNG within 1/255 of

@@ -142,7 +142,7 @@ TEST(Ops, Conv2dWinogradAgainstDirectConvolution) {
 }
 
 // The kernels' level is the CPU's, capped by ONEDNN_MAX_CPU_ISA as oneDNN's
-// is: ctest runs these binaries again under AVX2 and SSE41 caps
+// is: ctest runs these binaries again under AVX2, AVX512_CORE and SSE41 caps
 // (tests/CMakeLists.txt), so the AVX2 and baseline builds are checked on any
 // machine.
 TEST(Ops, KernelIsaIsTheCpusCappedByOnednnMaxCpuIsa) {
@@ -160,6 +160,8 @@ TEST(Ops, KernelIsaIsTheCpusCappedByOnednnMaxCpuIsa) {
   const std::string c = cap != nullptr ? cap : "";
   if (c == "AVX2") {
     EXPECT_EQ(cpu_isa(), std::min(cpu, CpuIsa::kAvx2));
+  } else if (c == "AVX512_CORE") {
+    EXPECT_EQ(cpu_isa(), std::min(cpu, CpuIsa::kAvx512));
   } else if (c == "SSE41") {
     EXPECT_EQ(cpu_isa(), CpuIsa::kBaseline);
   } else if (c.empty()) {
