@@ -1,6 +1,9 @@
 #include "models/dit.h"
 
+#include <algorithm>
+
 #include "core/error.h"
+#include "kernels/kernels.h"
 
 namespace xdit::models {
 
@@ -26,9 +29,61 @@ void DiTInputs::check_joint_text(int64_t batch, int64_t text_width, int64_t pool
 }
 
 Tensor DiT::forward_here(const DiTInputs& in, const Tensor* hidden) {
-  Streams s = embed(in, hidden);
-  run_blocks(s, stage().block_begin, stage().block_end);
-  return stage().last ? finalize(s) : s.x;
+  const int64_t blocks = spec().blocks;
+  for (const int64_t b : in.skip_blocks)
+    XDIT_CHECK(b >= 0 && b < blocks, "skip layer ", b, " outside the model's ", blocks, " blocks");
+  Streams s = embed(in);
+  const int64_t B = call_.batch, T = stream_text(), N = call_.tokens(), D = spec().hidden;
+  if (!stage_.first) s = previous_stage_streams(hidden, B, T, N, D, name());
+  XDIT_CHECK(s.x.numel() == B * (T + N) * D && s.text == T, name(), " streams must be [", B, ", ",
+             T + N, ", ", D, "] with ", T, " text tokens, got ", shape_str(s.x.shape()));
+  for (BlockHook* h : hooks_) h->begin_call(in, s);
+  run_stage(s, in.skip_blocks);
+  for (BlockHook* h : hooks_) h->end_call(s);
+  return stage_.last ? finalize(s) : s.x;
+}
+
+void DiT::run_stage(Streams& s, const std::vector<int64_t>& skip) {
+  const auto skipped = [&](int64_t b) {
+    return std::find(skip.begin(), skip.end(), b) != skip.end();
+  };
+  const auto boundary = [&](int64_t b) {
+    return std::any_of(hooks_.begin(), hooks_.end(),
+                       [b](const BlockHook* h) { return h->at_boundary(b); });
+  };
+  const int64_t end = stage_.block_end;
+  int64_t b = stage_.block_begin;
+  while (b < end) {
+    if (skipped(b)) {
+      ++b;
+      continue;
+    }
+    if (boundary(b)) {
+      BlockSkip k;
+      for (BlockHook* h : hooks_)
+        if (h->at_boundary(b) && (k = h->before_block(b, s)).end >= 0) break;
+      if (k.end >= 0) {
+        XDIT_CHECK(k.end > b && k.end <= end, "a block hook skips blocks [", b, ", ", k.end,
+                   ") outside this stage's [", stage_.block_begin, ", ", end, ")");
+        if (k.residual != nullptr) {
+          XDIT_CHECK(k.residual->numel() == s.x.numel(), "a block hook's residual ",
+                     shape_str(k.residual->shape()), " does not match the streams ",
+                     shape_str(s.x.shape()));
+          kernels::gated_residual_add(s.x.data<float>(), k.residual->data<float>(), 1, 1,
+                                      s.x.numel(), nullptr, 0);
+        }
+        b = k.end;
+        continue;
+      }
+    }
+    // One fused run up to the next skipped block or hook boundary.
+    int64_t e = b + 1;
+    while (e < end && !skipped(e) && !boundary(e)) ++e;
+    run_blocks(s, b, e);
+    for (BlockHook* h : hooks_)
+      if (h->at_boundary(e)) h->after_block(e - 1, s);
+    b = e;
+  }
 }
 
 Tensor DiT::forward(const DiTInputs& in, const Tensor* hidden) {

@@ -1,6 +1,6 @@
-// The interface every diffusion transformer implements (PixArt-α/Σ, FLUX.1;
-// SD3 next), so that one denoising loop and one implementation of each
-// parallel method serve them all (docs/ARCHITECTURE.md, "One engine").
+// The interface every diffusion transformer implements (PixArt-α/Σ, FLUX.1,
+// SD3), so that one denoising loop and one implementation of each parallel
+// method serve them all (docs/ARCHITECTURE.md, "One engine").
 //
 // A call is three parts: embed (the conditioning of the call, and on the first
 // pipeline stage the image tokens of the requested patch rows), blocks by
@@ -9,6 +9,12 @@
 // of streams: per batch item the text stream's tokens (models with joint
 // attention) then the image tokens this call computes. A PipeFusion stage
 // sends exactly that tensor to the next stage.
+//
+// The base class owns what every model shares: the call's geometry, the
+// stage's range and the streams' shape checked once, a later stage's streams
+// taken from the previous stage, skipped blocks (SD3's skip-layer guidance)
+// and the block hooks (block_hook.h) — a model file implements only its
+// embedding, its blocks and its final layer.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +22,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "models/block_hook.h"
 #include "nn/attention.h"
 
 namespace xdit::models {
@@ -30,7 +37,8 @@ struct DiTInputs {
   const Tensor* pooled = nullptr;        // [B, pooled width] (FLUX's CLIP vector)
   const Tensor* resolution = nullptr;    // [B, 2] (height, width in pixels): PixArt-α
   const Tensor* aspect_ratio = nullptr;  // [B, 1]
-  // Blocks this call skips (SD3's skip-layer guidance); models without it refuse any.
+  // Blocks this call skips (SD3's skip-layer guidance): the streams pass them
+  // unchanged, as diffusers' skip_layers does.
   std::vector<int64_t> skip_blocks;
   // Sequence parallelism and PipeFusion: compute only the patch rows
   // [begin, end) of the token grid (end 0 = all). Positions stay global;
@@ -68,12 +76,6 @@ struct DiTStage {
 // model's `blocks`; throws one line when it does not fit.
 DiTStage resolve_stage(DiTStage stage, int64_t blocks);
 
-// The hidden states between blocks: x [B, text + image tokens, hidden].
-struct Streams {
-  Tensor x;
-  int64_t text = 0;  // text-stream tokens at the front of each batch item (0: none)
-};
-
 // A later pipeline stage's streams: a copy of the previous stage's `hidden`,
 // checked to be [batch, text + tokens, width]; throws one line naming `model`.
 Streams previous_stage_streams(const Tensor* hidden, int64_t batch, int64_t text, int64_t tokens,
@@ -91,21 +93,31 @@ struct DiTSpec {
   bool text_stream = false;  // joint attention over a text stream that blocks update
 };
 
+// The geometry of the current call, which a model's embed sets.
+struct CallGeometry {
+  int64_t batch = 0;
+  // Text tokens: the text stream's (joint attention) or the cross-attention
+  // condition's (PixArt, after trimming padding every row masks).
+  int64_t text = 0;
+  int64_t rows = 0;        // patch rows this call computes
+  int64_t grid_width = 0;  // tokens per patch row
+  int64_t width = 0;       // latent columns
+  int64_t tokens() const { return rows * grid_width; }
+};
+
 class DiT {
  public:
   virtual ~DiT() = default;
   virtual DiTSpec spec() const = 0;
+  // "PixArt", "FLUX", "SD3": the model as its messages name it.
+  virtual const char* name() const = 0;
   // This model's blocks of the flat list (PipeFusion: one stage's).
   const DiTStage& stage() const { return stage_; }
   // Every attention call goes through `backend` (the serial one until set).
   void set_attention_backend(nn::AttentionBackend* backend) { backend_ = backend; }
-  // The call's conditioning; the first stage embeds the latents' patch rows,
-  // a later stage starts from the previous stage's streams in `hidden`.
-  virtual Streams embed(const DiTInputs& in, const Tensor* hidden) = 0;
-  // Blocks [b0, b1) of the flat list, all within this stage's.
-  virtual void run_blocks(Streams& s, int64_t b0, int64_t b1) = 0;
-  // The last stage's output [B, out_channels, rows · patch, W].
-  virtual Tensor finalize(const Streams& s) = 0;
+  // Hooks around the blocks, in order (the first that skips a block wins;
+  // every one sees every boundary it asks for). Not owned; empty: none.
+  void set_block_hooks(std::vector<BlockHook*> hooks) { hooks_ = std::move(hooks); }
 
   // A stage's whole call: the output on the last stage, else the streams' x.
   // On a CUDA model the inputs are copied to its device (where they are not
@@ -126,12 +138,32 @@ class DiT {
       : stage_(resolve_stage(stage, blocks)),
         backend_(&nn::serial_attention()),
         device_(current_device()) {}
+  // The call's conditioning and geometry (set_call); on the first stage
+  // also the streams of the latents' patch rows. A later stage returns no
+  // streams: the base takes them from the previous stage's `hidden`.
+  virtual Streams embed(const DiTInputs& in) = 0;
+  // Blocks [b0, b1) of the flat list, all within this stage's, on streams
+  // of the call's shape (both checked by the base).
+  virtual void run_blocks(Streams& s, int64_t b0, int64_t b1) = 0;
+  // The last stage's output [B, out_channels, rows · patch, W].
+  virtual Tensor finalize(const Streams& s) = 0;
+
+  void set_call(const CallGeometry& g) { call_ = g; }
+  const CallGeometry& call() const { return call_; }
+
   DiTStage stage_;
   nn::AttentionBackend* backend_;
 
  private:
   Tensor forward_here(const DiTInputs& in, const Tensor* hidden);
+  // The stage's blocks on `s`: skipped ones passed over, the hooks'
+  // boundaries and skips honoured, the runs between them fused.
+  void run_stage(Streams& s, const std::vector<int64_t>& skip);
+  // The text-stream tokens the streams carry in this call.
+  int64_t stream_text() const { return spec().text_stream ? call_.text : 0; }
   Device device_;
+  CallGeometry call_;
+  std::vector<BlockHook*> hooks_;
 };
 
 }  // namespace xdit::models

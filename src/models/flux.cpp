@@ -107,16 +107,15 @@ void FluxTransformer::attend(float* qkv, int64_t batch, int64_t seq, float* out,
                              int layer) {
   nn::AttentionSite site;
   site.layer = layer;
-  site.text_tokens = L_;
+  site.text_tokens = call().text;
   backend_->attend(nn::fused_qkv_args(qkv, batch, seq, heads_, cfg_.attention_head_dim, out,
                                       out_stride, ct_ == nn::ComputeType::kBF16),
                    site);
 }
 
-Streams FluxTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
+Streams FluxTransformer::embed(const DiTInputs& in) {
   const FluxConfig& c = cfg_;
   XDIT_CHECK(in.latents && in.text && in.pooled, "FLUX forward: latents, text and pooled needed");
-  XDIT_CHECK(in.skip_blocks.empty(), "FLUX does not skip blocks (skip-layer guidance is SD3's)");
   const Tensor& lat = *in.latents;
   const int64_t C = c.latent_channels();
   XDIT_CHECK(lat.ndim() == 4 && lat.dim(1) == C && lat.dim(2) % 2 == 0 && lat.dim(3) % 2 == 0,
@@ -132,11 +131,7 @@ Streams FluxTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
       c.guidance_embeds ? "this FLUX model embeds a guidance scale: one per batch item"
                         : "this FLUX model has no guidance embedding");
   const int64_t L = in.text->dim(1), S = L + N;
-  B_ = B;
-  L_ = L;
-  rows_ = r1 - r0;
-  gw_ = gw;
-  W_ = Wl;
+  set_call({B, L, r1 - r0, gw, Wl});
 
   // Conditioning vector: timestep (+ guidance) + pooled text, then SiLU once
   // for every AdaLN projection. The model multiplies the pipeline's t / 1000
@@ -192,7 +187,7 @@ Streams FluxTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
   rope_sin_ = nn::on_current_device(rope_sin_host_, rope_sin_keep_);
 
   // Streams [B, L + N, D]: per batch item the embedded text, then the image tokens.
-  if (!stage_.first) return previous_stage_streams(hidden, B, L, N, D, "FLUX");
+  if (!stage_.first) return {};  // the base takes the previous stage's
   Streams st;
   st.text = L;
   st.x = Tensor::empty({B, S, D}, DType::kF32, current_device());
@@ -209,7 +204,8 @@ Streams FluxTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
 }
 
 void FluxTransformer::double_block(DoubleBlock& blk, float* X, int layer) {
-  const int64_t B = B_, L = L_, N = rows_ * gw_, S = L + N, D = cfg_.hidden();
+  const int64_t B = call().batch, L = call().text, N = call().tokens(), S = L + N,
+                D = cfg_.hidden();
   const int64_t A = heads_ * cfg_.attention_head_dim;  // this rank's attention width
   float* mod = mod_.get(static_cast<size_t>(B * 12 * D));
   float* mi = mod;              // image: shift, scale, gate (attention), shift, scale, gate (MLP)
@@ -259,7 +255,7 @@ void FluxTransformer::double_block(DoubleBlock& blk, float* X, int layer) {
 }
 
 void FluxTransformer::single_block(SingleBlock& blk, float* X, int layer) {
-  const int64_t B = B_, S = L_ + rows_ * gw_, D = cfg_.hidden();
+  const int64_t B = call().batch, S = call().text + call().tokens(), D = cfg_.hidden();
   const int64_t A = heads_ * cfg_.attention_head_dim;  // this rank's attention width
   float* mod = mod_.get(static_cast<size_t>(B * 12 * D));
   float* nh = n_.get(static_cast<size_t>(B * S * D));
@@ -289,11 +285,6 @@ void FluxTransformer::single_block(SingleBlock& blk, float* X, int layer) {
 }
 
 void FluxTransformer::run_blocks(Streams& s, int64_t b0, int64_t b1) {
-  const int64_t S = L_ + rows_ * gw_, D = cfg_.hidden();
-  XDIT_CHECK(stage_.block_begin <= b0 && b0 <= b1 && b1 <= stage_.block_end, "blocks [", b0, ", ",
-             b1, ") outside this stage's [", stage_.block_begin, ", ", stage_.block_end, ")");
-  XDIT_CHECK(s.x.numel() == B_ * S * D && s.text == L_, "FLUX streams must be [", B_, ", ", S, ", ",
-             D, "] with ", L_, " text tokens, got ", shape_str(s.x.shape()));
   const int64_t nl = cfg_.num_layers;
   for (int64_t bi = b0; bi < b1; ++bi) {
     if (bi < nl)
@@ -307,7 +298,8 @@ void FluxTransformer::run_blocks(Streams& s, int64_t b0, int64_t b1) {
 
 Tensor FluxTransformer::finalize(const Streams& s) {
   XDIT_CHECK(stage_.last, "only the last pipeline stage has the output layer");
-  const int64_t B = B_, L = L_, N = rows_ * gw_, S = L + N, D = cfg_.hidden();
+  const int64_t B = call().batch, L = call().text, N = call().tokens(), S = L + N,
+                D = cfg_.hidden();
   const int64_t C = cfg_.latent_channels();
   XDIT_CHECK(s.x.numel() == B * S * D, "FLUX streams must be [", B, ", ", S, ", ", D, "]");
   // norm_out on the image rows (AdaLN-continuous: [scale, shift]), proj_out.
@@ -319,8 +311,9 @@ Tensor FluxTransformer::finalize(const Streams& s) {
                                  mod + b * 2 * D + D, mod + b * 2 * D, 0);
   float* packed = x_.get(static_cast<size_t>(B * N * 4 * C));
   proj_out_.forward(nh, B * N, packed);
-  Tensor out = Tensor::empty({B, C, 2 * rows_, W_}, DType::kF32, current_device());
-  kernels::pack_2x2(packed, out.data<float>(), B, C, 2 * rows_, W_, 0, rows_, false);
+  Tensor out = Tensor::empty({B, C, 2 * call().rows, call().width}, DType::kF32, current_device());
+  kernels::pack_2x2(packed, out.data<float>(), B, C, 2 * call().rows, call().width, 0, call().rows,
+                    false);
   return out;
 }
 

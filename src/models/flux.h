@@ -63,7 +63,10 @@ class FluxTransformer : public DiT {
   ~FluxTransformer() override;
   const FluxConfig& config() const { return cfg_; }
   DiTSpec spec() const override { return cfg_.spec(); }
-  Streams embed(const DiTInputs& in, const Tensor* hidden) override;
+  const char* name() const override { return "FLUX"; }
+
+ protected:
+  Streams embed(const DiTInputs& in) override;
   void run_blocks(Streams& s, int64_t b0, int64_t b1) override;
   // The velocity [B, latent_channels, rows · 2, W].
   Tensor finalize(const Streams& s) override;
@@ -92,7 +95,6 @@ class FluxTransformer : public DiT {
   // The current call (set by embed): batch, text tokens, patch rows, grid
   // width, latent width, SiLU(conditioning vector) [B, D], and the rotary
   // tables [L + tokens, head_dim] (text positions, then this call's rows').
-  int64_t B_ = 0, L_ = 0, rows_ = 0, gw_ = 0, W_ = 0;
   nn::Scratch st_;  // SiLU(conditioning) [B, D]
   // Rotary tables [S, head_dim] (made on the host, copied where the ops run).
   std::vector<float> rope_cos_host_, rope_sin_host_;

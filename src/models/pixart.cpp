@@ -64,10 +64,9 @@ PixArtTransformer::PixArtTransformer(const PixArtConfig& cfg, const WeightSource
 
 PixArtTransformer::~PixArtTransformer() = default;
 
-Streams PixArtTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
+Streams PixArtTransformer::embed(const DiTInputs& in) {
   const PixArtConfig& c = cfg_;
   XDIT_CHECK(in.latents && in.text, "PixArt forward needs latents and text embeddings");
-  XDIT_CHECK(in.skip_blocks.empty(), "PixArt does not skip blocks (skip-layer guidance is SD3's)");
   const Tensor& x = *in.latents;
   XDIT_CHECK(x.ndim() == 4 && x.dim(1) == c.in_channels, "PixArt expects latents [B, ",
              c.in_channels, ", H, W], got ", shape_str(x.shape()));
@@ -122,19 +121,13 @@ Streams PixArtTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
   }
   const Tensor& text = *text_in;
   mask_ptr_ = nn::on_current_device(mask_, mask_device_);
-  B_ = B;
-  L_ = L;
-  rows_ = rows;
-  gw_ = gw;
-  W_ = W;
+  set_call({B, L, rows, gw, W});
 
   // Patch embedding + position embedding (recomputed for the actual grid, as
-  // PatchEmbed does when it differs from the config's sample size); later
-  // pipeline stages start from the previous stage's hidden states.
+  // PatchEmbed does when it differs from the config's sample size); a later
+  // pipeline stage's streams come from the previous stage (the base's).
   Streams s;
-  if (!stage_.first) {
-    s = previous_stage_streams(hidden, B, 0, N, d, "PixArt");
-  } else {
+  if (stage_.first) {
     s.x = Tensor::empty({B, N, d}, DType::kF32, current_device());
     float* h = s.x.data<float>();
     const int64_t k = c.in_channels * p * p;
@@ -200,11 +193,6 @@ Streams PixArtTransformer::embed(const DiTInputs& in, const Tensor* hidden) {
 }
 
 void PixArtTransformer::run_blocks(Streams& s, int64_t b0, int64_t b1) {
-  const int64_t B = B_, N = rows_ * gw_, d = cfg_.hidden();
-  XDIT_CHECK(stage_.block_begin <= b0 && b0 <= b1 && b1 <= stage_.block_end, "blocks [", b0, ", ",
-             b1, ") outside this stage's [", stage_.block_begin, ", ", stage_.block_end, ")");
-  XDIT_CHECK(s.x.numel() == B * N * d && s.text == 0, "PixArt streams must be [", B, ", ", N, ", ",
-             d, "], got ", shape_str(s.x.shape()));
   if (b0 == b1) return;
   // With bf16 layers the layers' inputs (the modulated norms and the
   // residual stream the cross-attention reads) are written in bf16 by the
@@ -218,7 +206,8 @@ void PixArtTransformer::run_blocks(Streams& s, int64_t b0, int64_t b1) {
 
 template <class T>
 void PixArtTransformer::run_blocks_as(Streams& s, int64_t b0, int64_t b1) {
-  const int64_t B = B_, L = L_, d = cfg_.hidden(), N = rows_ * gw_, ms = 6 * d;
+  const int64_t B = call().batch, L = call().text, d = cfg_.hidden(), N = call().tokens(),
+                ms = 6 * d;
   float* h = s.x.data<float>();
   const float* txt = text_.get(static_cast<size_t>(B * L * d));
   T* nrm = reinterpret_cast<T*>(norm_.get(static_cast<size_t>(B * N * d)));
@@ -273,7 +262,7 @@ void PixArtTransformer::run_blocks_as(Streams& s, int64_t b0, int64_t b1) {
 Tensor PixArtTransformer::finalize(const Streams& s) {
   XDIT_CHECK(stage_.last, "only the last pipeline stage has the output layer");
   const PixArtConfig& c = cfg_;
-  const int64_t B = B_, d = c.hidden(), p = c.patch_size, N = rows_ * gw_;
+  const int64_t B = call().batch, d = c.hidden(), p = c.patch_size, N = call().tokens();
   XDIT_CHECK(s.x.numel() == B * N * d, "PixArt streams must be [", B, ", ", N, ", ", d, "]");
   const float eps = static_cast<float>(c.norm_eps);
   float* nrm = norm_.get(static_cast<size_t>(B * N * d));
@@ -287,8 +276,10 @@ Tensor PixArtTransformer::finalize(const Streams& s) {
   const int64_t po = p * p * c.out_channels;
   float* patches = ffh_.get(static_cast<size_t>(B * N * std::max(po, 4 * d)));
   proj_out_.forward(nrm, B * N, patches);
-  Tensor out = Tensor::empty({B, c.out_channels, rows_ * p, W_}, DType::kF32, current_device());
-  kernels::unpatchify(patches, B, c.out_channels, rows_, gw_, p, out.data<float>());
+  Tensor out = Tensor::empty({B, c.out_channels, call().rows * p, call().width}, DType::kF32,
+                             current_device());
+  kernels::unpatchify(patches, B, c.out_channels, call().rows, call().grid_width, p,
+                      out.data<float>());
   return out;
 }
 

@@ -61,7 +61,10 @@ class PixArtTransformer : public DiT {
   DiTSpec spec() const override { return cfg_.spec(); }
   // The text is a condition here (cross-attention), not a stream: the streams
   // hold the image tokens [B, tokens, hidden] only.
-  Streams embed(const DiTInputs& in, const Tensor* hidden) override;
+  const char* name() const override { return "PixArt"; }
+
+ protected:
+  Streams embed(const DiTInputs& in) override;
   void run_blocks(Streams& s, int64_t b0, int64_t b1) override;
   // [B, out_channels, rows · patch, W].
   Tensor finalize(const Streams& s) override;
@@ -84,7 +87,6 @@ class PixArtTransformer : public DiT {
   // The current call (set by embed): batch, text length, patch rows and grid
   // width, latent width, the embedded timestep [B, d], its 6 modulations
   // [B, 6d], the key mask and the projected caption (in text_).
-  int64_t B_ = 0, L_ = 0, rows_ = 0, gw_ = 0, W_ = 0;
   // Host-side key mask and its copy where the ops run (a CUDA device).
   std::vector<uint8_t> mask_;
   Tensor mask_device_;

@@ -92,7 +92,7 @@ SD3Transformer::SD3Transformer(const SD3Config& cfg, const io::WeightSource& w, 
 
 SD3Transformer::~SD3Transformer() = default;
 
-Streams SD3Transformer::embed(const DiTInputs& in, const Tensor* hidden) {
+Streams SD3Transformer::embed(const DiTInputs& in) {
   const SD3Config& c = cfg_;
   XDIT_CHECK(in.latents && in.text && in.pooled, "SD3 forward: latents, text and pooled needed");
   const Tensor& lat = *in.latents;
@@ -108,16 +108,8 @@ Streams SD3Transformer::embed(const DiTInputs& in, const Tensor* hidden) {
   const auto [r0, r1] = in.rows(gh);
   const int64_t N = (r1 - r0) * gw;
   in.check_joint_text(B, c.joint_attention_dim, c.pooled_projection_dim, "SD3");
-  for (const int64_t s : in.skip_blocks)
-    XDIT_CHECK(s >= 0 && s < c.num_layers, "skip layer ", s, " outside the model's ", c.num_layers,
-               " blocks");
   const int64_t L = in.text->dim(1), S = L + N;
-  B_ = B;
-  L_ = L;
-  rows_ = r1 - r0;
-  gw_ = gw;
-  W_ = W;
-  skip_ = in.skip_blocks;
+  set_call({B, L, r1 - r0, gw, W});
 
   // Conditioning: Timesteps(256, flip_sin_to_cos, shift 0) → MLP, plus the
   // pooled text's MLP; SiLU once for every AdaLN projection.
@@ -130,7 +122,7 @@ Streams SD3Transformer::embed(const DiTInputs& in, const Tensor* hidden) {
   kernels::gated_residual_add(temb, part, 1, 1, B * D, nullptr, 0);
   kernels::silu(temb, st_.get(static_cast<size_t>(B * D)), B * D);
 
-  if (!stage_.first) return previous_stage_streams(hidden, B, L, N, D, "SD3");
+  if (!stage_.first) return {};  // the base takes the previous stage's
   Streams st;
   st.text = L;
   st.x = Tensor::empty({B, S, D}, DType::kF32, current_device());
@@ -160,8 +152,8 @@ Streams SD3Transformer::embed(const DiTInputs& in, const Tensor* hidden) {
 void SD3Transformer::norm_qk(float* qkv, int64_t seq, int64_t row_begin, int64_t rows,
                              const Tensor& wq, const Tensor& wk) const {
   if (!wq.defined()) return;
-  kernels::qk_norm_rope(qkv, B_, seq, row_begin, rows, heads_, cfg_.attention_head_dim, kEps,
-                        wq.data<float>(), wk.data<float>(), nullptr, nullptr);
+  kernels::qk_norm_rope(qkv, call().batch, seq, row_begin, rows, heads_, cfg_.attention_head_dim,
+                        kEps, wq.data<float>(), wk.data<float>(), nullptr, nullptr);
 }
 
 void SD3Transformer::attend(const float* qkv, int64_t seq, float* out, int layer, int64_t text) {
@@ -169,13 +161,14 @@ void SD3Transformer::attend(const float* qkv, int64_t seq, float* out, int layer
   site.layer = layer;
   site.text_tokens = text;
   backend_->attend(
-      nn::fused_qkv_args(qkv, B_, seq, heads_, cfg_.attention_head_dim, out,
+      nn::fused_qkv_args(qkv, call().batch, seq, heads_, cfg_.attention_head_dim, out,
                          heads_ * cfg_.attention_head_dim, ct_ == nn::ComputeType::kBF16),
       site);
 }
 
 void SD3Transformer::block(Block& blk, float* X, int64_t index) {
-  const int64_t B = B_, L = L_, N = rows_ * gw_, S = L + N, D = cfg_.hidden();
+  const int64_t B = call().batch, L = call().text, N = call().tokens(), S = L + N,
+                D = cfg_.hidden();
   const int64_t A = heads_ * cfg_.attention_head_dim;  // this rank's attention width
   const int64_t mi_n = (blk.dual ? 9 : 6) * D, mc_n = (blk.last ? 2 : 6) * D;
   const nn::TensorParallel& tp = stage_.tp;
@@ -251,21 +244,15 @@ void SD3Transformer::block(Block& blk, float* X, int64_t index) {
 }
 
 void SD3Transformer::run_blocks(Streams& s, int64_t b0, int64_t b1) {
-  const int64_t S = L_ + rows_ * gw_, D = cfg_.hidden();
-  XDIT_CHECK(stage_.block_begin <= b0 && b0 <= b1 && b1 <= stage_.block_end, "blocks [", b0, ", ",
-             b1, ") outside this stage's [", stage_.block_begin, ", ", stage_.block_end, ")");
-  XDIT_CHECK(s.x.numel() == B_ * S * D && s.text == L_, "SD3 streams must be [", B_, ", ", S, ", ",
-             D, "] with ", L_, " text tokens, got ", shape_str(s.x.shape()));
-  for (int64_t bi = b0; bi < b1; ++bi) {
-    if (std::find(skip_.begin(), skip_.end(), bi) != skip_.end()) continue;
+  for (int64_t bi = b0; bi < b1; ++bi)
     block(*blocks_[static_cast<size_t>(bi - stage_.block_begin)], s.x.data<float>(), bi);
-  }
 }
 
 Tensor SD3Transformer::finalize(const Streams& s) {
   XDIT_CHECK(stage_.last, "only the last pipeline stage has the output layer");
   const SD3Config& c = cfg_;
-  const int64_t B = B_, L = L_, N = rows_ * gw_, S = L + N, D = c.hidden(), p = c.patch_size;
+  const int64_t B = call().batch, L = call().text, N = call().tokens(), S = L + N, D = c.hidden(),
+                p = c.patch_size;
   XDIT_CHECK(s.x.numel() == B * S * D, "SD3 streams must be [", B, ", ", S, ", ", D, "]");
   // norm_out on the image rows (AdaLN-continuous: [scale, shift]), proj_out.
   float* mod = mod_.get(static_cast<size_t>(B * 2 * D));
@@ -277,8 +264,10 @@ Tensor SD3Transformer::finalize(const Streams& s) {
   const int64_t po = p * p * c.out_channels;
   float* patches = ff_.get(static_cast<size_t>(B * N * std::max(po, 4 * D)));
   proj_out_.forward(nh, B * N, patches);
-  Tensor out = Tensor::empty({B, c.out_channels, rows_ * p, W_}, DType::kF32, current_device());
-  kernels::unpatchify(patches, B, c.out_channels, rows_, gw_, p, out.data<float>());
+  Tensor out = Tensor::empty({B, c.out_channels, call().rows * p, call().width}, DType::kF32,
+                             current_device());
+  kernels::unpatchify(patches, B, c.out_channels, call().rows, call().grid_width, p,
+                      out.data<float>());
   return out;
 }
 

@@ -65,7 +65,10 @@ class SD3Transformer : public DiT {
   ~SD3Transformer() override;
   const SD3Config& config() const { return cfg_; }
   DiTSpec spec() const override { return cfg_.spec(); }
-  Streams embed(const DiTInputs& in, const Tensor* hidden) override;
+  const char* name() const override { return "SD3"; }
+
+ protected:
+  Streams embed(const DiTInputs& in) override;
   void run_blocks(Streams& s, int64_t b0, int64_t b1) override;
   // [B, out_channels, rows · patch, W].
   Tensor finalize(const Streams& s) override;
@@ -90,9 +93,7 @@ class SD3Transformer : public DiT {
   std::vector<std::unique_ptr<Block>> blocks_;  // this stage's, in order
   kernels::Linear norm_out_, proj_out_;
   // The current call (set by embed).
-  int64_t B_ = 0, L_ = 0, rows_ = 0, gw_ = 0, W_ = 0;
   nn::Scratch st_, tproj_, temb_, part_, slab_;  // st_: SiLU(conditioning) [B, D]
-  std::vector<int64_t> skip_;
   nn::Scratch n_, n2_, qkv_, attn_, tmp_, ff_, mod_, cols_;
 };
 

@@ -6,6 +6,7 @@
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "dist/world.h"
+#include "models/block_hook.h"
 
 namespace xdit::comm {
 namespace {
@@ -93,6 +94,16 @@ TEST(Communicator, SingleRankCopiesAndRefusesPeers) {
   EXPECT_EQ(a[1], 2);
   EXPECT_THROW(s->send(a, 1, Type::kF32, 1, 0), Error);
   EXPECT_EQ(s->split(3, 0)->size(), 1);
+}
+
+// A block hook's decision, reduced over a group: one rank that says no makes
+// every rank say no, so ranks that skip blocks together never split.
+TEST(Communicator, BlockHookDecisionsAgreeOverTheGroup) {
+  Communicator& w = world();
+  EXPECT_TRUE(models::all_ranks_agree(w, true));
+  EXPECT_FALSE(models::all_ranks_agree(w, false));
+  EXPECT_FALSE(models::all_ranks_agree(w, w.rank() != w.size() - 1));       // the last says no
+  EXPECT_EQ(models::all_ranks_agree(w, w.rank() % 2 == 0), w.size() == 1);  // odd ranks say no
 }
 
 }  // namespace

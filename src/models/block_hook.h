@@ -1,0 +1,62 @@
+// The seam inside a DiT forward: code that runs before and after blocks, and
+// may skip a range of blocks in favour of a stored residual (diffusers'
+// hooks/first_block_cache.py, hooks/layer_skip.py — as hooks on the model,
+// never copies of it). Step caches (First-Block-Cache, TeaCache, TaylorSeer)
+// are block hooks plus their step state; the model files know nothing of them.
+//
+// A hook that decides (skip or run) must decide alike on every rank that
+// computes the same call together — the sequence-parallel group (each rank
+// sees only its rows), the tensor-parallel group (each its share of heads),
+// the CFG group (each its half of the batch), or the PipeFusion stages —
+// or the ranks' collectives no longer pair up and the job hangs:
+// `all_ranks_agree` is that reduction.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace xdit::comm {
+class Communicator;
+}
+
+namespace xdit::models {
+
+struct DiTInputs;
+
+// The hidden states between blocks: x [B, text + image tokens, hidden].
+struct Streams {
+  Tensor x;
+  int64_t text = 0;  // text-stream tokens at the front of each batch item (0: none)
+};
+
+// A hook's answer before block b: run it (`end` < 0), or skip blocks
+// [b, end) and add `residual` (x's shape; null: add nothing) to the streams.
+struct BlockSkip {
+  int64_t end = -1;
+  const Tensor* residual = nullptr;
+};
+
+class BlockHook {
+ public:
+  virtual ~BlockHook() = default;
+  // A forward call of this stage begins (the streams as embedded, or as the
+  // previous stage sent them) and ends (before the last stage's final layer).
+  virtual void begin_call(const DiTInputs& /*in*/, const Streams& /*s*/) {}
+  virtual void end_call(Streams& /*s*/) {}
+  // Whether the hook acts at the boundary before block b (after block b − 1;
+  // b may be the stage's end: after its last block). Between two boundaries
+  // the model runs its blocks as one fused run, so a hook that names few
+  // boundaries costs nothing elsewhere.
+  virtual bool at_boundary(int64_t /*b*/) const { return true; }
+  // At a boundary, before block b runs (skipped blocks are not offered).
+  virtual BlockSkip before_block(int64_t /*b*/, Streams& /*s*/) { return {}; }
+  // At the boundary after block b, when block b ran.
+  virtual void after_block(int64_t /*b*/, Streams& /*s*/) {}
+};
+
+// True only where every rank of `group` passes true (one all-reduce): a
+// decision every rank then takes alike.
+bool all_ranks_agree(comm::Communicator& group, bool mine);
+
+}  // namespace xdit::models
