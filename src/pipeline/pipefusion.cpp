@@ -25,7 +25,8 @@
 #include "core/log.h"
 #include "core/trace.h"
 #include "parallel/gather.h"
-#include "pipeline/pipeline.h"
+#include "parallel/pipefusion_attention.h"
+#include "pipeline/denoiser.h"
 
 namespace xdit::pipeline {
 
@@ -135,27 +136,29 @@ void check_shapes(comm::Communicator& c, const std::vector<Shape>& want, int fro
 
 }  // namespace
 
-Tensor Pipeline::pipefusion_loop(Tensor latents, schedulers::Scheduler& sched, const LoopInputs& li,
-                                 const std::function<void(const StepEvent&)>& on_step) {
-  parallel::Mesh& mesh = *mesh_;
+Tensor Denoiser::pipefusion_loop() {
+  parallel::Mesh& mesh = *rt_.mesh();
+  parallel::PipeFusionAttention* pipefusion = rt_.pipefusion();
+  Tensor& latents = latents_;
+  const LoopInputs& li = li_;
   comm::Communicator& pp = mesh.pp_group();
   const auto& pc = mesh.config();
   const int P = pc.pipefusion_parallel_degree, s = mesh.coord().pp;
   const bool first = s == 0, last = s == P - 1;
   const int64_t C = latents.dim(1), h = latents.dim(2), w = latents.dim(3);
-  const models::DiTSpec spec = transformer_->spec();
+  const models::DiTSpec spec = model_.spec();
   const int64_t p = spec.patch, gw = w / p, gh = h / p, d = spec.hidden, MB = li.batch;
-  grid_width_ = gw;
   const auto patches = pc.patches(gh);
   const int64_t M = static_cast<int64_t>(patches.size());
   const int64_t requested = pc.num_pipeline_patch > 0 ? pc.num_pipeline_patch : P;
   if (M != requested)
     XDIT_WARN("--num_pipeline_patch ", requested, " does not fit the ", gh, " patch rows: using ",
               M);
-  const auto& ts = sched.timesteps();
+  const auto& ts = sched_.timesteps();
   const int64_t S = static_cast<int64_t>(ts.size());
   const int64_t warmup = std::min<int64_t>(pc.warmup_steps, S);
-  patch_forwards_ = 0;
+  pf_stats_ = {};
+  for (StepHook* hook : hooks_) hook->begin_loop(*this);
 
   Tensor model_in = Tensor::empty({MB, C, h, w});
   auto fill_model_in = [&] {
@@ -169,9 +172,9 @@ Tensor Pipeline::pipefusion_loop(Tensor latents, schedulers::Scheduler& sched, c
   };
   // The last stage: noise for rows [r0, r1) from the stage output, then the step.
   auto finish_rows = [&](const Tensor& out, int64_t r0, int64_t r1) {
-    Tensor noise = noise_prediction(out, li, r0, r1);
+    Tensor noise = noise_prediction(out, r0, r1, nullptr);
     Tensor rows = take_rows(latents, r0 * p, r1 * p);
-    sched.step(noise.data<float>(), rows.data<float>(), latents.shape(), r0 * p, r1 * p);
+    sched_.step(noise.data<float>(), rows.data<float>(), latents.shape(), r0 * p, r1 * p);
     put_rows(latents, rows.data<float>(), r0 * p, r1 * p);
     return rows;
   };
@@ -184,11 +187,11 @@ Tensor Pipeline::pipefusion_loop(Tensor latents, schedulers::Scheduler& sched, c
   // them, after the shape exchange has checked them against the sender's.
   std::vector<Shape> hidden_shapes, latent_shapes;
   {
-    const auto [w0, w1] = my_rows(0, gh);
+    const auto [w0, w1] = rt_.my_rows(0, gh);
     hidden_shapes.push_back({MB, text + (w1 - w0) * gw, d});
     latent_shapes.push_back({li.prompts, C, h, w});
     for (const auto& [r0, r1] : patches) {
-      const auto [l0, l1] = my_rows(r0, r1);
+      const auto [l0, l1] = rt_.my_rows(r0, r1);
       hidden_shapes.push_back({MB, text + (l1 - l0) * gw, d});
       latent_shapes.push_back({li.prompts, C, (r1 - r0) * p, w});
     }
@@ -207,9 +210,11 @@ Tensor Pipeline::pipefusion_loop(Tensor latents, schedulers::Scheduler& sched, c
   int msg = 0;                            // message index, the same sequence on every stage
   for (int64_t i = 0; i < warmup; ++i) {  // warm-up: the whole image, synchronously
     const auto t0 = std::chrono::steady_clock::now();
-    if (pipefusion_) pipefusion_->set_window(gh * gw, 0, gh * gw);
+    const StepInfo info{i, S, ts[static_cast<size_t>(i)]};
+    for (StepHook* hook : hooks_) hook->before_step(info);
+    pipefusion->set_window(gh * gw, 0, gh * gw);
     fill_model_in();
-    const auto [w0, w1] = my_rows(0, gh);
+    const auto [w0, w1] = rt_.my_rows(0, gh);
     const models::DiTInputs in = inputs(i, w0, w1);
     Tensor hidden;
     if (!first) {
@@ -221,7 +226,7 @@ Tensor Pipeline::pipefusion_loop(Tensor latents, schedulers::Scheduler& sched, c
     Tensor out;
     {
       trace::Span span("warm-up step " + std::to_string(i), "compute");
-      out = transformer_->forward(in, first ? nullptr : &hidden);
+      out = model_.forward(in, first ? nullptr : &hidden);
     }
     if (!last) {
       outbox.send(out, s + 1, kHiddenTag + msg);
@@ -236,11 +241,8 @@ Tensor Pipeline::pipefusion_loop(Tensor latents, schedulers::Scheduler& sched, c
         pp.recv(latents.raw(), static_cast<size_t>(latents.numel()), comm::Type::kF32, P - 1,
                 kLatentTag + static_cast<int>(i));
     }
-    if (on_step) {
-      const double sec =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      on_step({i + 1, S, sec});
-    }
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (StepHook* hook : hooks_) hook->after_step(info, sec);
   }
 
   // The patch pipeline. Receive buffers are sized once per patch. Beside each
@@ -251,7 +253,6 @@ Tensor Pipeline::pipefusion_loop(Tensor latents, schedulers::Scheduler& sched, c
   std::vector<Tensor> hidden_in(static_cast<size_t>(M)), latent_in(static_cast<size_t>(M)),
       clock_in(static_cast<size_t>(M));
   int64_t clock = 0;
-  first_micro_step_ = last_micro_step_ = 0;
   for (int64_t j = 0; j < M; ++j) {
     clock_in[static_cast<size_t>(j)] = Tensor::empty({1});
     if (!first)
@@ -291,6 +292,8 @@ Tensor Pipeline::pipefusion_loop(Tensor latents, schedulers::Scheduler& sched, c
   Pending pending = post(warmup, 0, msg);
   for (int64_t i = warmup; i < S; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
+    const StepInfo info{i, S, ts[static_cast<size_t>(i)]};
+    for (StepHook* hook : hooks_) hook->before_step(info);
     for (int64_t j = 0; j < M; ++j) {
       const auto [r0, r1] = patches[static_cast<size_t>(j)];
       Pending mine = std::move(pending);
@@ -304,22 +307,22 @@ Tensor Pipeline::pipefusion_loop(Tensor latents, schedulers::Scheduler& sched, c
         sender = static_cast<int64_t>(clock_in[static_cast<size_t>(j)].data<float>()[0]);
       }
       clock = std::max(clock, sender) + 1;
-      if (first_micro_step_ == 0) first_micro_step_ = clock;
-      last_micro_step_ = clock;
+      if (pf_stats_.first_micro_step == 0) pf_stats_.first_micro_step = clock;
+      pf_stats_.last_micro_step = clock;
       if (first && i > warmup && P > 1)
         put_rows(latents, latent_in[static_cast<size_t>(j)].data<float>(), r0 * p, r1 * p);
-      if (pipefusion_) pipefusion_->set_window(gh * gw, r0 * gw, r1 * gw);
+      pipefusion->set_window(gh * gw, r0 * gw, r1 * gw);
       if (first) fill_model_in();
-      const auto [l0, l1] = my_rows(r0, r1);
+      const auto [l0, l1] = rt_.my_rows(r0, r1);
       const models::DiTInputs in = inputs(i, l0, l1);
       Tensor out;
       {
         trace::Span span("patch " + std::to_string(j) + " step " + std::to_string(i) +
                              " (micro-step " + std::to_string(clock) + ")",
                          "compute");
-        out = transformer_->forward(in, first ? nullptr : &hidden_in[static_cast<size_t>(j)]);
+        out = model_.forward(in, first ? nullptr : &hidden_in[static_cast<size_t>(j)]);
       }
-      ++patch_forwards_;
+      ++pf_stats_.patch_forwards;
       if (!last) {
         trace::Span span("send patch " + std::to_string(j), "comm");
         outbox.send(out, s + 1, kHiddenTag + msg);
@@ -336,11 +339,8 @@ Tensor Pipeline::pipefusion_loop(Tensor latents, schedulers::Scheduler& sched, c
       ++msg;
     }
     if (last) check_finite_latents(latents, i + 1, S);
-    if (on_step) {
-      const double sec =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      on_step({i + 1, S, sec});
-    }
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (StepHook* hook : hooks_) hook->after_step(info, sec);
   }
   outbox.drain();
   // The last stage holds the final latents; every rank returns them.

@@ -13,14 +13,11 @@
 #include "kernels/cuda/runtime.h"
 #endif
 #include "core/log.h"
-#include "core/rng.h"
 #include "core/trace.h"
-#include "parallel/calibrate.h"
-#include "parallel/gather.h"
-#include "parallel/split.h"
 #include "parallel/vae_bands.h"
 #include "pipeline/family_util.h"
 #include "pipeline/resolution.h"
+#include "pipeline/step_hooks.h"
 
 namespace xdit::pipeline {
 
@@ -72,11 +69,6 @@ Tensor f32(const Tensor& t) {
 }
 }  // namespace
 
-Tensor initial_noise(int64_t prompts, int64_t channels, int64_t latent_h, int64_t latent_w,
-                     uint64_t seed) {
-  return TorchGenerator(seed).randn({prompts, channels, latent_h, latent_w});
-}
-
 Pipeline::Pipeline(const std::string& folder, DType dtype) : folder_(folder), dtype_(dtype) {
   family_ = ModelFamily::from_folder(*folder_);
   const std::string sdir = folder_->component("scheduler");
@@ -96,6 +88,7 @@ Pipeline::~Pipeline() = default;
 
 void Pipeline::set_mesh(parallel::Mesh* mesh) {
   mesh_ = mesh;
+  runtime_ = std::make_unique<parallel::ParallelRuntime>(mesh_, spec().patch);
 }
 
 nn::TensorParallel Pipeline::tensor_parallel() const {
@@ -357,17 +350,8 @@ void Pipeline::load() {
   XDIT_CHECK(weights_,
              "this one-shot pipeline released its transformer after its image; make a "
              "new pipeline for another");
-  const int64_t blocks = spec().blocks;
-  models::DiTStage stage;
-  stage.tp = tensor_parallel();
-  if (mesh_ != nullptr && mesh_->config().pipefusion_parallel_degree > 1) {
-    // PipeFusion: this rank keeps only its stage's blocks.
-    const auto& pc = mesh_->config();
-    pc.validate_pipefusion(blocks);
-    const int s = mesh_->coord().pp;
-    const auto b = pc.stage_blocks(blocks)[static_cast<size_t>(s)];
-    stage = {b.first, b.second, s == 0, s == pc.pipefusion_parallel_degree - 1, stage.tp};
-  }
+  if (!runtime_) runtime_ = std::make_unique<parallel::ParallelRuntime>(mesh_, spec().patch);
+  const models::DiTStage stage = runtime_->stage(spec().blocks);
   const size_t before = weights_->loaded().total;
   {
     // On a CUDA device the layers upload their weights as they are made.
@@ -384,11 +368,9 @@ void Pipeline::load() {
   // tensor-parallel rank's strided reads touch most pages of a row-split
   // matrix), so a rank's resident weights are its shares.
   weights_.reset();
-  if (mesh_ != nullptr && mesh_->config().pipefusion_parallel_degree > 1) {
-    pipefusion_ = std::make_unique<parallel::PipeFusionAttention>(*mesh_->model_groups().ulysses,
-                                                                  *mesh_->model_groups().ring);
-    pipefusion_->set_refresh(pipefusion_refresh_);
-    transformer_->set_attention_backend(pipefusion_.get());
+  runtime_->set_stale_refresh(stale_refresh_);
+  runtime_->attach(*transformer_);
+  if (runtime_->pipefusion() != nullptr) {
     // Every stage's blocks and weight bytes, logged by rank 0.
     const std::string line = detail::concat(
         "PipeFusion stage ", mesh_->coord().pp, ": blocks [", stage.block_begin, ", ",
@@ -400,61 +382,16 @@ void Pipeline::load() {
     mesh_->pp_group().allgather(mine.data(), all.data(), kLine, comm::Type::kByte);
     for (int i = 0; i < mesh_->pp_group().size(); ++i)
       XDIT_INFO(std::string(all.data() + i * kLine));
-  } else if (mesh_ != nullptr && mesh_->config().patch_parallel_degree > 1) {
-    const auto& pc = mesh_->config();
-    patch_ = std::make_unique<parallel::PatchAttention>(*mesh_->model_groups().sp,
-                                                        pc.patch_mode == "displaced", pc.full_sync);
-    patch_->set_refresh(pipefusion_refresh_);
-    transformer_->set_attention_backend(patch_.get());
-  } else if (mesh_ != nullptr && mesh_->config().sp() > 1) {
-    usp_ = std::make_unique<parallel::UspAttention>(*mesh_->model_groups().ulysses,
-                                                    *mesh_->model_groups().ring);
-    transformer_->set_attention_backend(usp_.get());
   }
 }
 
 void Pipeline::release_transformer() {
   transformer_.reset();
-  usp_.reset();
-  pipefusion_.reset();
-  patch_.reset();
+  if (runtime_) runtime_->release();
   release_cached_blocks();  // before the decoder takes its buffers
 }
 
-nn::AttentionBackend* Pipeline::parallel_backend() const {
-  if (pipefusion_) return pipefusion_.get();
-  if (patch_) return patch_.get();
-  return usp_.get();
-}
-
-void check_finite_latents(const Tensor& latents, int64_t step, int64_t total) {
-  const int64_t bad = count_nonfinite(latents);
-  XDIT_CHECK(bad == 0, "the latents hold ", bad, " NaN/Inf value(s) after denoising step ", step,
-             " of ", total,
-             "; stopped without writing an image. Likely causes: non-finite weights (check with "
-             "xdit info --model DIR --check-weights), non-finite prompt embeddings, or a "
-             "guidance_scale so large that the noise prediction overflows");
-}
-
-Tensor guided_noise(const Tensor& out, int64_t P, int64_t C, bool cfg, double guidance_scale) {
-  // CFG: uncond + g·(cond − uncond) with out = [uncond P; cond P]; learned
-  // sigma: keep the first C of the out_channels. On out's device (ops).
-  const int64_t oc = out.dim(1), hw = out.dim(2) * out.dim(3), plane = C * hw;
-  const float g = static_cast<float>(guidance_scale);
-  Tensor noise = Tensor::empty({P, C, out.dim(2), out.dim(3)}, DType::kF32, out.device());
-  const float* ob = out.data<float>();
-  for (int64_t b = 0; b < P; ++b) {
-    const float* cond = ob + (cfg ? P + b : b) * oc * hw;
-    float* nb = noise.data<float>() + b * plane;
-    if (cfg)
-      kernels::guidance_combine(ob + b * oc * hw, cond, g, nb, plane);
-    else
-      kernels::copy_rows(nb, plane, cond, plane, 1, plane);
-  }
-  return noise;
-}
-
-Pipeline::LoopInputs Pipeline::loop_inputs(const LatentRequest& r) const {
+LoopInputs Pipeline::loop_inputs(const LatentRequest& r) const {
   LoopInputs li;
   li.prompts = r.prompt_embeds.dim(0);
   li.cfg = uses_cfg(r);
@@ -500,65 +437,7 @@ Pipeline::LoopInputs Pipeline::loop_inputs(const LatentRequest& r) const {
   return li;
 }
 
-models::DiTInputs Pipeline::LoopInputs::at(const Tensor& latents, double t, int64_t r0,
-                                           int64_t r1) const {
-  models::DiTInputs in;
-  in.latents = &latents;
-  // As the pipelines pass it: PixArt the timestep, FLUX t / 1000 in f32.
-  in.timesteps.assign(static_cast<size_t>(batch),
-                      static_cast<float>(t) / static_cast<float>(timestep_divisor));
-  in.guidance = guidance;
-  in.text = &text;
-  in.text_mask = mask.defined() ? &mask : nullptr;
-  in.pooled = pooled.defined() ? &pooled : nullptr;
-  in.resolution = &resolution;
-  in.aspect_ratio = &aspect;
-  in.patch_row_begin = r0;
-  in.patch_row_end = r1;
-  in.skip_blocks = skip_blocks;
-  return in;
-}
-
-std::pair<int64_t, int64_t> Pipeline::my_rows(int64_t r0, int64_t r1) {
-  if (mesh_ == nullptr || mesh_->config().sp() == 1) return {r0, r1};
-  // The attention backend learns every SP rank's share (uneven when the
-  // rows do not divide: it pads the shorter ones and masks the padding).
-  std::vector<int64_t> tokens;
-  const int64_t gw = grid_width_;
-  bool even = true;
-  const std::vector<int64_t> counts = mesh_->config().row_split(r1 - r0);
-  for (int64_t rows : counts) {
-    tokens.push_back(rows * gw);
-    even = even && rows * gw == tokens.front();
-  }
-  nn::AttentionBackend* backend = parallel_backend();
-  if (backend != nullptr) backend->set_sequence_split(even ? std::vector<int64_t>{} : tokens);
-  return parallel::row_share(r0, counts, mesh_->coord().sp);
-}
-
-Tensor Pipeline::gather_output(Tensor out, bool cfg_halves, int64_t r0, int64_t r1) {
-  const bool rows_split = mesh_ != nullptr && mesh_->config().sp() > 1;
-  if (!rows_split && !cfg_halves) return out;
-  const Device back = out.device();
-  out = out.to_device(Device{});  // the host groups gather host tensors
-  if (rows_split) {
-    // The SP ranks' shares of the rows, in latent rows.
-    std::vector<int64_t> rows = mesh_->config().row_split(r1 - r0);
-    for (int64_t& r : rows) r *= spec().patch;
-    out = parallel::gather_rows(mesh_->sp_group(), out, rows);
-  }
-  if (cfg_halves) out = parallel::gather_batch(mesh_->cfg_group(), out);  // [uncond; cond]
-  return out.to_device(back);
-}
-
-Tensor Pipeline::noise_prediction(Tensor out, const LoopInputs& li, int64_t r0, int64_t r1,
-                                  Tensor* gathered) {
-  out = gather_output(out, li.cfg_split, r0, r1);
-  if (gathered != nullptr) *gathered = out;
-  return guided_noise(out, li.prompts, spec().latent_channels, li.cfg, li.cfg_scale);
-}
-
-Pipeline::LoopInputs Pipeline::skip_inputs(const LatentRequest& r, const LoopInputs& li) const {
+LoopInputs Pipeline::skip_inputs(const LatentRequest& r, const LoopInputs& li) const {
   LoopInputs s = li;  // the micro-conditions and divisor; the prompt half only
   s.text = f32(r.prompt_embeds);
   s.mask = Tensor();
@@ -570,25 +449,9 @@ Pipeline::LoopInputs Pipeline::skip_inputs(const LatentRequest& r, const LoopInp
   return s;
 }
 
-bool Pipeline::skips_at(const SkipLayerGuidance& s, int64_t i, int64_t n) {
-  // diffusers: i > num_inference_steps · start and i < num_inference_steps · stop.
-  const double di = static_cast<double>(i), dn = static_cast<double>(n);
-  return s.on() && di > dn * s.start && di < dn * s.stop;
-}
-
-void Pipeline::add_skip_guidance(Tensor& noise, const Tensor& gathered, const Tensor& skipped,
-                                 const LoopInputs& li, double scale) const {
-  // noise + (noise_pred_text − noise_pred_skip_layers) · scale, in f32.
-  const int64_t P = li.prompts, C = spec().latent_channels;
-  const int64_t oc = gathered.dim(1), hw = gathered.dim(2) * gathered.dim(3), plane = C * hw;
-  for (int64_t b = 0; b < P; ++b)
-    kernels::guidance_add(noise.data<float>() + b * plane,
-                          gathered.data<float>() + (P + b) * oc * hw,
-                          skipped.data<float>() + b * oc * hw, static_cast<float>(scale), plane);
-}
-
 Tensor Pipeline::generate_latents(const LatentRequest& req,
-                                  const std::function<void(const StepEvent&)>& on_step) {
+                                  const std::function<void(const StepEvent&)>& on_step,
+                                  const std::vector<StepHook*>& hooks) {
   LatentRequest r = req;
   validate(r);
   load();
@@ -597,98 +460,24 @@ Tensor Pipeline::generate_latents(const LatentRequest& req,
   const int64_t h = r.height / vsf, w = r.width / vsf, C = spec().latent_channels;
   Tensor latents =
       r.latents.defined() ? r.latents.to(DType::kF32) : initial_noise(P, C, h, w, r.seed);
-  const auto sched_ptr = sched_cfg_.make();
-  schedulers::Scheduler& sched = *sched_ptr;
+  const auto sched = sched_cfg_.make();
   if (r.num_inference_steps == 0) return latents;
-  sched.set_timesteps(r.num_inference_steps,
-                      family_->timestep_hints(sched_cfg_, r.num_inference_steps, h, w));
+  sched->set_timesteps(r.num_inference_steps,
+                       family_->timestep_hints(sched_cfg_, r.num_inference_steps, h, w));
   // latents * init_noise_sigma (1 for DPM-Solver and Flow-Match).
-  LoopInputs li = loop_inputs(r);
-
-  if (mesh_ != nullptr && mesh_->config().pipefusion_parallel_degree > 1)
-    return pipefusion_loop(latents, sched, li, on_step);
-  LoopInputs slg = skip_inputs(r, li);
-  // The loop's tensors stay on the pipeline's device: on a GPU the latents,
-  // the guidance and the scheduler's step run there (ops), the text
-  // embeddings go up once, and only the pipeline's gathers (host groups)
-  // and the finite check read them on the host.
-  DeviceScope scope(device_);
-  if (device_.cuda()) {
-    for (LoopInputs* l : {&li, &slg}) {
-      l->text = l->text.as(DType::kF32, device_);
-      if (l->pooled.defined()) l->pooled = l->pooled.as(DType::kF32, device_);
-    }
-    latents = latents.to_device(device_);
-  }
-  const int64_t gh = h / spec().patch;
-  grid_width_ = w / spec().patch;
-  Tensor model_in = Tensor::empty({li.batch, C, h, w}, DType::kF32, device_);
-  const int64_t plane = C * h * w;
-  const auto& ts = sched.timesteps();
-  const auto fill_model_in = [&] {  // the latents, twice under CFG
-    for (int64_t k = 0; k < li.batch; ++k)
-      kernels::copy_rows(model_in.data<float>() + k * plane, plane,
-                         latents.data<float>() + (k % P) * plane, plane, 1, plane);
-  };
-  if (mesh_ != nullptr && mesh_->config().auto_weights)
-    calibrate(li, model_in, ts[0], gh, fill_model_in);
-  const auto [row0, row1] = my_rows(0, gh);
-  for (size_t i = 0; i < ts.size(); ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fill_model_in();
-    const models::DiTInputs in = li.at(model_in, ts[i], row0, row1);
-    if (nn::AttentionBackend* b = parallel_backend())  // warm-up steps are exact
-      b->begin_step(static_cast<int64_t>(i), static_cast<int64_t>(ts.size()),
-                    static_cast<int64_t>(i) < mesh_->config().warmup_steps);
-    Tensor out;
-    {
-      trace::Span span("step " + std::to_string(i), "compute");
-      out = transformer_->forward(in);  // [MB, out_channels, this rank's rows, w]
-    }
-    Tensor gathered;
-    Tensor noise = noise_prediction(out, li, 0, gh, &gathered);
-    if (li.cfg &&
-        skips_at(r.skip_layer_guidance, static_cast<int64_t>(i), static_cast<int64_t>(ts.size()))) {
-      // SD3's skip-layer guidance: the prompt half again, with blocks skipped.
-      trace::Span span("skip-layer guidance " + std::to_string(i), "compute");
-      const models::DiTInputs sin = slg.at(latents, ts[i], row0, row1);
-      const Tensor skipped = gather_output(transformer_->forward(sin), false, 0, gh);
-      add_skip_guidance(noise, gathered, skipped, li, r.skip_layer_guidance.scale);
-    }
-    sched.step(noise, latents);
-    check_finite_latents(latents, static_cast<int64_t>(i) + 1, static_cast<int64_t>(ts.size()));
-    if (on_step) {
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      on_step({static_cast<int64_t>(i) + 1, static_cast<int64_t>(ts.size()), s});
-    }
-  }
-  return latents.to_device(Device{});  // the caller's latents are on the host
-}
-
-void Pipeline::calibrate(const LoopInputs& li, const Tensor& model_in, double t, int64_t rows,
-                         const std::function<void()>& fill_model_in) {
-  // One calibration step at the first timestep on even bands (the weights
-  // are still unset, so my_rows splits evenly and tells the backend); its
-  // output is dropped, and the loop's first step starts the backends afresh.
-  const parallel::Calibration c =
-      parallel::calibrate_weights(*mesh_, rows, [&](int64_t b, int64_t e) {
-        const auto mine = my_rows(0, rows);
-        XDIT_CHECK(mine.first == b && mine.second == e, "calibration: row split mismatch");
-        fill_model_in();
-        if (nn::AttentionBackend* backend = parallel_backend()) backend->begin_step(0, 1, true);
-        trace::Span span("calibration step", "compute");
-        transformer_->forward(li.at(model_in, t, b, e));
-      });
-  mesh_->set_patch_weights(c.weights);
-  if (mesh_->world().rank() == 0) {
-    XDIT_INFO("--patch_weights auto: calibrated on one step: ", c.describe());
-    if (mesh_->config().ulysses_degree > 1)
-      XDIT_WARN(
-          "--patch_weights with Ulysses moves only the projections and MLP: its attention "
-          "splits by heads over the whole sequence (the shorter shares padded to the "
-          "longest), so a slow rank keeps its share of it; Ring or patch parallelism "
-          "follow the rows (docs/PERFORMANCE.md)");
-  }
+  const LoopInputs li = loop_inputs(r);
+  Denoiser d(*transformer_, *runtime_, *sched, li, device_);
+  CalibrationHook calibration;
+  if (mesh_ != nullptr && mesh_->config().auto_weights && runtime_->pipefusion() == nullptr)
+    d.add_hook(&calibration);
+  SkipGuidanceHook slg(r.skip_layer_guidance, skip_inputs(r, li));
+  if (r.skip_layer_guidance.on()) d.add_hook(&slg);
+  for (StepHook* hook : hooks) d.add_hook(hook);
+  ProgressHook progress(on_step);
+  d.add_hook(&progress);
+  Tensor out = d.run(std::move(latents));
+  pf_stats_ = d.pipefusion_stats();
+  return out;
 }
 
 void Pipeline::validate(ImageRequest& r) {

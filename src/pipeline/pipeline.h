@@ -2,9 +2,10 @@
 // PixArtAlphaPipeline / PixArtSigmaPipeline / FluxPipeline): validate →
 // encode the prompts (the family's text side) → one denoising loop
 // (transformer, classifier-free guidance, scheduler step) → VAE decode → RGB8.
-// The loop is the same for the serial run, sequence parallelism, CFG
-// parallel and PipeFusion (pipefusion.cpp), and data parallelism wraps it
-// (distributed.cpp); the model behind it is a models::DiT.
+// The loop is the Denoiser's (denoiser.h: the per-step loop or PipeFusion's,
+// with step hooks), the parallel methods the ParallelRuntime's
+// (parallel/runtime.h), and data parallelism wraps it (distributed.cpp); the
+// model behind it is a models::DiT.
 //
 // Construction reads and checks the transformer and scheduler configs and
 // opens their weight files (header checks only); validate() does the same for
@@ -22,30 +23,15 @@
 #include "models/dit.h"
 #include "models/vae.h"
 #include "parallel/config.h"
-#include "parallel/patch_attention.h"
 #include "parallel/pipefusion_attention.h"
-#include "parallel/usp_attention.h"
+#include "parallel/runtime.h"
+#include "pipeline/denoiser.h"
 #include "pipeline/memory_estimate.h"
 #include "pipeline/model_family.h"
 #include "pipeline/request.h"
 #include "schedulers/scheduler_config.h"
 
 namespace xdit::pipeline {
-
-// The noise prediction from the transformer output [(2)P, out_channels, h, w]:
-// classifier-free guidance (when cfg, out = [uncond; cond]) and the first C
-// channels (PixArt's learned sigma).
-Tensor guided_noise(const Tensor& out, int64_t P, int64_t C, bool cfg, double guidance_scale);
-
-// Stops the run (throws one line naming the step and the likely causes) when
-// the latents hold NaN or Inf after denoising step `step` of `total`: such
-// latents decode to a black image.
-void check_finite_latents(const Tensor& latents, int64_t step, int64_t total);
-
-// The initial latents as diffusers draws them: torch.randn([P, C, h, w]) from
-// a CPU generator seeded with `seed` (FLUX packs them inside the model).
-Tensor initial_noise(int64_t prompts, int64_t channels, int64_t latent_h, int64_t latent_w,
-                     uint64_t seed);
 
 class Pipeline {
  public:
@@ -80,8 +66,10 @@ class Pipeline {
   void validate(ImageRequest& r);
   void load();
   // Runs the denoising loop; returns the final latents [P, C, H/f, W/f].
+  // `hooks` run at every step after the pipeline's own (denoiser.h).
   Tensor generate_latents(const LatentRequest& r,
-                          const std::function<void(const StepEvent&)>& on_step = {});
+                          const std::function<void(const StepEvent&)>& on_step = {},
+                          const std::vector<StepHook*>& hooks = {});
   // Tokenizes and encodes prompts (and the negative prompt under CFG).
   PromptEmbeddings encode_prompts(const ImageRequest& r);
   // Decodes latents to images in [−1, 1], [B, 3, H, W].
@@ -144,42 +132,11 @@ class Pipeline {
   // would otherwise decode the whole image on shared cores (a CUDA rank has
   // its own GPU: whole, as in xDiT).
   bool vae_in_bands(int64_t latent_rows) const;
-  // What every transformer call of one denoising run shares: the batch's
-  // conditioning ([uncond; cond] under CFG, one half under CFG parallel).
-  struct LoopInputs {
-    Tensor text, mask, pooled, resolution, aspect;
-    std::vector<float> guidance;       // embedded guidance per batch item, or empty
-    std::vector<int64_t> skip_blocks;  // SD3's skip-layer guidance call
-    int64_t prompts = 0, batch = 0;
-    bool cfg = false, cfg_split = false;
-    double cfg_scale = 1.0, timestep_divisor = 1.0;
-    // The transformer's inputs for patch rows [r0, r1) (0, 0: all) at timestep t.
-    models::DiTInputs at(const Tensor& latents, double t, int64_t r0, int64_t r1) const;
-  };
+  // The loop's inputs: the batch's conditioning ([uncond; cond] under CFG,
+  // one half under CFG parallel), and the prompt half alone for SD3's
+  // skip-layer guidance call.
   LoopInputs loop_inputs(const LatentRequest& r) const;
-  // The one guidance path: the SP group's shares of patch rows [r0, r1) and
-  // the CFG halves gathered, then guidance and the learned-sigma split.
-  // `gathered`, when given, receives the whole output before guidance.
-  Tensor noise_prediction(Tensor out, const LoopInputs& li, int64_t r0, int64_t r1,
-                          Tensor* gathered = nullptr);
-  // The SP group's shares of patch rows [r0, r1) gathered (and the CFG halves
-  // when `cfg_halves`).
-  Tensor gather_output(Tensor out, bool cfg_halves, int64_t r0, int64_t r1);
-  // SD3's skip-layer guidance: the prompt-only inputs of the skipping call,
-  // whether step i of n takes it, and noise += scale · (cond − skipped).
   LoopInputs skip_inputs(const LatentRequest& r, const LoopInputs& li) const;
-  static bool skips_at(const SkipLayerGuidance& s, int64_t i, int64_t n);
-  void add_skip_guidance(Tensor& noise, const Tensor& gathered, const Tensor& skipped,
-                         const LoopInputs& li, double scale) const;
-  // The one row split: the patch rows [begin, end) this rank computes of
-  // [r0, r1) (its SP share, uneven when they do not divide), told to the
-  // attention backend before the calls that compute them.
-  std::pair<int64_t, int64_t> my_rows(int64_t r0, int64_t r1);
-  // --patch_weights auto: one calibration step over `rows` patch rows at
-  // timestep t sets the mesh's weights (parallel/calibrate.h) and logs them.
-  void calibrate(const LoopInputs& li, const Tensor& model_in, double t, int64_t rows,
-                 const std::function<void()>& fill_model_in);
-  int64_t grid_width_ = 0;  // patch columns of the current request
 
   void check_size(int64_t height, int64_t width) const;
   void check_steps(int64_t steps) const;
@@ -198,9 +155,6 @@ class Pipeline {
   // The estimate of `q` against the memory left (weights already loaded not
   // counted again); throws when it cannot fit.
   void check_request_memory(const MemoryQuery& q) const;
-  // PipeFusion's patch pipeline over the mesh's stages (pipeline/pipefusion.cpp).
-  Tensor pipefusion_loop(Tensor latents, schedulers::Scheduler& sched, const LoopInputs& li,
-                         const std::function<void(const StepEvent&)>& on_step);
 
   std::optional<io::ModelFolder> folder_;
   DType dtype_;
@@ -221,30 +175,29 @@ class Pipeline {
   mutable bool warned_ = false;  // the family's warnings about unused fields, once
   mutable bool warned_slg_ = false;
   parallel::Mesh* mesh_ = nullptr;
-  std::unique_ptr<parallel::UspAttention> usp_;
-  std::unique_ptr<parallel::PipeFusionAttention> pipefusion_;
-  std::unique_ptr<parallel::PatchAttention> patch_;
-  // The parallel attention backend in use, or null (serial).
-  nn::AttentionBackend* parallel_backend() const;
+  // The parallel methods: made by set_mesh, its backend attached by load().
+  std::unique_ptr<parallel::ParallelRuntime> runtime_;
 
  public:
   // After a PipeFusion run: this stage's attention (its K/V buffers) and the
   // number of patch forwards it ran after the warm-up (for tests).
-  const parallel::PipeFusionAttention* pipefusion_attention() const { return pipefusion_.get(); }
-  int64_t pipefusion_patch_forwards() const { return patch_forwards_; }
+  const parallel::PipeFusionAttention* pipefusion_attention() const {
+    return runtime_ ? runtime_->pipefusion() : nullptr;
+  }
+  int64_t pipefusion_patch_forwards() const { return pf_stats_.patch_forwards; }
   // The micro-steps (1-based, of the patch pipeline after the warm-up) of
   // this stage's first and last patch forward; 0 when none ran.
   std::pair<int64_t, int64_t> pipefusion_micro_steps() const {
-    return {first_micro_step_, last_micro_step_};
+    return {pf_stats_.first_micro_step, pf_stats_.last_micro_step};
   }
-  // Test switch: a PipeFusion stage (or a DistriFusion band) that never
-  // refreshes its stale K/V after the warm-up (the deviation tests must catch
-  // it). Set before load().
-  void set_pipefusion_refresh(bool refresh) { pipefusion_refresh_ = refresh; }
+  // Test switch: a stale-K/V method (a PipeFusion stage or a DistriFusion
+  // band) that never refreshes its K/V after the warm-up (the deviation
+  // tests must catch it). Set before load().
+  void set_stale_kv_refresh(bool refresh) { stale_refresh_ = refresh; }
 
  private:
-  int64_t patch_forwards_ = 0, first_micro_step_ = 0, last_micro_step_ = 0;
-  bool pipefusion_refresh_ = true;
+  PipeFusionStats pf_stats_;
+  bool stale_refresh_ = true;
 };
 
 }  // namespace xdit::pipeline

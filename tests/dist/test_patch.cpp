@@ -66,7 +66,7 @@ class Patch : public testing::TestWithParam<std::string> {
     parallel::Mesh mesh(pc, world());
     pipeline::Pipeline p(model(), DType::kF32);
     p.set_mesh(&mesh);
-    p.set_pipefusion_refresh(refresh);
+    p.set_stale_kv_refresh(refresh);
     return pipeline::generate_latents_distributed(p, mesh, request(p));
   }
   Tensor serial() {

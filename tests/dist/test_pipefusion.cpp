@@ -119,7 +119,7 @@ PfRun run_pf(const ParallelConfig& pc, int64_t steps, bool refresh = true,
   parallel::Mesh mesh(pc, on != nullptr ? *on : world());
   pipeline::Pipeline p(five_block_model(), DType::kF32);
   p.set_mesh(&mesh);
-  p.set_pipefusion_refresh(refresh);
+  p.set_stale_kv_refresh(refresh);
   Tensor out = pipeline::generate_latents_distributed(p, mesh, request(steps));
   return {out, p.pipefusion_patch_forwards(), p.pipefusion_micro_steps(), mesh.coord().pp};
 }
@@ -325,7 +325,7 @@ TEST(PipeFusion, FluxNormalModeStaysCloseAndAForgetfulPipelineDoesNot) {
     parallel::Mesh mesh(pf(n, n, 1), world());
     pipeline::Pipeline p(model, DType::kF32);
     p.set_mesh(&mesh);
-    p.set_pipefusion_refresh(refresh);
+    p.set_stale_kv_refresh(refresh);
     return pipeline::generate_latents_distributed(p, mesh, r);
   };
   const Tensor good = run(true), bad = run(false);

@@ -1,0 +1,136 @@
+#include "pipeline/denoiser.h"
+
+#include <chrono>
+#include <string>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/trace.h"
+#include "kernels/kernels.h"
+
+namespace xdit::pipeline {
+
+Tensor initial_noise(int64_t prompts, int64_t channels, int64_t latent_h, int64_t latent_w,
+                     uint64_t seed) {
+  return TorchGenerator(seed).randn({prompts, channels, latent_h, latent_w});
+}
+
+void check_finite_latents(const Tensor& latents, int64_t step, int64_t total) {
+  const int64_t bad = count_nonfinite(latents);
+  XDIT_CHECK(bad == 0, "the latents hold ", bad, " NaN/Inf value(s) after denoising step ", step,
+             " of ", total,
+             "; stopped without writing an image. Likely causes: non-finite weights (check with "
+             "xdit info --model DIR --check-weights), non-finite prompt embeddings, or a "
+             "guidance_scale so large that the noise prediction overflows");
+}
+
+Tensor guided_noise(const Tensor& out, int64_t P, int64_t C, bool cfg, double guidance_scale) {
+  // CFG: uncond + g·(cond − uncond) with out = [uncond P; cond P]; learned
+  // sigma: keep the first C of the out_channels. On out's device (ops).
+  const int64_t oc = out.dim(1), hw = out.dim(2) * out.dim(3), plane = C * hw;
+  const float g = static_cast<float>(guidance_scale);
+  Tensor noise = Tensor::empty({P, C, out.dim(2), out.dim(3)}, DType::kF32, out.device());
+  const float* ob = out.data<float>();
+  for (int64_t b = 0; b < P; ++b) {
+    const float* cond = ob + (cfg ? P + b : b) * oc * hw;
+    float* nb = noise.data<float>() + b * plane;
+    if (cfg)
+      kernels::guidance_combine(ob + b * oc * hw, cond, g, nb, plane);
+    else
+      kernels::copy_rows(nb, plane, cond, plane, 1, plane);
+  }
+  return noise;
+}
+
+models::DiTInputs LoopInputs::at(const Tensor& latents, double t, int64_t r0, int64_t r1) const {
+  models::DiTInputs in;
+  in.latents = &latents;
+  // As the pipelines pass it: PixArt the timestep, FLUX t / 1000 in f32.
+  in.timesteps.assign(static_cast<size_t>(batch),
+                      static_cast<float>(t) / static_cast<float>(timestep_divisor));
+  in.guidance = guidance;
+  in.text = &text;
+  in.text_mask = mask.defined() ? &mask : nullptr;
+  in.pooled = pooled.defined() ? &pooled : nullptr;
+  in.resolution = &resolution;
+  in.aspect_ratio = &aspect;
+  in.patch_row_begin = r0;
+  in.patch_row_end = r1;
+  in.skip_blocks = skip_blocks;
+  return in;
+}
+
+Denoiser::Denoiser(models::DiT& model, parallel::ParallelRuntime& runtime,
+                   schedulers::Scheduler& sched, const LoopInputs& inputs, Device device)
+    : model_(model), rt_(runtime), sched_(sched), li_(inputs), device_(device) {}
+
+const Tensor& Denoiser::model_input() {
+  const int64_t P = li_.prompts, plane = latents_.numel() / P;
+  Shape s = latents_.shape();
+  s[0] = li_.batch;
+  if (!model_in_.defined() || model_in_.shape() != s || model_in_.device() != latents_.device())
+    model_in_ = Tensor::empty(s, DType::kF32, latents_.device());
+  for (int64_t k = 0; k < li_.batch; ++k)
+    kernels::copy_rows(model_in_.data<float>() + k * plane, plane,
+                       latents_.data<float>() + (k % P) * plane, plane, 1, plane);
+  return model_in_;
+}
+
+Tensor Denoiser::call(const LoopInputs& li, const Tensor& x, double t) {
+  return rt_.gather(model_.forward(li.at(x, t, row0_, row1_)), false, 0, grid_rows_);
+}
+
+Tensor Denoiser::noise_prediction(const Tensor& out, int64_t r0, int64_t r1, Tensor* gathered) {
+  Tensor all = rt_.gather(out, li_.cfg_split, r0, r1);
+  if (gathered != nullptr) *gathered = all;
+  return guided_noise(all, li_.prompts, latents_.dim(1), li_.cfg, li_.cfg_scale);
+}
+
+Tensor Denoiser::run(Tensor latents) {
+  const int64_t p = model_.spec().patch;
+  grid_rows_ = latents.dim(2) / p;
+  rt_.set_grid_width(latents.dim(3) / p);
+  latents_ = std::move(latents);
+  if (rt_.pipefusion() != nullptr) return pipefusion_loop();
+  return step_loop();
+}
+
+Tensor Denoiser::step_loop() {
+  // The loop's tensors stay on the pipeline's device: on a GPU the latents,
+  // the guidance and the scheduler's step run there (ops), the text
+  // embeddings go up once, and only the runtime's gathers (host groups)
+  // and the finite check read them on the host.
+  DeviceScope scope(device_);
+  if (device_.cuda()) {
+    li_.text = li_.text.as(DType::kF32, device_);
+    if (li_.pooled.defined()) li_.pooled = li_.pooled.as(DType::kF32, device_);
+    latents_ = latents_.to_device(device_);
+  }
+  for (StepHook* h : hooks_) h->begin_loop(*this);
+  std::tie(row0_, row1_) = rt_.my_rows(0, grid_rows_);
+  const auto& ts = sched_.timesteps();
+  const auto n = static_cast<int64_t>(ts.size());
+  for (int64_t i = 0; i < n; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const StepInfo info{i, n, ts[static_cast<size_t>(i)]};
+    for (StepHook* h : hooks_) h->before_step(info);
+    const Tensor& model_in = model_input();
+    rt_.begin_step(i, n);
+    Tensor out;
+    {
+      trace::Span span("step " + std::to_string(i), "compute");
+      // [MB, out_channels, this rank's rows, w]
+      out = model_.forward(li_.at(model_in, info.timestep, row0_, row1_));
+    }
+    Tensor gathered;
+    Tensor noise = noise_prediction(out, 0, grid_rows_, &gathered);
+    for (StepHook* h : hooks_) h->on_noise(info, noise, gathered, *this);
+    sched_.step(noise, latents_);
+    check_finite_latents(latents_, i + 1, n);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (StepHook* h : hooks_) h->after_step(info, s);
+  }
+  return latents_.to_device(Device{});  // the caller's latents are on the host
+}
+
+}  // namespace xdit::pipeline
