@@ -40,12 +40,64 @@ std::vector<std::vector<uint8_t>> gather_groups(comm::Communicator& dp_group,
 }
 
 namespace {
+
 std::vector<uint8_t> concat(const std::vector<std::vector<uint8_t>>& parts) {
   std::vector<uint8_t> all;
   for (const auto& p : parts) all.insert(all.end(), p.begin(), p.end());
   return all;
 }
+
+// An ImageResult as bytes: width, height, the image count, the three
+// timings, then the images.
+std::vector<uint8_t> pack(const ImageResult& r) {
+  const int64_t head[3] = {r.width, r.height, static_cast<int64_t>(r.rgb.size())};
+  const double times[3] = {r.text_seconds, r.denoise_seconds, r.decode_seconds};
+  size_t bytes = sizeof head + sizeof times;
+  for (const auto& img : r.rgb) bytes += img.size();
+  std::vector<uint8_t> out(bytes);
+  uint8_t* at = out.data();
+  auto put = [&](const void* p, size_t n) {
+    std::memcpy(at, p, n);
+    at += n;
+  };
+  put(head, sizeof head);
+  put(times, sizeof times);
+  for (const auto& img : r.rgb) put(img.data(), img.size());
+  return out;
+}
+
+ImageResult unpack(const std::vector<uint8_t>& b) {
+  ImageResult r;
+  size_t at = 0;
+  auto get = [&](void* p, size_t n) {
+    XDIT_CHECK(at + n <= b.size(), "data-parallel gather: a group's result is truncated");
+    std::memcpy(p, b.data() + at, n);
+    at += n;
+  };
+  int64_t head[3];
+  double times[3];
+  get(head, sizeof head);
+  get(times, sizeof times);
+  r.width = head[0];
+  r.height = head[1];
+  r.text_seconds = times[0];
+  r.denoise_seconds = times[1];
+  r.decode_seconds = times[2];
+  const size_t per = static_cast<size_t>(r.width * r.height * 3);
+  for (int64_t i = 0; i < head[2]; ++i) {
+    r.rgb.emplace_back(per);
+    get(r.rgb.back().data(), per);
+  }
+  return r;
+}
+
 }  // namespace
+
+std::vector<ImageResult> gather_results(comm::Communicator& dp_group, const ImageResult& mine) {
+  std::vector<ImageResult> all;
+  for (const auto& bytes : gather_groups(dp_group, pack(mine))) all.push_back(unpack(bytes));
+  return all;
+}
 
 Tensor generate_latents_distributed(Pipeline& pipe, parallel::Mesh& mesh, LatentRequest r,
                                     const std::function<void(const StepEvent&)>& on_step) {
@@ -98,16 +150,29 @@ ImageResult generate_distributed(Pipeline& pipe, parallel::Mesh& mesh, ImageRequ
   mine.latents = batch_slice(r.latents, b, e);
   ImageResult res = pipe.generate(mine, on_step);
   if (dp == 1) return res;
-  std::vector<uint8_t> bytes;
-  for (const auto& img : res.rgb) bytes.insert(bytes.end(), img.begin(), img.end());
-  std::vector<uint8_t> all = concat(gather_groups(mesh.dp_group(), bytes));
-  const size_t per = static_cast<size_t>(res.height * res.width * 3);
-  XDIT_CHECK(all.size() == per * static_cast<size_t>(P),
-             "data-parallel gather: image sizes differ");
-  res.rgb.clear();
-  for (int64_t i = 0; i < P; ++i)
-    res.rgb.emplace_back(all.begin() + i * per, all.begin() + (i + 1) * per);
+  std::vector<std::vector<uint8_t>> images;
+  for (ImageResult& g : gather_results(mesh.dp_group(), res)) {
+    XDIT_CHECK(g.width == res.width && g.height == res.height,
+               "data-parallel gather: image sizes differ");
+    for (auto& img : g.rgb) images.push_back(std::move(img));
+  }
+  XDIT_CHECK(images.size() == static_cast<size_t>(P), "data-parallel gather: image sizes differ");
+  res.rgb = std::move(images);
   return res;
+}
+
+std::vector<ImageResult> generate_groups(Pipeline& pipe, parallel::Mesh& mesh,
+                                         const std::vector<ImageRequest>& requests,
+                                         const std::function<void(const StepEvent&)>& on_step) {
+  XDIT_CHECK(pipe.mesh() == &mesh, "generate_groups: call pipe.set_mesh(&mesh) first");
+  const int g = mesh.coord().dp;
+  ImageResult mine;
+  if (g < static_cast<int>(requests.size()))
+    mine = pipe.generate(requests[static_cast<size_t>(g)], on_step);
+  if (mesh.config().data_parallel_degree == 1) return {std::move(mine)};
+  std::vector<ImageResult> all = gather_results(mesh.dp_group(), mine);
+  all.resize(requests.size());
+  return all;
 }
 
 }  // namespace xdit::pipeline

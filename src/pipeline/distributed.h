@@ -3,7 +3,8 @@
 // batch's noise from the seed and takes its share, so the result equals the
 // serial batch); inside a group the pipeline runs with CFG / sequence
 // parallelism (Pipeline::set_mesh). Results are assembled in prompt
-// order on every rank.
+// order on every rank. A server's round (generate_groups) instead gives each
+// DP group a request of its own, assembled the same way.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,11 @@ std::pair<int64_t, int64_t> dp_share(int64_t prompts, int dp, int g);
 std::vector<std::vector<uint8_t>> gather_groups(comm::Communicator& dp_group,
                                                 const std::vector<uint8_t>& mine);
 
+// Every DP group's result (its images, their size and its timings), in group
+// order, on every rank of `dp_group` (each rank passes its group's; a group
+// that ran nothing passes an empty one).
+std::vector<ImageResult> gather_results(comm::Communicator& dp_group, const ImageResult& mine);
+
 // Embeddings → final latents for the whole batch.
 Tensor generate_latents_distributed(Pipeline& pipe, parallel::Mesh& mesh, LatentRequest r,
                                     const std::function<void(const StepEvent&)>& on_step = {});
@@ -30,5 +36,12 @@ Tensor generate_latents_distributed(Pipeline& pipe, parallel::Mesh& mesh, Latent
 // Prompts → images for the whole batch.
 ImageResult generate_distributed(Pipeline& pipe, parallel::Mesh& mesh, ImageRequest r,
                                  const std::function<void(const StepEvent&)>& on_step = {});
+
+// Data parallelism over requests instead of prompts (a server's round): DP
+// group g runs requests[g] whole (nothing when there are fewer requests than
+// groups); every rank returns one result per request, in request order.
+std::vector<ImageResult> generate_groups(Pipeline& pipe, parallel::Mesh& mesh,
+                                         const std::vector<ImageRequest>& requests,
+                                         const std::function<void(const StepEvent&)>& on_step = {});
 
 }  // namespace xdit::pipeline
