@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "app/commands.h"
+#include "app/startup.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "io/weights.h"

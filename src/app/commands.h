@@ -7,8 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "comm/communicator.h"
-
 namespace xdit::app {
 
 // Registers the subcommand; the returned function runs it (returns the exit code).
@@ -19,10 +17,6 @@ std::function<int()> add_info(CLI::App& app);
 std::function<int()> add_list_models(CLI::App& app);
 std::function<int()> add_launch(CLI::App& app);
 std::function<int()> add_tokenize(CLI::App& app);
-
-// The job's world communicator (single-rank when not under mpirun).
-void set_world(comm::Communicator* world);
-comm::Communicator& world();
 
 // Shared by the subcommands.
 std::string default_model_dir();  // the built-in tiny model
@@ -39,13 +33,5 @@ CLI::Validator finite_number();
 // parallel flags).
 int run_bench_serve(const std::string& model, int requests, int clients, int threads, int ranks,
                     const std::vector<std::string>& serve_args);
-
-// Test hook for the failure tests (generate and serve call it at the first
-// denoising step): XDIT_FAULT_RANK=r makes rank r fail there, by throwing
-// (XDIT_FAULT=throw, default) or by dying without a word (XDIT_FAULT=kill).
-void maybe_inject_fault();
-
-// Sets the OpenMP thread count (0 = leave the default).
-void set_threads(int threads);
 
 }  // namespace xdit::app

@@ -13,7 +13,8 @@
 
 #include "app/commands.h"
 #include "app/parallel_options.h"
-#include "comm/device_comm.h"
+#include "app/startup.h"
+#include "comm/communicator.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -32,28 +33,6 @@
 namespace xdit::app {
 
 namespace fs = std::filesystem;
-
-namespace {
-comm::Communicator* g_world = nullptr;
-}
-
-void set_world(comm::Communicator* w) {
-  g_world = w;
-}
-comm::Communicator& world() {
-  XDIT_CHECK(g_world != nullptr, "no world communicator");
-  return *g_world;
-}
-
-void set_threads(int threads) {
-  if (threads > 0) {
-    omp_set_num_threads(threads);
-    return;
-  }
-  // Under mpirun, share the cores among the ranks on this machine.
-  const int n = comm::local_process_count();
-  if (n > 1) omp_set_num_threads(std::max(1, omp_get_num_procs() / n));
-}
 
 std::string default_model_dir() {
   // The tiny model that ships with the project: next to the binary when
@@ -211,29 +190,12 @@ void write_trace(comm::Communicator& w, io::OutputFile* out) {
     out->commit([&](std::ostream& f) { f << "{\"traceEvents\": [\n" << all << "\n]}\n"; });
 }
 
-}  // namespace
-
-void maybe_inject_fault() {
-  const char* r = std::getenv("XDIT_FAULT_RANK");
-  if (r == nullptr || std::atoi(r) != world().rank()) return;
-  const char* how = std::getenv("XDIT_FAULT");
-  if (how != nullptr && std::string(how) == "kill") std::_Exit(9);
-  XDIT_FAIL("injected fault (XDIT_FAULT_RANK=", r, ")");
-}
-
-namespace {
-
 int run_generate(GenerateOptions o) {
   o.seed = parse_torch_seed(o.seed_text);
-  set_threads(o.threads);
-  comm::Communicator& w = world();
-  // The device before anything else: a machine without a GPU says so in one
-  // line before any work.
-  const Device device = parse_device(o.device);
-  comm::check_job_device(device, w.size());
-  resolve_parallel_options(o.par, w.size());
-  parallel::Mesh mesh(o.par.config, w);  // checks the degrees against the job before anything loads
-  if (w.size() > 1) XDIT_INFO(mesh.layout());
+  const JobStart job = start_job(o.threads, o.device, o.par);
+  comm::Communicator& w = *job.world;
+  const Device& device = job.device;
+  parallel::Mesh& mesh = *job.mesh;
   if (o.par.config.use_parallel_vae.value_or(false) && !o.par.config.parallel_vae() &&
       w.rank() == 0)
     XDIT_WARN(
@@ -260,8 +222,7 @@ int run_generate(GenerateOptions o) {
              o.output_type, "'");
   const bool latent_out = o.output_type == "latent";
   if (o.output.empty()) o.output = latent_out ? "latents.safetensors" : "xdit.png";
-  const DType dtype = parse_dtype(o.dtype);
-  XDIT_CHECK(dtype != DType::kF16, "--dtype f16 is not supported on CPU: use bf16 or f32");
+  const DType dtype = parse_compute_dtype(o.dtype);
   XDIT_CHECK(o.prompt_embeds.empty() || o.prompts.empty(),
              "pass either --prompt or --prompt_embeds, not both");
   XDIT_CHECK(!o.prompt_embeds.empty() || !o.prompts.empty(),
@@ -295,7 +256,7 @@ int run_generate(GenerateOptions o) {
   };
   Progress bar;
   auto progress = [&](const pipeline::StepEvent& e) {
-    if (e.step == 1) maybe_inject_fault();
+    maybe_inject_fault(e);
     bar(e);
   };
 

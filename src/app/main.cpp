@@ -10,6 +10,7 @@
 #include <string>
 
 #include "app/commands.h"
+#include "app/startup.h"
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "core/log.h"

@@ -34,6 +34,7 @@
 
 #include "app/commands.h"
 #include "app/parallel_options.h"
+#include "app/startup.h"
 #include "comm/device_comm.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -188,10 +189,7 @@ std::vector<GroupResult> run_round(pipeline::Pipeline& pipe, parallel::Mesh& mes
   const int g = mesh.coord().dp;
   GroupResult mine;
   if (g < static_cast<int>(requests.size())) {
-    pipeline::ImageResult r =
-        pipe.generate(requests[static_cast<size_t>(g)], [](const pipeline::StepEvent& e) {
-          if (e.step == 1) maybe_inject_fault();
-        });
+    pipeline::ImageResult r = pipe.generate(requests[static_cast<size_t>(g)], maybe_inject_fault);
     mine = {r.width,           r.height,         r.text_seconds,
             r.denoise_seconds, r.decode_seconds, std::move(r.rgb)};
   }
@@ -559,25 +557,21 @@ int run_serve(ServeOptions& o) {
   // throughput; 1 arena flat but 25 % slower (the compute threads and the
   // HTTP threads then share one lock). A user's MALLOC_ARENA_MAX still wins.
   if (std::getenv("MALLOC_ARENA_MAX") == nullptr) ::mallopt(M_ARENA_MAX, 2);
-  set_threads(o.threads);
-  comm::Communicator& w = world();
   // Each waiting request holds one of the HTTP threads (cpp-httplib's model).
   XDIT_CHECK(o.max_queue >= 1 && o.max_queue <= 1024, "--max_queue must be 1 … 1024, got ",
              o.max_queue);
   XDIT_CHECK(std::isfinite(o.request_timeout) && o.request_timeout > 0,
              "--request_timeout must be a positive number of seconds, got ", o.request_timeout);
   XDIT_CHECK(o.port >= 0 && o.port <= 65535, "--port must be 0 … 65535, got ", o.port);
-  const Device device = parse_device(o.device);
-  comm::check_job_device(device, w.size());  // a machine without a GPU says so before anything else
-  resolve_parallel_options(o.par, w.size());
-  parallel::Mesh mesh(o.par.config, w);  // the degrees against the job, before anything loads
-  if (w.size() > 1) XDIT_INFO(mesh.layout());
+  const JobStart job = start_job(o.threads, o.device, o.par);
+  comm::Communicator& w = *job.world;
+  const Device& device = job.device;
+  parallel::Mesh& mesh = *job.mesh;
   if (w.rank() == 0 && o.port != 0) {
     const std::string err = bind_error(o.host, o.port);
     XDIT_CHECK(err.empty(), err);
   }
-  const DType dtype = parse_dtype(o.dtype);
-  XDIT_CHECK(dtype != DType::kF16, "--dtype f16 is not supported on CPU: use bf16 or f32");
+  const DType dtype = parse_compute_dtype(o.dtype);
   if (o.model.empty()) {
     o.model = default_model_dir();
     XDIT_WARN("no --model given: serving the built-in tiny PixArt model (random weights)");
