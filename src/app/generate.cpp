@@ -13,6 +13,7 @@
 
 #include "app/commands.h"
 #include "app/parallel_options.h"
+#include "app/png_metadata.h"
 #include "app/startup.h"
 #include "comm/communicator.h"
 #include "core/device.h"
@@ -140,38 +141,29 @@ class Progress {
   double total_s_ = 0;
 };
 
-// "7,8,9 scale 2.8 from 0.01 to 0.2", or "" when off.
-std::string skip_layers_text(const pipeline::SkipLayerGuidance& s) {
-  if (!s.on()) return "";
-  std::string t;
-  for (const int64_t l : s.layers) t += (t.empty() ? "" : ",") + std::to_string(l);
-  return t + " scale " + std::to_string(s.scale) + " from " + std::to_string(s.start) + " to " +
-         std::to_string(s.stop);
-}
-
-// `o` holds the values the run used (defaults resolved).
-std::map<std::string, std::string> png_metadata(const GenerateOptions& o, const std::string& prompt,
-                                                int64_t width, int64_t height,
-                                                const io::ModelRef& model,
-                                                const pipeline::Pipeline& pipe) {
-  return {{"model_revision", model.commit},  // empty (left out) for a folder
-          {"model_folder", model.from_cache() ? model.folder : ""},
-          {"prompt", prompt},
-          {"negative_prompt", o.negative_prompt.value_or("")},
-          {"seed", std::to_string(o.seed)},
-          {"num_inference_steps", std::to_string(o.steps)},
-          {"guidance_scale", std::to_string(o.guidance)},
-          {"true_cfg_scale", o.true_cfg != 1.0 ? std::to_string(o.true_cfg) : ""},
-          {"max_sequence_length",
-           o.max_sequence_length > 0 ? std::to_string(o.max_sequence_length) : ""},
-          {"skip_guidance_layers", skip_layers_text(o.slg)},
-          {"size", std::to_string(width) + "x" + std::to_string(height)},
-          {"model", model.from_cache() ? model.id : model.folder},
-          {"pipeline", pipe.family().name() + " (" + pipe.folder().pipeline_class() + ")"},
-          {"dtype", o.dtype},
-          {"parallel",
-           o.par.config.serial() ? std::string("serial (1 process)") : o.par.config.describe()},
-          {"software", std::string("xdit ") + XDIT_VERSION}};
+// The PNG text of one image; `o` holds the values the run used (defaults resolved).
+std::map<std::string, std::string> png_text(const GenerateOptions& o, const std::string& prompt,
+                                            int64_t width, int64_t height,
+                                            const io::ModelRef& model,
+                                            const pipeline::Pipeline& pipe) {
+  ImageMetadata m;
+  m.prompt = prompt;
+  m.negative_prompt = o.negative_prompt.value_or("");
+  m.seed = o.seed;
+  m.steps = o.steps;
+  m.width = width;
+  m.height = height;
+  m.max_sequence_length = o.max_sequence_length;
+  m.guidance = o.guidance;
+  m.true_cfg = o.true_cfg;
+  m.slg = o.slg;
+  m.model = model.from_cache() ? model.id : model.folder;
+  m.model_revision = model.commit;  // empty (left out) for a folder
+  m.model_folder = model.from_cache() ? model.folder : "";
+  m.pipeline = pipe.family().name() + " (" + pipe.folder().pipeline_class() + ")";
+  m.dtype = o.dtype;
+  m.parallel = o.par.config.serial() ? std::string("serial (1 process)") : o.par.config.describe();
+  return png_metadata(m);
 }
 
 // Every rank's trace events into one Chrome-trace file, written by rank 0
@@ -287,7 +279,7 @@ int run_generate(GenerateOptions o) {
     if (writer)
       for (size_t i = 0; i < res.rgb.size(); ++i)
         io::write_png(outputs.at(i), res.width, res.height, res.rgb[i],
-                      png_metadata(o, o.prompts[i], res.width, res.height, model, pipe));
+                      png_text(o, o.prompts[i], res.width, res.height, model, pipe));
     XDIT_INFO("text encoding ", seconds(res.text_seconds), ", denoising ",
               seconds(res.denoise_seconds), ", decoding ", seconds(res.decode_seconds),
               ", peak memory ", human_size(static_cast<double>(peak_rss_bytes())), " -> ",
@@ -387,8 +379,8 @@ int run_generate(GenerateOptions o) {
   if (!writer) return 0;
   for (size_t i = 0; i < rgb.size(); ++i)
     io::write_png(outputs.at(i), req.width, req.height, rgb[i],
-                  png_metadata(o, o.prompts.empty() ? "(prompt embeddings)" : o.prompts[i],
-                               req.width, req.height, model, pipe));
+                  png_text(o, o.prompts.empty() ? "(prompt embeddings)" : o.prompts[i], req.width,
+                           req.height, model, pipe));
   XDIT_INFO("text encoding ", seconds(text_s), ", denoising ", seconds(denoise_s), ", decoding ",
             seconds(secs(t2)), ", peak memory ", human_size(static_cast<double>(peak_rss_bytes())),
             " -> ", paths[0]);

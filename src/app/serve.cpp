@@ -34,6 +34,7 @@
 
 #include "app/commands.h"
 #include "app/parallel_options.h"
+#include "app/png_metadata.h"
 #include "app/startup.h"
 #include "comm/device_comm.h"
 #include "core/error.h"
@@ -500,14 +501,17 @@ class Server {
   }
 
   std::map<std::string, std::string> png_text(const pipeline::ImageRequest& r) const {
-    return {{"prompt", r.prompts.empty() ? "" : r.prompts[0]},
-            {"negative_prompt", r.negative_prompt.value_or("")},
-            {"seed", std::to_string(r.seed)},
-            {"num_inference_steps", std::to_string(r.num_inference_steps)},
-            {"guidance_scale", std::to_string(r.guidance_scale)},
-            {"size", std::to_string(r.width) + "x" + std::to_string(r.height)},
-            {"model", model_id_},
-            {"software", std::string("xdit ") + XDIT_VERSION + " serve"}};
+    ImageMetadata m;
+    m.prompt = r.prompts.empty() ? "" : r.prompts[0];
+    m.negative_prompt = r.negative_prompt.value_or("");
+    m.seed = r.seed;
+    m.steps = r.num_inference_steps;
+    m.width = r.width;
+    m.height = r.height;
+    m.guidance = r.guidance_scale;
+    m.model = model_id_;
+    m.software_note = "serve";
+    return png_metadata(m);
   }
 
   void reply_json(httplib::Response& res, const std::string& path, int status, const json& body) {

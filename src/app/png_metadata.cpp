@@ -1,0 +1,43 @@
+#include "app/png_metadata.h"
+
+namespace xdit::app {
+
+namespace {
+
+// "7,8,9 scale 2.8 from 0.01 to 0.2", or "" when off.
+std::string skip_layers_text(const pipeline::SkipLayerGuidance& s) {
+  if (!s.on()) return "";
+  std::string t;
+  for (const int64_t l : s.layers) {
+    if (!t.empty()) t += ',';  // (not "," + to_string: GCC 12 warns -Wrestrict on that)
+    t += std::to_string(l);
+  }
+  return t + " scale " + std::to_string(s.scale) + " from " + std::to_string(s.start) + " to " +
+         std::to_string(s.stop);
+}
+
+}  // namespace
+
+std::map<std::string, std::string> png_metadata(const ImageMetadata& m) {
+  std::string software = std::string("xdit ") + XDIT_VERSION;
+  if (!m.software_note.empty()) software += " " + m.software_note;
+  return {{"model_revision", m.model_revision},  // empty (left out) for a folder
+          {"model_folder", m.model_folder},
+          {"prompt", m.prompt},
+          {"negative_prompt", m.negative_prompt},
+          {"seed", std::to_string(m.seed)},
+          {"num_inference_steps", std::to_string(m.steps)},
+          {"guidance_scale", std::to_string(m.guidance)},
+          {"true_cfg_scale", m.true_cfg != 1.0 ? std::to_string(m.true_cfg) : ""},
+          {"max_sequence_length",
+           m.max_sequence_length > 0 ? std::to_string(m.max_sequence_length) : ""},
+          {"skip_guidance_layers", skip_layers_text(m.slg)},
+          {"size", std::to_string(m.width) + "x" + std::to_string(m.height)},
+          {"model", m.model},
+          {"pipeline", m.pipeline},
+          {"dtype", m.dtype},
+          {"parallel", m.parallel},
+          {"software", software}};
+}
+
+}  // namespace xdit::app

@@ -1,0 +1,29 @@
+// The PNG text chunks of a generated image (generate and serve): how it was
+// made, readable with any PNG tool.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "pipeline/request.h"
+
+namespace xdit::app {
+
+// The values a run used (defaults resolved). What a caller leaves empty,
+// at its default (true_cfg 1, max_sequence_length 0) or off (slg) is left
+// out of the file.
+struct ImageMetadata {
+  std::string prompt, negative_prompt;
+  uint64_t seed = 0;
+  int64_t steps = 0, width = 0, height = 0, max_sequence_length = 0;
+  double guidance = 0, true_cfg = 1.0;
+  pipeline::SkipLayerGuidance slg;  // SD3
+  std::string model;                // the id in the HF cache, or the folder
+  std::string model_revision, model_folder, pipeline, dtype, parallel;
+  std::string software_note;  // after "xdit VERSION": which front end ("serve"), if any
+};
+
+std::map<std::string, std::string> png_metadata(const ImageMetadata& m);
+
+}  // namespace xdit::app
