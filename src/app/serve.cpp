@@ -139,67 +139,11 @@ void raise_backlog(int port, int backlog) {
 
 // --- the rounds every rank runs ----------------------------------------------
 
-// What one data-parallel group made of its request.
-struct GroupResult {
-  int64_t width = 0, height = 0;
-  double text_s = 0, denoise_s = 0, decode_s = 0;
-  std::vector<std::vector<uint8_t>> rgb;
-};
-
-std::vector<uint8_t> pack(const GroupResult& g) {
-  std::vector<uint8_t> out;
-  auto put = [&](const void* p, size_t n) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    out.insert(out.end(), b, b + n);
-  };
-  const int64_t n = static_cast<int64_t>(g.rgb.size());
-  for (const int64_t v : {g.width, g.height, n}) put(&v, sizeof v);
-  for (const double v : {g.text_s, g.denoise_s, g.decode_s}) put(&v, sizeof v);
-  for (const auto& img : g.rgb) put(img.data(), img.size());
-  return out;
-}
-
-GroupResult unpack(const std::vector<uint8_t>& b) {
-  GroupResult g;
-  if (b.empty()) return g;
-  size_t at = 0;
-  auto get = [&](void* p, size_t n) {
-    XDIT_CHECK(at + n <= b.size(), "serve: a group's result is truncated");
-    std::memcpy(p, b.data() + at, n);
-    at += n;
-  };
-  int64_t n = 0;
-  get(&g.width, 8);
-  get(&g.height, 8);
-  get(&n, 8);
-  get(&g.text_s, 8);
-  get(&g.denoise_s, 8);
-  get(&g.decode_s, 8);
-  const size_t per = static_cast<size_t>(g.width * g.height * 3);
-  for (int64_t i = 0; i < n; ++i) {
-    g.rgb.emplace_back(per);
-    get(g.rgb.back().data(), per);
-  }
-  return g;
-}
-
 // Group g of the mesh's data-parallel groups runs requests[g] (none when
-// there are fewer); every rank returns every group's result.
-std::vector<GroupResult> run_round(pipeline::Pipeline& pipe, parallel::Mesh& mesh,
-                                   const std::vector<pipeline::ImageRequest>& requests) {
-  const int g = mesh.coord().dp;
-  GroupResult mine;
-  if (g < static_cast<int>(requests.size())) {
-    pipeline::ImageResult r = pipe.generate(requests[static_cast<size_t>(g)], maybe_inject_fault);
-    mine = {r.width,           r.height,         r.text_seconds,
-            r.denoise_seconds, r.decode_seconds, std::move(r.rgb)};
-  }
-  if (mesh.config().data_parallel_degree == 1) return {std::move(mine)};
-  std::vector<GroupResult> all;
-  for (const auto& bytes : pipeline::gather_groups(mesh.dp_group(), pack(mine)))
-    all.push_back(unpack(bytes));
-  all.resize(requests.size());
-  return all;
+// there are fewer); every rank returns every request's result.
+std::vector<pipeline::ImageResult> run_round(pipeline::Pipeline& pipe, parallel::Mesh& mesh,
+                                             const std::vector<pipeline::ImageRequest>& requests) {
+  return pipeline::generate_groups(pipe, mesh, requests, maybe_inject_fault);
 }
 
 // Rank 0 → every other rank: one command (a JSON text), point to point.
@@ -372,7 +316,7 @@ class Server {
       send_command(mesh_.world(), cmd.dump());
       running_ = runs.size();
       const auto t0 = Clock::now();
-      std::vector<GroupResult> results;
+      std::vector<pipeline::ImageResult> results;
       try {
         results = run_round(pipe_, mesh_, reqs);
       } catch (const std::exception& e) {
@@ -386,9 +330,9 @@ class Server {
       }
       const double s = std::chrono::duration<double>(Clock::now() - t0).count();
       for (size_t i = 0; i < runs.size(); ++i) {
-        GroupResult& g = results[i];
-        metrics_.generation(static_cast<int64_t>(g.rgb.size()), g.text_s, g.denoise_s, g.decode_s,
-                            s);
+        pipeline::ImageResult& g = results[i];
+        metrics_.generation(static_cast<int64_t>(g.rgb.size()), g.text_seconds, g.denoise_seconds,
+                            g.decode_seconds, s);
         serve::JobResult jr;
         jr.status = 200;
         jr.width = g.width;
