@@ -1,0 +1,57 @@
+// xdit serve, by concern: its flags and start-up (serve.cpp), rank 0's HTTP
+// service (serve_http.cpp), and the rounds every rank runs (serve_ranks.cpp).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "app/parallel_options.h"
+#include "comm/communicator.h"
+#include "parallel/config.h"
+#include "pipeline/pipeline.h"
+
+namespace xdit::app {
+
+struct ServeOptions {
+  ParallelOptions par;
+  std::string model, dtype = "bf16", host = "127.0.0.1", device = "cpu";
+  int port = 6000;
+  int max_queue = 16;
+  double request_timeout = 600;
+  int threads = 0;
+  bool openapi = false;
+};
+
+// --- serve_http.cpp: rank 0's HTTP service -----------------------------------
+
+// SIGTERM / SIGINT: stop taking requests, finish the running ones, exit 0.
+// A client that hangs up before its answer does not end the process.
+void install_signals();
+
+// Why `host:port` cannot be bound now, or "" when it can: checked before the
+// weights load so that a port in use is one line at start, not after minutes
+// of loading.
+std::string bind_error(const std::string& host, int port);
+
+// Rank 0 after every rank has loaded: binds, then serves `pipe` until SIGTERM
+// (requests checked on `validator`, a weightless pipeline of the same model);
+// `model_id` is the model's name in answers. Returns the exit code.
+int serve_http(const ServeOptions& o, pipeline::Pipeline& pipe, pipeline::Pipeline& validator,
+               parallel::Mesh& mesh, const std::string& model_id);
+
+// --- serve_ranks.cpp: the rounds every rank runs -------------------------------
+
+// Group g of the mesh's data-parallel groups runs requests[g] (none when
+// there are fewer); every rank returns every request's result.
+std::vector<pipeline::ImageResult> run_round(pipeline::Pipeline& pipe, parallel::Mesh& mesh,
+                                             const std::vector<pipeline::ImageRequest>& requests);
+
+// Rank 0 → every other rank, point to point: run this round, or stop.
+void send_round(comm::Communicator& world, const std::vector<pipeline::ImageRequest>& requests);
+void send_stop(comm::Communicator& world);
+
+// Every rank but 0: runs the rounds rank 0 sends until it says stop; returns
+// the exit code.
+int follow(pipeline::Pipeline& pipe, parallel::Mesh& mesh);
+
+}  // namespace xdit::app
