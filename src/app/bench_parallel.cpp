@@ -7,11 +7,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <functional>
 #include <iomanip>
 #include <iostream>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,64 +24,12 @@
 #include "nn/attention.h"
 #include "parallel/calibrate.h"
 #include "parallel/config.h"
-#include "parallel/gather.h"
-#include "parallel/patch_attention.h"
+#include "parallel/runtime.h"
 #include "parallel/split.h"
-#include "parallel/usp_attention.h"
 #include "parallel/vae_bands.h"
 #include "pipeline/pipeline.h"
 
 namespace xdit::app::bench {
-
-namespace {
-
-// --- the layout's attention, chosen by hand ----------------------------------
-
-// A parallel row's attention backend and the patch rows it is told. Chosen
-// by hand from the layout in set_up_parallel_attention, the one place to
-// replace with a shared parallel-runtime table.
-struct ParallelAttention {
-  std::optional<parallel::UspAttention> usp;
-  std::optional<parallel::PatchAttention> patch;
-  std::vector<int64_t> counts;     // the split: patch rows per rank
-  std::function<void()> set_rows;  // (re)applies the split, after calibration too
-};
-
-// Sets `model`'s attention backend for the layout `pc` (UspAttention for
-// Ulysses / Ring, PatchAttention for patch parallelism) and splits the h / p
-// patch rows of an h x w8 latent: counts, the backend's sequence split, and
-// this rank's rows into `in`.
-void set_up_parallel_attention(ParallelAttention& a, parallel::Mesh& mesh,
-                               const parallel::ParallelConfig& pc, models::PixArtTransformer& model,
-                               models::DiTInputs& in, int64_t h, int64_t w8, int64_t p) {
-  a.usp.emplace(mesh.ulysses_group(), mesh.ring_group());
-  // Patch parallelism: the warm-up step exchanges fresh K/V; the timed steps
-  // run DistriFusion's stale-K/V steps (or naive bands).
-  a.patch.emplace(mesh.sp_group(), pc.patch_mode == "displaced", false);
-  nn::AttentionBackend* backend = nullptr;
-  if (pc.patch_parallel_degree > 1)
-    backend = &*a.patch;
-  else if (pc.sp() > 1)
-    backend = &*a.usp;
-  if (backend != nullptr) model.set_attention_backend(backend);
-  // This rank's patch rows of the split (even, or by the mesh's weights),
-  // told to the attention backend.
-  std::vector<int64_t>& counts = a.counts;
-  a.set_rows = [&counts, &mesh, &in, backend, h, w8, p] {
-    counts = mesh.config().row_split(h / p);
-    std::vector<int64_t> tokens;
-    for (int64_t c : counts) tokens.push_back(c * (w8 / p));
-    const bool even =
-        std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts.front(); });
-    if (backend != nullptr) backend->set_sequence_split(even ? std::vector<int64_t>{} : tokens);
-    const auto [b, e] = parallel::row_share(0, counts, mesh.coord().sp);
-    in.patch_row_begin = b;
-    in.patch_row_end = e;
-  };
-  a.set_rows();
-}
-
-}  // namespace
 
 // One step of the full-size transformer over two ranks with one layout
 // ("ulysses", "ring", "cfg", "displaced" or "naive"), as the pipeline runs
@@ -128,35 +74,39 @@ nlohmann::json run_parallel_row(int64_t res, const std::string& dt_name, const s
   const double peak = gemm_peak(dtype);
   const models::PixArtConfig cfg = models::PixArtConfig::alpha_xl_1024();
   io::RandomWeights weights(1);
-  models::DiTStage stage;
-  stage.tp = nn::TensorParallel::of(mesh.tp_group());
-  models::PixArtTransformer model(cfg, weights, dtype, stage);
-  int64_t step_no = 0;
+  // The pipeline's own parallel runtime: the method the layout selects, the
+  // stage's tensor-parallel share, the row split and the gathers.
   const int64_t B = pc.use_cfg_parallel ? 1 : 2, h = res / 8, w8 = res / 8, p = cfg.patch_size;
+  parallel::ParallelRuntime rt(&mesh, p);
+  models::PixArtTransformer model(cfg, weights, dtype, rt.stage(cfg.num_layers));
+  rt.attach(model);
+  rt.set_grid_width(w8 / p);
+  int64_t step_no = 0;
   StepInputs step_in(cfg, B, res);
   models::DiTInputs& in = step_in.in;
-  ParallelAttention attention;
-  set_up_parallel_attention(attention, mesh, pc, model, in, h, w8, p);
-  parallel::PatchAttention& patch = *attention.patch;
-  const std::vector<int64_t>& counts = attention.counts;
+  // This rank's patch rows of the split (even, or by the mesh's weights).
+  std::vector<int64_t> counts;
+  const auto set_rows = [&] {
+    counts = mesh.config().row_split(h / p);
+    std::tie(in.patch_row_begin, in.patch_row_end) = rt.my_rows(0, h / p);
+  };
+  set_rows();
   std::string calibration;
   if (auto_weights) {
     const parallel::Calibration c = parallel::calibrate_weights(mesh, h / p, [&](int64_t, int64_t) {
-      patch.begin_step(0, 1, true);
+      if (rt.backend() != nullptr) rt.backend()->begin_step(0, 1, true);
       model.forward(in);
     });
     mesh.set_patch_weights(c.weights);
     calibration = c.describe();
-    attention.set_rows();
+    set_rows();
   }
+  // Patch parallelism: the warm-up step exchanges fresh K/V; the timed steps
+  // run DistriFusion's stale-K/V steps (or naive bands).
   auto step = [&] {
-    patch.begin_step(step_no, int64_t{1} << 40, step_no == 0);
+    if (rt.backend() != nullptr) rt.backend()->begin_step(step_no, int64_t{1} << 40, step_no == 0);
     ++step_no;
-    Tensor out = model.forward(in);
-    std::vector<int64_t> latent_rows;
-    for (int64_t c : counts) latent_rows.push_back(c * p);
-    out = parallel::gather_rows(mesh.sp_group(), out, latent_rows);
-    if (pc.use_cfg_parallel) out = parallel::gather_batch(mesh.cfg_group(), out);
+    rt.gather(model.forward(in), pc.use_cfg_parallel, 0, h / p);
   };
   comm::Communicator* groups[] = {&mesh.sp_group(), &mesh.ulysses_group(), &mesh.ring_group(),
                                   &mesh.cfg_group(), &mesh.tp_group()};
@@ -218,8 +168,8 @@ nlohmann::json run_pipefusion_row(int64_t res, const std::string& dt_name, int64
   pipe.set_mesh(&mesh);
   TorchGenerator g(0);
   pipeline::LatentRequest r;
-  r.prompt_embeds = g.randn({1, kTextTokens, cfg.caption_channels});
-  r.negative_embeds = g.randn({1, kTextTokens, cfg.caption_channels});
+  r.cond.set(models::kText, g.randn({1, kTextTokens, cfg.caption_channels}));
+  r.uncond.set(models::kText, g.randn({1, kTextTokens, cfg.caption_channels}));
   r.height = r.width = res;
   r.num_inference_steps = 2;
   r.guidance_scale = 4.5;

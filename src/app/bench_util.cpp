@@ -148,10 +148,11 @@ StepInputs::StepInputs(const models::PixArtConfig& cfg, int64_t B, int64_t res) 
   }
   in.latents = &latents;
   in.timesteps.assign(static_cast<size_t>(B), 500.0f);
-  in.text = &text;
-  in.text_mask = &mask;
-  in.resolution = &resolution;
-  in.aspect_ratio = &aspect;
+  cond.set(models::kText, text);
+  cond.set(models::kTextMask, mask);
+  cond.set(models::kResolution, resolution);
+  cond.set(models::kAspectRatio, aspect);
+  in.cond = &cond;
 }
 
 nlohmann::json run_child(const std::string& what, int64_t res, const std::string& dt,

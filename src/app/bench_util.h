@@ -68,6 +68,7 @@ nlohmann::json timed_row(const std::string& name, int64_t res, const std::string
 // tokens of which 100 valid, micro-conditions, timestep 500.
 struct StepInputs {
   Tensor latents, text, mask, resolution, aspect;
+  models::Conditioning cond;
   models::DiTInputs in;
   StepInputs(const models::PixArtConfig& cfg, int64_t B, int64_t res);
   StepInputs(const StepInputs&) = delete;  // `in` points into this object

@@ -293,17 +293,16 @@ int run_generate(GenerateOptions o) {
   double text_s = 0;
   if (!o.prompt_embeds.empty()) {
     auto in = io::read_safetensors_f32(o.prompt_embeds);
-    auto take = [&](const char* name, bool required) {
+    auto take = [&](const std::string& name, bool required) {
       auto it = in.find(name);
       XDIT_CHECK(it != in.end() || !required, o.prompt_embeds, " has no tensor '", name, "'");
       return it == in.end() ? Tensor() : it->second;
     };
-    req.prompt_embeds = take("prompt_embeds", true);
-    req.prompt_mask = take("prompt_attention_mask", false);
-    req.negative_embeds = take("negative_prompt_embeds", false);
-    req.negative_mask = take("negative_prompt_attention_mask", false);
-    req.pooled_embeds = take("pooled_prompt_embeds", false);
-    req.negative_pooled = take("negative_pooled_prompt_embeds", false);
+    // The file's tensors by the family's names; the model checks them.
+    for (const auto& n : pipe.family().embedding_names()) {
+      req.cond.set(n.conditioning, take(n.file, n.required));
+      req.uncond.set(n.conditioning, take(std::string("negative_") + n.file, false));
+    }
   } else {
     pipeline::ImageRequest r;
     r.prompts = o.prompts;
@@ -318,13 +317,9 @@ int run_generate(GenerateOptions o) {
     o.max_sequence_length = r.max_sequence_length;
     XDIT_INFO(pipe.family().name(), ": max_sequence_length ", r.max_sequence_length,
               " (T5 tokens)");
-    auto e = pipe.encode_prompts(r);
-    req.prompt_embeds = e.embeds;
-    req.prompt_mask = e.mask;
-    req.pooled_embeds = e.pooled;
-    req.negative_embeds = e.negative_embeds;
-    req.negative_mask = e.negative_mask;
-    req.negative_pooled = e.negative_pooled;
+    pipeline::PromptEmbeddings e = pipe.encode_prompts(r);
+    req.cond = std::move(e.cond);
+    req.uncond = std::move(e.uncond);
     text_s = secs(t0);
   }
   if (!o.latents.empty()) {
@@ -350,7 +345,7 @@ int run_generate(GenerateOptions o) {
     probe.height = req.height;
     probe.width = req.width;
     pipe.validate(probe);
-    if (o.prompts.empty()) reserve(static_cast<size_t>(req.prompt_embeds.dim(0)));
+    if (o.prompts.empty()) reserve(static_cast<size_t>(req.cond.batch()));
   }
   const auto t1 = Clock::now();
   pipe.load();

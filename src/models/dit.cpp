@@ -16,6 +16,7 @@ std::pair<int64_t, int64_t> DiTInputs::rows(int64_t grid_rows) const {
 
 void DiTInputs::check_joint_text(int64_t batch, int64_t text_width, int64_t pooled_width,
                                  const char* model) const {
+  const Tensor *text = find(kText), *pooled = find(kPooled);
   XDIT_CHECK(
       text != nullptr && text->ndim() == 3 && text->dim(0) == batch && text->dim(2) == text_width,
       model, " text must be [", batch, ", L, ", text_width, "], got ",
@@ -89,14 +90,14 @@ void DiT::run_stage(Streams& s, const std::vector<int64_t>& skip) {
 Tensor DiT::forward(const DiTInputs& in, const Tensor* hidden) {
   if (!device_.cuda()) return forward_here(in, hidden);
   DeviceScope scope(device_);
-  // The tensors the layers read go to the device; the mask and the
-  // micro-conditions are read on the host (models copy what they need).
+  // The tensors the layers read go to the device (masks and per-item
+  // scalars too: models read those back as host values where they need to).
   const auto f32_here = [&](const Tensor& t) { return t.as(DType::kF32, device_); };
   DiTInputs d = in;
-  Tensor latents, text, pooled, h;
+  Tensor latents, h;
+  Conditioning cond;
   if (in.latents != nullptr) d.latents = &(latents = f32_here(*in.latents));
-  if (in.text != nullptr) d.text = &(text = f32_here(*in.text));
-  if (in.pooled != nullptr) d.pooled = &(pooled = f32_here(*in.pooled));
+  if (in.cond != nullptr) d.cond = &(cond = in.cond->as(DType::kF32, device_));
   if (hidden != nullptr) h = f32_here(*hidden);
   // The result goes where the call's activations came from.
   const Device back = in.latents != nullptr ? in.latents->device()

@@ -23,6 +23,7 @@
 
 #include "core/tensor.h"
 #include "models/block_hook.h"
+#include "models/conditioning.h"
 #include "nn/attention.h"
 
 namespace xdit::models {
@@ -31,12 +32,9 @@ namespace xdit::models {
 struct DiTInputs {
   const Tensor* latents = nullptr;  // [B, latent_channels, H, W]
   std::vector<float> timesteps;     // B values, as the model takes them (DiTSpec::timestep_divisor)
-  std::vector<float> guidance;      // B embedded guidance scales (FLUX.1 [dev]); else empty
-  const Tensor* text = nullptr;     // [B, L, text width]
-  const Tensor* text_mask = nullptr;     // [B, L] (1 = token, 0 = padding) or null (all tokens)
-  const Tensor* pooled = nullptr;        // [B, pooled width] (FLUX's CLIP vector)
-  const Tensor* resolution = nullptr;    // [B, 2] (height, width in pixels): PixArt-α
-  const Tensor* aspect_ratio = nullptr;  // [B, 1]
+  // The call's conditioning (conditioning.h): the text (kText, kTextMask,
+  // kPooled) and whatever else the model's family adds, batch-major.
+  const Conditioning* cond = nullptr;
   // Blocks this call skips (SD3's skip-layer guidance): the streams pass them
   // unchanged, as diffusers' skip_layers does.
   std::vector<int64_t> skip_blocks;
@@ -48,6 +46,10 @@ struct DiTInputs {
   // The patch rows [begin, end) of a `grid_rows`-row grid this call computes;
   // throws one line when they lie outside it.
   std::pair<int64_t, int64_t> rows(int64_t grid_rows) const;
+  // The conditioning's tensor `name`, or null (no conditioning, or no such name).
+  const Tensor* find(const char* name) const {
+    return cond != nullptr ? cond->find(name) : nullptr;
+  }
   // The joint-text models' conditioning (FLUX, SD3): text [batch, L,
   // text_width], pooled [batch, pooled_width] and one timestep per batch item;
   // throws one line naming `model` and what is wrong.
@@ -129,7 +131,8 @@ class DiT {
   Device device() const { return device_; }
   // The text-stream tokens the streams carry for these inputs (0 without one).
   int64_t stream_text_tokens(const DiTInputs& in) const {
-    return spec().text_stream && in.text != nullptr ? in.text->dim(1) : 0;
+    const Tensor* text = in.find(kText);
+    return spec().text_stream && text != nullptr ? text->dim(1) : 0;
   }
 
  protected:

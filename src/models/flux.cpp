@@ -89,7 +89,7 @@ FluxTransformer::FluxTransformer(const FluxConfig& cfg, const io::WeightSource& 
     single_.push_back(std::move(b));
   }
   if (stage_.last) {
-    norm_out_ = nn::load_linear(w, "norm_out.linear", D, 2 * D, true, ct_);
+    norm_out_ = nn::AdaLayerNormContinuous(w, "norm_out", D, ct_);
     proj_out_ = nn::load_linear(w, "proj_out", D, cfg.in_channels, true, ct_);
   }
 }
@@ -115,7 +115,8 @@ void FluxTransformer::attend(float* qkv, int64_t batch, int64_t seq, float* out,
 
 Streams FluxTransformer::embed(const DiTInputs& in) {
   const FluxConfig& c = cfg_;
-  XDIT_CHECK(in.latents && in.text && in.pooled, "FLUX forward: latents, text and pooled needed");
+  const Tensor *text = in.find(kText), *pooled = in.find(kPooled), *guidance = in.find(kGuidance);
+  XDIT_CHECK(in.latents && text && pooled, "FLUX forward: latents, text and pooled needed");
   const Tensor& lat = *in.latents;
   const int64_t C = c.latent_channels();
   XDIT_CHECK(lat.ndim() == 4 && lat.dim(1) == C && lat.dim(2) % 2 == 0 && lat.dim(3) % 2 == 0,
@@ -127,10 +128,10 @@ Streams FluxTransformer::embed(const DiTInputs& in) {
   const int64_t N = (r1 - r0) * gw;  // the image tokens this call computes
   in.check_joint_text(B, c.joint_attention_dim, c.pooled_projection_dim, "FLUX");
   XDIT_CHECK(
-      c.guidance_embeds ? static_cast<int64_t>(in.guidance.size()) == B : in.guidance.empty(),
+      c.guidance_embeds ? guidance != nullptr && guidance->numel() == B : guidance == nullptr,
       c.guidance_embeds ? "this FLUX model embeds a guidance scale: one per batch item"
                         : "this FLUX model has no guidance embedding");
-  const int64_t L = in.text->dim(1), S = L + N;
+  const int64_t L = text->dim(1), S = L + N;
   set_call({B, L, r1 - r0, gw, Wl});
 
   // Conditioning vector: timestep (+ guidance) + pooled text, then SiLU once
@@ -147,13 +148,13 @@ Streams FluxTransformer::embed(const DiTInputs& in) {
   kernels::timestep_embedding(tv.data(), B, FluxConfig::kTimeProjDim, true, 0.0f, proj);
   timestep_embedder_.forward(proj, B, temb);
   if (c.guidance_embeds) {
-    for (int64_t b = 0; b < B; ++b)
-      tv[static_cast<size_t>(b)] = scaled(in.guidance[static_cast<size_t>(b)]);
+    const std::vector<float> g = guidance->to_vector();
+    for (int64_t b = 0; b < B; ++b) tv[static_cast<size_t>(b)] = scaled(g[static_cast<size_t>(b)]);
     kernels::timestep_embedding(tv.data(), B, FluxConfig::kTimeProjDim, true, 0.0f, proj);
     guidance_embedder_.forward(proj, B, part);
     kernels::gated_residual_add(temb, part, 1, 1, B * D, nullptr, 0);
   }
-  text_embedder_.forward(in.pooled->data<float>(), B, part);
+  text_embedder_.forward(pooled->data<float>(), B, part);
   kernels::gated_residual_add(temb, part, 1, 1, B * D, nullptr, 0);
   kernels::silu(temb, st_.get(static_cast<size_t>(B * D)), B * D);
 
@@ -197,7 +198,7 @@ Streams FluxTransformer::embed(const DiTInputs& in) {
   float* emb = tmp_.get(static_cast<size_t>(B * N * D));
   x_embedder_.forward(packed, B * N, emb);
   for (int64_t b = 0; b < B; ++b)
-    context_embedder_.forward(in.text->data<float>() + b * L * c.joint_attention_dim, L,
+    context_embedder_.forward(text->data<float>() + b * L * c.joint_attention_dim, L,
                               X + b * S * D);
   kernels::copy_rows(X + L * D, S * D, emb, N * D, B, N * D);
   return st;
@@ -303,12 +304,9 @@ Tensor FluxTransformer::finalize(const Streams& s) {
   const int64_t C = cfg_.latent_channels();
   XDIT_CHECK(s.x.numel() == B * S * D, "FLUX streams must be [", B, ", ", S, ", ", D, "]");
   // norm_out on the image rows (AdaLN-continuous: [scale, shift]), proj_out.
-  float* mod = mod_.get(static_cast<size_t>(B * 12 * D));
   float* nh = n_.get(static_cast<size_t>(B * S * D));
-  norm_out_.forward(st_.get(static_cast<size_t>(B * D)), B, mod);
-  for (int64_t b = 0; b < B; ++b)
-    kernels::layer_norm_modulate(s.x.data<float>() + (b * S + L) * D, nh + b * N * D, 1, N, D, kEps,
-                                 mod + b * 2 * D + D, mod + b * 2 * D, 0);
+  norm_out_.forward(st_.get(static_cast<size_t>(B * D)), B, s.x.data<float>(), S, L, N, nh,
+                    mod_.get(static_cast<size_t>(B * 12 * D)));
   float* packed = x_.get(static_cast<size_t>(B * N * 4 * C));
   proj_out_.forward(nh, B * N, packed);
   Tensor out = Tensor::empty({B, C, 2 * call().rows, call().width}, DType::kF32, current_device());

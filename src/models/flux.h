@@ -24,6 +24,10 @@
 
 namespace xdit::models {
 
+// FLUX.1 [dev]'s embedded guidance scale in the conditioning
+// (conditioning.h): [B], one per batch item.
+inline constexpr const char* kGuidance = "guidance";
+
 struct FluxConfig {
   static constexpr int64_t kTimeProjDim = 256;  // Timesteps(num_channels=256)
   int64_t in_channels = 64;                     // packed: 4 × the latent channels
@@ -91,7 +95,8 @@ class FluxTransformer : public DiT {
   nn::MlpSilu timestep_embedder_, guidance_embedder_, text_embedder_;
   std::vector<std::unique_ptr<DoubleBlock>> double_;  // this stage's, in order
   std::vector<std::unique_ptr<SingleBlock>> single_;
-  kernels::Linear norm_out_, proj_out_;
+  nn::AdaLayerNormContinuous norm_out_;
+  kernels::Linear proj_out_;
   // The current call (set by embed): batch, text tokens, patch rows, grid
   // width, latent width, SiLU(conditioning vector) [B, D], and the rotary
   // tables [L + tokens, head_dim] (text positions, then this call's rows').

@@ -66,7 +66,8 @@ PixArtTransformer::~PixArtTransformer() = default;
 
 Streams PixArtTransformer::embed(const DiTInputs& in) {
   const PixArtConfig& c = cfg_;
-  XDIT_CHECK(in.latents && in.text, "PixArt forward needs latents and text embeddings");
+  const Tensor* text_mask = in.find(kTextMask);
+  XDIT_CHECK(in.latents && in.find(kText), "PixArt forward needs latents and text embeddings");
   const Tensor& x = *in.latents;
   XDIT_CHECK(x.ndim() == 4 && x.dim(1) == c.in_channels, "PixArt expects latents [B, ",
              c.in_channels, ", H, W], got ", shape_str(x.shape()));
@@ -76,7 +77,7 @@ Streams PixArtTransformer::embed(const DiTInputs& in) {
   const int64_t gh = H / p, gw = W / p;
   const auto [r0, r1] = in.rows(gh);
   const int64_t rows = r1 - r0, N = rows * gw;  // the tokens this call computes
-  const Tensor* text_in = in.text;
+  const Tensor* text_in = in.find(kText);
   XDIT_CHECK(text_in->ndim() == 3 && text_in->dim(0) == B && text_in->dim(2) == c.caption_channels,
              "text embeddings must be [", B, ", L, ", c.caption_channels, "], got ",
              shape_str(text_in->shape()));
@@ -84,10 +85,10 @@ Streams PixArtTransformer::embed(const DiTInputs& in) {
   XDIT_CHECK(static_cast<int64_t>(in.timesteps.size()) == B, "need one timestep per batch row");
   mask_.clear();
   Tensor trimmed;
-  if (in.text_mask != nullptr) {
-    XDIT_CHECK(in.text_mask->numel() == B * L, "text mask must be [", B, ", ", L, "], got ",
-               shape_str(in.text_mask->shape()));
-    auto mv = in.text_mask->to_vector();
+  if (text_mask != nullptr) {
+    XDIT_CHECK(text_mask->numel() == B * L, "text mask must be [", B, ", ", L, "], got ",
+               shape_str(text_mask->shape()));
+    auto mv = text_mask->to_vector();
     // The tokens after the last one any row keeps are masked out of every
     // row's cross-attention: their caption projection and keys/values would
     // never be read, so they are left out (a 20-token prompt among 120 or 300
@@ -157,14 +158,14 @@ Streams PixArtTransformer::embed(const DiTInputs& in) {
     kernels::timestep_embedding(in.timesteps.data(), B, tp, true, 0.0f, proj);
     t_embedder_.forward(proj, B, emb);
     if (c.use_additional_conditions) {
+      const Tensor *resolution = in.find(kResolution), *aspect = in.find(kAspectRatio);
       XDIT_CHECK(
-          in.resolution && in.aspect_ratio && in.resolution->numel() == 2 * B &&
-              in.aspect_ratio->numel() == B,
+          resolution && aspect && resolution->numel() == 2 * B && aspect->numel() == B,
           "this PixArt model uses resolution/aspect-ratio micro-conditions: pass [B,2] and [B,1]");
       const int64_t e = d / 3;
       // Host values in (the tables are computed on the host), then, in one
       // buffer: rp [2B, tp] | ap [B, tp] | re [B, 2e] | ae [B, e].
-      auto res = in.resolution->to_vector(), ar = in.aspect_ratio->to_vector();
+      auto res = resolution->to_vector(), ar = aspect->to_vector();
       float* rp = act_.get(static_cast<size_t>(3 * B * tp + 3 * B * e));
       float* ap = rp + 2 * B * tp;
       float* re = ap + B * tp;

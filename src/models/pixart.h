@@ -18,6 +18,11 @@
 
 namespace xdit::models {
 
+// PixArt-α's micro-conditions in the conditioning (conditioning.h): the
+// image size in pixels [B, 2] (height, width) and its aspect ratio [B, 1].
+inline constexpr const char* kResolution = "resolution";
+inline constexpr const char* kAspectRatio = "aspect_ratio";
+
 struct PixArtConfig {
   // Timesteps(num_channels=256) in AdaLayerNormSingle.
   static constexpr int64_t kTimeProjDim = 256;

@@ -85,7 +85,7 @@ SD3Transformer::SD3Transformer(const SD3Config& cfg, const io::WeightSource& w, 
     blocks_.push_back(std::move(b));
   }
   if (stage_.last) {
-    norm_out_ = nn::load_linear(w, "norm_out.linear", D, 2 * D, true, ct_);
+    norm_out_ = nn::AdaLayerNormContinuous(w, "norm_out", D, ct_);
     proj_out_ = nn::load_linear(w, "proj_out", D, p * p * cfg.out_channels, true, ct_);
   }
 }
@@ -94,7 +94,8 @@ SD3Transformer::~SD3Transformer() = default;
 
 Streams SD3Transformer::embed(const DiTInputs& in) {
   const SD3Config& c = cfg_;
-  XDIT_CHECK(in.latents && in.text && in.pooled, "SD3 forward: latents, text and pooled needed");
+  const Tensor *text = in.find(kText), *pooled = in.find(kPooled);
+  XDIT_CHECK(in.latents && text && pooled, "SD3 forward: latents, text and pooled needed");
   const Tensor& lat = *in.latents;
   const int64_t p = c.patch_size;
   XDIT_CHECK(
@@ -108,7 +109,7 @@ Streams SD3Transformer::embed(const DiTInputs& in) {
   const auto [r0, r1] = in.rows(gh);
   const int64_t N = (r1 - r0) * gw;
   in.check_joint_text(B, c.joint_attention_dim, c.pooled_projection_dim, "SD3");
-  const int64_t L = in.text->dim(1), S = L + N;
+  const int64_t L = text->dim(1), S = L + N;
   set_call({B, L, r1 - r0, gw, W});
 
   // Conditioning: Timesteps(256, flip_sin_to_cos, shift 0) → MLP, plus the
@@ -118,7 +119,7 @@ Streams SD3Transformer::embed(const DiTInputs& in) {
   float* part = part_.get(static_cast<size_t>(B * D));
   kernels::timestep_embedding(in.timesteps.data(), B, SD3Config::kTimeProjDim, true, 0.0f, proj);
   timestep_embedder_.forward(proj, B, temb);
-  text_embedder_.forward(in.pooled->data<float>(), B, part);
+  text_embedder_.forward(pooled->data<float>(), B, part);
   kernels::gated_residual_add(temb, part, 1, 1, B * D, nullptr, 0);
   kernels::silu(temb, st_.get(static_cast<size_t>(B * D)), B * D);
 
@@ -139,7 +140,7 @@ Streams SD3Transformer::embed(const DiTInputs& in) {
   const int64_t top = (c.pos_embed_max_size - gh) / 2, left = (c.pos_embed_max_size - gw) / 2;
   const float* table = pos_table_.data<float>();
   for (int64_t b = 0; b < B; ++b) {
-    context_embedder_.forward(in.text->data<float>() + b * L * c.joint_attention_dim, L,
+    context_embedder_.forward(text->data<float>() + b * L * c.joint_attention_dim, L,
                               X + b * S * D);
     for (int64_t row = r0; row < r1; ++row)  // a patch row: gw tokens, contiguous in the table
       kernels::add_rows(emb + (b * N + (row - r0) * gw) * D, 0,
@@ -255,12 +256,9 @@ Tensor SD3Transformer::finalize(const Streams& s) {
                 p = c.patch_size;
   XDIT_CHECK(s.x.numel() == B * S * D, "SD3 streams must be [", B, ", ", S, ", ", D, "]");
   // norm_out on the image rows (AdaLN-continuous: [scale, shift]), proj_out.
-  float* mod = mod_.get(static_cast<size_t>(B * 2 * D));
   float* nh = n_.get(static_cast<size_t>(B * S * D));
-  norm_out_.forward(st_.get(static_cast<size_t>(B * D)), B, mod);
-  for (int64_t b = 0; b < B; ++b)
-    kernels::layer_norm_modulate(s.x.data<float>() + (b * S + L) * D, nh + b * N * D, 1, N, D, kEps,
-                                 mod + b * 2 * D + D, mod + b * 2 * D, 0);
+  norm_out_.forward(st_.get(static_cast<size_t>(B * D)), B, s.x.data<float>(), S, L, N, nh,
+                    mod_.get(static_cast<size_t>(B * 2 * D)));
   const int64_t po = p * p * c.out_channels;
   float* patches = ff_.get(static_cast<size_t>(B * N * std::max(po, 4 * D)));
   proj_out_.forward(nh, B * N, patches);

@@ -91,7 +91,8 @@ class SD3Transformer : public DiT {
   Tensor pos_table_;  // [max, max, D]
   nn::MlpSilu timestep_embedder_, text_embedder_;
   std::vector<std::unique_ptr<Block>> blocks_;  // this stage's, in order
-  kernels::Linear norm_out_, proj_out_;
+  nn::AdaLayerNormContinuous norm_out_;
+  kernels::Linear proj_out_;
   // The current call (set by embed).
   nn::Scratch st_, tproj_, temb_, part_, slab_;  // st_: SiLU(conditioning) [B, D]
   nn::Scratch n_, n2_, qkv_, attn_, tmp_, ff_, mod_, cols_;

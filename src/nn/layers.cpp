@@ -234,4 +234,19 @@ void FeedForwardGelu::forward(const uint16_t* x, int64_t m, float* y, float* hid
   tp_.all_reduce(y, m * fc2_.out_features());
 }
 
+AdaLayerNormContinuous::AdaLayerNormContinuous(const io::WeightSource& w, const std::string& prefix,
+                                               int64_t dim, ComputeType ct)
+    : linear_(load_linear(w, prefix + ".linear", dim, 2 * dim, true, ct)), dim_(dim) {}
+
+void AdaLayerNormContinuous::forward(const float* cond, int64_t batch, const float* x,
+                                     int64_t stride, int64_t offset, int64_t tokens, float* y,
+                                     float* mod) const {
+  constexpr float kEps = 1e-6f;
+  const int64_t D = dim_;
+  linear_.forward(cond, batch, mod);
+  for (int64_t b = 0; b < batch; ++b)  // the projection is [scale | shift]
+    kernels::layer_norm_modulate(x + (b * stride + offset) * D, y + b * tokens * D, 1, tokens, D,
+                                 kEps, mod + b * 2 * D + D, mod + b * 2 * D, 0);
+}
+
 }  // namespace xdit::nn

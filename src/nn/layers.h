@@ -153,4 +153,23 @@ class FeedForwardGelu {
   TensorParallel tp_;
 };
 
+// diffusers AdaLayerNormContinuous as FLUX.1 and SD3 end with it (norm_out):
+// linear(SiLU(conditioning)) → [scale | shift] per batch item, then
+// LayerNorm(x) · (1 + scale) + shift, without affine weights, eps 1e-6.
+class AdaLayerNormContinuous {
+ public:
+  AdaLayerNormContinuous() = default;
+  AdaLayerNormContinuous(const io::WeightSource& w, const std::string& prefix, int64_t dim,
+                         ComputeType ct);
+  // `cond` [B, dim] (already through SiLU); x holds per batch item `stride`
+  // tokens of which `tokens` from `offset` are normed into y [B, tokens,
+  // dim]; `mod` is scratch of B · 2 · dim floats.
+  void forward(const float* cond, int64_t batch, const float* x, int64_t stride, int64_t offset,
+               int64_t tokens, float* y, float* mod) const;
+
+ private:
+  kernels::Linear linear_;
+  int64_t dim_ = 0;
+};
+
 }  // namespace xdit::nn

@@ -48,12 +48,7 @@ models::DiTInputs LoopInputs::at(const Tensor& latents, double t, int64_t r0, in
   // As the pipelines pass it: PixArt the timestep, FLUX t / 1000 in f32.
   in.timesteps.assign(static_cast<size_t>(batch),
                       static_cast<float>(t) / static_cast<float>(timestep_divisor));
-  in.guidance = guidance;
-  in.text = &text;
-  in.text_mask = mask.defined() ? &mask : nullptr;
-  in.pooled = pooled.defined() ? &pooled : nullptr;
-  in.resolution = &resolution;
-  in.aspect_ratio = &aspect;
+  in.cond = &cond;
   in.patch_row_begin = r0;
   in.patch_row_end = r1;
   in.skip_blocks = skip_blocks;
@@ -98,12 +93,11 @@ Tensor Denoiser::run(Tensor latents) {
 Tensor Denoiser::step_loop() {
   // The loop's tensors stay on the pipeline's device: on a GPU the latents,
   // the guidance and the scheduler's step run there (ops), the text
-  // embeddings go up once, and only the runtime's gathers (host groups)
+  // conditioning goes up once, and only the runtime's gathers (host groups)
   // and the finite check read them on the host.
   DeviceScope scope(device_);
   if (device_.cuda()) {
-    li_.text = li_.text.as(DType::kF32, device_);
-    if (li_.pooled.defined()) li_.pooled = li_.pooled.as(DType::kF32, device_);
+    li_.cond = li_.cond.as(DType::kF32, device_);
     latents_ = latents_.to_device(device_);
   }
   for (StepHook* h : hooks_) h->begin_loop(*this);

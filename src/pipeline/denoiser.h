@@ -37,8 +37,7 @@ Tensor initial_noise(int64_t prompts, int64_t channels, int64_t latent_h, int64_
 // What every transformer call of one denoising run shares: the batch's
 // conditioning ([uncond; cond] under CFG, one half under CFG parallel).
 struct LoopInputs {
-  Tensor text, mask, pooled, resolution, aspect;
-  std::vector<float> guidance;       // embedded guidance per batch item, or empty
+  models::Conditioning cond;
   std::vector<int64_t> skip_blocks;  // SD3's skip-layer guidance call
   int64_t prompts = 0, batch = 0;
   bool cfg = false, cfg_split = false;

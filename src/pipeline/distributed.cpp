@@ -103,7 +103,7 @@ Tensor generate_latents_distributed(Pipeline& pipe, parallel::Mesh& mesh, Latent
                                     const std::function<void(const StepEvent&)>& on_step) {
   XDIT_CHECK(pipe.mesh() == &mesh, "generate_latents_distributed: call pipe.set_mesh(&mesh) first");
   pipe.validate(r);  // includes the mesh's checks against the model and size
-  const int64_t P = r.prompt_embeds.dim(0);
+  const int64_t P = r.cond.batch();
   const int dp = mesh.config().data_parallel_degree;
   mesh.config().validate_prompts(static_cast<size_t>(P));
   const auto [b, e] = dp_share(P, dp, mesh.coord().dp);
@@ -112,12 +112,8 @@ Tensor generate_latents_distributed(Pipeline& pipe, parallel::Mesh& mesh, Latent
     r.latents =
         initial_noise(P, pipe.spec().latent_channels, r.height / vsf, r.width / vsf, r.seed);
   LatentRequest mine = r;
-  mine.prompt_embeds = batch_slice(r.prompt_embeds, b, e);
-  mine.prompt_mask = batch_slice(r.prompt_mask, b, e);
-  mine.negative_embeds = batch_slice(r.negative_embeds, b, e);
-  mine.negative_mask = batch_slice(r.negative_mask, b, e);
-  mine.pooled_embeds = batch_slice(r.pooled_embeds, b, e);
-  mine.negative_pooled = batch_slice(r.negative_pooled, b, e);
+  mine.cond = r.cond.slice(b, e);
+  mine.uncond = r.uncond.slice(b, e);
   mine.latents = batch_slice(r.latents, b, e);
   Tensor out = pipe.generate_latents(mine, on_step);
   if (dp == 1) return out;

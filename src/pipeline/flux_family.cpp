@@ -47,6 +47,15 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
   }
   double cfg_scale(double, double true_cfg_scale) const override { return true_cfg_scale; }
   bool embeds_guidance() const override { return cfg_.guidance_embeds; }
+  // FLUX.1 [dev]: the guidance scale is an input of the model, one per item.
+  void add_request_conditioning(models::Conditioning& c, int64_t /*height*/, int64_t /*width*/,
+                                double guidance_scale) const override {
+    if (!cfg_.guidance_embeds) return;
+    c.set(models::kGuidance,
+          Tensor::from_vector(std::vector<float>(static_cast<size_t>(c.batch()),
+                                                 static_cast<float>(guidance_scale)),
+                              {c.batch()}));
+  }
   bool floors_size() const override { return true; }
   schedulers::TimestepHints timestep_hints(const schedulers::SchedulerConfig& s, int64_t steps,
                                            int64_t latent_h, int64_t latent_w) const override {
@@ -98,12 +107,13 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
     if (!clip_)
       clip_ = std::make_unique<models::ClipTextEncoder>(*clip_cfg_, *clip_weights_, dtype);
     PromptEmbeddings e;
-    e.pooled = encode_clip(*clip_tok_, *clip_, r.prompts, true).pooled;
+    e.cond.set(models::kPooled, encode_clip(*clip_tok_, *clip_, r.prompts, true).pooled);
     const std::vector<T5Texts> lists = prompt_lists(r, cfg);
-    if (cfg) e.negative_pooled = encode_clip(*clip_tok_, *clip_, lists[1].texts, false).pooled;
+    if (cfg)
+      e.uncond.set(models::kPooled, encode_clip(*clip_tok_, *clip_, lists[1].texts, false).pooled);
     auto enc = encode_t5(*t5_tok_, t5_encoder(dtype), lists, r.max_sequence_length, false, false);
-    e.embeds = std::move(enc[0].first);
-    if (cfg) e.negative_embeds = std::move(enc[1].first);
+    e.cond.set(models::kText, std::move(enc[0].first));
+    if (cfg) e.uncond.set(models::kText, std::move(enc[1].first));
     return e;
   }
   void release_text() override {

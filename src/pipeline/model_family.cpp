@@ -49,3 +49,82 @@ int ModelFamily::text_parallel_degree(int ranks) const {
 }
 
 }  // namespace xdit::pipeline
+
+namespace xdit::pipeline {
+
+std::vector<ModelFamily::EmbeddingName> ModelFamily::embedding_names() const {
+  std::vector<EmbeddingName> names = {{models::kText, "prompt_embeds", true},
+                                      {models::kTextMask, "prompt_attention_mask", false}};
+  // (A missing pooled vector is named by check_embeddings, which says why.)
+  if (pooled_width() > 0) names.push_back({models::kPooled, "pooled_prompt_embeds", false});
+  return names;
+}
+
+namespace {
+
+void check_text(const Tensor& e, const Tensor* mask, const char* name, int64_t channels) {
+  XDIT_CHECK(e.ndim() == 3, name, " must be [batch, tokens, ", channels, "], got ",
+             shape_str(e.shape()));
+  XDIT_CHECK(e.dim(2) == channels, name, " has hidden size ", e.dim(2),
+             " but this model takes text of width ", channels,
+             " (embeddings from a different text encoder?)");
+  if (mask != nullptr)
+    XDIT_CHECK(mask->ndim() == 2 && mask->dim(0) == e.dim(0) && mask->dim(1) == e.dim(1), name,
+               " attention mask must be [", e.dim(0), ", ", e.dim(1), "], got ",
+               shape_str(mask->shape()));
+}
+
+void check_pooled(const Tensor* p, const char* name, int64_t prompts, int64_t width) {
+  XDIT_CHECK(p != nullptr, name, " are required by this model (FLUX's pooled CLIP embedding)");
+  XDIT_CHECK(p->ndim() == 2 && p->dim(0) == prompts && p->dim(1) == width, name, " must be [",
+             prompts, ", ", width, "], got ", shape_str(p->shape()));
+}
+
+}  // namespace
+
+void ModelFamily::check_embeddings(const PromptEmbeddings& e, bool cfg,
+                                   double guidance_scale) const {
+  const Tensor* text = e.cond.find(models::kText);
+  XDIT_CHECK(text != nullptr, "prompt_embeds are required");
+  check_text(*text, e.cond.find(models::kTextMask), "prompt_embeds", text_width());
+  const int64_t P = text->dim(0);
+  const bool pooled = pooled_width() > 0;
+  if (pooled) check_pooled(e.cond.find(models::kPooled), "pooled_prompt_embeds", P, pooled_width());
+  if (cfg) {
+    const Tensor* neg = e.uncond.find(models::kText);
+    XDIT_CHECK(neg != nullptr, "guidance_scale ", guidance_scale,
+               " > 1 needs negative_prompt_embeds in the embeddings file (or pass "
+               "--guidance_scale 1)");
+    check_text(*neg, e.uncond.find(models::kTextMask), "negative_prompt_embeds", text_width());
+    XDIT_CHECK(neg->dim(0) == P && neg->dim(1) == text->dim(1), "negative_prompt_embeds ",
+               shape_str(neg->shape()), " must match prompt_embeds ", shape_str(text->shape()));
+    if (pooled)
+      check_pooled(e.uncond.find(models::kPooled), "negative_pooled_prompt_embeds", P,
+                   pooled_width());
+  }
+  // Every tensor finite, named as the embeddings file names it.
+  const auto file_name = [&](const std::string& name, bool negative) {
+    for (const EmbeddingName& n : embedding_names())
+      if (name == n.conditioning) return (negative ? "negative_" : "") + std::string(n.file);
+    return (negative ? "negative " : "") + name;
+  };
+  for (const bool negative : {false, true})
+    for (const auto& [name, t] : (negative ? e.uncond : e.cond).tensors()) {
+      const int64_t bad = count_nonfinite(t);
+      XDIT_CHECK(bad == 0, file_name(name, negative), " hold ", bad,
+                 " NaN/Inf value(s): give finite values");
+    }
+}
+
+void ModelFamily::match_masks(models::Conditioning& uncond, models::Conditioning& cond) {
+  const Tensor *um = uncond.find(models::kTextMask), *cm = cond.find(models::kTextMask);
+  if ((um == nullptr) == (cm == nullptr)) return;
+  models::Conditioning& lacking = um == nullptr ? uncond : cond;
+  const Tensor* text = lacking.find(models::kText);
+  if (text == nullptr) return;
+  Tensor ones = Tensor::empty({text->dim(0), text->dim(1)});
+  std::fill(ones.data<float>(), ones.data<float>() + ones.numel(), 1.0f);
+  lacking.set(models::kTextMask, std::move(ones));
+}
+
+}  // namespace xdit::pipeline

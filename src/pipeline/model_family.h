@@ -61,6 +61,26 @@ class ModelFamily {
   }
   // FLUX.1 [dev]: the guidance scale is an input of the model.
   virtual bool embeds_guidance() const { return false; }
+  // The conditioning a request adds beside the text (per-item scalars:
+  // PixArt-α's size, FLUX.1 [dev]'s embedded guidance), to each half of
+  // `c.batch()` items; `height` and `width` the size the model runs at.
+  virtual void add_request_conditioning(models::Conditioning& /*c*/, int64_t /*height*/,
+                                        int64_t /*width*/, double /*guidance_scale*/) const {}
+  // The tensors of a --prompt_embeds file (diffusers' names: prompt_embeds,
+  // prompt_attention_mask, pooled_prompt_embeds; "negative_" before each for
+  // the negative prompts) and the conditioning names they fill.
+  struct EmbeddingName {
+    const char* conditioning;
+    const char* file;
+    bool required;  // the file must hold it (the negative ones only under CFG)
+  };
+  virtual std::vector<EmbeddingName> embedding_names() const;
+  // Checks the embeddings of a request of `prompts` prompts against the model
+  // (one line naming the file's tensor), and, under CFG, the negative ones'.
+  virtual void check_embeddings(const PromptEmbeddings& e, bool cfg, double guidance_scale) const;
+  // Under CFG the halves stack as [uncond; cond]: a mask one half lacks is
+  // all ones (every token valid), as the text it masks.
+  static void match_masks(models::Conditioning& uncond, models::Conditioning& cond);
   // PixArt: sizes snap to the aspect-ratio bins (and resize back after).
   virtual bool bins_resolution() const { return false; }
   // FLUX: sizes floor to a multiple of 16 with a warning, as diffusers does;

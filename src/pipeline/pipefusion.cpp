@@ -179,7 +179,7 @@ Tensor Denoiser::pipefusion_loop() {
     return rows;
   };
   // The text-stream tokens every hidden-state message carries beside the rows.
-  const int64_t text = spec.text_stream ? li.text.dim(1) : 0;
+  const int64_t text = model_.stream_text_tokens(li.at(latents, 0, 0, 0));
 
   // The shapes of every message between the stages, in order: hidden states
   // (this SP rank's rows) for the warm-up and then each patch, and latent rows

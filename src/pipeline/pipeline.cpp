@@ -25,26 +25,22 @@ std::string stage_weight_bytes(const ModelFamily& family, const models::DiTStage
   return human_size(bytes) + " of weights (as f32)";
 }
 
-// Stacks [a; b] along the batch dimension (f32); undefined stays undefined.
-Tensor cat_batch(const Tensor& a, const Tensor& b) {
-  if (!a.defined()) return a;
-  Shape s = a.shape();
-  s[0] += b.dim(0);
-  Tensor out = Tensor::empty(s);
-  Tensor af = a.to(DType::kF32), bf = b.to(DType::kF32);
-  std::memcpy(out.data<float>(), af.data<float>(), af.nbytes());
-  std::memcpy(out.data<float>() + af.numel(), bf.data<float>(), bf.nbytes());
-  return out;
-}
-Tensor ones_mask(const Tensor& e) {
-  Tensor m = Tensor::empty({e.dim(0), e.dim(1)});
-  std::fill(m.data<float>(), m.data<float>() + m.numel(), 1.0f);
-  return m;
-}
-Tensor f32(const Tensor& t) {
-  return t.defined() ? t.to(DType::kF32) : t;
-}
 }  // namespace
+
+LatentRequest latent_request(const ImageRequest& r, PromptEmbeddings e) {
+  LatentRequest lr;
+  lr.cond = std::move(e.cond);
+  lr.uncond = std::move(e.uncond);
+  lr.height = r.run_height;
+  lr.width = r.run_width;
+  lr.num_inference_steps = r.num_inference_steps;
+  lr.guidance_scale = r.guidance_scale;
+  lr.true_cfg_scale = r.true_cfg_scale;
+  lr.skip_layer_guidance = r.skip_layer_guidance;
+  lr.seed = r.seed;
+  lr.latents = r.latents;
+  return lr;
+}
 
 Pipeline::Pipeline(const std::string& folder, DType dtype) : folder_(folder), dtype_(dtype) {
   family_ = ModelFamily::from_folder(*folder_);
@@ -102,7 +98,7 @@ int64_t Pipeline::vae_scale_factor() const {
 }
 
 bool Pipeline::uses_cfg(const LatentRequest& r) const {
-  return family_->uses_cfg(r.guidance_scale, r.true_cfg_scale, r.negative_embeds.defined());
+  return family_->uses_cfg(r.guidance_scale, r.true_cfg_scale, !r.uncond.empty());
 }
 
 void Pipeline::set_device(Device device) {
@@ -176,61 +172,42 @@ void Pipeline::release_transformer() {
   release_cached_blocks();  // before the decoder takes its buffers
 }
 
+std::pair<models::Conditioning, models::Conditioning> Pipeline::halves(
+    const LatentRequest& r) const {
+  models::Conditioning uncond = r.uncond, cond = r.cond;
+  ModelFamily::match_masks(uncond, cond);
+  for (models::Conditioning* c : {&uncond, &cond})
+    if (!c->empty()) family_->add_request_conditioning(*c, r.height, r.width, r.guidance_scale);
+  return {std::move(uncond), std::move(cond)};
+}
+
 LoopInputs Pipeline::loop_inputs(const LatentRequest& r) const {
   LoopInputs li;
-  li.prompts = r.prompt_embeds.dim(0);
+  li.prompts = r.cond.batch();
   li.cfg = uses_cfg(r);
   li.cfg_scale = family_->cfg_scale(r.guidance_scale, r.true_cfg_scale);
   li.timestep_divisor = spec().timestep_divisor;
   // Under CFG parallel each CFG group runs one half: group 0 the negative
   // prompt, group 1 the prompt; the predictions are all-gathered after.
   li.cfg_split = li.cfg && mesh_ != nullptr && mesh_->config().use_cfg_parallel;
-  const int cfg_rank = li.cfg_split ? mesh_->coord().cfg : 0;
-  const bool masked = r.prompt_mask.defined() || r.negative_mask.defined();
-  const Tensor pmask = !masked                   ? Tensor()
-                       : r.prompt_mask.defined() ? r.prompt_mask
-                                                 : ones_mask(r.prompt_embeds);
-  const Tensor nmask = !masked || !li.cfg          ? Tensor()
-                       : r.negative_mask.defined() ? r.negative_mask
-                                                   : ones_mask(r.negative_embeds);
-  if (li.cfg_split) {
-    const bool neg = cfg_rank == 0;
-    li.text = f32(neg ? r.negative_embeds : r.prompt_embeds);
-    li.mask = f32(neg ? nmask : pmask);
-    li.pooled = f32(neg ? r.negative_pooled : r.pooled_embeds);
-  } else if (li.cfg) {
-    li.text = cat_batch(r.negative_embeds, r.prompt_embeds);
-    li.mask = cat_batch(nmask, pmask);
-    li.pooled = cat_batch(r.negative_pooled, r.pooled_embeds);
-  } else {
-    li.text = f32(r.prompt_embeds);
-    li.mask = f32(pmask);
-    li.pooled = f32(r.pooled_embeds);
-  }
+  const auto [uncond, cond] = halves(r);
+  if (li.cfg_split)
+    li.cond = (mesh_->coord().cfg == 0 ? uncond : cond).as(DType::kF32, Device{});
+  else if (li.cfg)
+    li.cond = models::Conditioning::concat(uncond, cond);
+  else
+    li.cond = cond.as(DType::kF32, Device{});
   li.batch = (li.cfg && !li.cfg_split) ? 2 * li.prompts : li.prompts;
-  // PixArt-α's micro-conditions: the size in pixels and its aspect ratio.
-  li.resolution = Tensor::empty({li.batch, 2});
-  li.aspect = Tensor::empty({li.batch, 1});
-  for (int64_t b = 0; b < li.batch; ++b) {
-    li.resolution.data<float>()[2 * b] = static_cast<float>(r.height);
-    li.resolution.data<float>()[2 * b + 1] = static_cast<float>(r.width);
-    li.aspect.data<float>()[b] =
-        static_cast<float>(static_cast<double>(r.height) / static_cast<double>(r.width));
-  }
-  if (family_->embeds_guidance())
-    li.guidance.assign(static_cast<size_t>(li.batch), static_cast<float>(r.guidance_scale));
   return li;
 }
 
 LoopInputs Pipeline::skip_inputs(const LatentRequest& r, const LoopInputs& li) const {
-  LoopInputs s = li;  // the micro-conditions and divisor; the prompt half only
-  s.text = f32(r.prompt_embeds);
-  s.mask = Tensor();
-  s.pooled = f32(r.pooled_embeds);
+  LoopInputs s = li;  // the divisor; the prompt half only, unmasked
+  s.cond = halves(r).second.as(DType::kF32, Device{});
+  s.cond.set(models::kTextMask, Tensor());
   s.batch = s.prompts;
   s.cfg = s.cfg_split = false;
   s.skip_blocks = r.skip_layer_guidance.layers;
-  if (!s.guidance.empty()) s.guidance.resize(static_cast<size_t>(s.batch));
   return s;
 }
 
@@ -240,7 +217,7 @@ Tensor Pipeline::generate_latents(const LatentRequest& req,
   LatentRequest r = req;
   validate(r);
   load();
-  const int64_t P = r.prompt_embeds.dim(0);
+  const int64_t P = r.cond.batch();
   const int64_t vsf = vae_scale_factor();
   const int64_t h = r.height / vsf, w = r.width / vsf, C = spec().latent_channels;
   Tensor latents =
@@ -326,21 +303,7 @@ ImageResult Pipeline::generate(ImageRequest r,
     release_cached_blocks();  // their buffers go back to the system before the transformer's
   }
   const auto t1 = Clock::now();
-  LatentRequest lr;
-  lr.prompt_embeds = e.embeds;
-  lr.prompt_mask = e.mask;
-  lr.pooled_embeds = e.pooled;
-  lr.negative_embeds = e.negative_embeds;
-  lr.negative_mask = e.negative_mask;
-  lr.negative_pooled = e.negative_pooled;
-  lr.height = r.run_height;
-  lr.width = r.run_width;
-  lr.num_inference_steps = r.num_inference_steps;
-  lr.guidance_scale = r.guidance_scale;
-  lr.true_cfg_scale = r.true_cfg_scale;
-  lr.skip_layer_guidance = r.skip_layer_guidance;
-  lr.seed = r.seed;
-  lr.latents = r.latents;
+  const LatentRequest lr = latent_request(r, std::move(e));
   Tensor latents = generate_latents(lr, on_step);
   if (one_shot_) release_transformer();
   const auto t2 = Clock::now();

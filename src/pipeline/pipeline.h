@@ -33,6 +33,9 @@
 
 namespace xdit::pipeline {
 
+// The latent request of a validated image request and its embeddings.
+LatentRequest latent_request(const ImageRequest& r, PromptEmbeddings e);
+
 class Pipeline {
  public:
   static constexpr int64_t kVaeScaleFactor = 8;
@@ -136,6 +139,9 @@ class Pipeline {
   // one half under CFG parallel), and the prompt half alone for SD3's
   // skip-layer guidance call.
   LoopInputs loop_inputs(const LatentRequest& r) const;
+  // The request's {uncond, cond} conditioning: masks matched, and the
+  // family's per-request tensors added to each half.
+  std::pair<models::Conditioning, models::Conditioning> halves(const LatentRequest& r) const;
   LoopInputs skip_inputs(const LatentRequest& r, const LoopInputs& li) const;
 
   void check_size(int64_t height, int64_t width) const;

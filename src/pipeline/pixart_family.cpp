@@ -50,9 +50,28 @@ class PixArtFamily : public ConfigFamily<models::PixArtConfig, models::PixArtTra
     auto enc = encode_t5(*tokenizer_, t5_encoder(dtype), prompt_lists(r, cfg),
                          r.max_sequence_length, true, true);
     PromptEmbeddings e;
-    std::tie(e.embeds, e.mask) = std::move(enc[0]);
-    if (cfg) std::tie(e.negative_embeds, e.negative_mask) = std::move(enc[1]);
+    e.cond.set(models::kText, std::move(enc[0].first));
+    e.cond.set(models::kTextMask, std::move(enc[0].second));
+    if (cfg) {
+      e.uncond.set(models::kText, std::move(enc[1].first));
+      e.uncond.set(models::kTextMask, std::move(enc[1].second));
+    }
     return e;
+  }
+  // PixArt-α's micro-conditions, the size the model runs at (Σ's model
+  // does not read them).
+  void add_request_conditioning(models::Conditioning& c, int64_t height, int64_t width,
+                                double /*guidance_scale*/) const override {
+    const int64_t B = c.batch();
+    Tensor resolution = Tensor::empty({B, 2}), aspect = Tensor::empty({B, 1});
+    for (int64_t b = 0; b < B; ++b) {
+      resolution.data<float>()[2 * b] = static_cast<float>(height);
+      resolution.data<float>()[2 * b + 1] = static_cast<float>(width);
+      aspect.data<float>()[b] =
+          static_cast<float>(static_cast<double>(height) / static_cast<double>(width));
+    }
+    c.set(models::kResolution, std::move(resolution));
+    c.set(models::kAspectRatio, std::move(aspect));
   }
   void release_text() override { t5_.reset(); }
   void describe_text(MemoryQuery& q) const override { q.t5 = t5_cfg_.get(); }

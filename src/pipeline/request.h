@@ -1,7 +1,8 @@
 // What a caller asks of a pipeline, and what it gets back. The same structs
-// serve every model family; a field a family does not use is ignored (and
-// the family says so where that matters, e.g. a guidance scale for
-// FLUX.1 [schnell]).
+// serve every model family: what differs per family (its text embeddings,
+// per-item scalars) travels as named tensors (models/conditioning.h); a
+// field a family does not use is ignored (and the family says so where that
+// matters, e.g. a guidance scale for FLUX.1 [schnell]).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "models/conditioning.h"
 
 namespace xdit::pipeline {
 
@@ -17,10 +19,11 @@ namespace xdit::pipeline {
 constexpr int64_t kDefaultSteps = -1;
 constexpr double kDefaultGuidance = -1.0;
 
-// Prompt embeddings as the transformer takes them.
+// Prompt embeddings as the transformer takes them: the family's named
+// tensors for the prompts and, under CFG, for the negative prompts.
 struct PromptEmbeddings {
-  Tensor embeds, mask, pooled;                             // [P, L, d], [P, L], [P, d']
-  Tensor negative_embeds, negative_mask, negative_pooled;  // undefined without CFG
+  models::Conditioning cond;
+  models::Conditioning uncond;  // empty without CFG
 };
 
 // SD3's skip-layer guidance (diffusers' names and defaults): at steps i with
@@ -34,12 +37,13 @@ struct SkipLayerGuidance {
 
 // Embeddings → final latents.
 struct LatentRequest {
-  Tensor prompt_embeds;    // [P, L, text width]
-  Tensor prompt_mask;      // [P, L] or undefined (all tokens valid)
-  Tensor pooled_embeds;    // [P, pooled width]: FLUX's CLIP vector
-  Tensor negative_embeds;  // needed for CFG (PixArt: guidance_scale > 1)
-  Tensor negative_mask;
-  Tensor negative_pooled;
+  // The prompts' embeddings, [P, ...] per name (models::kText [P, L, text
+  // width] at least; kTextMask [P, L] or none: all tokens valid; FLUX's and
+  // SD3's kPooled [P, pooled width]).
+  models::Conditioning cond;
+  // The negative prompts' (the same names): needed for CFG (PixArt and SD3:
+  // guidance_scale > 1).
+  models::Conditioning uncond;
   Tensor latents;      // [P, C, H/f, W/f] or undefined (drawn from the seed)
   int64_t height = 0;  // pixels; 0 = the model's default
   int64_t width = 0;

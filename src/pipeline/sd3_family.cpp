@@ -94,11 +94,16 @@ class SD3Family : public ConfigFamily<models::SD3Config, models::SD3Transformer>
     }
     t5_encoder(dtype);  // encode_texts runs it
     PromptEmbeddings e;
-    std::tie(e.embeds, e.pooled) = encode_texts(r.prompts, r.max_sequence_length, true);
-    if (cfg)
-      std::tie(e.negative_embeds, e.negative_pooled) =
+    auto [text, pooled] = encode_texts(r.prompts, r.max_sequence_length, true);
+    e.cond.set(models::kText, std::move(text));
+    e.cond.set(models::kPooled, std::move(pooled));
+    if (cfg) {
+      auto [ntext, npooled] =
           encode_texts(std::vector<std::string>(r.prompts.size(), r.negative_prompt.value_or("")),
                        r.max_sequence_length, false);
+      e.uncond.set(models::kText, std::move(ntext));
+      e.uncond.set(models::kPooled, std::move(npooled));
+    }
     return e;
   }
   void release_text() override {

@@ -47,9 +47,8 @@ bool SkipGuidanceHook::skips_at(const SkipLayerGuidance& s, int64_t i, int64_t n
 }
 
 void SkipGuidanceHook::begin_loop(Denoiser& d) {
-  if (!d.device().cuda()) return;  // the text goes up once, as the loop's does
-  li_.text = li_.text.as(DType::kF32, d.device());
-  if (li_.pooled.defined()) li_.pooled = li_.pooled.as(DType::kF32, d.device());
+  if (!d.device().cuda()) return;  // the conditioning goes up once, as the loop's does
+  li_.cond = li_.cond.as(DType::kF32, d.device());
 }
 
 void SkipGuidanceHook::on_noise(const StepInfo& s, Tensor& noise, const Tensor& out, Denoiser& d) {

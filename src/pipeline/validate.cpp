@@ -15,26 +15,6 @@
 
 namespace xdit::pipeline {
 
-namespace {
-void check_embeds(const Tensor& e, const Tensor& mask, const char* name, int64_t channels) {
-  XDIT_CHECK(e.ndim() == 3, name, " must be [batch, tokens, ", channels, "], got ",
-             shape_str(e.shape()));
-  XDIT_CHECK(e.dim(2) == channels, name, " has hidden size ", e.dim(2),
-             " but this model takes text of width ", channels,
-             " (embeddings from a different text encoder?)");
-  if (mask.defined())
-    XDIT_CHECK(mask.ndim() == 2 && mask.dim(0) == e.dim(0) && mask.dim(1) == e.dim(1), name,
-               " attention mask must be [", e.dim(0), ", ", e.dim(1), "], got ",
-               shape_str(mask.shape()));
-}
-
-void check_pooled(const Tensor& p, const char* name, int64_t prompts, int64_t width) {
-  XDIT_CHECK(p.defined(), name, " are required by this model (FLUX's pooled CLIP embedding)");
-  XDIT_CHECK(p.ndim() == 2 && p.dim(0) == prompts && p.dim(1) == width, name, " must be [", prompts,
-             ", ", width, "], got ", shape_str(p.shape()));
-}
-}  // namespace
-
 void Pipeline::settle_size(int64_t& height, int64_t& width, const char* hint) const {
   const int64_t vsf = vae_scale_factor(), unit = vsf * spec().patch;
   if (height == 0) height = family_->default_size(vsf);
@@ -79,31 +59,16 @@ void Pipeline::warn_unused_once(double guidance_scale, double true_cfg_scale,
 }
 
 void Pipeline::validate(LatentRequest& r) const {
-  warn_unused_once(r.guidance_scale, r.true_cfg_scale, r.negative_embeds.defined());
+  warn_unused_once(r.guidance_scale, r.true_cfg_scale, !r.uncond.empty());
   if (r.num_inference_steps == kDefaultSteps) r.num_inference_steps = family_->default_steps();
   if (r.guidance_scale == kDefaultGuidance) r.guidance_scale = family_->default_guidance();
   settle_size(r.height, r.width, "");
   XDIT_CHECK(r.num_inference_steps >= 0, "num_inference_steps must be >= 0");
   check_steps(r.num_inference_steps);
   check_guidance(r.guidance_scale, r.true_cfg_scale);
-  XDIT_CHECK(r.prompt_embeds.defined(), "prompt_embeds are required");
-  check_embeds(r.prompt_embeds, r.prompt_mask, "prompt_embeds", family_->text_width());
-  const int64_t P = r.prompt_embeds.dim(0);
-  const bool pooled = family_->pooled_width() > 0;
-  if (pooled) check_pooled(r.pooled_embeds, "pooled_prompt_embeds", P, family_->pooled_width());
   const bool cfg = uses_cfg(r);
-  if (cfg) {
-    XDIT_CHECK(r.negative_embeds.defined(), "guidance_scale ", r.guidance_scale,
-               " > 1 needs negative_prompt_embeds in the embeddings file (or pass "
-               "--guidance_scale 1)");
-    check_embeds(r.negative_embeds, r.negative_mask, "negative_prompt_embeds",
-                 family_->text_width());
-    XDIT_CHECK(r.negative_embeds.dim(0) == P && r.negative_embeds.dim(1) == r.prompt_embeds.dim(1),
-               "negative_prompt_embeds ", shape_str(r.negative_embeds.shape()),
-               " must match prompt_embeds ", shape_str(r.prompt_embeds.shape()));
-    if (pooled)
-      check_pooled(r.negative_pooled, "negative_pooled_prompt_embeds", P, family_->pooled_width());
-  }
+  family_->check_embeddings({r.cond, r.uncond}, cfg, r.guidance_scale);
+  const int64_t P = r.cond.batch();
   check_mesh(r.height, cfg);
   check_skip_layer_guidance(r.skip_layer_guidance, cfg);
   const int64_t vsf = vae_scale_factor();
@@ -113,16 +78,10 @@ void Pipeline::validate(LatentRequest& r) const {
                " but ", r.height, "x", r.width, " px with ", P, " prompt(s) needs ",
                shape_str(want));
   }
-  for (const auto& [t, name] : {std::pair{&r.prompt_embeds, "prompt_embeds"},
-                                {&r.negative_embeds, "negative_prompt_embeds"},
-                                {&r.pooled_embeds, "pooled_prompt_embeds"},
-                                {&r.negative_pooled, "negative_pooled_prompt_embeds"},
-                                {&r.latents, "latents"}}) {
-    const int64_t bad = count_nonfinite(*t);
-    XDIT_CHECK(bad == 0, name, " hold ", bad, " NaN/Inf value(s): give finite values");
-  }
+  const int64_t bad = count_nonfinite(r.latents);
+  XDIT_CHECK(bad == 0, "latents hold ", bad, " NaN/Inf value(s): give finite values");
   MemoryQuery q = memory_query(P, r.height, r.width, cfg);
-  q.text_tokens = r.prompt_embeds.dim(1);
+  q.text_tokens = r.cond.at(models::kText).dim(1);
   check_request_memory(q);
 }
 

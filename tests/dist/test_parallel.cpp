@@ -73,24 +73,25 @@ pipeline::LatentRequest request(const pipeline::Pipeline& p, int64_t rows = 0) {
   const bool pooled = p.family().pooled_width() > 0;  // FLUX, SD3
   const bool flux = p.family().name().find("FLUX") != std::string::npos;
   const int64_t L = pooled ? 6 : 9;
-  r.prompt_embeds = g.randn({2, L, p.text_width()});
-  r.negative_embeds = g.randn({2, L, p.text_width()});
+  r.cond.set(models::kText, g.randn({2, L, p.text_width()}));
+  r.uncond.set(models::kText, g.randn({2, L, p.text_width()}));
   if (pooled) {
-    r.pooled_embeds = g.randn({2, p.family().pooled_width()});
-    r.negative_pooled = g.randn({2, p.family().pooled_width()});
+    r.cond.set(models::kPooled, g.randn({2, p.family().pooled_width()}));
+    r.uncond.set(models::kPooled, g.randn({2, p.family().pooled_width()}));
     r.height = 64;
     r.width = 40;
   } else {
-    r.prompt_mask =
-        Tensor::from_vector({1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0}, {2, 9});
-    r.negative_mask =
-        Tensor::from_vector({1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0}, {2, 9});
+    r.cond.set(models::kTextMask,
+               Tensor::from_vector({1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0}, {2, 9}));
+    r.uncond.set(
+        models::kTextMask,
+        Tensor::from_vector({1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0}, {2, 9}));
     r.height = 128;
     r.width = 96;
   }
   if (flux && p.family().embeds_guidance()) r.true_cfg_scale = 2.5;  // dev: true CFG
   if (flux && !p.family().embeds_guidance())                         // schnell: no CFG, no guidance
-    r.negative_embeds = r.negative_pooled = Tensor();
+    r.uncond = {};
   if (rows > 0) r.height = rows * (pooled ? 8 : 16);  // the tiny VAEs: factor 4 (FLUX, SD3), 8
   r.num_inference_steps = 3;
   if (!flux || p.family().embeds_guidance()) r.guidance_scale = 3.5;
@@ -418,9 +419,11 @@ TEST(ParallelForward, SequenceSlicesEqualTheWholeForward) {
     TorchGenerator g(5);
     Tensor x = g.randn({2, 4, 16, 12}), text = g.randn({2, 7, cfg.caption_channels});
     models::DiTInputs in;
+    models::Conditioning cond;
+    cond.set(models::kText, text);
     in.latents = &x;
     in.timesteps = {999.0f, 3.0f};
-    in.text = &text;
+    in.cond = &cond;
     Tensor whole = serial.forward(in);
     const int64_t rows = 8 / n;  // 8 patch rows
     in.patch_row_begin = mesh.coord().sp * rows;

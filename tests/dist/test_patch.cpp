@@ -36,11 +36,11 @@ pipeline::LatentRequest request(const pipeline::Pipeline& p) {
   TorchGenerator g(4);
   const bool pooled = p.family().pooled_width() > 0;
   const int64_t L = pooled ? 6 : 9;
-  r.prompt_embeds = g.randn({1, L, p.text_width()});
-  r.negative_embeds = g.randn({1, L, p.text_width()});
+  r.cond.set(models::kText, g.randn({1, L, p.text_width()}));
+  r.uncond.set(models::kText, g.randn({1, L, p.text_width()}));
   if (pooled) {
-    r.pooled_embeds = g.randn({1, p.family().pooled_width()});
-    r.negative_pooled = g.randn({1, p.family().pooled_width()});
+    r.cond.set(models::kPooled, g.randn({1, p.family().pooled_width()}));
+    r.uncond.set(models::kPooled, g.randn({1, p.family().pooled_width()}));
   }
   if (p.family().embeds_guidance()) r.true_cfg_scale = 2.5;
   r.guidance_scale = 3.5;
@@ -235,10 +235,12 @@ TEST(PatchNaive, EqualsEachBandRunAloneThroughTheSerialModel) {
   sched->set_timesteps(r.num_inference_steps, {});
   const int64_t h = r.height / 8, w8 = r.width / 8, gh = h / cfg.patch_size;
   Tensor latents = pipeline::initial_noise(1, 4, h, w8, r.seed);
-  Tensor text = Tensor::empty({2, r.prompt_embeds.dim(1), r.prompt_embeds.dim(2)});
-  std::memcpy(text.data<float>(), r.negative_embeds.data<float>(), r.negative_embeds.nbytes());
-  std::memcpy(text.data<float>() + r.negative_embeds.numel(), r.prompt_embeds.data<float>(),
-              r.prompt_embeds.nbytes());
+  const Tensor &pos = r.cond.at(models::kText), &neg = r.uncond.at(models::kText);
+  Tensor text = Tensor::empty({2, pos.dim(1), pos.dim(2)});
+  std::memcpy(text.data<float>(), neg.data<float>(), neg.nbytes());
+  std::memcpy(text.data<float>() + neg.numel(), pos.data<float>(), pos.nbytes());
+  models::Conditioning cond;
+  cond.set(models::kText, text);
   for (const float t : sched->timesteps()) {
     Tensor in2 = Tensor::empty({2, 4, h, w8});
     std::memcpy(in2.data<float>(), latents.data<float>(), latents.nbytes());
@@ -249,7 +251,7 @@ TEST(PatchNaive, EqualsEachBandRunAloneThroughTheSerialModel) {
       models::DiTInputs in;
       in.latents = &in2;
       in.timesteps = {t, t};
-      in.text = &text;
+      in.cond = &cond;
       in.patch_row_begin = r0;
       in.patch_row_end = r1;
       const Tensor band = m.forward(in);  // [2, out, (r1 − r0)·p, w]

@@ -95,10 +95,10 @@ ParallelConfig pf(int pp, int m, int warmup, std::vector<int> layers = {}, bool 
 pipeline::LatentRequest request(int64_t steps) {
   pipeline::LatentRequest r;
   TorchGenerator g(3);
-  r.prompt_embeds = g.randn({2, 9, 32});
-  r.negative_embeds = g.randn({2, 9, 32});
-  r.prompt_mask =
-      Tensor::from_vector({1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0}, {2, 9});
+  r.cond.set(models::kText, g.randn({2, 9, 32}));
+  r.uncond.set(models::kText, g.randn({2, 9, 32}));
+  r.cond.set(models::kTextMask,
+             Tensor::from_vector({1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0}, {2, 9}));
   r.height = 128;
   r.width = 96;
   r.num_inference_steps = steps;
@@ -217,16 +217,18 @@ TEST(PipeFusion, KVBuffersAfterAWarmupStepEqualSerialKV) {
   std::memcpy(in_lat.data<float>(), lat.data<float>(), lat.nbytes());
   std::memcpy(in_lat.data<float>() + lat.numel(), lat.data<float>(), lat.nbytes());
   Tensor text = Tensor::empty({4, 9, 32}), mask = Tensor::empty({4, 9});
-  std::memcpy(text.data<float>(), r.negative_embeds.data<float>(), r.negative_embeds.nbytes());
-  std::memcpy(text.data<float>() + r.negative_embeds.numel(), r.prompt_embeds.data<float>(),
-              r.prompt_embeds.nbytes());
+  const Tensor &pos = r.cond.at(models::kText), &neg = r.uncond.at(models::kText);
+  std::memcpy(text.data<float>(), neg.data<float>(), neg.nbytes());
+  std::memcpy(text.data<float>() + neg.numel(), pos.data<float>(), pos.nbytes());
   for (int i = 0; i < 18; ++i) mask.data<float>()[i] = 1.0f;
-  std::memcpy(mask.data<float>() + 18, r.prompt_mask.data<float>(), 18 * 4);
+  std::memcpy(mask.data<float>() + 18, r.cond.at(models::kTextMask).data<float>(), 18 * 4);
   models::DiTInputs in;
+  models::Conditioning cond;
   in.latents = &in_lat;
   in.timesteps.assign(4, 999.0f);
-  in.text = &text;
-  in.text_mask = &mask;
+  cond.set(models::kText, text);
+  cond.set(models::kTextMask, mask);
+  in.cond = &cond;
   ref.set_window(8 * 6, 0, 8 * 6);
   whole.forward(in);
   const auto blocks = pc.stage_blocks(cfg.num_layers)[static_cast<size_t>(mesh.coord().pp)];
@@ -309,10 +311,10 @@ TEST(PipeFusion, FluxNormalModeStaysCloseAndAForgetfulPipelineDoesNot) {
   const std::string model = std::string(XDIT_MODELS) + "/flux-dev-tiny";
   pipeline::LatentRequest r;
   TorchGenerator g(4);
-  r.prompt_embeds = g.randn({1, 6, 32});
-  r.negative_embeds = g.randn({1, 6, 32});
-  r.pooled_embeds = g.randn({1, 48});
-  r.negative_pooled = g.randn({1, 48});
+  r.cond.set(models::kText, g.randn({1, 6, 32}));
+  r.uncond.set(models::kText, g.randn({1, 6, 32}));
+  r.cond.set(models::kPooled, g.randn({1, 48}));
+  r.uncond.set(models::kPooled, g.randn({1, 48}));
   r.true_cfg_scale = 2.5;
   r.guidance_scale = 3.5;
   r.height = 64;

@@ -640,14 +640,16 @@ TEST(CudaPipeline, PixArtTransformerMatchesTheCpu) {
     const Tensor res = Tensor::from_vector({96, 160, 96, 160}, {B, 2});
     const Tensor ar = Tensor::from_vector({0.6f, 0.6f}, {B, 1});
     models::DiTInputs in;
+    models::Conditioning cond;
     in.latents = &lat;
     in.timesteps = {999.f, 13.f};
-    in.text = &text;
-    in.text_mask = &tmask;
+    cond.set(models::kText, text);
+    cond.set(models::kTextMask, tmask);
     if (cfg.use_additional_conditions) {
-      in.resolution = &res;
-      in.aspect_ratio = &ar;
+      cond.set(models::kResolution, res);
+      cond.set(models::kAspectRatio, ar);
     }
+    in.cond = &cond;
     for (const DType dt : {DType::kF32, DType::kBF16}) {
       models::PixArtTransformer cpu_model(cfg, weights, dt);
       const auto want = cpu_model.forward(in).to_vector();
@@ -675,11 +677,13 @@ TEST(CudaPipeline, FluxTransformerMatchesTheCpuAndDiffusers) {
     auto g = io::read_safetensors_f32(test_data_dir() + "/goldens/flux_" + name +
                                       "_forward.safetensors");
     models::DiTInputs in;
+    models::Conditioning cond;
     in.latents = &g["latents"];
-    in.text = &g["text"];
-    in.pooled = &g["pooled"];
+    cond.set(models::kText, g["text"]);
+    cond.set(models::kPooled, g["pooled"]);
     in.timesteps = g["timestep"].to_vector();
-    if (cfg.guidance_embeds) in.guidance = g["guidance"].to_vector();
+    if (cfg.guidance_embeds) cond.set(models::kGuidance, g["guidance"]);
+    in.cond = &cond;
     for (const DType dt : {DType::kF32, DType::kBF16}) {
       models::FluxTransformer cpu_model(cfg, w, dt);
       const auto want = cpu_model.forward(in).to_vector();

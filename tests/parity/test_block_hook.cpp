@@ -26,7 +26,8 @@ namespace {
 struct Case {
   std::unique_ptr<pipeline::ModelFamily> family;
   std::unique_ptr<DiT> model;
-  Tensor latents, text, pooled, resolution, aspect;
+  Tensor latents;
+  Conditioning cond;
   DiTInputs in;
 };
 
@@ -40,20 +41,15 @@ std::unique_ptr<Case> make_case(const std::string& name) {
   const int64_t B = 2;
   TorchGenerator gen(7);
   c->latents = gen.randn({B, s.latent_channels, 10, 6});
-  c->text = gen.randn({B, 7, c->family->text_width()});
   c->in.latents = &c->latents;
-  c->in.text = &c->text;
-  if (c->family->pooled_width() > 0) {
-    c->pooled = gen.randn({B, c->family->pooled_width()});
-    c->in.pooled = &c->pooled;
-  }
-  c->resolution = Tensor::from_vector({80.0f, 48.0f, 80.0f, 48.0f}, {B, 2});
-  c->aspect = Tensor::from_vector({80.0f / 48.0f, 80.0f / 48.0f}, {B, 1});
-  c->in.resolution = &c->resolution;
-  c->in.aspect_ratio = &c->aspect;
+  // The family's conditioning as a request of 80 x 48 px makes it.
+  c->cond.set(kText, gen.randn({B, 7, c->family->text_width()}));
+  if (c->family->pooled_width() > 0)
+    c->cond.set(kPooled, gen.randn({B, c->family->pooled_width()}));
+  c->family->add_request_conditioning(c->cond, 80, 48, 3.5);
+  c->in.cond = &c->cond;
   const auto t = static_cast<float>(1.0 / s.timestep_divisor);
   c->in.timesteps = {700.0f * t, 250.0f * t};
-  if (c->family->embeds_guidance()) c->in.guidance = {3.5f, 3.5f};
   return c;
 }
 

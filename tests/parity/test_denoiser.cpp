@@ -19,8 +19,9 @@ namespace {
 LatentRequest request(const Pipeline& p) {
   LatentRequest r;
   TorchGenerator gen(11);
-  r.prompt_embeds = gen.randn({1, 6, p.family().text_width()});
-  if (p.family().pooled_width() > 0) r.pooled_embeds = gen.randn({1, p.family().pooled_width()});
+  r.cond.set(models::kText, gen.randn({1, 6, p.family().text_width()}));
+  if (p.family().pooled_width() > 0)
+    r.cond.set(models::kPooled, gen.randn({1, p.family().pooled_width()}));
   r.height = 80;
   r.width = 48;
   r.num_inference_steps = 3;

@@ -37,11 +37,13 @@ double forward_error(const std::string& name, DType dt) {
   auto g = io::read_safetensors_f32(std::string(XDIT_TEST_DATA) + "/goldens/flux_" + name +
                                     "_forward.safetensors");
   DiTInputs in;
+  Conditioning cond;
   in.latents = &g["latents"];
-  in.text = &g["text"];
-  in.pooled = &g["pooled"];
+  cond.set(kText, g["text"]);
+  cond.set(kPooled, g["pooled"]);
   in.timesteps = g["timestep"].to_vector();
-  if (cfg.guidance_embeds) in.guidance = g["guidance"].to_vector();
+  if (cfg.guidance_embeds) cond.set(kGuidance, g["guidance"]);
+  in.cond = &cond;
   const Tensor out = model.forward(in);
   EXPECT_EQ(out.shape(), g["output"].shape());
   return test::rel_max_err(out.to_vector(), g["output"].to_vector());
@@ -115,17 +117,20 @@ void expect_loop_matches(const std::string& name) {
     const bool true_cfg = m["true_cfg_scale"].get<double>() > 1.0;
     const auto scale = static_cast<float>(m["true_cfg_scale"].get<double>());
     DiTInputs in;
+    Conditioning cond;
     in.latents = &latents;
+    in.cond = &cond;
     for (const float t : sched->timesteps()) {
       in.timesteps = {t / 1000.0f};
       if (cfg.guidance_embeds)
-        in.guidance = {static_cast<float>(m["guidance_scale"].get<double>())};
-      in.text = &g[c + ".prompt_embeds"];
-      in.pooled = &g[c + ".pooled_prompt_embeds"];
+        cond.set(kGuidance,
+                 Tensor::from_vector({static_cast<float>(m["guidance_scale"].get<double>())}, {1}));
+      cond.set(kText, g[c + ".prompt_embeds"]);
+      cond.set(kPooled, g[c + ".pooled_prompt_embeds"]);
       Tensor noise = model.forward(in);
       if (true_cfg) {
-        in.text = &g[c + ".negative_prompt_embeds"];
-        in.pooled = &g[c + ".negative_pooled_prompt_embeds"];
+        cond.set(kText, g[c + ".negative_prompt_embeds"]);
+        cond.set(kPooled, g[c + ".negative_pooled_prompt_embeds"]);
         const Tensor neg = model.forward(in);
         float* v = noise.data<float>();
         const float* n = neg.data<float>();
@@ -162,10 +167,13 @@ void expect_prompt_to_image(const std::string& name) {
     r.true_cfg_scale = m["true_cfg_scale"].get<double>();
     pipe.validate(r);
     const pipeline::PromptEmbeddings e = pipe.encode_prompts(r);
-    EXPECT_LE(test::rel_max_err(e.embeds.to_vector(), g[c + ".prompt_embeds"].to_vector()), 1e-4);
-    EXPECT_LE(test::rel_max_err(e.pooled.to_vector(), g[c + ".pooled_prompt_embeds"].to_vector()),
+    EXPECT_LE(test::rel_max_err(e.cond.at(models::kText).to_vector(),
+                                g[c + ".prompt_embeds"].to_vector()),
               1e-4);
-    EXPECT_EQ(e.negative_embeds.defined(), r.negative_prompt.has_value());
+    EXPECT_LE(test::rel_max_err(e.cond.at(models::kPooled).to_vector(),
+                                g[c + ".pooled_prompt_embeds"].to_vector()),
+              1e-4);
+    EXPECT_EQ(e.uncond.has(models::kText), r.negative_prompt.has_value());
     const pipeline::ImageResult out = pipe.generate(r);
     const Tensor& want = g[c + ".image"];  // [1, 3, H, W] in [-1, 1]
     ASSERT_EQ(out.rgb.size(), 1u);

@@ -32,6 +32,7 @@ struct ForwardCase {
   models::PixArtTransformer model;
   Golden g;
   models::DiTInputs in;
+  models::Conditioning cond;
 };
 
 std::unique_ptr<ForwardCase> forward_case(const std::string& variant, DType dtype) {
@@ -42,16 +43,18 @@ std::unique_ptr<ForwardCase> forward_case(const std::string& variant, DType dtyp
   auto c = std::unique_ptr<ForwardCase>(
       new ForwardCase{models::PixArtTransformer(cfg, weights, dtype),
                       load_golden("pixart_" + variant + "_forward.safetensors"),
+                      {},
                       {}});
   const Golden& g = c->g;
   c->in.latents = &g["hidden_states"];
   c->in.timesteps = g["timestep"].to_vector();
-  c->in.text = &g["encoder_hidden_states"];
-  c->in.text_mask = &g["encoder_attention_mask"];
+  c->cond.set(models::kText, g["encoder_hidden_states"]);
+  c->cond.set(models::kTextMask, g["encoder_attention_mask"]);
   if (g.has("resolution")) {
-    c->in.resolution = &g["resolution"];
-    c->in.aspect_ratio = &g["aspect_ratio"];
+    c->cond.set(models::kResolution, g["resolution"]);
+    c->cond.set(models::kAspectRatio, g["aspect_ratio"]);
   }
+  c->in.cond = &c->cond;
   return c;
 }
 
@@ -84,10 +87,10 @@ double loop_error(const std::string& variant, DType dtype) {
   Golden g = load_golden("pixart_" + variant + "_loop.safetensors");
   io::SafeTensorsFile meta(file);
   pipeline::LatentRequest r;
-  r.prompt_embeds = g["prompt_embeds"];
-  r.prompt_mask = g["prompt_attention_mask"];
-  r.negative_embeds = g["negative_prompt_embeds"];
-  r.negative_mask = g["negative_prompt_attention_mask"];
+  r.cond.set(models::kText, g["prompt_embeds"]);
+  r.cond.set(models::kTextMask, g["prompt_attention_mask"]);
+  r.uncond.set(models::kText, g["negative_prompt_embeds"]);
+  r.uncond.set(models::kTextMask, g["negative_prompt_attention_mask"]);
   r.latents = g["latents"];
   r.height = std::stoll(meta.metadata().at("height"));
   r.width = std::stoll(meta.metadata().at("width"));
@@ -115,9 +118,9 @@ TEST(PixArtParity, MaskedTokensDoNotMatter) {
     if (mask[i] == 0)
       for (int64_t ch = 0; ch < text.dim(2); ++ch) text.data<float>()[i * text.dim(2) + ch] += 5.0f;
   models::DiTInputs& in = c->in;
-  in.text = &text;
+  c->cond.set(models::kText, text);
   EXPECT_LE(test::rel_max_err(c->model.forward(in).to_vector(), g["output"].to_vector()), 1e-4);
-  in.text_mask = nullptr;  // and without the mask they do
+  c->cond.set(models::kTextMask, Tensor());  // and without the mask they do
   EXPECT_GT(test::rel_max_err(c->model.forward(in).to_vector(), g["output"].to_vector()), 1e-2);
 }
 

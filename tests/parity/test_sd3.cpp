@@ -27,10 +27,12 @@ double forward_error(const std::string& name, DType dt, bool skip) {
   auto g = io::read_safetensors_f32(std::string(XDIT_TEST_DATA) + "/goldens/" + name +
                                     "_forward.safetensors");
   DiTInputs in;
+  Conditioning cond;
   in.latents = &g["latents"];
   in.timesteps = g["timestep"].to_vector();
-  in.text = &g["text"];
-  in.pooled = &g["pooled"];
+  cond.set(kText, g["text"]);
+  cond.set(kPooled, g["pooled"]);
+  in.cond = &cond;
   if (skip) in.skip_blocks = {1};
   const Tensor out = model.forward(in);
   const Tensor& want = g[skip ? "output_skip" : "output"];
@@ -93,11 +95,13 @@ void expect_prompt_to_image(const std::string& name) {
     }
     pipe.validate(r);
     const pipeline::PromptEmbeddings e = pipe.encode_prompts(r);
-    EXPECT_LE(test::rel_max_err(e.embeds.to_vector(), g[c + ".prompt_embeds"].to_vector()), 1e-4);
-    EXPECT_LE(test::rel_max_err(e.pooled.to_vector(), g[c + ".pooled_prompt_embeds"].to_vector()),
+    EXPECT_LE(test::rel_max_err(e.cond.at(kText).to_vector(), g[c + ".prompt_embeds"].to_vector()),
+              1e-4);
+    EXPECT_LE(test::rel_max_err(e.cond.at(kPooled).to_vector(),
+                                g[c + ".pooled_prompt_embeds"].to_vector()),
               1e-4);
     if (r.guidance_scale > 1) {
-      EXPECT_LE(test::rel_max_err(e.negative_embeds.to_vector(),
+      EXPECT_LE(test::rel_max_err(e.uncond.at(kText).to_vector(),
                                   g[c + ".negative_prompt_embeds"].to_vector()),
                 1e-4);
     }
