@@ -3,11 +3,6 @@
 #include <cctype>
 
 #include "core/error.h"
-#ifdef XDIT_HAVE_CUDA
-#include <cuda_runtime_api.h>
-
-#include "kernels/cuda/runtime.h"
-#endif
 
 namespace xdit {
 
@@ -35,7 +30,24 @@ Device parse_device(const std::string& text) {
 
 namespace {
 thread_local Device t_current;
+// Constant-initialised, so registering from another file's static
+// initialiser cannot run before it.
+constinit const DeviceRuntime* g_runtime = nullptr;
 }  // namespace
+
+void set_device_runtime(const DeviceRuntime* runtime) {
+  g_runtime = runtime;
+}
+
+const DeviceRuntime* device_runtime() {
+  return g_runtime;
+}
+
+DeviceMemory device_memory(int index) {
+  XDIT_CHECK(g_runtime != nullptr, "cuda:", index,
+             ": this xdit was built without the CUDA backend (no nvcc when CMake configured it)");
+  return g_runtime->memory(index);
+}
 
 Device current_device() {
   return t_current;
@@ -48,27 +60,19 @@ DeviceScope::DeviceScope(Device d) : previous_(t_current) {
 
 DeviceScope::~DeviceScope() {
   t_current = previous_;
-#ifdef XDIT_HAVE_CUDA
-  if (previous_.cuda()) cudaSetDevice(previous_.index);
-#endif
+  if (previous_.cuda() && g_runtime != nullptr) g_runtime->restore_device(previous_.index);
 }
 
 bool built_with_cuda() {
-#ifdef XDIT_HAVE_CUDA
-  return true;
-#else
-  return false;
-#endif
+  return g_runtime != nullptr;
 }
 
 void check_device(const Device& d) {
   if (!d.cuda()) return;
-#ifdef XDIT_HAVE_CUDA
-  cuda::set_device(d.index);  // throws "--device cuda:N: no CUDA device (driver error …)"
-#else
-  XDIT_FAIL("--device ", d.str(),
-            ": this xdit was built without the CUDA backend (no nvcc when CMake configured it)");
-#endif
+  if (g_runtime == nullptr)
+    XDIT_FAIL("--device ", d.str(),
+              ": this xdit was built without the CUDA backend (no nvcc when CMake configured it)");
+  g_runtime->set_device(d.index);  // throws "--device cuda:N: no CUDA device (driver error …)"
 }
 
 }  // namespace xdit

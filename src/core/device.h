@@ -3,6 +3,8 @@
 // before anything loads.
 #pragma once
 
+#include <cstddef>
+#include <memory>
 #include <string>
 
 namespace xdit {
@@ -45,7 +47,57 @@ class DeviceScope {
   Device previous_;
 };
 
-// Whether this build has the CUDA backend (nvcc was found at configure time).
+// Whether this build has the CUDA backend (nvcc was found at configure time):
+// whether a DeviceRuntime is registered.
 bool built_with_cuda();
+
+// A device's name and memory, for messages and memory checks.
+struct DeviceMemory {
+  std::string name;
+  size_t free_bytes = 0, total_bytes = 0;
+};
+
+// Device memory: `data` stays valid while `owner` lives.
+struct DeviceAllocation {
+  std::shared_ptr<void> owner;
+  void* data = nullptr;
+};
+
+// What core needs of a device backend: core sits below the kernels, so it
+// reaches the CUDA runtime only through this interface, which the CUDA
+// backend (kernels/cuda/device_runtime.cpp) implements and registers before
+// main. Errors are one-line xdit::Error, as the backend words them.
+class DeviceRuntime {
+ public:
+  // Devices there are; 0 with `why` (when given) saying what the runtime reported.
+  virtual int device_count(std::string* why) const = 0;
+  // Throws when `index` is not a device.
+  virtual DeviceMemory memory(int index) const = 0;
+  // Makes `index` this thread's current device; throws one line when it cannot.
+  virtual void set_device(int index) const = 0;
+  // The same without checking: for DeviceScope's destructor, which restores
+  // a device that was current before.
+  virtual void restore_device(int index) const noexcept = 0;
+  // `bytes` bytes of the current device's memory; throws one line (with what
+  // is free) when it cannot.
+  virtual DeviceAllocation allocate(size_t bytes) const = 0;
+  // Copies between host and device memory or within a device; done when it returns.
+  virtual void copy(void* dst, const void* src, size_t bytes) const = 0;
+  // Sets `bytes` bytes of device memory to zero.
+  virtual void zero(void* dst, size_t bytes) const = 0;
+
+ protected:
+  // Not virtual: a runtime is a static that is never deleted through this
+  // interface, and a trivial destructor keeps it usable while other statics
+  // are destroyed at exit.
+  ~DeviceRuntime() = default;
+};
+
+// Registers the backend (once, during static initialisation); nullptr unregisters.
+void set_device_runtime(const DeviceRuntime* runtime);
+// The registered backend; nullptr in a build without one.
+const DeviceRuntime* device_runtime();
+// The memory of CUDA device `index`; throws in a build without the backend.
+DeviceMemory device_memory(int index);
 
 }  // namespace xdit

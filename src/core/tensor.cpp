@@ -7,9 +7,6 @@
 
 #include "core/block_cache.h"
 #include "core/error.h"
-#ifdef XDIT_HAVE_CUDA
-#include "kernels/cuda/runtime.h"
-#endif
 
 namespace xdit {
 
@@ -57,14 +54,13 @@ Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
   bytes = (bytes + 63) / 64 * 64;
   t.device_ = device;
   if (device.cuda()) {
-#ifdef XDIT_HAVE_CUDA
-    auto buf = std::make_shared<cuda::DeviceBuffer>(bytes);  // throws one line when it cannot
-    t.data_ = buf->data();
-    t.storage_ = std::move(buf);
+    const DeviceRuntime* runtime = device_runtime();
+    if (runtime == nullptr)
+      XDIT_FAIL("cannot allocate a tensor on ", device.str(), ": built without the CUDA backend");
+    DeviceAllocation a = runtime->allocate(bytes);  // throws one line when it cannot
+    t.data_ = a.data;
+    t.storage_ = std::move(a.owner);
     return t;
-#else
-    XDIT_FAIL("cannot allocate a tensor on ", device.str(), ": built without the CUDA backend");
-#endif
   }
   void* p = block_alloc(bytes);
   XDIT_CHECK(p != nullptr, "out of memory: cannot allocate ",
@@ -78,9 +74,7 @@ Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
 Tensor Tensor::zeros(Shape shape, DType dtype, Device device) {
   Tensor t = empty(std::move(shape), dtype, device);
   if (device.cuda()) {
-#ifdef XDIT_HAVE_CUDA
-    cuda::fill_bytes(t.data_, 0, t.nbytes());
-#endif
+    device_runtime()->zero(t.data_, t.nbytes());  // empty() threw if there is none
   } else {
     std::memset(t.data_, 0, t.nbytes());
   }
@@ -141,9 +135,9 @@ Tensor Tensor::rows(int64_t begin, int64_t count) const {
 Tensor Tensor::to_device(Device device) const {
   if (device == device_ || !defined()) return *this;
   Tensor out = empty(shape_, dtype_, device);
-#ifdef XDIT_HAVE_CUDA
-  cuda::copy(out.data_, data_, nbytes());
-#endif
+  // One side is a CUDA device, so there is a runtime (empty() or this
+  // tensor's own allocation would have thrown otherwise).
+  device_runtime()->copy(out.data_, data_, nbytes());
   return out;
 }
 

@@ -4,12 +4,10 @@
 #include <cmath>
 #include <filesystem>
 
+#include "comm/device_comm.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
-#ifdef XDIT_HAVE_CUDA
-#include "kernels/cuda/runtime.h"
-#endif
-#include "comm/device_comm.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/resolution.h"
 
@@ -141,7 +139,7 @@ void Pipeline::check_request_memory(const MemoryQuery& q) const {
     // before the transformer loads, unless kept), then the transformer with
     // a step's activations, which stays loaded through the VAE's decode.
 #ifdef XDIT_HAVE_CUDA
-    const auto info = cuda::device_info(device_.index);
+    const auto info = device_memory(device_.index);
     const double run = e.transformer + std::max(e.denoise, e.decode);
     const double need = keep_text_encoder_ ? e.text_encoder + run : std::max(e.text_encoder, run);
     // Ranks of this machine that share the GPU: each checks before any of

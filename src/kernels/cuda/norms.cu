@@ -1,16 +1,18 @@
+// The normalisations of the CUDA op set (ops.h): LayerNorm (plain and
+// modulated), RMSNorm and the q/k RMSNorm + rotary embedding, softmax rows,
+// GroupNorm (+ SiLU), AdaLN's modulation and the gated residual.
 #include <cuda_runtime.h>
 
 #include <cmath>
 
 #include "kernels/cuda/context.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.h"
 
 namespace xdit::kernels::cuda {
 
 namespace {
-
-constexpr int kThreads = 256;  // per block: 8 warps
 
 struct Sum {
   static constexpr float kIdentity = 0.f;
@@ -79,14 +81,6 @@ __global__ void rms_norm_kernel(const float* __restrict__ x, float* __restrict__
   for (int64_t i = threadIdx.x; i < dim; i += kThreads) yr[i] = xr[i] * inv * weight[i];
 }
 
-__global__ void gelu_tanh_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
-  XDIT_GRID_LOOP(i, n) y[i] = gelu_tanh_f(x[i]);
-}
-
-__global__ void silu_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
-  XDIT_GRID_LOOP(i, n) y[i] = x[i] / (1.f + expf(-x[i]));
-}
-
 // Grid: (column blocks, batch·tokens rows).
 __global__ void modulate_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t tokens,
                                 int64_t dim, const float* __restrict__ shift,
@@ -108,46 +102,6 @@ __global__ void gated_residual_kernel(float* __restrict__ h, const float* __rest
   for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {  // rows may pass 65535
     const float g = gate != nullptr ? gate[(row / tokens) * gate_stride + i] : 1.f;
     h[row * dim + i] += g * y[row * dim + i];
-  }
-}
-
-__global__ void gelu_erf_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
-  XDIT_GRID_LOOP(i, n) y[i] = 0.5f * x[i] * (1.f + erff(x[i] * 0.70710678f));
-}
-
-__global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
-  XDIT_GRID_LOOP(i, n) y[i] = fmaxf(x[i], 0.f);
-}
-
-__global__ void quick_gelu_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
-  XDIT_GRID_LOOP(i, n) y[i] = x[i] / (1.f + expf(-1.702f * x[i]));
-}
-
-// y[r, j] = gelu_tanh(x[r, j]) · x[r, n + j] over rows·n outputs.
-__global__ void gelu_gate_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n,
-                                 int64_t total) {
-  XDIT_GRID_LOOP(i, total) {
-    const int64_t r = i / n, j = i % n;
-    y[i] = gelu_tanh_f(x[r * 2 * n + j]) * x[r * 2 * n + n + j];
-  }
-}
-
-__global__ void to_bf16_rows_kernel(const float* __restrict__ x, int64_t stride, int64_t n,
-                                    uint16_t* __restrict__ y, int64_t total) {
-  XDIT_GRID_LOOP(i, total) y[i] = to_bf16(x[(i / n) * stride + i % n]);
-}
-
-__global__ void from_bf16_rows_kernel(const uint16_t* __restrict__ x, int64_t n,
-                                      float* __restrict__ y, int64_t stride, int64_t total) {
-  XDIT_GRID_LOOP(i, total) y[(i / n) * stride + i % n] = to_float(x[i]);
-}
-
-__global__ void add_rows_kernel(const float* x, int64_t x_stride, const float* b, int64_t b_stride,
-                                float* y, int64_t y_stride, int64_t n,
-                                int64_t total) {  // y may equal x: no __restrict__
-  XDIT_GRID_LOOP(i, total) {
-    const int64_t r = i / n, j = i % n;
-    y[r * y_stride + j] = x[r * x_stride + j] + b[r * b_stride + j];
   }
 }
 
@@ -234,80 +188,6 @@ __global__ void group_apply_kernel(const float* __restrict__ x, Out* __restrict_
   }
 }
 
-template <class Out>
-__global__ void upsample2x_kernel(const float* __restrict__ x, Out* __restrict__ y, int64_t h,
-                                  int64_t w, int64_t channels, int64_t y_batch_stride,
-                                  int64_t total) {
-  XDIT_GRID_LOOP(i, total) {  // over the output's B · 2h · 2w · C values
-    const int64_t ch = i % channels, q = (i / channels) % (2 * w);
-    const int64_t r = (i / (channels * 2 * w)) % (2 * h), b = i / (channels * 4 * w * h);
-    store(y + b * y_batch_stride + (r * 2 * w + q) * channels + ch,
-          x[((b * h + r / 2) * w + q / 2) * channels + ch]);
-  }
-}
-
-// cols [B·gh·gw, C·p·p] in (c, i, j) order from latent [B, C, H, W].
-__global__ void patchify_kernel(const float* __restrict__ latent, int64_t channels, int64_t height,
-                                int64_t width, int64_t p, float* __restrict__ cols, int64_t total) {
-  const int64_t gh = height / p, gw = width / p, k = channels * p * p;
-  XDIT_GRID_LOOP(o, total) {
-    const int64_t e = o % k, tok = o / k;
-    const int64_t ch = e / (p * p), i = (e / p) % p, j = e % p;
-    const int64_t c = tok % gw, r = (tok / gw) % gh, b = tok / (gw * gh);
-    cols[o] = latent[((b * channels + ch) * height + r * p + i) * width + c * p + j];
-  }
-}
-
-// out [B, C, h·p, w·p] from x [B, h·w, p·p·C] in (p, q, c) order.
-__global__ void unpatchify_kernel(const float* __restrict__ x, int64_t channels, int64_t h,
-                                  int64_t w, int64_t p, float* __restrict__ out, int64_t total) {
-  const int64_t H = h * p, W = w * p;
-  XDIT_GRID_LOOP(o, total) {
-    const int64_t xx = o % W, yy = (o / W) % H, ch = (o / (W * H)) % channels,
-                  b = o / (W * H * channels);
-    const int64_t r = yy / p, i = yy % p, c = xx / p, j = xx % p;
-    out[o] = x[((b * h + r) * w + c) * (p * p * channels) + (i * p + j) * channels + ch];
-  }
-}
-
-// Token-major rows (`stride` apart, batch items `batch_stride` apart) into a
-// head-major [B, H, total, D] buffer at token t0. In: f32 or bf16; out: the
-// compute type.
-template <class In, class Out>
-__global__ void pack_kv_kernel(const In* __restrict__ src, int64_t stride, int64_t batch_stride,
-                               int64_t heads, int64_t n, int64_t d, Out* __restrict__ dst,
-                               int64_t total_tokens, int64_t t0, int64_t count) {
-  XDIT_GRID_LOOP(i, count) {  // over B · H · n · D
-    const int64_t e = i % d, tok = (i / d) % n, h = (i / (d * n)) % heads, b = i / (d * n * heads);
-    store(dst + ((b * heads + h) * total_tokens + t0 + tok) * d + e,
-          to_float(src[b * batch_stride + tok * stride + h * d + e]));
-  }
-}
-
-template <class In>
-__global__ void unpack_kv_kernel(const In* __restrict__ src, int64_t heads, int64_t total_tokens,
-                                 int64_t d, float* __restrict__ dst, int64_t count) {
-  XDIT_GRID_LOOP(i, count) {  // over B · total · H · D, dst token-major
-    const int64_t e = i % d, h = (i / d) % heads, tok = (i / (d * heads)) % total_tokens,
-                  b = i / (d * heads * total_tokens);
-    dst[i] = to_float(src[((b * heads + h) * total_tokens + tok) * d + e]);
-  }
-}
-
-// FLUX's 2×2 packing, one thread per value (see kernels.h).
-__global__ void pack_2x2_kernel(const float* __restrict__ src, float* __restrict__ dst, int64_t C,
-                                int64_t H, int64_t W, int64_t r0, int64_t r1, bool pack,
-                                int64_t total) {
-  const int64_t gw = W / 2, n = (r1 - r0) * gw, rows = 2 * (r1 - r0);
-  const int64_t plain_h = pack ? H : rows, plain_y0 = pack ? 2 * r0 : 0;
-  XDIT_GRID_LOOP(i, total) {  // over B · C · rows · W
-    const int64_t x = i % W, y = (i / W) % rows, ch = (i / (W * rows)) % C, b = i / (W * rows * C);
-    const int64_t plain = ((b * C + ch) * plain_h + plain_y0 + y) * W + x;
-    const int64_t packed = (b * n + (y / 2) * gw + x / 2) * 4 * C + ch * 4 + (y % 2) * 2 + x % 2;
-    dst[pack ? packed : plain] = src[pack ? plain : packed];
-  }
-}
-
 // One warp per (batch, row, q or k, head): RMSNorm over head_dim, then the
 // rotary pairs.
 __global__ void qk_norm_rope_kernel(float* __restrict__ qkv, int64_t seq, int64_t row_begin,
@@ -340,82 +220,6 @@ __global__ void qk_norm_rope_kernel(float* __restrict__ qkv, int64_t seq, int64_
   }
 }
 
-__global__ void affine_kernel(const float* x, float* y, int64_t n, float divisor, float shift) {
-  XDIT_GRID_LOOP(i, n) y[i] = x[i] / divisor + shift;
-}
-
-// The loop's steps round each product and sum as the CPU ops write them
-// (no contraction into FMAs: __fmul_rn / __fadd_rn).
-__global__ void guidance_combine_kernel(const float* u, const float* c, float g, float* noise,
-                                        int64_t n) {
-  XDIT_GRID_LOOP(i, n) noise[i] = __fadd_rn(u[i], __fmul_rn(g, __fsub_rn(c[i], u[i])));
-}
-
-__global__ void guidance_add_kernel(float* noise, const float* c, const float* skip, float scale,
-                                    int64_t n) {
-  XDIT_GRID_LOOP(i, n) noise[i] = __fadd_rn(noise[i], __fmul_rn(__fsub_rn(c[i], skip[i]), scale));
-}
-
-__global__ void flow_euler_kernel(const float* mo, float* sample, float dt, int64_t n) {
-  XDIT_GRID_LOOP(i, n) sample[i] = __fadd_rn(sample[i], __fmul_rn(dt, mo[i]));
-}
-
-__global__ void dpm_solver_kernel(const float* mo, float* sample, float* cur, const float* prev,
-                                  int64_t n, int64_t hist_stride, DpmUpdate k, int64_t total) {
-  XDIT_GRID_LOOP(i, total) {
-    const int64_t it = i / n, j = i % n, h = it * hist_stride + j;
-    const float x = sample[i];
-    const float m0 = __fadd_rn(__fmul_rn(k.xa, x), __fmul_rn(k.xb, mo[i]));
-    cur[h] = m0;
-    float out = __fadd_rn(__fmul_rn(k.cs, x), __fmul_rn(k.c0, m0));
-    if (k.second_order)
-      out = __fadd_rn(out, __fmul_rn(k.c1, __fmul_rn(k.inv_r0, __fsub_rn(m0, prev[h]))));
-    sample[i] = out;
-  }
-}
-
-__global__ void nchw_rows_to_nhwc_kernel(const float* __restrict__ x, int64_t C, int64_t H,
-                                         int64_t W, int64_t r0, int64_t rows, float* __restrict__ y,
-                                         int64_t total) {
-  XDIT_GRID_LOOP(i, total) {  // over y: B · rows · W · C
-    const int64_t ch = i % C, p = (i / C) % (rows * W), b = i / (C * rows * W);
-    y[i] = x[((b * C + ch) * H + r0) * W + p];
-  }
-}
-
-__global__ void nhwc_to_nchw_kernel(const float* __restrict__ x, int64_t hw, int64_t C,
-                                    float* __restrict__ y, int64_t total) {
-  XDIT_GRID_LOOP(i, total) {  // over y: B · C · hw
-    const int64_t p = i % hw, k = (i / hw) % C, b = i / (hw * C);
-    y[i] = x[(b * hw + p) * C + k];
-  }
-}
-
-// A grid's y extent for `rows` rows (at most 65535: kernels loop over the rest).
-unsigned grid_rows(int64_t rows) {
-  return static_cast<unsigned>(rows < 65535 ? rows : 65535);
-}
-
-unsigned elementwise_blocks(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < 65535 ? (b > 0 ? b : 1) : 65535);
-}
-
-// One block of kThreads per row.
-#define XDIT_LAUNCH_ROWS(kernel, rows, s, ...)                            \
-  do {                                                                    \
-    if ((rows) == 0) return;                                              \
-    kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(__VA_ARGS__); \
-    xdit::cuda::check_launch(#kernel);                                    \
-  } while (0)
-
-#define XDIT_LAUNCH(kernel, n, s, ...)                              \
-  do {                                                              \
-    if ((n) == 0) return;                                           \
-    kernel<<<elementwise_blocks(n), kThreads, 0, s>>>(__VA_ARGS__); \
-    xdit::cuda::check_launch(#kernel);                              \
-  } while (0)
-
 }  // namespace
 
 void layer_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps, const float* gamma,
@@ -426,14 +230,6 @@ void layer_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps, 
 void rms_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps, const float* weight,
               Stream s) {
   XDIT_LAUNCH_ROWS(rms_norm_kernel, rows, s, x, y, dim, eps, weight);
-}
-
-void gelu_tanh(const float* x, float* y, int64_t n, Stream s) {
-  XDIT_LAUNCH(gelu_tanh_kernel, n, s, x, y, n);
-}
-
-void silu(const float* x, float* y, int64_t n, Stream s) {
-  XDIT_LAUNCH(silu_kernel, n, s, x, y, n);
 }
 
 void modulate(const float* x, float* y, int64_t batch, int64_t tokens, int64_t dim,
@@ -454,40 +250,6 @@ void gated_residual_add(float* h, const float* y, int64_t batch, int64_t tokens,
   gated_residual_kernel<<<grid, kThreads, 0, s>>>(h, y, tokens, dim, gate, gate_stride,
                                                   batch * tokens);
   xdit::cuda::check_launch("gated_residual_add");
-}
-
-void gelu_tanh_gate(const float* x, float* y, int64_t rows, int64_t n, Stream s) {
-  XDIT_LAUNCH(gelu_gate_kernel, rows * n, s, x, y, n, rows * n);
-}
-
-void gelu_erf(const float* x, float* y, int64_t n, Stream s) {
-  XDIT_LAUNCH(gelu_erf_kernel, n, s, x, y, n);
-}
-
-void relu(const float* x, float* y, int64_t n, Stream s) {
-  XDIT_LAUNCH(relu_kernel, n, s, x, y, n);
-}
-
-void quick_gelu(const float* x, float* y, int64_t n, Stream s) {
-  XDIT_LAUNCH(quick_gelu_kernel, n, s, x, y, n);
-}
-
-void to_bf16_rows(const float* x, int64_t stride, int64_t rows, int64_t n, uint16_t* y, Stream s) {
-  XDIT_LAUNCH(to_bf16_rows_kernel, rows * n, s, x, stride, n, y, rows * n);
-}
-
-void to_bf16_array(const float* x, uint16_t* y, int64_t n, Stream s) {
-  to_bf16_rows(x, n, 1, n, y, s);
-}
-
-void from_bf16_rows(const uint16_t* x, int64_t rows, int64_t n, float* y, int64_t stride,
-                    Stream s) {
-  XDIT_LAUNCH(from_bf16_rows_kernel, rows * n, s, x, n, y, stride, rows * n);
-}
-
-void add_rows(const float* x, int64_t x_stride, const float* b, int64_t b_stride, float* y,
-              int64_t y_stride, int64_t rows, int64_t n, Stream s) {
-  XDIT_LAUNCH(add_rows_kernel, rows * n, s, x, x_stride, b, b_stride, y, y_stride, n, rows * n);
 }
 
 void softmax_rows(float* x, int64_t rows, int64_t cols, Stream s) {
@@ -567,17 +329,6 @@ void group_norm_moments_nhwc(const float* x, int64_t batch, int64_t hw, int64_t 
   xdit::cuda::copy(moments, m, static_cast<size_t>(2 * batch * groups) * 8, s);
 }
 
-namespace {
-
-template <class Out>
-void upsample2x(const float* x, Out* y, int64_t batch, int64_t h, int64_t w, int64_t channels,
-                int64_t y_batch_stride, Stream s) {
-  if (y_batch_stride == 0) y_batch_stride = 4 * h * w * channels;
-  const int64_t n = batch * 4 * h * w * channels;
-  XDIT_LAUNCH(upsample2x_kernel<Out>, n, s, x, y, h, w, channels, y_batch_stride, n);
-}
-}  // namespace
-
 void group_norm_apply_nhwc(const float* x, float* y, int64_t batch, int64_t hw, int64_t channels,
                            int64_t groups, float eps, const float* gamma, const float* beta,
                            bool silu_after, const double* moments, double count,
@@ -594,64 +345,6 @@ void group_norm_apply_nhwc_bf16(const float* x, uint16_t* y, int64_t batch, int6
                    y_batch_stride, s);
 }
 
-void upsample_nearest2x_nhwc(const float* x, float* y, int64_t batch, int64_t h, int64_t w,
-                             int64_t channels, int64_t y_batch_stride, Stream s) {
-  upsample2x(x, y, batch, h, w, channels, y_batch_stride, s);
-}
-
-void upsample_nearest2x_nhwc_bf16(const float* x, uint16_t* y, int64_t batch, int64_t h, int64_t w,
-                                  int64_t channels, int64_t y_batch_stride, Stream s) {
-  upsample2x(x, y, batch, h, w, channels, y_batch_stride, s);
-}
-
-void patchify(const float* latent, int64_t batch, int64_t channels, int64_t height, int64_t width,
-              int64_t p, float* cols, Stream s) {
-  const int64_t n = batch * channels * (height / p) * p * (width / p) * p;
-  XDIT_LAUNCH(patchify_kernel, n, s, latent, channels, height, width, p, cols, n);
-}
-
-void unpatchify(const float* x, int64_t batch, int64_t channels, int64_t h, int64_t w, int64_t p,
-                float* out, Stream s) {
-  const int64_t n = batch * channels * h * p * w * p;
-  XDIT_LAUNCH(unpatchify_kernel, n, s, x, channels, h, w, p, out, n);
-}
-
-void pack_kv(const void* src, bool src_bf16, int64_t stride, int64_t batch, int64_t heads,
-             int64_t n, int64_t head_dim, bool dst_bf16, void* dst, int64_t total, int64_t t,
-             int64_t batch_stride, Stream s) {
-  if (batch_stride == 0) batch_stride = n * stride;
-  const int64_t count = batch * heads * n * head_dim;
-  const auto launch = [&](const auto* in) {
-    if (dst_bf16)
-      XDIT_LAUNCH(pack_kv_kernel, count, s, in, stride, batch_stride, heads, n, head_dim,
-                  static_cast<uint16_t*>(dst), total, t, count);
-    else
-      XDIT_LAUNCH(pack_kv_kernel, count, s, in, stride, batch_stride, heads, n, head_dim,
-                  static_cast<float*>(dst), total, t, count);
-  };
-  if (src_bf16)
-    launch(static_cast<const uint16_t*>(src));
-  else
-    launch(static_cast<const float*>(src));
-}
-
-void unpack_kv(const void* src, int64_t batch, int64_t heads, int64_t total, int64_t head_dim,
-               bool bf16, float* dst, Stream s) {
-  const int64_t count = batch * total * heads * head_dim;
-  if (bf16)
-    XDIT_LAUNCH(unpack_kv_kernel, count, s, static_cast<const uint16_t*>(src), heads, total,
-                head_dim, dst, count);
-  else
-    XDIT_LAUNCH(unpack_kv_kernel, count, s, static_cast<const float*>(src), heads, total, head_dim,
-                dst, count);
-}
-
-void pack_2x2(const float* src, float* dst, int64_t batch, int64_t channels, int64_t height,
-              int64_t width, int64_t r0, int64_t r1, bool pack, Stream s) {
-  const int64_t n = batch * channels * 2 * (r1 - r0) * width;
-  XDIT_LAUNCH(pack_2x2_kernel, n, s, src, dst, channels, height, width, r0, r1, pack, n);
-}
-
 void qk_norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin, int64_t rows,
                   int64_t heads, int64_t head_dim, float eps, const float* wq, const float* wk,
                   const float* cos, const float* sin, Stream s) {
@@ -661,40 +354,6 @@ void qk_norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin, int
   qk_norm_rope_kernel<<<blocks, kThreads, 0, s>>>(qkv, seq, row_begin, rows, heads, head_dim, eps,
                                                   wq, wk, cos, sin, warps);
   xdit::cuda::check_launch("qk_norm_rope");
-}
-
-void affine_div(const float* x, float* y, int64_t n, float divisor, float shift, Stream s) {
-  XDIT_LAUNCH(affine_kernel, n, s, x, y, n, divisor, shift);
-}
-
-void guidance_combine(const float* u, const float* c, float g, float* noise, int64_t n, Stream s) {
-  XDIT_LAUNCH(guidance_combine_kernel, n, s, u, c, g, noise, n);
-}
-
-void guidance_add(float* noise, const float* c, const float* skip, float scale, int64_t n,
-                  Stream s) {
-  XDIT_LAUNCH(guidance_add_kernel, n, s, noise, c, skip, scale, n);
-}
-
-void flow_euler_step(const float* mo, float* sample, float dt, int64_t n, Stream s) {
-  XDIT_LAUNCH(flow_euler_kernel, n, s, mo, sample, dt, n);
-}
-
-void dpm_solver_step(const float* mo, float* sample, float* cur, const float* prev, int64_t items,
-                     int64_t n, int64_t hist_stride, const DpmUpdate& k, Stream s) {
-  const int64_t total = items * n;
-  XDIT_LAUNCH(dpm_solver_kernel, total, s, mo, sample, cur, prev, n, hist_stride, k, total);
-}
-
-void nchw_rows_to_nhwc(const float* x, int64_t batch, int64_t channels, int64_t height,
-                       int64_t width, int64_t r0, int64_t rows, float* y, Stream s) {
-  const int64_t n = batch * rows * width * channels;
-  XDIT_LAUNCH(nchw_rows_to_nhwc_kernel, n, s, x, channels, height, width, r0, rows, y, n);
-}
-
-void nhwc_to_nchw(const float* x, int64_t batch, int64_t hw, int64_t channels, float* y, Stream s) {
-  const int64_t n = batch * hw * channels;
-  XDIT_LAUNCH(nhwc_to_nchw_kernel, n, s, x, hw, channels, y, n);
 }
 
 }  // namespace xdit::kernels::cuda
