@@ -90,7 +90,10 @@ int run_info(InfoOptions o) {
   std::optional<models::VaeConfig> vae;
   const int64_t max_len = pipe.default_max_sequence_length();
   bool any_encoder = false;
-  for (const char* comp : {"text_encoder", "text_encoder_2", "text_encoder_3"}) {
+  using Kind = pipeline::ModelFamily::ComponentKind;
+  const auto components = family.text_components();  // the family says what it has
+  for (const auto& [comp, kind] : components) {
+    if (kind != Kind::kT5Encoder && kind != Kind::kClipEncoder) continue;
     if (!std::filesystem::is_directory(f.root() + "/" + comp)) continue;
     any_encoder = true;
     const std::string where = f.component(comp) + "/config.json";
@@ -98,7 +101,7 @@ int run_info(InfoOptions o) {
     io::WeightStore w(f.component(comp));
     const std::string label =
         std::string(comp) + ":" + std::string(std::max<size_t>(1, 15 - std::strlen(comp)), ' ');
-    if (j.is_object() && j.contains("d_model")) {  // T5
+    if (kind == Kind::kT5Encoder) {
       t5 = models::T5Config::from_json(j, where);
       // SD3 and FLUX: the CLIP of text_encoder / text_encoder_2 counts too.
       out << label << "T5 encoder, " << t5->num_layers << " layers, d_model " << t5->d_model << ", "
@@ -116,15 +119,18 @@ int run_info(InfoOptions o) {
         << join(w.dtypes()) << " (" << human_size(static_cast<double>(w.stored_bytes())) << ")\n";
   }
   if (!any_encoder) out << "text_encoder: (none: generate takes --prompt_embeds)\n";
-  for (const char* comp : {"tokenizer", "tokenizer_2", "tokenizer_3"}) {
+  for (const auto& [comp, kind] : components) {
+    if (kind != Kind::kT5Tokenizer && kind != Kind::kClipTokenizer) continue;
     const std::string dir = f.root() + "/" + comp;
+    const char* vocab = kind == Kind::kT5Tokenizer ? "/spiece.model" : "/vocab.json";
+    if (!std::filesystem::is_regular_file(dir + vocab)) continue;  // embeddings-only folders
     const std::string label =
         std::string(comp) + ":" + std::string(std::max<size_t>(1, 13 - std::strlen(comp)), ' ');
-    if (std::filesystem::is_regular_file(dir + "/spiece.model")) {
+    if (kind == Kind::kT5Tokenizer) {
       tokenizers::T5Tokenizer tok(dir);
       out << label << "SentencePiece, " << tok.vocab_size() << " pieces; max sequence length "
           << max_len << " (the tokenizer takes at most " << tok.model_max_length() << ")\n";
-    } else if (std::filesystem::is_regular_file(dir + "/vocab.json")) {
+    } else {
       tokenizers::ClipTokenizer tok(dir);
       out << label << "CLIP byte-level BPE, " << tok.vocab_size() << " tokens; "
           << tok.model_max_length() << " tokens per prompt\n";

@@ -98,6 +98,12 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
     if (!t5_cfg_)
       t5_cfg_ = open_t5(folder, "text_encoder_2", cfg_.joint_attention_dim, t5_weights_);
   }
+  std::vector<Component> text_components() const override {
+    return {{"text_encoder", ComponentKind::kClipEncoder},
+            {"text_encoder_2", ComponentKind::kT5Encoder},
+            {"tokenizer", ComponentKind::kClipTokenizer},
+            {"tokenizer_2", ComponentKind::kT5Tokenizer}};
+  }
   int64_t default_max_sequence_length() const override { return 512; }
   int64_t max_sequence_limit() const override { return t5_sequence_limit(*t5_tok_); }
 

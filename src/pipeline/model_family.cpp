@@ -7,18 +7,39 @@
 
 namespace xdit::pipeline {
 
+namespace {
+
+// The registry: model_index.json's pipeline class → the family that runs it.
+// A new family is one line here.
+struct Registered {
+  const char* pipeline_class;
+  std::unique_ptr<ModelFamily> (*make)(const io::ModelFolder&);
+};
+const std::vector<Registered>& registry() {
+  static const std::vector<Registered> rows = {
+      {"PixArtAlphaPipeline", make_pixart_family},
+      {"PixArtSigmaPipeline", make_pixart_family},
+      {"FluxPipeline", make_flux_family},
+      {"StableDiffusion3Pipeline", make_sd3_family},
+  };
+  return rows;
+}
+
+}  // namespace
+
 const std::vector<std::string>& ModelFamily::supported_pipelines() {
-  static const std::vector<std::string> names{"PixArtAlphaPipeline", "PixArtSigmaPipeline",
-                                              "FluxPipeline", "StableDiffusion3Pipeline"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (const Registered& r : registry()) v.emplace_back(r.pipeline_class);
+    return v;
+  }();
   return names;
 }
 
 std::unique_ptr<ModelFamily> ModelFamily::from_folder(const io::ModelFolder& folder) {
   const std::string cls = folder.pipeline_class();
-  if (cls == "PixArtAlphaPipeline" || cls == "PixArtSigmaPipeline")
-    return make_pixart_family(folder);
-  if (cls == "FluxPipeline") return make_flux_family(folder);
-  if (cls == "StableDiffusion3Pipeline") return make_sd3_family(folder);
+  for (const Registered& r : registry())
+    if (cls == r.pipeline_class) return r.make(folder);
   std::string list;
   for (const auto& n : supported_pipelines()) list += (list.empty() ? "" : ", ") + n;
   XDIT_FAIL(folder.root(), "/model_index.json names the pipeline \"", cls,

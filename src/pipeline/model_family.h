@@ -106,6 +106,16 @@ class ModelFamily {
   virtual void warn_unused(double /*guidance_scale*/, double /*true_cfg_scale*/,
                            bool /*has_negative*/) const {}
 
+  // The text-side components of its diffusers folder, by folder name and
+  // kind (xdit info describes them from this list; a folder may lack them
+  // when only embeddings are given).
+  enum class ComponentKind { kT5Encoder, kClipEncoder, kT5Tokenizer, kClipTokenizer };
+  struct Component {
+    const char* folder;
+    ComponentKind kind;
+  };
+  virtual std::vector<Component> text_components() const = 0;
+
   // The text side: open_text reads the tokenizer(s) and encoder configs and
   // checks the weight headers (cheap); encode builds the encoders on first use.
   virtual void open_text(const io::ModelFolder& folder) = 0;

@@ -42,6 +42,10 @@ class PixArtFamily : public ConfigFamily<models::PixArtConfig, models::PixArtTra
       tokenizer_ = std::make_unique<tokenizers::T5Tokenizer>(folder.component("tokenizer"));
     if (!t5_cfg_) t5_cfg_ = open_t5(folder, "text_encoder", cfg_.caption_channels, t5_weights_);
   }
+  std::vector<Component> text_components() const override {
+    return {{"text_encoder", ComponentKind::kT5Encoder},
+            {"tokenizer", ComponentKind::kT5Tokenizer}};
+  }
   int64_t default_max_sequence_length() const override { return sigma_ ? 300 : 120; }
   int64_t max_sequence_limit() const override { return tokenizer_->model_max_length(); }
 

@@ -83,6 +83,14 @@ class SD3Family : public ConfigFamily<models::SD3Config, models::SD3Transformer>
     if (!t5_cfg_)
       t5_cfg_ = open_t5(folder, "text_encoder_3", cfg_.joint_attention_dim, t5_weights_);
   }
+  std::vector<Component> text_components() const override {
+    return {{"text_encoder", ComponentKind::kClipEncoder},
+            {"text_encoder_2", ComponentKind::kClipEncoder},
+            {"text_encoder_3", ComponentKind::kT5Encoder},
+            {"tokenizer", ComponentKind::kClipTokenizer},
+            {"tokenizer_2", ComponentKind::kClipTokenizer},
+            {"tokenizer_3", ComponentKind::kT5Tokenizer}};
+  }
   int64_t default_max_sequence_length() const override { return 256; }
   int64_t max_sequence_limit() const override { return t5_sequence_limit(*t5_tok_); }
 

@@ -53,7 +53,8 @@ for m in "${models[@]}"; do
     a="$out/$m.$name.old.safetensors" c="$out/$m.$name.new.safetensors"
     if [ ! -f "$a" ] || [ ! -f "$c" ]; then
       if [ ! -f "$a" ] && [ ! -f "$c" ]; then
-        printf '%-18s %-18s refused by both: %s\n' "$m" "$name" "$(tail -c 160 "$out/$m.$name.new.log" | tr '\n' ' ')"
+        why=$(grep -m1 -o 'xdit: error: .*' "$out/$m.$name.new.log" || true)
+        printf '%-18s %-18s refused by both: %s\n' "$m" "$name" "${why:-see $out/$m.$name.new.log}"
       else
         printf '%-18s %-18s ONE BUILD FAILED\n' "$m" "$name"; worst=1
       fi
