@@ -1,7 +1,7 @@
 // The parallel layout, with xDiT's flag names, and the device mesh: which
 // rank holds which position. Ranks are ordered as in xDiT: tp varies fastest,
 // then sp (Ulysses contiguous inside, Ring strided), then pp, cfg, and dp
-// outermost (../shared/research/REFERENCE.md, "Mesh").
+// outermost (docs/ARCHITECTURE.md, "Mesh").
 #pragma once
 
 #include <map>

@@ -20,7 +20,8 @@
 
 namespace xdit::pipeline {
 
-// The family of a PixArt / FLUX folder (pixart_family.cpp, flux_family.cpp).
+// The family of a PixArt, FLUX or SD3 folder (pixart_family.cpp, flux_family.cpp,
+// sd3_family.cpp), as the registry (model_family.cpp) makes it.
 class ModelFamily;
 std::unique_ptr<ModelFamily> make_pixart_family(const io::ModelFolder& folder);
 std::unique_ptr<ModelFamily> make_flux_family(const io::ModelFolder& folder);

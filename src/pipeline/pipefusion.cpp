@@ -1,4 +1,4 @@
-// PipeFusion (arXiv 2405.14430, ../shared/research/REFERENCE.md §2): the
+// PipeFusion (arXiv 2405.14430, §3; docs/ARCHITECTURE.md, "PipeFusion"): the
 // transformer's blocks split into P stages (one per rank of the PipeFusion
 // group), the latent into M row patches. Warm-up steps run the whole image
 // through the stages synchronously, filling every attention layer's K/V
