@@ -251,33 +251,79 @@ ServeRequest parse_request(Endpoint e, const std::string& body) {
   return out;
 }
 
+namespace {
+
+// The request as ranks exchange it: one table, which both directions read,
+// so a field cannot travel one way only. Every field of ImageRequest but
+// the initial latents (serve never takes them) is a row.
+struct RankField {
+  const char* name;
+  void (*put)(const pipeline::ImageRequest& r, json& j);
+  void (*get)(const json& j, pipeline::ImageRequest& r);
+};
+
+#define XDIT_RANK_FIELD(member, type)                                                            \
+  RankField {                                                                                    \
+#member,                                                                                     \
+        [](const pipeline::ImageRequest& r,                                                      \
+           json& j) { j[#member] = r.member; },                                                  \
+                                             [](const json& j,                                   \
+                                                pipeline::ImageRequest&                          \
+                                                    r) { r.member = j.at(#member).get<type>(); } \
+  }
+
+const std::vector<RankField>& rank_fields() {
+  static const std::vector<RankField> rows = {
+      XDIT_RANK_FIELD(prompts, std::vector<std::string>),
+      {"negative_prompt",
+       [](const pipeline::ImageRequest& r, json& j) {
+         if (r.negative_prompt) j["negative_prompt"] = *r.negative_prompt;
+       },
+       [](const json& j, pipeline::ImageRequest& r) {
+         if (j.contains("negative_prompt"))
+           r.negative_prompt = j["negative_prompt"].get<std::string>();
+       }},
+      XDIT_RANK_FIELD(height, int64_t),
+      XDIT_RANK_FIELD(width, int64_t),
+      XDIT_RANK_FIELD(num_inference_steps, int64_t),
+      XDIT_RANK_FIELD(guidance_scale, double),
+      XDIT_RANK_FIELD(true_cfg_scale, double),
+      XDIT_RANK_FIELD(skip_layer_guidance.layers, std::vector<int64_t>),
+      XDIT_RANK_FIELD(skip_layer_guidance.scale, double),
+      XDIT_RANK_FIELD(skip_layer_guidance.start, double),
+      XDIT_RANK_FIELD(skip_layer_guidance.stop, double),
+      XDIT_RANK_FIELD(seed, uint64_t),
+      XDIT_RANK_FIELD(resolution_binning, bool),
+      XDIT_RANK_FIELD(max_sequence_length, int64_t),
+      XDIT_RANK_FIELD(run_height, int64_t),
+      XDIT_RANK_FIELD(run_width, int64_t),
+  };
+  return rows;
+}
+#undef XDIT_RANK_FIELD
+
+// A field added to ImageRequest changes its size: add its row above, then
+// the size here (x86-64, libstdc++).
+static_assert(sizeof(pipeline::ImageRequest) == 256 || sizeof(void*) != 8,
+              "ImageRequest changed: give the new field a row in rank_fields()");
+
+}  // namespace
+
 json request_to_json(const pipeline::ImageRequest& r) {
-  json j = {{"prompts", r.prompts},
-            {"height", r.height},
-            {"width", r.width},
-            {"num_inference_steps", r.num_inference_steps},
-            {"guidance_scale", r.guidance_scale},
-            {"true_cfg_scale", r.true_cfg_scale},
-            {"seed", r.seed},
-            {"resolution_binning", r.resolution_binning},
-            {"max_sequence_length", r.max_sequence_length}};
-  if (r.negative_prompt) j["negative_prompt"] = *r.negative_prompt;
+  XDIT_CHECK(!r.latents.defined(), "a request with initial latents cannot cross ranks");
+  json j = json::object();
+  for (const RankField& f : rank_fields()) f.put(r, j);
   return j;
 }
 
 pipeline::ImageRequest request_from_json(const json& j) {
   pipeline::ImageRequest r;
-  r.prompts = j.at("prompts").get<std::vector<std::string>>();
-  r.height = j.at("height").get<int64_t>();
-  r.width = j.at("width").get<int64_t>();
-  r.num_inference_steps = j.at("num_inference_steps").get<int64_t>();
-  r.guidance_scale = j.at("guidance_scale").get<double>();
-  r.true_cfg_scale = j.at("true_cfg_scale").get<double>();
-  r.seed = j.at("seed").get<uint64_t>();
-  r.resolution_binning = j.at("resolution_binning").get<bool>();
-  r.max_sequence_length = j.at("max_sequence_length").get<int64_t>();
-  if (j.contains("negative_prompt")) r.negative_prompt = j["negative_prompt"].get<std::string>();
+  for (const RankField& f : rank_fields()) f.get(j, r);
   return r;
+}
+
+size_t rank_field_count() {
+  return rank_fields().size();
 }
 
 std::string base64_encode(const std::vector<uint8_t>& in) {

@@ -71,6 +71,8 @@ ServeRequest parse_request(Endpoint e, const std::string& body);
 // The request as the ranks exchange it (after rank 0 accepted it), and back.
 nlohmann::json request_to_json(const pipeline::ImageRequest& r);
 pipeline::ImageRequest request_from_json(const nlohmann::json& j);
+// The rows of the table both directions read (tests check every one travels).
+size_t rank_field_count();
 
 // The error body every endpoint answers with:
 // {"error": {"message", "type", "param", "code"}} (OpenAI's shape).

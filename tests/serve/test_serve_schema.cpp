@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/error.h"
 #include "serve/job_queue.h"
 #include "serve/metrics.h"
 #include "serve/request_schema.h"
@@ -146,6 +147,51 @@ TEST(ServeSchema, RequestsCrossRanksUnchanged) {
   EXPECT_EQ(b.max_sequence_length, r.max_sequence_length);
   r.negative_prompt.reset();
   EXPECT_FALSE(request_from_json(request_to_json(r)).negative_prompt.has_value());
+}
+
+// Every row of the rank table travels: each field set to a value unlike its
+// default, then compared after the round trip (skip-layer guidance included,
+// which the hand-written protocol before the table dropped).
+TEST(ServeSchema, EveryRequestFieldCrossesRanks) {
+  pipeline::ImageRequest r;
+  r.prompts = {"x", "y", "z"};
+  r.negative_prompt = "no";
+  r.height = 200;
+  r.width = 120;
+  r.num_inference_steps = 3;
+  r.guidance_scale = 2.25;
+  r.true_cfg_scale = 3.5;
+  r.skip_layer_guidance.layers = {7, 8, 9};
+  r.skip_layer_guidance.scale = 1.5;
+  r.skip_layer_guidance.start = 0.125;
+  r.skip_layer_guidance.stop = 0.375;
+  r.seed = 12345;
+  r.resolution_binning = false;
+  r.max_sequence_length = 99;
+  r.run_height = 192;
+  r.run_width = 128;
+  const pipeline::ImageRequest b = request_from_json(json::parse(request_to_json(r).dump()));
+  EXPECT_EQ(b.prompts, r.prompts);
+  EXPECT_EQ(b.negative_prompt, r.negative_prompt);
+  EXPECT_EQ(b.height, r.height);
+  EXPECT_EQ(b.width, r.width);
+  EXPECT_EQ(b.num_inference_steps, r.num_inference_steps);
+  EXPECT_EQ(b.guidance_scale, r.guidance_scale);
+  EXPECT_EQ(b.true_cfg_scale, r.true_cfg_scale);
+  EXPECT_EQ(b.skip_layer_guidance.layers, r.skip_layer_guidance.layers);
+  EXPECT_EQ(b.skip_layer_guidance.scale, r.skip_layer_guidance.scale);
+  EXPECT_EQ(b.skip_layer_guidance.start, r.skip_layer_guidance.start);
+  EXPECT_EQ(b.skip_layer_guidance.stop, r.skip_layer_guidance.stop);
+  EXPECT_EQ(b.seed, r.seed);
+  EXPECT_EQ(b.resolution_binning, r.resolution_binning);
+  EXPECT_EQ(b.max_sequence_length, r.max_sequence_length);
+  EXPECT_EQ(b.run_height, r.run_height);
+  EXPECT_EQ(b.run_width, r.run_width);
+  // The fields compared above are the table's rows, all of them.
+  EXPECT_EQ(rank_field_count(), 16u);
+  // Initial latents do not travel: refused, not dropped.
+  r.latents = Tensor::from_vector({1.0f}, {1});
+  EXPECT_THROW(request_to_json(r), Error);
 }
 
 TEST(ServeSchema, CommittedOpenApiIsTheOneTheFieldTablesMake) {
