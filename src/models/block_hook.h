@@ -5,11 +5,16 @@
 // are block hooks plus their step state; the model files know nothing of them.
 //
 // A hook that decides (skip or run) must decide alike on every rank that
-// computes the same call together — the sequence-parallel group (each rank
+// computes the same blocks together — the sequence-parallel group (each rank
 // sees only its rows), the tensor-parallel group (each its share of heads),
-// the CFG group (each its half of the batch), or the PipeFusion stages —
-// or the ranks' collectives no longer pair up and the job hangs:
-// `all_ranks_agree` is that reduction.
+// the CFG group (each its half of the batch) — or the ranks' collectives no
+// longer pair up and the job hangs: `all_ranks_agree` is that reduction.
+// Under PipeFusion each stage's hooks see only that stage's blocks: a
+// decision that spans stages (skip the whole step) is a step hook's, agreed
+// over the PipeFusion group.
+//
+// The DiTInputs and Streams a hook is shown live for the call only (on a
+// CUDA model they are the call's device copies): keep copies, not pointers.
 #pragma once
 
 #include <cstdint>
@@ -49,7 +54,8 @@ class BlockHook {
   // the model runs its blocks as one fused run, so a hook that names few
   // boundaries costs nothing elsewhere.
   virtual bool at_boundary(int64_t /*b*/) const { return true; }
-  // At a boundary, before block b runs (skipped blocks are not offered).
+  // At a boundary, before block b runs (skipped blocks are not offered; nor
+  // is the stage's end, which only after_block sees).
   virtual BlockSkip before_block(int64_t /*b*/, Streams& /*s*/) { return {}; }
   // At the boundary after block b, when block b ran.
   virtual void after_block(int64_t /*b*/, Streams& /*s*/) {}

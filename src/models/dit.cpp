@@ -67,9 +67,11 @@ void DiT::run_stage(Streams& s, const std::vector<int64_t>& skip) {
         XDIT_CHECK(k.end > b && k.end <= end, "a block hook skips blocks [", b, ", ", k.end,
                    ") outside this stage's [", stage_.block_begin, ", ", end, ")");
         if (k.residual != nullptr) {
-          XDIT_CHECK(k.residual->numel() == s.x.numel(), "a block hook's residual ",
-                     shape_str(k.residual->shape()), " does not match the streams ",
-                     shape_str(s.x.shape()));
+          XDIT_CHECK(k.residual->numel() == s.x.numel() && k.residual->dtype() == DType::kF32 &&
+                         k.residual->device() == s.x.device(),
+                     "a block hook's residual ", shape_str(k.residual->shape()), " on ",
+                     k.residual->device().str(), " does not match the streams ",
+                     shape_str(s.x.shape()), " (f32 on ", s.x.device().str(), ")");
           kernels::gated_residual_add(s.x.data<float>(), k.residual->data<float>(), 1, 1,
                                       s.x.numel(), nullptr, 0);
         }

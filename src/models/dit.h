@@ -117,8 +117,10 @@ class DiT {
   const DiTStage& stage() const { return stage_; }
   // Every attention call goes through `backend` (the serial one until set).
   void set_attention_backend(nn::AttentionBackend* backend) { backend_ = backend; }
-  // Hooks around the blocks, in order (the first that skips a block wins;
-  // every one sees every boundary it asks for). Not owned; empty: none.
+  // Hooks around the blocks, in order. At a boundary before block b they are
+  // offered before_block in order until one skips (the rest are not offered
+  // b); after_block goes to every hook that asks for the boundary after a
+  // block that ran. Not owned; empty: none.
   void set_block_hooks(std::vector<BlockHook*> hooks) { hooks_ = std::move(hooks); }
 
   // A stage's whole call: the output on the last stage, else the streams' x.
@@ -141,7 +143,7 @@ class DiT {
       : stage_(resolve_stage(stage, blocks)),
         backend_(&nn::serial_attention()),
         device_(current_device()) {}
-  // The call's conditioning and geometry (set_call); on the first stage
+  // The call's conditioning and geometry (set_geometry); on the first stage
   // also the streams of the latents' patch rows. A later stage returns no
   // streams: the base takes them from the previous stage's `hidden`.
   virtual Streams embed(const DiTInputs& in) = 0;
@@ -151,8 +153,8 @@ class DiT {
   // The last stage's output [B, out_channels, rows · patch, W].
   virtual Tensor finalize(const Streams& s) = 0;
 
-  void set_call(const CallGeometry& g) { call_ = g; }
-  const CallGeometry& call() const { return call_; }
+  void set_geometry(const CallGeometry& g) { call_ = g; }
+  const CallGeometry& geometry() const { return call_; }
 
   DiTStage stage_;
   nn::AttentionBackend* backend_;

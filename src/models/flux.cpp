@@ -107,7 +107,7 @@ void FluxTransformer::attend(float* qkv, int64_t batch, int64_t seq, float* out,
                              int layer) {
   nn::AttentionSite site;
   site.layer = layer;
-  site.text_tokens = call().text;
+  site.text_tokens = geometry().text;
   backend_->attend(nn::fused_qkv_args(qkv, batch, seq, heads_, cfg_.attention_head_dim, out,
                                       out_stride, ct_ == nn::ComputeType::kBF16),
                    site);
@@ -132,7 +132,7 @@ Streams FluxTransformer::embed(const DiTInputs& in) {
       c.guidance_embeds ? "this FLUX model embeds a guidance scale: one per batch item"
                         : "this FLUX model has no guidance embedding");
   const int64_t L = text->dim(1), S = L + N;
-  set_call({B, L, r1 - r0, gw, Wl});
+  set_geometry({B, L, r1 - r0, gw, Wl});
 
   // Conditioning vector: timestep (+ guidance) + pooled text, then SiLU once
   // for every AdaLN projection. The model multiplies the pipeline's t / 1000
@@ -205,7 +205,7 @@ Streams FluxTransformer::embed(const DiTInputs& in) {
 }
 
 void FluxTransformer::double_block(DoubleBlock& blk, float* X, int layer) {
-  const int64_t B = call().batch, L = call().text, N = call().tokens(), S = L + N,
+  const int64_t B = geometry().batch, L = geometry().text, N = geometry().tokens(), S = L + N,
                 D = cfg_.hidden();
   const int64_t A = heads_ * cfg_.attention_head_dim;  // this rank's attention width
   float* mod = mod_.get(static_cast<size_t>(B * 12 * D));
@@ -256,7 +256,7 @@ void FluxTransformer::double_block(DoubleBlock& blk, float* X, int layer) {
 }
 
 void FluxTransformer::single_block(SingleBlock& blk, float* X, int layer) {
-  const int64_t B = call().batch, S = call().text + call().tokens(), D = cfg_.hidden();
+  const int64_t B = geometry().batch, S = geometry().text + geometry().tokens(), D = cfg_.hidden();
   const int64_t A = heads_ * cfg_.attention_head_dim;  // this rank's attention width
   float* mod = mod_.get(static_cast<size_t>(B * 12 * D));
   float* nh = n_.get(static_cast<size_t>(B * S * D));
@@ -299,7 +299,7 @@ void FluxTransformer::run_blocks(Streams& s, int64_t b0, int64_t b1) {
 
 Tensor FluxTransformer::finalize(const Streams& s) {
   XDIT_CHECK(stage_.last, "only the last pipeline stage has the output layer");
-  const int64_t B = call().batch, L = call().text, N = call().tokens(), S = L + N,
+  const int64_t B = geometry().batch, L = geometry().text, N = geometry().tokens(), S = L + N,
                 D = cfg_.hidden();
   const int64_t C = cfg_.latent_channels();
   XDIT_CHECK(s.x.numel() == B * S * D, "FLUX streams must be [", B, ", ", S, ", ", D, "]");
@@ -309,9 +309,10 @@ Tensor FluxTransformer::finalize(const Streams& s) {
                     mod_.get(static_cast<size_t>(B * 12 * D)));
   float* packed = x_.get(static_cast<size_t>(B * N * 4 * C));
   proj_out_.forward(nh, B * N, packed);
-  Tensor out = Tensor::empty({B, C, 2 * call().rows, call().width}, DType::kF32, current_device());
-  kernels::pack_2x2(packed, out.data<float>(), B, C, 2 * call().rows, call().width, 0, call().rows,
-                    false);
+  Tensor out =
+      Tensor::empty({B, C, 2 * geometry().rows, geometry().width}, DType::kF32, current_device());
+  kernels::pack_2x2(packed, out.data<float>(), B, C, 2 * geometry().rows, geometry().width, 0,
+                    geometry().rows, false);
   return out;
 }
 

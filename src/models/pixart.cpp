@@ -122,7 +122,7 @@ Streams PixArtTransformer::embed(const DiTInputs& in) {
   }
   const Tensor& text = *text_in;
   mask_ptr_ = nn::on_current_device(mask_, mask_device_);
-  set_call({B, L, rows, gw, W});
+  set_geometry({B, L, rows, gw, W});
 
   // Patch embedding + position embedding (recomputed for the actual grid, as
   // PatchEmbed does when it differs from the config's sample size); a later
@@ -207,8 +207,8 @@ void PixArtTransformer::run_blocks(Streams& s, int64_t b0, int64_t b1) {
 
 template <class T>
 void PixArtTransformer::run_blocks_as(Streams& s, int64_t b0, int64_t b1) {
-  const int64_t B = call().batch, L = call().text, d = cfg_.hidden(), N = call().tokens(),
-                ms = 6 * d;
+  const int64_t B = geometry().batch, L = geometry().text, d = cfg_.hidden(),
+                N = geometry().tokens(), ms = 6 * d;
   float* h = s.x.data<float>();
   const float* txt = text_.get(static_cast<size_t>(B * L * d));
   T* nrm = reinterpret_cast<T*>(norm_.get(static_cast<size_t>(B * N * d)));
@@ -263,7 +263,7 @@ void PixArtTransformer::run_blocks_as(Streams& s, int64_t b0, int64_t b1) {
 Tensor PixArtTransformer::finalize(const Streams& s) {
   XDIT_CHECK(stage_.last, "only the last pipeline stage has the output layer");
   const PixArtConfig& c = cfg_;
-  const int64_t B = call().batch, d = c.hidden(), p = c.patch_size, N = call().tokens();
+  const int64_t B = geometry().batch, d = c.hidden(), p = c.patch_size, N = geometry().tokens();
   XDIT_CHECK(s.x.numel() == B * N * d, "PixArt streams must be [", B, ", ", N, ", ", d, "]");
   const float eps = static_cast<float>(c.norm_eps);
   float* nrm = norm_.get(static_cast<size_t>(B * N * d));
@@ -277,9 +277,9 @@ Tensor PixArtTransformer::finalize(const Streams& s) {
   const int64_t po = p * p * c.out_channels;
   float* patches = ffh_.get(static_cast<size_t>(B * N * std::max(po, 4 * d)));
   proj_out_.forward(nrm, B * N, patches);
-  Tensor out = Tensor::empty({B, c.out_channels, call().rows * p, call().width}, DType::kF32,
-                             current_device());
-  kernels::unpatchify(patches, B, c.out_channels, call().rows, call().grid_width, p,
+  Tensor out = Tensor::empty({B, c.out_channels, geometry().rows * p, geometry().width},
+                             DType::kF32, current_device());
+  kernels::unpatchify(patches, B, c.out_channels, geometry().rows, geometry().grid_width, p,
                       out.data<float>());
   return out;
 }

@@ -110,7 +110,7 @@ Streams SD3Transformer::embed(const DiTInputs& in) {
   const int64_t N = (r1 - r0) * gw;
   in.check_joint_text(B, c.joint_attention_dim, c.pooled_projection_dim, "SD3");
   const int64_t L = text->dim(1), S = L + N;
-  set_call({B, L, r1 - r0, gw, W});
+  set_geometry({B, L, r1 - r0, gw, W});
 
   // Conditioning: Timesteps(256, flip_sin_to_cos, shift 0) → MLP, plus the
   // pooled text's MLP; SiLU once for every AdaLN projection.
@@ -153,8 +153,9 @@ Streams SD3Transformer::embed(const DiTInputs& in) {
 void SD3Transformer::norm_qk(float* qkv, int64_t seq, int64_t row_begin, int64_t rows,
                              const Tensor& wq, const Tensor& wk) const {
   if (!wq.defined()) return;
-  kernels::qk_norm_rope(qkv, call().batch, seq, row_begin, rows, heads_, cfg_.attention_head_dim,
-                        kEps, wq.data<float>(), wk.data<float>(), nullptr, nullptr);
+  kernels::qk_norm_rope(qkv, geometry().batch, seq, row_begin, rows, heads_,
+                        cfg_.attention_head_dim, kEps, wq.data<float>(), wk.data<float>(), nullptr,
+                        nullptr);
 }
 
 void SD3Transformer::attend(const float* qkv, int64_t seq, float* out, int layer, int64_t text) {
@@ -162,13 +163,13 @@ void SD3Transformer::attend(const float* qkv, int64_t seq, float* out, int layer
   site.layer = layer;
   site.text_tokens = text;
   backend_->attend(
-      nn::fused_qkv_args(qkv, call().batch, seq, heads_, cfg_.attention_head_dim, out,
+      nn::fused_qkv_args(qkv, geometry().batch, seq, heads_, cfg_.attention_head_dim, out,
                          heads_ * cfg_.attention_head_dim, ct_ == nn::ComputeType::kBF16),
       site);
 }
 
 void SD3Transformer::block(Block& blk, float* X, int64_t index) {
-  const int64_t B = call().batch, L = call().text, N = call().tokens(), S = L + N,
+  const int64_t B = geometry().batch, L = geometry().text, N = geometry().tokens(), S = L + N,
                 D = cfg_.hidden();
   const int64_t A = heads_ * cfg_.attention_head_dim;  // this rank's attention width
   const int64_t mi_n = (blk.dual ? 9 : 6) * D, mc_n = (blk.last ? 2 : 6) * D;
@@ -252,8 +253,8 @@ void SD3Transformer::run_blocks(Streams& s, int64_t b0, int64_t b1) {
 Tensor SD3Transformer::finalize(const Streams& s) {
   XDIT_CHECK(stage_.last, "only the last pipeline stage has the output layer");
   const SD3Config& c = cfg_;
-  const int64_t B = call().batch, L = call().text, N = call().tokens(), S = L + N, D = c.hidden(),
-                p = c.patch_size;
+  const int64_t B = geometry().batch, L = geometry().text, N = geometry().tokens(), S = L + N,
+                D = c.hidden(), p = c.patch_size;
   XDIT_CHECK(s.x.numel() == B * S * D, "SD3 streams must be [", B, ", ", S, ", ", D, "]");
   // norm_out on the image rows (AdaLN-continuous: [scale, shift]), proj_out.
   float* nh = n_.get(static_cast<size_t>(B * S * D));
@@ -262,9 +263,9 @@ Tensor SD3Transformer::finalize(const Streams& s) {
   const int64_t po = p * p * c.out_channels;
   float* patches = ff_.get(static_cast<size_t>(B * N * std::max(po, 4 * D)));
   proj_out_.forward(nh, B * N, patches);
-  Tensor out = Tensor::empty({B, c.out_channels, call().rows * p, call().width}, DType::kF32,
-                             current_device());
-  kernels::unpatchify(patches, B, c.out_channels, call().rows, call().grid_width, p,
+  Tensor out = Tensor::empty({B, c.out_channels, geometry().rows * p, geometry().width},
+                             DType::kF32, current_device());
+  kernels::unpatchify(patches, B, c.out_channels, geometry().rows, geometry().grid_width, p,
                       out.data<float>());
   return out;
 }

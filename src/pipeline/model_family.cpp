@@ -123,18 +123,19 @@ void ModelFamily::check_embeddings(const PromptEmbeddings& e, bool cfg,
       check_pooled(e.uncond.find(models::kPooled), "negative_pooled_prompt_embeds", P,
                    pooled_width());
   }
-  // Every tensor finite, named as the embeddings file names it.
-  const auto file_name = [&](const std::string& name, bool negative) {
-    for (const EmbeddingName& n : embedding_names())
-      if (name == n.conditioning) return (negative ? "negative_" : "") + std::string(n.file);
-    return (negative ? "negative " : "") + name;
-  };
-  for (const bool negative : {false, true})
-    for (const auto& [name, t] : (negative ? e.uncond : e.cond).tensors()) {
-      const int64_t bad = count_nonfinite(t);
-      XDIT_CHECK(bad == 0, file_name(name, negative), " hold ", bad,
+}
+
+void ModelFamily::check_embeddings_finite(const PromptEmbeddings& e) const {
+  // In the file's order: each embedding, then its negative; masks are 0/1.
+  for (const EmbeddingName& n : embedding_names()) {
+    if (std::string(n.conditioning) == models::kTextMask) continue;
+    for (const bool negative : {false, true}) {
+      const Tensor* t = (negative ? e.uncond : e.cond).find(n.conditioning);
+      const int64_t bad = t != nullptr ? count_nonfinite(*t) : 0;
+      XDIT_CHECK(bad == 0, negative ? "negative_" : "", n.file, " hold ", bad,
                  " NaN/Inf value(s): give finite values");
     }
+  }
 }
 
 void ModelFamily::match_masks(models::Conditioning& uncond, models::Conditioning& cond) {

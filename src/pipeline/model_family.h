@@ -78,6 +78,8 @@ class ModelFamily {
   // Checks the embeddings of a request of `prompts` prompts against the model
   // (one line naming the file's tensor), and, under CFG, the negative ones'.
   virtual void check_embeddings(const PromptEmbeddings& e, bool cfg, double guidance_scale) const;
+  // Stops on embeddings holding NaN/Inf, naming the file's tensor.
+  void check_embeddings_finite(const PromptEmbeddings& e) const;
   // Under CFG the halves stack as [uncond; cond]: a mask one half lacks is
   // all ones (every token valid), as the text it masks.
   static void match_masks(models::Conditioning& uncond, models::Conditioning& cond);

@@ -60,6 +60,8 @@ Pipeline::Pipeline(std::unique_ptr<ModelFamily> family, const schedulers::Schedu
 Pipeline::~Pipeline() = default;
 
 void Pipeline::set_mesh(parallel::Mesh* mesh) {
+  // The runtime owns the attention backend the loaded model points at.
+  XDIT_CHECK(!transformer_, "set_mesh after the transformer loaded");
   mesh_ = mesh;
   runtime_ = std::make_unique<parallel::ParallelRuntime>(mesh_, spec().patch);
 }
@@ -176,8 +178,10 @@ std::pair<models::Conditioning, models::Conditioning> Pipeline::halves(
     const LatentRequest& r) const {
   models::Conditioning uncond = r.uncond, cond = r.cond;
   ModelFamily::match_masks(uncond, cond);
+  const bool cfg = uses_cfg(r);  // without CFG the negative half is not used
   for (models::Conditioning* c : {&uncond, &cond})
-    if (!c->empty()) family_->add_request_conditioning(*c, r.height, r.width, r.guidance_scale);
+    if (!c->empty() && (c == &cond || cfg))
+      family_->add_request_conditioning(*c, r.height, r.width, r.guidance_scale);
   return {std::move(uncond), std::move(cond)};
 }
 

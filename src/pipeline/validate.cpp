@@ -76,6 +76,7 @@ void Pipeline::validate(LatentRequest& r) const {
                " but ", r.height, "x", r.width, " px with ", P, " prompt(s) needs ",
                shape_str(want));
   }
+  family_->check_embeddings_finite({r.cond, r.uncond});
   const int64_t bad = count_nonfinite(r.latents);
   XDIT_CHECK(bad == 0, "latents hold ", bad, " NaN/Inf value(s): give finite values");
   MemoryQuery q = memory_query(P, r.height, r.width, cfg);
