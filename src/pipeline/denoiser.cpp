@@ -56,8 +56,8 @@ models::DiTInputs LoopInputs::at(const Tensor& latents, double t, int64_t r0, in
 }
 
 Denoiser::Denoiser(models::DiT& model, parallel::ParallelRuntime& runtime,
-                   schedulers::Scheduler& sched, const LoopInputs& inputs, Device device)
-    : model_(model), rt_(runtime), sched_(sched), li_(inputs), device_(device) {}
+                   schedulers::Scheduler& sched, LoopInputs inputs, Device device)
+    : model_(model), rt_(runtime), sched_(sched), li_(std::move(inputs)), device_(device) {}
 
 const Tensor& Denoiser::model_input() {
   const int64_t P = li_.prompts, plane = latents_.numel() / P;

@@ -97,7 +97,7 @@ class Denoiser {
   // `latent_channels`: of the latents the loop holds; `device`: where they
   // live during the loop (the scheduler's step included).
   Denoiser(models::DiT& model, parallel::ParallelRuntime& runtime, schedulers::Scheduler& sched,
-           const LoopInputs& inputs, Device device);
+           LoopInputs inputs, Device device);
   void add_hook(StepHook* hook) { hooks_.push_back(hook); }
 
   // The loop from `latents` [P, C, h, w] (host) to the final latents (host):

@@ -231,13 +231,15 @@ Tensor Pipeline::generate_latents(const LatentRequest& req,
   sched->set_timesteps(r.num_inference_steps,
                        family_->timestep_hints(sched_cfg_, r.num_inference_steps, h, w));
   // latents * init_noise_sigma (1 for DPM-Solver and Flow-Match).
-  const LoopInputs li = loop_inputs(r);
-  Denoiser d(*transformer_, *runtime_, *sched, li, device_);
+  LoopInputs li = loop_inputs(r);
+  // The prompt half for skip-layer guidance, made only when it is asked for.
+  std::optional<SkipGuidanceHook> slg;
+  if (r.skip_layer_guidance.on()) slg.emplace(r.skip_layer_guidance, skip_inputs(r, li));
+  Denoiser d(*transformer_, *runtime_, *sched, std::move(li), device_);
   CalibrationHook calibration;
   if (mesh_ != nullptr && mesh_->config().auto_weights && runtime_->pipefusion() == nullptr)
     d.add_hook(&calibration);
-  SkipGuidanceHook slg(r.skip_layer_guidance, skip_inputs(r, li));
-  if (r.skip_layer_guidance.on()) d.add_hook(&slg);
+  if (slg) d.add_hook(&*slg);
   for (StepHook* hook : hooks) d.add_hook(hook);
   ProgressHook progress(on_step);
   d.add_hook(&progress);
