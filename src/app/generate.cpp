@@ -141,22 +141,22 @@ class Progress {
   double total_s_ = 0;
 };
 
-// The PNG text of one image; `o` holds the values the run used (defaults resolved).
-std::map<std::string, std::string> png_text(const GenerateOptions& o, const std::string& prompt,
-                                            int64_t width, int64_t height,
-                                            const io::ModelRef& model,
+// The PNG text of one image: the values the run used (the plan's, defaults
+// resolved) and how it ran (`o`).
+std::map<std::string, std::string> png_text(const pipeline::PlanFields& p, const GenerateOptions& o,
+                                            const std::string& prompt, const io::ModelRef& model,
                                             const pipeline::Pipeline& pipe) {
   ImageMetadata m;
   m.prompt = prompt;
   m.negative_prompt = o.negative_prompt.value_or("");
-  m.seed = o.seed;
-  m.steps = o.steps;
-  m.width = width;
-  m.height = height;
-  m.max_sequence_length = o.max_sequence_length;
-  m.guidance = o.guidance;
-  m.true_cfg = o.true_cfg;
-  m.slg = o.slg;
+  m.seed = p.seed;
+  m.steps = p.num_inference_steps;
+  m.width = p.width;
+  m.height = p.height;
+  m.max_sequence_length = p.max_sequence_length;
+  m.guidance = p.guidance_scale;
+  m.true_cfg = p.true_cfg_scale;
+  m.slg = p.skip_layer_guidance;
   m.model = model.from_cache() ? model.id : model.folder;
   m.model_revision = model.commit;  // empty (left out) for a folder
   m.model_folder = model.from_cache() ? model.folder : "";
@@ -252,34 +252,42 @@ int run_generate(GenerateOptions o) {
     bar(e);
   };
 
+  // The request, checked once (pipeline/plan.h) before any weight loads.
+  pipeline::ImageRequest r;
+  r.prompts = o.prompts;
+  r.negative_prompt = o.negative_prompt;
+  r.height = o.height;
+  r.width = o.width;
+  r.num_inference_steps = o.steps;
+  r.guidance_scale = o.guidance;
+  r.true_cfg_scale = o.true_cfg;
+  r.skip_layer_guidance = o.slg;
+  r.seed = o.seed;
+  r.max_sequence_length = o.max_sequence_length;
+  if (!o.latents.empty()) {
+    auto in = io::read_safetensors_f32(o.latents);
+    auto it = in.find("latents");
+    XDIT_CHECK(it != in.end(), o.latents, " has no tensor 'latents'");
+    r.latents = it->second;
+  }
+  const pipeline::Output output =
+      latent_out ? pipeline::Output::kLatents : pipeline::Output::kImages;
   if (!o.prompts.empty() && o.latents.empty() && !latent_out) {
-    pipeline::ImageRequest r;
-    r.prompts = o.prompts;
-    r.negative_prompt = o.negative_prompt;
-    r.height = o.height;
-    r.width = o.width;
-    r.num_inference_steps = o.steps;
-    r.guidance_scale = o.guidance;
-    r.true_cfg_scale = o.true_cfg;
-    r.skip_layer_guidance = o.slg;
-    r.seed = o.seed;
     r.resolution_binning = !o.no_binning;
-    r.max_sequence_length = o.max_sequence_length;
-    pipe.validate(r);  // everything checked before the weights load
-    o.steps = r.num_inference_steps;
-    o.guidance = r.guidance_scale;
-    o.max_sequence_length = r.max_sequence_length;
-    XDIT_INFO(pipe.family().name(), ": ", r.num_inference_steps, " steps, guidance_scale ",
-              r.guidance_scale, ", max_sequence_length ", r.max_sequence_length, " (T5 tokens)");
-    if (r.run_height != r.height || r.run_width != r.width)
-      XDIT_INFO("resolution binning: generating at ", r.run_width, "x", r.run_height,
-                ", resized to ", r.width, "x", r.height, " (--no_resolution_binning to turn off)");
-    pipeline::ImageResult res = pipeline::generate_distributed(pipe, mesh, r, progress);
+    const pipeline::Plan plan = pipe.plan(r, output);
+    XDIT_INFO(pipe.family().name(), ": ", plan->num_inference_steps, " steps, guidance_scale ",
+              plan->guidance_scale, ", max_sequence_length ", plan->max_sequence_length,
+              " (T5 tokens)");
+    if (plan->resize_back)
+      XDIT_INFO("resolution binning: generating at ", plan->run_width, "x", plan->run_height,
+                ", resized to ", plan->width, "x", plan->height,
+                " (--no_resolution_binning to turn off)");
+    pipeline::ImageResult res = pipeline::generate_distributed(pipe, mesh, plan, progress);
     const auto paths = output_paths(o.output, res.rgb.size());
     if (writer)
       for (size_t i = 0; i < res.rgb.size(); ++i)
         io::write_png(outputs.at(i), res.width, res.height, res.rgb[i],
-                      png_text(o, o.prompts[i], res.width, res.height, model, pipe));
+                      png_text(*plan, o, o.prompts[i], model, pipe));
     XDIT_INFO("text encoding ", seconds(res.text_seconds), ", denoising ",
               seconds(res.denoise_seconds), ", decoding ", seconds(res.decode_seconds),
               ", peak memory ", human_size(static_cast<double>(peak_rss_bytes())), " -> ",
@@ -287,11 +295,11 @@ int run_generate(GenerateOptions o) {
     return 0;
   }
 
-  // Latent path: embeddings from a file or from the prompts, latents out (or decoded).
-  pipeline::LatentRequest req;
-  const auto t0 = Clock::now();
-  double text_s = 0;
+  // Latent path: embeddings from a file or from the prompts (encoded whole,
+  // then shared), latents out (or decoded here).
+  std::optional<pipeline::Plan> planned;
   if (!o.prompt_embeds.empty()) {
+    pipeline::LatentRequest req;
     auto in = io::read_safetensors_f32(o.prompt_embeds);
     auto take = [&](const std::string& name, bool required) {
       auto it = in.find(name);
@@ -303,62 +311,39 @@ int run_generate(GenerateOptions o) {
       req.cond.set(n.conditioning, take(n.file, n.required));
       req.uncond.set(n.conditioning, take(std::string("negative_") + n.file, false));
     }
+    req.latents = r.latents;
+    req.height = r.height;
+    req.width = r.width;
+    req.num_inference_steps = r.num_inference_steps;
+    req.guidance_scale = r.guidance_scale;
+    req.true_cfg_scale = r.true_cfg_scale;
+    req.skip_layer_guidance = r.skip_layer_guidance;
+    req.seed = r.seed;
+    planned.emplace(pipe.plan(req, output));
+    if (!latent_out) reserve(static_cast<size_t>(planned->batch()));
   } else {
-    pipeline::ImageRequest r;
-    r.prompts = o.prompts;
-    r.negative_prompt = o.negative_prompt;
-    r.guidance_scale = o.guidance;
-    r.true_cfg_scale = o.true_cfg;
-    r.max_sequence_length = o.max_sequence_length;
     r.resolution_binning = false;
-    r.height = o.height;
-    r.width = o.width;
-    pipe.validate(r);
-    o.max_sequence_length = r.max_sequence_length;
-    XDIT_INFO(pipe.family().name(), ": max_sequence_length ", r.max_sequence_length,
+    planned.emplace(pipe.plan(r, output));
+    XDIT_INFO(pipe.family().name(), ": max_sequence_length ", (*planned)->max_sequence_length,
               " (T5 tokens)");
-    pipeline::PromptEmbeddings e = pipe.encode_prompts(r);
-    req.cond = std::move(e.cond);
-    req.uncond = std::move(e.uncond);
-    text_s = secs(t0);
   }
-  if (!o.latents.empty()) {
-    auto in = io::read_safetensors_f32(o.latents);
-    auto it = in.find("latents");
-    XDIT_CHECK(it != in.end(), o.latents, " has no tensor 'latents'");
-    req.latents = it->second;
-  }
-  req.height = o.height;
-  req.width = o.width;
-  req.num_inference_steps = o.steps;
-  req.guidance_scale = o.guidance;
-  req.true_cfg_scale = o.true_cfg;
-  req.skip_layer_guidance = o.slg;
-  req.seed = o.seed;
-  pipe.validate(req);
-  o.steps = req.num_inference_steps;
-  o.guidance = req.guidance_scale;
-  if (!latent_out) {
-    pipeline::ImageRequest probe;  // opens and checks the VAE before the weights load
-    probe.prompts = {""};
-    probe.resolution_binning = false;
-    probe.height = req.height;
-    probe.width = req.width;
-    pipe.validate(probe);
-    if (o.prompts.empty()) reserve(static_cast<size_t>(req.cond.batch()));
-  }
+  const pipeline::Plan& plan = *planned;
+  const auto t0 = Clock::now();
+  const pipeline::Plan encoded =
+      plan.has_prompts() ? plan.with_embeddings(pipe.encode_prompts(plan)) : plan;
+  const double text_s = plan.has_prompts() ? secs(t0) : 0;
   const auto t1 = Clock::now();
   pipe.load();
-  Tensor latents = pipeline::generate_latents_distributed(pipe, mesh, req, progress);
+  Tensor latents = pipeline::generate_latents_distributed(pipe, mesh, encoded, progress);
   const double denoise_s = secs(t1);
   if (latent_out) {
     if (!writer) return 0;
     io::write_safetensors(outputs.at(0), {{"latents", latents}},
-                          {{"seed", std::to_string(o.seed)},
-                           {"steps", std::to_string(o.steps)},
-                           {"guidance_scale", std::to_string(o.guidance)},
-                           {"height", std::to_string(req.height)},
-                           {"width", std::to_string(req.width)},
+                          {{"seed", std::to_string(plan->seed)},
+                           {"steps", std::to_string(plan->num_inference_steps)},
+                           {"guidance_scale", std::to_string(plan->guidance_scale)},
+                           {"height", std::to_string(plan->height)},
+                           {"width", std::to_string(plan->width)},
                            {"model", model.from_cache() ? model.id : model.folder},
                            {"model_revision", model.commit},
                            {"xdit_version", XDIT_VERSION}});
@@ -373,9 +358,9 @@ int run_generate(GenerateOptions o) {
   const auto paths = output_paths(o.output, rgb.size());
   if (!writer) return 0;
   for (size_t i = 0; i < rgb.size(); ++i)
-    io::write_png(outputs.at(i), req.width, req.height, rgb[i],
-                  png_text(o, o.prompts.empty() ? "(prompt embeddings)" : o.prompts[i], req.width,
-                           req.height, model, pipe));
+    io::write_png(
+        outputs.at(i), plan->width, plan->height, rgb[i],
+        png_text(*plan, o, o.prompts.empty() ? "(prompt embeddings)" : o.prompts[i], model, pipe));
   XDIT_INFO("text encoding ", seconds(text_s), ", denoising ", seconds(denoise_s), ", decoding ",
             seconds(secs(t2)), ", peak memory ", human_size(static_cast<double>(peak_rss_bytes())),
             " -> ", paths[0]);

@@ -61,14 +61,18 @@ int run_serve(ServeOptions& o) {
   pipeline::Pipeline pipe(model.folder, dtype);
   pipe.set_mesh(&mesh);
   pipe.set_device(device);
-  pipe.set_keep_text_encoder(true);  // resident: encoders stay loaded between requests
-  // The model's default request against this layout, before the weights load.
-  pipeline::ImageRequest probe;
-  probe.prompts = {"probe"};
+  pipe.set_keep_text_encoder(true);    // resident: encoders stay loaded between requests
+  pipe.set_request_per_replica(true);  // a round gives each replica a request of its own
+  // The model's default request planned on this layout before the weights
+  // load: the server refuses to start where it could serve nothing (and
+  // the serving pipeline opens its text side and VAE).
+  pipeline::ImageRequest fallback;
+  fallback.prompts = {"the default request"};
   try {
-    pipe.validate(probe);
+    pipe.plan(fallback);
   } catch (const Error& e) {
-    XDIT_FAIL("this model cannot serve its default request (", probe.width, "x", probe.height,
+    const int64_t side = pipe.family().default_size(pipe.vae_scale_factor());
+    XDIT_FAIL("this model cannot serve its default request (", side, "x", side,
               ") on this parallel layout: ", e.what());
   }
   pipe.load();
@@ -79,6 +83,7 @@ int run_serve(ServeOptions& o) {
   validator.set_mesh(&mesh);
   validator.set_device(device);  // requests' memory is checked against the GPU's
   validator.set_weights_resident(true);
+  validator.set_request_per_replica(true);
   const std::string id = model.from_cache() ? model.id : fs::path(model.folder).filename().string();
   return serve_http(o, pipe, validator, mesh, id);
 }

@@ -41,13 +41,14 @@ int serve_http(const ServeOptions& o, pipeline::Pipeline& pipe, pipeline::Pipeli
 
 // --- serve_ranks.cpp: the rounds every rank runs -------------------------------
 
-// Group g of the mesh's data-parallel groups runs requests[g] (none when
-// there are fewer); every rank returns every request's result.
+// Group g of the mesh's data-parallel groups runs plans[g] (none when
+// there are fewer); every rank returns every plan's result.
 std::vector<pipeline::ImageResult> run_round(pipeline::Pipeline& pipe, parallel::Mesh& mesh,
-                                             const std::vector<pipeline::ImageRequest>& requests);
+                                             const std::vector<pipeline::Plan>& plans);
 
-// Rank 0 → every other rank, point to point: run this round, or stop.
-void send_round(comm::Communicator& world, const std::vector<pipeline::ImageRequest>& requests);
+// Rank 0 → every other rank, point to point: run this round (the plans as
+// JSON, pipeline::Plan::to_json), or stop.
+void send_round(comm::Communicator& world, const std::vector<pipeline::Plan>& plans);
 void send_stop(comm::Communicator& world);
 
 // Every rank but 0: runs the rounds rank 0 sends until it says stop; returns

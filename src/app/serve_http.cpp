@@ -192,29 +192,22 @@ class Server {
       auto jobs = queue_.take(static_cast<size_t>(groups_), std::chrono::milliseconds(100));
       if (jobs.empty()) continue;
       std::vector<std::shared_ptr<serve::Job>> runs;
-      std::vector<pipeline::ImageRequest> reqs;
+      std::vector<pipeline::Plan> plans;  // checked on the HTTP thread, before the queue
       for (auto& job : jobs) {
-        pipeline::ImageRequest r = job->request().image;
         if (Clock::now() > job->deadline()) {
           job->finish(serve::JobResult::error(504, timeout_message()));
           continue;
         }
-        try {
-          pipe_.validate(r);  // the serving pipeline's word (the validator's already passed)
-        } catch (const Error& e) {
-          job->finish(serve::JobResult::error(400, e.what()));
-          continue;
-        }
         runs.push_back(job);
-        reqs.push_back(r);
+        plans.push_back(*job->plan());
       }
       if (runs.empty()) continue;
-      send_round(mesh_.world(), reqs);
+      send_round(mesh_.world(), plans);
       running_ = runs.size();
       const auto t0 = Clock::now();
       std::vector<pipeline::ImageResult> results;
       try {
-        results = run_round(pipe_, mesh_, reqs);
+        results = run_round(pipe_, mesh_, plans);
       } catch (const std::exception& e) {
         // One process: the failure is this request's; answer it and go on.
         // Several: a rank may be inside a collective, so the job ends (main
@@ -235,7 +228,7 @@ class Server {
         jr.height = g.height;
         jr.rgb = std::move(g.rgb);
         jr.seconds = s;
-        jr.request = reqs[i];
+        jr.plan = *plans[i];
         runs[i]->finish(std::move(jr));
       }
       running_ = 0;
@@ -256,6 +249,7 @@ class Server {
     const auto t0 = Clock::now();
     if (g_stop) return reply_error(res, req.path, 503, "the server is shutting down");
     serve::ServeRequest sr;
+    std::optional<pipeline::Plan> plan;
     try {
       sr = serve::parse_request(e, req.body);
       if (sr.save_disk_path) {
@@ -267,17 +261,18 @@ class Server {
                                   "into, got '" +
                                       *sr.save_disk_path + "'");
       }
-      pipeline::ImageRequest check = sr.image;
       std::lock_guard<std::mutex> lock(validator_mu_);
-      validator_.validate(check);  // model, size, layout and memory: before the queue
+      plan.emplace(validator_.plan(sr.image));  // model, size, layout and memory: before the queue
     } catch (const serve::BadRequest& b) {
       return reply_error(res, req.path, b.status(), b.what(), b.field());
     } catch (const Error& err) {
       return reply_error(res, req.path, 400, err.what());
     }
-    auto job = std::make_shared<serve::Job>(
-        std::move(sr), t0 + std::chrono::duration_cast<Clock::duration>(
-                                std::chrono::duration<double>(o_.request_timeout)));
+    auto job =
+        std::make_shared<serve::Job>(std::move(sr),
+                                     t0 + std::chrono::duration_cast<Clock::duration>(
+                                              std::chrono::duration<double>(o_.request_timeout)),
+                                     std::move(plan));
     switch (queue_.push(job)) {
       case serve::JobQueue::Push::kFull: {
         const double wait =
@@ -300,7 +295,7 @@ class Server {
     const serve::ServeRequest& asked = job->request();
     std::vector<std::vector<uint8_t>> pngs;
     for (const auto& rgb : r->rgb)
-      pngs.push_back(io::encode_png(r->width, r->height, rgb, png_text(r->request)));
+      pngs.push_back(io::encode_png(r->width, r->height, rgb, png_text(r->plan)));
     if (e == serve::Endpoint::kImages) {
       json data = json::array();
       for (const auto& png : pngs) data.push_back({{"b64_json", serve::base64_encode(png)}});
@@ -340,7 +335,7 @@ class Server {
     reply_json(res, req.path, 200, body);
   }
 
-  std::map<std::string, std::string> png_text(const pipeline::ImageRequest& r) const {
+  std::map<std::string, std::string> png_text(const pipeline::PlanFields& r) const {
     ImageMetadata m;
     m.prompt = r.prompts.empty() ? "" : r.prompts[0];
     m.negative_prompt = r.negative_prompt.value_or("");

@@ -43,13 +43,13 @@ std::string receive_command(comm::Communicator& w) {
 }  // namespace
 
 std::vector<pipeline::ImageResult> run_round(pipeline::Pipeline& pipe, parallel::Mesh& mesh,
-                                             const std::vector<pipeline::ImageRequest>& requests) {
-  return pipeline::generate_groups(pipe, mesh, requests, maybe_inject_fault);
+                                             const std::vector<pipeline::Plan>& plans) {
+  return pipeline::generate_groups(pipe, mesh, plans, maybe_inject_fault);
 }
 
-void send_round(comm::Communicator& world, const std::vector<pipeline::ImageRequest>& requests) {
-  json cmd = {{"op", "run"}, {"requests", json::array()}};
-  for (const auto& r : requests) cmd["requests"].push_back(serve::request_to_json(r));
+void send_round(comm::Communicator& world, const std::vector<pipeline::Plan>& plans) {
+  json cmd = {{"op", "run"}, {"plans", json::array()}};
+  for (const auto& p : plans) cmd["plans"].push_back(p.to_json());
   send_command(world, cmd.dump());
 }
 
@@ -61,9 +61,9 @@ int follow(pipeline::Pipeline& pipe, parallel::Mesh& mesh) {
   for (;;) {
     const json cmd = json::parse(receive_command(mesh.world()));
     if (cmd.at("op") == "stop") return 0;
-    std::vector<pipeline::ImageRequest> reqs;
-    for (const json& r : cmd.at("requests")) reqs.push_back(serve::request_from_json(r));
-    run_round(pipe, mesh, reqs);
+    std::vector<pipeline::Plan> plans;
+    for (const json& p : cmd.at("plans")) plans.push_back(pipeline::Plan::from_json(p));
+    run_round(pipe, mesh, plans);
   }
 }
 

@@ -99,23 +99,28 @@ std::vector<ImageResult> gather_results(comm::Communicator& dp_group, const Imag
   return all;
 }
 
-Tensor generate_latents_distributed(Pipeline& pipe, parallel::Mesh& mesh, LatentRequest r,
+namespace {
+
+// The whole batch's initial latents: the plan's, or drawn from its seed, so
+// every group's share equals the serial batch's.
+Tensor batch_latents(const Pipeline& pipe, const Plan& plan) {
+  if (plan->latents.defined()) return plan->latents;
+  const int64_t vsf = pipe.vae_scale_factor();
+  return initial_noise(plan.batch(), pipe.spec().latent_channels, plan->run_height / vsf,
+                       plan->run_width / vsf, plan->seed);
+}
+
+}  // namespace
+
+Tensor generate_latents_distributed(Pipeline& pipe, parallel::Mesh& mesh, const Plan& whole,
                                     const std::function<void(const StepEvent&)>& on_step) {
   XDIT_CHECK(pipe.mesh() == &mesh, "generate_latents_distributed: call pipe.set_mesh(&mesh) first");
-  pipe.validate(r);  // includes the mesh's checks against the model and size
-  const int64_t P = r.cond.batch();
+  const Plan plan = whole.has_prompts() ? whole.with_embeddings(pipe.encode_prompts(whole)) : whole;
+  const int64_t P = plan.batch();
   const int dp = mesh.config().data_parallel_degree;
-  mesh.config().validate_prompts(static_cast<size_t>(P));
   const auto [b, e] = dp_share(P, dp, mesh.coord().dp);
-  const int64_t vsf = pipe.vae_scale_factor();
-  if (!r.latents.defined())
-    r.latents =
-        initial_noise(P, pipe.spec().latent_channels, r.height / vsf, r.width / vsf, r.seed);
-  LatentRequest mine = r;
-  mine.cond = r.cond.slice(b, e);
-  mine.uncond = r.uncond.slice(b, e);
-  mine.latents = batch_slice(r.latents, b, e);
-  Tensor out = pipe.generate_latents(mine, on_step);
+  const Tensor latents = batch_latents(pipe, plan);
+  Tensor out = pipe.generate_latents(plan.share(b, e, batch_slice(latents, b, e)), on_step);
   if (dp == 1) return out;
   std::vector<uint8_t> bytes(out.nbytes());
   std::memcpy(bytes.data(), out.raw(), bytes.size());
@@ -129,22 +134,14 @@ Tensor generate_latents_distributed(Pipeline& pipe, parallel::Mesh& mesh, Latent
   return full;
 }
 
-ImageResult generate_distributed(Pipeline& pipe, parallel::Mesh& mesh, ImageRequest r,
+ImageResult generate_distributed(Pipeline& pipe, parallel::Mesh& mesh, const Plan& plan,
                                  const std::function<void(const StepEvent&)>& on_step) {
   XDIT_CHECK(pipe.mesh() == &mesh, "generate_distributed: call pipe.set_mesh(&mesh) first");
-  pipe.validate(r);  // includes the mesh's checks against the model and the binned size
-  const int64_t P = static_cast<int64_t>(r.prompts.size());
+  const int64_t P = plan.batch();
   const int dp = mesh.config().data_parallel_degree;
-  const int64_t vsf = pipe.vae_scale_factor();
-  mesh.config().validate_prompts(static_cast<size_t>(P));
   const auto [b, e] = dp_share(P, dp, mesh.coord().dp);
-  if (!r.latents.defined())
-    r.latents = initial_noise(P, pipe.spec().latent_channels, r.run_height / vsf, r.run_width / vsf,
-                              r.seed);
-  ImageRequest mine = r;
-  mine.prompts.assign(r.prompts.begin() + b, r.prompts.begin() + e);
-  mine.latents = batch_slice(r.latents, b, e);
-  ImageResult res = pipe.generate(mine, on_step);
+  const Tensor latents = batch_latents(pipe, plan);
+  ImageResult res = pipe.generate(plan.share(b, e, batch_slice(latents, b, e)), on_step);
   if (dp == 1) return res;
   std::vector<std::vector<uint8_t>> images;
   for (ImageResult& g : gather_results(mesh.dp_group(), res)) {
@@ -158,16 +155,16 @@ ImageResult generate_distributed(Pipeline& pipe, parallel::Mesh& mesh, ImageRequ
 }
 
 std::vector<ImageResult> generate_groups(Pipeline& pipe, parallel::Mesh& mesh,
-                                         const std::vector<ImageRequest>& requests,
+                                         const std::vector<Plan>& plans,
                                          const std::function<void(const StepEvent&)>& on_step) {
   XDIT_CHECK(pipe.mesh() == &mesh, "generate_groups: call pipe.set_mesh(&mesh) first");
   const int g = mesh.coord().dp;
   ImageResult mine;
-  if (g < static_cast<int>(requests.size()))
-    mine = pipe.generate(requests[static_cast<size_t>(g)], on_step);
+  if (g < static_cast<int>(plans.size()))
+    mine = pipe.generate(plans[static_cast<size_t>(g)], on_step);
   if (mesh.config().data_parallel_degree == 1) return {std::move(mine)};
   std::vector<ImageResult> all = gather_results(mesh.dp_group(), mine);
-  all.resize(requests.size());
+  all.resize(plans.size());
   return all;
 }
 

@@ -29,19 +29,31 @@ std::vector<std::vector<uint8_t>> gather_groups(comm::Communicator& dp_group,
 // that ran nothing passes an empty one).
 std::vector<ImageResult> gather_results(comm::Communicator& dp_group, const ImageResult& mine);
 
-// Embeddings → final latents for the whole batch.
-Tensor generate_latents_distributed(Pipeline& pipe, parallel::Mesh& mesh, LatentRequest r,
+// A plan → final latents for the whole batch (a plan with prompts: every
+// rank encodes the whole batch, then takes its share of the embeddings).
+Tensor generate_latents_distributed(Pipeline& pipe, parallel::Mesh& mesh, const Plan& plan,
                                     const std::function<void(const StepEvent&)>& on_step = {});
+// Plans `r` on `pipe` (whose mesh is `mesh`), then runs the plan.
+inline Tensor generate_latents_distributed(
+    Pipeline& pipe, parallel::Mesh& mesh, const LatentRequest& r,
+    const std::function<void(const StepEvent&)>& on_step = {}) {
+  return generate_latents_distributed(pipe, mesh, pipe.plan(r), on_step);
+}
 
-// Prompts → images for the whole batch.
-ImageResult generate_distributed(Pipeline& pipe, parallel::Mesh& mesh, ImageRequest r,
+// A plan for images → the whole batch's images (each group encodes its
+// share of the prompts).
+ImageResult generate_distributed(Pipeline& pipe, parallel::Mesh& mesh, const Plan& plan,
                                  const std::function<void(const StepEvent&)>& on_step = {});
+inline ImageResult generate_distributed(Pipeline& pipe, parallel::Mesh& mesh, const ImageRequest& r,
+                                        const std::function<void(const StepEvent&)>& on_step = {}) {
+  return generate_distributed(pipe, mesh, pipe.plan(r), on_step);
+}
 
 // Data parallelism over requests instead of prompts (a server's round): DP
-// group g runs requests[g] whole (nothing when there are fewer requests than
-// groups); every rank returns one result per request, in request order.
+// group g runs plans[g] whole (nothing when there are fewer plans than
+// groups); every rank returns one result per plan, in plan order.
 std::vector<ImageResult> generate_groups(Pipeline& pipe, parallel::Mesh& mesh,
-                                         const std::vector<ImageRequest>& requests,
+                                         const std::vector<Plan>& plans,
                                          const std::function<void(const StepEvent&)>& on_step = {});
 
 }  // namespace xdit::pipeline

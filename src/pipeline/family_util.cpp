@@ -96,7 +96,7 @@ std::vector<std::pair<Tensor, Tensor>> encode_t5(const tokenizers::T5Tokenizer& 
   return out;
 }
 
-std::vector<T5Texts> prompt_lists(const ImageRequest& r, bool cfg) {
+std::vector<T5Texts> prompt_lists(const PlanFields& r, bool cfg) {
   std::vector<T5Texts> lists{{r.prompts, true}};
   if (cfg)
     lists.push_back(

@@ -14,6 +14,7 @@
 #include "io/weights.h"
 #include "models/clip.h"
 #include "models/t5.h"
+#include "pipeline/plan.h"
 #include "pipeline/request.h"
 #include "tokenizers/clip_tokenizer.h"
 #include "tokenizers/t5_tokenizer.h"
@@ -87,7 +88,7 @@ inline std::pair<Tensor, Tensor> encode_t5(const tokenizers::T5Tokenizer& tok,
 // The request's prompts (warned about when truncated) and, under CFG, one
 // negative prompt for each ("" when none is given, not warned about), as
 // encode_t5 takes them.
-std::vector<T5Texts> prompt_lists(const ImageRequest& r, bool cfg);
+std::vector<T5Texts> prompt_lists(const PlanFields& r, bool cfg);
 
 // Prompts → CLIP's outputs at the tokenizer's model_max_length: the pooled
 // vector, and the hidden state `hidden_state` indexes (SD3: -2, the

@@ -107,7 +107,8 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
   int64_t default_max_sequence_length() const override { return 512; }
   int64_t max_sequence_limit() const override { return t5_sequence_limit(*t5_tok_); }
 
-  PromptEmbeddings encode(const ImageRequest& r, bool cfg, DType dtype) override {
+  PromptEmbeddings encode(const PlanFields& r, DType dtype) override {
+    const bool cfg = r.cfg;
     XDIT_CHECK(clip_tok_ && t5_tok_ && clip_cfg_ && t5_cfg_,
                "encode before the text side was opened");
     if (!clip_)

@@ -17,6 +17,7 @@
 #include "models/pixart.h"
 #include "models/t5.h"
 #include "pipeline/memory_estimate.h"
+#include "pipeline/plan.h"
 #include "pipeline/request.h"
 #include "schedulers/scheduler_config.h"
 
@@ -123,7 +124,8 @@ class ModelFamily {
   virtual void open_text(const io::ModelFolder& folder) = 0;
   virtual int64_t default_max_sequence_length() const = 0;
   virtual int64_t max_sequence_limit() const = 0;
-  virtual PromptEmbeddings encode(const ImageRequest& r, bool cfg, DType dtype) = 0;
+  // A plan's prompts (and under its CFG the negative prompts) → embeddings.
+  virtual PromptEmbeddings encode(const PlanFields& r, DType dtype) = 0;
   virtual void release_text() = 0;
   // The text encoders, for the memory estimate.
   virtual void describe_text(MemoryQuery& q) const = 0;

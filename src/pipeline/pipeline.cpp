@@ -27,21 +27,6 @@ std::string stage_weight_bytes(const ModelFamily& family, const models::DiTStage
 
 }  // namespace
 
-LatentRequest latent_request(const ImageRequest& r, PromptEmbeddings e) {
-  LatentRequest lr;
-  lr.cond = std::move(e.cond);
-  lr.uncond = std::move(e.uncond);
-  lr.height = r.run_height;
-  lr.width = r.run_width;
-  lr.num_inference_steps = r.num_inference_steps;
-  lr.guidance_scale = r.guidance_scale;
-  lr.true_cfg_scale = r.true_cfg_scale;
-  lr.skip_layer_guidance = r.skip_layer_guidance;
-  lr.seed = r.seed;
-  lr.latents = r.latents;
-  return lr;
-}
-
 Pipeline::Pipeline(const std::string& folder, DType dtype) : folder_(folder), dtype_(dtype) {
   family_ = ModelFamily::from_folder(*folder_);
   const std::string sdir = folder_->component("scheduler");
@@ -174,21 +159,19 @@ void Pipeline::release_transformer() {
   release_cached_blocks();  // before the decoder takes its buffers
 }
 
-std::pair<models::Conditioning, models::Conditioning> Pipeline::halves(
-    const LatentRequest& r) const {
+std::pair<models::Conditioning, models::Conditioning> Pipeline::halves(const PlanFields& r) const {
   models::Conditioning uncond = r.uncond, cond = r.cond;
   ModelFamily::match_masks(uncond, cond);
-  const bool cfg = uses_cfg(r);  // without CFG the negative half is not used
-  for (models::Conditioning* c : {&uncond, &cond})
-    if (!c->empty() && (c == &cond || cfg))
-      family_->add_request_conditioning(*c, r.height, r.width, r.guidance_scale);
+  for (models::Conditioning* c : {&uncond, &cond})  // without CFG the negative half is not used
+    if (!c->empty() && (c == &cond || r.cfg))
+      family_->add_request_conditioning(*c, r.run_height, r.run_width, r.guidance_scale);
   return {std::move(uncond), std::move(cond)};
 }
 
-LoopInputs Pipeline::loop_inputs(const LatentRequest& r) const {
+LoopInputs Pipeline::loop_inputs(const PlanFields& r) const {
   LoopInputs li;
   li.prompts = r.cond.batch();
-  li.cfg = uses_cfg(r);
+  li.cfg = r.cfg;
   li.cfg_scale = family_->cfg_scale(r.guidance_scale, r.true_cfg_scale);
   li.timestep_divisor = spec().timestep_divisor;
   // Under CFG parallel each CFG group runs one half: group 0 the negative
@@ -205,7 +188,7 @@ LoopInputs Pipeline::loop_inputs(const LatentRequest& r) const {
   return li;
 }
 
-LoopInputs Pipeline::skip_inputs(const LatentRequest& r, const LoopInputs& li) const {
+LoopInputs Pipeline::skip_inputs(const PlanFields& r, const LoopInputs& li) const {
   LoopInputs s = li;  // the divisor; the prompt half only, unmasked
   s.cond = halves(r).second.as(DType::kF32, Device{});
   s.cond.set(models::kTextMask, Tensor());
@@ -215,17 +198,17 @@ LoopInputs Pipeline::skip_inputs(const LatentRequest& r, const LoopInputs& li) c
   return s;
 }
 
-Tensor Pipeline::generate_latents(const LatentRequest& req,
+Tensor Pipeline::generate_latents(const Plan& plan,
                                   const std::function<void(const StepEvent&)>& on_step,
                                   const std::vector<StepHook*>& hooks) {
-  LatentRequest r = req;
-  validate(r);
+  if (plan.has_prompts())
+    return generate_latents(plan.with_embeddings(encode_prompts(plan)), on_step, hooks);
+  const PlanFields& r = *plan;
   load();
-  const int64_t P = r.cond.batch();
+  const int64_t P = plan.batch();
   const int64_t vsf = vae_scale_factor();
-  const int64_t h = r.height / vsf, w = r.width / vsf, C = spec().latent_channels;
-  Tensor latents =
-      r.latents.defined() ? r.latents.to(DType::kF32) : initial_noise(P, C, h, w, r.seed);
+  const int64_t h = r.run_height / vsf, w = r.run_width / vsf, C = spec().latent_channels;
+  Tensor latents = r.latents.defined() ? r.latents : initial_noise(P, C, h, w, r.seed);
   const auto sched = sched_cfg_.make();
   if (r.num_inference_steps == 0) return latents;
   sched->set_timesteps(r.num_inference_steps,
@@ -248,12 +231,8 @@ Tensor Pipeline::generate_latents(const LatentRequest& req,
   return out;
 }
 
-PromptEmbeddings Pipeline::encode_prompts(const ImageRequest& r) {
-  XDIT_CHECK(text_opened_, "encode_prompts before validate");
-  // PixArt's CFG runs with the negative prompt "" when none is given;
-  // FLUX's true CFG needs a given one.
-  const bool cfg =
-      family_->uses_cfg(r.guidance_scale, r.true_cfg_scale, r.negative_prompt.has_value());
+PromptEmbeddings Pipeline::encode_prompts(const Plan& plan) {
+  XDIT_CHECK(text_opened_ && plan.has_prompts(), "encode_prompts needs a plan with prompts");
   // T5's share: on the CPU the replica's text group (made on the first call,
   // collective over the replica, all of whose ranks encode these prompts),
   // on a CUDA device the transformer's tensor-parallel group.
@@ -268,11 +247,13 @@ PromptEmbeddings Pipeline::encode_prompts(const ImageRequest& r) {
   // On a CUDA device the text encoders run there too (the embeddings come
   // back to the host).
   DeviceScope scope(device_);
-  return family_->encode(r, cfg, dtype_);
+  // PixArt's CFG runs with the negative prompt "" when none is given;
+  // FLUX's true CFG needs a given one (the plan's cfg says which).
+  return family_->encode(*plan, dtype_);
 }
 
 Tensor Pipeline::decode_latents(const Tensor& latents) {
-  XDIT_CHECK(vae_cfg_, "decode_latents before validate");
+  XDIT_CHECK(vae_cfg_, "decode_latents before a plan with images opened the VAE");
   // On a CUDA device the decoder's weights and activations live there; the
   // image comes back to the host.
   DeviceScope scope(device_);
@@ -294,28 +275,29 @@ Tensor Pipeline::decode_latents(const Tensor& latents) {
   return image;
 }
 
-ImageResult Pipeline::generate(ImageRequest r,
+ImageResult Pipeline::generate(const Plan& plan,
                                const std::function<void(const StepEvent&)>& on_step) {
-  validate(r);
+  XDIT_CHECK(plan->output == Output::kImages, "generate needs a plan for images");
   using Clock = std::chrono::steady_clock;
   auto secs = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
   };
   ImageResult out;
   const auto t0 = Clock::now();
-  PromptEmbeddings e = encode_prompts(r);
-  if (!keep_text_encoder_) {
-    family_->release_text();
-    release_cached_blocks();  // their buffers go back to the system before the transformer's
+  std::optional<Plan> encoded;
+  if (plan.has_prompts()) {
+    encoded = plan.with_embeddings(encode_prompts(plan));
+    if (!keep_text_encoder_) {
+      family_->release_text();
+      release_cached_blocks();  // their buffers go back to the system before the transformer's
+    }
   }
   const auto t1 = Clock::now();
-  const LatentRequest lr = latent_request(r, std::move(e));
-  Tensor latents = generate_latents(lr, on_step);
+  Tensor latents = generate_latents(encoded ? *encoded : plan, on_step);
   if (one_shot_) release_transformer();
   const auto t2 = Clock::now();
   Tensor image = decode_latents(latents);
-  if (family_->bins_resolution() && r.resolution_binning)
-    image = resize_and_crop(image, r.height, r.width);
+  if (plan->resize_back) image = resize_and_crop(image, plan->height, plan->width);
   out.rgb = models::image_to_rgb8(image);
   out.height = image.dim(2);
   out.width = image.dim(3);

@@ -1,5 +1,5 @@
 // The text-to-image pipeline every model family runs through (diffusers'
-// PixArtAlphaPipeline / PixArtSigmaPipeline / FluxPipeline): validate →
+// PixArtAlphaPipeline / PixArtSigmaPipeline / FluxPipeline): plan →
 // encode the prompts (the family's text side) → one denoising loop
 // (transformer, classifier-free guidance, scheduler step) → VAE decode → RGB8.
 // The loop is the Denoiser's (denoiser.h: the per-step loop or PipeFusion's,
@@ -8,7 +8,7 @@
 // model behind it is a models::DiT.
 //
 // Construction reads and checks the transformer and scheduler configs and
-// opens their weight files (header checks only); validate() does the same for
+// opens their weight files (header checks only); plan() does the same for
 // the text encoders and VAE a request needs. Models are built on first use.
 #pragma once
 
@@ -28,13 +28,11 @@
 #include "pipeline/denoiser.h"
 #include "pipeline/memory_estimate.h"
 #include "pipeline/model_family.h"
+#include "pipeline/plan.h"
 #include "pipeline/request.h"
 #include "schedulers/scheduler_config.h"
 
 namespace xdit::pipeline {
-
-// The latent request of a validated image request and its embeddings.
-LatentRequest latent_request(const ImageRequest& r, PromptEmbeddings e);
 
 class Pipeline {
  public:
@@ -58,27 +56,41 @@ class Pipeline {
   int64_t vae_scale_factor() const;
   const schedulers::SchedulerConfig& scheduler_config() const { return sched_cfg_; }
   // PixArt-α 120, PixArt-Σ 300, FLUX 512 (diffusers' defaults). Needs the
-  // text side (validate(ImageRequest) opens it).
+  // text side (a plan with prompts opens it).
   int64_t default_max_sequence_length() const { return family_->default_max_sequence_length(); }
 
-  // Fills defaults (size, steps, guidance) and checks the request against
-  // the model; throws a one-line error. Cheap: call before load().
-  void validate(LatentRequest& r) const;
-  // Fills defaults, bins or floors the size, opens tokenizers / text
-  // encoders / VAE configs and weight headers, and checks everything. Cheap.
-  void validate(ImageRequest& r);
+  // The one check of a request (plan.h): fills defaults, bins or floors the
+  // size, opens the tokenizers' / text encoders' configs (prompts) and the
+  // VAE's (images) with their weight headers, and checks everything against
+  // the model, the mesh and the memory left; throws a one-line error. Cheap:
+  // call before load(). Nothing that runs a plan checks it again.
+  Plan plan(const ImageRequest& r, Output out = Output::kImages);
+  // Embeddings → latents (or images, through the VAE).
+  Plan plan(const LatentRequest& r, Output out = Output::kLatents);
   void load();
   // Runs the denoising loop; returns the final latents [P, C, H/f, W/f].
-  // `hooks` run at every step after the pipeline's own (denoiser.h).
-  Tensor generate_latents(const LatentRequest& r,
+  // A plan with prompts encodes them first. `hooks` run at every step after
+  // the pipeline's own (denoiser.h).
+  Tensor generate_latents(const Plan& plan,
                           const std::function<void(const StepEvent&)>& on_step = {},
                           const std::vector<StepHook*>& hooks = {});
-  // Tokenizes and encodes prompts (and the negative prompt under CFG).
-  PromptEmbeddings encode_prompts(const ImageRequest& r);
-  // Decodes latents to images in [−1, 1], [B, 3, H, W].
+  // Plans `r`, then runs the plan.
+  Tensor generate_latents(const LatentRequest& r,
+                          const std::function<void(const StepEvent&)>& on_step = {},
+                          const std::vector<StepHook*>& hooks = {}) {
+    return generate_latents(plan(r), on_step, hooks);
+  }
+  // Tokenizes and encodes a plan's prompts (and the negative prompt under CFG).
+  PromptEmbeddings encode_prompts(const Plan& plan);
+  // Decodes latents to images in [−1, 1], [B, 3, H, W] (after a plan with
+  // Output::kImages has opened the VAE).
   Tensor decode_latents(const Tensor& latents);
-  // The whole pipeline.
-  ImageResult generate(ImageRequest r, const std::function<void(const StepEvent&)>& on_step = {});
+  // The whole pipeline: encode, denoise, decode, resize back from the bin.
+  ImageResult generate(const Plan& plan, const std::function<void(const StepEvent&)>& on_step = {});
+  ImageResult generate(const ImageRequest& r,
+                       const std::function<void(const StepEvent&)>& on_step = {}) {
+    return generate(plan(r), on_step);
+  }
   // Runs the transformer over the mesh: CFG halves on the two CFG groups,
   // image rows split over the sequence-parallel group (Ulysses / Ring / USP
   // attention), blocks over PipeFusion stages, layers' weights over the
@@ -105,6 +117,11 @@ class Pipeline {
   // runs): the memory check counts the request's activations, not the
   // transformer's weights again.
   void set_weights_resident(bool resident) { weights_resident_ = resident; }
+
+  // Each data-parallel replica runs a request of its own, whole (xdit
+  // serve's rounds), instead of a share of one batch: a plan then needs no
+  // prompt per data-parallel group.
+  void set_request_per_replica(bool on) { request_per_replica_ = on; }
 
   // Where the pipeline runs: the CPU (default) or a CUDA device (text
   // encoders, transformer and VAE; the scheduler step stays on the CPU).
@@ -138,11 +155,11 @@ class Pipeline {
   // The loop's inputs: the batch's conditioning ([uncond; cond] under CFG,
   // one half under CFG parallel), and the prompt half alone for SD3's
   // skip-layer guidance call.
-  LoopInputs loop_inputs(const LatentRequest& r) const;
+  LoopInputs loop_inputs(const PlanFields& r) const;
   // The request's {uncond, cond} conditioning: masks matched, and the
   // family's per-request tensors added to each half.
-  std::pair<models::Conditioning, models::Conditioning> halves(const LatentRequest& r) const;
-  LoopInputs skip_inputs(const LatentRequest& r, const LoopInputs& li) const;
+  std::pair<models::Conditioning, models::Conditioning> halves(const PlanFields& r) const;
+  LoopInputs skip_inputs(const PlanFields& r, const LoopInputs& li) const;
 
   void check_size(int64_t height, int64_t width) const;
   void check_steps(int64_t steps) const;
@@ -151,11 +168,17 @@ class Pipeline {
   // (FLUX) floors to the latent grid with a warning; PixArt refuses a size
   // off its grid with `hint`.
   void settle_size(int64_t& height, int64_t& width, const char* hint) const;
-  void check_mesh(int64_t height, bool cfg) const;
+  // The layout against the model at this size, and the prompts against the
+  // data-parallel groups.
+  void check_mesh(int64_t height, bool cfg, int64_t prompts) const;
+  // Initial latents against the batch and the run size; the finite check
+  // (after the embeddings', as before) returns them in f32.
+  void check_latents_shape(const Tensor& latents, int64_t prompts, int64_t height,
+                           int64_t width) const;
+  static Tensor finite_latents(const Tensor& latents);
+  // The VAE's config and weight headers, opened and checked once.
+  void open_vae();
   void check_skip_layer_guidance(const SkipLayerGuidance& s, bool cfg) const;
-  // The family's warnings about fields with no effect, on the request as
-  // given (guidance_scale before defaults), once per pipeline.
-  void warn_unused_once(double guidance_scale, double true_cfg_scale, bool has_negative) const;
   // The memory query for `prompts` images at height x width px on this mesh.
   MemoryQuery memory_query(int64_t prompts, int64_t height, int64_t width, bool cfg) const;
   // The estimate of `q` against the memory left (weights already loaded not
@@ -168,7 +191,7 @@ class Pipeline {
   schedulers::SchedulerConfig sched_cfg_;
   std::unique_ptr<io::WeightSource> weights_;  // until load() has built the transformer
   std::unique_ptr<models::DiT> transformer_;
-  // The VAE, opened by validate(ImageRequest), built on first use.
+  // The VAE, opened by a plan with Output::kImages, built on first use.
   std::unique_ptr<models::VaeConfig> vae_cfg_;
   std::unique_ptr<io::WeightStore> vae_weights_;
   std::unique_ptr<models::VaeDecoder> vae_;
@@ -178,8 +201,7 @@ class Pipeline {
   bool one_shot_ = false;
   bool weights_resident_ = false;
   Device device_;
-  mutable bool warned_ = false;  // the family's warnings about unused fields, once
-  mutable bool warned_slg_ = false;
+  bool request_per_replica_ = false;
   parallel::Mesh* mesh_ = nullptr;
   // The parallel methods: made by set_mesh, its backend attached by load().
   std::unique_ptr<parallel::ParallelRuntime> runtime_;

@@ -49,7 +49,8 @@ class PixArtFamily : public ConfigFamily<models::PixArtConfig, models::PixArtTra
   int64_t default_max_sequence_length() const override { return sigma_ ? 300 : 120; }
   int64_t max_sequence_limit() const override { return tokenizer_->model_max_length(); }
 
-  PromptEmbeddings encode(const ImageRequest& r, bool cfg, DType dtype) override {
+  PromptEmbeddings encode(const PlanFields& r, DType dtype) override {
+    const bool cfg = r.cfg;
     XDIT_CHECK(tokenizer_ && t5_cfg_, "encode before the text side was opened");
     auto enc = encode_t5(*tokenizer_, t5_encoder(dtype), prompt_lists(r, cfg),
                          r.max_sequence_length, true, true);

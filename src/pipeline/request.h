@@ -57,7 +57,7 @@ struct LatentRequest {
   uint64_t seed = 42;
 };
 
-// Prompts → images, with diffusers' defaults.
+// Prompts → images, with diffusers' defaults (Pipeline::plan fills them).
 struct ImageRequest {
   std::vector<std::string> prompts;            // one image per prompt
   std::optional<std::string> negative_prompt;  // PixArt: "" when absent, as diffusers
@@ -70,9 +70,7 @@ struct ImageRequest {
   bool resolution_binning = true;  // PixArt
   int64_t max_sequence_length =
       0;           // 0 = the model's default (PixArt-α 120, Σ 300, FLUX 512, SD3 256)
-  Tensor latents;  // initial latents; undefined = drawn from the seed
-  // Filled by validate(): the size the model runs at (the bin, when binning).
-  int64_t run_height = 0, run_width = 0;
+  Tensor latents;  // initial latents at the size the model runs at; undefined = drawn from the seed
 };
 
 struct ImageResult {

@@ -94,7 +94,8 @@ class SD3Family : public ConfigFamily<models::SD3Config, models::SD3Transformer>
   int64_t default_max_sequence_length() const override { return 256; }
   int64_t max_sequence_limit() const override { return t5_sequence_limit(*t5_tok_); }
 
-  PromptEmbeddings encode(const ImageRequest& r, bool cfg, DType dtype) override {
+  PromptEmbeddings encode(const PlanFields& r, DType dtype) override {
+    const bool cfg = r.cfg;
     XDIT_CHECK(clip_l_cfg_ && t5_cfg_, "encode before the text side was opened");
     if (!clip_l_) {
       clip_l_ = std::make_unique<models::ClipTextEncoder>(*clip_l_cfg_, *clip_l_weights_, dtype);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/plan.h"
 #include "serve/request_schema.h"
 
 namespace xdit::serve {
@@ -29,7 +30,7 @@ struct JobResult {
   int64_t width = 0, height = 0;
   std::vector<std::vector<uint8_t>> rgb;  // status 200: one image per prompt
   double seconds = 0;                     // the generation's
-  pipeline::ImageRequest request;         // as it ran (the model's defaults filled in)
+  pipeline::PlanFields plan;              // as it ran (the model's defaults filled in)
 
   static JobResult error(int status, std::string message, std::string field = "") {
     JobResult r;
@@ -42,11 +43,16 @@ struct JobResult {
 
 class Job {
  public:
-  Job(ServeRequest request, Clock::time_point deadline)
-      : request_(std::move(request)), enqueued_(Clock::now()), deadline_(deadline) {}
+  // `plan`: the request planned (checked) before it was queued.
+  Job(ServeRequest request, Clock::time_point deadline, std::optional<pipeline::Plan> plan = {})
+      : request_(std::move(request)),
+        plan_(std::move(plan)),
+        enqueued_(Clock::now()),
+        deadline_(deadline) {}
 
   const ServeRequest& request() const { return request_; }
   ServeRequest& request() { return request_; }
+  const std::optional<pipeline::Plan>& plan() const { return plan_; }
   Clock::time_point enqueued() const { return enqueued_; }
   Clock::time_point deadline() const { return deadline_; }
 
@@ -59,6 +65,7 @@ class Job {
 
  private:
   ServeRequest request_;
+  std::optional<pipeline::Plan> plan_;
   Clock::time_point enqueued_, deadline_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -1,7 +1,7 @@
 // The HTTP service's requests in one place: each endpoint's fields (name,
 // JSON type, bounds, meaning), the parser that turns a JSON body into the
 // pipeline's ImageRequest (the same struct `xdit generate` fills from its
-// flags, checked afterwards by the same Pipeline::validate), and the OpenAPI
+// flags, checked afterwards by the same planner, Pipeline::plan), and the OpenAPI
 // document generated from the same tables (committed as docs/openapi.json;
 // a test keeps the two equal).
 #pragma once
@@ -67,12 +67,6 @@ constexpr size_t kMaxBodyBytes = size_t{1} << 20;
 // Omitted fields keep the pipeline's defaults (the model's steps, guidance
 // and size, as diffusers and `xdit generate`), seed 42.
 ServeRequest parse_request(Endpoint e, const std::string& body);
-
-// The request as the ranks exchange it (after rank 0 accepted it), and back.
-nlohmann::json request_to_json(const pipeline::ImageRequest& r);
-pipeline::ImageRequest request_from_json(const nlohmann::json& j);
-// The rows of the table both directions read (tests check every one travels).
-size_t rank_field_count();
 
 // The error body every endpoint answers with:
 // {"error": {"message", "type", "param", "code"}} (OpenAI's shape).

@@ -497,7 +497,7 @@ TEST(ParallelConfigErrors, OneClearMessageEach) {
   pipeline::Pipeline p(kAlpha, DType::kF32);  // 3 heads
   p.set_mesh(&mesh);
   auto req = request(p);
-  const std::string m = message([&] { p.validate(req); });
+  const std::string m = message([&] { p.plan(req); });
   EXPECT_NE(m.find("not divisible by --ulysses_degree"), std::string::npos) << m;
 }
 

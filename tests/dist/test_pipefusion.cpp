@@ -289,7 +289,7 @@ TEST(PipeFusion, NormalModeStaysCloseAndAForgetfulPipelineDoesNot) {
   probe.height = 128;
   probe.width = 96;
   probe.resolution_binning = false;
-  dec.validate(probe);  // opens the VAE
+  dec.plan(probe);  // opens the VAE
   Tensor img_want = dec.decode_latents(want), img_good = dec.decode_latents(good.latents),
          img_bad = dec.decode_latents(bad.latents);
   const double ig = test::psnr(img_good, img_want), ib = test::psnr(img_bad, img_want);

@@ -335,9 +335,7 @@ TEST(TensorParallel, PipelineSplitsT5OverEachReplica) {
   r.width = 96;
   r.resolution_binning = false;
   pipeline::Pipeline serial(folder, DType::kF32);
-  pipeline::ImageRequest rs = r;
-  serial.validate(rs);
-  const pipeline::PromptEmbeddings want = serial.encode_prompts(rs);
+  const pipeline::PromptEmbeddings want = serial.encode_prompts(serial.plan(r));
   // Layouts and the split each gives the tiny T5 (4 heads, d_ff 48).
   std::vector<std::pair<ParallelConfig, int>> layouts;
   ParallelConfig cfg_sp;
@@ -358,9 +356,7 @@ TEST(TensorParallel, PipelineSplitsT5OverEachReplica) {
     Mesh mesh(pc, world());
     pipeline::Pipeline pipe(folder, DType::kF32);
     pipe.set_mesh(&mesh);
-    pipeline::ImageRequest rp = r;
-    pipe.validate(rp);
-    const pipeline::PromptEmbeddings got = pipe.encode_prompts(rp);
+    const pipeline::PromptEmbeddings got = pipe.encode_prompts(pipe.plan(r));
     EXPECT_LE(test::rel_max_err(got.cond.at(models::kText).to_vector(),
                                 want.cond.at(models::kText).to_vector()),
               1e-4);

@@ -165,8 +165,8 @@ void expect_prompt_to_image(const std::string& name) {
                                                    std::map<std::string, Tensor>& g) {
     pipeline::ImageRequest r = test::image_request(m);
     r.true_cfg_scale = m["true_cfg_scale"].get<double>();
-    pipe.validate(r);
-    const pipeline::PromptEmbeddings e = pipe.encode_prompts(r);
+    const pipeline::Plan plan = pipe.plan(r);
+    const pipeline::PromptEmbeddings e = pipe.encode_prompts(plan);
     EXPECT_LE(test::rel_max_err(e.cond.at(models::kText).to_vector(),
                                 g[c + ".prompt_embeds"].to_vector()),
               1e-4);
@@ -174,7 +174,7 @@ void expect_prompt_to_image(const std::string& name) {
                                 g[c + ".pooled_prompt_embeds"].to_vector()),
               1e-4);
     EXPECT_EQ(e.uncond.has(models::kText), r.negative_prompt.has_value());
-    const pipeline::ImageResult out = pipe.generate(r);
+    const pipeline::ImageResult out = pipe.generate(plan);
     const Tensor& want = g[c + ".image"];  // [1, 3, H, W] in [-1, 1]
     ASSERT_EQ(out.rgb.size(), 1u);
     ASSERT_EQ(out.height, want.dim(2));

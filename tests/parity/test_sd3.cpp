@@ -93,19 +93,19 @@ void expect_prompt_to_image(const std::string& name) {
       r.skip_layer_guidance.start = m["skip_layer_guidance_start"].get<double>();
       r.skip_layer_guidance.stop = m["skip_layer_guidance_stop"].get<double>();
     }
-    pipe.validate(r);
-    const pipeline::PromptEmbeddings e = pipe.encode_prompts(r);
+    const pipeline::Plan plan = pipe.plan(r);
+    const pipeline::PromptEmbeddings e = pipe.encode_prompts(plan);
     EXPECT_LE(test::rel_max_err(e.cond.at(kText).to_vector(), g[c + ".prompt_embeds"].to_vector()),
               1e-4);
     EXPECT_LE(test::rel_max_err(e.cond.at(kPooled).to_vector(),
                                 g[c + ".pooled_prompt_embeds"].to_vector()),
               1e-4);
-    if (r.guidance_scale > 1) {
+    if (plan->guidance_scale > 1) {
       EXPECT_LE(test::rel_max_err(e.uncond.at(kText).to_vector(),
                                   g[c + ".negative_prompt_embeds"].to_vector()),
                 1e-4);
     }
-    const pipeline::ImageResult out = pipe.generate(r);
+    const pipeline::ImageResult out = pipe.generate(plan);
     const Tensor& want = g[c + ".image"];
     ASSERT_EQ(out.height, want.dim(2));
     ASSERT_EQ(out.width, want.dim(3));

@@ -126,72 +126,84 @@ TEST(ServeSchema, EveryMalformedClassIsRefusedNamingTheField) {
   EXPECT_EQ(refusal(g, json{{"prompt", std::string(kMaxBodyBytes, 'a')}}.dump()), P(413, ""));
 }
 
-TEST(ServeSchema, RequestsCrossRanksUnchanged) {
-  pipeline::ImageRequest r;
-  r.prompts = {"a", "b c"};
-  r.negative_prompt.emplace(1, 'n');
-  r.height = 96;
-  r.width = 160;
-  r.num_inference_steps = 9;
-  r.guidance_scale = 4.75;
-  r.seed = ~uint64_t{0} - 3;
-  r.max_sequence_length = 77;
-  const pipeline::ImageRequest b = request_from_json(json::parse(request_to_json(r).dump()));
-  EXPECT_EQ(b.prompts, r.prompts);
-  EXPECT_EQ(b.negative_prompt, r.negative_prompt);
-  EXPECT_EQ(b.height, r.height);
-  EXPECT_EQ(b.width, r.width);
-  EXPECT_EQ(b.num_inference_steps, r.num_inference_steps);
-  EXPECT_EQ(b.guidance_scale, r.guidance_scale);
-  EXPECT_EQ(b.seed, r.seed);
-  EXPECT_EQ(b.max_sequence_length, r.max_sequence_length);
-  r.negative_prompt.reset();
-  EXPECT_FALSE(request_from_json(request_to_json(r)).negative_prompt.has_value());
+// A plan as rank 0 sends it: every field set to a value unlike its default.
+json plan_json() {
+  return {{"prompts", {"x", "y", "z"}},
+          {"negative_prompt", "no"},
+          {"max_sequence_length", 99},
+          {"height", 200},
+          {"width", 120},
+          {"run_height", 192},
+          {"run_width", 128},
+          {"num_inference_steps", 3},
+          {"guidance_scale", 2.25},
+          {"true_cfg_scale", 3.5},
+          {"skip_layer_guidance.layers", {7, 8, 9}},
+          {"skip_layer_guidance.scale", 1.5},
+          {"skip_layer_guidance.start", 0.125},
+          {"skip_layer_guidance.stop", 0.375},
+          {"seed", ~uint64_t{0} - 3},
+          {"resize_back", true},
+          {"cfg", true},
+          {"output", "latents"}};
 }
 
-// Every row of the rank table travels: each field set to a value unlike its
-// default, then compared after the round trip (skip-layer guidance included,
-// which the hand-written protocol before the table dropped).
-TEST(ServeSchema, EveryRequestFieldCrossesRanks) {
-  pipeline::ImageRequest r;
-  r.prompts = {"x", "y", "z"};
-  r.negative_prompt = "no";
-  r.height = 200;
-  r.width = 120;
-  r.num_inference_steps = 3;
-  r.guidance_scale = 2.25;
-  r.true_cfg_scale = 3.5;
-  r.skip_layer_guidance.layers = {7, 8, 9};
-  r.skip_layer_guidance.scale = 1.5;
-  r.skip_layer_guidance.start = 0.125;
-  r.skip_layer_guidance.stop = 0.375;
-  r.seed = 12345;
-  r.resolution_binning = false;
-  r.max_sequence_length = 99;
-  r.run_height = 192;
-  r.run_width = 128;
-  const pipeline::ImageRequest b = request_from_json(json::parse(request_to_json(r).dump()));
-  EXPECT_EQ(b.prompts, r.prompts);
-  EXPECT_EQ(b.negative_prompt, r.negative_prompt);
-  EXPECT_EQ(b.height, r.height);
-  EXPECT_EQ(b.width, r.width);
-  EXPECT_EQ(b.num_inference_steps, r.num_inference_steps);
-  EXPECT_EQ(b.guidance_scale, r.guidance_scale);
-  EXPECT_EQ(b.true_cfg_scale, r.true_cfg_scale);
-  EXPECT_EQ(b.skip_layer_guidance.layers, r.skip_layer_guidance.layers);
-  EXPECT_EQ(b.skip_layer_guidance.scale, r.skip_layer_guidance.scale);
-  EXPECT_EQ(b.skip_layer_guidance.start, r.skip_layer_guidance.start);
-  EXPECT_EQ(b.skip_layer_guidance.stop, r.skip_layer_guidance.stop);
-  EXPECT_EQ(b.seed, r.seed);
-  EXPECT_EQ(b.resolution_binning, r.resolution_binning);
-  EXPECT_EQ(b.max_sequence_length, r.max_sequence_length);
-  EXPECT_EQ(b.run_height, r.run_height);
-  EXPECT_EQ(b.run_width, r.run_width);
+TEST(ServeSchema, PlansCrossRanksUnchanged) {
+  const pipeline::Plan a = pipeline::Plan::from_json(plan_json());
+  const pipeline::Plan b = pipeline::Plan::from_json(json::parse(a.to_json().dump()));
+  EXPECT_EQ(b->prompts, a->prompts);
+  EXPECT_EQ(b->negative_prompt, a->negative_prompt);
+  EXPECT_EQ(b->height, a->height);
+  EXPECT_EQ(b->width, a->width);
+  EXPECT_EQ(b->num_inference_steps, a->num_inference_steps);
+  EXPECT_EQ(b->guidance_scale, a->guidance_scale);
+  EXPECT_EQ(b->seed, a->seed);
+  EXPECT_EQ(b->max_sequence_length, a->max_sequence_length);
+  json no_negative = plan_json();
+  no_negative.erase("negative_prompt");
+  EXPECT_FALSE(pipeline::Plan::from_json(
+                   json::parse(pipeline::Plan::from_json(no_negative).to_json().dump()))
+                   ->negative_prompt.has_value());
+}
+
+// Every row of the plan's table travels: each field set to a value unlike
+// its default, then compared after the round trip (skip-layer guidance
+// included, which the hand-written protocol before the table dropped).
+TEST(ServeSchema, EveryPlanFieldCrossesRanks) {
+  const json want = plan_json();
+  const pipeline::Plan b =
+      pipeline::Plan::from_json(json::parse(pipeline::Plan::from_json(want).to_json().dump()));
+  EXPECT_EQ(b->prompts, (std::vector<std::string>{"x", "y", "z"}));
+  EXPECT_EQ(b->negative_prompt, std::optional<std::string>("no"));
+  EXPECT_EQ(b->max_sequence_length, 99);
+  EXPECT_EQ(b->height, 200);
+  EXPECT_EQ(b->width, 120);
+  EXPECT_EQ(b->run_height, 192);
+  EXPECT_EQ(b->run_width, 128);
+  EXPECT_EQ(b->num_inference_steps, 3);
+  EXPECT_EQ(b->guidance_scale, 2.25);
+  EXPECT_EQ(b->true_cfg_scale, 3.5);
+  EXPECT_EQ(b->skip_layer_guidance.layers, (std::vector<int64_t>{7, 8, 9}));
+  EXPECT_EQ(b->skip_layer_guidance.scale, 1.5);
+  EXPECT_EQ(b->skip_layer_guidance.start, 0.125);
+  EXPECT_EQ(b->skip_layer_guidance.stop, 0.375);
+  EXPECT_EQ(b->seed, ~uint64_t{0} - 3);
+  EXPECT_TRUE(b->resize_back);
+  EXPECT_TRUE(b->cfg);
+  EXPECT_EQ(b->output, pipeline::Output::kLatents);
   // The fields compared above are the table's rows, all of them.
-  EXPECT_EQ(rank_field_count(), 16u);
-  // Initial latents do not travel: refused, not dropped.
-  r.latents = Tensor::from_vector({1.0f}, {1});
-  EXPECT_THROW(request_to_json(r), Error);
+  EXPECT_EQ(pipeline::Plan::field_count(), want.size());
+  EXPECT_EQ(pipeline::Plan::field_count(), 18u);
+  // A field missing from the JSON is an error, not a default.
+  json partial = want;
+  partial.erase("seed");
+  EXPECT_THROW(pipeline::Plan::from_json(partial), std::exception);
+  // Initial latents and embeddings do not travel: refused, not dropped.
+  const pipeline::Plan a = pipeline::Plan::from_json(want);
+  EXPECT_THROW(a.share(0, 1, Tensor::from_vector({1.0f}, {1})).to_json(), Error);
+  pipeline::PromptEmbeddings e;
+  e.cond.set(models::kText, Tensor::from_vector(std::vector<float>(6, 0.5f), {3, 1, 2}));
+  EXPECT_THROW(a.with_embeddings(e).to_json(), Error);
 }
 
 TEST(ServeSchema, CommittedOpenApiIsTheOneTheFieldTablesMake) {

@@ -1,6 +1,7 @@
-// The pipeline's checks and defaults, before any weight loads: a request's
-// size, steps, guidance, embeddings, mesh and skip-layer guidance against
-// the model, and what it needs against the memory this machine has left.
+// The planner (plan.h): a request's defaults and every check before any
+// weight loads — size, steps, guidance, embeddings, mesh and skip-layer
+// guidance against the model, and what it needs against the memory this
+// machine has left — done once, into an immutable Plan.
 #include <cmath>
 #include <filesystem>
 
@@ -38,10 +39,13 @@ void Pipeline::settle_size(int64_t& height, int64_t& width, const char* hint) co
             " (VAE factor ", vsf, " x patch size ", spec().patch, ")", hint);
 }
 
-void Pipeline::check_mesh(int64_t height, bool cfg) const {
+void Pipeline::check_mesh(int64_t height, bool cfg, int64_t prompts) const {
   if (mesh_ == nullptr) return;
   const auto s = spec();
   const auto& pc = mesh_->config();
+  // A batch split over the data-parallel groups needs a prompt for each; a
+  // server's round gives each group a request of its own instead.
+  if (!request_per_replica_) pc.validate_prompts(static_cast<size_t>(prompts));
   pc.validate_request(s.heads, height / vae_scale_factor() / s.patch, cfg,
                       family_->pooled_width() > 0 ? "a negative prompt and --true_cfg_scale > 1"
                                                   : "--guidance_scale > 1");
@@ -49,39 +53,69 @@ void Pipeline::check_mesh(int64_t height, bool cfg) const {
   if (pc.parallel_vae()) pc.vae_rows(height / vae_scale_factor());  // throws when too thin
 }
 
-void Pipeline::warn_unused_once(double guidance_scale, double true_cfg_scale,
-                                bool has_negative) const {
-  if (warned_) return;  // validate runs more than once per request
-  family_->warn_unused(guidance_scale, true_cfg_scale, has_negative);
-  warned_ = true;
+Plan Pipeline::plan(const LatentRequest& r, Output out) {
+  family_->warn_unused(r.guidance_scale, r.true_cfg_scale, !r.uncond.empty());
+  PlanFields f;
+  f.cond = r.cond;
+  f.uncond = r.uncond;
+  f.num_inference_steps =
+      r.num_inference_steps == kDefaultSteps ? family_->default_steps() : r.num_inference_steps;
+  f.guidance_scale =
+      r.guidance_scale == kDefaultGuidance ? family_->default_guidance() : r.guidance_scale;
+  f.true_cfg_scale = r.true_cfg_scale;
+  f.skip_layer_guidance = r.skip_layer_guidance;
+  f.seed = r.seed;
+  f.output = out;
+  f.height = r.height;
+  f.width = r.width;
+  settle_size(f.height, f.width, "");
+  f.run_height = f.height;
+  f.run_width = f.width;
+  XDIT_CHECK(f.num_inference_steps >= 0, "num_inference_steps must be >= 0");
+  check_steps(f.num_inference_steps);
+  check_guidance(f.guidance_scale, f.true_cfg_scale);
+  f.cfg = family_->uses_cfg(f.guidance_scale, f.true_cfg_scale, !f.uncond.empty());
+  family_->check_embeddings({f.cond, f.uncond}, f.cfg, f.guidance_scale);
+  const int64_t P = f.cond.batch();
+  check_mesh(f.run_height, f.cfg, P);
+  check_skip_layer_guidance(f.skip_layer_guidance, f.cfg);
+  check_latents_shape(r.latents, P, f.run_height, f.run_width);
+  family_->check_embeddings_finite({f.cond, f.uncond});
+  f.latents = finite_latents(r.latents);
+  if (out == Output::kImages) open_vae();
+  MemoryQuery q = memory_query(P, f.run_height, f.run_width, f.cfg);
+  q.text_tokens = f.cond.at(models::kText).dim(1);
+  if (out == Output::kImages) q.vae = vae_cfg_.get();
+  check_request_memory(q);
+  return Plan(std::move(f));
 }
 
-void Pipeline::validate(LatentRequest& r) const {
-  warn_unused_once(r.guidance_scale, r.true_cfg_scale, !r.uncond.empty());
-  if (r.num_inference_steps == kDefaultSteps) r.num_inference_steps = family_->default_steps();
-  if (r.guidance_scale == kDefaultGuidance) r.guidance_scale = family_->default_guidance();
-  settle_size(r.height, r.width, "");
-  XDIT_CHECK(r.num_inference_steps >= 0, "num_inference_steps must be >= 0");
-  check_steps(r.num_inference_steps);
-  check_guidance(r.guidance_scale, r.true_cfg_scale);
-  const bool cfg = uses_cfg(r);
-  family_->check_embeddings({r.cond, r.uncond}, cfg, r.guidance_scale);
-  const int64_t P = r.cond.batch();
-  check_mesh(r.height, cfg);
-  check_skip_layer_guidance(r.skip_layer_guidance, cfg);
+void Pipeline::check_latents_shape(const Tensor& latents, int64_t prompts, int64_t height,
+                                   int64_t width) const {
+  if (!latents.defined()) return;
   const int64_t vsf = vae_scale_factor();
-  if (r.latents.defined()) {
-    const Shape want{P, spec().latent_channels, r.height / vsf, r.width / vsf};
-    XDIT_CHECK(r.latents.shape() == want, "latents have shape ", shape_str(r.latents.shape()),
-               " but ", r.height, "x", r.width, " px with ", P, " prompt(s) needs ",
-               shape_str(want));
-  }
-  family_->check_embeddings_finite({r.cond, r.uncond});
-  const int64_t bad = count_nonfinite(r.latents);
+  const Shape want{prompts, spec().latent_channels, height / vsf, width / vsf};
+  XDIT_CHECK(latents.shape() == want, "latents have shape ", shape_str(latents.shape()), " but ",
+             height, "x", width, " px with ", prompts, " prompt(s) needs ", shape_str(want));
+}
+
+Tensor Pipeline::finite_latents(const Tensor& latents) {
+  if (!latents.defined()) return latents;
+  const int64_t bad = count_nonfinite(latents);
   XDIT_CHECK(bad == 0, "latents hold ", bad, " NaN/Inf value(s): give finite values");
-  MemoryQuery q = memory_query(P, r.height, r.width, cfg);
-  q.text_tokens = r.cond.at(models::kText).dim(1);
-  check_request_memory(q);
+  return latents.to(DType::kF32);
+}
+
+void Pipeline::open_vae() {
+  if (vae_cfg_) return;
+  const std::string dir = folder().component("vae");
+  vae_cfg_ = std::make_unique<models::VaeConfig>(models::VaeConfig::from_json(
+      folder().component_config("vae", "config.json"), dir + "/config.json"));
+  XDIT_CHECK(vae_cfg_->latent_channels == spec().latent_channels, "VAE latent_channels ",
+             vae_cfg_->latent_channels, " does not match the transformer's ",
+             spec().latent_channels, " latent channels");
+  vae_weights_ = std::make_unique<io::WeightStore>(dir);
+  vae_weights_->check_shapes(vae_cfg_->decoder_weight_specs());
 }
 
 void Pipeline::check_skip_layer_guidance(const SkipLayerGuidance& s, bool cfg) const {
@@ -101,12 +135,10 @@ void Pipeline::check_skip_layer_guidance(const SkipLayerGuidance& s, bool cfg) c
                                   mesh_->config().patch_parallel_degree == 1),
              "skip-layer guidance does not run with PipeFusion or patch parallelism yet: use "
              "sequence, CFG or data parallelism");
-  if (!cfg && !warned_slg_) {
+  if (!cfg)
     XDIT_WARN(
         "skip-layer guidance has no effect without classifier-free guidance "
         "(guidance_scale > 1), as in diffusers");
-    warned_slg_ = true;
-  }
 }
 
 void Pipeline::check_size(int64_t height, int64_t width) const {
@@ -185,64 +217,70 @@ MemoryQuery Pipeline::memory_query(int64_t prompts, int64_t height, int64_t widt
   return q;
 }
 
-void Pipeline::validate(ImageRequest& r) {
+Plan Pipeline::plan(const ImageRequest& r, Output out) {
   XDIT_CHECK(!r.prompts.empty(), "at least one prompt is needed");
-  if (r.num_inference_steps == kDefaultSteps) r.num_inference_steps = family_->default_steps();
-  XDIT_CHECK(r.num_inference_steps >= 1,
-             "num_inference_steps must be at least 1 for an image, got ", r.num_inference_steps);
-  check_steps(r.num_inference_steps);
-  const double given_guidance = r.guidance_scale;
-  if (r.guidance_scale == kDefaultGuidance) r.guidance_scale = family_->default_guidance();
-  check_guidance(r.guidance_scale, r.true_cfg_scale);
-  warn_unused_once(given_guidance, r.true_cfg_scale, r.negative_prompt.has_value());
+  PlanFields f;
+  f.prompts = r.prompts;
+  f.negative_prompt = r.negative_prompt;
+  f.num_inference_steps =
+      r.num_inference_steps == kDefaultSteps ? family_->default_steps() : r.num_inference_steps;
+  if (out == Output::kImages)
+    XDIT_CHECK(f.num_inference_steps >= 1,
+               "num_inference_steps must be at least 1 for an image, got ", f.num_inference_steps);
+  else  // the latents of 0 steps are the initial noise
+    XDIT_CHECK(f.num_inference_steps >= 0, "num_inference_steps must be >= 0");
+  check_steps(f.num_inference_steps);
+  f.guidance_scale =
+      r.guidance_scale == kDefaultGuidance ? family_->default_guidance() : r.guidance_scale;
+  f.true_cfg_scale = r.true_cfg_scale;
+  check_guidance(f.guidance_scale, f.true_cfg_scale);
+  family_->warn_unused(r.guidance_scale, r.true_cfg_scale, r.negative_prompt.has_value());
   // Text side and VAE: configs and weight headers.
   if (!text_opened_) {
     family_->open_text(folder());
     text_opened_ = true;
   }
-  if (!vae_cfg_) {
-    const std::string dir = folder().component("vae");
-    vae_cfg_ = std::make_unique<models::VaeConfig>(models::VaeConfig::from_json(
-        folder().component_config("vae", "config.json"), dir + "/config.json"));
-    XDIT_CHECK(vae_cfg_->latent_channels == spec().latent_channels, "VAE latent_channels ",
-               vae_cfg_->latent_channels, " does not match the transformer's ",
-               spec().latent_channels, " latent channels");
-    vae_weights_ = std::make_unique<io::WeightStore>(dir);
-    vae_weights_->check_shapes(vae_cfg_->decoder_weight_specs());
-  }
-  if (r.max_sequence_length == 0) r.max_sequence_length = family_->default_max_sequence_length();
-  XDIT_CHECK(r.max_sequence_length >= 1, "max_sequence_length must be positive");
-  XDIT_CHECK(r.max_sequence_length <= family_->max_sequence_limit(), "max_sequence_length ",
-             r.max_sequence_length, " exceeds the ", family_->max_sequence_limit(),
+  if (out == Output::kImages) open_vae();
+  f.max_sequence_length =
+      r.max_sequence_length == 0 ? family_->default_max_sequence_length() : r.max_sequence_length;
+  XDIT_CHECK(f.max_sequence_length >= 1, "max_sequence_length must be positive");
+  XDIT_CHECK(f.max_sequence_length <= family_->max_sequence_limit(), "max_sequence_length ",
+             f.max_sequence_length, " exceeds the ", family_->max_sequence_limit(),
              " tokens this pipeline's T5 accepts");
   const int64_t vsf = vae_scale_factor();
-  if (r.height == 0) r.height = family_->default_size(vsf);
-  if (r.width == 0) r.width = family_->default_size(vsf);
-  check_size(r.height, r.width);
+  f.height = r.height == 0 ? family_->default_size(vsf) : r.height;
+  f.width = r.width == 0 ? family_->default_size(vsf) : r.width;
+  check_size(f.height, f.width);
   if (family_->bins_resolution() && r.resolution_binning) {
-    std::tie(r.run_height, r.run_width) = classify_height_width_bin(
-        r.height, r.width, bin_table_for_sample_size(family_->default_size(1)));
+    std::tie(f.run_height, f.run_width) = classify_height_width_bin(
+        f.height, f.width, bin_table_for_sample_size(family_->default_size(1)));
+    f.resize_back = true;
   } else {
-    settle_size(r.height, r.width,
+    settle_size(f.height, f.width,
                 family_->bins_resolution() ? ", or leave resolution binning on" : "");
-    r.run_height = r.height;
-    r.run_width = r.width;
+    f.run_height = f.height;
+    f.run_width = f.width;
   }
+  f.skip_layer_guidance = r.skip_layer_guidance;
+  f.seed = r.seed;
+  f.output = out;
   // The size the model runs at against the mesh, before any encoding.
-  const bool cfg =
-      family_->uses_cfg(r.guidance_scale, r.true_cfg_scale, r.negative_prompt.has_value());
-  check_mesh(r.run_height, cfg);
-  check_skip_layer_guidance(r.skip_layer_guidance, cfg);
+  f.cfg = family_->uses_cfg(f.guidance_scale, f.true_cfg_scale, f.negative_prompt.has_value());
+  const auto P = static_cast<int64_t>(f.prompts.size());
+  check_mesh(f.run_height, f.cfg, P);
+  check_skip_layer_guidance(f.skip_layer_guidance, f.cfg);
+  check_latents_shape(r.latents, P, f.run_height, f.run_width);
+  f.latents = finite_latents(r.latents);
   // Everything the request will hold, up to the resized PNGs, against the
   // memory this machine has left.
-  MemoryQuery q =
-      memory_query(static_cast<int64_t>(r.prompts.size()), r.run_height, r.run_width, cfg);
-  q.out_height = r.height;
-  q.out_width = r.width;
-  q.text_tokens = r.max_sequence_length;
+  MemoryQuery q = memory_query(P, f.run_height, f.run_width, f.cfg);
+  q.out_height = f.height;
+  q.out_width = f.width;
+  q.text_tokens = f.max_sequence_length;
   family_->describe_text(q);
-  q.vae = vae_cfg_.get();
+  if (out == Output::kImages) q.vae = vae_cfg_.get();
   check_request_memory(q);
+  return Plan(std::move(f));
 }
 
 }  // namespace xdit::pipeline
