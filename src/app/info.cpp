@@ -50,9 +50,11 @@ std::string count(int64_t n) {
 
 // Scans every weight of every component for NaN/Inf; prints one line per
 // tensor that holds any. Returns the number of such tensors.
-int64_t check_weights(const io::ModelFolder& f, std::ostream& out) {
+int64_t check_weights(const io::ModelFolder& f, const pipeline::ModelFamily& family,
+                      std::ostream& out) {
   int64_t bad_tensors = 0, tensors = 0;
-  for (const char* comp : {"transformer", "text_encoder", "vae"}) {
+  for (const auto& [comp, kind] : family.components()) {  // every one the family has
+    if (!pipeline::ModelFamily::has_weights(kind)) continue;
     if (!std::filesystem::is_directory(f.root() + "/" + comp)) continue;
     io::WeightStore w(f.component(comp));
     const auto bad = w.nonfinite_tensors();
@@ -79,7 +81,8 @@ int run_info(InfoOptions o) {
   std::ostringstream out;
   out << "model:        " << model.describe() << " (" << f.pipeline_class() << ": " << family.name()
       << ")\n";
-  io::WeightStore tw(f.component("transformer"));
+  using Kind = pipeline::ModelFamily::ComponentKind;
+  io::WeightStore tw(f.component(family.component(Kind::kTransformer)));
   const int64_t tp = tw.parameter_count();
   out << "transformer:  " << family.describe() << "\n"
       << "              " << count(tp) << " parameters, stored " << join(tw.dtypes()) << " ("
@@ -90,8 +93,7 @@ int run_info(InfoOptions o) {
   std::optional<models::VaeConfig> vae;
   const int64_t max_len = pipe.default_max_sequence_length();
   bool any_encoder = false;
-  using Kind = pipeline::ModelFamily::ComponentKind;
-  const auto components = family.text_components();  // the family says what it has
+  const auto components = family.components();  // the family says what it has
   for (const auto& [comp, kind] : components) {
     if (kind != Kind::kT5Encoder && kind != Kind::kClipEncoder) continue;
     if (!std::filesystem::is_directory(f.root() + "/" + comp)) continue;
@@ -136,11 +138,13 @@ int run_info(InfoOptions o) {
           << tok.model_max_length() << " tokens per prompt\n";
     }
   }
-  if (std::filesystem::is_directory(f.root() + "/vae")) {
-    const std::string where = f.component("vae") + "/config.json";
-    vae = models::VaeConfig::from_json(f.component_config("vae", "config.json"), where);
-    io::WeightStore w(f.component("vae"));
-    out << "vae:          AutoencoderKL, blocks";
+  const char* vae_dir = family.component(Kind::kAutoencoderKL);
+  if (std::filesystem::is_directory(f.root() + "/" + vae_dir)) {
+    const std::string where = f.component(vae_dir) + "/config.json";
+    vae = models::VaeConfig::from_json(f.component_config(vae_dir, "config.json"), where);
+    io::WeightStore w(f.component(vae_dir));
+    out << vae_dir << ":" << std::string(std::max<size_t>(1, 13 - std::strlen(vae_dir)), ' ')
+        << "AutoencoderKL, blocks";
     for (int64_t ch : vae->block_out_channels) out << " " << ch;
     out << ", " << vae->latent_channels << " latent channels, scale factor " << vae->scale_factor()
         << ", scaling " << vae->scaling_factor;
@@ -179,7 +183,7 @@ int run_info(InfoOptions o) {
     out << ", capped by ONEDNN_MAX_CPU_ISA from "
         << kernels::cpu_isa_level_name(kernels::cpu_hardware_isa());
   out << "; bf16 " << (kernels::cpu_has_bf16() ? "native" : "computed in f32") << "\n";
-  const int64_t bad = o.check_weights ? check_weights(f, out) : 0;
+  const int64_t bad = o.check_weights ? check_weights(f, family, out) : 0;
   std::cout << out.str();
   XDIT_CHECK(bad == 0, bad,
              " weight tensor(s) hold NaN/Inf values (listed above): the model "

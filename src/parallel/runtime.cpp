@@ -43,10 +43,15 @@ ParallelRuntime::ParallelRuntime(Mesh* mesh, int64_t patch) : mesh_(mesh), patch
 
 ParallelRuntime::~ParallelRuntime() = default;
 
+nn::TensorParallel ParallelRuntime::tensor_parallel() const {
+  return mesh_ != nullptr ? nn::TensorParallel::of(*mesh_->model_groups().tp)
+                          : nn::TensorParallel{};
+}
+
 models::DiTStage ParallelRuntime::stage(int64_t blocks) const {
   models::DiTStage stage;
   if (mesh_ == nullptr) return stage;
-  stage.tp = nn::TensorParallel::of(*mesh_->model_groups().tp);
+  stage.tp = tensor_parallel();
   const ParallelConfig& pc = mesh_->config();
   if (pc.pipefusion_parallel_degree > 1) {  // this rank keeps only its stage's blocks
     pc.validate_pipefusion(blocks);

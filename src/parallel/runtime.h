@@ -43,6 +43,9 @@ class ParallelRuntime {
   // The part of a `blocks`-block model this rank holds: its PipeFusion
   // stage's blocks (all without PipeFusion), its tensor-parallel share.
   models::DiTStage stage(int64_t blocks) const;
+  // This rank's tensor-parallel share over the mesh's model group (whole
+  // without a mesh): the transformer's, and on a CUDA device the T5 encoder's.
+  nn::TensorParallel tensor_parallel() const;
   // Makes the selected method's backend and hands it to `model` (nothing
   // for a serial layout). Once per loaded transformer.
   void attach(models::DiT& model);

@@ -36,6 +36,28 @@ const std::vector<std::string>& ModelFamily::supported_pipelines() {
   return names;
 }
 
+std::vector<ModelFamily::Component> ModelFamily::components() const {
+  // Every family so far keeps diffusers' transformer, AutoencoderKL and
+  // scheduler folders; a family that differs overrides text_components()
+  // and, when it comes, a hook for these.
+  std::vector<Component> v = {{"transformer", ComponentKind::kTransformer}};
+  for (const Component& c : text_components()) v.push_back(c);
+  v.push_back({"vae", ComponentKind::kAutoencoderKL});
+  v.push_back({"scheduler", ComponentKind::kScheduler});
+  return v;
+}
+
+const char* ModelFamily::component(ComponentKind kind) const {
+  for (const Component& c : components())
+    if (c.kind == kind) return c.folder;
+  XDIT_FAIL(name(), " has no component of kind ", static_cast<int>(kind));
+}
+
+bool ModelFamily::has_weights(ComponentKind kind) {
+  return kind == ComponentKind::kTransformer || kind == ComponentKind::kT5Encoder ||
+         kind == ComponentKind::kClipEncoder || kind == ComponentKind::kAutoencoderKL;
+}
+
 std::unique_ptr<ModelFamily> ModelFamily::from_folder(const io::ModelFolder& folder) {
   const std::string cls = folder.pipeline_class();
   for (const Registered& r : registry())

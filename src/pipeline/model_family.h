@@ -109,14 +109,30 @@ class ModelFamily {
   virtual void warn_unused(double /*guidance_scale*/, double /*true_cfg_scale*/,
                            bool /*has_negative*/) const {}
 
-  // The text-side components of its diffusers folder, by folder name and
-  // kind (xdit info describes them from this list; a folder may lack them
-  // when only embeddings are given).
-  enum class ComponentKind { kT5Encoder, kClipEncoder, kT5Tokenizer, kClipTokenizer };
+  // The components of its diffusers folder, by folder name and kind: the
+  // transformer, the text side (a folder may lack it when only embeddings
+  // are given), the VAE and the scheduler. xdit info describes and scans
+  // them from this list, and the pipeline opens the transformer, VAE and
+  // scheduler by it; nothing guesses a component from file names.
+  enum class ComponentKind {
+    kTransformer,
+    kT5Encoder,
+    kClipEncoder,
+    kT5Tokenizer,
+    kClipTokenizer,
+    kAutoencoderKL,
+    kScheduler,
+  };
   struct Component {
     const char* folder;
     ComponentKind kind;
   };
+  std::vector<Component> components() const;
+  // The folder of its (first) component of `kind`; throws when it has none.
+  const char* component(ComponentKind kind) const;
+  // Whether a component of this kind holds weights (safetensors files).
+  static bool has_weights(ComponentKind kind);
+  // The text side's part of components().
   virtual std::vector<Component> text_components() const = 0;
 
   // The text side: open_text reads the tokenizer(s) and encoder configs and

@@ -29,11 +29,13 @@ std::string stage_weight_bytes(const ModelFamily& family, const models::DiTStage
 
 Pipeline::Pipeline(const std::string& folder, DType dtype) : folder_(folder), dtype_(dtype) {
   family_ = ModelFamily::from_folder(*folder_);
-  const std::string sdir = folder_->component("scheduler");
+  using Kind = ModelFamily::ComponentKind;
+  const char* scheduler = family_->component(Kind::kScheduler);
   sched_cfg_ = schedulers::SchedulerConfig::from_json(
-      folder_->component_config("scheduler", "scheduler_config.json"),
-      sdir + "/scheduler_config.json");
-  auto store = std::make_unique<io::WeightStore>(folder_->component("transformer"));
+      folder_->component_config(scheduler, "scheduler_config.json"),
+      folder_->component(scheduler) + "/scheduler_config.json");
+  auto store =
+      std::make_unique<io::WeightStore>(folder_->component(family_->component(Kind::kTransformer)));
   store->check_shapes(family_->weight_specs({}));  // the config against the headers
   weights_ = std::move(store);
 }
@@ -49,11 +51,6 @@ void Pipeline::set_mesh(parallel::Mesh* mesh) {
   XDIT_CHECK(!transformer_, "set_mesh after the transformer loaded");
   mesh_ = mesh;
   runtime_ = std::make_unique<parallel::ParallelRuntime>(mesh_, spec().patch);
-}
-
-nn::TensorParallel Pipeline::tensor_parallel() const {
-  return mesh_ != nullptr ? nn::TensorParallel::of(*mesh_->model_groups().tp)
-                          : nn::TensorParallel{};
 }
 
 int Pipeline::text_parallel() const {
@@ -78,7 +75,9 @@ const io::ModelFolder& Pipeline::folder() const {
 int64_t Pipeline::vae_scale_factor() const {
   if (vae_cfg_) return vae_cfg_->scale_factor();
   if (!folder_) return kVaeScaleFactor;
-  const std::string cfg = folder_->root() + "/vae/config.json";
+  const std::string cfg = folder_->root() + "/" +
+                          family_->component(ModelFamily::ComponentKind::kAutoencoderKL) +
+                          "/config.json";
   if (std::filesystem::is_regular_file(cfg))
     return models::VaeConfig::from_json(io::read_json_file(cfg), cfg).scale_factor();
   return kVaeScaleFactor;
@@ -239,7 +238,8 @@ PromptEmbeddings Pipeline::encode_prompts(const Plan& plan) {
   const int d = text_parallel();
   nn::TensorParallel share;  // whole
   if (d > 1)
-    share = device_.cuda() ? tensor_parallel() : nn::TensorParallel::of(mesh_->text_group(d));
+    share =
+        device_.cuda() ? runtime_->tensor_parallel() : nn::TensorParallel::of(mesh_->text_group(d));
   family_->set_tensor_parallel(share);
   // Freed after this encoding (one-shot on the CPU): T5 builds a block at a
   // time, holding one block's weights instead of all of them.
@@ -271,7 +271,8 @@ Tensor Pipeline::decode_latents(const Tensor& latents) {
   } else {
     image = vae_->decode_latents(latents);
   }
-  check_finite_output(image, "VAE decoder", "vae");
+  check_finite_output(image, "VAE decoder",
+                      family_->component(ModelFamily::ComponentKind::kAutoencoderKL));
   return image;
 }
 

@@ -137,8 +137,6 @@ class Pipeline {
   bool uses_cfg(const LatentRequest& r) const;
 
  private:
-  // The mesh's tensor-parallel shares over its model group (none without a mesh).
-  nn::TensorParallel tensor_parallel() const;
   // The ranks the T5 encoder splits over: on the CPU as many ranks of the
   // replica as its heads and feed-forward units allow (every rank of a
   // replica encodes the same prompts, so one copy of T5 per replica, each

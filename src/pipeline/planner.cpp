@@ -108,9 +108,10 @@ Tensor Pipeline::finite_latents(const Tensor& latents) {
 
 void Pipeline::open_vae() {
   if (vae_cfg_) return;
-  const std::string dir = folder().component("vae");
+  const char* vae = family_->component(ModelFamily::ComponentKind::kAutoencoderKL);
+  const std::string dir = folder().component(vae);
   vae_cfg_ = std::make_unique<models::VaeConfig>(models::VaeConfig::from_json(
-      folder().component_config("vae", "config.json"), dir + "/config.json"));
+      folder().component_config(vae, "config.json"), dir + "/config.json"));
   XDIT_CHECK(vae_cfg_->latent_channels == spec().latent_channels, "VAE latent_channels ",
              vae_cfg_->latent_channels, " does not match the transformer's ",
              spec().latent_channels, " latent channels");

@@ -313,6 +313,18 @@ TEST_F(Hardening, CheckWeightsNamesNonFiniteTensors) {
       << ss.str();
 }
 
+// Every component the family lists is scanned, the second and third text
+// encoders included (SD3: text_encoder_3 is its T5), not a fixed set of folders.
+TEST_F(Hardening, CheckWeightsScansEveryComponentTheFamilyHas) {
+  fs::remove_all(model());
+  fs::copy(std::string(XDIT_MODELS) + "/sd3-tiny", model(), fs::copy_options::recursive);
+  poison("text_encoder_3", "encoder.block.0.layer.0.SelfAttention.q.weight");
+  poison("text_encoder_2", "text_model.final_layer_norm.bias");
+  const auto r = xdit("info --model '" + model() + "' --check-weights");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("2 weight tensor(s) hold NaN/Inf values"), std::string::npos) << r.err;
+}
+
 // --- limits before work ------------------------------------------------
 
 TEST_F(Hardening, HugeSizesAreRefusedWithTheEstimateAndTheLimit) {
