@@ -6,6 +6,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/kernels.h"
+#include "nn/joint_attention.h"
 
 namespace xdit::models {
 
@@ -16,20 +17,15 @@ constexpr float kEps = 1e-6f;  // every LayerNorm and RMSNorm of the model
 }  // namespace
 
 struct FluxTransformer::DoubleBlock {
-  kernels::Linear mod, mod_context;       // norm1 / norm1_context: silu(temb) → 6·D
-  kernels::Linear qkv, qkv_context;       // to_q|to_k|to_v, add_q|add_k|add_v
-  kernels::Linear out, out_context;       // to_out.0, to_add_out
-  Tensor nq, nk, nq_context, nk_context;  // per-head RMSNorm weights
+  kernels::Linear mod, mod_context;  // norm1 / norm1_context: silu(temb) → 6·D
+  nn::JointAttention attn;           // qk RMSNorm and the rotation
   nn::FeedForwardGelu ff, ff_context;
 };
 
 struct FluxTransformer::SingleBlock {
-  kernels::Linear mod;  // norm.linear: silu(temb) → 3·D
-  kernels::Linear qkv, mlp;
-  // proj_out on [attention | MLP] as two products over its column blocks, so
-  // the two never need concatenating and the MLP half stays bf16.
-  kernels::Linear out_attn, out_mlp;
-  Tensor nq, nk;
+  kernels::Linear mod;      // norm.linear: silu(temb) → 3·D
+  nn::JointAttention attn;  // pre_only: to_q|to_k|to_v over every token, no to_out
+  nn::SingleStreamMlp mlp;  // proj_mlp and proj_out over [attention | MLP]
 };
 
 FluxTransformer::FluxTransformer(const FluxConfig& cfg, const io::WeightSource& w, DType compute,
@@ -38,7 +34,15 @@ FluxTransformer::FluxTransformer(const FluxConfig& cfg, const io::WeightSource& 
   const nn::LoadStaging staging;
   const int64_t D = cfg.hidden(), hd = cfg.attention_head_dim;
   const nn::TensorParallel& tp = stage_.tp;
-  heads_ = tp.part(cfg.num_attention_heads, "attention heads of the FLUX transformer");
+  tp.part(cfg.num_attention_heads, "attention heads of the FLUX transformer");  // checked first
+  nn::JointAttentionConfig joint;
+  joint.dim = D;
+  joint.heads = cfg.num_attention_heads;
+  joint.head_dim = hd;
+  joint.qk_norm = true;
+  nn::JointAttentionConfig single = joint;
+  single.context = false;
+  single.pre_only = true;
   if (stage_.first) {
     x_embedder_ = nn::load_linear(w, "x_embedder", cfg.in_channels, D, true, ct_);
     context_embedder_ =
@@ -53,39 +57,21 @@ FluxTransformer::FluxTransformer(const FluxConfig& cfg, const io::WeightSource& 
   text_embedder_ = nn::MlpSilu(w, te + "text_embedder", cfg.pooled_projection_dim, D, D, ct_);
   for (int64_t i = stage_.block_begin; i < std::min(stage_.block_end, cfg.num_layers); ++i) {
     const std::string p = "transformer_blocks." + std::to_string(i) + ".";
-    const std::string a = p + "attn.";
     auto b = std::make_unique<DoubleBlock>();
     b->mod = nn::load_linear(w, p + "norm1.linear", D, 6 * D, true, ct_);
     b->mod_context = nn::load_linear(w, p + "norm1_context.linear", D, 6 * D, true, ct_);
-    b->qkv =
-        nn::load_fused_linear(w, {a + "to_q", a + "to_k", a + "to_v"}, D, {D, D, D}, true, ct_, tp);
-    b->qkv_context = nn::load_fused_linear(
-        w, {a + "add_q_proj", a + "add_k_proj", a + "add_v_proj"}, D, {D, D, D}, true, ct_, tp);
-    b->out = nn::load_row_linear(w, a + "to_out.0", {D}, D, true, ct_, tp);
-    b->out_context = nn::load_row_linear(w, a + "to_add_out", {D}, D, true, ct_, tp);
-    b->nq = nn::load_param(w, a + "norm_q.weight", {hd});
-    b->nk = nn::load_param(w, a + "norm_k.weight", {hd});
-    b->nq_context = nn::load_param(w, a + "norm_added_q.weight", {hd});
-    b->nk_context = nn::load_param(w, a + "norm_added_k.weight", {hd});
+    b->attn = nn::JointAttention(w, p + "attn", joint, ct_, tp);
     b->ff = nn::FeedForwardGelu(w, p + "ff", D, 4 * D, ct_, tp);
     b->ff_context = nn::FeedForwardGelu(w, p + "ff_context", D, 4 * D, ct_, tp);
     double_.push_back(std::move(b));
   }
   for (int64_t i = std::max(stage_.block_begin, cfg.num_layers) - cfg.num_layers;
        i < stage_.block_end - cfg.num_layers; ++i) {
-    const std::string p = "single_transformer_blocks." + std::to_string(i) + ".";
-    const std::string a = p + "attn.";
+    const std::string p = "single_transformer_blocks." + std::to_string(i);
     auto b = std::make_unique<SingleBlock>();
-    b->mod = nn::load_linear(w, p + "norm.linear", D, 3 * D, true, ct_);
-    b->qkv =
-        nn::load_fused_linear(w, {a + "to_q", a + "to_k", a + "to_v"}, D, {D, D, D}, true, ct_, tp);
-    b->mlp = nn::load_fused_linear(w, {p + "proj_mlp"}, D, {4 * D}, true, ct_, tp,
-                                   kernels::Activation::kGeluTanh);
-    // proj_out on [attention | MLP]: its two column blocks (this rank's share of each).
-    b->out_attn = nn::load_row_linear(w, p + "proj_out", {D, 4 * D}, D, true, ct_, tp, 0);
-    b->out_mlp = nn::load_row_linear(w, p + "proj_out", {D, 4 * D}, D, false, ct_, tp, 1);
-    b->nq = nn::load_param(w, a + "norm_q.weight", {hd});
-    b->nk = nn::load_param(w, a + "norm_k.weight", {hd});
+    b->mod = nn::load_linear(w, p + ".norm.linear", D, 3 * D, true, ct_);
+    b->attn = nn::JointAttention(w, p + ".attn", single, ct_, tp);
+    b->mlp = nn::SingleStreamMlp(w, p, D, D, 4 * D, ct_, tp);
     single_.push_back(std::move(b));
   }
   if (stage_.last) {
@@ -96,21 +82,15 @@ FluxTransformer::FluxTransformer(const FluxConfig& cfg, const io::WeightSource& 
 
 FluxTransformer::~FluxTransformer() = default;
 
-void FluxTransformer::norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin,
-                                int64_t rows, const Tensor& wq, const Tensor& wk) const {
-  const int64_t hd = cfg_.attention_head_dim;
-  kernels::qk_norm_rope(qkv, batch, seq, row_begin, rows, heads_, hd, kEps, wq.data<float>(),
-                        wk.data<float>(), rope_cos_, rope_sin_);
-}
-
-void FluxTransformer::attend(float* qkv, int64_t batch, int64_t seq, float* out, int64_t out_stride,
-                             int layer) {
-  nn::AttentionSite site;
-  site.layer = layer;
-  site.text_tokens = geometry().text;
-  backend_->attend(nn::fused_qkv_args(qkv, batch, seq, heads_, cfg_.attention_head_dim, out,
-                                      out_stride, ct_ == nn::ComputeType::kBF16),
-                   site);
+nn::JointCall FluxTransformer::joint_call(int layer) const {
+  nn::JointCall c;
+  c.batch = geometry().batch;
+  c.text = geometry().text;
+  c.image = geometry().tokens();
+  c.layer = layer;
+  c.rope_cos = rope_cos_;
+  c.rope_sin = rope_sin_;
+  return c;
 }
 
 Streams FluxTransformer::embed(const DiTInputs& in) {
@@ -207,7 +187,6 @@ Streams FluxTransformer::embed(const DiTInputs& in) {
 void FluxTransformer::double_block(DoubleBlock& blk, float* X, int layer) {
   const int64_t B = geometry().batch, L = geometry().text, N = geometry().tokens(), S = L + N,
                 D = cfg_.hidden();
-  const int64_t A = heads_ * cfg_.attention_head_dim;  // this rank's attention width
   float* mod = mod_.get(static_cast<size_t>(B * 12 * D));
   float* mi = mod;              // image: shift, scale, gate (attention), shift, scale, gate (MLP)
   float* mc = mod + B * 6 * D;  // text, the same
@@ -215,11 +194,9 @@ void FluxTransformer::double_block(DoubleBlock& blk, float* X, int layer) {
   blk.mod.forward(st, B, mi);
   blk.mod_context.forward(st, B, mc);
   float* nh = n_.get(static_cast<size_t>(B * S * D));
-  float* qkv = qkv_.get(static_cast<size_t>(B * S * 3 * A));
-  float* att = attn_.get(static_cast<size_t>(B * S * A));
   float* tmp = tmp_.get(static_cast<size_t>(B * S * D));
   float* ffh = ff_.get(static_cast<size_t>(B * S * 4 * D / stage_.tp.size));
-  // Per batch item: text rows [0, L), image rows [L, S) of X, nh, qkv, att, tmp.
+  // Per batch item: text rows [0, L), image rows [L, S) of X, nh, tmp.
   const auto text = [&](float* p, int64_t b, int64_t width) { return p + b * S * width; };
   const auto image = [&](float* p, int64_t b, int64_t width) { return p + (b * S + L) * width; };
   for (int64_t b = 0; b < B; ++b) {
@@ -227,17 +204,8 @@ void FluxTransformer::double_block(DoubleBlock& blk, float* X, int layer) {
                                  mi + b * 6 * D + D, 0);
     kernels::layer_norm_modulate(text(X, b, D), text(nh, b, D), 1, L, D, kEps, mc + b * 6 * D,
                                  mc + b * 6 * D + D, 0);
-    blk.qkv_context.forward(text(nh, b, D), L, text(qkv, b, 3 * A));
-    blk.qkv.forward(image(nh, b, D), N, image(qkv, b, 3 * A));
   }
-  norm_rope(qkv, B, S, 0, L, blk.nq_context, blk.nk_context);
-  norm_rope(qkv, B, S, L, N, blk.nq, blk.nk);
-  attend(qkv, B, S, att, A, layer);
-  for (int64_t b = 0; b < B; ++b) {
-    blk.out_context.forward(text(att, b, A), L, text(tmp, b, D));
-    blk.out.forward(image(att, b, A), N, image(tmp, b, D));
-  }
-  stage_.tp.all_reduce(tmp, B * S * D);  // the row-parallel outputs' partial sums
+  blk.attn.forward(nh, joint_call(layer), tmp, *backend_, attn_);
   for (int64_t b = 0; b < B; ++b) {
     kernels::gated_residual_add(text(X, b, D), text(tmp, b, D), 1, L, D, mc + b * 6 * D + 2 * D, 0);
     kernels::gated_residual_add(image(X, b, D), image(tmp, b, D), 1, N, D, mi + b * 6 * D + 2 * D,
@@ -257,31 +225,15 @@ void FluxTransformer::double_block(DoubleBlock& blk, float* X, int layer) {
 
 void FluxTransformer::single_block(SingleBlock& blk, float* X, int layer) {
   const int64_t B = geometry().batch, S = geometry().text + geometry().tokens(), D = cfg_.hidden();
-  const int64_t A = heads_ * cfg_.attention_head_dim;  // this rank's attention width
   float* mod = mod_.get(static_cast<size_t>(B * 12 * D));
   float* nh = n_.get(static_cast<size_t>(B * S * D));
-  float* qkv = qkv_.get(static_cast<size_t>(B * S * 3 * A));
-  float* att = attn_.get(static_cast<size_t>(B * S * A));
   float* tmp = tmp_.get(static_cast<size_t>(B * S * D));
   float* ffh = ff_.get(static_cast<size_t>(B * S * 4 * D / stage_.tp.size));
   blk.mod.forward(st_.get(static_cast<size_t>(B * D)), B, mod);  // shift, scale, gate
   kernels::layer_norm_modulate(X, nh, B, S, D, kEps, mod, mod + D, 3 * D);
-  blk.qkv.forward(nh, B * S, qkv);
-  norm_rope(qkv, B, S, 0, S, blk.nq, blk.nk);
-  attend(qkv, B, S, att, A, layer);
-  // proj_out([attention | GELU(proj_mlp)]) = W_mlp·mlp + W_attn·attention + b
-  // (under tensor parallelism each rank's share of both halves, then one
-  // all-reduce).
-  if (blk.mlp.is_bf16() && blk.out_mlp.is_bf16()) {
-    auto* hb = reinterpret_cast<uint16_t*>(ffh);
-    blk.mlp.forward_to_bf16(nh, B * S, hb);  // GELU(tanh) fused
-    blk.out_mlp.forward_bf16(hb, B * S, tmp);
-  } else {
-    blk.mlp.forward(nh, B * S, ffh);
-    blk.out_mlp.forward(ffh, B * S, tmp);
-  }
-  blk.out_attn.forward(att, B * S, tmp, /*accumulate=*/true);
-  stage_.tp.all_reduce(tmp, B * S * D);
+  // Attention and MLP from the same input; proj_out over [attention | MLP].
+  const float* att = blk.attn.attend(nh, joint_call(layer), *backend_, attn_);
+  blk.mlp.forward(nh, att, B * S, tmp, ffh);
   kernels::gated_residual_add(X, tmp, B, S, D, mod + 2 * D, 3 * D);
 }
 

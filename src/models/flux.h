@@ -20,6 +20,7 @@
 #include "io/weights.h"
 #include "models/dit.h"
 #include "nn/attention.h"
+#include "nn/joint_attention.h"
 #include "nn/layers.h"
 
 namespace xdit::models {
@@ -78,19 +79,14 @@ class FluxTransformer : public DiT {
  private:
   struct DoubleBlock;
   struct SingleBlock;
-  // q and k of `rows` tokens from `row_begin` of a fused [q | k | v] buffer
-  // (row stride 3 × this rank's heads × head_dim, `seq` tokens per batch
-  // item): per-head RMSNorm with
-  // the given weights, then the rotation.
-  void norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin, int64_t rows,
-                 const Tensor& wq, const Tensor& wk) const;
-  void attend(float* qkv, int64_t batch, int64_t seq, float* out, int64_t out_stride, int layer);
+  // The joint attention's call at flat block `layer`: this call's geometry
+  // and rotary tables.
+  nn::JointCall joint_call(int layer) const;
   void double_block(DoubleBlock& blk, float* x, int layer);
   void single_block(SingleBlock& blk, float* x, int layer);
 
   FluxConfig cfg_;
   nn::ComputeType ct_;
-  int64_t heads_ = 0;  // this rank's attention heads: all, or heads / T
   kernels::Linear x_embedder_, context_embedder_;
   nn::MlpSilu timestep_embedder_, guidance_embedder_, text_embedder_;
   std::vector<std::unique_ptr<DoubleBlock>> double_;  // this stage's, in order
@@ -106,7 +102,8 @@ class FluxTransformer : public DiT {
   Tensor rope_cos_keep_, rope_sin_keep_;                   // their copies on a CUDA device
   const float *rope_cos_ = nullptr, *rope_sin_ = nullptr;  // where the ops read them
   nn::Scratch tproj_, temb_, part_;
-  nn::Scratch x_, n_, qkv_, attn_, tmp_, ff_, mod_;
+  nn::Scratch x_, n_, tmp_, ff_, mod_;
+  nn::AttentionScratch attn_;  // every block's attention: q|k|v, output
 };
 
 }  // namespace xdit::models

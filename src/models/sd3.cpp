@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "kernels/kernels.h"
+#include "nn/joint_attention.h"
 
 namespace xdit::models {
 
@@ -12,21 +13,13 @@ namespace {
 constexpr float kEps = 1e-6f;  // every LayerNorm and RMSNorm of the model
 }  // namespace
 
-// An image-only self-attention (SD3.5's attn2): fused q|k|v, optional
-// per-head RMSNorm, to_out.
-struct SD3Transformer::SelfAttention {
-  kernels::Linear qkv, out;
-  Tensor nq, nk;  // undefined without qk-norm
-};
-
 struct SD3Transformer::Block {
   bool last = false, dual = false;
   kernels::Linear mod;          // norm1: silu(temb) → 6·D (9·D with dual attention)
   kernels::Linear mod_context;  // norm1_context: 6·D, or 2·D ([scale, shift]) on the last block
-  kernels::Linear qkv, qkv_context, out, out_context;  // out_context: not on the last block
-  Tensor nq, nk, nq_context, nk_context;               // qk-norm weights (SD3.5)
-  SelfAttention attn2;                                 // dual-attention blocks
-  nn::FeedForwardGelu ff, ff_context;                  // ff_context: not on the last block
+  nn::JointAttention attn;      // context_pre_only on the last block; qk RMSNorm (SD3.5)
+  nn::JointAttention attn2;     // dual-attention blocks: image-only self-attention
+  nn::FeedForwardGelu ff, ff_context;  // ff_context: not on the last block
 };
 
 SD3Transformer::SD3Transformer(const SD3Config& cfg, const io::WeightSource& w, DType compute,
@@ -35,7 +28,14 @@ SD3Transformer::SD3Transformer(const SD3Config& cfg, const io::WeightSource& w, 
   const nn::LoadStaging staging;
   const int64_t D = cfg.hidden(), hd = cfg.attention_head_dim, p = cfg.patch_size;
   const nn::TensorParallel& tp = stage_.tp;
-  heads_ = tp.part(cfg.num_attention_heads, "attention heads of the SD3 transformer");
+  tp.part(cfg.num_attention_heads, "attention heads of the SD3 transformer");  // checked first
+  nn::JointAttentionConfig joint;
+  joint.dim = D;
+  joint.heads = cfg.num_attention_heads;
+  joint.head_dim = hd;
+  joint.qk_norm = cfg.qk_norm;
+  nn::JointAttentionConfig image_only = joint;
+  image_only.context = false;
   if (stage_.first) {
     // The patch convolution's weight [D, C, p, p] is a [D, C·p·p] matrix over im2col columns.
     Tensor cw = w.get("pos_embed.proj.weight", {D, cfg.in_channels, p, p});
@@ -51,35 +51,15 @@ SD3Transformer::SD3Transformer(const SD3Config& cfg, const io::WeightSource& w, 
   text_embedder_ = nn::MlpSilu(w, te + "text_embedder", cfg.pooled_projection_dim, D, D, ct_);
   for (int64_t i = stage_.block_begin; i < stage_.block_end; ++i) {
     const std::string pre = "transformer_blocks." + std::to_string(i) + ".";
-    const std::string a = pre + "attn.";
     auto b = std::make_unique<Block>();
     b->last = i == cfg.num_layers - 1;
     b->dual = cfg.dual(i);
     b->mod = nn::load_linear(w, pre + "norm1.linear", D, (b->dual ? 9 : 6) * D, true, ct_);
     b->mod_context =
         nn::load_linear(w, pre + "norm1_context.linear", D, (b->last ? 2 : 6) * D, true, ct_);
-    b->qkv =
-        nn::load_fused_linear(w, {a + "to_q", a + "to_k", a + "to_v"}, D, {D, D, D}, true, ct_, tp);
-    b->qkv_context = nn::load_fused_linear(
-        w, {a + "add_q_proj", a + "add_k_proj", a + "add_v_proj"}, D, {D, D, D}, true, ct_, tp);
-    b->out = nn::load_row_linear(w, a + "to_out.0", {D}, D, true, ct_, tp);
-    if (!b->last) b->out_context = nn::load_row_linear(w, a + "to_add_out", {D}, D, true, ct_, tp);
-    if (cfg.qk_norm) {
-      b->nq = nn::load_param(w, a + "norm_q.weight", {hd});
-      b->nk = nn::load_param(w, a + "norm_k.weight", {hd});
-      b->nq_context = nn::load_param(w, a + "norm_added_q.weight", {hd});
-      b->nk_context = nn::load_param(w, a + "norm_added_k.weight", {hd});
-    }
-    if (b->dual) {
-      const std::string a2 = pre + "attn2.";
-      b->attn2.qkv = nn::load_fused_linear(w, {a2 + "to_q", a2 + "to_k", a2 + "to_v"}, D, {D, D, D},
-                                           true, ct_, tp);
-      b->attn2.out = nn::load_row_linear(w, a2 + "to_out.0", {D}, D, true, ct_, tp);
-      if (cfg.qk_norm) {
-        b->attn2.nq = nn::load_param(w, a2 + "norm_q.weight", {hd});
-        b->attn2.nk = nn::load_param(w, a2 + "norm_k.weight", {hd});
-      }
-    }
+    joint.context_pre_only = b->last;
+    b->attn = nn::JointAttention(w, pre + "attn", joint, ct_, tp);
+    if (b->dual) b->attn2 = nn::JointAttention(w, pre + "attn2", image_only, ct_, tp);
     b->ff = nn::FeedForwardGelu(w, pre + "ff", D, 4 * D, ct_, tp);
     if (!b->last) b->ff_context = nn::FeedForwardGelu(w, pre + "ff_context", D, 4 * D, ct_, tp);
     blocks_.push_back(std::move(b));
@@ -150,30 +130,10 @@ Streams SD3Transformer::embed(const DiTInputs& in) {
   return st;
 }
 
-void SD3Transformer::norm_qk(float* qkv, int64_t seq, int64_t row_begin, int64_t rows,
-                             const Tensor& wq, const Tensor& wk) const {
-  if (!wq.defined()) return;
-  kernels::qk_norm_rope(qkv, geometry().batch, seq, row_begin, rows, heads_,
-                        cfg_.attention_head_dim, kEps, wq.data<float>(), wk.data<float>(), nullptr,
-                        nullptr);
-}
-
-void SD3Transformer::attend(const float* qkv, int64_t seq, float* out, int layer, int64_t text) {
-  nn::AttentionSite site;
-  site.layer = layer;
-  site.text_tokens = text;
-  backend_->attend(
-      nn::fused_qkv_args(qkv, geometry().batch, seq, heads_, cfg_.attention_head_dim, out,
-                         heads_ * cfg_.attention_head_dim, ct_ == nn::ComputeType::kBF16),
-      site);
-}
-
 void SD3Transformer::block(Block& blk, float* X, int64_t index) {
   const int64_t B = geometry().batch, L = geometry().text, N = geometry().tokens(), S = L + N,
                 D = cfg_.hidden();
-  const int64_t A = heads_ * cfg_.attention_head_dim;  // this rank's attention width
   const int64_t mi_n = (blk.dual ? 9 : 6) * D, mc_n = (blk.last ? 2 : 6) * D;
-  const nn::TensorParallel& tp = stage_.tp;
   float* mod = mod_.get(static_cast<size_t>(B * (mi_n + mc_n)));
   float* mi = mod;  // image: shift, scale, gate (attention), shift, scale, gate (MLP)[, attn2's]
   float* mc = mod + B * mi_n;  // text: the same, or [scale, shift] on the last block
@@ -182,10 +142,11 @@ void SD3Transformer::block(Block& blk, float* X, int64_t index) {
   blk.mod_context.forward(st, B, mc);
   float* nh = n_.get(static_cast<size_t>(B * S * D));
   float* nh2 = blk.dual ? n2_.get(static_cast<size_t>(B * N * D)) : nullptr;
-  float* qkv = qkv_.get(static_cast<size_t>(B * S * 3 * A));
-  float* att = attn_.get(static_cast<size_t>(B * S * D));  // attention (width A), then MLP out
+  // The attention's output (this rank's width), then the image MLP's: sized
+  // for the MLP here, so the attention finds it large enough.
+  float* att = attn_.out.get(static_cast<size_t>(B * S * D));
   float* tmp = tmp_.get(static_cast<size_t>(B * S * D));
-  float* ffh = ff_.get(static_cast<size_t>(B * S * 4 * D / tp.size));
+  float* ffh = ff_.get(static_cast<size_t>(B * S * 4 * D / stage_.tp.size));
   // Per batch item: text rows [0, L), image rows [L, S).
   const auto text = [&](float* p, int64_t b, int64_t width) { return p + b * S * width; };
   const auto image = [&](float* p, int64_t b, int64_t width) { return p + (b * S + L) * width; };
@@ -200,31 +161,22 @@ void SD3Transformer::block(Block& blk, float* X, int64_t index) {
       kernels::layer_norm_modulate(text(X, b, D), text(nh, b, D), 1, L, D, kEps, n + D, n, 0);
     else
       kernels::layer_norm_modulate(text(X, b, D), text(nh, b, D), 1, L, D, kEps, n, n + D, 0);
-    blk.qkv_context.forward(text(nh, b, D), L, text(qkv, b, 3 * A));
-    blk.qkv.forward(image(nh, b, D), N, image(qkv, b, 3 * A));
   }
-  norm_qk(qkv, S, 0, L, blk.nq_context, blk.nk_context);
-  norm_qk(qkv, S, L, N, blk.nq, blk.nk);
-  attend(qkv, S, att, static_cast<int>(index), L);
-  for (int64_t b = 0; b < B; ++b) {
-    blk.out.forward(image(att, b, A), N, image(tmp, b, D));
-    if (!blk.last) blk.out_context.forward(text(att, b, A), L, text(tmp, b, D));
-  }
-  if (!blk.last) {
-    tp.all_reduce(tmp, B * S * D);  // the row-parallel outputs' partial sums
-  } else {
-    for (int64_t b = 0; b < B; ++b) tp.all_reduce(image(tmp, b, D), N * D);
-  }
+  nn::JointCall call;
+  call.batch = B;
+  call.text = L;
+  call.image = N;
+  call.layer = static_cast<int>(index);
+  blk.attn.forward(nh, call, tmp, *backend_, attn_);  // the last block: image rows only
   for (int64_t b = 0; b < B; ++b)
     kernels::gated_residual_add(image(X, b, D), image(tmp, b, D), 1, N, D, mi + b * mi_n + 2 * D,
                                 0);
   if (blk.dual) {  // image-only attention on the second modulation of the input
-    float* q2 = qkv_.get(static_cast<size_t>(B * S * 3 * A));  // reuses the joint buffer
-    blk.attn2.qkv.forward(nh2, B * N, q2);
-    norm_qk(q2, N, 0, N, blk.attn2.nq, blk.attn2.nk);
-    attend(q2, N, att, static_cast<int>(cfg_.num_layers + index), 0);
-    blk.attn2.out.forward(att, B * N, nh2);
-    tp.all_reduce(nh2, B * N * D);
+    nn::JointCall image_only;
+    image_only.batch = B;
+    image_only.image = N;
+    image_only.layer = static_cast<int>(cfg_.num_layers + index);
+    blk.attn2.forward(nh2, image_only, nh2, *backend_, attn_);
     for (int64_t b = 0; b < B; ++b)
       kernels::gated_residual_add(image(X, b, D), nh2 + b * N * D, 1, N, D, mi + b * mi_n + 8 * D,
                                   0);

@@ -75,18 +75,10 @@ class SD3Transformer : public DiT {
 
  private:
   struct Block;
-  struct SelfAttention;
   void block(Block& blk, float* x, int64_t index);
-  // Per-head RMSNorm of q and k of `rows` tokens from `row_begin` of a fused
-  // [q | k | v] buffer (row stride 3 × this rank's heads × head_dim, `seq`
-  // tokens per batch item).
-  void norm_qk(float* qkv, int64_t seq, int64_t row_begin, int64_t rows, const Tensor& wq,
-               const Tensor& wk) const;
-  void attend(const float* qkv, int64_t seq, float* out, int layer, int64_t text);
 
   SD3Config cfg_;
   nn::ComputeType ct_;
-  int64_t heads_ = 0;  // this rank's attention heads: all, or heads / T
   kernels::Linear patch_proj_, context_embedder_;
   Tensor pos_table_;  // [max, max, D]
   nn::MlpSilu timestep_embedder_, text_embedder_;
@@ -95,7 +87,8 @@ class SD3Transformer : public DiT {
   kernels::Linear proj_out_;
   // The current call (set by embed).
   nn::Scratch st_, tproj_, temb_, part_, slab_;  // st_: SiLU(conditioning) [B, D]
-  nn::Scratch n_, n2_, qkv_, attn_, tmp_, ff_, mod_, cols_;
+  nn::Scratch n_, n2_, tmp_, ff_, mod_, cols_;
+  nn::AttentionScratch attn_;  // every attention's q|k|v and output (then the image MLP's)
 };
 
 }  // namespace xdit::models

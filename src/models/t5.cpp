@@ -12,7 +12,8 @@ namespace xdit::models {
 
 struct T5Encoder::Block {
   Tensor ln0, ln1;
-  kernels::Linear qkv, o, wi, wo;
+  kernels::Linear qkv, wi;
+  nn::RowParallelLinear o, wo;  // row-parallel: they all-reduce their own partial sums
 };
 
 T5Encoder::T5Encoder(const T5Config& cfg, const io::WeightSource& w, DType compute,
@@ -53,7 +54,7 @@ std::unique_ptr<T5Encoder::Block> T5Encoder::load_block(const io::WeightSource& 
   const std::string sa = p + "0.SelfAttention.";
   b->qkv = nn::load_fused_linear(w, {sa + "q", sa + "k", sa + "v"}, d, {inner, inner, inner}, false,
                                  ct_, tp_);
-  b->o = nn::load_row_linear(w, sa + "o", {inner}, d, false, ct_, tp_);
+  b->o = nn::RowParallelLinear(w, sa + "o", inner, d, false, ct_, tp_);
   const std::string ff = p + "1.DenseReluDense.";
   if (cfg.gated_gelu) {
     b->wi = nn::load_fused_linear(w, {ff + "wi_0", ff + "wi_1"}, d, {cfg.d_ff, cfg.d_ff}, false,
@@ -61,7 +62,7 @@ std::unique_ptr<T5Encoder::Block> T5Encoder::load_block(const io::WeightSource& 
   } else {
     b->wi = nn::load_fused_linear(w, {ff + "wi"}, d, {cfg.d_ff}, false, ct_, tp_);
   }
-  b->wo = nn::load_row_linear(w, ff + "wo", {cfg.d_ff}, d, false, ct_, tp_);
+  b->wo = nn::RowParallelLinear(w, ff + "wo", cfg.d_ff, d, false, ct_, tp_);
   return b;
 }
 
@@ -121,18 +122,6 @@ Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint
   float* attn = attn_.get(static_cast<size_t>(M * inner));
   float* ff = ff_.get(static_cast<size_t>(M * (c.gated_gelu ? 2 : 1) * F));
   float* ff2 = ff2_.get(static_cast<size_t>(M * F));
-  // The row-parallel o and wo give partial sums: all-reduced in `part`
-  // before they join the residual stream.
-  float* part = tp_.split() ? tmp_.get(static_cast<size_t>(M * d)) : nullptr;
-  const auto add_projected = [&](const kernels::Linear& l, const float* x) {
-    if (!tp_.split()) {
-      l.forward(x, M, h, /*accumulate=*/true);  // h += l(x)
-      return;
-    }
-    l.forward(x, M, part);
-    tp_.all_reduce(part, M * d);
-    kernels::gated_residual_add(h, part, 1, 1, M * d, nullptr, 0);
-  };
   for (int64_t i = 0; i < c.num_layers; ++i) {
     // Not resident: this block is built now and freed after it ran, its
     // buffers then kept by core/block_cache for the next block's same sizes.
@@ -150,7 +139,7 @@ Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint
     a.key_mask = mask_here;
     a.bias = bias_here;
     kernels::attention(a);
-    add_projected(blk->o, attn);  // h += o(attn)
+    blk->o.forward_add(attn, M, h, tmp_);  // h += o(attn)
     kernels::rms_norm(h, n, M, d, eps, blk->ln1.data<float>());
     blk->wi.forward(n, M, ff);
     if (c.gated_gelu) {
@@ -158,7 +147,7 @@ Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint
     } else {
       kernels::relu(ff, ff2, M * F);
     }
-    add_projected(blk->wo, ff2);  // h += wo(ff)
+    blk->wo.forward_add(ff2, M, h, tmp_);  // h += wo(ff)
   }
   if (streamed_ != nullptr && !told_share_) log_share(*streamed_, streamed_before_);
   told_share_ = true;

@@ -170,6 +170,23 @@ kernels::Linear load_row_linear(const io::WeightSource& w, const std::string& pr
   return l;
 }
 
+RowParallelLinear::RowParallelLinear(const io::WeightSource& w, const std::string& prefix,
+                                     int64_t in, int64_t out, bool bias, ComputeType ct,
+                                     const TensorParallel& tp)
+    : linear_(load_row_linear(w, prefix, {in}, out, bias, ct, tp)), tp_(tp) {}
+
+void RowParallelLinear::forward_add(const float* x, int64_t m, float* y, Scratch& part) const {
+  const int64_t n = m * linear_.out_features();
+  if (!tp_.split()) {
+    linear_.forward(x, m, y, /*accumulate=*/true);
+    return;
+  }
+  float* p = part.get(static_cast<size_t>(n));
+  linear_.forward(x, m, p);
+  tp_.all_reduce(p, n);
+  kernels::gated_residual_add(y, p, 1, 1, n, nullptr, 0);
+}
+
 Tensor load_param(const io::WeightSource& w, const std::string& name, const Shape& shape) {
   Tensor p = w.get(name, shape).to(DType::kF32).to_device(current_device());
   w.drop_pages(name);

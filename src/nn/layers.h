@@ -88,6 +88,23 @@ kernels::Linear load_row_linear(const io::WeightSource& w, const std::string& pr
                                 const std::vector<int64_t>& ins, int64_t out, bool bias,
                                 ComputeType ct, const TensorParallel& tp, int only = -1);
 
+// A row-parallel linear (load_row_linear over one input part) whose product
+// joins a residual stream: it completes its own partial sums. T5's o and wo.
+class RowParallelLinear {
+ public:
+  RowParallelLinear() = default;
+  RowParallelLinear(const io::WeightSource& w, const std::string& prefix, int64_t in, int64_t out,
+                    bool bias, ComputeType ct, const TensorParallel& tp = {});
+  // y[m, out] += W·x[m, in] summed over the group: one accumulating product
+  // under T = 1; else this rank's product in `part` (m · out floats), the
+  // all-reduce, then the add.
+  void forward_add(const float* x, int64_t m, float* y, Scratch& part) const;
+
+ private:
+  kernels::Linear linear_;
+  TensorParallel tp_;
+};
+
 // Rows a model fills on the host (embedding lookups) for `dst`, n floats on
 // the current device: data() is dst itself on the CPU, a host buffer on a
 // CUDA device that upload() copies to dst.
