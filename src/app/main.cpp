@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   // there as fragments. Full-size PixArt-α (xdit bench transformer): 2.87 or
   // 3.11 GB resident after loading, depending on the link's allocation
   // order, against 2.69 GB with the threshold fixed at 1 MiB. Blocks of
-  // 32 MiB and more are reused by core/block_cache either way. A user's
+  // 32 MiB and more are reused by core/buffer_pool either way. A user's
   // MALLOC_MMAP_THRESHOLD_ still wins.
   if (std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr) ::mallopt(M_MMAP_THRESHOLD, 1 << 20);
   // Under mpirun every rank runs this; MPI starts before anything else.

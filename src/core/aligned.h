@@ -8,7 +8,7 @@
 #include <new>
 #include <vector>
 
-#include "core/block_cache.h"
+#include "core/buffer_pool.h"
 
 namespace xdit {
 
@@ -22,11 +22,11 @@ struct AlignedAllocator {
   AlignedAllocator(const AlignedAllocator<U>&) noexcept {}
   T* allocate(std::size_t n) {
     if (n > static_cast<std::size_t>(-1) / sizeof(T)) throw std::bad_array_new_length();
-    void* p = block_alloc(n * sizeof(T));
+    void* p = pool_alloc(n * sizeof(T));
     if (p == nullptr) throw std::bad_alloc();
     return static_cast<T*>(p);
   }
-  void deallocate(T* p, std::size_t n) noexcept { block_free(p, n * sizeof(T)); }
+  void deallocate(T* p, std::size_t n) noexcept { pool_free(p, n * sizeof(T)); }
   template <class U>
   bool operator==(const AlignedAllocator<U>&) const noexcept {
     return true;

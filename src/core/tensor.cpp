@@ -5,7 +5,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "core/block_cache.h"
+#include "core/buffer_pool.h"
 #include "core/error.h"
 
 namespace xdit {
@@ -62,11 +62,11 @@ Tensor Tensor::empty(Shape shape, DType dtype, Device device) {
     t.storage_ = std::move(a.owner);
     return t;
   }
-  void* p = block_alloc(bytes);
+  void* p = pool_alloc(bytes);
   XDIT_CHECK(p != nullptr, "out of memory: cannot allocate ",
              human_size(static_cast<double>(bytes)), " for a tensor of shape ",
              shape_str(t.shape_));
-  t.storage_ = std::shared_ptr<void>(p, [bytes](void* q) { block_free(q, bytes); });
+  t.storage_ = std::shared_ptr<void>(p, [bytes](void* q) { pool_free(q, bytes); });
   t.data_ = p;
   return t;
 }

@@ -124,7 +124,7 @@ Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint
   float* ff2 = ff2_.get(static_cast<size_t>(M * F));
   for (int64_t i = 0; i < c.num_layers; ++i) {
     // Not resident: this block is built now and freed after it ran, its
-    // buffers then kept by core/block_cache for the next block's same sizes.
+    // buffers then kept by core/buffer_pool for the next block's same sizes.
     std::unique_ptr<Block> built;
     if (streamed_ != nullptr) {
       const nn::LoadStaging staging;

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/aligned.h"
-#include "core/block_cache.h"
+#include "core/buffer_pool.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kernels/kernels.h"
@@ -273,10 +273,10 @@ Tensor VaeDecoder::decode(const Tensor& z_nchw, nn::RowBands* bands) {
       bd.total_rows *= 2;
       bd.bands.exchange_halos(up.data(), B, bd.rows, up.halo, up.row_bytes());
       // No buffer of the smaller size is needed again: return them (and x)
-      // to the system rather than keep them (core/block_cache.h) through the
+      // to the system rather than keep them (core/buffer_pool.h) through the
       // decoder's peak, the upsampled input and output side by side.
       x = Tensor();
-      release_cached_blocks();
+      release_pooled_buffers();
       x = act({B, bd.rows, bd.width, ch});
       ub->upsample_conv.forward_halo(up.data(), B, bd.rows, bd.width, x.data<float>());
     }
@@ -292,7 +292,7 @@ Tensor VaeDecoder::decode(const Tensor& z_nchw, nn::RowBands* bands) {
   Tensor band = act({B, c.out_channels, bd.rows, bd.width});
   kernels::nhwc_to_nchw(y.data<float>(), B, hw, c.out_channels, band.data<float>());
   y = Tensor();
-  release_cached_blocks();                           // the decoder's buffers go back to the system
+  release_pooled_buffers();                           // the decoder's buffers go back to the system
   return bd.bands.gather(band.to_device(Device{}));  // the image, gathered on the host
 }
 

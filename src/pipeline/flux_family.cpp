@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "models/flux.h"
-#include "pipeline/family_util.h"
+#include "pipeline/text_encoding.h"
 #include "pipeline/model_family.h"
 
 namespace xdit::pipeline {

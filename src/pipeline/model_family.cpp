@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "pipeline/family_util.h"
 
 namespace xdit::pipeline {
 

@@ -194,4 +194,10 @@ class ConfigFamily : public ModelFamily {
   Config cfg_;
 };
 
+// The family of a PixArt, FLUX or SD3 folder (pixart_family.cpp, flux_family.cpp,
+// sd3_family.cpp), as the registry (model_family.cpp) makes it.
+std::unique_ptr<ModelFamily> make_pixart_family(const io::ModelFolder& folder);
+std::unique_ptr<ModelFamily> make_flux_family(const io::ModelFolder& folder);
+std::unique_ptr<ModelFamily> make_sd3_family(const io::ModelFolder& folder);
+
 }  // namespace xdit::pipeline

@@ -6,11 +6,11 @@
 #include <filesystem>
 
 #include "comm/device_comm.h"
-#include "core/block_cache.h"
+#include "core/buffer_pool.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "parallel/vae_bands.h"
-#include "pipeline/family_util.h"
+#include "pipeline/text_encoding.h"
 #include "pipeline/resolution.h"
 #include "pipeline/step_hooks.h"
 
@@ -155,7 +155,7 @@ void Pipeline::load() {
 void Pipeline::release_transformer() {
   transformer_.reset();
   if (runtime_) runtime_->release();
-  release_cached_blocks();  // before the decoder takes its buffers
+  release_pooled_buffers();  // before the decoder takes its buffers
 }
 
 std::pair<models::Conditioning, models::Conditioning> Pipeline::halves(const PlanFields& r) const {
@@ -290,7 +290,7 @@ ImageResult Pipeline::generate(const Plan& plan,
     encoded = plan.with_embeddings(encode_prompts(plan));
     if (!keep_text_encoder_) {
       family_->release_text();
-      release_cached_blocks();  // their buffers go back to the system before the transformer's
+      release_pooled_buffers();  // their buffers go back to the system before the transformer's
     }
   }
   const auto t1 = Clock::now();

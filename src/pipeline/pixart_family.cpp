@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "models/t5.h"
-#include "pipeline/family_util.h"
+#include "pipeline/text_encoding.h"
 #include "pipeline/model_family.h"
 #include "tokenizers/t5_tokenizer.h"
 

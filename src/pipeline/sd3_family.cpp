@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "models/sd3.h"
-#include "pipeline/family_util.h"
+#include "pipeline/text_encoding.h"
 #include "pipeline/model_family.h"
 
 namespace xdit::pipeline {

@@ -8,7 +8,7 @@
 #include "io/safetensors.h"
 #include "io/weights.h"
 #include "models/t5.h"
-#include "pipeline/family_util.h"
+#include "pipeline/text_encoding.h"
 #include "test_util.h"
 #include "tokenizers/t5_tokenizer.h"
 

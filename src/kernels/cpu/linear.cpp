@@ -73,7 +73,7 @@ struct Linear::Impl {
   dnnl::memory::desc packed_md;
   dnnl::memory packed;  // over packed_buf
   // The packed weight's bytes: an uninitialised Tensor, so from
-  // core/block_cache like every large buffer — a layer built after one of
+  // core/buffer_pool like every large buffer — a layer built after one of
   // the same size was freed (T5's blocks built one at a time) takes its pages
   // instead of faulting in and zeroing new ones.
   Tensor packed_buf;

@@ -1,4 +1,4 @@
-#include "pipeline/family_util.h"
+#include "pipeline/text_encoding.h"
 
 #include <cstring>
 #include <map>

@@ -21,13 +21,6 @@
 
 namespace xdit::pipeline {
 
-// The family of a PixArt, FLUX or SD3 folder (pixart_family.cpp, flux_family.cpp,
-// sd3_family.cpp), as the registry (model_family.cpp) makes it.
-class ModelFamily;
-std::unique_ptr<ModelFamily> make_pixart_family(const io::ModelFolder& folder);
-std::unique_ptr<ModelFamily> make_flux_family(const io::ModelFolder& folder);
-std::unique_ptr<ModelFamily> make_sd3_family(const io::ModelFolder& folder);
-
 // A CLIP text encoder component's config (checked, bounded), and then —
 // after the family has checked the config against its transformer, so that a
 // mismatch is named as such — its weight headers opened and checked against

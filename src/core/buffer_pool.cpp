@@ -1,4 +1,4 @@
-#include "core/block_cache.h"
+#include "core/buffer_pool.h"
 
 #include <cstdlib>
 #include <map>
@@ -8,7 +8,7 @@ namespace xdit {
 
 namespace {
 
-struct Cache {
+struct Pool {
   std::mutex mu;
   std::multimap<std::size_t, void*> kept;  // size → block
   std::size_t bytes = 0;
@@ -23,8 +23,8 @@ struct Cache {
 // Never destroyed: blocks may be released by objects destroyed after any
 // static (other statics, OpenMP threads' thread-locals); what is kept at exit
 // stays reachable from here.
-Cache& cache() {
-  static Cache* c = new Cache;
+Pool& pool() {
+  static Pool* c = new Pool;
   return *c;
 }
 
@@ -34,10 +34,10 @@ std::size_t rounded(std::size_t bytes) {
 
 }  // namespace
 
-void* block_alloc(std::size_t bytes) {
+void* pool_alloc(std::size_t bytes) {
   bytes = rounded(bytes);
-  if (bytes >= kCachedBlockMin) {
-    Cache& c = cache();
+  if (bytes >= kPooledBufferMin) {
+    Pool& c = pool();
     std::lock_guard<std::mutex> lock(c.mu);
     const auto it = c.kept.find(bytes);
     if (it != c.kept.end()) {
@@ -51,11 +51,11 @@ void* block_alloc(std::size_t bytes) {
   return std::aligned_alloc(64, bytes);
 }
 
-void block_free(void* p, std::size_t bytes) noexcept {
+void pool_free(void* p, std::size_t bytes) noexcept {
   if (p == nullptr) return;
   bytes = rounded(bytes);
-  if (bytes >= kCachedBlockMin) {
-    Cache& c = cache();
+  if (bytes >= kPooledBufferMin) {
+    Pool& c = pool();
     std::lock_guard<std::mutex> lock(c.mu);
     c.kept.emplace(bytes, p);
     c.bytes += bytes;
@@ -64,14 +64,14 @@ void block_free(void* p, std::size_t bytes) noexcept {
   std::free(p);
 }
 
-void release_cached_blocks() noexcept {
-  Cache& c = cache();
+void release_pooled_buffers() noexcept {
+  Pool& c = pool();
   std::lock_guard<std::mutex> lock(c.mu);
   c.drop_all();
 }
 
-std::size_t cached_block_bytes() noexcept {
-  Cache& c = cache();
+std::size_t pooled_bytes() noexcept {
+  Pool& c = pool();
   std::lock_guard<std::mutex> lock(c.mu);
   return c.bytes;
 }
