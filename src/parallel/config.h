@@ -79,14 +79,14 @@ struct ParallelConfig {
   void validate_prompts(size_t prompts) const;
   // PipeFusion against the model: blocks per stage, patches.
   void validate_pipefusion(int64_t num_blocks) const;
-  // Every SP rank's rows of `rows` (by patch_weights when set).
+  // Every SP rank's token rows of `rows` (by patch_weights when set).
   std::vector<int64_t> row_split(int64_t rows) const;
   // The blocks [begin, end) of each stage.
   std::vector<std::pair<int64_t, int64_t>> stage_blocks(int64_t num_blocks) const;
-  // The patch-row ranges of the M patches over `patch_rows` rows, each a
+  // The token-row ranges of the M patches over `token_rows` rows, each a
   // multiple of the sequence-parallel degree (M reduced when it does not
   // fit; the caller warns).
-  std::vector<std::pair<int64_t, int64_t>> patches(int64_t patch_rows) const;
+  std::vector<std::pair<int64_t, int64_t>> patches(int64_t token_rows) const;
 };
 
 struct Coord {

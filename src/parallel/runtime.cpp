@@ -90,7 +90,7 @@ Tensor ParallelRuntime::gather(Tensor out, bool cfg_halves, int64_t r0, int64_t 
   const Device back = out.device();
   out = out.to_device(Device{});  // the host groups gather host tensors
   if (rows_split) {
-    // The SP ranks' shares of the rows, in latent rows.
+    // The SP ranks' shares of the token rows, in latent rows.
     std::vector<int64_t> rows = mesh_->config().row_split(r1 - r0);
     for (int64_t& r : rows) r *= patch_;
     out = gather_rows(mesh_->sp_group(), out, rows);
