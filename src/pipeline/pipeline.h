@@ -68,14 +68,15 @@ class Pipeline {
   // encoders / VAE configs and weight headers, and checks everything. Cheap.
   void validate(ImageRequest& r);
   void load();
-  // Runs the denoising loop; returns the final latents [P, C, H/f, W/f].
+  // Runs the denoising loop; returns the final latents [P, C, F, H/f, W/f].
   // `hooks` run at every step after the pipeline's own (denoiser.h).
   Tensor generate_latents(const LatentRequest& r,
                           const std::function<void(const StepEvent&)>& on_step = {},
                           const std::vector<StepHook*>& hooks = {});
   // Tokenizes and encodes prompts (and the negative prompt under CFG).
   PromptEmbeddings encode_prompts(const ImageRequest& r);
-  // Decodes latents to images in [−1, 1], [B, 3, H, W].
+  // Decodes latents [B, C, F, h, w] frame by frame to images in [−1, 1],
+  // [B·F, 3, H, W]: batch item b's frame f at b·F + f (an image: [B, 3, H, W]).
   Tensor decode_latents(const Tensor& latents);
   // The whole pipeline.
   ImageResult generate(ImageRequest r, const std::function<void(const StepEvent&)>& on_step = {});
@@ -135,6 +136,8 @@ class Pipeline {
   // would otherwise decode the whole image on shared cores (a CUDA rank has
   // its own GPU: whole, as in xDiT).
   bool vae_in_bands(int64_t latent_rows) const;
+  // One frame's latents [B, C, h, w] → images [B, 3, H, W].
+  Tensor decode_frame(const Tensor& latents);
   // The loop's inputs: the batch's conditioning ([uncond; cond] under CFG,
   // one half under CFG parallel), and the prompt half alone for SD3's
   // skip-layer guidance call.

@@ -71,7 +71,9 @@ void Pipeline::validate(LatentRequest& r) const {
   check_skip_layer_guidance(r.skip_layer_guidance, cfg);
   const int64_t vsf = vae_scale_factor();
   if (r.latents.defined()) {
-    const Shape want{P, spec().latent_channels, r.height / vsf, r.width / vsf};
+    r.latents = with_frame_axis(r.latents);  // 4-D: one frame
+    models::check_latents(spec(), family_->name(), r.latents.shape());
+    const Shape want{P, spec().latent_channels, r.latents.dim(2), r.height / vsf, r.width / vsf};
     XDIT_CHECK(r.latents.shape() == want, "latents have shape ", shape_str(r.latents.shape()),
                " but ", r.height, "x", r.width, " px with ", P, " prompt(s) needs ",
                shape_str(want));
