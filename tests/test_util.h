@@ -18,6 +18,12 @@
 
 namespace xdit::test {
 
+// Image latents [B, C, H, W] (the goldens') as the models take them,
+// [B, C, 1, H, W]: a view of the same values.
+inline Tensor one_frame(const Tensor& latents) {
+  return latents.reshape({latents.dim(0), latents.dim(1), 1, latents.dim(2), latents.dim(3)});
+}
+
 // A path fixed at build time, overridable from the environment: a checkout
 // on a GPU machine runs binaries built elsewhere (scripts/gpu_check.sh).
 inline std::string path_from_env(const char* name, const char* built) {

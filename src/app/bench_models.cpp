@@ -137,7 +137,7 @@ nlohmann::json run_flux_row(int64_t res, const std::string& dt_name, int warmup,
   cfg.guidance_embeds = true;
   const int64_t kFluxText = 512, h = res / 8, N = (h / 2) * (h / 2);
   TorchGenerator g(9);
-  Tensor lat = g.randn({1, cfg.latent_channels(), h, h});
+  Tensor lat = g.randn({1, cfg.latent_channels(), 1, h, h});
   Tensor text = g.randn({1, kFluxText, cfg.joint_attention_dim});
   Tensor pooled = g.randn({1, cfg.pooled_projection_dim});
   models::DiTInputs in;
@@ -218,7 +218,7 @@ nlohmann::json run_sd3_row(int64_t res, const std::string& dt_name, int warmup, 
   cfg.qk_norm = true;
   const int64_t kText = 77 + 256, h = res / 8, N = (h / 2) * (h / 2), B = 2;
   TorchGenerator g(9);
-  Tensor lat = g.randn({B, cfg.in_channels, h, h});
+  Tensor lat = g.randn({B, cfg.in_channels, 1, h, h});
   Tensor text = g.randn({B, kText, cfg.joint_attention_dim});
   Tensor pooled = g.randn({B, cfg.pooled_projection_dim});
   models::DiTInputs in;

@@ -60,7 +60,7 @@ nlohmann::json run_parallel_row(int64_t res, const std::string& dt_name, const s
   } else {
     XDIT_FAIL("unknown layout '", layout, "': ulysses, ring, cfg, displaced, naive or tensor");
   }
-  XDIT_CHECK(!slow || pc.sp() > 1, "a slowed rank needs a layout that splits rows");
+  XDIT_CHECK(!slow || pc.row_split_degree() > 1, "a slowed rank needs a layout that splits rows");
   parallel::Mesh mesh(pc, w);
   // The co-tenant: a busy thread on rank 1's core for the whole row.
   std::atomic<bool> stop{false};
@@ -84,11 +84,11 @@ nlohmann::json run_parallel_row(int64_t res, const std::string& dt_name, const s
   int64_t step_no = 0;
   StepInputs step_in(cfg, B, res);
   models::DiTInputs& in = step_in.in;
-  // This rank's patch rows of the split (even, or by the mesh's weights).
+  // This rank's token rows of the split (even, or by the mesh's weights).
   std::vector<int64_t> counts;
   const auto set_rows = [&] {
     counts = mesh.config().row_split(h / p);
-    std::tie(in.patch_row_begin, in.patch_row_end) = rt.my_rows(0, h / p);
+    std::tie(in.row_begin, in.row_end) = rt.my_rows(0, h / p);
   };
   set_rows();
   std::string calibration;

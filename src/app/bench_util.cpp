@@ -135,7 +135,7 @@ nlohmann::json timed_row(const std::string& name, int64_t res, const std::string
 
 StepInputs::StepInputs(const models::PixArtConfig& cfg, int64_t B, int64_t res) {
   TorchGenerator g(0);
-  latents = g.randn({B, cfg.in_channels, res / 8, res / 8});
+  latents = g.randn({B, cfg.in_channels, 1, res / 8, res / 8});  // one frame
   text = g.randn({B, kTextTokens, cfg.caption_channels});
   mask = Tensor::empty({B, kTextTokens});
   resolution = Tensor::empty({B, 2});

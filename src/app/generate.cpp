@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -103,18 +104,6 @@ struct GenerateOptions {
   bool no_binning = false;
 };
 
-// out.png → out.png for one image; out_0.png, out_1.png, … for several.
-std::vector<std::string> output_paths(const std::string& path, size_t n) {
-  if (n == 1) return {path};
-  const fs::path p(path);
-  std::vector<std::string> v;
-  for (size_t i = 0; i < n; ++i)
-    v.push_back(
-        (p.parent_path() / (p.stem().string() + "_" + std::to_string(i) + p.extension().string()))
-            .string());
-  return v;
-}
-
 // One line per step; on a terminal, a bar redrawn in place.
 class Progress {
  public:
@@ -164,6 +153,28 @@ std::map<std::string, std::string> png_text(const pipeline::PlanFields& p, const
   m.dtype = o.dtype;
   m.parallel = o.par.config.serial() ? std::string("serial (1 process)") : o.par.config.describe();
   return png_metadata(m);
+}
+
+// The writer: each prompt's frames as PNG files, prompt-major, named by
+// io::output_paths (one frame per prompt: out.png, or out_0.png, out_1.png,
+// …; several: out_f0000.png, … or out_1_f0002.png, …). `outputs` were
+// reserved for one frame per prompt; more frames are reserved here.
+void write_frames(std::vector<io::OutputFile>& outputs, const std::string& path,
+                  const pipeline::ImageResult& res,
+                  const std::function<std::map<std::string, std::string>(size_t)>& text_of) {
+  if (res.frames > 1) {
+    outputs.clear();
+    for (const auto& p : io::output_paths(path, res.rgb.size() / res.frames, res.frames))
+      outputs.emplace_back(p);
+  }
+  for (size_t i = 0; i < res.rgb.size(); ++i) {
+    const auto prompt = i / static_cast<size_t>(res.frames);
+    auto text = text_of(prompt);
+    if (res.frames > 1)
+      text["frame"] =
+          std::to_string(i % static_cast<size_t>(res.frames)) + " of " + std::to_string(res.frames);
+    io::write_png(outputs.at(i), res.width, res.height, res.rgb[i], text);
+  }
 }
 
 // Every rank's trace events into one Chrome-trace file, written by rank 0
@@ -229,7 +240,7 @@ int run_generate(GenerateOptions o) {
   std::vector<io::OutputFile> outputs;
   auto reserve = [&](size_t n) {
     if (writer)
-      for (const auto& p : output_paths(o.output, n)) outputs.emplace_back(p);
+      for (const auto& p : io::output_paths(o.output, n)) outputs.emplace_back(p);
   };
   if (latent_out)
     reserve(1);
@@ -268,7 +279,7 @@ int run_generate(GenerateOptions o) {
     auto in = io::read_safetensors_f32(o.latents);
     auto it = in.find("latents");
     XDIT_CHECK(it != in.end(), o.latents, " has no tensor 'latents'");
-    r.latents = it->second;
+    r.latents = it->second;  // [P, C, F, h, w], or [P, C, h, w]: one frame
   }
   const pipeline::Output output =
       latent_out ? pipeline::Output::kLatents : pipeline::Output::kImages;
@@ -283,11 +294,10 @@ int run_generate(GenerateOptions o) {
                 ", resized to ", plan->width, "x", plan->height,
                 " (--no_resolution_binning to turn off)");
     pipeline::ImageResult res = pipeline::generate_distributed(pipe, mesh, plan, progress);
-    const auto paths = output_paths(o.output, res.rgb.size());
+    const auto paths = io::output_paths(o.output, res.rgb.size() / res.frames, res.frames);
     if (writer)
-      for (size_t i = 0; i < res.rgb.size(); ++i)
-        io::write_png(outputs.at(i), res.width, res.height, res.rgb[i],
-                      png_text(*plan, o, o.prompts[i], model, pipe));
+      write_frames(outputs, o.output, res,
+                   [&](size_t i) { return png_text(*plan, o, o.prompts[i], model, pipe); });
     XDIT_INFO("text encoding ", seconds(res.text_seconds), ", denoising ",
               seconds(res.denoise_seconds), ", decoding ", seconds(res.decode_seconds),
               ", peak memory ", human_size(static_cast<double>(peak_rss_bytes())), " -> ",
@@ -338,7 +348,12 @@ int run_generate(GenerateOptions o) {
   const double denoise_s = secs(t1);
   if (latent_out) {
     if (!writer) return 0;
-    io::write_safetensors(outputs.at(0), {{"latents", latents}},
+    // One frame is written [P, C, h, w], as latents were before they had frames.
+    const Tensor saved =
+        latents.dim(2) == 1
+            ? latents.reshape({latents.dim(0), latents.dim(1), latents.dim(3), latents.dim(4)})
+            : latents;
+    io::write_safetensors(outputs.at(0), {{"latents", saved}},
                           {{"seed", std::to_string(plan->seed)},
                            {"steps", std::to_string(plan->num_inference_steps)},
                            {"guidance_scale", std::to_string(plan->guidance_scale)},
@@ -349,18 +364,22 @@ int run_generate(GenerateOptions o) {
                            {"xdit_version", XDIT_VERSION}});
     XDIT_INFO("text encoding ", seconds(text_s), ", denoising ", seconds(denoise_s),
               ", peak memory ", human_size(static_cast<double>(peak_rss_bytes())), " -> ", o.output,
-              " ", shape_str(latents.shape()));
+              " ", shape_str(saved.shape()));
     return 0;
   }
   const auto t2 = Clock::now();
   pipe.release_transformer();
-  auto rgb = models::image_to_rgb8(pipe.decode_latents(latents));
-  const auto paths = output_paths(o.output, rgb.size());
+  pipeline::ImageResult res;
+  res.rgb = models::image_to_rgb8(pipe.decode_latents(latents));  // prompt-major frames
+  res.frames = latents.dim(2);
+  res.width = plan->width;
+  res.height = plan->height;
+  const auto paths = io::output_paths(o.output, res.rgb.size() / res.frames, res.frames);
   if (!writer) return 0;
-  for (size_t i = 0; i < rgb.size(); ++i)
-    io::write_png(
-        outputs.at(i), plan->width, plan->height, rgb[i],
-        png_text(*plan, o, o.prompts.empty() ? "(prompt embeddings)" : o.prompts[i], model, pipe));
+  write_frames(outputs, o.output, res, [&](size_t i) {
+    return png_text(*plan, o, o.prompts.empty() ? "(prompt embeddings)" : o.prompts[i], model,
+                    pipe);
+  });
   XDIT_INFO("text encoding ", seconds(text_s), ", denoising ", seconds(denoise_s), ", decoding ",
             seconds(secs(t2)), ", peak memory ", human_size(static_cast<double>(peak_rss_bytes())),
             " -> ", paths[0]);

@@ -293,7 +293,7 @@ class Server {
     if (r->status != 200) return reply_error(res, req.path, r->status, r->message, r->field);
     const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
     const serve::ServeRequest& asked = job->request();
-    std::vector<std::vector<uint8_t>> pngs;
+    std::vector<std::vector<uint8_t>> pngs;  // one per frame, prompt-major (an image: per prompt)
     for (const auto& rgb : r->rgb)
       pngs.push_back(io::encode_png(r->width, r->height, rgb, png_text(r->plan)));
     if (e == serve::Endpoint::kImages) {

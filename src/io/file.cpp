@@ -192,4 +192,26 @@ void OutputFile::commit(const void* data, size_t bytes) {
   });
 }
 
+std::vector<std::string> output_paths(const std::string& path, size_t items, int64_t frames) {
+  const fs::path p(path);
+  const auto named = [&](const std::string& suffix) {
+    return (p.parent_path() / (p.stem().string() + suffix + p.extension().string())).string();
+  };
+  std::vector<std::string> v;
+  for (size_t i = 0; i < items; ++i) {
+    std::string item;  // (not "_" + to_string: GCC 12 warns -Wrestrict on that)
+    if (items > 1) item = '_' + std::to_string(i);
+    if (frames == 1) {
+      v.push_back(items == 1 ? path : named(item));
+      continue;
+    }
+    for (int64_t f = 0; f < frames; ++f) {
+      char frame[32];
+      std::snprintf(frame, sizeof frame, "_f%04lld", static_cast<long long>(f));
+      v.push_back(named(item + frame));
+    }
+  }
+  return v;
+}
+
 }  // namespace xdit::io

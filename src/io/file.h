@@ -2,11 +2,19 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 namespace xdit::io {
+
+// The files of `items` outputs (one per prompt) of `frames` frames each,
+// named from `path`, item-major: one item of one frame is `path` itself;
+// several items are stem_0.ext, stem_1.ext, …; several frames add _f0000,
+// _f0001, … to each item's stem (out_f0000.png, …; out_1_f0002.png).
+std::vector<std::string> output_paths(const std::string& path, size_t items, int64_t frames = 1);
 
 // An output file reserved before the work that produces it:
 // - the target must be a regular file or not exist (a symlink is followed and

@@ -7,11 +7,19 @@
 
 namespace xdit::models {
 
-std::pair<int64_t, int64_t> DiTInputs::rows(int64_t grid_rows) const {
-  const int64_t r0 = patch_row_begin, r1 = patch_row_end == 0 ? grid_rows : patch_row_end;
-  XDIT_CHECK(r0 >= 0 && r0 < r1 && r1 <= grid_rows, "patch rows [", r0, ", ", r1, ") outside the ",
-             grid_rows, "-row grid");
+std::pair<int64_t, int64_t> DiTInputs::rows(int64_t token_rows) const {
+  const int64_t r0 = row_begin, r1 = row_end == 0 ? token_rows : row_end;
+  XDIT_CHECK(r0 >= 0 && r0 < r1 && r1 <= token_rows, "token rows [", r0, ", ", r1,
+             ") outside the latents' ", token_rows);
   return {r0, r1};
+}
+
+void check_latents(const DiTSpec& spec, const std::string& model, const Shape& latents) {
+  XDIT_CHECK(latents.size() == 5 && latents[1] == spec.latent_channels && latents[2] >= 1, model,
+             " latents must be [B, ", spec.latent_channels, ", F, H, W], got ", shape_str(latents));
+  XDIT_CHECK(spec.video || latents[2] == 1, model,
+             " makes images: its latents have one frame (F = 1), got ", latents[2], " frames in ",
+             shape_str(latents));
 }
 
 void DiTInputs::check_joint_text(int64_t batch, int64_t text_width, int64_t pooled_width,
@@ -33,7 +41,19 @@ Tensor DiT::forward_here(const DiTInputs& in, const Tensor* hidden) {
   const int64_t blocks = spec().blocks;
   for (const int64_t b : in.skip_blocks)
     XDIT_CHECK(b >= 0 && b < blocks, "skip layer ", b, " outside the model's ", blocks, " blocks");
-  Streams s = embed(in);
+  // An image model embeds the one frame: a [B, C, H, W] view of the latents.
+  DiTInputs frame;
+  Tensor view;
+  if (in.latents != nullptr) {
+    const Tensor& x = *in.latents;
+    check_latents(spec(), name(), x.shape());
+    if (!spec().video) {
+      frame = in;
+      view = x.reshape({x.dim(0), x.dim(1), x.dim(3), x.dim(4)});
+      frame.latents = &view;
+    }
+  }
+  Streams s = embed(view.defined() ? frame : in);
   const int64_t B = call_.batch, T = stream_text(), N = call_.tokens(), D = spec().hidden;
   if (!stage_.first) s = previous_stage_streams(hidden, B, T, N, D, name());
   XDIT_CHECK(s.x.numel() == B * (T + N) * D && s.text == T, name(), " streams must be [", B, ", ",

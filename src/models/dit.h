@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -30,22 +31,26 @@ namespace xdit::models {
 
 // Everything a call may take; a model reads what it uses.
 struct DiTInputs {
-  const Tensor* latents = nullptr;  // [B, latent_channels, H, W]
-  std::vector<float> timesteps;     // B values, as the model takes them (DiTSpec::timestep_divisor)
+  // [B, latent_channels, F, H, W]: F frames (1 for an image). An image
+  // model's embed sees the one frame, [B, latent_channels, H, W] (a view).
+  const Tensor* latents = nullptr;
+  std::vector<float> timesteps;  // B values, as the model takes them (DiTSpec::timestep_divisor)
   // The call's conditioning (conditioning.h): the text (kText, kTextMask,
   // kPooled) and whatever else the model's family adds, batch-major.
   const Conditioning* cond = nullptr;
   // Blocks this call skips (SD3's skip-layer guidance): the streams pass them
   // unchanged, as diffusers' skip_layers does.
   std::vector<int64_t> skip_blocks;
-  // Sequence parallelism and PipeFusion: compute only the patch rows
-  // [begin, end) of the token grid (end 0 = all). Positions stay global;
-  // attention over the other rows is the attention backend's job.
-  int64_t patch_row_begin = 0, patch_row_end = 0;
+  // Sequence parallelism and PipeFusion: compute only the token rows
+  // [row_begin, row_end) (end 0 = all). Token rows: frame-major, frame ×
+  // patch rows of the latent grid (F · H / patch of them; a range may cross
+  // frames). Positions stay global; attention over the other rows is the
+  // attention backend's job.
+  int64_t row_begin = 0, row_end = 0;
 
-  // The patch rows [begin, end) of a `grid_rows`-row grid this call computes;
-  // throws one line when they lie outside it.
-  std::pair<int64_t, int64_t> rows(int64_t grid_rows) const;
+  // The token rows [begin, end) of `token_rows` this call computes; throws
+  // one line when they lie outside them.
+  std::pair<int64_t, int64_t> rows(int64_t token_rows) const;
   // The conditioning's tensor `name`, or null (no conditioning, or no such name).
   const Tensor* find(const char* name) const {
     return cond != nullptr ? cond->find(name) : nullptr;
@@ -93,7 +98,14 @@ struct DiTSpec {
   // The model's timestep = the scheduler's / this, in f32 (FLUX.1: t / 1000).
   double timestep_divisor = 1.0;
   bool text_stream = false;  // joint attention over a text stream that blocks update
+  bool video = false;        // takes latents of F > 1 frames (an image model: F = 1)
 };
+
+// Latents of shape `latents` are [B, spec.latent_channels, F, H, W], and F = 1
+// unless the model is a video model; throws one line naming `model` (the
+// pipeline checks a request's latents with it before loading, the DiT base
+// every call).
+void check_latents(const DiTSpec& spec, const std::string& model, const Shape& latents);
 
 // The geometry of the current call, which a model's embed sets.
 struct CallGeometry {
@@ -101,7 +113,7 @@ struct CallGeometry {
   // Text tokens: the text stream's (joint attention) or the cross-attention
   // condition's (PixArt, after trimming padding every row masks).
   int64_t text = 0;
-  int64_t rows = 0;        // patch rows this call computes
+  int64_t rows = 0;        // token rows this call computes (patch rows for an image)
   int64_t grid_width = 0;  // tokens per patch row
   int64_t width = 0;       // latent columns
   int64_t tokens() const { return rows * grid_width; }
@@ -123,7 +135,8 @@ class DiT {
   // block that ran. Not owned; empty: none.
   void set_block_hooks(std::vector<BlockHook*> hooks) { hooks_ = std::move(hooks); }
 
-  // A stage's whole call: the output on the last stage, else the streams' x.
+  // A stage's whole call: the output on the last stage ([B, out_channels,
+  // token rows · patch, W], see finalize), else the streams' x.
   // On a CUDA model the inputs are copied to its device (where they are not
   // already), the call runs under its DeviceScope and the result goes to the
   // device of the latents (or of `hidden`): the host for host inputs.
@@ -150,7 +163,8 @@ class DiT {
   // Blocks [b0, b1) of the flat list, all within this stage's, on streams
   // of the call's shape (both checked by the base).
   virtual void run_blocks(Streams& s, int64_t b0, int64_t b1) = 0;
-  // The last stage's output [B, out_channels, rows · patch, W].
+  // The last stage's output [B, out_channels, rows · patch, W]: the token
+  // rows' latent rows, frame-major (for an image, the image's rows).
   virtual Tensor finalize(const Streams& s) = 0;
 
   void set_geometry(const CallGeometry& g) { call_ = g; }

@@ -24,7 +24,7 @@ std::string Calibration::describe() const {
 Calibration calibrate_weights(Mesh& mesh, int64_t rows,
                               const std::function<void(int64_t, int64_t)>& step) {
   const ParallelConfig& pc = mesh.config();
-  const int n = pc.sp();
+  const int n = pc.row_split_degree();
   XDIT_CHECK(rows >= n, "--patch_weights auto: ", rows, " rows cannot give each of the ", n,
              " ranks a row");
   const auto [b, e] = row_share(0, rows, n, mesh.coord().sp);

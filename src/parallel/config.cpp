@@ -64,13 +64,13 @@ void ParallelConfig::validate(int world_size) const {
              ": PipeFusion needs at least one patch per stage");
   XDIT_CHECK(!auto_weights || patch_weights.empty(),
              "--patch_weights is either auto or numbers, not both");
-  XDIT_CHECK(!auto_weights || (sp() > 1 && pipefusion_parallel_degree == 1),
+  XDIT_CHECK(!auto_weights || (row_split_degree() > 1 && pipefusion_parallel_degree == 1),
              "--patch_weights auto calibrates the ranks that split the rows on one step: it "
              "needs --ulysses_degree, --ring_degree or --patch_parallel_degree above 1 and no "
              "PipeFusion (give PipeFusion's weights by hand, e.g. --patch_weights 2,1)");
   if (!patch_weights.empty()) {
-    XDIT_CHECK(static_cast<int>(patch_weights.size()) == sp(), "--patch_weights has ",
-               patch_weights.size(), " weights but there are ", sp(),
+    XDIT_CHECK(static_cast<int>(patch_weights.size()) == row_split_degree(), "--patch_weights has ",
+               patch_weights.size(), " weights but there are ", row_split_degree(),
                " ranks splitting the rows (ulysses x ring x patch): give one per rank");
     for (double w : patch_weights)
       XDIT_CHECK(std::isfinite(w) && w > 0, "--patch_weights must be positive numbers, got ", w);
@@ -89,16 +89,18 @@ void ParallelConfig::validate_request(int64_t heads, int64_t patch_rows, bool cf
                                  : std::string(),
       " are not divisible by --ulysses_degree ", ulysses_degree,
       ": choose a Ulysses degree that divides ", local, " (and use --ring_degree for the rest)");
-  XDIT_CHECK(patch_rows >= sp(), "the image has ", patch_rows,
-             " rows of patches, fewer than the sequence-parallel degree ", sp(), " (ulysses ",
-             ulysses_degree, " x ring ", ring_degree,
+  XDIT_CHECK(patch_rows >= row_split_degree(), "the image has ", patch_rows,
+             " rows of patches, fewer than the sequence-parallel degree ", row_split_degree(),
+             " (ulysses ", ulysses_degree, " x ring ", ring_degree,
              "): each rank needs a row; use a taller image or a lower degree");
-  XDIT_CHECK(
-      pipefusion_parallel_degree == 1 || patch_rows / sp() >= pipefusion_parallel_degree,
-      "the image has ", patch_rows, " rows of patches",
-      sp() > 1 ? detail::concat(" (", patch_rows / sp(), " per sequence-parallel rank)") : "",
-      ", fewer than the ", pipefusion_parallel_degree,
-      " PipeFusion stages: each stage needs a patch; use a taller image or fewer stages");
+  XDIT_CHECK(pipefusion_parallel_degree == 1 ||
+                 patch_rows / row_split_degree() >= pipefusion_parallel_degree,
+             "the image has ", patch_rows, " rows of patches",
+             row_split_degree() > 1 ? detail::concat(" (", patch_rows / row_split_degree(),
+                                                     " per sequence-parallel rank)")
+                                    : "",
+             ", fewer than the ", pipefusion_parallel_degree,
+             " PipeFusion stages: each stage needs a patch; use a taller image or fewer stages");
   XDIT_CHECK(!use_cfg_parallel || cfg, "--use_cfg_parallel needs classifier-free guidance (",
              cfg_needs, ")");
 }
@@ -140,7 +142,8 @@ std::vector<std::pair<int64_t, int64_t>> ParallelConfig::stage_blocks(int64_t nu
 }
 
 std::vector<int64_t> ParallelConfig::row_split(int64_t rows) const {
-  return patch_weights.empty() ? row_counts(rows, sp()) : row_counts(rows, patch_weights);
+  return patch_weights.empty() ? row_counts(rows, row_split_degree())
+                               : row_counts(rows, patch_weights);
 }
 
 std::vector<int64_t> ParallelConfig::vae_rows(int64_t latent_rows) const {
@@ -162,7 +165,7 @@ std::vector<std::pair<int64_t, int64_t>> ParallelConfig::patches(int64_t rows) c
   // rows allow, so that each SP rank of a stage computes the same number of
   // rows of every patch; otherwise as even as possible, each with a row per
   // SP rank (the SP ranks then split a patch unevenly).
-  const int64_t unit = sp(), units = rows / unit;
+  const int64_t unit = row_split_degree(), units = rows / unit;
   XDIT_CHECK(units >= 1, rows, " patch rows cannot give each of the ", unit,
              " sequence-parallel ranks a row");
   int64_t m = num_pipeline_patch > 0 ? num_pipeline_patch : pipefusion_parallel_degree;
@@ -183,8 +186,8 @@ Coord Mesh::coord_of(const ParallelConfig& c, int rank) {
   int r = rank;
   k.tp = r % c.tensor_parallel_degree;
   r /= c.tensor_parallel_degree;
-  k.sp = r % c.sp();
-  r /= c.sp();
+  k.sp = r % c.row_split_degree();
+  r /= c.row_split_degree();
   k.ulysses = k.sp % c.ulysses_degree;                  // Ulysses: contiguous ranks
   k.ring = (k.sp / c.ulysses_degree) % c.ring_degree;   // Ring: strided
   k.patch = k.sp / (c.ulysses_degree * c.ring_degree);  // patch bands (alone in the slot)
@@ -207,11 +210,11 @@ Mesh::Groups Mesh::split(comm::Communicator& base, bool model_only) const {
   const Coord& k = coord_;
   // color: every coordinate but the group's own; key: the group's coordinate.
   auto color = [&](int dp, int cf, int pp, int sp, int tp) {
-    return (((dp * 2 + cf) * c.pipefusion_parallel_degree + pp) * (c.sp() + 1) + sp) *
+    return (((dp * 2 + cf) * c.pipefusion_parallel_degree + pp) * (c.row_split_degree() + 1) + sp) *
                c.tensor_parallel_degree +
            tp;
   };
-  const int none = c.sp();  // a value no sp coordinate takes
+  const int none = c.row_split_degree();  // a value no sp coordinate takes
   Groups g;
   g.sp = base.split(color(k.dp, k.cfg, k.pp, none, k.tp), k.sp);
   g.ulysses = g.sp->split(k.ring + c.ring_degree * k.patch, k.ulysses);

@@ -46,10 +46,12 @@ struct ParallelConfig {
   std::vector<int> attn_layer_num_for_pp;
 
   int cfg() const { return use_cfg_parallel ? 2 : 1; }
-  // The ranks that split the image's rows: Ulysses × Ring, or the patch ranks.
-  int sp() const { return ulysses_degree * ring_degree * patch_parallel_degree; }
+  // The ranks that split the image's token rows: Ulysses × Ring, or the
+  // patch-parallel ranks (the two exclude each other; the mesh's "sp" slot
+  // holds either).
+  int row_split_degree() const { return ulysses_degree * ring_degree * patch_parallel_degree; }
   int world() const {
-    return data_parallel_degree * cfg() * pipefusion_parallel_degree * sp() *
+    return data_parallel_degree * cfg() * pipefusion_parallel_degree * row_split_degree() *
            tensor_parallel_degree;
   }
   bool serial() const { return world() == 1; }
@@ -79,14 +81,14 @@ struct ParallelConfig {
   void validate_prompts(size_t prompts) const;
   // PipeFusion against the model: blocks per stage, patches.
   void validate_pipefusion(int64_t num_blocks) const;
-  // Every SP rank's rows of `rows` (by patch_weights when set).
+  // Every SP rank's token rows of `rows` (by patch_weights when set).
   std::vector<int64_t> row_split(int64_t rows) const;
   // The blocks [begin, end) of each stage.
   std::vector<std::pair<int64_t, int64_t>> stage_blocks(int64_t num_blocks) const;
-  // The patch-row ranges of the M patches over `patch_rows` rows, each a
+  // The token-row ranges of the M patches over `token_rows` rows, each a
   // multiple of the sequence-parallel degree (M reduced when it does not
   // fit; the caller warns).
-  std::vector<std::pair<int64_t, int64_t>> patches(int64_t patch_rows) const;
+  std::vector<std::pair<int64_t, int64_t>> patches(int64_t token_rows) const;
 };
 
 struct Coord {
@@ -105,6 +107,8 @@ class Mesh {
   // The groups over host memory (the pipeline's latents, images, stage
   // hand-offs, and on the CPU everything).
   comm::Communicator& world() { return world_; }
+  // The row_split_degree() ranks that split an image's token rows
+  // (sequence parallelism, or patch parallelism's bands).
   comm::Communicator& sp_group() { return *host_.sp; }
   comm::Communicator& ulysses_group() { return *host_.ulysses; }
   comm::Communicator& ring_group() { return *host_.ring; }

@@ -23,7 +23,7 @@ const std::vector<ParallelMethod>& methods() {
          return std::make_unique<PatchAttention>(*m.model_groups().sp, pc.patch_mode == "displaced",
                                                  pc.full_sync);
        }},
-      {"USP", [](const ParallelConfig& pc) { return pc.sp() > 1; },
+      {"USP", [](const ParallelConfig& pc) { return pc.row_split_degree() > 1; },
        [](Mesh& m) -> std::unique_ptr<nn::AttentionBackend> {
          return std::make_unique<UspAttention>(*m.model_groups().ulysses, *m.model_groups().ring);
        }},
@@ -75,7 +75,7 @@ PipeFusionAttention* ParallelRuntime::pipefusion() const {
 }
 
 std::pair<int64_t, int64_t> ParallelRuntime::my_rows(int64_t r0, int64_t r1) {
-  if (mesh_ == nullptr || mesh_->config().sp() == 1) return {r0, r1};
+  if (mesh_ == nullptr || mesh_->config().row_split_degree() == 1) return {r0, r1};
   // The backend learns every SP rank's share (uneven when the rows do not
   // divide: it pads the shorter ones and masks the padding).
   std::vector<int64_t> tokens;
@@ -90,12 +90,12 @@ std::pair<int64_t, int64_t> ParallelRuntime::my_rows(int64_t r0, int64_t r1) {
 }
 
 Tensor ParallelRuntime::gather(Tensor out, bool cfg_halves, int64_t r0, int64_t r1) const {
-  const bool rows_split = mesh_ != nullptr && mesh_->config().sp() > 1;
+  const bool rows_split = mesh_ != nullptr && mesh_->config().row_split_degree() > 1;
   if (!rows_split && !cfg_halves) return out;
   const Device back = out.device();
   out = out.to_device(Device{});  // the host groups gather host tensors
   if (rows_split) {
-    // The SP ranks' shares of the rows, in latent rows.
+    // The SP ranks' shares of the token rows, in latent rows.
     std::vector<int64_t> rows = mesh_->config().row_split(r1 - r0);
     for (int64_t& r : rows) r *= patch_;
     out = gather_rows(mesh_->sp_group(), out, rows);

@@ -1,8 +1,9 @@
 // The one parallel runtime a denoising run talks to: which attention method
 // the mesh's layout selects (one table, used by generate, serve and bench
 // alike), the part of the model this rank holds (PipeFusion's stage, the
-// tensor-parallel share), the one row split (token rows: frames × latent
-// rows once latents carry frames), the gathers after a call, the step
+// tensor-parallel share), the one row split (token rows: frame-major, frame
+// × patch rows of the latent grid; parallel/gather.h), the gathers after a
+// call, the step
 // boundaries the stale-K/V methods need, and the release before decoding.
 // Adding an attention-shaped method is one row of `methods()` plus its
 // backend; nothing that runs the loop names a method.
@@ -58,13 +59,14 @@ class ParallelRuntime {
   // catch. Set before attach().
   void set_stale_refresh(bool refresh) { refresh_ = refresh; }
 
-  // Tokens per row of the current request's grid.
+  // Tokens per token row of the current request's grid.
   void set_grid_width(int64_t tokens_per_row) { grid_width_ = tokens_per_row; }
   // The one row split: the token rows [begin, end) this rank computes of
   // [r0, r1) (its SP share, uneven when they do not divide), told to the
   // backend before the calls that compute them.
   std::pair<int64_t, int64_t> my_rows(int64_t r0, int64_t r1);
-  // A call's output [B, C, rows · patch, W] over rows [r0, r1): the SP
+  // A call's output [B, C, rows · patch, W] over token rows [r0, r1) (the
+  // latent rows of the frame-major row axis, parallel/gather.h): the SP
   // ranks' shares gathered (and, with `cfg_halves`, the two CFG groups'
   // halves as [uncond; cond]). On the host groups; back on out's device.
   Tensor gather(Tensor out, bool cfg_halves, int64_t r0, int64_t r1) const;

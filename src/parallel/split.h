@@ -1,8 +1,10 @@
 // How rows split over the ranks of a group: as evenly as possible, the first
 // (rows mod parts) ranks taking one row more. Sequence parallelism splits
-// the image's patch rows this way (and each PipeFusion patch's), so that any
-// height runs on any layout; the attention backends pad the shorter shares to
-// the longest and mask the padding out of the keys.
+// the latents' token rows this way (frame-major, frame × patch rows of the
+// latent grid: an image's patch rows; a share may cross frames), and each
+// PipeFusion patch's, so that any height runs on any layout; the attention
+// backends pad the shorter shares to the longest and mask the padding out
+// of the keys.
 #pragma once
 
 #include <cstdint>

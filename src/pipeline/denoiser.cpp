@@ -10,9 +10,14 @@
 
 namespace xdit::pipeline {
 
-Tensor initial_noise(int64_t prompts, int64_t channels, int64_t latent_h, int64_t latent_w,
-                     uint64_t seed) {
-  return TorchGenerator(seed).randn({prompts, channels, latent_h, latent_w});
+Tensor initial_noise(int64_t prompts, int64_t channels, int64_t frames, int64_t latent_h,
+                     int64_t latent_w, uint64_t seed) {
+  return TorchGenerator(seed).randn({prompts, channels, frames, latent_h, latent_w});
+}
+
+Tensor with_frame_axis(const Tensor& latents) {
+  if (!latents.defined() || latents.ndim() != 4) return latents;
+  return latents.reshape({latents.dim(0), latents.dim(1), 1, latents.dim(2), latents.dim(3)});
 }
 
 void check_finite_latents(const Tensor& latents, int64_t step, int64_t total) {
@@ -27,9 +32,12 @@ void check_finite_latents(const Tensor& latents, int64_t step, int64_t total) {
 Tensor guided_noise(const Tensor& out, int64_t P, int64_t C, bool cfg, double guidance_scale) {
   // CFG: uncond + g·(cond − uncond) with out = [uncond P; cond P]; learned
   // sigma: keep the first C of the out_channels. On out's device (ops).
-  const int64_t oc = out.dim(1), hw = out.dim(2) * out.dim(3), plane = C * hw;
+  const int64_t oc = out.dim(1), hw = out.numel() / (out.dim(0) * oc), plane = C * hw;
   const float g = static_cast<float>(guidance_scale);
-  Tensor noise = Tensor::empty({P, C, out.dim(2), out.dim(3)}, DType::kF32, out.device());
+  Shape shape = out.shape();
+  shape[0] = P;
+  shape[1] = C;
+  Tensor noise = Tensor::empty(shape, DType::kF32, out.device());
   const float* ob = out.data<float>();
   for (int64_t b = 0; b < P; ++b) {
     const float* cond = ob + (cfg ? P + b : b) * oc * hw;
@@ -49,8 +57,8 @@ models::DiTInputs LoopInputs::at(const Tensor& latents, double t, int64_t r0, in
   in.timesteps.assign(static_cast<size_t>(batch),
                       static_cast<float>(t) / static_cast<float>(timestep_divisor));
   in.cond = &cond;
-  in.patch_row_begin = r0;
-  in.patch_row_end = r1;
+  in.row_begin = r0;
+  in.row_end = r1;
   in.skip_blocks = skip_blocks;
   return in;
 }
@@ -71,20 +79,31 @@ const Tensor& Denoiser::model_input() {
   return model_in_;
 }
 
+Tensor Denoiser::framed(const Tensor& whole) const {
+  Shape s = latents_.shape();
+  s[0] = whole.dim(0);
+  s[1] = whole.dim(1);
+  return whole.reshape(std::move(s));
+}
+
 Tensor Denoiser::call(const LoopInputs& li, const Tensor& x, double t) {
-  return rt_.gather(model_.forward(li.at(x, t, row0_, row1_)), false, 0, grid_rows_);
+  return framed(rt_.gather(model_.forward(li.at(x, t, row0_, row1_)), false, 0, token_rows_));
 }
 
 Tensor Denoiser::noise_prediction(const Tensor& out, int64_t r0, int64_t r1, Tensor* gathered) {
   Tensor all = rt_.gather(out, li_.cfg_split, r0, r1);
+  if (r0 == 0 && r1 == token_rows_) all = framed(all);
   if (gathered != nullptr) *gathered = all;
   return guided_noise(all, li_.prompts, latents_.dim(1), li_.cfg, li_.cfg_scale);
 }
 
 Tensor Denoiser::run(Tensor latents) {
   const int64_t p = model_.spec().patch;
-  grid_rows_ = latents.dim(2) / p;
-  rt_.set_grid_width(latents.dim(3) / p);
+  XDIT_CHECK(latents.ndim() == 5 && latents.dim(3) % p == 0 && latents.dim(4) % p == 0,
+             "the denoising loop takes latents [P, C, F, h, w] with h and w multiples of ", p,
+             ", got ", shape_str(latents.shape()));
+  token_rows_ = latents.dim(2) * (latents.dim(3) / p);
+  rt_.set_grid_width(latents.dim(4) / p);
   latents_ = std::move(latents);
   if (rt_.pipefusion() != nullptr) return pipefusion_loop();
   return step_loop();
@@ -101,7 +120,7 @@ Tensor Denoiser::step_loop() {
     latents_ = latents_.to_device(device_);
   }
   for (StepHook* h : hooks_) h->begin_loop(*this);
-  std::tie(row0_, row1_) = rt_.my_rows(0, grid_rows_);
+  std::tie(row0_, row1_) = rt_.my_rows(0, token_rows_);
   const auto& ts = sched_.timesteps();
   const auto n = static_cast<int64_t>(ts.size());
   for (int64_t i = 0; i < n; ++i) {
@@ -113,11 +132,11 @@ Tensor Denoiser::step_loop() {
     Tensor out;
     {
       trace::Span span("step " + std::to_string(i), "compute");
-      // [MB, out_channels, this rank's rows, w]
+      // [MB, out_channels, this rank's token rows · patch, w]
       out = model_.forward(li_.at(model_in, info.timestep, row0_, row1_));
     }
     Tensor gathered;
-    Tensor noise = noise_prediction(out, 0, grid_rows_, &gathered);
+    Tensor noise = noise_prediction(out, 0, token_rows_, &gathered);
     for (StepHook* h : hooks_) h->on_noise(info, noise, gathered, *this);
     sched_.step(noise, latents_);
     check_finite_latents(latents_, i + 1, n);

@@ -19,9 +19,10 @@
 
 namespace xdit::pipeline {
 
-// The noise prediction from the transformer output [(2)P, out_channels, h, w]:
-// classifier-free guidance (when cfg, out = [uncond; cond]) and the first C
-// channels (PixArt's learned sigma).
+// The noise prediction from the transformer output [(2)P, out_channels, ...]
+// (any trailing shape: [F, h, w], or token rows' [rows, w]): classifier-free
+// guidance (when cfg, out = [uncond; cond]) and the first C channels
+// (PixArt's learned sigma), shaped [P, C, ...] like `out`.
 Tensor guided_noise(const Tensor& out, int64_t P, int64_t C, bool cfg, double guidance_scale);
 
 // Stops the run (throws one line naming the step and the likely causes) when
@@ -29,10 +30,15 @@ Tensor guided_noise(const Tensor& out, int64_t P, int64_t C, bool cfg, double gu
 // latents decode to a black image.
 void check_finite_latents(const Tensor& latents, int64_t step, int64_t total);
 
-// The initial latents as diffusers draws them: torch.randn([P, C, h, w]) from
-// a CPU generator seeded with `seed` (FLUX packs them inside the model).
-Tensor initial_noise(int64_t prompts, int64_t channels, int64_t latent_h, int64_t latent_w,
-                     uint64_t seed);
+// The initial latents as diffusers draws them: torch.randn([P, C, F, h, w])
+// from a CPU generator seeded with `seed` (FLUX packs them inside the model).
+// F = 1 (an image) draws the values of torch.randn([P, C, h, w]), in order.
+Tensor initial_noise(int64_t prompts, int64_t channels, int64_t frames, int64_t latent_h,
+                     int64_t latent_w, uint64_t seed);
+
+// Latents with their frame axis: [B, C, F, H, W] as they are; a 4-D
+// [B, C, H, W] (latents saved for images) as F = 1, a view.
+Tensor with_frame_axis(const Tensor& latents);
 
 // What every transformer call of one denoising run shares: the batch's
 // conditioning ([uncond; cond] under CFG, one half under CFG parallel).
@@ -42,7 +48,7 @@ struct LoopInputs {
   int64_t prompts = 0, batch = 0;
   bool cfg = false, cfg_split = false;
   double cfg_scale = 1.0, timestep_divisor = 1.0;
-  // The transformer's inputs for patch rows [r0, r1) (0, 0: all) at timestep t.
+  // The transformer's inputs for token rows [r0, r1) (0, 0: all) at timestep t.
   models::DiTInputs at(const Tensor& latents, double t, int64_t r0, int64_t r1) const;
 };
 
@@ -100,7 +106,7 @@ class Denoiser {
            LoopInputs inputs, Device device);
   void add_hook(StepHook* hook) { hooks_.push_back(hook); }
 
-  // The loop from `latents` [P, C, h, w] (host) to the final latents (host):
+  // The loop from `latents` [P, C, F, h, w] (host) to the final latents (host):
   // PipeFusion's pipeline where the runtime's method is PipeFusion, the
   // per-step loop otherwise.
   Tensor run(Tensor latents);
@@ -108,7 +114,8 @@ class Denoiser {
 
   // For hooks: the loop's inputs, its current latents, the timesteps, and a
   // whole transformer call of `li` on latents `x` at timestep t over this
-  // rank's rows, gathered (a skip-layer call, a calibration call).
+  // rank's rows, gathered and shaped as the latents (a skip-layer call, a
+  // calibration call).
   const LoopInputs& inputs() const { return li_; }
   const Tensor& latents() const { return latents_; }
   const std::vector<float>& timesteps() const { return sched_.timesteps(); }
@@ -117,14 +124,19 @@ class Denoiser {
   // buffer, refilled).
   const Tensor& model_input();
   models::DiT& model() { return model_; }
+  // Token rows of the latents (frames × patch rows): the unit of the row split.
+  int64_t token_rows() const { return token_rows_; }
   parallel::ParallelRuntime& runtime() { return rt_; }
   Device device() const { return device_; }
 
  private:
   Tensor step_loop();
   Tensor pipefusion_loop();
-  // The SP shares of rows [r0, r1) and the CFG halves gathered, then guidance.
+  // The SP shares of token rows [r0, r1) and the CFG halves gathered, then
+  // guidance; shaped as the latents when the rows are all of them.
   Tensor noise_prediction(const Tensor& out, int64_t r0, int64_t r1, Tensor* gathered);
+  // A gathered output over all token rows, [B, C, F·h, w], as [B, C, F, h, w] (a view).
+  Tensor framed(const Tensor& whole) const;
 
   models::DiT& model_;
   parallel::ParallelRuntime& rt_;
@@ -132,7 +144,7 @@ class Denoiser {
   LoopInputs li_;
   Device device_;
   Tensor latents_, model_in_;
-  int64_t grid_rows_ = 0;        // token rows of the latent grid
+  int64_t token_rows_ = 0;       // frames × patch rows of the latents
   int64_t row0_ = 0, row1_ = 0;  // this rank's share of them in the step loop
   std::vector<StepHook*> hooks_;
   PipeFusionStats pf_stats_;

@@ -12,7 +12,7 @@ std::pair<int64_t, int64_t> dp_share(int64_t prompts, int dp, int g) {
 
 namespace {
 
-// Rows [b, e) of a batch-major tensor.
+// Items [b, e) of a batch-major tensor (latents [P, C, F, h, w] too).
 Tensor batch_slice(const Tensor& t, int64_t b, int64_t e) {
   if (!t.defined()) return t;
   Tensor f = t.to(DType::kF32);
@@ -47,10 +47,10 @@ std::vector<uint8_t> concat(const std::vector<std::vector<uint8_t>>& parts) {
   return all;
 }
 
-// An ImageResult as bytes: width, height, the image count, the three
-// timings, then the images.
+// An ImageResult as bytes: width, height, frames per prompt, the frame
+// count, the three timings, then the frames (prompt-major).
 std::vector<uint8_t> pack(const ImageResult& r) {
-  const int64_t head[3] = {r.width, r.height, static_cast<int64_t>(r.rgb.size())};
+  const int64_t head[4] = {r.width, r.height, r.frames, static_cast<int64_t>(r.rgb.size())};
   const double times[3] = {r.text_seconds, r.denoise_seconds, r.decode_seconds};
   size_t bytes = sizeof head + sizeof times;
   for (const auto& img : r.rgb) bytes += img.size();
@@ -74,17 +74,21 @@ ImageResult unpack(const std::vector<uint8_t>& b) {
     std::memcpy(p, b.data() + at, n);
     at += n;
   };
-  int64_t head[3];
+  int64_t head[4];
   double times[3];
   get(head, sizeof head);
   get(times, sizeof times);
   r.width = head[0];
   r.height = head[1];
+  r.frames = head[2];
+  XDIT_CHECK(r.frames >= 1 && head[3] % r.frames == 0,
+             "data-parallel gather: a group's result has ", head[3], " images of ", r.frames,
+             " frame(s) each");
   r.text_seconds = times[0];
   r.denoise_seconds = times[1];
   r.decode_seconds = times[2];
   const size_t per = static_cast<size_t>(r.width * r.height * 3);
-  for (int64_t i = 0; i < head[2]; ++i) {
+  for (int64_t i = 0; i < head[3]; ++i) {
     r.rgb.emplace_back(per);
     get(r.rgb.back().data(), per);
   }
@@ -106,7 +110,7 @@ namespace {
 Tensor batch_latents(const Pipeline& pipe, const Plan& plan) {
   if (plan->latents.defined()) return plan->latents;
   const int64_t vsf = pipe.vae_scale_factor();
-  return initial_noise(plan.batch(), pipe.spec().latent_channels, plan->run_height / vsf,
+  return initial_noise(plan.batch(), pipe.spec().latent_channels, 1, plan->run_height / vsf,
                        plan->run_width / vsf, plan->seed);
 }
 
@@ -143,13 +147,14 @@ ImageResult generate_distributed(Pipeline& pipe, parallel::Mesh& mesh, const Pla
   const Tensor latents = batch_latents(pipe, plan);
   ImageResult res = pipe.generate(plan.share(b, e, batch_slice(latents, b, e)), on_step);
   if (dp == 1) return res;
-  std::vector<std::vector<uint8_t>> images;
+  std::vector<std::vector<uint8_t>> images;  // every group's prompts' frames, in prompt order
   for (ImageResult& g : gather_results(mesh.dp_group(), res)) {
-    XDIT_CHECK(g.width == res.width && g.height == res.height,
+    XDIT_CHECK(g.width == res.width && g.height == res.height && g.frames == res.frames,
                "data-parallel gather: image sizes differ");
     for (auto& img : g.rgb) images.push_back(std::move(img));
   }
-  XDIT_CHECK(images.size() == static_cast<size_t>(P), "data-parallel gather: image sizes differ");
+  XDIT_CHECK(images.size() == static_cast<size_t>(P * res.frames),
+             "data-parallel gather: image sizes differ");
   res.rgb = std::move(images);
   return res;
 }

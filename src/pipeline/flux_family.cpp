@@ -10,8 +10,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "models/flux.h"
-#include "pipeline/text_encoding.h"
 #include "pipeline/model_family.h"
+#include "pipeline/text_encoding.h"
 
 namespace xdit::pipeline {
 

@@ -1,6 +1,7 @@
 // PipeFusion (arXiv 2405.14430, §3; docs/ARCHITECTURE.md, "PipeFusion"): the
 // transformer's blocks split into P stages (one per rank of the PipeFusion
-// group), the latent into M row patches. Warm-up steps run the whole image
+// group), the latent into M patches of token rows (frame-major, frame × patch
+// rows: parallel/gather.h; a patch may cross frames). Warm-up steps run the whole image
 // through the stages synchronously, filling every attention layer's K/V
 // buffer. Then, for each step and patch, stage s receives patch j's hidden
 // states (stage 0: patch j's latent as the last stage updated it), runs its
@@ -31,23 +32,6 @@
 namespace xdit::pipeline {
 
 namespace {
-
-// Rows [r0, r1) of a [B, C, H, W] tensor.
-Tensor take_rows(const Tensor& t, int64_t r0, int64_t r1) {
-  const int64_t BC = t.dim(0) * t.dim(1), H = t.dim(2), W = t.dim(3), rows = r1 - r0;
-  Tensor out = Tensor::empty({t.dim(0), t.dim(1), rows, W});
-  for (int64_t bc = 0; bc < BC; ++bc)
-    std::memcpy(out.data<float>() + bc * rows * W, t.data<float>() + (bc * H + r0) * W,
-                static_cast<size_t>(rows * W) * 4);
-  return out;
-}
-
-void put_rows(Tensor& t, const float* rows_data, int64_t r0, int64_t r1) {
-  const int64_t BC = t.dim(0) * t.dim(1), H = t.dim(2), W = t.dim(3), rows = r1 - r0;
-  for (int64_t bc = 0; bc < BC; ++bc)
-    std::memcpy(t.data<float>() + (bc * H + r0) * W, rows_data + bc * rows * W,
-                static_cast<size_t>(rows * W) * 4);
-}
 
 // Non-blocking sends whose buffers live until they complete.
 class Outbox {
@@ -145,14 +129,15 @@ Tensor Denoiser::pipefusion_loop() {
   const auto& pc = mesh.config();
   const int P = pc.pipefusion_parallel_degree, s = mesh.coord().pp;
   const bool first = s == 0, last = s == P - 1;
-  const int64_t C = latents.dim(1), h = latents.dim(2), w = latents.dim(3);
+  const int64_t C = latents.dim(1), w = latents.dim(4);
   const models::DiTSpec spec = model_.spec();
-  const int64_t p = spec.patch, gw = w / p, gh = h / p, d = spec.hidden, MB = li.batch;
+  // gh: token rows (frames × patch rows), the rows patches and shares are made of.
+  const int64_t p = spec.patch, gw = w / p, gh = token_rows_, d = spec.hidden, MB = li.batch;
   const auto patches = pc.patches(gh);
   const int64_t M = static_cast<int64_t>(patches.size());
   const int64_t requested = pc.num_pipeline_patch > 0 ? pc.num_pipeline_patch : P;
   if (M != requested)
-    XDIT_WARN("--num_pipeline_patch ", requested, " does not fit the ", gh, " patch rows: using ",
+    XDIT_WARN("--num_pipeline_patch ", requested, " does not fit the ", gh, " token rows: using ",
               M);
   const auto& ts = sched_.timesteps();
   const int64_t S = static_cast<int64_t>(ts.size());
@@ -160,9 +145,11 @@ Tensor Denoiser::pipefusion_loop() {
   pf_stats_ = {};
   for (StepHook* hook : hooks_) hook->begin_loop(*this);
 
-  Tensor model_in = Tensor::empty({MB, C, h, w});
+  Shape in_shape = latents.shape();
+  in_shape[0] = MB;
+  Tensor model_in = Tensor::empty(in_shape);
   auto fill_model_in = [&] {
-    const int64_t plane = C * h * w;
+    const int64_t plane = latents.numel() / li.prompts;
     for (int64_t k = 0; k < MB; ++k)
       std::memcpy(model_in.data<float>() + k * plane,
                   latents.data<float>() + (k % li.prompts) * plane, static_cast<size_t>(plane) * 4);
@@ -173,9 +160,9 @@ Tensor Denoiser::pipefusion_loop() {
   // The last stage: noise for rows [r0, r1) from the stage output, then the step.
   auto finish_rows = [&](const Tensor& out, int64_t r0, int64_t r1) {
     Tensor noise = noise_prediction(out, r0, r1, nullptr);
-    Tensor rows = take_rows(latents, r0 * p, r1 * p);
+    Tensor rows = parallel::take_rows(latents, r0 * p, r1 * p);
     sched_.step(noise.data<float>(), rows.data<float>(), latents.shape(), r0 * p, r1 * p);
-    put_rows(latents, rows.data<float>(), r0 * p, r1 * p);
+    parallel::put_rows(latents, rows, r0 * p);
     return rows;
   };
   // The text-stream tokens every hidden-state message carries beside the rows.
@@ -189,7 +176,7 @@ Tensor Denoiser::pipefusion_loop() {
   {
     const auto [w0, w1] = rt_.my_rows(0, gh);
     hidden_shapes.push_back({MB, text + (w1 - w0) * gw, d});
-    latent_shapes.push_back({li.prompts, C, h, w});
+    latent_shapes.push_back(latents.shape());
     for (const auto& [r0, r1] : patches) {
       const auto [l0, l1] = rt_.my_rows(r0, r1);
       hidden_shapes.push_back({MB, text + (l1 - l0) * gw, d});
@@ -310,7 +297,7 @@ Tensor Denoiser::pipefusion_loop() {
       if (pf_stats_.first_micro_step == 0) pf_stats_.first_micro_step = clock;
       pf_stats_.last_micro_step = clock;
       if (first && i > warmup && P > 1)
-        put_rows(latents, latent_in[static_cast<size_t>(j)].data<float>(), r0 * p, r1 * p);
+        parallel::put_rows(latents, latent_in[static_cast<size_t>(j)], r0 * p);
       pipefusion->set_window(gh * gw, r0 * gw, r1 * gw);
       if (first) fill_model_in();
       const auto [l0, l1] = rt_.my_rows(r0, r1);

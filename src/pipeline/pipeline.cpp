@@ -10,9 +10,9 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "parallel/vae_bands.h"
-#include "pipeline/text_encoding.h"
 #include "pipeline/resolution.h"
 #include "pipeline/step_hooks.h"
+#include "pipeline/text_encoding.h"
 
 namespace xdit::pipeline {
 
@@ -207,7 +207,8 @@ Tensor Pipeline::generate_latents(const Plan& plan,
   const int64_t P = plan.batch();
   const int64_t vsf = vae_scale_factor();
   const int64_t h = r.run_height / vsf, w = r.run_width / vsf, C = spec().latent_channels;
-  Tensor latents = r.latents.defined() ? r.latents : initial_noise(P, C, h, w, r.seed);
+  // [P, C, F, h, w]: the plan gave given latents their frame axis.
+  Tensor latents = r.latents.defined() ? r.latents : initial_noise(P, C, 1, h, w, r.seed);
   const auto sched = sched_cfg_.make();
   if (r.num_inference_steps == 0) return latents;
   sched->set_timesteps(r.num_inference_steps,
@@ -254,6 +255,29 @@ PromptEmbeddings Pipeline::encode_prompts(const Plan& plan) {
 
 Tensor Pipeline::decode_latents(const Tensor& latents) {
   XDIT_CHECK(vae_cfg_, "decode_latents before a plan with images opened the VAE");
+  XDIT_CHECK(latents.ndim() == 5, "decode_latents takes latents [B, C, F, h, w], got ",
+             shape_str(latents.shape()));
+  const int64_t B = latents.dim(0), C = latents.dim(1), F = latents.dim(2), h = latents.dim(3),
+                w = latents.dim(4);
+  if (F == 1) return decode_frame(latents.reshape({B, C, h, w}));
+  // Frame by frame through the image decoder, into [B·F, 3, H, W].
+  Tensor out, frame = Tensor::empty({B, C, h, w});
+  const int64_t plane = h * w;
+  for (int64_t f = 0; f < F; ++f) {
+    for (int64_t bc = 0; bc < B * C; ++bc)
+      std::memcpy(frame.data<float>() + bc * plane, latents.data<float>() + (bc * F + f) * plane,
+                  static_cast<size_t>(plane) * 4);
+    const Tensor image = decode_frame(frame);
+    if (!out.defined()) out = Tensor::empty({B * F, image.dim(1), image.dim(2), image.dim(3)});
+    const int64_t per = image.numel() / B;
+    for (int64_t b = 0; b < B; ++b)
+      std::memcpy(out.data<float>() + (b * F + f) * per, image.data<float>() + b * per,
+                  static_cast<size_t>(per) * 4);
+  }
+  return out;
+}
+
+Tensor Pipeline::decode_frame(const Tensor& latents) {
   // On a CUDA device the decoder's weights and activations live there; the
   // image comes back to the host.
   DeviceScope scope(device_);
@@ -299,7 +323,8 @@ ImageResult Pipeline::generate(const Plan& plan,
   const auto t2 = Clock::now();
   Tensor image = decode_latents(latents);
   if (plan->resize_back) image = resize_and_crop(image, plan->height, plan->width);
-  out.rgb = models::image_to_rgb8(image);
+  out.rgb = models::image_to_rgb8(image);  // [P·F, 3, H, W]: prompt-major frames
+  out.frames = latents.dim(2);
   out.height = image.dim(2);
   out.width = image.dim(3);
   const auto t3 = Clock::now();

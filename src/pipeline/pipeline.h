@@ -68,7 +68,7 @@ class Pipeline {
   // Embeddings → latents (or images, through the VAE).
   Plan plan(const LatentRequest& r, Output out = Output::kLatents);
   void load();
-  // Runs the denoising loop; returns the final latents [P, C, H/f, W/f].
+  // Runs the denoising loop; returns the final latents [P, C, F, H/f, W/f].
   // A plan with prompts encodes them first. `hooks` run at every step after
   // the pipeline's own (denoiser.h).
   Tensor generate_latents(const Plan& plan,
@@ -82,8 +82,9 @@ class Pipeline {
   }
   // Tokenizes and encodes a plan's prompts (and the negative prompt under CFG).
   PromptEmbeddings encode_prompts(const Plan& plan);
-  // Decodes latents to images in [−1, 1], [B, 3, H, W] (after a plan with
-  // Output::kImages has opened the VAE).
+  // Decodes latents [B, C, F, h, w] frame by frame to images in [−1, 1],
+  // [B·F, 3, H, W]: batch item b's frame f at b·F + f (an image: [B, 3, H, W]);
+  // after a plan with Output::kImages has opened the VAE.
   Tensor decode_latents(const Tensor& latents);
   // The whole pipeline: encode, denoise, decode, resize back from the bin.
   ImageResult generate(const Plan& plan, const std::function<void(const StepEvent&)>& on_step = {});
@@ -150,6 +151,8 @@ class Pipeline {
   // would otherwise decode the whole image on shared cores (a CUDA rank has
   // its own GPU: whole, as in xDiT).
   bool vae_in_bands(int64_t latent_rows) const;
+  // One frame's latents [B, C, h, w] → images [B, 3, H, W].
+  Tensor decode_frame(const Tensor& latents);
   // The loop's inputs: the batch's conditioning ([uncond; cond] under CFG,
   // one half under CFG parallel), and the prompt half alone for SD3's
   // skip-layer guidance call.

@@ -8,8 +8,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "models/t5.h"
-#include "pipeline/text_encoding.h"
 #include "pipeline/model_family.h"
+#include "pipeline/text_encoding.h"
 #include "tokenizers/t5_tokenizer.h"
 
 namespace xdit::pipeline {

@@ -38,7 +38,7 @@ struct PlanFields {
   std::optional<std::string> negative_prompt;
   int64_t max_sequence_length = 0;  // T5 tokens (prompts only)
   models::Conditioning cond, uncond;
-  Tensor latents;  // initial latents [P, C, h, w] (f32), or undefined: drawn from the seed
+  Tensor latents;  // initial latents [P, C, F, h, w] (f32), or undefined: drawn from the seed
   // The size asked for (the images' size) and the size the model runs at
   // (the aspect-ratio bin under PixArt's binning, else the same).
   int64_t height = 0, width = 0;

@@ -79,9 +79,10 @@ Plan Pipeline::plan(const LatentRequest& r, Output out) {
   const int64_t P = f.cond.batch();
   check_mesh(f.run_height, f.cfg, P);
   check_skip_layer_guidance(f.skip_layer_guidance, f.cfg);
-  check_latents_shape(r.latents, P, f.run_height, f.run_width);
+  const Tensor given = with_frame_axis(r.latents);  // 4-D: one frame
+  check_latents_shape(given, P, f.run_height, f.run_width);
   family_->check_embeddings_finite({f.cond, f.uncond});
-  f.latents = finite_latents(r.latents);
+  f.latents = finite_latents(given);
   if (out == Output::kImages) open_vae();
   MemoryQuery q = memory_query(P, f.run_height, f.run_width, f.cfg);
   q.text_tokens = f.cond.at(models::kText).dim(1);
@@ -94,7 +95,8 @@ void Pipeline::check_latents_shape(const Tensor& latents, int64_t prompts, int64
                                    int64_t width) const {
   if (!latents.defined()) return;
   const int64_t vsf = vae_scale_factor();
-  const Shape want{prompts, spec().latent_channels, height / vsf, width / vsf};
+  models::check_latents(spec(), family_->name(), latents.shape());
+  const Shape want{prompts, spec().latent_channels, latents.dim(2), height / vsf, width / vsf};
   XDIT_CHECK(latents.shape() == want, "latents have shape ", shape_str(latents.shape()), " but ",
              height, "x", width, " px with ", prompts, " prompt(s) needs ", shape_str(want));
 }
@@ -208,7 +210,7 @@ MemoryQuery Pipeline::memory_query(int64_t prompts, int64_t height, int64_t widt
   if (mesh_ != nullptr) {
     const auto& pc = mesh_->config();
     q.data_parallel = pc.data_parallel_degree;
-    q.sequence_parallel = pc.sp();
+    q.sequence_parallel = pc.row_split_degree();
     q.pipeline_stages = pc.pipefusion_parallel_degree;
     q.tensor_parallel = pc.tensor_parallel_degree;
     q.text_parallel = text_parallel();
@@ -270,8 +272,9 @@ Plan Pipeline::plan(const ImageRequest& r, Output out) {
   const auto P = static_cast<int64_t>(f.prompts.size());
   check_mesh(f.run_height, f.cfg, P);
   check_skip_layer_guidance(f.skip_layer_guidance, f.cfg);
-  check_latents_shape(r.latents, P, f.run_height, f.run_width);
-  f.latents = finite_latents(r.latents);
+  const Tensor given = with_frame_axis(r.latents);  // 4-D: one frame
+  check_latents_shape(given, P, f.run_height, f.run_width);
+  f.latents = finite_latents(given);
   // Everything the request will hold, up to the resized PNGs, against the
   // memory this machine has left.
   MemoryQuery q = memory_query(P, f.run_height, f.run_width, f.cfg);

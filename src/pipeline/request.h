@@ -44,7 +44,9 @@ struct LatentRequest {
   // The negative prompts' (the same names): needed for CFG (PixArt and SD3:
   // guidance_scale > 1).
   models::Conditioning uncond;
-  Tensor latents;      // [P, C, H/f, W/f] or undefined (drawn from the seed)
+  // [P, C, F, H/f, W/f] (an image: F = 1; a 4-D [P, C, H/f, W/f] is taken
+  // as F = 1) or undefined (one frame drawn from the seed).
+  Tensor latents;
   int64_t height = 0;  // pixels; 0 = the model's default
   int64_t width = 0;
   int64_t num_inference_steps = kDefaultSteps;
@@ -69,12 +71,18 @@ struct ImageRequest {
   uint64_t seed = 42;
   bool resolution_binning = true;  // PixArt
   int64_t max_sequence_length =
-      0;           // 0 = the model's default (PixArt-α 120, Σ 300, FLUX 512, SD3 256)
-  Tensor latents;  // initial latents at the size the model runs at; undefined = drawn from the seed
+      0;  // 0 = the model's default (PixArt-α 120, Σ 300, FLUX 512, SD3 256)
+  // Initial latents [P, C, F, h, w] (or [P, C, h, w]: one frame) at the size
+  // the model runs at; undefined = drawn from the seed.
+  Tensor latents;
 };
 
+// Per prompt a sequence of `frames` frames (an image model: one).
 struct ImageResult {
-  std::vector<std::vector<uint8_t>> rgb;  // per prompt, height·width·3 bytes
+  // Prompt-major: rgb[p · frames + f] is prompt p's frame f, height·width·3
+  // bytes (one frame per prompt: rgb[p] is prompt p's image).
+  std::vector<std::vector<uint8_t>> rgb;
+  int64_t frames = 1;
   int64_t height = 0, width = 0;
   double text_seconds = 0, denoise_seconds = 0, decode_seconds = 0;
 };

@@ -13,7 +13,7 @@ namespace xdit::pipeline {
 void CalibrationHook::begin_loop(Denoiser& d) {
   parallel::ParallelRuntime& rt = d.runtime();
   parallel::Mesh& mesh = *rt.mesh();
-  const int64_t rows = d.latents().dim(2) / d.model().spec().patch;
+  const int64_t rows = d.token_rows();
   const double t = d.timesteps().front();
   // The weights are still unset, so my_rows splits evenly and tells the backend.
   const parallel::Calibration c =
@@ -58,7 +58,7 @@ void SkipGuidanceHook::on_noise(const StepInfo& s, Tensor& noise, const Tensor& 
   const Tensor skipped = d.call(li_, d.latents(), s.timestep);
   // noise + (noise_pred_text − noise_pred_skip_layers) · scale, in f32.
   const int64_t P = li_.prompts, C = noise.dim(1);
-  const int64_t oc = out.dim(1), hw = out.dim(2) * out.dim(3), plane = C * hw;
+  const int64_t oc = out.dim(1), hw = out.numel() / (out.dim(0) * oc), plane = C * hw;
   for (int64_t b = 0; b < P; ++b)
     kernels::guidance_add(noise.data<float>() + b * plane, out.data<float>() + (P + b) * oc * hw,
                           skipped.data<float>() + b * oc * hw, static_cast<float>(slg_.scale),

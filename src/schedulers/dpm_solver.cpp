@@ -218,7 +218,8 @@ void DPMSolverMultistep::step(const float* model_output, float* sample, const Sh
     }
   }
 
-  const int64_t B = shape[0], C = shape[1], H = shape[2], W = shape[3];
+  // H: the rows of the frame-major row axis (F·H of [B, C, F, H, W]).
+  const int64_t B = shape[0], C = shape[1], H = latent_rows(shape), W = shape.back();
   const int64_t rows = row_end - row_begin;
   kernels::DpmUpdate k;
   k.xa = static_cast<float>(xa);

@@ -130,7 +130,7 @@ void FlowMatchEuler::step(const float* model_output, float* sample, const Shape&
   begin_rows(shape, row_begin, row_end, timesteps_.size(), step_index_);
   const auto i = static_cast<size_t>(step_index_);
   const float dt = sigmas_[i + 1] - sigmas_[i];
-  const int64_t n = shape[0] * shape[1] * (row_end - row_begin) * shape[3];
+  const int64_t n = shape[0] * shape[1] * (row_end - row_begin) * shape.back();
   kernels::flow_euler_step(model_output, sample, dt, n);
   if (end_rows(row_end - row_begin)) ++step_index_;
 }

@@ -33,19 +33,23 @@ class Scheduler {
   // The factor the initial noise is scaled by.
   virtual float init_noise_sigma() const = 0;
   virtual int64_t step_index() const = 0;
-  // One step on rows [row_begin, row_end) of latents shaped [B, C, H, W]:
-  // `model_output` and `sample` hold just those rows ([B, C, rows, W],
-  // contiguous); `sample` is updated in place. The step index advances after
-  // the call that completes all H rows, so PipeFusion can step patch by patch.
+  // One step on rows [row_begin, row_end) of latents shaped [B, C, F, H, W]
+  // (or [B, C, H, W]), rows of the frame-major row axis F·H: `model_output`
+  // and `sample` hold just those rows ([B, C, rows, W], contiguous; a range
+  // may cross frames); `sample` is updated in place. The step index advances
+  // after the call that completes all F·H rows, so PipeFusion can step patch
+  // by patch.
   virtual void step(const float* model_output, float* sample, const Shape& latent_shape,
                     int64_t row_begin, int64_t row_end) = 0;
-  // The whole latent.
+  // The whole latent (any shape [B, C, ..., W]; both shapes equal).
   void step(const Tensor& model_output, Tensor& sample);
+  // The rows of the frame-major row axis of `latent_shape`: F·H (H for 4-D).
+  static int64_t latent_rows(const Shape& latent_shape);
 
  protected:
   // The row-range bookkeeping every scheduler shares. begin_rows checks a
   // step's arguments (after set_timesteps, not past the last of `steps`, a
-  // valid range of a [B, C, H, W] shape) and returns true when the shape is
+  // valid range of a [B, C, (F,) H, W] shape) and returns true when the shape is
   // new, so the caller resets any full-size history; end_rows counts the rows
   // and returns true when they complete the step.
   bool begin_rows(const Shape& shape, int64_t row_begin, int64_t row_end, size_t steps,

@@ -26,6 +26,8 @@
 #include "models/pixart.h"
 #include "parallel/calibrate.h"
 #include "parallel/config.h"
+#include "parallel/gather.h"
+#include "parallel/runtime.h"
 #include "parallel/usp_attention.h"
 #include "pipeline/distributed.h"
 #include "test_util.h"
@@ -134,7 +136,7 @@ class ParallelLoop : public testing::TestWithParam<std::string> {
         << "rank " << world().rank();
     if (pc.auto_weights) {  // calibrated once, then kept
       EXPECT_FALSE(mesh.config().auto_weights);
-      ASSERT_EQ(mesh.config().patch_weights.size(), static_cast<size_t>(pc.sp()));
+      ASSERT_EQ(mesh.config().patch_weights.size(), static_cast<size_t>(pc.row_split_degree()));
       for (double w : mesh.config().patch_weights) EXPECT_TRUE(w > 0 && w <= 1) << w;
     }
   }
@@ -417,7 +419,7 @@ TEST(ParallelForward, SequenceSlicesEqualTheWholeForward) {
     parallel::UspAttention usp(mesh.ulysses_group(), mesh.ring_group());
     sliced.set_attention_backend(&usp);
     TorchGenerator g(5);
-    Tensor x = g.randn({2, 4, 16, 12}), text = g.randn({2, 7, cfg.caption_channels});
+    Tensor x = g.randn({2, 4, 1, 16, 12}), text = g.randn({2, 7, cfg.caption_channels});
     models::DiTInputs in;
     models::Conditioning cond;
     cond.set(models::kText, text);
@@ -426,16 +428,46 @@ TEST(ParallelForward, SequenceSlicesEqualTheWholeForward) {
     in.cond = &cond;
     Tensor whole = serial.forward(in);
     const int64_t rows = 8 / n;  // 8 patch rows
-    in.patch_row_begin = mesh.coord().sp * rows;
-    in.patch_row_end = in.patch_row_begin + rows;
+    in.row_begin = mesh.coord().sp * rows;
+    in.row_end = in.row_begin + rows;
     Tensor part = sliced.forward(in);
     ASSERT_EQ(part.shape(), (Shape{2, 8, rows * 2, 12}));
     std::vector<float> want;
     for (int64_t bc = 0; bc < 2 * 8; ++bc)
-      for (int64_t y = in.patch_row_begin * 2; y < in.patch_row_end * 2; ++y)
+      for (int64_t y = in.row_begin * 2; y < in.row_end * 2; ++y)
         for (int64_t xx = 0; xx < 12; ++xx)
           want.push_back(whole.data<float>()[(bc * 16 + y) * 12 + xx]);
     EXPECT_LE(test::rel_max_err(part.to_vector(), want), 1e-4) << "ulysses " << u;
+  }
+}
+
+// The row split and the gathers on the token rows of latents with frames
+// ([2, 3, F = 3, 10, 8], patch 2: 15 token rows, 5 per frame): the shares,
+// even and then uneven (patch weights), cross frames; gathered they are the
+// whole, bit for bit.
+TEST(ParallelForward, TokenRowSharesGatherAcrossFrames) {
+  const int n = world().size();
+  const int64_t p = 2, rows = 15;
+  const Tensor whole = Tensor::from_vector(test::randn(2 * 3 * 3 * 10 * 8, 9), {2, 3, 3, 10, 8});
+  for (const bool uneven : {false, true}) {
+    parallel::Mesh mesh(layout(1, false, 1, n), world());
+    if (uneven) {
+      std::vector<double> w;
+      for (int k = 0; k < n; ++k) w.push_back(1.0 + 0.7 * k);
+      mesh.set_patch_weights(w);
+    }
+    parallel::ParallelRuntime rt(&mesh, p);
+    rt.set_grid_width(8 / p);
+    const auto [r0, r1] = rt.my_rows(0, rows);
+    const Tensor mine = parallel::take_rows(whole, r0 * p, r1 * p);
+    const Tensor got = rt.gather(mine, false, 0, rows);
+    ASSERT_EQ(got.shape(), (Shape{2, 3, 30, 8})) << "uneven " << uneven;
+    EXPECT_EQ(0, std::memcmp(got.raw(), whole.raw(), whole.nbytes())) << "uneven " << uneven;
+    // The same through the gather itself, with every rank's latent rows.
+    std::vector<int64_t> counts = mesh.config().row_split(rows);
+    for (int64_t& c : counts) c *= p;
+    const Tensor again = parallel::gather_rows(mesh.sp_group(), mine, counts);
+    EXPECT_EQ(0, std::memcmp(again.raw(), whole.raw(), whole.nbytes())) << "uneven " << uneven;
   }
 }
 

@@ -234,7 +234,7 @@ TEST(PatchNaive, EqualsEachBandRunAloneThroughTheSerialModel) {
   auto sched = sched_cfg.make();
   sched->set_timesteps(r.num_inference_steps, {});
   const int64_t h = r.height / 8, w8 = r.width / 8, gh = h / cfg.patch_size;
-  Tensor latents = pipeline::initial_noise(1, 4, h, w8, r.seed);
+  Tensor latents = pipeline::initial_noise(1, 4, 1, h, w8, r.seed);
   const Tensor &pos = r.cond.at(models::kText), &neg = r.uncond.at(models::kText);
   Tensor text = Tensor::empty({2, pos.dim(1), pos.dim(2)});
   std::memcpy(text.data<float>(), neg.data<float>(), neg.nbytes());
@@ -242,18 +242,18 @@ TEST(PatchNaive, EqualsEachBandRunAloneThroughTheSerialModel) {
   models::Conditioning cond;
   cond.set(models::kText, text);
   for (const float t : sched->timesteps()) {
-    Tensor in2 = Tensor::empty({2, 4, h, w8});
+    Tensor in2 = Tensor::empty({2, 4, 1, h, w8});
     std::memcpy(in2.data<float>(), latents.data<float>(), latents.nbytes());
     std::memcpy(in2.data<float>() + latents.numel(), latents.data<float>(), latents.nbytes());
-    Tensor out = Tensor::empty({2, cfg.out_channels, h, w8});
+    Tensor out = Tensor::empty({2, cfg.out_channels, 1, h, w8});
     for (int k = 0; k < world().size(); ++k) {
       const auto [r0, r1] = parallel::row_share(0, gh, world().size(), k);
       models::DiTInputs in;
       in.latents = &in2;
       in.timesteps = {t, t};
       in.cond = &cond;
-      in.patch_row_begin = r0;
-      in.patch_row_end = r1;
+      in.row_begin = r0;
+      in.row_end = r1;
       const Tensor band = m.forward(in);  // [2, out, (r1 − r0)·p, w]
       const int64_t rows = (r1 - r0) * cfg.patch_size;
       for (int64_t bc = 0; bc < 2 * cfg.out_channels; ++bc)

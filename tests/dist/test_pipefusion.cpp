@@ -213,7 +213,7 @@ TEST(PipeFusion, KVBuffersAfterAWarmupStepEqualSerialKV) {
   whole.set_attention_backend(&ref);
   const auto r = request(1);
   Tensor lat = TorchGenerator(r.seed).randn({2, 4, 16, 12});
-  Tensor in_lat = Tensor::empty({4, 4, 16, 12});
+  Tensor in_lat = Tensor::empty({4, 4, 1, 16, 12});
   std::memcpy(in_lat.data<float>(), lat.data<float>(), lat.nbytes());
   std::memcpy(in_lat.data<float>() + lat.numel(), lat.data<float>(), lat.nbytes());
   Tensor text = Tensor::empty({4, 9, 32}), mask = Tensor::empty({4, 9});

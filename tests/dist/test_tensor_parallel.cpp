@@ -47,7 +47,7 @@ std::optional<ParallelConfig> layout(int T, int U) {
   return pc;
 }
 
-// Random conditioning for a batch of 2 with odd sizes: latents [2, C, H, W],
+// Random conditioning for a batch of 2 with odd sizes: latents [2, C, 1, H, W],
 // text [2, 5, width], a padding mask, pooled [2, pooled], two timesteps.
 struct Inputs {
   Tensor latents, text, mask, pooled, resolution, aspect;
@@ -64,8 +64,8 @@ struct Inputs {
     cond.set(models::kResolution, resolution);
     cond.set(models::kAspectRatio, aspect);
     in.cond = &cond;
-    in.patch_row_begin = r0;
-    in.patch_row_end = r1;
+    in.row_begin = r0;
+    in.row_end = r1;
     return in;
   }
 };
@@ -73,7 +73,7 @@ struct Inputs {
 Inputs inputs(int64_t channels, int64_t H, int64_t W, int64_t text_width, int64_t pooled) {
   TorchGenerator g(21);
   Inputs in;
-  in.latents = g.randn({2, channels, H, W});
+  in.latents = g.randn({2, channels, 1, H, W});
   in.text = g.randn({2, 5, text_width});
   if (pooled > 0) in.pooled = g.randn({2, pooled});
   return in;
@@ -134,7 +134,7 @@ void check_split(const Config& cfg, const Inputs& in, int T, int U, int64_t grid
   parallel::UspAttention usp(mesh.ulysses_group(), mesh.ring_group());
   if (U > 1) {
     std::vector<int64_t> tokens;
-    const int64_t gw = in.latents.dim(3) / patch;
+    const int64_t gw = in.latents.dim(4) / patch;
     for (int k = 0; k < U; ++k)
       tokens.push_back((grid_rows * (k + 1) / U - grid_rows * k / U) * gw);
     usp.set_sequence_split(tokens);

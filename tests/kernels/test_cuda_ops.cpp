@@ -630,7 +630,7 @@ TEST(CudaPipeline, PixArtTransformerMatchesTheCpu) {
     const int64_t B = 2, Hl = 12, Wl = 20, L = 9;
     const Tensor lat =
         Tensor::from_vector(random_values(static_cast<size_t>(B * cfg.in_channels * Hl * Wl), 60),
-                            {B, cfg.in_channels, Hl, Wl});
+                            {B, cfg.in_channels, 1, Hl, Wl});
     const Tensor text =
         Tensor::from_vector(random_values(static_cast<size_t>(B * L * cfg.caption_channels), 61),
                             {B, L, cfg.caption_channels});
@@ -678,7 +678,8 @@ TEST(CudaPipeline, FluxTransformerMatchesTheCpuAndDiffusers) {
                                       "_forward.safetensors");
     models::DiTInputs in;
     models::Conditioning cond;
-    in.latents = &g["latents"];
+    const Tensor latents = test::one_frame(g["latents"]);
+    in.latents = &latents;
     cond.set(models::kText, g["text"]);
     cond.set(models::kPooled, g["pooled"]);
     in.timesteps = g["timestep"].to_vector();

@@ -16,11 +16,13 @@
 namespace xdit::test {
 
 // `whole` and `patched` have the same timesteps set; steps all of them on
-// random model outputs of `shape`, patched in the rows `patches`.
+// random model outputs of `shape` ([B, C, H, W] or [B, C, F, H, W]), patched
+// in the rows `patches` (of the frame-major row axis F·H).
 inline void expect_patchwise_equals_whole(schedulers::Scheduler& whole,
                                           schedulers::Scheduler& patched, const Shape& shape,
                                           const std::vector<std::pair<int64_t, int64_t>>& patches) {
-  const int64_t B = shape[0], C = shape[1], H = shape[2], W = shape[3];
+  const int64_t B = shape[0], C = shape[1], W = shape.back();
+  const int64_t H = schedulers::Scheduler::latent_rows(shape);
   Tensor a = Tensor::from_vector(randn(B * C * H * W, 1), shape);
   Tensor b = a.clone();
   const auto steps = static_cast<int64_t>(whole.timesteps().size());

@@ -40,7 +40,7 @@ std::unique_ptr<Case> make_case(const std::string& name) {
   const DiTSpec s = c->model->spec();
   const int64_t B = 2;
   TorchGenerator gen(7);
-  c->latents = gen.randn({B, s.latent_channels, 10, 6});
+  c->latents = gen.randn({B, s.latent_channels, 1, 10, 6});
   c->in.latents = &c->latents;
   // The family's conditioning as a request of 80 x 48 px makes it.
   c->cond.set(kText, gen.randn({B, 7, c->family->text_width()}));

@@ -76,7 +76,7 @@ TEST(Denoiser, NoiseHookReachesTheSchedulerStep) {
   Pipeline p(std::string(XDIT_MODELS) + "/flux-schnell-tiny", DType::kF32);
   const LatentRequest r = request(p);
   const int64_t f = p.vae_scale_factor();
-  const Tensor noise = initial_noise(1, p.spec().latent_channels, 80 / f, 48 / f, r.seed);
+  const Tensor noise = initial_noise(1, p.spec().latent_channels, 1, 80 / f, 48 / f, r.seed);
   const Tensor plain = p.generate_latents(r);
   EXPECT_GT(test::rel_max_err(plain.to_vector(), noise.to_vector()), 1e-3);
   ZeroNoise zero;

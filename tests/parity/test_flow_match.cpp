@@ -82,6 +82,16 @@ TEST(FlowMatch, PatchwiseStepsEqualWholeSteps) {
   EXPECT_THROW(patched.step(Tensor::zeros(shape), b), Error) << "stepping past the last timestep";
 }
 
+TEST(FlowMatch, PatchwiseStepsAcrossFramesEqualWholeSteps) {
+  FlowMatchConfig cfg;  // latents [B, C, F, H, W], patches crossing the frames
+  cfg.shift = 3.0;
+  FlowMatchEuler whole(cfg), patched(cfg);
+  whole.set_timesteps(4, {});
+  patched.set_timesteps(4, {});
+  test::expect_patchwise_equals_whole(whole, patched, {1, 16, 3, 5, 7},
+                                      {{0, 4}, {4, 11}, {11, 15}});
+}
+
 std::string error_of(const std::function<void()>& f) {
   try {
     f();

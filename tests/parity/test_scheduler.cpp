@@ -48,6 +48,17 @@ TEST(DPMSolver, PatchwiseStepsEqualWholeSteps) {
   test::expect_patchwise_equals_whole(whole, patched, {2, 4, 9, 5}, {{0, 4}, {4, 5}, {5, 9}});
 }
 
+TEST(DPMSolver, PatchwiseStepsAcrossFramesEqualWholeSteps) {
+  // Latents [B, C, F, H, W]: patches of the frame-major rows F·H = 21 cross
+  // the frames' boundaries (7, 14).
+  DPMSolverConfig cfg;
+  DPMSolverMultistep whole(cfg), patched(cfg);
+  whole.set_timesteps(5);
+  patched.set_timesteps(5);
+  test::expect_patchwise_equals_whole(whole, patched, {2, 4, 3, 7, 5},
+                                      {{0, 9}, {9, 10}, {10, 15}, {15, 21}});
+}
+
 TEST(DPMSolver, RejectsUnsupportedOptions) {
   auto bad = [](const std::string& json) {
     try {

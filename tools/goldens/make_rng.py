@@ -2,7 +2,9 @@
 """torch.randn goldens: torch.randn(shape, generator=torch.Generator().manual_seed(seed))
 in float32 on CPU for several seeds and shapes (sizes below 16, multiples of 16
 and not). Writes <out>/goldens/torch_randn.safetensors; tensor names are
-"seed<seed>_<d0>x<d1>x..."."""
+"seed<seed>_<d0>x<d1>x...". Also <out>/goldens/torch_randn_frames.safetensors:
+the initial noise of latents with a frame axis, [P, C, F, h, w] with F > 1 and
+odd sizes, named the same way."""
 import os
 import sys
 
@@ -27,3 +29,14 @@ t["seq7_c_5"] = torch.randn(5, generator=g)
 os.makedirs(os.path.join(OUT, "goldens"), exist_ok=True)
 save_file(t, os.path.join(OUT, "goldens", "torch_randn.safetensors"), metadata={"torch": torch.__version__})
 print(len(t), "tensors")
+
+# Latents with a frame axis [P, C, F, h, w] (pipeline::initial_noise).
+FRAME_SHAPES = [(1, 1, 3, 1, 5), (1, 4, 3, 5, 7), (2, 16, 3, 3, 5)]
+f = {}
+for seed in (0, 42, 2**32 + 5):
+    for shape in FRAME_SHAPES:
+        g = torch.Generator().manual_seed(seed)
+        f[f"seed{seed}_" + "x".join(map(str, shape))] = torch.randn(shape, generator=g)
+save_file(f, os.path.join(OUT, "goldens", "torch_randn_frames.safetensors"),
+          metadata={"torch": torch.__version__})
+print(len(f), "frame tensors")
