@@ -193,7 +193,8 @@ void write_trace(comm::Communicator& w, io::OutputFile* out) {
     out->commit([&](std::ostream& f) { f << "{\"traceEvents\": [\n" << all << "\n]}\n"; });
 }
 
-int run_generate(GenerateOptions o) {
+int run_generate(GenerateOptions o, const CLI::App& command) {
+  check_ranks_agree(world(), command);  // before any rank works
   o.seed = parse_torch_seed(o.seed_text);
   const JobStart job = start_job(o.threads, o.device, o.par);
   comm::Communicator& w = *job.world;
@@ -459,7 +460,7 @@ std::function<int()> add_generate(CLI::App& app) {
                 "local ranks)")
       ->check(thread_count());
   add_parallel_options(g, o->par);
-  return [o] { return run_generate(*o); };
+  return [o, g] { return run_generate(*o, *g); };
 }
 
 }  // namespace xdit::app

@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-int run_serve(ServeOptions& o) {
+int run_serve(ServeOptions& o, const CLI::App& command) {
   if (o.openapi) {
     if (world().rank() == 0) std::printf("%s\n", serve::openapi().dump(2).c_str());
     return 0;
@@ -44,6 +44,7 @@ int run_serve(ServeOptions& o) {
   XDIT_CHECK(std::isfinite(o.request_timeout) && o.request_timeout > 0,
              "--request_timeout must be a positive number of seconds, got ", o.request_timeout);
   XDIT_CHECK(o.port >= 0 && o.port <= 65535, "--port must be 0 … 65535, got ", o.port);
+  check_ranks_agree(world(), command);  // before any rank works
   const JobStart job = start_job(o.threads, o.device, o.par);
   comm::Communicator& w = *job.world;
   const Device& device = job.device;
@@ -119,7 +120,7 @@ std::function<int()> add_serve(CLI::App& app) {
       ->check(thread_count());
   s->add_flag("--openapi", o->openapi, "print the service's OpenAPI document and exit");
   add_parallel_options(s, o->par);
-  return [o] { return run_serve(*o); };
+  return [o, s] { return run_serve(*o, *s); };
 }
 
 }  // namespace xdit::app

@@ -3,6 +3,7 @@
 // subcommands that run a pipeline over the device mesh (generate, serve).
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <memory>
 #include <string>
 
@@ -45,5 +46,12 @@ struct JobStart {
 // degrees against the job before anything loads, and under mpirun logs the
 // layout.
 JobStart start_job(int threads, const std::string& device, ParallelOptions& par);
+
+// Every rank's command against rank 0's, before the mesh is made or any
+// work starts (mpirun can start ranks with different commands: `-np 1 A :
+// -np 1 B`): each option's values as given are digested and exchanged, and
+// a difference ends every rank with one line naming the first option that
+// differs and the rank. --threads may differ (machines do).
+void check_ranks_agree(comm::Communicator& world, const CLI::App& command);
 
 }  // namespace xdit::app

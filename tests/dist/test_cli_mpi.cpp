@@ -211,6 +211,44 @@ TEST_F(CliMpi, DegreesThatDoNotMatchTheRanks) {
   EXPECT_FALSE(fs::exists(path("x_0.png")));
 }
 
+// mpirun's MPMD form starts ranks with different commands: a different
+// size (which corrupted the heap), step count (which hung) or seed (which
+// wrote a mixed image with exit 0) ends every rank before any work, with
+// one line naming the option; --threads may differ.
+TEST_F(CliMpi, RanksStartedWithDifferentCommandsAreRefused) {
+  auto mpmd = [&](const std::string& a, const std::string& b) {
+    const std::string cmd =
+        "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
+        "XDIT_QUIET=1 timeout 120 " +
+        std::string(MPIEXEC) +
+        " --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none -np 1 '" +
+        XDIT_BINARY + "' " + a + " : -np 1 '" + XDIT_BINARY + "' " + b;
+    const auto r = test::run_command(cmd, path("stderr.txt"));
+    return Result{r.code, r.err, r.wall_seconds};
+  };
+  const std::string dp = " --data_parallel_degree 2";
+  for (const auto& [other, option] : std::vector<std::pair<std::string, std::string>>{
+           {"--height 96", "--height"},
+           {"--num_inference_steps 2", "--num_inference_steps"},
+           {"--seed 6", "--seed"}}) {
+    SCOPED_TRACE(option);
+    const Result r = mpmd(args("x.png", dp), args("x.png", dp + " " + other));
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.err.find("rank 1 was started with a different " + option + " than rank 0"),
+              std::string::npos)
+        << r.err;
+    EXPECT_LT(r.seconds, 60);
+    EXPECT_FALSE(fs::exists(path("x_0.png")));
+  }
+  // Another subcommand on rank 1.
+  const Result s = mpmd(args("x.png", dp), "serve --port 0" + dp);
+  EXPECT_NE(s.code, 0);
+  EXPECT_NE(s.err.find("rank 1 runs another subcommand than rank 0"), std::string::npos) << s.err;
+  // The same command with different --threads runs.
+  const Result t = mpmd(args("t.png", dp + " --threads 1"), args("t.png", dp + " --threads 2"));
+  EXPECT_EQ(t.code, 0) << t.err;
+}
+
 // --device cuda under mpirun: where there is a GPU, each rank takes its local
 // rank's (two ranks share a lone GPU through the host-staged communicator)
 // and u2, r2 and pp2 write the serial GPU run's images; cuda:1 is refused in
