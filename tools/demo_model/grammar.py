@@ -89,6 +89,11 @@ def random_scene(rnd, two_objects):
 
 
 def vocabulary_sentences():
-    """Every word of the grammar in context, for the SentencePiece trainer."""
+    """Sentences for the SentencePiece trainer: captions of the grammar and as
+    many random strings of its words. The captions alone are too few distinct
+    sentences: the unigram trainer then stops at 47 pieces, most words split."""
     rnd = random.Random(5)
-    return [caption(random_scene(rnd, rnd.random() < 0.5)) for _ in range(4000)]
+    captions = [caption(random_scene(rnd, rnd.random() < 0.5)) for _ in range(4000)]
+    words = sorted({w for c in captions for w in c.split()})
+    return captions + [" ".join(rnd.choice(words) for _ in range(rnd.randint(3, 14)))
+                       for _ in range(4000)]

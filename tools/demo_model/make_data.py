@@ -18,6 +18,7 @@ captions, each with at least one held-out triple, and what classify.py should
 find in a picture of it. Writes, under --out:
   images.npy     uint8 [count, SIZE, SIZE, 3]
   captions.json  [{"caption", "background", "objects": [...]}] in the same order
+  meta.json      the arguments, the distinct captions and the time it took
   samples/       the first --samples pictures as PNG, for a look
 Deterministic for a given --seed, --count and --size (numpy and random only).
 """
@@ -26,6 +27,7 @@ import json
 import os
 import random
 import sys
+import time
 
 import numpy as np
 
@@ -163,6 +165,7 @@ def main():
     if a.heldout_only:
         return
     heldout_captions = {c["caption"] for c in held["captions"]}
+    t0 = time.time()
     os.makedirs(os.path.join(a.out, "samples"), exist_ok=True)
     rnd = random.Random(a.seed)
     images = np.lib.format.open_memmap(os.path.join(a.out, "images.npy"), mode="w+",
@@ -181,6 +184,10 @@ def main():
     with open(os.path.join(a.out, "captions.json"), "w") as f:
         json.dump(records, f)
     distinct = len({r["caption"] for r in records})
+    with open(os.path.join(a.out, "meta.json"), "w") as f:
+        json.dump({"count": a.count, "seed": a.seed, "size": a.size, "distinct_captions": distinct,
+                   "two_object_fraction": a.two_object_fraction,
+                   "seconds": round(time.time() - t0)}, f)
     print(f"{a.count} pictures ({distinct} distinct captions) of {a.size} px in {a.out}; "
           f"held-out list in {HELDOUT_PATH}")
 
