@@ -3,7 +3,7 @@
 PixArt-alpha folder (model_index.json, scheduler, text_encoder, tokenizer,
 transformer, vae) with a model card.
 
-    python3 tools/demo_model/make_data.py --out out/demo_data --count 20000
+    python3 tools/demo_model/make_data.py --out out/demo_data --count 12000
     python3 tools/demo_model/train.py --data out/demo_data --work out/demo_train \\
         --out models/demo-shapes
 
@@ -209,7 +209,7 @@ def encode_latents(a):
     out = np.lib.format.open_memmap(os.path.join(a.work, "latents.npy"), mode="w+",
                                     dtype=np.float32,
                                     shape=(n, 4, images.shape[1] // 8, images.shape[2] // 8))
-    t0 = time.time()
+    t0, c0 = time.time(), time.process_time()
     with torch.no_grad():
         for i in range(0, n, 64):
             z = vae.encode(to_unit(images[i:i + 64])).latent_dist.mode()
@@ -217,7 +217,8 @@ def encode_latents(a):
             if (i // 64) % 20 == 0:
                 print(f"latents {i + len(z)}/{n} {time.time() - t0:.0f} s", flush=True)
     out.flush()
-    log_stage(a.work, "latents", pictures=n, seconds=round(time.time() - t0))
+    log_stage(a.work, "latents", pictures=n, seconds=round(time.time() - t0),
+              cpu_seconds_per_thread=round((time.process_time() - c0) / a.threads))
 
 
 # ---------------------------------------------------------------- transformer + T5
@@ -239,11 +240,40 @@ def make_transformer(a):
     # sizes for 32, 64 and 128 only, and 128 would turn on the micro-conditions.
     # out_channels 4: epsilon only, no learned sigma (the pipeline takes the
     # prediction as it is when out_channels != 2 x latent channels).
-    return PixArtTransformer2DModel(
+    model = PixArtTransformer2DModel(
         sample_size=32, num_layers=a.dit_layers, num_attention_heads=a.dit_heads,
         attention_head_dim=a.dit_head_dim, in_channels=4, out_channels=4,
         cross_attention_dim=hidden, caption_channels=a.t5_dim, patch_size=a.patch_size,
         norm_elementwise_affine=False, norm_eps=1e-6, interpolation_scale=1)
+    if a.pixart_init:
+        init_pixart(model)
+    return model
+
+
+def init_pixart(model):
+    """PixArt-alpha's own initialisation (PixArt.initialize_weights in the
+    PixArt-alpha repository; diffusers' class only loads weights): Xavier
+    linears and patch embedding, N(0, 0.02) timestep MLP, adaLN and caption
+    projection, and zeros for each block's cross-attention output and the
+    final projection, so every block starts as the identity."""
+    nn = torch.nn
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.xavier_uniform_(m.weight)
+                if m.bias is not None:
+                    m.bias.zero_()
+        w = model.pos_embed.proj.weight
+        nn.init.xavier_uniform_(w.view(w.shape[0], -1))
+        for lin in (model.adaln_single.emb.timestep_embedder.linear_1,
+                    model.adaln_single.emb.timestep_embedder.linear_2, model.adaln_single.linear,
+                    model.caption_projection.linear_1, model.caption_projection.linear_2):
+            nn.init.normal_(lin.weight, std=0.02)
+        for block in model.transformer_blocks:
+            block.attn2.to_out[0].weight.zero_()
+            block.attn2.to_out[0].bias.zero_()
+        model.proj_out.weight.zero_()
+        model.proj_out.bias.zero_()
 
 
 class Ema:
@@ -436,8 +466,9 @@ def write_card(a):
     except OSError:
         commit = "unknown"
     v, d = log.get("vae", {}), log.get("dit", {})
-    commands = "\n".join(f"    {log[k]['command']}" for k in ("tokenizer", "vae", "latents", "dit")
-                         if k in log)
+    # One line per distinct command (a --stage all run logs every stage with the same one).
+    commands = "\n".join(dict.fromkeys(f"    {log[k]['command']}"
+                                        for k in ("tokenizer", "vae", "latents", "dit") if k in log))
     card = f"""# demo-shapes
 
 A small PixArt-alpha model of xdit's own (issue 40): it draws one or two
@@ -506,7 +537,7 @@ def main():
     ap.add_argument("--vae-channels", default="8,16,32,64")
     ap.add_argument("--vae-groups", type=int, default=1)
     ap.add_argument("--vae-offset", type=float, default=20.0)
-    ap.add_argument("--vae-steps", type=int, default=3000)
+    ap.add_argument("--vae-steps", type=int, default=2500)
     ap.add_argument("--vae-batch", type=int, default=8)
     ap.add_argument("--vae-crop", type=int, default=64)
     ap.add_argument("--vae-lr", type=float, default=1e-3)
@@ -514,10 +545,11 @@ def main():
     ap.add_argument("--t5-dim", type=int, default=128)
     ap.add_argument("--t5-layers", type=int, default=2)
     ap.add_argument("--dit-layers", type=int, default=6)
-    ap.add_argument("--dit-heads", type=int, default=4)
+    ap.add_argument("--dit-heads", type=int, default=5)
     ap.add_argument("--dit-head-dim", type=int, default=32)
-    ap.add_argument("--patch-size", type=int, default=2)
-    ap.add_argument("--dit-steps", type=int, default=6000)
+    ap.add_argument("--patch-size", type=int, default=4)
+    ap.add_argument("--pixart-init", type=int, default=1, help="1: PixArt-alpha's initialisation")
+    ap.add_argument("--dit-steps", type=int, default=4200)
     ap.add_argument("--dit-batch", type=int, default=32)
     ap.add_argument("--dit-lr", type=float, default=5e-4)
     ap.add_argument("--warmup", type=int, default=200)
