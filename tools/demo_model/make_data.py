@@ -33,6 +33,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import grammar  # noqa: E402
+import classify  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HELDOUT_PATH = os.path.join(HERE, "heldout.json")
@@ -143,6 +144,14 @@ def write_heldout():
                 "held_out); each caption here holds at least one such triple",
         "held_out_triples": [list(t) for t in grammar.HELD_OUT],
         "captions": [dict(caption=grammar.caption(s), **s) for s in scenes],
+        # classify.py's rule as data, so that the C++ semantic test reads the
+        # same palette, anchors and thresholds (tests/e2e/test_demo_model.cpp)
+        "classifier": {
+            "palette": {name: list(rgb) for name, rgb in grammar.PALETTE.items()},
+            "anchors": {name: list(xy) for name, xy in grammar.ANCHORS.items()},
+            "border": classify.BORDER, "fg_distance": classify.FG_DISTANCE,
+            "min_pixels": classify.MIN_PIXELS, "center": classify.CENTER,
+        },
     }
     with open(HELDOUT_PATH, "w") as f:
         json.dump(out, f, indent=1)

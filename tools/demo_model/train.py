@@ -545,8 +545,9 @@ def main():
     ap.add_argument("--t5-dim", type=int, default=128)
     ap.add_argument("--t5-layers", type=int, default=2)
     ap.add_argument("--dit-layers", type=int, default=6)
-    ap.add_argument("--dit-heads", type=int, default=5)
-    ap.add_argument("--dit-head-dim", type=int, default=32)
+    ap.add_argument("--dit-heads", type=int, default=4,
+                    help="divisible by the Ulysses and tensor-parallel degrees the tests run (2, 4)")
+    ap.add_argument("--dit-head-dim", type=int, default=40)
     ap.add_argument("--patch-size", type=int, default=4)
     ap.add_argument("--pixart-init", type=int, default=1, help="1: PixArt-alpha's initialisation")
     ap.add_argument("--dit-steps", type=int, default=4200)
