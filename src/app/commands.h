@@ -19,8 +19,12 @@ std::function<int()> add_launch(CLI::App& app);
 std::function<int()> add_tokenize(CLI::App& app);
 
 // Shared by the subcommands.
-std::string default_model_dir();  // the built-in tiny model
-std::string seconds(double s);    // "0.41 s"
+// The built-in demo model (models/demo-shapes) and the prompt `generate` draws
+// with it when given neither --model nor --prompt.
+inline constexpr const char* kDefaultModel = "demo-shapes";
+inline constexpr const char* kDefaultPrompt = "a large red circle on the left on a blue background";
+std::string default_model_dir();
+std::string seconds(double s);  // "0.41 s"
 
 // Option checks shared by the subcommands: --threads from 1 to 4 x the cores
 // (more crashes OpenMP's runtime), and a float that must be finite.

@@ -15,6 +15,7 @@
 #include "app/commands.h"
 #include "app/parallel_options.h"
 #include "app/png_metadata.h"
+#include "app/rank_agreement.h"
 #include "app/startup.h"
 #include "comm/communicator.h"
 #include "core/device.h"
@@ -37,18 +38,17 @@ namespace xdit::app {
 namespace fs = std::filesystem;
 
 std::string default_model_dir() {
-  // The tiny model that ships with the project: next to the binary when
-  // installed, else in the source tree it was built from.
+  // The demo model that ships with the project (models/demo-shapes, trained
+  // by tools/demo_model/): next to the binary when installed, else in the
+  // source tree it was built from.
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  for (const fs::path& p : {exe.parent_path() / "../share/xdit/models/pixart-alpha-tiny",
-                            exe.parent_path() / "../models/pixart-alpha-tiny",
-                            fs::path(XDIT_SOURCE_MODELS) / "pixart-alpha-tiny"})
+  for (const fs::path& p : {exe.parent_path() / "../share/xdit/models" / kDefaultModel,
+                            exe.parent_path() / "../models" / kDefaultModel,
+                            fs::path(XDIT_SOURCE_MODELS) / kDefaultModel})
     if (fs::is_directory(p)) return fs::weakly_canonical(p).string();
-  XDIT_FAIL(
-      "no --model given and the built-in tiny model was not found (looked next to the binary and "
-      "in ",
-      XDIT_SOURCE_MODELS, ")");
+  XDIT_FAIL("no --model given and the built-in demo model ", kDefaultModel,
+            " was not found (looked next to the binary and in ", XDIT_SOURCE_MODELS, ")");
 }
 
 std::string seconds(double s) {
@@ -194,9 +194,8 @@ void write_trace(comm::Communicator& w, io::OutputFile* out) {
 }
 
 int run_generate(GenerateOptions o, const CLI::App& command) {
-  check_ranks_agree(world(), command);  // before any rank works
+  const JobStart job = start_job(command, o.threads, o.device, o.par);
   o.seed = parse_torch_seed(o.seed_text);
-  const JobStart job = start_job(o.threads, o.device, o.par);
   comm::Communicator& w = *job.world;
   const Device& device = job.device;
   parallel::Mesh& mesh = *job.mesh;
@@ -229,15 +228,16 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
   const DType dtype = parse_compute_dtype(o.dtype);
   XDIT_CHECK(o.prompt_embeds.empty() || o.prompts.empty(),
              "pass either --prompt or --prompt_embeds, not both");
+  if (o.model.empty()) {
+    // The demo model draws the shapes of its grammar (tools/demo_model/README.md).
+    o.model = default_model_dir();
+    if (o.prompts.empty() && o.prompt_embeds.empty()) o.prompts = {kDefaultPrompt};
+    XDIT_WARN("no --model given: using the built-in demo model ", kDefaultModel,
+              " (it draws circles, squares and triangles from captions such as \"", kDefaultPrompt,
+              "\"); pass --model with a PixArt-α/Σ, FLUX.1 or SD3 diffusers folder for others");
+  }
   XDIT_CHECK(!o.prompt_embeds.empty() || !o.prompts.empty(),
              "nothing to generate: pass --prompt \"...\"");
-  if (o.model.empty()) {
-    o.model = default_model_dir();
-    XDIT_WARN(
-        "no --model given: using the built-in tiny PixArt model (random weights, its picture is "
-        "noise); "
-        "pass --model with a PixArt-α/Σ, FLUX.1 or SD3 diffusers folder for real images");
-  }
   std::vector<io::OutputFile> outputs;
   auto reserve = [&](size_t n) {
     if (writer)
@@ -250,6 +250,8 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
 
   const io::ModelRef model = io::resolve_model(o.model);  // a folder, or an id in the HF cache
   if (model.from_cache()) XDIT_INFO("model ", model.describe());
+  check_files_agree(w, model.folder,
+                    {{"--latents file", o.latents}, {"--prompt_embeds file", o.prompt_embeds}});
   pipeline::Pipeline pipe(model.folder, dtype);  // the family from model_index.json
   pipe.set_mesh(&mesh);
   pipe.set_device(device);  // the transformer on a GPU; refuses what has no CUDA path yet
@@ -396,7 +398,9 @@ std::function<int()> add_generate(CLI::App& app) {
   g->add_option(
       "--model", o->model,
       "diffusers PixArt-α/Σ, FLUX.1 or SD3/3.5 pipeline folder, or a Hugging Face repo id "
-      "ORG/NAME[@REVISION] in the local cache (default: the built-in tiny model)");
+      "ORG/NAME[@REVISION] in the local cache (default: the built-in demo model, with the prompt "
+      "\"" +
+          std::string(kDefaultPrompt) + "\" when none is given)");
   g->add_option("--prompt", o->prompts, "prompt; repeat for a batch (one image each)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   g->add_option("--negative_prompt,--negative-prompt", o->negative_prompt,

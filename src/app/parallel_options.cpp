@@ -64,6 +64,12 @@ void add_parallel_options(CLI::App* cmd, ParallelOptions& o) {
                     "ranks, a latent row for each) and under patch parallelism, "
                     "--use_parallel_vae=false turns it off")
           ->group(par);
+  cmd->add_option("--comm_timeout,--comm-timeout", o.comm_timeout,
+                  "seconds one communication call (a send, receive or collective) may wait "
+                  "before the job ends with a line naming the rank and the call (a stopped, hung "
+                  "or far-behind rank); 0: wait forever")
+      ->capture_default_str()
+      ->group(par);
   cmd->add_option("--tensor_parallel_degree,--tensor-parallel-degree", p.tensor_parallel_degree,
                   "tensor parallelism: each block's attention heads and MLP units (and the T5 "
                   "encoder's) split over T consecutive ranks, one all-reduce per split product; "

@@ -16,7 +16,8 @@ struct ParallelOptions {
   parallel::ParallelConfig config;
   std::string parallelism, sync_mode = "corrected_async_gn";  // xDiT legacy patch flags
   std::vector<std::string> patch_weights;
-  bool parallel_vae = false;  // --use_parallel_vae[=true|false], when given
+  bool parallel_vae = false;   // --use_parallel_vae[=true|false], when given
+  double comm_timeout = 1800;  // --comm_timeout, seconds (0: no watchdog)
   CLI::Option* parallel_vae_flag = nullptr;
 };
 

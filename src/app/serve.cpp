@@ -11,6 +11,7 @@
 
 #include "app/commands.h"
 #include "app/parallel_options.h"
+#include "app/rank_agreement.h"
 #include "app/serve.h"
 #include "app/startup.h"
 #include "core/error.h"
@@ -44,8 +45,7 @@ int run_serve(ServeOptions& o, const CLI::App& command) {
   XDIT_CHECK(std::isfinite(o.request_timeout) && o.request_timeout > 0,
              "--request_timeout must be a positive number of seconds, got ", o.request_timeout);
   XDIT_CHECK(o.port >= 0 && o.port <= 65535, "--port must be 0 … 65535, got ", o.port);
-  check_ranks_agree(world(), command);  // before any rank works
-  const JobStart job = start_job(o.threads, o.device, o.par);
+  const JobStart job = start_job(command, o.threads, o.device, o.par);
   comm::Communicator& w = *job.world;
   const Device& device = job.device;
   parallel::Mesh& mesh = *job.mesh;
@@ -56,9 +56,10 @@ int run_serve(ServeOptions& o, const CLI::App& command) {
   const DType dtype = parse_compute_dtype(o.dtype);
   if (o.model.empty()) {
     o.model = default_model_dir();
-    XDIT_WARN("no --model given: serving the built-in tiny PixArt model (random weights)");
+    XDIT_WARN("no --model given: serving the built-in demo model ", kDefaultModel);
   }
   const io::ModelRef model = io::resolve_model(o.model);
+  check_files_agree(w, model.folder);
   pipeline::Pipeline pipe(model.folder, dtype);
   pipe.set_mesh(&mesh);
   pipe.set_device(device);
@@ -99,7 +100,7 @@ std::function<int()> add_serve(CLI::App& app) {
       "/v1/images/generations); under mpirun every request runs on all ranks");
   s->add_option("--model", o->model,
                 "diffusers PixArt-α/Σ, FLUX.1 or SD3/3.5 pipeline folder, or a Hugging Face repo "
-                "id in the local cache (default: the built-in tiny model)");
+                "id in the local cache (default: the built-in demo model)");
   s->add_option("--host", o->host,
                 "address to listen on; the default serves this machine only, 0.0.0.0 every "
                 "interface")

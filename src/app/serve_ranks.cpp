@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "app/rank_agreement.h"
 #include "app/serve.h"
 #include "app/startup.h"
 #include "pipeline/distributed.h"
@@ -44,6 +45,9 @@ std::string receive_command(comm::Communicator& w) {
 
 std::vector<pipeline::ImageResult> run_round(pipeline::Pipeline& pipe, parallel::Mesh& mesh,
                                              const std::vector<pipeline::Plan>& plans) {
+  // Every rank runs what rank 0 sent: checked per round (two small messages).
+  check_ranks_agree(mesh.world(), plan_digests(plans), "received a different",
+                    "the ranks disagree on a request (a bug: please report it)");
   return pipeline::generate_groups(pipe, mesh, plans, maybe_inject_fault);
 }
 

@@ -1,12 +1,15 @@
 #include "app/startup.h"
 
 #include <omp.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <string>
 
+#include "app/rank_agreement.h"
 #include "comm/device_comm.h"
+#include "comm/watchdog.h"
 #include "core/error.h"
 #include "core/log.h"
 
@@ -40,6 +43,7 @@ void maybe_inject_fault(const pipeline::StepEvent& e) {
   if (r == nullptr || std::atoi(r) != world().rank()) return;
   const char* how = std::getenv("XDIT_FAULT");
   if (how != nullptr && std::string(how) == "kill") std::_Exit(9);
+  if (how != nullptr && std::string(how) == "stop") ::raise(SIGSTOP);  // as kill -STOP
   XDIT_FAIL("injected fault (XDIT_FAULT_RANK=", r, ")");
 }
 
@@ -49,43 +53,10 @@ DType parse_compute_dtype(const std::string& text) {
   return dtype;
 }
 
-void check_ranks_agree(comm::Communicator& world, const CLI::App& command) {
-  if (world.size() == 1) return;
-  // One digest per option (std::hash: the same binary on every rank). The
-  // values are the strings given; an option given on one side only differs
-  // by its count.
-  std::vector<std::string> names;
-  std::vector<uint64_t> mine;
-  for (const CLI::Option* opt : command.get_options()) {
-    const std::string name = opt->get_name();
-    if (name == "--help" || name == "--threads") continue;
-    std::string given = std::to_string(opt->count());
-    for (const std::string& v : opt->results()) given += '\0' + v;
-    names.push_back(name);
-    mine.push_back(std::hash<std::string>{}(given));
-  }
-  // First the command and the number of options (a fixed size on every rank).
-  const uint64_t head[2] = {std::hash<std::string>{}(command.get_name()), mine.size()};
-  std::vector<uint64_t> heads(2 * static_cast<size_t>(world.size()));
-  world.allgather(head, heads.data(), sizeof head, comm::Type::kByte);
-  for (int r = 1; r < world.size(); ++r)
-    XDIT_CHECK(heads[2 * static_cast<size_t>(r)] == heads[0] &&
-                   heads[2 * static_cast<size_t>(r) + 1] == heads[1],
-               "rank ", r,
-               " runs another subcommand than rank 0: every rank must run the same "
-               "command");
-  const size_t n = mine.size(), bytes = n * sizeof(uint64_t);
-  std::vector<uint64_t> all(n * static_cast<size_t>(world.size()));
-  world.allgather(mine.data(), all.data(), bytes, comm::Type::kByte);
-  for (int r = 1; r < world.size(); ++r)
-    for (size_t i = 0; i < n; ++i)
-      XDIT_CHECK(all[static_cast<size_t>(r) * n + i] == all[i], "rank ", r,
-                 " was started with a different ", names[i],
-                 " than rank 0: every rank must run "
-                 "the same command (only --threads may differ)");
-}
-
-JobStart start_job(int threads, const std::string& device, ParallelOptions& par) {
+JobStart start_job(const CLI::App& command, int threads, const std::string& device,
+                   ParallelOptions& par) {
+  comm::set_comm_timeout(par.comm_timeout);  // the agreement below is watched too
+  check_ranks_agree(world(), command);       // before any rank works
   set_threads(threads);
   JobStart s;
   s.world = &world();

@@ -26,7 +26,7 @@ void set_threads(int threads);
 // Test hook for the failure tests, called at every denoising step by generate
 // and serve: XDIT_FAULT_RANK=r makes rank r fail at the first step, by
 // throwing (XDIT_FAULT=throw, default) or by dying without a word
-// (XDIT_FAULT=kill).
+// (XDIT_FAULT=kill), or by stopping as kill -STOP does (XDIT_FAULT=stop).
 void maybe_inject_fault(const pipeline::StepEvent& e);
 
 // --dtype: bf16 or f32 (f16 has no CPU path).
@@ -41,17 +41,12 @@ struct JobStart {
 };
 
 // Starts a job of the world's ranks on `device` (--device) with `par`
-// (resolved here). The device comes before anything else, so that a machine
-// without a GPU says so in one line before any work; the mesh checks the
-// degrees against the job before anything loads, and under mpirun logs the
-// layout.
-JobStart start_job(int threads, const std::string& device, ParallelOptions& par);
-
-// Every rank's command against rank 0's, before the mesh is made or any
-// work starts (mpirun can start ranks with different commands: `-np 1 A :
-// -np 1 B`): each option's values as given are digested and exchanged, and
-// a difference ends every rank with one line naming the first option that
-// differs and the rank. --threads may differ (machines do).
-void check_ranks_agree(comm::Communicator& world, const CLI::App& command);
+// (resolved here): first the communication watchdog (--comm_timeout) and
+// the ranks' agreement on `command` (check_ranks_agree), then the device,
+// so that a machine without a GPU says so in one line before any work; the
+// mesh checks the degrees against the job before anything loads, and under
+// mpirun logs the layout.
+JobStart start_job(const CLI::App& command, int threads, const std::string& device,
+                   ParallelOptions& par);
 
 }  // namespace xdit::app

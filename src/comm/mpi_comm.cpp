@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "comm/communicator.h"
+#include "comm/watchdog.h"
 #include "core/error.h"
 
 #define XDIT_MPI(call)                                                          \
@@ -38,6 +39,7 @@ class MpiRequest : public Request {
   MPI_Request req = MPI_REQUEST_NULL;
   void wait() override {
     Timer t(stats_);
+    WatchedCall watched("MPI_Wait");
     if (req != MPI_REQUEST_NULL) XDIT_MPI(MPI_Wait(&req, MPI_STATUS_IGNORE));
   }
   bool test() override {
@@ -75,10 +77,12 @@ class MpiComm : public Communicator {
 
   void send(const void* buf, size_t n, Type t, int dest, int tag) override {
     Timer tm(stats_, n * type_size(t));
+    WatchedCall watched("MPI_Send");
     XDIT_MPI(MPI_Send(buf, to_int(n), mpi_type(t), dest, tag, comm_));
   }
   void recv(void* buf, size_t n, Type t, int src, int tag) override {
     Timer tm(stats_);
+    WatchedCall watched("MPI_Recv");
     XDIT_MPI(MPI_Recv(buf, to_int(n), mpi_type(t), src, tag, comm_, MPI_STATUS_IGNORE));
   }
   std::unique_ptr<Request> isend(const void* buf, size_t n, Type t, int dest, int tag) override {
@@ -95,30 +99,37 @@ class MpiComm : public Communicator {
   }
   void allreduce_sum(float* buf, size_t n) override {
     Timer tm(stats_, n * 4);
+    WatchedCall watched("MPI_Allreduce");
     XDIT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, to_int(n), MPI_FLOAT, MPI_SUM, comm_));
   }
   void allreduce_sum(double* buf, size_t n) override {
     Timer tm(stats_, n * 8);
+    WatchedCall watched("MPI_Allreduce");
     XDIT_MPI(MPI_Allreduce(MPI_IN_PLACE, buf, to_int(n), MPI_DOUBLE, MPI_SUM, comm_));
   }
   void allgather(const void* s, void* r, size_t n, Type t) override {
     Timer tm(stats_, n * type_size(t) * static_cast<size_t>(size_ - 1));
+    WatchedCall watched("MPI_Allgather");
     XDIT_MPI(MPI_Allgather(s, to_int(n), mpi_type(t), r, to_int(n), mpi_type(t), comm_));
   }
   void alltoall(const void* s, void* r, size_t n, Type t) override {
     Timer tm(stats_, n * type_size(t) * static_cast<size_t>(size_ - 1));
+    WatchedCall watched("MPI_Alltoall");
     XDIT_MPI(MPI_Alltoall(s, to_int(n), mpi_type(t), r, to_int(n), mpi_type(t), comm_));
   }
   void broadcast(void* buf, size_t n, Type t, int root) override {
     Timer tm(stats_, rank_ == root ? n * type_size(t) : 0);
+    WatchedCall watched("MPI_Bcast");
     XDIT_MPI(MPI_Bcast(buf, to_int(n), mpi_type(t), root, comm_));
   }
   void barrier() override {
     Timer tm(stats_);
+    WatchedCall watched("MPI_Barrier");
     XDIT_MPI(MPI_Barrier(comm_));
   }
   std::unique_ptr<Communicator> split(int color, int key) override {
     MPI_Comm c;
+    WatchedCall watched("MPI_Comm_split");
     XDIT_MPI(MPI_Comm_split(comm_, color, key, &c));
     return std::make_unique<MpiComm>(c, true);
   }

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_util.h"
+#include "io/json.h"
 #include "io/png.h"
 #include "test_util.h"
 
@@ -37,12 +38,12 @@ class CliMpi : public ::testing::Test {
   std::string path(const std::string& n) const { return (dir_ / n).string(); }
 
   // Runs `xdit ARGS` on `np` ranks (np 0: directly), with a hard time limit.
-  Result run(int np, const std::string& args, const std::string& env = "") const {
+  Result run(int np, const std::string& args, const std::string& env = "", int limit = 120) const {
     const std::string err = path("stderr.txt");
     std::string cmd =
         "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
         "XDIT_QUIET=1 " +
-        env + " timeout 120 ";
+        env + " timeout " + std::to_string(limit) + " ";
     if (np > 0)
       cmd += std::string(MPIEXEC) + " -np " + std::to_string(np) +
              " --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none ";
@@ -243,7 +244,9 @@ TEST_F(CliMpi, RanksStartedWithDifferentCommandsAreRefused) {
   // Another subcommand on rank 1.
   const Result s = mpmd(args("x.png", dp), "serve --port 0" + dp);
   EXPECT_NE(s.code, 0);
-  EXPECT_NE(s.err.find("rank 1 runs another subcommand than rank 0"), std::string::npos) << s.err;
+  EXPECT_NE(s.err.find("rank 1 was started with a different subcommand than rank 0"),
+            std::string::npos)
+      << s.err;
   // The same command with different --threads runs.
   const Result t = mpmd(args("t.png", dp + " --threads 1"), args("t.png", dp + " --threads 2"));
   EXPECT_EQ(t.code, 0) << t.err;
@@ -375,6 +378,75 @@ TEST_F(CliMpi, AKilledRankEndsTheJob) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.code, 124) << "timed out: the job hung";
   EXPECT_LT(r.seconds, 30.0);
+}
+
+// A stopped rank (kill -STOP) held the job for as long as it was stopped:
+// the other rank's watchdog ends the job after --comm_timeout with one line
+// naming itself and the call it waited in.
+TEST_F(CliMpi, AStoppedRankEndsTheJobAfterTheCommTimeout) {
+  Result r = run(2, args("x.png", "--ulysses_degree 2 --comm_timeout 3"),
+                 "XDIT_FAULT_RANK=1 XDIT_FAULT=stop");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.code, 124) << "timed out: the job hung";
+  EXPECT_NE(r.err.find("xdit: error: [rank 0/2] MPI_"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("made no progress for 3 s (--comm_timeout 3 s)"), std::string::npos)
+      << r.err;
+  EXPECT_LT(r.seconds, 60.0);
+  EXPECT_FALSE(fs::exists(path("x_0.png")));
+  // Off (0), the same stop is waited for: the outer timeout ends it.
+  r = run(2, args("x.png", "--ulysses_degree 2 --comm_timeout 0"),
+          "XDIT_FAULT_RANK=1 XDIT_FAULT=stop", 8);
+  EXPECT_EQ(r.code, 124) << r.err;
+  // A limit that is not a number of seconds is refused before any work.
+  for (const char* bad : {"-1", "nan", "1e308"}) {
+    r = run(2, args("x.png", std::string("--ulysses_degree 2 --comm_timeout ") + bad));
+    EXPECT_NE(r.code, 0);
+    EXPECT_NE(r.err.find("--comm_timeout must be from 0 (off)"), std::string::npos)
+        << bad << ": " << r.err;
+  }
+}
+
+// Machines can hold different files under one path: ranks started in two
+// working folders, each with a model folder "m" that differs in one
+// config value, are refused before any work, naming the file.
+TEST_F(CliMpi, RanksReadingDifferentModelFilesAreRefused) {
+  for (const char* side : {"a", "b"}) {
+    fs::create_directories(path(side));
+    fs::copy(std::string(XDIT_MODELS) + "/pixart-sigma-tiny", path(side) + "/m",
+             fs::copy_options::recursive);
+  }
+  const std::string sched = path("b") + "/m/scheduler/scheduler_config.json";
+  auto j = io::read_json_file(sched);
+  j["beta_end"] = 0.021;
+  std::ofstream(sched) << j.dump();
+  auto side = [&](const char* dir, const std::string& out) {
+    return "-wdir '" + path(dir) + "' -np 1 '" + std::string(XDIT_BINARY) +
+           "' generate --model m --prompt 'a red fox' --height 64 --width 64 "
+           "--num_inference_steps 2 --seed 5 --use_cfg_parallel -o '" +
+           path(out) + "'";
+  };
+  auto mpmd = [&](const std::string& out) {
+    const std::string cmd =
+        "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
+        "XDIT_QUIET=1 timeout 120 " +
+        std::string(MPIEXEC) +
+        " --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none " +
+        side("a", out) + " : " + side("b", out);
+    return test::run_command(cmd, path("stderr.txt"));
+  };
+  auto r = mpmd("x.png");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("rank 1 reads a different model file scheduler/scheduler_config.json "
+                       "than rank 0"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(path("x.png")));
+  // The same files in both folders run.
+  fs::copy_file(path("a") + "/m/scheduler/scheduler_config.json", sched,
+                fs::copy_options::overwrite_existing);
+  r = mpmd("y.png");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(path("y.png")));
 }
 
 TEST_F(CliMpi, PipeFusionTraceShowsEachStagesPatches) {
