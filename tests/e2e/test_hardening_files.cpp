@@ -82,7 +82,7 @@ TEST_F(Hardening, ASignalRemovesEveryTemporaryHoweverMany) {
       std::vector<io::OutputFile> files;
       files.reserve(kOutputs);
       for (int i = 0; i < kOutputs; ++i)
-        files.emplace_back((out / ("o" + std::to_string(i) + ".png")).string());
+        files.emplace_back((out / (std::to_string(i) + ".png")).string());
       ::raise(SIGTERM);
     } catch (...) {
     }
@@ -159,12 +159,20 @@ TEST_F(Hardening, HugeLatentsAreRefusedFromTheirSize) {
 }
 
 TEST_F(Hardening, LatentsOfTheWrongShapeAreRefusedBeforeTheyAreRead) {
-  // 256 MB of latents, the wrong shape: refused from the header, unread.
-  io::write_safetensors(path("latents.safetensors"),
-                        {{"latents", Tensor::zeros({1, 4, 1, 4096, 4096})}});
+  // 1 GiB of latents (a sparse file), the wrong shape: refused from the
+  // header, unread (the former code converted the whole file first).
+  const std::string header =
+      R"({"latents":{"dtype":"F32","shape":[1,4,1,16384,4096],"data_offsets":[0,1073741824]}})";
+  {
+    std::ofstream f(path("latents.safetensors"), std::ios::binary);
+    const uint64_t n = header.size();
+    f.write(reinterpret_cast<const char*>(&n), 8);
+    f << header;
+  }
+  grow_sparse(path("latents.safetensors"), 8 + header.size() + (uintmax_t{1} << 30));
   const auto r = xdit(generate("--latents '" + path("latents.safetensors") + "'"));
-  expect_refused(r, "latents", {"latents.safetensors"});
-  EXPECT_LT(r.max_rss_mb, 200.0) << "the latents were read";
+  expect_refused(r, "latents have shape", {"latents.safetensors"});
+  EXPECT_LT(r.max_rss_mb, 600.0) << "the latents were read";
 }
 
 TEST_F(Hardening, OpenMpThreadCountsFromTheEnvironmentAreBounded) {
@@ -207,7 +215,7 @@ TEST_F(Hardening, ANanAttentionMaskIsRefused) {
 
 TEST_F(Hardening, AFifoAsTheShardedIndexIsRefusedAtOnce) {
   const fs::path t = fs::path(model()) / "transformer";
-  fs::remove(t / "diffusion_pytorch_model.safetensors");
+  fs::remove(t / "diffusion_pytorch_model.safetensors.index.json");  // the tiny model is sharded
   ASSERT_EQ(::mkfifo((t / "diffusion_pytorch_model.safetensors.index.json").c_str(), 0666), 0);
   // (timeout: the former code waited for a writer forever)
   const auto r = test::run_command("timeout 20 env XDIT_QUIET=1 OMP_NUM_THREADS=1 '" +

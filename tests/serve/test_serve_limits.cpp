@@ -96,14 +96,15 @@ TEST_F(ServeLimits, AnOutputDirThatIsNotAWritableFolderEndsTheStart) {
 }
 
 TEST_F(ServeLimits, RequestsOverTheLimitsAreRefusedAtOnce) {
-  test::ServeProcess s(kModel + "--max_pixels 8192 --max_steps 4 --max_batch 2", dir_);
+  // (PixArt-α bins every size to 1024 x 1024 px here, which is what it runs.)
+  test::ServeProcess s(kModel + "--max_pixels 1100000 --max_steps 4 --max_batch 2", dir_);
   ASSERT_TRUE(s.listening()) << s.log();
   auto c = s.client();
   const struct {
     const char* path;
     std::string body, expect;
   } cases[] = {
-      {"/generate", R"({"prompt": "x", "height": 128, "width": 128, "num_inference_steps": 1})",
+      {"/generate", R"({"prompt": "x", "height": 2048, "width": 1024, "num_inference_steps": 1})",
        "--max_pixels"},
       {"/generate", R"({"prompt": "x", "height": 64, "width": 64, "num_inference_steps": 5})",
        "--max_steps"},
