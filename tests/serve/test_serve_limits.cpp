@@ -162,7 +162,10 @@ TEST_F(ServeLimits, AModelFileTruncatedUnderTheServerIsAnErrorNotSigbus) {
   ASSERT_TRUE(s.listening()) << s.log();
   auto c = s.client();
   ASSERT_EQ(test::post_json(c, "/generate", body("")).status, 200);
-  // In place, as `cp new_model/* model/` does: same inode, shorter.
+  // In place, as `cp new_model/* model/` does: same inode, shorter. (With
+  // weights kept as views of the mapping — stored dtype = compute dtype — a
+  // round would then die by SIGBUS; this tiny f32 model keeps copies, and the
+  // former code answered 200 from a model no longer on disk.)
   for (const char* part : {"transformer", "vae"})
     for (const auto& e : fs::directory_iterator(model / part))
       if (e.path().extension() == ".safetensors") fs::resize_file(e.path(), 8);
