@@ -26,6 +26,15 @@ namespace {
 
 constexpr int64_t kPromptTokens = 20;  // bench t5's PixArt prompt row
 
+// A number of --row (the parent process writes it; a hand-written one may
+// be anything): one line instead of std::stoll's exception.
+int64_t row_integer(const std::string& text, const char* what) {
+  int64_t v = 0;
+  XDIT_CHECK(CLI::detail::lexical_cast(text, v) && v >= 0 && v <= (int64_t{1} << 20),
+             "--row: ", what, " '", text, "' is not a whole number in 0 … 1048576");
+  return v;
+}
+
 int run_bench(const BenchOptions& o) {
   if (o.what == "serve")
     return run_bench_serve(o.model, o.requests, o.clients, o.threads, o.ranks, o.serve_args);
@@ -48,7 +57,7 @@ int run_bench(const BenchOptions& o) {
     XDIT_CHECK(f.size() >= 3, "--row expects WHAT:RES:DTYPE[:LAYOUT]");
     const std::string& what = f[0];
     const std::string& dt = f[2];
-    const int64_t res = std::stoll(f[1]);
+    const int64_t res = row_integer(f[1], "RES");
     nlohmann::json r =
         what == "t5"          ? run_t5_row(res, dt, o.warmup, o.repeat)
         : what == "vae"       ? run_vae_row(res, dt, o.warmup, o.repeat)
@@ -58,7 +67,7 @@ int run_bench(const BenchOptions& o) {
         : what == "sd3"                          ? run_sd3_row(res, dt, o.warmup, o.repeat)
         : what == "parallel" && f.at(3) == "vae" ? run_parallel_vae_row(res, dt, o.warmup, o.repeat)
         : what == "parallel" && f.at(3).rfind("pipefusion", 0) == 0
-            ? run_pipefusion_row(res, dt, std::stoll(f.at(3).substr(11)))
+            ? run_pipefusion_row(res, dt, row_integer(f.at(3).substr(11), "the patch count"))
         : what == "parallel" ? run_parallel_row(res, dt, f.at(3), o.warmup, o.repeat)
                              : run_row(res, dt, o.warmup, o.repeat);
     if (world().rank() == 0) std::cout << r.dump() << std::endl;
@@ -154,6 +163,7 @@ std::function<int()> add_bench(CLI::App& app) {
       ->capture_default_str();
   b->add_option("--resolutions", o->resolutions, "image sizes in pixels")
       ->delimiter(',')
+      ->check(CLI::Range(int64_t{1}, bench::kMaxBenchSide))
       ->capture_default_str();
   b->add_option("--dtypes", o->dtypes, "bf16 and/or f32")->delimiter(',')->capture_default_str();
   b->add_flag("--json", o->json, "one JSON object per row");

@@ -27,6 +27,7 @@ namespace xdit::app::bench {
 
 using Clock = std::chrono::steady_clock;
 constexpr int64_t kTextTokens = 120;
+constexpr int64_t kMaxBenchSide = 16384;  // --resolutions: 1 … this many px
 
 struct BenchOptions {
   std::string what = "transformer";

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -31,6 +32,8 @@ std::string seconds(double s);  // "0.41 s"
 int max_threads();
 CLI::Validator thread_count();
 CLI::Validator finite_number();
+// An integer of at least `lo` (`note` says what the bound means).
+CLI::Validator at_least(int64_t lo, const std::string& note);
 
 // xdit bench serve: a load benchmark of `xdit serve` on `model` (bench_serve.cpp).
 // `ranks` > 1 starts it under mpirun; `serve_args` go to `xdit serve` (the

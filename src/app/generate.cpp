@@ -85,6 +85,18 @@ CLI::Validator finite_number() {
       "finite");
 }
 
+CLI::Validator at_least(int64_t lo, const std::string& note) {
+  return CLI::Validator(
+      [lo, note](std::string& v) -> std::string {
+        int64_t n = 0;
+        if (!CLI::detail::lexical_cast(v, n) || n < lo)
+          return "must be an integer of at least " + std::to_string(lo) +
+                 (note.empty() ? "" : " " + note) + ", got " + v;
+        return {};
+      },
+      ">= " + std::to_string(lo));
+}
+
 namespace {
 
 struct GenerateOptions {
@@ -193,7 +205,27 @@ void write_trace(comm::Communicator& w, io::OutputFile* out) {
     out->commit([&](std::ostream& f) { f << "{\"traceEvents\": [\n" << all << "\n]}\n"; });
 }
 
+// An input safetensors file (--latents, --prompt_embeds): a regular file of
+// at most kMaxInputBytes (from fstat, before anything is read), its header
+// checked; tensors are read only when taken, as zero-copy views that the
+// planner checks (shape first) before any conversion.
+constexpr size_t kMaxInputBytes = size_t{2} << 30;
+
+io::SafeTensorsFile open_input(const std::string& path, const char* flag) {
+  io::check_side_file(path, kMaxInputBytes, std::string(flag) + " file");
+  return io::SafeTensorsFile(path);
+}
+
+Tensor take_input(const io::SafeTensorsFile& f, const std::string& name, bool required,
+                  const char* flag) {
+  XDIT_CHECK(f.contains(name) || !required, f.path(), " (", flag, ") has no tensor '", name, "'");
+  return f.contains(name) ? f.get(name) : Tensor();
+}
+
 int run_generate(GenerateOptions o, const CLI::App& command) {
+  // An empty -o would silently be the default name.
+  XDIT_CHECK(command.get_option("--output")->count() == 0 || !o.output.empty(),
+             "-o/--output is empty: give a file name (or leave the flag out for the default)");
   const JobStart job = start_job(command, o.threads, o.device, o.par);
   o.seed = parse_torch_seed(o.seed_text);
   comm::Communicator& w = *job.world;
@@ -278,12 +310,8 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
   r.skip_layer_guidance = o.slg;
   r.seed = o.seed;
   r.max_sequence_length = o.max_sequence_length;
-  if (!o.latents.empty()) {
-    auto in = io::read_safetensors_f32(o.latents);
-    auto it = in.find("latents");
-    XDIT_CHECK(it != in.end(), o.latents, " has no tensor 'latents'");
-    r.latents = it->second;  // [P, C, F, h, w], or [P, C, h, w]: one frame
-  }
+  if (!o.latents.empty())  // [P, C, F, h, w], or [P, C, h, w]: one frame
+    r.latents = take_input(open_input(o.latents, "--latents"), "latents", true, "--latents");
   const pipeline::Output output =
       latent_out ? pipeline::Output::kLatents : pipeline::Output::kImages;
   if (!o.prompts.empty() && o.latents.empty() && !latent_out) {
@@ -313,11 +341,10 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
   std::optional<pipeline::Plan> planned;
   if (!o.prompt_embeds.empty()) {
     pipeline::LatentRequest req;
-    auto in = io::read_safetensors_f32(o.prompt_embeds);
+    const io::SafeTensorsFile in = open_input(o.prompt_embeds, "--prompt_embeds");
     auto take = [&](const std::string& name, bool required) {
-      auto it = in.find(name);
-      XDIT_CHECK(it != in.end() || !required, o.prompt_embeds, " has no tensor '", name, "'");
-      return it == in.end() ? Tensor() : it->second;
+      const Tensor t = take_input(in, name, required, "--prompt_embeds");
+      return t.defined() ? t.to(DType::kF32) : t;
     };
     // The file's tensors by the family's names; the model checks them.
     for (const auto& n : pipe.family().embedding_names()) {
@@ -415,7 +442,8 @@ std::function<int()> add_generate(CLI::App& app) {
   g->add_option("--height", o->height, "image height in pixels (default: the model's)");
   g->add_option("--width", o->width, "image width in pixels (default: the model's)");
   g->add_option("--num_inference_steps,--num-inference-steps", o->steps,
-                "denoising steps (default: PixArt 20, FLUX.1 [dev] and SD3 28, [schnell] 4)");
+                "denoising steps (default: PixArt 20, FLUX.1 [dev] and SD3 28, [schnell] 4)")
+      ->check(at_least(0, "(0: the initial noise, with --output_type latent)"));
   g->add_option("--guidance_scale,--guidance-scale", o->guidance,
                 "PixArt, SD3: classifier-free guidance scale (default 4.5, 7); FLUX.1 [dev]: "
                 "the embedded guidance (default 3.5)")
@@ -447,7 +475,8 @@ std::function<int()> add_generate(CLI::App& app) {
               "generate at the requested size instead of the nearest aspect-ratio bin");
   g->add_option("--max_sequence_length,--max-sequence-length", o->max_sequence_length,
                 "T5 tokens (default 120 for PixArt-α, 300 for PixArt-Σ, 512 for FLUX.1, 256 for "
-                "SD3)");
+                "SD3)")
+      ->check(at_least(1, ""));
   g->add_option("--output_type,--output-type", o->output_type, "pil (PNG) or latent")
       ->capture_default_str();
   g->add_option("--output,-o", o->output,

@@ -104,6 +104,7 @@ int main(int argc, char** argv) {
   };
   int rc = 0;
   try {
+    xdit::app::check_thread_environment();  // before any parallel region starts the threads
     for (auto& [sub, run] : runners)
       if (sub->parsed()) rc = run();
   } catch (const xdit::Error& e) {

@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "io/model_ref.h"
 #include "pipeline/pipeline.h"
+#include "serve/output_root.h"
 #include "serve/request_schema.h"
 
 namespace xdit::app {
@@ -25,6 +26,39 @@ namespace xdit::app {
 namespace fs = std::filesystem;
 
 namespace {
+
+void check_limits(const pipeline::RequestLimits& l) {
+  const std::pair<const char*, int64_t> flags[] = {{"--max_pixels", l.max_pixels},
+                                                   {"--max_steps", l.max_steps},
+                                                   {"--max_frames", l.max_frames},
+                                                   {"--max_batch", l.max_batch}};
+  for (const auto& [flag, v] : flags)
+    XDIT_CHECK(v >= 0, flag, " must be 0 (no limit) or more, got ", v);
+}
+
+// A request at the limits (the largest square within --max_pixels, the most
+// images and steps) against this machine's memory: one line when it cannot
+// fit, since such requests will then be refused by the memory check.
+void warn_if_limits_cannot_fit(pipeline::Pipeline& validator, const pipeline::RequestLimits& l) {
+  if (l.max_pixels == 0 && l.max_batch == 0) return;
+  pipeline::ImageRequest r;
+  r.prompts.assign(static_cast<size_t>(std::max<int64_t>(1, l.max_batch)), "limits");
+  const int64_t unit = 64;  // a multiple of every family's latent grid
+  if (l.max_pixels > 0) {
+    const auto side = static_cast<int64_t>(std::sqrt(static_cast<double>(l.max_pixels)));
+    const int64_t most = validator.family().max_side(validator.vae_scale_factor());
+    r.height = r.width =
+        std::max<int64_t>(unit, std::min(most > 0 ? most : side, side) / unit * unit);
+  }
+  r.resolution_binning = false;
+  try {
+    validator.plan(r);
+  } catch (const Error& e) {
+    XDIT_WARN("a request at the limits (", r.prompts.size(), " image(s) of ", r.width, "x",
+              r.height, " px) is refused on this machine: ", e.what(),
+              " — lower --max_pixels or --max_batch to what it serves");
+  }
+}
 
 int run_serve(ServeOptions& o, const CLI::App& command) {
   if (o.openapi) {
@@ -45,6 +79,9 @@ int run_serve(ServeOptions& o, const CLI::App& command) {
   XDIT_CHECK(std::isfinite(o.request_timeout) && o.request_timeout > 0,
              "--request_timeout must be a positive number of seconds, got ", o.request_timeout);
   XDIT_CHECK(o.port >= 0 && o.port <= 65535, "--port must be 0 … 65535, got ", o.port);
+  check_limits(o.limits);
+  if (!o.output_dir.empty() && world().rank() == 0)
+    o.output_root = std::make_shared<serve::OutputRoot>(o.output_dir);
   const JobStart job = start_job(command, o.threads, o.device, o.par);
   comm::Communicator& w = *job.world;
   const Device& device = job.device;
@@ -86,6 +123,8 @@ int run_serve(ServeOptions& o, const CLI::App& command) {
   validator.set_device(device);  // requests' memory is checked against the GPU's
   validator.set_weights_resident(true);
   validator.set_request_per_replica(true);
+  validator.set_request_limits(o.limits);  // over a limit: 400 before the queue
+  warn_if_limits_cannot_fit(validator, o.limits);
   const std::string id = model.from_cache() ? model.id : fs::path(model.folder).filename().string();
   return serve_http(o, pipe, validator, mesh, id);
 }
@@ -119,6 +158,21 @@ std::function<int()> add_serve(CLI::App& app) {
   s->add_option("--threads", o->threads,
                 "OpenMP threads per process (default: the cores, shared among local ranks)")
       ->check(thread_count());
+  s->add_option("--output_dir,--output-dir", o->output_dir,
+                "the only folder the service writes into: a request's save_disk_path is a "
+                "folder relative to it (default: none, save_disk_path is refused)");
+  s->add_option("--max_pixels,--max-pixels", o->limits.max_pixels,
+                "largest width x height of a request, run or written (0: no limit)")
+      ->capture_default_str();
+  s->add_option("--max_steps,--max-steps", o->limits.max_steps,
+                "most denoising steps of a request (0: no limit)")
+      ->capture_default_str();
+  s->add_option("--max_frames,--max-frames", o->limits.max_frames,
+                "most frames per image of a request (0: no limit)")
+      ->capture_default_str();
+  s->add_option("--max_batch,--max-batch", o->limits.max_batch,
+                "most images of one request (OpenAI's n; 0: no limit)")
+      ->capture_default_str();
   s->add_flag("--openapi", o->openapi, "print the service's OpenAPI document and exit");
   add_parallel_options(s, o->par);
   return [o, s] { return run_serve(*o, *s); };

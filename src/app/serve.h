@@ -2,6 +2,7 @@
 // service (serve_http.cpp), and the rounds every rank runs (serve_ranks.cpp).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,8 @@
 #include "comm/communicator.h"
 #include "parallel/config.h"
 #include "pipeline/pipeline.h"
+#include "pipeline/request.h"
+#include "serve/output_root.h"
 
 namespace xdit::app {
 
@@ -20,6 +23,19 @@ struct ServeOptions {
   double request_timeout = 600;
   int threads = 0;
   bool openapi = false;
+  // The only folder the service writes into (save_disk_path is relative to
+  // it); empty: the service writes no files. Opened at start into
+  // output_root.
+  std::string output_dir;
+  std::shared_ptr<const serve::OutputRoot> output_root = std::make_shared<serve::OutputRoot>();
+  // Each request's limits (0: none); defaults a single machine serves in
+  // bounded time.
+  pipeline::RequestLimits limits{kDefaultMaxPixels, kDefaultMaxSteps, kDefaultMaxFrames,
+                                 kDefaultMaxBatch};
+  static constexpr int64_t kDefaultMaxPixels = 2048 * 2048;
+  static constexpr int64_t kDefaultMaxSteps = 100;
+  static constexpr int64_t kDefaultMaxFrames = 1;
+  static constexpr int64_t kDefaultMaxBatch = 4;
 };
 
 // --- serve_http.cpp: rank 0's HTTP service -----------------------------------

@@ -252,15 +252,7 @@ class Server {
     std::optional<pipeline::Plan> plan;
     try {
       sr = serve::parse_request(e, req.body);
-      if (sr.save_disk_path) {
-        std::error_code ec;
-        if (!fs::is_directory(*sr.save_disk_path, ec) ||
-            ::access(sr.save_disk_path->c_str(), W_OK) != 0)
-          throw serve::BadRequest(400, "save_disk_path",
-                                  "field 'save_disk_path' must be a folder this server can write "
-                                  "into, got '" +
-                                      *sr.save_disk_path + "'");
-      }
+      if (sr.save_disk_path) o_.output_root->check(*sr.save_disk_path);  // under --output_dir
       std::lock_guard<std::mutex> lock(validator_mu_);
       plan.emplace(validator_.plan(sr.image));  // model, size, layout and memory: before the queue
     } catch (const serve::BadRequest& b) {
@@ -306,27 +298,15 @@ class Server {
     std::snprintf(took, sizeof took, "%.2f sec", elapsed);
     json body = {{"message", "Image generated successfully"}, {"elapsed_time", took}};
     if (asked.save_disk_path) {
-      const fs::path path =
-          fs::path(*asked.save_disk_path) /
-          ("xdit_" + std::to_string(std::time(nullptr)) + "_" + std::to_string(::getpid()) + "_" +
-           std::to_string(saved_.fetch_add(1)) + ".png");
-      // Written beside and renamed into place: never a partial PNG under its
-      // name. (Not io::OutputFile: its signal cleanup would take SIGTERM
-      // from the server's own handler.)
-      const fs::path tmp = path.string() + ".partial";
-      std::error_code ec;
-      {
-        std::ofstream f(tmp, std::ios::binary);
-        f.write(reinterpret_cast<const char*>(pngs[0].data()),
-                static_cast<std::streamsize>(pngs[0].size()));
-        if (!f.good()) ec = std::make_error_code(std::errc::io_error);
+      // Under --output_dir, links refused, written exclusively and renamed
+      // into place (serve/output_root.h).
+      try {
+        body["output"] = o_.output_root->write(*asked.save_disk_path, pngs[0]);
+      } catch (const serve::BadRequest& b) {
+        return reply_error(res, req.path, b.status(), b.what(), b.field());
+      } catch (const Error& err) {
+        return reply_error(res, req.path, 500, err.what(), "save_disk_path");
       }
-      if (!ec) fs::rename(tmp, path, ec);
-      if (ec) {
-        fs::remove(tmp, ec);
-        return reply_error(res, req.path, 500, "cannot write " + path.string(), "save_disk_path");
-      }
-      body["output"] = path.string();
       body["save_to_disk"] = true;
     } else {
       body["output"] = serve::base64_encode(pngs[0]);
@@ -378,7 +358,6 @@ class Server {
   const int64_t started_ = static_cast<int64_t>(std::time(nullptr));
   std::atomic<size_t> running_{0};
   std::atomic<double> mean_seconds_{0};
-  std::atomic<uint64_t> saved_{0};
   std::atomic<bool> done_{false};
   size_t served_ = 0;
 };

@@ -11,6 +11,8 @@
 #include "app/rank_agreement.h"
 #include "app/serve.h"
 #include "app/startup.h"
+#include "core/error.h"
+#include "io/safetensors.h"
 #include "pipeline/distributed.h"
 #include "serve/request_schema.h"
 
@@ -48,6 +50,13 @@ std::vector<pipeline::ImageResult> run_round(pipeline::Pipeline& pipe, parallel:
   // Every rank runs what rank 0 sent: checked per round (two small messages).
   check_ranks_agree(mesh.world(), plan_digests(plans), "received a different",
                     "the ranks disagree on a request (a bug: please report it)");
+  // Before any page of the weights is touched: a model file truncated or
+  // rewritten under the server would end it by SIGBUS, or mix two models.
+  const std::vector<std::string> changed = io::changed_mapped_files();
+  XDIT_CHECK(changed.empty(), "the model file ", changed.empty() ? "" : changed[0],
+             " changed on disk while xdit serve was running (truncated or rewritten in place): "
+             "requests are refused until the server is restarted (replace model files by "
+             "renaming new ones into place to keep a running server safe)");
   return pipeline::generate_groups(pipe, mesh, plans, maybe_inject_fault);
 }
 

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <sstream>
 #include <string>
 
+#include "app/commands.h"
 #include "app/rank_agreement.h"
 #include "comm/device_comm.h"
 #include "comm/watchdog.h"
@@ -35,6 +37,22 @@ void set_threads(int threads) {
   // Under mpirun, share the cores among the ranks on this machine.
   const int n = comm::local_process_count();
   if (n > 1) omp_set_num_threads(std::max(1, omp_get_num_procs() / n));
+}
+
+void check_thread_environment() {
+  const int hi = max_threads();
+  for (const char* var : {"OMP_NUM_THREADS", "OMP_THREAD_LIMIT"}) {
+    const char* v = std::getenv(var);
+    if (v == nullptr || *v == '\0') continue;
+    std::string entry;
+    std::stringstream ss(v);
+    while (std::getline(ss, entry, ',')) {
+      int n = 0;
+      XDIT_CHECK(CLI::detail::lexical_cast(entry, n) && n >= 1 && n <= hi, var, "=", v,
+                 ": each count must be 1 … ", hi, " (4 x the ", hi / 4,
+                 " cores this process may use, as for --threads)");
+    }
+  }
 }
 
 void maybe_inject_fault(const pipeline::StepEvent& e) {

@@ -23,6 +23,12 @@ comm::Communicator& world();
 // Sets the OpenMP thread count (0: the cores, shared among this machine's ranks).
 void set_threads(int threads);
 
+// OpenMP's thread counts from the environment (OMP_NUM_THREADS, each entry
+// of its list, and OMP_THREAD_LIMIT) bounded as --threads is (1 … 4 x the
+// cores): libgomp would otherwise try to start them all and crash. Throws
+// one line naming the variable.
+void check_thread_environment();
+
 // Test hook for the failure tests, called at every denoising step by generate
 // and serve: XDIT_FAULT_RANK=r makes rank r fail at the first step, by
 // throwing (XDIT_FAULT=throw, default) or by dying without a word

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/file.h"
 
 namespace xdit::io {
 
@@ -67,6 +68,10 @@ const Json* find(const Json& j, const std::string& key) {
 }  // namespace
 
 Json parse_json_text(const std::string& text, const std::string& what) {
+  // nlohmann's reader stops at a NUL: whatever follows would be ignored.
+  const size_t nul = text.find('\0');
+  XDIT_CHECK(nul == std::string::npos, "malformed JSON in ", what, ": a NUL byte at offset ", nul,
+             " (", text.size() - nul, " bytes from there on are not JSON)");
   try {
     return Json::parse(quote_python_specials(text));
   } catch (const nlohmann::json::exception& e) {
@@ -74,17 +79,8 @@ Json parse_json_text(const std::string& text, const std::string& what) {
   }
 }
 
-Json read_json_file(const std::string& path) {
-  std::error_code ec;
-  const auto st = std::filesystem::status(path, ec);
-  XDIT_CHECK(std::filesystem::exists(st), "missing file ", path,
-             ec && ec != std::errc::no_such_file_or_directory ? " (" + ec.message() + ")" : "");
-  XDIT_CHECK(std::filesystem::is_regular_file(st), path, " is not a regular file");
-  std::ifstream in(path);
-  XDIT_CHECK(in.good(), "cannot read ", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_json_text(ss.str(), path);
+Json read_json_file(const std::string& path, size_t max_bytes) {
+  return parse_json_text(read_small_file(path, max_bytes, "JSON file"), path);
 }
 
 void require_object(const Json& j, const std::string& what) {

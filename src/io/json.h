@@ -1,6 +1,7 @@
 // JSON files and typed, checked access to config values.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -15,7 +16,11 @@ using Json = nlohmann::json;
 // -Infinity and NaN (diffusers' lambda_min_clipped is -Infinity); they are
 // read as the strings "Infinity", "-Infinity" and "NaN", which
 // number_or() turns back into numbers.
-Json read_json_file(const std::string& path);
+// The file is read only when it is a regular file of at most `max_bytes`
+// (from fstat: a FIFO or a config with a gigabyte appended is refused before
+// any byte is read); a NUL byte, or anything after the document, is refused.
+constexpr size_t kMaxJsonFileBytes = size_t{64} << 20;  // CLIP's vocab.json is 2 MB
+Json read_json_file(const std::string& path, size_t max_bytes = kMaxJsonFileBytes);
 Json parse_json_text(const std::string& text, const std::string& what);
 
 // A config file's top level must be an object: throws naming `what` otherwise.

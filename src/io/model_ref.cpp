@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "io/file.h"
 #include "io/json.h"
 
 namespace xdit::io {
@@ -33,11 +34,14 @@ bool is_hash(const std::string& s) {
          });
 }
 
+// A ref holds a 40-character hash: a larger file is refused before it is read.
+constexpr size_t kMaxRefBytes = 4096;
+
 std::string read_ref(const fs::path& p) {
-  std::ifstream in(p);
-  std::string s;
-  in >> s;
-  return s;
+  const std::string text = read_small_file(p.string(), kMaxRefBytes, "Hugging Face cache ref");
+  const size_t b = text.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return {};
+  return text.substr(b, text.find_first_of(" \t\r\n", b) - b);
 }
 
 // The first symlink under `dir` (in name order) whose target is missing.
@@ -135,8 +139,10 @@ std::vector<CachedModel> list_cached_models() {
     const fs::path refs_dir = repo.path() / "refs";
     for (auto it = fs::recursive_directory_iterator(refs_dir, ec); !ec && it != fs::end(it);
          it.increment(ec))
-      if (it->is_regular_file())
-        refs.emplace_back(fs::relative(it->path(), refs_dir).string(), read_ref(it->path()));
+      if (it->is_regular_file()) try {
+          refs.emplace_back(fs::relative(it->path(), refs_dir).string(), read_ref(it->path()));
+        } catch (const Error&) {  // an unreadable or oversized ref names no snapshot
+        }
     for (const auto& snap : fs::directory_iterator(repo.path() / "snapshots", ec)) {
       const fs::path index = snap.path() / "model_index.json";
       if (!fs::is_regular_file(index, ec)) continue;

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <list>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -46,7 +48,31 @@ std::string errno_text() {
   return std::strerror(errno);
 }
 
+// Every live mapping of a file, with the descriptor kept open to ask the
+// file (not its path) whether it changed (changed_mapped_files).
+struct Mapping {
+  const void* addr;
+  size_t size;
+  int fd;
+  std::string path;
+  timespec mtime;
+};
+std::mutex g_mappings_mu;
+std::list<Mapping> g_mappings;
+
 }  // namespace
+
+std::vector<std::string> changed_mapped_files() {
+  std::vector<std::string> changed;
+  std::lock_guard<std::mutex> lock(g_mappings_mu);
+  for (const Mapping& m : g_mappings) {
+    struct stat st {};
+    if (::fstat(m.fd, &st) != 0 || static_cast<size_t>(st.st_size) < m.size ||
+        st.st_mtim.tv_sec != m.mtime.tv_sec || st.st_mtim.tv_nsec != m.mtime.tv_nsec)
+      changed.push_back(m.path);
+  }
+  return changed;
+}
 
 SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
   // O_NONBLOCK: opening a FIFO given as a weights or embeddings file must not
@@ -64,11 +90,25 @@ SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
     XDIT_FAIL("safetensors file ", path, " is empty");
   }
   void* p = ::mmap(nullptr, file_size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  XDIT_CHECK(p != MAP_FAILED, "cannot memory-map ", path, ": ", errno_text());
+  if (p == MAP_FAILED) {
+    const std::string why = errno_text();
+    ::close(fd);
+    XDIT_FAIL("cannot memory-map ", path, ": ", why);
+  }
   const size_t size = file_size_;
-  map_ = std::shared_ptr<const void>(
-      p, [size](const void* q) { ::munmap(const_cast<void*>(q), size); });
+  {
+    std::lock_guard<std::mutex> lock(g_mappings_mu);
+    g_mappings.push_back({p, size, fd, path, st.st_mtim});
+  }
+  map_ = std::shared_ptr<const void>(p, [size](const void* q) {
+    ::munmap(const_cast<void*>(q), size);
+    std::lock_guard<std::mutex> lock(g_mappings_mu);
+    g_mappings.remove_if([&](const Mapping& m) {
+      if (m.addr != q) return false;
+      ::close(m.fd);
+      return true;
+    });
+  });
   mapped_ = true;
   parse();
 }

@@ -54,6 +54,14 @@ class SafeTensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+// The mapped safetensors files still in use (weights a resident model
+// reads) whose bytes changed on disk since they were mapped: truncated or
+// rewritten in place, as copying a new model over the folder does (a
+// replacement by rename leaves the mapped file intact and is not listed).
+// Touching a truncated mapping's pages would end the process with SIGBUS;
+// xdit serve asks before each round and refuses to run until restarted.
+std::vector<std::string> changed_mapped_files();
+
 class OutputFile;
 
 // Writes tensors (any of f32/f16/bf16) and string metadata. Writes to a

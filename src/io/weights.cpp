@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/file.h"
+#include "io/json.h"
 
 namespace xdit::io {
 
@@ -46,10 +48,13 @@ WeightStore::WeightStore(const std::string& folder) : folder_(folder) {
   if (!single.empty()) {
     files_.push_back(std::make_unique<SafeTensorsFile>(single.string()));
   } else {
+    // Read only when a regular file of a sane size: a FIFO would block.
+    const std::string text = read_small_file(index.string(), kMaxJsonFileBytes, "sharded index");
+    XDIT_CHECK(text.find('\0') == std::string::npos, "sharded index ", index.string(),
+               " is not valid JSON (it holds a NUL byte)");
     nlohmann::json j;
     try {
-      std::ifstream in(index);
-      j = nlohmann::json::parse(in);
+      j = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
       XDIT_FAIL("sharded index ", index.string(), " is not valid JSON (", e.what(), ")");
     }

@@ -54,7 +54,8 @@ Calibration calibrate_weights(Mesh& mesh, int64_t rows,
   for (int k = 0; k < n; ++k)
     c.weights.push_back(sum[static_cast<size_t>(k)] / count[static_cast<size_t>(k)]);
   const double top = *std::max_element(c.weights.begin(), c.weights.end());
-  for (double& w : c.weights) w /= top;
+  for (double& w : c.weights)  // (a rank a thousand times slower still gets a sliver)
+    w = std::max(w / top, ParallelConfig::kMinPatchWeight);
   return c;
 }
 

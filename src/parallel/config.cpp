@@ -72,8 +72,12 @@ void ParallelConfig::validate(int world_size) const {
     XDIT_CHECK(static_cast<int>(patch_weights.size()) == row_split_degree(), "--patch_weights has ",
                patch_weights.size(), " weights but there are ", row_split_degree(),
                " ranks splitting the rows (ulysses x ring x patch): give one per rank");
+    // Relative speeds: bounded so that their sum and rows x weight / sum
+    // stay far inside a double's and an int64's range.
     for (double w : patch_weights)
-      XDIT_CHECK(std::isfinite(w) && w > 0, "--patch_weights must be positive numbers, got ", w);
+      XDIT_CHECK(std::isfinite(w) && w >= kMinPatchWeight && w <= kMaxPatchWeight,
+                 "--patch_weights must be numbers in ", kMinPatchWeight, " … ", kMaxPatchWeight,
+                 " (relative speeds of the ranks), got ", w);
   }
 }
 

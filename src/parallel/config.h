@@ -32,6 +32,7 @@ struct ParallelConfig {
   // Uneven devices: each sequence-parallel (or patch) rank's share of the
   // rows in proportion to its weight; empty: as even as possible.
   std::vector<double> patch_weights;
+  static constexpr double kMinPatchWeight = 1e-3, kMaxPatchWeight = 1e3;
   // --patch_weights auto: the weights from one calibration step
   // (parallel/calibrate.h), set on the mesh before the first denoising step.
   bool auto_weights = false;

@@ -74,7 +74,7 @@ MemoryEstimate estimate_memory(const models::DiTSpec& c, int64_t parameters, con
   // layer (about 12 widths per token), the text and the latents with the
   // scheduler's history.
   e.denoise = batch * tokens * d * f * 12 + batch * L * d * f * 2 +
-              P * static_cast<double>(c.latent_channels) * h * w * f * 4;
+              P * static_cast<double>(c.latent_channels) * h * w * f * 4 + 2 * q.input_bytes;
   if (q.vae != nullptr) {
     const models::VaeConfig& v = *q.vae;
     const double H = static_cast<double>(q.run_height), W = static_cast<double>(q.run_width);

@@ -36,6 +36,9 @@ struct MemoryQuery {
   bool one_shot = false;       // the transformer freed before the VAE decodes
   bool cfg_parallel = false;
   int vae_bands = 1;  // the patch-parallel VAE's bands (ranks of a replica)
+  // The request's own inputs held through the run (prompt embeddings and
+  // their masks, given latents), in bytes as f32: the loop stacks a copy.
+  double input_bytes = 0;
 };
 
 struct MemoryEstimate {

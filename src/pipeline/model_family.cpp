@@ -147,14 +147,22 @@ void ModelFamily::check_embeddings(const PromptEmbeddings& e, bool cfg,
 }
 
 void ModelFamily::check_embeddings_finite(const PromptEmbeddings& e) const {
-  // In the file's order: each embedding, then its negative; masks are 0/1.
+  // In the file's order: each embedding, then its negative; a mask's values
+  // must lie in [0, 1] (NaN is refused: it would silently read as "keep").
   for (const EmbeddingName& n : embedding_names()) {
-    if (std::string(n.conditioning) == models::kTextMask) continue;
+    const bool mask = std::string(n.conditioning) == models::kTextMask;
     for (const bool negative : {false, true}) {
       const Tensor* t = (negative ? e.uncond : e.cond).find(n.conditioning);
-      const int64_t bad = t != nullptr ? count_nonfinite(*t) : 0;
+      if (t == nullptr) continue;
+      const int64_t bad = count_nonfinite(*t);
       XDIT_CHECK(bad == 0, negative ? "negative_" : "", n.file, " hold ", bad,
-                 " NaN/Inf value(s): give finite values");
+                 " NaN/Inf value(s): give finite values", mask ? " (a mask holds 0 and 1)" : "");
+      if (!mask) continue;
+      const Tensor f = t->to(DType::kF32);
+      const float* v = f.data<float>();
+      for (int64_t i = 0; i < f.numel(); ++i)
+        XDIT_CHECK(v[i] >= 0.0f && v[i] <= 1.0f, negative ? "negative_" : "", n.file, " holds ",
+                   v[i], " at flat index ", i, ": a mask holds 0 (padding) and 1");
     }
   }
 }

@@ -277,6 +277,33 @@ Tensor Pipeline::decode_latents(const Tensor& latents) {
   return out;
 }
 
+namespace {
+
+// Images [N, 3, H, W] each of one flat colour: what a decoder with zeroed
+// or broken weights gives for any latents (a real one never does). Said in
+// one line; the images are still written (a uniform picture may be meant).
+void warn_if_uniform(const Tensor& image, const char* component) {
+  if (image.ndim() != 4 || image.numel() == 0) return;
+  const Tensor f = image.dtype() == DType::kF32 ? image : image.to(DType::kF32);
+  const int64_t n = f.dim(0), c = f.dim(1), plane = f.dim(2) * f.dim(3);
+  const float* v = f.data<float>();
+  int64_t uniform = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    bool flat = true;
+    for (int64_t ch = 0; ch < c && flat; ++ch) {
+      const float* p = v + (i * c + ch) * plane;
+      flat = std::all_of(p, p + plane, [&](float x) { return x == p[0]; });
+    }
+    uniform += flat ? 1 : 0;
+  }
+  if (uniform > 0)
+    XDIT_WARN("the VAE decoder produced ", uniform, " of ", n,
+              " image(s) of one flat colour: its weights are likely zero or broken (check ",
+              component, "/ with xdit info --model DIR --check-weights)");
+}
+
+}  // namespace
+
 Tensor Pipeline::decode_frame(const Tensor& latents) {
   // On a CUDA device the decoder's weights and activations live there; the
   // image comes back to the host.
@@ -297,6 +324,7 @@ Tensor Pipeline::decode_frame(const Tensor& latents) {
   }
   check_finite_output(image, "VAE decoder",
                       family_->component(ModelFamily::ComponentKind::kAutoencoderKL));
+  warn_if_uniform(image, family_->component(ModelFamily::ComponentKind::kAutoencoderKL));
   return image;
 }
 

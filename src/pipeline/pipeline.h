@@ -124,6 +124,10 @@ class Pipeline {
   // prompt per data-parallel group.
   void set_request_per_replica(bool on) { request_per_replica_ = on; }
 
+  // A service's limits on each request (request.h), refused by plan() with
+  // one line naming the flag; none by default.
+  void set_request_limits(const RequestLimits& limits) { limits_ = limits; }
+
   // Where the pipeline runs: the CPU (default) or a CUDA device (text
   // encoders, transformer and VAE; the scheduler step stays on the CPU).
   // Set after set_mesh and before load(). Under a multi-rank mesh every rank
@@ -163,6 +167,11 @@ class Pipeline {
   LoopInputs skip_inputs(const PlanFields& r, const LoopInputs& li) const;
 
   void check_size(int64_t height, int64_t width) const;
+  // The request against limits_: steps, and a batch of `prompts` of
+  // `frames` frames at height x width px (called with both the run and the
+  // written size).
+  void check_limits(int64_t steps, int64_t prompts, int64_t frames, int64_t height,
+                    int64_t width) const;
   void check_steps(int64_t steps) const;
   void check_guidance(double guidance_scale, double true_cfg_scale) const;
   // Applies the family's default size, and for families that floor sizes
@@ -203,6 +212,7 @@ class Pipeline {
   bool weights_resident_ = false;
   Device device_;
   bool request_per_replica_ = false;
+  RequestLimits limits_;
   parallel::Mesh* mesh_ = nullptr;
   // The parallel methods: made by set_mesh, its backend attached by load().
   std::unique_ptr<parallel::ParallelRuntime> runtime_;

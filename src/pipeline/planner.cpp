@@ -77,15 +77,21 @@ Plan Pipeline::plan(const LatentRequest& r, Output out) {
   f.cfg = family_->uses_cfg(f.guidance_scale, f.true_cfg_scale, !f.uncond.empty());
   family_->check_embeddings({f.cond, f.uncond}, f.cfg, f.guidance_scale);
   const int64_t P = f.cond.batch();
+  const Tensor given = with_frame_axis(r.latents);  // 4-D: one frame
+  check_limits(f.num_inference_steps, P, given.defined() && given.ndim() == 5 ? given.dim(2) : 1,
+               f.height, f.width);
   check_mesh(f.run_height, f.cfg, P);
   check_skip_layer_guidance(f.skip_layer_guidance, f.cfg);
-  const Tensor given = with_frame_axis(r.latents);  // 4-D: one frame
   check_latents_shape(given, P, f.run_height, f.run_width);
   family_->check_embeddings_finite({f.cond, f.uncond});
   f.latents = finite_latents(given);
   if (out == Output::kImages) open_vae();
   MemoryQuery q = memory_query(P, f.run_height, f.run_width, f.cfg);
   q.text_tokens = f.cond.at(models::kText).dim(1);
+  for (const models::Conditioning* c : {&f.cond, &f.uncond})
+    for (const auto& [name, t] : c->tensors())
+      q.input_bytes += 4.0 * static_cast<double>(t.numel());
+  if (given.defined()) q.input_bytes += 4.0 * static_cast<double>(given.numel());
   if (out == Output::kImages) q.vae = vae_cfg_.get();
   check_request_memory(q);
   return Plan(std::move(f));
@@ -149,6 +155,23 @@ void Pipeline::check_size(int64_t height, int64_t width) const {
              width);
   XDIT_CHECK(height <= kMaxImageSide && width <= kMaxImageSide, "height and width must be at most ",
              kMaxImageSide, " px, got ", height, "x", width);
+}
+
+void Pipeline::check_limits(int64_t steps, int64_t prompts, int64_t frames, int64_t height,
+                            int64_t width) const {
+  const RequestLimits& l = limits_;
+  XDIT_CHECK(l.max_steps == 0 || steps <= l.max_steps, "num_inference_steps ", steps,
+             " is over this server's limit of ", l.max_steps, " (--max_steps)");
+  XDIT_CHECK(l.max_batch == 0 || prompts <= l.max_batch, prompts,
+             " images in one request are over this server's limit of ", l.max_batch,
+             " (--max_batch)");
+  XDIT_CHECK(l.max_frames == 0 || frames <= l.max_frames, frames,
+             " frames per image are over this server's limit of ", l.max_frames, " (--max_frames)");
+  // (Sides are at most kMaxImageSide once checked; before that, bounded here
+  // in double so that no product overflows.)
+  const double pixels = static_cast<double>(height) * static_cast<double>(width);
+  XDIT_CHECK(l.max_pixels == 0 || pixels <= static_cast<double>(l.max_pixels), width, "x", height,
+             " px is over this server's limit of ", l.max_pixels, " pixels (--max_pixels)");
 }
 
 void Pipeline::check_steps(int64_t steps) const {
@@ -232,6 +255,14 @@ Plan Pipeline::plan(const ImageRequest& r, Output out) {
                "num_inference_steps must be at least 1 for an image, got ", f.num_inference_steps);
   else  // the latents of 0 steps are the initial noise
     XDIT_CHECK(f.num_inference_steps >= 0, "num_inference_steps must be >= 0");
+  const Tensor given = with_frame_axis(r.latents);  // 4-D: one frame
+  const int64_t frames = given.defined() && given.ndim() == 5 ? given.dim(2) : 1;
+  const int64_t vsf = vae_scale_factor();
+  f.height = r.height == 0 ? family_->default_size(vsf) : r.height;
+  f.width = r.width == 0 ? family_->default_size(vsf) : r.width;
+  // A service's limits first: a request over them costs nothing more.
+  check_limits(f.num_inference_steps, static_cast<int64_t>(f.prompts.size()), frames, f.height,
+               f.width);
   check_steps(f.num_inference_steps);
   f.guidance_scale =
       r.guidance_scale == kDefaultGuidance ? family_->default_guidance() : r.guidance_scale;
@@ -250,9 +281,6 @@ Plan Pipeline::plan(const ImageRequest& r, Output out) {
   XDIT_CHECK(f.max_sequence_length <= family_->max_sequence_limit(), "max_sequence_length ",
              f.max_sequence_length, " exceeds the ", family_->max_sequence_limit(),
              " tokens this pipeline's T5 accepts");
-  const int64_t vsf = vae_scale_factor();
-  f.height = r.height == 0 ? family_->default_size(vsf) : r.height;
-  f.width = r.width == 0 ? family_->default_size(vsf) : r.width;
   check_size(f.height, f.width);
   if (family_->bins_resolution() && r.resolution_binning) {
     std::tie(f.run_height, f.run_width) = classify_height_width_bin(
@@ -264,6 +292,8 @@ Plan Pipeline::plan(const ImageRequest& r, Output out) {
     f.run_height = f.height;
     f.run_width = f.width;
   }
+  check_limits(f.num_inference_steps, static_cast<int64_t>(f.prompts.size()), frames, f.run_height,
+               f.run_width);
   f.skip_layer_guidance = r.skip_layer_guidance;
   f.seed = r.seed;
   f.output = out;
@@ -272,7 +302,6 @@ Plan Pipeline::plan(const ImageRequest& r, Output out) {
   const auto P = static_cast<int64_t>(f.prompts.size());
   check_mesh(f.run_height, f.cfg, P);
   check_skip_layer_guidance(f.skip_layer_guidance, f.cfg);
-  const Tensor given = with_frame_axis(r.latents);  // 4-D: one frame
   check_latents_shape(given, P, f.run_height, f.run_width);
   f.latents = finite_latents(given);
   // Everything the request will hold, up to the resized PNGs, against the

@@ -77,6 +77,16 @@ struct ImageRequest {
   Tensor latents;
 };
 
+// A service's per-request limits (xdit serve's --max_pixels, --max_steps,
+// --max_frames, --max_batch), checked by the planner on the request as
+// resolved (defaults filled in); 0: no limit.
+struct RequestLimits {
+  int64_t max_pixels = 0;  // width x height, written and run
+  int64_t max_steps = 0;
+  int64_t max_frames = 0;  // frames per prompt
+  int64_t max_batch = 0;   // images (prompts) per request
+};
+
 // Per prompt a sequence of `frames` frames (an image model: one).
 struct ImageResult {
   // Prompt-major: rgb[p · frames + f] is prompt p's frame f, height·width·3

@@ -64,8 +64,10 @@ std::vector<Field> make_generate_fields() {
           number_field("width", FieldType::kInteger, 1, kMaxSide,
                        "image width in px (default: the model's)"),
           string_field("save_disk_path", false,
-                       "an existing folder on the server: the PNG is written there and its path "
-                       "returned instead of the image"),
+                       "a folder under the server's --output_dir, named relative to it (\"\" is "
+                       "that folder; '..', absolute paths, NUL bytes and symbolic links are "
+                       "refused): the PNG is written there and its path returned instead of "
+                       "the image"),
           negative_field()};
 }
 
@@ -196,6 +198,12 @@ ServeRequest parse_request(Endpoint e, const std::string& body) {
     throw BadRequest(413, "",
                      "the body is " + std::to_string(body.size()) + " bytes; at most " +
                          std::to_string(kMaxBodyBytes) + " are taken");
+  // A NUL ends nlohmann's reading of a text: bytes after it would be
+  // ignored rather than refused.
+  if (const size_t nul = body.find('\0'); nul != std::string::npos)
+    throw BadRequest(
+        400, "",
+        "the body is not valid JSON: it holds a NUL byte at offset " + std::to_string(nul));
   json j;
   try {
     j = json::parse(body);

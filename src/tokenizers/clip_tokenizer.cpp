@@ -10,8 +10,10 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <sstream>
 
 #include "core/error.h"
+#include "io/file.h"
 #include "io/json.h"
 
 namespace xdit::tokenizers {
@@ -107,8 +109,7 @@ ClipTokenizer::ClipTokenizer(const std::string& folder) : regex_(std::make_uniqu
     id_to_token_[static_cast<size_t>(i)] = token;
   }
 
-  std::ifstream in(merges_path, std::ios::binary);
-  XDIT_CHECK(in.good(), "cannot read ", merges_path);
+  std::istringstream in(io::read_small_file(merges_path, io::kMaxJsonFileBytes, "tokenizer file"));
   std::string line;
   int64_t line_no = 0, rank = 0;
   while (std::getline(in, line)) {

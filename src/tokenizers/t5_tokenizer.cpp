@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/file.h"
 #include "io/json.h"
 
 namespace xdit::tokenizers {
@@ -17,6 +18,8 @@ T5Tokenizer::T5Tokenizer(const std::string& folder)
   const std::string path = (std::filesystem::path(folder) / "spiece.model").string();
   XDIT_CHECK(std::filesystem::is_regular_file(path), "tokenizer model ", path,
              " is missing (the T5 tokenizer reads tokenizer/spiece.model)");
+  // Checked before SentencePiece opens it: a regular file of a sane size.
+  io::check_side_file(path, io::kMaxJsonFileBytes, "tokenizer file");
   const auto status = sp_->Load(path);
   XDIT_CHECK(status.ok(), "cannot load SentencePiece model ", path, ": ", status.ToString());
   XDIT_CHECK(sp_->pad_id() == kPad && sp_->eos_id() == kEos, "tokenizer ", path,

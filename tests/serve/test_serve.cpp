@@ -26,7 +26,7 @@ using Serve = test::ServeTest;
 
 TEST_F(Serve, GenerateEndpointEqualsXditGenerate) {
   const std::string model = "--model '" + kModels + "/pixart-sigma-tiny' --dtype f32";
-  test::ServeProcess s(model, dir_);
+  test::ServeProcess s(model + " --output_dir '" + dir_.string() + "'", dir_);
   ASSERT_TRUE(s.listening()) << s.log();
   auto c = s.client();
   const test::Reply r =
@@ -57,7 +57,8 @@ TEST_F(Serve, GenerateEndpointEqualsXditGenerate) {
                                  generate(model + " --prompt plain", "plain.png")),
             0);
 
-  // save_disk_path: the PNG lands in the folder, its path comes back.
+  // save_disk_path: the PNG lands in the folder (under --output_dir), its
+  // path comes back.
   const fs::path out = dir_ / "saved";
   fs::create_directories(out);
   const test::Reply saved = test::post_json(c, "/generate",
@@ -68,7 +69,7 @@ TEST_F(Serve, GenerateEndpointEqualsXditGenerate) {
                                                  {"height", 128},
                                                  {"width", 96},
                                                  {"negative_prompt", "blurry"},
-                                                 {"save_disk_path", out.string()}}
+                                                 {"save_disk_path", "saved"}}
                                                 .dump());
   ASSERT_EQ(saved.status, 200) << saved.body.dump();
   EXPECT_EQ(saved.body["save_to_disk"], true);
@@ -76,7 +77,7 @@ TEST_F(Serve, GenerateEndpointEqualsXditGenerate) {
   EXPECT_EQ(fs::path(file).parent_path(), out);
   EXPECT_EQ(test::max_pixel_diff(io::read_png(file), cli), 0);
   const test::Reply nowhere = test::post_json(
-      c, "/generate", json{{"prompt", "x"}, {"save_disk_path", path("no/such/dir")}}.dump());
+      c, "/generate", json{{"prompt", "x"}, {"save_disk_path", "no/such/dir"}}.dump());
   EXPECT_EQ(nowhere.status, 400);
   EXPECT_EQ(nowhere.body["error"]["param"], "save_disk_path");
   EXPECT_EQ(s.stop().code, 0);
@@ -84,7 +85,8 @@ TEST_F(Serve, GenerateEndpointEqualsXditGenerate) {
 
 TEST_F(Serve, OpenAIEndpointEqualsXditGenerateAndTheInfoEndpointsAnswer) {
   const std::string model = "--model '" + kModels + "/flux-schnell-tiny' --dtype f32";
-  test::ServeProcess s(model, dir_);
+  // No size or batch limit: the memory estimate is what refuses below.
+  test::ServeProcess s(model + " --max_pixels 0 --max_batch 0", dir_);
   ASSERT_TRUE(s.listening()) << s.log();
   auto c = s.client();
   const test::Reply r = test::post_json(
