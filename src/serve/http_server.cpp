@@ -172,16 +172,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   // After an answer that ends the connection: our side is shut, and what
-  // the client still sends is read and dropped for a moment (at most 1 s and
-  // 1 MiB, never kept), so that closing does not reset the connection before
-  // the client has read the answer.
+  // the client still sends is read and dropped for a moment (at most 2 s and
+  // 16 MiB, never kept), so that closing does not reset the connection
+  // before a client that writes its whole body before reading (most do) has
+  // read the answer.
   void linger() {
     if (state_ == State::kClosed) return;
     error_code ignored;
     stream_.shutdown(tcp::socket::shutdown_send, ignored);
     state_ = State::kReading;  // a shutdown may close it now
-    arm(std::chrono::seconds(1));
-    drop(size_t{1} << 20);
+    arm(std::chrono::seconds(2));
+    drop(size_t{16} << 20);
   }
   void drop(size_t left) {
     stream_.async_read_some(net::buffer(scratch_),
