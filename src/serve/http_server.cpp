@@ -6,6 +6,7 @@
 #include "serve/http_server.h"
 
 #include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -41,6 +42,9 @@ struct HttpServer::Impl {
   std::string api_key;
   std::function<void(const std::string&, int)> on_answer;
   net::io_context ioc{1};
+  // Keeps the I/O thread running while nothing is pending on it (stopping:
+  // the listener closed, an answer still being made on a worker).
+  net::executor_work_guard<net::io_context::executor_type> busy = net::make_work_guard(ioc);
   tcp::acceptor acceptor{ioc};
   net::thread_pool pool;
   std::thread io;
@@ -314,6 +318,7 @@ void HttpServer::stop(double grace) {
   const auto until = std::chrono::steady_clock::now() + ms(grace);
   while (s.count.load() > 0 && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  s.busy.reset();
   s.ioc.stop();
   s.io.join();
   s.pool.join();
