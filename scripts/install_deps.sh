@@ -4,7 +4,8 @@ set -euo pipefail
 pkgs=(cmake ninja-build g++
       python3 python3-pip    # fetches oneDNN 3 (below) when the system has none
       nlohmann-json3-dev     # config.json, safetensors headers, HTTP bodies
-      libcpp-httplib-dev pkg-config  # xdit serve (HTTP server and the tests' client)
+      libboost-dev           # xdit serve's HTTP server (Boost.Beast on Asio, header-only)
+      libcpp-httplib-dev pkg-config  # the HTTP client of the tests and bench serve
       libcli11-dev           # command line
       libsentencepiece-dev   # T5 tokenizer (spiece.model)
       libicu-dev             # CLIP tokenizer: NFC, lower-casing, Unicode regex classes

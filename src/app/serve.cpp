@@ -27,6 +27,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
+constexpr double kMaxTimeoutSeconds = 7 * 24 * 3600;  // a week
+
 void check_limits(const pipeline::RequestLimits& l) {
   const std::pair<const char*, int64_t> flags[] = {{"--max_pixels", l.max_pixels},
                                                    {"--max_steps", l.max_steps},
@@ -73,11 +75,23 @@ int run_serve(ServeOptions& o, const CLI::App& command) {
   // throughput; 1 arena flat but 25 % slower (the compute threads and the
   // HTTP threads then share one lock). A user's MALLOC_ARENA_MAX still wins.
   if (std::getenv("MALLOC_ARENA_MAX") == nullptr) ::mallopt(M_ARENA_MAX, 2);
-  // Each waiting request holds one of the HTTP threads (cpp-httplib's model).
+  // Each waiting request holds one of the HTTP workers (a request waiting for its round).
   XDIT_CHECK(o.max_queue >= 1 && o.max_queue <= 1024, "--max_queue must be 1 … 1024, got ",
              o.max_queue);
-  XDIT_CHECK(std::isfinite(o.request_timeout) && o.request_timeout > 0,
-             "--request_timeout must be a positive number of seconds, got ", o.request_timeout);
+  // Bounded: a deadline of now + 1e308 s overflows the clock (every request
+  // would time out at once).
+  XDIT_CHECK(std::isfinite(o.request_timeout) && o.request_timeout > 0 &&
+                 o.request_timeout <= kMaxTimeoutSeconds,
+             "--request_timeout must be a positive number of seconds up to ", kMaxTimeoutSeconds,
+             ", got ", o.request_timeout);
+  for (const auto& [flag, v] :
+       {std::pair<const char*, double>{"--header_timeout", o.header_timeout},
+        {"--body_timeout", o.body_timeout}})
+    XDIT_CHECK(std::isfinite(v) && v >= 0.01 && v <= 3600, flag,
+               " must be 0.01 … 3600 seconds, got ", v);
+  XDIT_CHECK(o.max_connections >= 1 && o.max_connections <= 4096,
+             "--max_connections must be 1 … 4096, got ", o.max_connections);
+  if (!o.api_key_file.empty()) o.api_key = read_api_key(o.api_key_file);
   XDIT_CHECK(o.port >= 0 && o.port <= 65535, "--port must be 0 … 65535, got ", o.port);
   check_limits(o.limits);
   if (!o.output_dir.empty() && world().rank() == 0)
@@ -152,6 +166,19 @@ std::function<int()> add_serve(CLI::App& app) {
   s->add_option("--request_timeout,--request-timeout", o->request_timeout,
                 "seconds a request may take, queued and running; later it is answered 504")
       ->capture_default_str();
+  s->add_option("--header_timeout,--header-timeout", o->header_timeout,
+                "seconds a connection has to send a request's line and headers (and to send "
+                "the next one on a kept-alive connection); later it is answered 408 and closed")
+      ->capture_default_str();
+  s->add_option("--body_timeout,--body-timeout", o->body_timeout,
+                "seconds a connection has to send a request's body, and to read the answer")
+      ->capture_default_str();
+  s->add_option("--max_connections,--max-connections", o->max_connections,
+                "connections open at once (apart from --max_queue); more are answered 503")
+      ->capture_default_str();
+  s->add_option("--api_key_file,--api-key-file", o->api_key_file,
+                "a file whose first line is the key every request but GET /health must send as "
+                "'Authorization: Bearer <key>' (compared in constant time)");
   s->add_option("--dtype", o->dtype, "compute type: bf16 or f32")->capture_default_str();
   s->add_option("--device", o->device, "cpu, or cuda[:N] (a CUDA build on a machine with a GPU)")
       ->capture_default_str();

@@ -21,6 +21,10 @@ struct ServeOptions {
   int port = 6000;
   int max_queue = 16;
   double request_timeout = 600;
+  double header_timeout = 10, body_timeout = 30;  // per connection, whole phases
+  int max_connections = 64;
+  std::string api_key_file;
+  std::string api_key;  // read from api_key_file at start
   int threads = 0;
   bool openapi = false;
   // The only folder the service writes into (save_disk_path is relative to
@@ -48,6 +52,11 @@ void install_signals();
 // weights load so that a port in use is one line at start, not after minutes
 // of loading.
 std::string bind_error(const std::string& host, int port);
+
+// The key in `path` (its first line; leading and trailing blanks dropped),
+// checked from stat before it is read: a regular file of at most 4 KiB
+// holding one printable line. Throws xdit::Error saying what is wrong.
+std::string read_api_key(const std::string& path);
 
 // Rank 0 after every rank has loaded: binds, then serves `pipe` until SIGTERM
 // (requests checked on `validator`, a weightless pipeline of the same model);

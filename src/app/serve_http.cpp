@@ -1,4 +1,4 @@
-// xdit serve: rank 0's HTTP service (cpp-httplib).
+// xdit serve: rank 0's HTTP service (serve/http_server.h: Boost.Beast).
 //
 // Threads and ranks: HTTP threads (rank 0) parse and check a body
 // (serve/request_schema.h), check it against the model and the layout on a
@@ -12,9 +12,9 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include <httplib.h>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -33,6 +33,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "io/png.h"
+#include "serve/http_server.h"
 #include "serve/job_queue.h"
 #include "serve/metrics.h"
 #include "serve/request_schema.h"
@@ -56,25 +57,16 @@ bool loopback(const std::string& host) {
   return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
-// Debian's cpp-httplib 0.11 is built with a listen backlog of 5 (its
-// CPPHTTPLIB_LISTEN_BACKLOG, fixed in the compiled library): a burst of more
-// new connections than that has SYNs dropped and waits the kernel's 1 s
-// retransmission (bench serve saw a 1.2 s request in every run). listen()
-// again on the bound socket raises the backlog; httplib does not expose the
-// socket, so it is found by its port.
-void raise_backlog(int port, int backlog) {
-  for (int fd = 0; fd < 4096; ++fd) {
-    sockaddr_storage a{};
-    socklen_t len = sizeof a;
-    int listening = 0;
-    socklen_t ll = sizeof listening;
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) continue;
-    if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &ll) != 0 || !listening) continue;
-    const int p = a.ss_family == AF_INET    ? ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port)
-                  : a.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&a)->sin6_port)
-                                            : -1;
-    if (p == port) ::listen(fd, backlog);
-  }
+// Seconds the answers under way get to be written once the server stops.
+constexpr double kStopGraceSeconds = 5;
+
+serve::HttpLimits limits(const ServeOptions& o) {
+  serve::HttpLimits l;
+  l.header_timeout = o.header_timeout;
+  l.body_timeout = o.body_timeout;
+  l.max_connections = static_cast<size_t>(o.max_connections);
+  l.max_body_bytes = serve::kMaxBodyBytes;
+  return l;
 }
 
 class Server {
@@ -91,81 +83,71 @@ class Server {
 
   // Binds, then serves until SIGTERM; returns the exit code.
   int run() {
-    httplib::Server svr;
-    const size_t threads = static_cast<size_t>(o_.max_queue + groups_ + 8);
-    svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-    svr.set_payload_max_length(serve::kMaxBodyBytes);
-    svr.set_keep_alive_timeout(2);
-    svr.set_read_timeout(30);
-    svr.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return;  // an answer of ours
-      const std::string msg =
-          res.status == 413 ? "the body is over " + std::to_string(serve::kMaxBodyBytes) +
-                                  " bytes: send a smaller request"
-          : res.status == 404 ? "no endpoint " + req.method + " " + req.path +
-                                    " (POST /generate, POST /v1/images/generations, GET /health, "
-                                    "GET /v1/models, GET /metrics)"
-                              : "the request could not be read";
-      reply_error(res, req.path, res.status, msg);
-    });
-    svr.set_exception_handler(
-        [this](const httplib::Request& req, httplib::Response& res, std::exception_ptr) {
-          reply_error(res, req.path, 500, "internal error while answering the request");
-        });
-    svr.Post("/generate", [this](const httplib::Request& req, httplib::Response& res) {
-      post(serve::Endpoint::kGenerate, req, res);
-    });
-    svr.Post("/v1/images/generations", [this](const httplib::Request& req, httplib::Response& res) {
-      post(serve::Endpoint::kImages, req, res);
-    });
-    svr.Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
-      const json body = {{"status", g_stop ? "draining" : "ok"},
-                         {"queue_depth", queue_.depth()},
-                         {"running", running_.load()},
-                         {"model", model_id_},
-                         {"ranks", mesh_.world().size()}};
-      reply_json(res, req.path, g_stop ? 503 : 200, body);
-    });
-    svr.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-      const json model = {
-          {"id", model_id_}, {"object", "model"}, {"created", started_}, {"owned_by", "xdit"}};
-      reply_json(res, req.path, 200, {{"object", "list"}, {"data", json::array({model})}});
-    });
-    svr.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
-      metrics_.request(req.path, 200);
-      res.set_content(metrics_.prometheus(queue_.depth(), queue_.capacity(), running_.load()),
-                      "text/plain; version=0.0.4");
-    });
-
-    int port = o_.port;
-    if (port == 0) {
-      port = svr.bind_to_any_port(o_.host);
-      XDIT_CHECK(port > 0, "cannot listen on ", o_.host, " (any port)");
-    } else if (!svr.bind_to_port(o_.host, port)) {
-      const std::string why = bind_error(o_.host, port);
-      XDIT_FAIL(why.empty() ? "cannot listen on " + o_.host + ":" + std::to_string(port) : why);
+    using serve::HttpRequest;
+    using serve::HttpResponse;
+    std::vector<serve::Route> routes;
+    routes.push_back({"POST", "/generate", true, false, [this](const HttpRequest& req) {
+                        return post(serve::Endpoint::kGenerate, req);
+                      }});
+    routes.push_back(
+        {"POST", "/v1/images/generations", true, false,
+         [this](const HttpRequest& req) { return post(serve::Endpoint::kImages, req); }});
+    routes.push_back({"GET", "/health", false, true, [this](const HttpRequest&) {
+                        const json body = {{"status", g_stop ? "draining" : "ok"},
+                                           {"queue_depth", queue_.depth()},
+                                           {"running", running_.load()},
+                                           {"model", model_id_},
+                                           {"ranks", mesh_.world().size()}};
+                        return serve::json_response(g_stop ? 503 : 200, body);
+                      }});
+    routes.push_back(
+        {"GET", "/v1/models", false, false, [this](const HttpRequest&) {
+           const json model = {
+               {"id", model_id_}, {"object", "model"}, {"created", started_}, {"owned_by", "xdit"}};
+           return serve::json_response(200, {{"object", "list"}, {"data", json::array({model})}});
+         }});
+    routes.push_back({"GET", "/metrics", false, false, [this](const HttpRequest&) {
+                        HttpResponse r;
+                        r.content_type = "text/plain; version=0.0.4";
+                        r.body =
+                            metrics_.prometheus(queue_.depth(), queue_.capacity(), running_.load());
+                        return r;
+                      }});
+    // Each request waiting for its generation holds a worker: the queue's
+    // capacity plus the running round, and a few more that answer the rest
+    // (a 400 or 429 never waits behind the queue). Slow clients hold none:
+    // a connection is read and written on the I/O thread.
+    const size_t workers = static_cast<size_t>(o_.max_queue + groups_ + 4);
+    serve::HttpServer svr(limits(o_), std::move(routes), o_.api_key, workers,
+                          [this](const std::string& path, int status) { count(path, status); });
+    int port = 0;
+    try {
+      port = svr.bind(o_.host, o_.port);
+    } catch (const Error&) {
+      const std::string why = o_.port == 0 ? "" : bind_error(o_.host, o_.port);
+      if (!why.empty()) XDIT_FAIL(why);  // the probe's words: who has the port
+      throw;
     }
-    raise_backlog(port, 256);
-    std::thread http([&] { svr.listen_after_bind(); });
+    svr.start();
     std::thread drain([&] {  // SIGTERM: queued jobs answered 503 at once
       while (!g_stop && !done_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       for (auto& job : queue_.close())
         job->finish(serve::JobResult::error(
             503, "the server is shutting down: the request was not started"));
     });
-    // However the loop ends (SIGTERM, or an error that ends the job), the
-    // threads are joined before they are destroyed.
+    // However the loop ends (SIGTERM, or an error that ends the job), every
+    // job has its answer before the HTTP server stops (its workers wait on
+    // them), and the answers under way get a bounded grace to be written.
     struct Join {
       Server& self;
-      httplib::Server& svr;
-      std::thread &http, &drain;
+      serve::HttpServer& svr;
+      std::thread& drain;
       ~Join() {
         self.done_ = true;
         drain.join();
-        svr.stop();
-        http.join();
+        svr.stop(kStopGraceSeconds);
       }
-    } join{*this, svr, http, drain};
+    } join{*this, svr, drain};
     // The start-up line, printed even under XDIT_QUIET: where the service is
     // and who can reach it.
     serve::Startup line;
@@ -245,20 +227,20 @@ class Server {
     return buf;
   }
 
-  void post(serve::Endpoint e, const httplib::Request& req, httplib::Response& res) {
+  serve::HttpResponse post(serve::Endpoint e, const serve::HttpRequest& req) {
     const auto t0 = Clock::now();
-    if (g_stop) return reply_error(res, req.path, 503, "the server is shutting down");
+    if (g_stop) return serve::error_response(503, "the server is shutting down");
     serve::ServeRequest sr;
     std::optional<pipeline::Plan> plan;
     try {
-      sr = serve::parse_request(e, req.body);
+      sr = serve::parse_request_body(e, req.body);
       if (sr.save_disk_path) o_.output_root->check(*sr.save_disk_path);  // under --output_dir
       std::lock_guard<std::mutex> lock(validator_mu_);
       plan.emplace(validator_.plan(sr.image));  // model, size, layout and memory: before the queue
     } catch (const serve::BadRequest& b) {
-      return reply_error(res, req.path, b.status(), b.what(), b.field());
+      return serve::error_response(b.status(), b.what(), b.field());
     } catch (const Error& err) {
-      return reply_error(res, req.path, 400, err.what());
+      return serve::error_response(400, err.what());
     }
     auto job =
         std::make_shared<serve::Job>(std::move(sr),
@@ -270,19 +252,20 @@ class Server {
         const double wait =
             std::max(1.0, std::ceil(mean_seconds_.load() * static_cast<double>(queue_.depth() + 1) /
                                     static_cast<double>(groups_)));
-        res.set_header("Retry-After", std::to_string(static_cast<int64_t>(wait)));
-        return reply_error(res, req.path, 429,
-                           "the queue is full (" + std::to_string(queue_.capacity()) +
-                               " requests waiting): try again later");
+        serve::HttpResponse r =
+            serve::error_response(429, "the queue is full (" + std::to_string(queue_.capacity()) +
+                                           " requests waiting): try again later");
+        r.headers.emplace_back("Retry-After", std::to_string(static_cast<int64_t>(wait)));
+        return r;
       }
       case serve::JobQueue::Push::kClosed:
-        return reply_error(res, req.path, 503, "the server is shutting down");
+        return serve::error_response(503, "the server is shutting down");
       case serve::JobQueue::Push::kQueued:
         break;
     }
     std::optional<serve::JobResult> r = job->wait();
-    if (!r) return reply_error(res, req.path, 504, timeout_message());
-    if (r->status != 200) return reply_error(res, req.path, r->status, r->message, r->field);
+    if (!r) return serve::error_response(504, timeout_message());
+    if (r->status != 200) return serve::error_response(r->status, r->message, r->field);
     const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
     const serve::ServeRequest& asked = job->request();
     std::vector<std::vector<uint8_t>> pngs;  // one per frame, prompt-major (an image: per prompt)
@@ -291,8 +274,8 @@ class Server {
     if (e == serve::Endpoint::kImages) {
       json data = json::array();
       for (const auto& png : pngs) data.push_back({{"b64_json", serve::base64_encode(png)}});
-      return reply_json(res, req.path, 200,
-                        {{"created", static_cast<int64_t>(std::time(nullptr))}, {"data", data}});
+      return serve::json_response(
+          200, {{"created", static_cast<int64_t>(std::time(nullptr))}, {"data", data}});
     }
     char took[32];
     std::snprintf(took, sizeof took, "%.2f sec", elapsed);
@@ -303,16 +286,16 @@ class Server {
       try {
         body["output"] = o_.output_root->write(*asked.save_disk_path, pngs[0]);
       } catch (const serve::BadRequest& b) {
-        return reply_error(res, req.path, b.status(), b.what(), b.field());
+        return serve::error_response(b.status(), b.what(), b.field());
       } catch (const Error& err) {
-        return reply_error(res, req.path, 500, err.what(), "save_disk_path");
+        return serve::error_response(500, err.what(), "save_disk_path");
       }
       body["save_to_disk"] = true;
     } else {
       body["output"] = serve::base64_encode(pngs[0]);
       body["save_to_disk"] = false;
     }
-    reply_json(res, req.path, 200, body);
+    return serve::json_response(200, body);
   }
 
   std::map<std::string, std::string> png_text(const pipeline::PlanFields& r) const {
@@ -329,20 +312,15 @@ class Server {
     return png_metadata(m);
   }
 
-  void reply_json(httplib::Response& res, const std::string& path, int status, const json& body) {
-    // Paths outside the API count as one label: a client must not grow the
-    // metrics with paths of its choosing.
+  // Every answer, the HTTP layer's refusals included. Paths outside the API
+  // count as one label: a client must not grow the metrics with paths of
+  // its choosing.
+  void count(const std::string& path, int status) {
     static const char* const kPaths[] = {"/generate", "/v1/images/generations", "/health",
                                          "/v1/models", "/metrics"};
     bool known = false;
     for (const char* k : kPaths) known = known || path == k;
     metrics_.request(known ? path : "other", status);
-    res.status = status;
-    res.set_content(body.dump(), "application/json");
-  }
-  void reply_error(httplib::Response& res, const std::string& path, int status,
-                   const std::string& message, const std::string& field = "") {
-    reply_json(res, path, status, serve::error_body(status, message, field));
   }
 
   using Clock = serve::Clock;
@@ -399,6 +377,29 @@ std::string bind_error(const std::string& host, int port) {
   }
   ::freeaddrinfo(res);
   return err;
+}
+
+std::string read_api_key(const std::string& path) {
+  struct stat st {};
+  XDIT_CHECK(::stat(path.c_str(), &st) == 0, "--api_key_file ", path, ": ", std::strerror(errno));
+  XDIT_CHECK(S_ISREG(st.st_mode), "--api_key_file ", path, " must be a regular file");
+  XDIT_CHECK(st.st_size <= 4096, "--api_key_file ", path, " holds ", st.st_size,
+             " bytes; a key file holds one line of at most 4096");
+  std::ifstream in(path, std::ios::binary);
+  XDIT_CHECK(in.good(), "--api_key_file ", path, ": cannot be read");
+  std::string key;
+  std::getline(in, key);
+  const auto blank = [](char c) { return c == ' ' || c == '\t' || c == '\r'; };
+  while (!key.empty() && blank(key.back())) key.pop_back();
+  size_t first = 0;
+  while (first < key.size() && blank(key[first])) ++first;
+  key.erase(0, first);
+  XDIT_CHECK(!key.empty(), "--api_key_file ", path, " is empty: write the key on its first line");
+  for (const char c : key)
+    XDIT_CHECK(c > ' ' && c < 127, "--api_key_file ", path,
+               ": the key must be printable ASCII without blanks (as an Authorization header "
+               "carries it)");
+  return key;
 }
 
 int serve_http(const ServeOptions& o, pipeline::Pipeline& pipe, pipeline::Pipeline& validator,

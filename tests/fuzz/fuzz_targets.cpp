@@ -1,5 +1,7 @@
 #include "fuzz_targets.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -15,6 +17,7 @@
 #include "models/vae.h"
 #include "pipeline/memory_estimate.h"
 #include "schedulers/scheduler_config.h"
+#include "serve/http_server.h"
 
 namespace xdit::fuzz {
 
@@ -101,6 +104,62 @@ void config_bytes(const uint8_t* data, size_t size) {
     if (cfg.flow_match() != nullptr) hints.mu = cfg.flow_match()->mu(4096);
     for (int64_t n : {1, 2, 7, 20, 1000}) guarded([&] { s->set_timesteps(n, hints); });
   });
+}
+
+namespace {
+
+// A finding: libFuzzer reports the abort with the input.
+void require(bool ok, const char* what) {
+  if (!ok) {
+    std::fprintf(stderr, "fuzz finding: %s\n", what);
+    std::abort();
+  }
+}
+
+// A refusal as the server sends it: a 4xx with a JSON error body.
+void check_refusal(const serve::HttpResponse& r) {
+  require(r.status >= 400 && r.status < 500, "a refusal that is not a 4xx");
+  const auto j = nlohmann::json::parse(r.body, nullptr, false);
+  require(j.is_object() && j.contains("error"), "a refusal whose body is not the JSON error");
+}
+
+void body_through_schema(serve::Endpoint e, const std::string& body) {
+  try {
+    serve::parse_request_body(e, body);
+  } catch (const serve::BadRequest& b) {
+    check_refusal(serve::error_response(b.status(), b.what(), b.field()));
+  } catch (const Error& err) {
+    check_refusal(serve::error_response(400, err.what()));
+  }
+}
+
+}  // namespace
+
+void http_request_bytes(const uint8_t* data, size_t size) {
+  static const std::vector<serve::Route> routes = [] {
+    std::vector<serve::Route> r;
+    for (const auto& [method, path] :
+         std::vector<std::pair<std::string, std::string>>{{"POST", "/generate"},
+                                                          {"POST", "/v1/images/generations"},
+                                                          {"GET", "/health"},
+                                                          {"GET", "/v1/models"},
+                                                          {"GET", "/metrics"}})
+      r.push_back({method, path, method == "POST", path == "/health", nullptr});
+    return r;
+  }();
+  const serve::HttpLimits limits;  // the server's defaults
+  const std::string bytes(reinterpret_cast<const char*>(data), size);
+  const serve::HttpParse p = serve::parse_http_request(bytes, limits, routes, "fuzz-key");
+  if (p.state == serve::HttpParse::State::kRefused) check_refusal(p.refusal);
+  if (p.state == serve::HttpParse::State::kRequest) {
+    require(p.request.body.size() <= limits.max_body_bytes, "a body over the limit was read");
+    if (p.request.path == "/generate")
+      body_through_schema(serve::Endpoint::kGenerate, p.request.body);
+    if (p.request.path == "/v1/images/generations")
+      body_through_schema(serve::Endpoint::kImages, p.request.body);
+  }
+  body_through_schema(serve::Endpoint::kGenerate, bytes);
+  body_through_schema(serve::Endpoint::kImages, bytes);
 }
 
 }  // namespace xdit::fuzz

@@ -17,5 +17,11 @@ void safetensors_bytes(const uint8_t* data, size_t size);
 // scheduler); what parses is used as the engine uses it (weight lists,
 // parameter counts, the schedule, the memory estimate).
 void config_bytes(const uint8_t* data, size_t size);
+// An HTTP request as xdit serve reads it (serve/http_server.h: the parser
+// with the server's limits, the head's checks and the API key); a POST's
+// body through the request schema (parse_request_body); the bytes also as a
+// body of each endpoint. A refusal must be a 4xx whose body is JSON; a
+// throw other than BadRequest or xdit::Error is a finding (a 500).
+void http_request_bytes(const uint8_t* data, size_t size);
 
 }  // namespace xdit::fuzz

@@ -45,5 +45,9 @@ TEST(FuzzCorpus, ConfigInputsAreHandled) {
   EXPECT_GE(replay("config", config_bytes), 5);
 }
 
+TEST(FuzzCorpus, HttpRequestsAreHandled) {
+  EXPECT_GE(replay("http", http_request_bytes), 8);
+}
+
 }  // namespace
 }  // namespace xdit::fuzz

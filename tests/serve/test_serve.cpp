@@ -415,6 +415,12 @@ TEST_F(Serve, BadServerOptionsAreOneLineEach) {
            {"--max_queue 5000", "--max_queue must be 1"},
            {"--port 70000", "--port must be 0"},
            {"--request_timeout -2", "--request_timeout must be a positive"},
+           // 1e308 s overflowed the deadline: every request answered 504.
+           {"--request_timeout 1e308", "--request_timeout must be a positive"},
+           {"--header_timeout 0", "--header_timeout must be 0.01"},
+           {"--body_timeout 1e9", "--body_timeout must be 0.01"},
+           {"--max_connections 0", "--max_connections must be 1"},
+           {"--api_key_file /no/such/key", "--api_key_file /no/such/key"},
            {"--host no-such-host.invalid --port 6001", "cannot resolve --host"},
            {"--ulysses_degree 2", "ulysses"},
            {"--device tpu", "--device must be cpu, cuda or cuda:N"}}) {
