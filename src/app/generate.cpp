@@ -38,16 +38,15 @@ namespace xdit::app {
 namespace fs = std::filesystem;
 
 std::string default_model_dir() {
-  // The demo model that ships with the project (models/demo-shapes, trained
-  // by tools/demo_model/): next to the binary when installed, else in the
-  // source tree it was built from.
+  // The tiny model that ships with the project: next to the binary when
+  // installed, else in the source tree it was built from.
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   for (const fs::path& p : {exe.parent_path() / "../share/xdit/models" / kDefaultModel,
                             exe.parent_path() / "../models" / kDefaultModel,
                             fs::path(XDIT_SOURCE_MODELS) / kDefaultModel})
     if (fs::is_directory(p)) return fs::weakly_canonical(p).string();
-  XDIT_FAIL("no --model given and the built-in demo model ", kDefaultModel,
+  XDIT_FAIL("no --model given and the built-in tiny model ", kDefaultModel,
             " was not found (looked next to the binary and in ", XDIT_SOURCE_MODELS, ")");
 }
 
@@ -260,16 +259,14 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
   const DType dtype = parse_compute_dtype(o.dtype);
   XDIT_CHECK(o.prompt_embeds.empty() || o.prompts.empty(),
              "pass either --prompt or --prompt_embeds, not both");
-  if (o.model.empty()) {
-    // The demo model draws the shapes of its grammar (tools/demo_model/README.md).
-    o.model = default_model_dir();
-    if (o.prompts.empty() && o.prompt_embeds.empty()) o.prompts = {kDefaultPrompt};
-    XDIT_WARN("no --model given: using the built-in demo model ", kDefaultModel,
-              " (it draws circles, squares and triangles from captions such as \"", kDefaultPrompt,
-              "\"); pass --model with a PixArt-α/Σ, FLUX.1 or SD3 diffusers folder for others");
-  }
   XDIT_CHECK(!o.prompt_embeds.empty() || !o.prompts.empty(),
              "nothing to generate: pass --prompt \"...\"");
+  if (o.model.empty()) {
+    o.model = default_model_dir();
+    XDIT_WARN("no --model given: using the built-in tiny PixArt model ", kDefaultModel,
+              " (random weights, its picture is noise); pass --model with a PixArt-α/Σ, FLUX.1 "
+              "or SD3 diffusers folder for real images");
+  }
   std::vector<io::OutputFile> outputs;
   auto reserve = [&](size_t n) {
     if (writer)
@@ -425,9 +422,7 @@ std::function<int()> add_generate(CLI::App& app) {
   g->add_option(
       "--model", o->model,
       "diffusers PixArt-α/Σ, FLUX.1 or SD3/3.5 pipeline folder, or a Hugging Face repo id "
-      "ORG/NAME[@REVISION] in the local cache (default: the built-in demo model, with the prompt "
-      "\"" +
-          std::string(kDefaultPrompt) + "\" when none is given)");
+      "ORG/NAME[@REVISION] in the local cache (default: the built-in tiny model)");
   g->add_option("--prompt", o->prompts, "prompt; repeat for a batch (one image each)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   g->add_option("--negative_prompt,--negative-prompt", o->negative_prompt,

@@ -233,7 +233,7 @@ std::function<int()> add_info(CLI::App& app) {
       "--model", o->model,
       "diffusers PixArt, FLUX.1 or SD3 folder, or a Hugging Face repo id ORG/NAME[@REVISION] "
       "in the local "
-      "cache (default: the built-in demo model)");
+      "cache (default: the built-in tiny model)");
   i->add_option("--dtype", o->dtype, "compute type for the estimate")->capture_default_str();
   i->add_option("--batch", o->batch, "images per batch for the estimate")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))

@@ -107,7 +107,8 @@ int run_serve(ServeOptions& o, const CLI::App& command) {
   const DType dtype = parse_compute_dtype(o.dtype);
   if (o.model.empty()) {
     o.model = default_model_dir();
-    XDIT_WARN("no --model given: serving the built-in demo model ", kDefaultModel);
+    XDIT_WARN("no --model given: serving the built-in tiny PixArt model ", kDefaultModel,
+              " (random weights)");
   }
   const io::ModelRef model = io::resolve_model(o.model);
   check_files_agree(w, model.folder);
@@ -153,7 +154,7 @@ std::function<int()> add_serve(CLI::App& app) {
       "/v1/images/generations); under mpirun every request runs on all ranks");
   s->add_option("--model", o->model,
                 "diffusers PixArt-α/Σ, FLUX.1 or SD3/3.5 pipeline folder, or a Hugging Face repo "
-                "id in the local cache (default: the built-in demo model)");
+                "id in the local cache (default: the built-in tiny model)");
   s->add_option("--host", o->host,
                 "address to listen on; the default serves this machine only, 0.0.0.0 every "
                 "interface")

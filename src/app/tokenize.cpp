@@ -72,7 +72,7 @@ std::function<int()> add_tokenize(CLI::App& app) {
       "padding=\"max_length\", max_length=N, truncation=True) gives them");
   t->add_option("--model", o->model,
                 "diffusers folder or Hugging Face repo id ORG/NAME[@REVISION] in the local cache "
-                "(default: the built-in demo model)");
+                "(default: the built-in tiny model)");
   t->add_option("--tokenizer", o->tokenizer, "which of the folder's tokenizers")
       ->check(CLI::IsMember({"tokenizer", "tokenizer_2", "tokenizer_3"}))
       ->capture_default_str();

@@ -509,7 +509,9 @@ TEST(ParallelConfigErrors, OneClearMessageEach) {
             std::string::npos);
   EXPECT_NE(message([] {
               weighted(layout(1, false, 2, 1), {1, 0}).validate(2);
-            }).find("--patch_weights must be positive numbers, got 0"),
+            })
+                .find("--patch_weights must be numbers in 0.001 … 1000 (relative speeds of the "
+                      "ranks), got 0"),
             std::string::npos);
   EXPECT_NE(message([] {
               weighted(layout(1, false, 2, 1), {1, 2, 3}).validate(2);
