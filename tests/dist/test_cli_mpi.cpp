@@ -52,6 +52,18 @@ class CliMpi : public ::testing::Test {
     return {r.code, r.err, r.wall_seconds};
   }
 
+  // mpirun's MPMD form: `contexts` is "-np 1 CMD : -np 1 CMD ..." (each
+  // with its own options), with the same limits as run().
+  Result run_mpmd(const std::string& contexts) const {
+    const std::string cmd =
+        "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
+        "XDIT_QUIET=1 timeout 120 " +
+        std::string(MPIEXEC) +
+        " --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none " + contexts;
+    const auto r = test::run_command(cmd, path("stderr.txt"));
+    return {r.code, r.err, r.wall_seconds};
+  }
+
   std::string args(const std::string& out, const std::string& extra) const {
     return "generate --model '" + std::string(XDIT_MODELS) +
            "/pixart-sigma-tiny' --prompt 'a red fox' --prompt 'a cat on a mat' --height 128 "
@@ -218,15 +230,10 @@ TEST_F(CliMpi, DegreesThatDoNotMatchTheRanks) {
 // one line naming the option; --threads may differ.
 TEST_F(CliMpi, RanksStartedWithDifferentCommandsAreRefused) {
   auto mpmd = [&](const std::string& a, const std::string& b) {
-    const std::string cmd =
-        "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
-        "XDIT_QUIET=1 timeout 120 " +
-        std::string(MPIEXEC) +
-        " --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none -np 1 '" +
-        XDIT_BINARY + "' " + a + " : -np 1 '" + XDIT_BINARY + "' " + b;
-    const auto r = test::run_command(cmd, path("stderr.txt"));
-    return Result{r.code, r.err, r.wall_seconds};
+    return run_mpmd("-np 1 '" + std::string(XDIT_BINARY) + "' " + a + " : -np 1 '" + XDIT_BINARY +
+                    "' " + b);
   };
+
   const std::string dp = " --data_parallel_degree 2";
   for (const auto& [other, option] : std::vector<std::pair<std::string, std::string>>{
            {"--height 96", "--height"},
@@ -426,14 +433,9 @@ TEST_F(CliMpi, RanksReadingDifferentModelFilesAreRefused) {
            path(out) + "'";
   };
   auto mpmd = [&](const std::string& out) {
-    const std::string cmd =
-        "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
-        "XDIT_QUIET=1 timeout 120 " +
-        std::string(MPIEXEC) +
-        " --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none " +
-        side("a", out) + " : " + side("b", out);
-    return test::run_command(cmd, path("stderr.txt"));
+    return run_mpmd(side("a", out) + " : " + side("b", out));
   };
+
   auto r = mpmd("x.png");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("rank 1 reads a different model file scheduler/scheduler_config.json "
