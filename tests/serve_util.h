@@ -3,9 +3,13 @@
 // HTTP client on loopback, and the images of its answers decoded.
 #pragma once
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -20,6 +24,22 @@
 #include "serve/startup_line.h"
 
 namespace xdit::test {
+
+// A TCP connection to 127.0.0.1:port (raw, for clients that misbehave):
+// the socket, or -1 when it could not be made or connected.
+inline int loopback_connect(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
 
 inline std::string read_text(const std::string& path) {
   std::ifstream in(path);

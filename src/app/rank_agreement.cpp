@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/file.h"
 
 namespace xdit::app {
 
@@ -34,11 +35,11 @@ Digest digest_file(const std::string& name, const fs::path& p) {
   constexpr uint64_t kWhole = 16ull << 20;  // files read whole up to this size
   const uint64_t size = fs::file_size(p);
   std::string key = std::to_string(size);
-  std::ifstream f(p, std::ios::binary);
-  XDIT_CHECK(f.good(), "cannot read ", p.string());
   if (size <= kWhole) {
-    key += '\0' + read_bytes(f, 0, size);
+    key += '\0' + io::read_small_file(p.string(), kWhole, name);
   } else if (p.extension() == ".safetensors") {
+    std::ifstream f(p, std::ios::binary);
+    XDIT_CHECK(f.good(), "cannot read ", p.string());
     uint64_t header = 0;  // little-endian length, then the JSON header
     const std::string n = read_bytes(f, 0, 8);
     if (n.size() == 8) std::memcpy(&header, n.data(), 8);

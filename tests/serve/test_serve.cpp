@@ -335,13 +335,8 @@ TEST_F(Serve, SigtermFinishesTheRunningRequestRefusesTheRestAndExitsZero) {
 
 // Connects to 127.0.0.1:port, sends `bytes`, and hangs up without reading.
 void send_and_hang_up(int port, const std::string& bytes) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const int fd = test::loopback_connect(port);
+  ASSERT_GE(fd, 0) << "cannot connect to 127.0.0.1:" << port;
   ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), 0), static_cast<ssize_t>(bytes.size()));
   ::close(fd);
 }

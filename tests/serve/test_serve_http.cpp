@@ -35,13 +35,8 @@ double since(Clock::time_point t0) {
 }
 
 int connect_to(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  EXPECT_GE(fd, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const int fd = test::loopback_connect(port);
+  EXPECT_GE(fd, 0) << "cannot connect to 127.0.0.1:" << port;
   return fd;
 }
 
