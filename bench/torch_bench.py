@@ -15,7 +15,8 @@ inputs as src/app/bench.cpp:
 Each row: warm-up runs, then the best of --repeat timed runs under
 torch.inference_mode(), one JSON object per line on stdout. --device cuda runs
 the pixart and flux rows on the GPU (diffusers' default attention: PyTorch's
-SDPA), synchronising before each clock read.
+SDPA), synchronising before each clock read; --compile wraps those two models
+in torch.compile (its compilation falls in the warm-up runs).
 """
 import argparse
 import json
@@ -27,6 +28,11 @@ import torch
 
 DEVICE = "cpu"
 DTYPE = torch.bfloat16
+COMPILE = False
+
+
+def maybe_compiled(model):
+    return torch.compile(model) if COMPILE else model
 
 
 def sync():
@@ -68,6 +74,7 @@ def pixart_row(res, warmup, repeat):
     t = torch.full((batch,), 500.0)
     latents, text, mask, t = (v.to(DEVICE) for v in (latents, text, mask, t))
     cond = {k: v.to(DEVICE) for k, v in cond.items()}
+    model = maybe_compiled(model)
 
     def step():
         model(latents, encoder_hidden_states=text, encoder_attention_mask=mask, timestep=t,
@@ -172,6 +179,7 @@ def flux_row(res, warmup, repeat):
     ts = torch.tensor([0.5], dtype=DTYPE, device=DEVICE)
     gs = torch.tensor([3.5], dtype=DTYPE, device=DEVICE)
     txt_ids = torch.zeros(tokens, 3, device=DEVICE)
+    model = maybe_compiled(model)
 
     def step():
         model(hidden_states=x, encoder_hidden_states=text, pooled_projections=pooled,
@@ -190,9 +198,12 @@ def main():
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--device", default="cpu", help="cpu or cuda (pixart and flux rows)")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f32"])
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the pixart and flux models (default mode)")
     a = ap.parse_args()
-    global DEVICE, DTYPE
+    global DEVICE, DTYPE, COMPILE
     DEVICE = a.device
+    COMPILE = a.compile
     DTYPE = torch.bfloat16 if a.dtype == "bf16" else torch.float32
     torch.set_num_threads(a.threads)
     import diffusers
@@ -219,8 +230,9 @@ def main():
                 r = sd3_row(int(res), a.warmup, a.repeat)
             else:
                 sys.exit(f"torch_bench.py: unknown row '{row}' (pixart:RES, vae:RES, t5[:N], flux:RES or sd3:RES)")
-        r.update(versions, threads=a.threads, dtype=a.dtype,
-                 isa=torch.backends.cpu.get_cpu_capability())
+        r.update(versions, threads=a.threads, dtype=a.dtype, compiled=COMPILE,
+                 isa=torch.backends.cpu.get_cpu_capability(),
+                 gpu=torch.cuda.get_device_name() if DEVICE != "cpu" else None)
         print(json.dumps(r), flush=True)
 
 

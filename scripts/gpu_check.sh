@@ -4,6 +4,7 @@
 #
 #   scripts/gpu_check.sh bundle   # on a build machine (network, CUDA toolkit, no GPU needed)
 #   scripts/gpu_check.sh run      # on the GPU machine, in the same checkout
+#   GPU_CHECK_SECONDS=420 scripts/gpu_check.sh run   # every check inside 420 s
 #
 # GPU machines lent to this project reach no package registry and lack the
 # Debian libraries xdit builds against, so `bundle` does what a bare GPU
@@ -36,7 +37,7 @@ bundle() {
   rm -rf "$gpu" && mkdir -p "$gpu/stage/bin" "$gpu/stage/lib" "$gpu/stage/lib-compat" "$gpu/whl"
   strip --strip-debug -o "$gpu/stage/bin/xdit" build/xdit
   local t
-  for t in test_cuda_ops test_parallel test_device_comm; do
+  for t in test_cuda_ops test_parallel test_device_comm test_cli_mpi; do
     strip --strip-debug -o "$gpu/stage/bin/$t" "build/tests/$t"
   done
   # mpirun for the multi-rank GPU tests (ranks sharing the GPU through the
@@ -56,7 +57,7 @@ bundle() {
   # driver). Base libraries a system usually has (the C++ runtime, zlib,
   # OpenSSL, ...) go to lib-compat/, used only where the machine lacks them:
   # a newer system copy must win.
-  ldd build/xdit build/tests/test_cuda_ops build/tests/test_parallel "$m/bin/mpirun" \
+  ldd build/xdit build/tests/test_cuda_ops build/tests/test_parallel build/tests/test_cli_mpi "$m/bin/mpirun" \
     "$m"/lib/x86_64-linux-gnu/openmpi/lib/openmpi3/*.so "$m"/lib/x86_64-linux-gnu/pmix2/lib/pmix/*.so |
     awk '/=> \// { print $3 }' | sort -u |
     grep -Ev '/(libc|libm|libdl|libpthread|librt|libresolv|ld-linux[^/]*)\.so' |
@@ -71,7 +72,8 @@ bundle() {
   # The Python side: diffusers (pure Python) is not on the GPU image.
   python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$gpu/whl" \
     "$(grep '^diffusers==' bench/requirements.txt)"
-  tar -C "$gpu/stage" -cJf "$gpu/bundle.tar.xz" .
+  # -9e: a window wide enough to share the binaries' common code.
+  tar -C "$gpu/stage" -cf - . | xz -9e -T0 >"$gpu/bundle.tar.xz"
   rm -rf "$gpu/stage"
   du -sh "$gpu"/* | sed 's/^/gpu_check.sh bundle: /'
   echo "gpu_check.sh bundle: done; on the GPU machine run scripts/gpu_check.sh run (carry .gpu)"
@@ -93,6 +95,27 @@ PY
 }
 
 libs=""
+status=0
+# step SECONDS TITLE COMMAND...: one check with our libraries, bounded in
+# time and by the whole run's GPU_CHECK_SECONDS (a lent machine's time is
+# short); a failure, a timeout or a skip is recorded and the next check runs.
+deadline=$((SECONDS + ${GPU_CHECK_SECONDS:-3600}))
+step() {
+  local limit="$1" title="$2" rc=0 left=$((deadline - SECONDS))
+  shift 2
+  if [ "$left" -lt 10 ]; then
+    echo "== $title: skipped, GPU_CHECK_SECONDS spent"
+    status=1
+    return
+  fi
+  [ "$limit" -le "$left" ] || limit=$left
+  echo "== $title"
+  local t0=$SECONDS
+  LD_LIBRARY_PATH="$libs" timeout "$limit" "$@" || rc=$?
+  echo "== ($((SECONDS - t0)) s, exit $rc$([ "$rc" = 124 ] && echo ": timed out after $limit s"))"
+  [ "$rc" = 0 ] || status=1
+}
+
 run() {
   [ -f "$gpu/bundle.tar.xz" ] || { echo "gpu_check.sh run: no .gpu/bundle.tar.xz (run 'scripts/gpu_check.sh bundle' on a build machine and carry .gpu)" >&2; exit 1; }
   command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -111,35 +134,50 @@ run() {
       exit 1
     fi
   fi
-  local xdit="$gpu/run/bin/xdit" status=0
+  local xdit="$gpu/run/bin/xdit"
+  status=0
   # The tests' paths, fixed where they were built, point into this checkout.
   export XDIT_MODELS="$root/models" XDIT_TEST_DATA="$root/tests/data" XDIT_BINARY="$xdit" XDIT_QUIET=1
-  echo "== test_cuda_ops (every CUDA op against the CPU op; tiny PixArt / FLUX on the GPU)"
-  LD_LIBRARY_PATH="$libs" OMP_NUM_THREADS="$(nproc)" "$gpu/run/bin/test_cuda_ops" || status=1
-  # The parallel methods on GPU memory: 2 and 4 ranks, each on its local
-  # rank's GPU (sharing it through the host-staged communicator where there
-  # are fewer GPUs than ranks, NCCL otherwise), against the serial run.
   local mpi="$gpu/run/mpi" n
   export OPAL_PREFIX="$mpi" PMIX_INSTALL_PREFIX="$mpi/lib/x86_64-linux-gnu/pmix2" \
     OMPI_MCA_mca_base_component_show_load_errors=0 \
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 XDIT_MPIEXEC="$mpi/bin/mpirun"
+  local mpirun=("$mpi/bin/mpirun" --oversubscribe --bind-to none)
+  step 150 "test_cuda_ops (every CUDA op against the CPU op; tiny PixArt / FLUX / SD3 on the GPU)" \
+    env OMP_NUM_THREADS="$(nproc)" "$gpu/run/bin/test_cuda_ops"
+  # The parallel methods on GPU memory: 2 and 4 ranks, each on its local
+  # rank's GPU (sharing it through the host-staged communicator where there
+  # are fewer GPUs than ranks, NCCL otherwise), against the serial run.
   for n in 2 4; do
-    echo "== test_device_comm, test_parallel (GPU cases) under mpirun -np $n"
-    LD_LIBRARY_PATH="$libs" OMP_NUM_THREADS=2 "$mpi/bin/mpirun" --oversubscribe --bind-to none \
-      -np "$n" "$gpu/run/bin/test_device_comm" || status=1
-    LD_LIBRARY_PATH="$libs" OMP_NUM_THREADS=2 "$mpi/bin/mpirun" --oversubscribe --bind-to none \
-      -np "$n" "$gpu/run/bin/test_parallel" --gtest_filter='*OnGpu*' || status=1
+    step 90 "test_device_comm under mpirun -np $n" \
+      env OMP_NUM_THREADS=2 "${mpirun[@]}" -np "$n" "$gpu/run/bin/test_device_comm"
+    step 180 "test_parallel (GPU cases) under mpirun -np $n" \
+      env OMP_NUM_THREADS=2 "${mpirun[@]}" -np "$n" "$gpu/run/bin/test_parallel" --gtest_filter='*OnGpu*'
   done
-  echo "== xdit bench on the GPU (bf16, 1024 px; ratio = against cuBLASLt's peak in the same run)"
-  LD_LIBRARY_PATH="$libs" "$xdit" bench transformer --device cuda --resolutions 1024 --dtypes bf16 --warmup 2 --repeat 5 || status=1
-  LD_LIBRARY_PATH="$libs" "$xdit" bench flux --device cuda --resolutions 1024 --dtypes bf16 --warmup 2 --repeat 5 || status=1
-  echo "== diffusers + PyTorch on the same GPU"
+  step 180 "test_cli_mpi (xdit --device cuda under mpirun)" \
+    "$gpu/run/bin/test_cli_mpi" --gtest_filter='*DeviceCuda*'
+  step 120 "xdit bench transformer on the GPU (bf16, 1024 px; against cuBLASLt's peak in the same run)" \
+    "$xdit" bench transformer --device cuda --resolutions 1024 --dtypes bf16 --warmup 2 --repeat 5
+  step 120 "xdit bench flux on the GPU (bf16, 1024 px; against cuBLASLt's peak in the same run)" \
+    "$xdit" bench flux --device cuda --resolutions 1024 --dtypes bf16 --warmup 2 --repeat 5
   if ls "$gpu"/whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target "$gpu/site" "$gpu"/whl/*.whl &&
       export PYTHONPATH="$gpu/site${PYTHONPATH:+:$PYTHONPATH}"
   fi
-  python3 bench/torch_bench.py pixart:1024 flux:1024 --device cuda --threads "$(nproc)" \
-    --warmup 2 --repeat 5 || status=1
+  step 180 "diffusers + PyTorch eager on the same GPU" \
+    python3 bench/torch_bench.py pixart:1024 flux:1024 --device cuda --threads "$(nproc)" \
+    --warmup 2 --repeat 5
+  # Where the FLUX forward's time goes: each kernel's duration (Nsight
+  # Compute, the card's clocks as found), summed by kernel name.
+  if [ -n "${OUT:-}" ] && command -v ncu >/dev/null; then
+    step 240 "ncu: the FLUX.1 forward's kernels (to \$OUT/ncu_flux.csv)" \
+      ncu --metrics gpu__time_duration.sum --clock-control none --cache-control none --csv \
+      --log-file "$OUT/ncu_flux.csv" "$xdit" bench flux --device cuda --resolutions 1024 \
+      --dtypes bf16 --warmup 0 --repeat 1
+  fi
+  step 300 "diffusers + PyTorch with torch.compile on the same GPU" \
+    python3 bench/torch_bench.py pixart:1024 flux:1024 --device cuda --threads "$(nproc)" \
+    --warmup 2 --repeat 5 --compile
   echo "gpu_check.sh run: exit status $status"
   return $status
 }

@@ -25,6 +25,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The paths fixed at build time; the environment overrides them where the
+// binaries run from another checkout (scripts/gpu_check.sh on a GPU machine).
+std::string binary() { return test::path_from_env("XDIT_BINARY", XDIT_BINARY); }
+std::string mpiexec() { return test::path_from_env("XDIT_MPIEXEC", MPIEXEC); }
+std::string models() { return test::path_from_env("XDIT_MODELS", XDIT_MODELS); }
+
 struct Result {
   int code;
   std::string err;
@@ -45,9 +51,9 @@ class CliMpi : public ::testing::Test {
         "XDIT_QUIET=1 " +
         env + " timeout " + std::to_string(limit) + " ";
     if (np > 0)
-      cmd += std::string(MPIEXEC) + " -np " + std::to_string(np) +
+      cmd += mpiexec() + " -np " + std::to_string(np) +
              " --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none ";
-    cmd += std::string("'") + XDIT_BINARY + "' " + args;
+    cmd += std::string("'") + binary() + "' " + args;
     const auto r = test::run_command(cmd, err);
     return {r.code, r.err, r.wall_seconds};
   }
@@ -58,14 +64,14 @@ class CliMpi : public ::testing::Test {
     const std::string cmd =
         "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
         "XDIT_QUIET=1 timeout 120 " +
-        std::string(MPIEXEC) +
+        mpiexec() +
         " --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none " + contexts;
     const auto r = test::run_command(cmd, path("stderr.txt"));
     return {r.code, r.err, r.wall_seconds};
   }
 
   std::string args(const std::string& out, const std::string& extra) const {
-    return "generate --model '" + std::string(XDIT_MODELS) +
+    return "generate --model '" + models() +
            "/pixart-sigma-tiny' --prompt 'a red fox' --prompt 'a cat on a mat' --height 128 "
            "--width 96 "
            "--num_inference_steps 3 --guidance_scale 3 --seed 5 --no_resolution_binning --dtype "
@@ -147,7 +153,7 @@ TEST_F(CliMpi, ParallelRunsWriteTheSerialImages) {
 // engine writes the serial run's pixels.
 TEST_F(CliMpi, FluxParallelRunsWriteTheSerialImages) {
   const auto flux = [&](const std::string& out, const std::string& extra) {
-    return "generate --model '" + std::string(XDIT_MODELS) +
+    return "generate --model '" + models() +
            "/flux-dev-tiny' --prompt 'a red fox' --prompt 'a cat on a mat' --negative_prompt "
            "'blurry' --true_cfg_scale 2.5 --height 64 --width 40 --num_inference_steps 3 --seed 5 "
            "--max_sequence_length 16 --dtype f32 -o '" +
@@ -172,7 +178,7 @@ TEST_F(CliMpi, FluxParallelRunsWriteTheSerialImages) {
                        "h56_");
   // CFG parallel needs FLUX's true CFG: a negative prompt and true_cfg_scale > 1.
   Result r =
-      run(2, "generate --model '" + std::string(XDIT_MODELS) +
+      run(2, "generate --model '" + models() +
                  "/flux-dev-tiny' --prompt x --height 32 --width 32 --use_cfg_parallel -o '" +
                  path("x.png") + "'");
   EXPECT_NE(r.code, 0);
@@ -181,7 +187,7 @@ TEST_F(CliMpi, FluxParallelRunsWriteTheSerialImages) {
             std::string::npos)
       << r.err;
   // 2 heads over Ulysses 4.
-  r = run(4, "generate --model '" + std::string(XDIT_MODELS) +
+  r = run(4, "generate --model '" + models() +
                  "/flux-dev-tiny' --prompt x --height 32 --width 32 --ulysses_degree 4 -o '" +
                  path("x.png") + "'");
   EXPECT_NE(r.err.find("2 attention heads are not divisible by --ulysses_degree 4"),
@@ -193,7 +199,7 @@ TEST_F(CliMpi, FluxParallelRunsWriteTheSerialImages) {
 // guidance included: every method writes the serial run's pixels.
 TEST_F(CliMpi, Sd35ParallelRunsWriteTheSerialImages) {
   const auto sd35 = [&](const std::string& out, const std::string& extra) {
-    return "generate --model '" + std::string(XDIT_MODELS) +
+    return "generate --model '" + models() +
            "/sd35-tiny' --prompt 'a red fox' --prompt 'a cat on a mat' --height 64 --width 40 "
            "--num_inference_steps 3 --guidance_scale 5 --seed 5 --max_sequence_length 16 "
            "--dtype f32 -o '" +
@@ -230,7 +236,7 @@ TEST_F(CliMpi, DegreesThatDoNotMatchTheRanks) {
 // one line naming the option; --threads may differ.
 TEST_F(CliMpi, RanksStartedWithDifferentCommandsAreRefused) {
   auto mpmd = [&](const std::string& a, const std::string& b) {
-    return run_mpmd("-np 1 '" + std::string(XDIT_BINARY) + "' " + a + " : -np 1 '" + XDIT_BINARY +
+    return run_mpmd("-np 1 '" + binary() + "' " + a + " : -np 1 '" + binary() +
                     "' " + b);
   };
 
@@ -291,7 +297,7 @@ TEST_F(CliMpi, DeviceCudaRunsTheParallelMethodsOrSaysWhyNot) {
 TEST_F(CliMpi, HeadsNotDivisible) {
   // PixArt-α tiny has 3 heads.
   Result r =
-      run(2, "generate --model '" + std::string(XDIT_MODELS) +
+      run(2, "generate --model '" + models() +
                  "/pixart-alpha-tiny' --prompt x --height 64 --width 64 --no_resolution_binning "
                  "--ulysses_degree 2 -o '" +
                  path("x.png") + "'");
@@ -305,7 +311,7 @@ TEST_F(CliMpi, HeadsNotDivisible) {
 // before any weight loads, and no image.
 TEST_F(CliMpi, TensorParallelDegreesTheHeadsDoNotAllow) {
   const auto gen = [&](const std::string& model, const std::string& flags) {
-    return "generate --model '" + std::string(XDIT_MODELS) + "/" + model +
+    return "generate --model '" + models() + "/" + model +
            "' --prompt x --height 64 --width 64 --no_resolution_binning " + flags + " -o '" +
            path("x.png") + "'";
   };
@@ -359,7 +365,7 @@ TEST_F(CliMpi, CfgParallelWithoutGuidanceAndTooManyDpGroups) {
 
 TEST_F(CliMpi, PipeFusionStagesWithoutAPatchEach) {
   // 32 px: 2 rows of patches, 1 per ring rank, for 2 stages.
-  Result r = run(4, "generate --model '" + std::string(XDIT_MODELS) +
+  Result r = run(4, "generate --model '" + models() +
                         "/pixart-sigma-tiny' --prompt x --height 32 --width 64 "
                         "--no_resolution_binning --pipefusion_parallel_degree 2 --ring_degree 2 "
                         "-o '" +
@@ -419,7 +425,7 @@ TEST_F(CliMpi, AStoppedRankEndsTheJobAfterTheCommTimeout) {
 TEST_F(CliMpi, RanksReadingDifferentModelFilesAreRefused) {
   for (const char* side : {"a", "b"}) {
     fs::create_directories(path(side));
-    fs::copy(std::string(XDIT_MODELS) + "/pixart-sigma-tiny", path(side) + "/m",
+    fs::copy(models() + "/pixart-sigma-tiny", path(side) + "/m",
              fs::copy_options::recursive);
   }
   const std::string sched = path("b") + "/m/scheduler/scheduler_config.json";
@@ -427,7 +433,7 @@ TEST_F(CliMpi, RanksReadingDifferentModelFilesAreRefused) {
   j["beta_end"] = 0.021;
   std::ofstream(sched) << j.dump();
   auto side = [&](const char* dir, const std::string& out) {
-    return "-wdir '" + path(dir) + "' -np 1 '" + std::string(XDIT_BINARY) +
+    return "-wdir '" + path(dir) + "' -np 1 '" + binary() +
            "' generate --model m --prompt 'a red fox' --height 64 --width 64 "
            "--num_inference_steps 2 --seed 5 --use_cfg_parallel -o '" +
            path(out) + "'";
@@ -472,7 +478,7 @@ TEST_F(CliMpi, PipeFusionTraceShowsEachStagesPatches) {
 }
 
 TEST_F(CliMpi, NonFiniteLatentsEndEveryRankAndWriteNothing) {
-  fs::copy(std::string(XDIT_MODELS) + "/pixart-sigma-tiny", dir_ / "model",
+  fs::copy(models() + "/pixart-sigma-tiny", dir_ / "model",
            fs::copy_options::recursive);
   ASSERT_TRUE(test::poison_f32(dir_ / "model" / "transformer", "proj_out.bias"));
   for (const char* layout : {"--ulysses_degree 2", "--pipefusion_parallel_degree 2"}) {
