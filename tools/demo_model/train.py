@@ -14,12 +14,14 @@ Stages, each saving under --work so that a later one can run alone (--stage):
              the pictures: L1 + a small KL term; its scaling_factor is 1 / the
              standard deviation of the latents it then gives
   latents    every picture through the VAE encoder (the posterior mean)
-  dit        the PixArtTransformer2DModel with the epsilon-prediction DDPM
-             objective (linear betas 1e-4 .. 0.02 over 1000 steps, as the
-             scheduler config), jointly with a small T5 encoder trained from
+  dit        the PixArtTransformer2DModel with the DDPM objective (linear
+             betas 1e-4 .. 0.02 over 1000 steps, as the scheduler config),
+             predicting v (--prediction; epsilon weighs the high-noise
+             steps that set the layout by their tiny SNR), jointly with a small T5 encoder trained from
              random initialisation; 10 % of the captions are replaced by ""
              (what the pipeline encodes as the negative prompt) so that
-             classifier-free guidance works; EMA weights are saved
+             classifier-free guidance works; EMA weights are saved, and
+             every --checkpoint-every steps under --work/ckpt-STEP
   save       the diffusers folder and its model card (README.md)
 Every stage is deterministic for its seed (torch's CPU kernels with a fixed
 thread count); the times it took go to --work/log.json and the model card.
@@ -29,9 +31,7 @@ import io
 import json
 import math
 import os
-import platform
 import shutil
-import subprocess
 import sys
 import time
 
@@ -44,6 +44,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import card  # noqa: E402
 import grammar  # noqa: E402
 
 # The scheduler as the PixArt-alpha hub folders ship it (as tools/goldens/make_pixart.py).
@@ -238,7 +239,7 @@ def make_transformer(a):
     hidden = a.dit_heads * a.dit_head_dim
     # sample_size 32 (256 px through the 8x VAE): diffusers bins PixArt-alpha
     # sizes for 32, 64 and 128 only, and 128 would turn on the micro-conditions.
-    # out_channels 4: epsilon only, no learned sigma (the pipeline takes the
+    # out_channels 4: the prediction only, no learned sigma (the pipeline takes the
     # prediction as it is when out_channels != 2 x latent channels).
     model = PixArtTransformer2DModel(
         sample_size=32, num_layers=a.dit_layers, num_attention_heads=a.dit_heads,
@@ -295,9 +296,16 @@ class Ema:
             s.lerp_(p.detach(), 1 - d)
 
     @torch.no_grad()
-    def copy_to_model(self):
+    def save(self, model, t5, work):
+        """The EMA weights as diffusers / transformers folders under work
+        (transformer/, text_encoder/); the training weights are kept."""
+        live = [p.detach().clone() for p in self.params]
         for s, p in zip(self.shadow, self.params):
             p.copy_(s)
+        model.save_pretrained(os.path.join(work, "transformer"), safe_serialization=True)
+        t5.save_pretrained(os.path.join(work, "text_encoder"), safe_serialization=True)
+        for v, p in zip(live, self.params):
+            p.copy_(v)
 
 
 def train_dit(a):
@@ -331,7 +339,8 @@ def train_dit(a):
         pred = model(xt, encoder_hidden_states=text, encoder_attention_mask=b_mask, timestep=t,
                      added_cond_kwargs={"resolution": None, "aspect_ratio": None},
                      return_dict=False)[0]
-        loss = torch.nn.functional.mse_loss(pred, eps)
+        target = eps if a.prediction == "epsilon" else ab.sqrt() * eps - (1 - ab).sqrt() * x0
+        loss = torch.nn.functional.mse_loss(pred, target)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -347,9 +356,9 @@ def train_dit(a):
             cpu = (time.process_time() - c0) / a.threads
             print(f"dit step {step}/{a.dit_steps} loss {avg:.4f} {el / step:.3f} s/step "
                   f"({cpu / step:.3f} CPU), {el:.0f} s", flush=True)
-    ema.copy_to_model()
-    model.eval().save_pretrained(os.path.join(a.work, "transformer"), safe_serialization=True)
-    t5.eval().save_pretrained(os.path.join(a.work, "text_encoder"), safe_serialization=True)
+        if a.checkpoint_every and step % a.checkpoint_every == 0 and step < a.dit_steps:
+            ema.save(model, t5, os.path.join(a.work, f"ckpt-{step}"))
+    ema.save(model, t5, a.work)
     log_stage(a.work, "dit", steps=a.dit_steps, batch=a.dit_batch, pictures=n,
               seconds=round(time.time() - t0),
               cpu_seconds_per_thread=round((time.process_time() - c0) / a.threads),
@@ -429,7 +438,7 @@ def save_folder(a):
         text_encoder=T5EncoderModel.from_pretrained(os.path.join(a.work, "text_encoder")).to(dtype),
         vae=AutoencoderKL.from_pretrained(os.path.join(a.work, "vae")).to(dtype),
         transformer=PixArtTransformer2DModel.from_pretrained(os.path.join(a.work, "transformer")).to(dtype),
-        scheduler=DPMSolverMultistepScheduler(**SCHEDULER))
+        scheduler=DPMSolverMultistepScheduler(**dict(SCHEDULER, prediction_type=a.prediction)))
     shutil.rmtree(a.out, ignore_errors=True)
     pipe.save_pretrained(a.out, safe_serialization=True)
     # The C++ tokenizer reads spiece.model (transformers 5 writes tokenizer.json only).
@@ -442,90 +451,9 @@ def save_folder(a):
         with open(path, "w") as f:
             json.dump(cfg, f, indent=2, sort_keys=True)
             f.write("\n")
-    write_card(a)
+    card.write_card(a)
     total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(a.out) for f in fs)
     log_stage(a.work, "save", folder=a.out, bytes=total, dtype=str(dtype))
-
-
-def cpu_name():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def write_card(a):
-    import diffusers
-    import sentencepiece
-    import transformers
-    log = json.load(open(os.path.join(a.work, "log.json")))
-    data = json.load(open(os.path.join(a.data, "meta.json"))) if os.path.exists(
-        os.path.join(a.data, "meta.json")) else {}
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True).stdout.strip()
-    except OSError:
-        commit = "unknown"
-    v, d = log.get("vae", {}), log.get("dit", {})
-    # One line per distinct command (a --stage all run logs every stage with the same one).
-    commands = "\n".join(dict.fromkeys(f"    {log[k]['command']}"
-                                        for k in ("tokenizer", "vae", "latents", "dit") if k in log))
-    card = f"""# demo-shapes
-
-A small PixArt-alpha model of xdit's own (issue 40): it draws one or two
-circles, squares and triangles of eight colours on a plain background, from
-captions of one grammar (`tools/demo_model/grammar.py`):
-
-    a {{small|large}} {{colour}} {{circle|square|triangle}} {{on the left|on the right|at the top|at the bottom|in the center}}
-      [and a ... ...] on a {{colour}} background
-
-Colours: red, green, blue, yellow, white, black, purple, orange. 256 x 256
-pixels (the transformer's sample_size 32 through the VAE's factor 8).
-
-## Components
-- transformer: PixArtTransformer2DModel, {a.dit_layers} blocks, {a.dit_heads} heads x {a.dit_head_dim},
-  patch {a.patch_size}, caption_channels {a.t5_dim}, out_channels 4 (epsilon only, no learned
-  sigma), no micro-conditions; {d.get('transformer_parameters', '?')} parameters.
-- text_encoder: T5EncoderModel (v1.1 style, gated-gelu), d_model {a.t5_dim}, {a.t5_layers} layers,
-  trained from random initialisation jointly with the transformer;
-  {d.get('t5_parameters', '?')} parameters.
-- tokenizer: a unigram SentencePiece model (`spiece.model`) trained on the
-  grammar's sentences, every word one piece, T5's special ids.
-- vae: AutoencoderKL, block_out_channels {a.vae_channels}, 4 latent channels, 8x
-  down, no mid-block attention; scaling_factor {v.get('scaling_factor', '?')}; {v.get('parameters', '?')} parameters.
-- scheduler: DPMSolverMultistepScheduler as PixArt-alpha ships it.
-Weights in {'bfloat16' if a.bf16 else 'float32'}.
-
-## Data
-`tools/demo_model/make_data.py --count {data.get('count', '?')} --seed {data.get('seed', '?')}`: anti-aliased
-shapes with jittered centre, size and shade, half the scenes with two
-objects. No training scene holds one of the 24 held-out (colour, shape,
-position) triples; `tools/demo_model/heldout.json` lists the 24 test captions.
-
-## Training (commit {commit}; {cpu_name()}, {a.threads} threads)
-    python3 tools/demo_model/make_data.py --out {a.data} --count {data.get('count', '?')} --seed {data.get('seed', '?')}
-{commands}
-
-| stage | steps x batch | time | final loss |
-|---|---|---|---|
-| data | {data.get('count', '?')} pictures | {data.get('seconds', '?')} s | |
-| VAE | {v.get('steps', '?')} x {v.get('batch', '?')} ({v.get('crop', '?')} px crops) | {v.get('seconds', '?')} s ({v.get('cpu_seconds_per_thread', '?')} s CPU per thread) | L1 {v.get('final_l1_crops', '?')} (full pictures {v.get('final_l1_full', '?')}) |
-| latents | {log.get('latents', {}).get('pictures', '?')} pictures | {log.get('latents', {}).get('seconds', '?')} s | |
-| transformer + T5 | {d.get('steps', '?')} x {d.get('batch', '?')} | {d.get('seconds', '?')} s ({d.get('cpu_seconds_per_thread', '?')} s CPU per thread) | MSE {d.get('final_loss', '?')} |
-
-Versions: torch {torch.__version__}, diffusers {diffusers.__version__}, transformers
-{transformers.__version__}, sentencepiece {sentencepiece.__version__}.
-
-## License
-Apache License 2.0, the project's own (the repository's `LICENSE`), data
-and weights included: everything here was drawn and trained by the
-committed scripts.
-"""
-    with open(os.path.join(a.out, "README.md"), "w") as f:
-        f.write(card)
 
 
 def main():
@@ -556,6 +484,8 @@ def main():
     ap.add_argument("--patch-size", type=int, default=4)
     ap.add_argument("--pixart-init", type=int, default=1, help="1: PixArt-alpha's initialisation")
     ap.add_argument("--dit-steps", type=int, default=3000)
+    ap.add_argument("--prediction", default="v_prediction", choices=["v_prediction", "epsilon"])
+    ap.add_argument("--checkpoint-every", type=int, default=0)
     ap.add_argument("--dit-batch", type=int, default=32)
     ap.add_argument("--dit-lr", type=float, default=5e-4)
     ap.add_argument("--warmup", type=int, default=200)
