@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "app/commands.h"
@@ -162,7 +163,7 @@ std::map<std::string, std::string> png_text(const pipeline::PlanFields& p, const
   m.model_folder = model.from_cache() ? model.folder : "";
   m.pipeline = pipe.family().name() + " (" + pipe.folder().pipeline_class() + ")";
   m.dtype = o.dtype;
-  m.parallel = o.par.config.serial() ? std::string("serial (1 process)") : o.par.config.describe();
+  m.parallel = parallel_label(o.par.config, p.num_inference_steps);
   return png_metadata(m);
 }
 
@@ -190,7 +191,7 @@ void write_frames(std::vector<io::OutputFile>& outputs, const std::string& path,
 
 // Every rank's trace events into one Chrome-trace file, written by rank 0
 // into the output it reserved at the start (`out`, null on other ranks).
-void write_trace(comm::Communicator& w, io::OutputFile* out) {
+void write_trace(comm::Communicator& w, io::OutputFile* out, const std::string& parallel) {
   std::string all;
   for (int r = 0; r < w.size(); ++r) {
     std::string mine = r == w.rank() ? trace::events_json() : std::string();
@@ -201,7 +202,10 @@ void write_trace(comm::Communicator& w, io::OutputFile* out) {
     if (!mine.empty()) all += (all.empty() ? "" : ",\n") + mine;
   }
   if (out != nullptr)
-    out->commit([&](std::ostream& f) { f << "{\"traceEvents\": [\n" << all << "\n]}\n"; });
+    out->commit([&](std::ostream& f) {
+      f << "{\"otherData\": " << nlohmann::json{{"parallel", parallel}}.dump()
+        << ",\n\"traceEvents\": [\n" << all << "\n]}\n";
+    });
 }
 
 // An input safetensors file (--latents, --prompt_embeds): a regular file of
@@ -247,10 +251,11 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
     comm::Communicator& w;
     bool on;
     io::OutputFile* out;
+    std::string parallel;  // the layout's label, once the steps are known
     ~TraceAtEnd() {
-      if (on && std::uncaught_exceptions() == 0) write_trace(w, out);
+      if (on && std::uncaught_exceptions() == 0) write_trace(w, out, parallel);
     }
-  } trace_at_end{w, !o.trace.empty(), trace_out ? &*trace_out : nullptr};
+  } trace_at_end{w, !o.trace.empty(), trace_out ? &*trace_out : nullptr, ""};
   XDIT_CHECK(o.output_type == "pil" || o.output_type == "png" || o.output_type == "latent",
              "--output_type must be pil (PNG files) or latent (a safetensors file), got '",
              o.output_type, "'");
@@ -317,6 +322,8 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
     XDIT_INFO(pipe.family().name(), ": ", plan->num_inference_steps, " steps, guidance_scale ",
               plan->guidance_scale, ", max_sequence_length ", plan->max_sequence_length,
               " (T5 tokens)");
+    trace_at_end.parallel = parallel_label(o.par.config, plan->num_inference_steps);
+    if (!o.par.config.serial()) XDIT_INFO("parallel: ", trace_at_end.parallel);
     if (plan->resize_back)
       XDIT_INFO("resolution binning: generating at ", plan->run_width, "x", plan->run_height,
                 ", resized to ", plan->width, "x", plan->height,
@@ -365,6 +372,8 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
               " (T5 tokens)");
   }
   const pipeline::Plan& plan = *planned;
+  trace_at_end.parallel = parallel_label(o.par.config, plan->num_inference_steps);
+  if (!o.par.config.serial()) XDIT_INFO("parallel: ", trace_at_end.parallel);
   const auto t0 = Clock::now();
   const pipeline::Plan encoded =
       plan.has_prompts() ? plan.with_embeddings(pipe.encode_prompts(plan)) : plan;
@@ -388,6 +397,7 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
                            {"width", std::to_string(plan->width)},
                            {"model", model.from_cache() ? model.id : model.folder},
                            {"model_revision", model.commit},
+                           {"parallel", trace_at_end.parallel},
                            {"xdit_version", XDIT_VERSION}});
     XDIT_INFO("text encoding ", seconds(text_s), ", denoising ", seconds(denoise_s),
               ", peak memory ", human_size(static_cast<double>(peak_rss_bytes())), " -> ", o.output,

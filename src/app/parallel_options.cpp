@@ -1,6 +1,7 @@
 #include "app/parallel_options.h"
 
 #include "core/error.h"
+#include "core/log.h"
 
 namespace xdit::app {
 
@@ -26,10 +27,11 @@ void add_parallel_options(CLI::App* cmd, ParallelOptions& o) {
   cmd->add_option("--num_pipeline_patch,--num-pipeline-patch", p.num_pipeline_patch,
                   "PipeFusion patches (default: the PipeFusion degree)")
       ->group(par);
-  cmd->add_option("--warmup_steps,--warmup-steps", p.warmup_steps,
-                  "PipeFusion warm-up steps on the whole image")
-      ->capture_default_str()
-      ->group(par);
+  o.warmup_flag = cmd->add_option("--warmup_steps,--warmup-steps", o.warmup_steps,
+                                   "PipeFusion and DistriFusion: the first N steps synchronous "
+                                   "on the whole image (the first step always is); default 1 "
+                                   "under PipeFusion, 4 under DistriFusion (xDiT's)")
+                      ->group(par);
   cmd->add_option("--attn_layer_num_for_pp,--attn-layer-num-for-pp", p.attn_layer_num_for_pp,
                   "blocks per PipeFusion stage, e.g. 10,18 (must sum to the blocks)")
       ->delimiter(',')
@@ -39,9 +41,9 @@ void add_parallel_options(CLI::App* cmd, ParallelOptions& o) {
                   "data parallel, not with Ulysses / Ring / PipeFusion)")
       ->group(par);
   cmd->add_option("--patch_mode,--patch-mode", p.patch_mode,
-                  "displaced (DistriFusion: stale K/V of the other bands after the warm-up) or "
-                  "naive (attention inside each band)")
-      ->capture_default_str()
+                  "patch parallelism: displaced (DistriFusion: stale K/V of the other bands "
+                  "after the warm-up; the default) or naive (attention inside each band: "
+                  "approximate)")
       ->group(par);
   cmd->add_option("--patch_weights,--patch-weights", o.patch_weights,
                   "uneven devices: each rank splitting the rows (sequence or patch parallel) "
@@ -53,9 +55,9 @@ void add_parallel_options(CLI::App* cmd, ParallelOptions& o) {
                   "xDiT legacy: patch or naive_patch, on every rank CFG and data parallel leave")
       ->group(par);
   cmd->add_option("--sync_mode,--sync-mode", o.sync_mode,
-                  "DistriFusion: full_sync exchanges fresh K/V every step (exact); the others "
-                  "after --warmup_steps only")
-      ->capture_default_str()
+                  "PipeFusion and DistriFusion: full_sync makes every step synchronous (exact, "
+                  "equal to the serial run); stale_gn and corrected_async_gn (xDiT legacy, the "
+                  "same for transformers) keep the stale activations after --warmup_steps")
       ->group(par);
   o.parallel_vae_flag =
       cmd->add_flag("--use_parallel_vae,--use-parallel-vae", o.parallel_vae,
@@ -90,11 +92,12 @@ void resolve_parallel_options(ParallelOptions& o, int world_size) {
     o.config.patch_parallel_degree = world_size / rest;
     o.config.patch_mode = o.parallelism == "patch" ? "displaced" : "naive";
   }
-  XDIT_CHECK(o.sync_mode == "corrected_async_gn" || o.sync_mode == "full_sync" ||
-                 o.sync_mode == "stale_gn",
+  XDIT_CHECK(o.sync_mode.empty() || o.sync_mode == "corrected_async_gn" ||
+                 o.sync_mode == "full_sync" || o.sync_mode == "stale_gn",
              "--sync_mode must be full_sync, corrected_async_gn or stale_gn (xDiT legacy), got '",
              o.sync_mode, "'");
   o.config.full_sync = o.sync_mode == "full_sync";
+  if (o.warmup_flag->count() > 0) o.config.warmup_steps = o.warmup_steps;
   for (const std::string& w : o.patch_weights) {
     if (w == "auto") {
       XDIT_CHECK(o.patch_weights.size() == 1, "--patch_weights is either auto or numbers");
@@ -106,6 +109,20 @@ void resolve_parallel_options(ParallelOptions& o, int world_size) {
     o.config.patch_weights.push_back(x);
   }
   if (o.parallel_vae_flag->count() > 0) o.config.use_parallel_vae = o.parallel_vae;
+}
+
+void warn_parallel_options(const ParallelOptions& o) {
+  const parallel::ParallelConfig& c = o.config;
+  if (o.sync_mode == "stale_gn" || o.sync_mode == "corrected_async_gn")
+    XDIT_WARN("--sync_mode ", o.sync_mode, ": stale_gn and corrected_async_gn differ in how "
+              "DistriFusion corrects a GroupNorm across patches; a transformer has none, so the "
+              "two are the same here (stale activations after the warm-up)");
+  if (c.patch_parallel_degree > 1 && !c.displaced())
+    XDIT_WARN("--patch_mode naive is approximate: each of the ", c.patch_parallel_degree,
+              " bands attends to its own rows only (seams at the bands' edges)");
+  if (c.warmup_steps == 0 && c.stale_method())
+    XDIT_INFO("--warmup_steps 0: the first step runs synchronously regardless (nothing stale "
+              "exists yet), the same as --warmup_steps 1");
 }
 
 }  // namespace xdit::app

@@ -14,8 +14,10 @@ namespace xdit::app {
 
 struct ParallelOptions {
   parallel::ParallelConfig config;
-  std::string parallelism, sync_mode = "corrected_async_gn";  // xDiT legacy patch flags
+  std::string parallelism, sync_mode;  // xDiT legacy patch flags ("" when not given)
   std::vector<std::string> patch_weights;
+  int warmup_steps = 0;  // --warmup_steps, when given (warmup_flag)
+  CLI::Option* warmup_flag = nullptr;
   bool parallel_vae = false;   // --use_parallel_vae[=true|false], when given
   double comm_timeout = 1800;  // --comm_timeout, seconds (0: no watchdog)
   CLI::Option* parallel_vae_flag = nullptr;
@@ -27,5 +29,10 @@ void add_parallel_options(CLI::App* cmd, ParallelOptions& o);
 // The legacy flags folded into o.config for a job of `world_size` ranks;
 // throws one line for a value the flags do not take.
 void resolve_parallel_options(ParallelOptions& o, int world_size);
+
+// The warnings of a resolved layout, once per job (rank 0 prints): the
+// legacy sync modes that are the same for transformers, naive patch's
+// approximation, --warmup_steps 0.
+void warn_parallel_options(const ParallelOptions& o);
 
 }  // namespace xdit::app

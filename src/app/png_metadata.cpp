@@ -18,6 +18,10 @@ std::string skip_layers_text(const pipeline::SkipLayerGuidance& s) {
 
 }  // namespace
 
+std::string parallel_label(const parallel::ParallelConfig& c, int64_t steps) {
+  return c.serial() ? std::string("serial (1 process)") : c.label(steps);
+}
+
 std::map<std::string, std::string> png_metadata(const ImageMetadata& m) {
   std::string software = std::string("xdit ") + XDIT_VERSION;
   if (!m.software_note.empty()) software += " " + m.software_note;

@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "parallel/config.h"
 #include "pipeline/request.h"
 
 namespace xdit::app {
@@ -25,5 +26,10 @@ struct ImageMetadata {
 };
 
 std::map<std::string, std::string> png_metadata(const ImageMetadata& m);
+
+// The layout for the metadata, the log and serve's answer: "serial (1
+// process)", or ParallelConfig::label (method, degrees, warm-up, patches,
+// sync mode, and exact / stale / approximate) for a run of `steps` steps.
+std::string parallel_label(const parallel::ParallelConfig& c, int64_t steps);
 
 }  // namespace xdit::app

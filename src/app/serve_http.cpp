@@ -279,7 +279,9 @@ class Server {
     }
     char took[32];
     std::snprintf(took, sizeof took, "%.2f sec", elapsed);
-    json body = {{"message", "Image generated successfully"}, {"elapsed_time", took}};
+    json body = {{"message", "Image generated successfully"},
+                 {"elapsed_time", took},
+                 {"parallel", parallel_label(o_.par.config, r->plan.num_inference_steps)}};
     if (asked.save_disk_path) {
       // Under --output_dir, links refused, written exclusively and renamed
       // into place (serve/output_root.h).
@@ -308,6 +310,7 @@ class Server {
     m.height = r.height;
     m.guidance = r.guidance_scale;
     m.model = model_id_;
+    m.parallel = parallel_label(o_.par.config, r.num_inference_steps);
     m.software_note = "serve";
     return png_metadata(m);
   }

@@ -83,6 +83,7 @@ JobStart start_job(const CLI::App& command, int threads, const std::string& devi
   resolve_parallel_options(par, s.world->size());
   s.mesh = std::make_unique<parallel::Mesh>(par.config, *s.world);
   if (s.world->size() > 1) XDIT_INFO(s.mesh->layout());
+  warn_parallel_options(par);
   return s;
 }
 

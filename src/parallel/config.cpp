@@ -16,9 +16,34 @@ std::string ParallelConfig::describe() const {
   s << "dp=" << data_parallel_degree << " cfg=" << cfg() << " pp=" << pipefusion_parallel_degree
     << " ulysses=" << ulysses_degree << " ring=" << ring_degree << " tp=" << tensor_parallel_degree;
   if (patch_parallel_degree > 1)
-    s << " patch=" << patch_parallel_degree << " (" << patch_mode
+    s << " patch=" << patch_parallel_degree << " (" << (displaced() ? "displaced" : "naive")
       << (full_sync ? ", full_sync" : "") << ")";
   if (parallel_vae()) s << " parallel_vae";
+  return s.str();
+}
+
+int64_t ParallelConfig::sync_steps(int64_t steps) const {
+  if (!stale_method()) return steps;
+  const int n = warmup_steps.value_or(pipefusion_parallel_degree > 1 ? kPipeFusionWarmup
+                                                                     : kDistriFusionWarmup);
+  return std::min<int64_t>(steps, std::max(n, 1));
+}
+
+std::string ParallelConfig::exactness(int64_t steps) const {
+  if (patch_parallel_degree > 1 && !displaced()) return "approximate";
+  return sync_steps(steps) < steps ? "stale" : "exact";
+}
+
+std::string ParallelConfig::label(int64_t steps) const {
+  std::ostringstream s;
+  s << describe();
+  if (pipefusion_parallel_degree > 1)
+    s << "; pipefusion patches "
+      << (num_pipeline_patch > 0 ? num_pipeline_patch : pipefusion_parallel_degree);
+  if (pipefusion_parallel_degree > 1 || (patch_parallel_degree > 1 && displaced()))
+    s << "; sync_mode " << (full_sync ? "full_sync" : "async") << ", warmup "
+      << sync_steps(steps) << " of " << steps << " steps";
+  s << "; " << exactness(steps);
   return s.str();
 }
 
@@ -30,7 +55,7 @@ void ParallelConfig::validate(int world_size) const {
                          {"--patch_parallel_degree", patch_parallel_degree},
                          {"--tensor_parallel_degree", tensor_parallel_degree}})
     XDIT_CHECK(v >= 1, name, " must be at least 1, got ", v);
-  XDIT_CHECK(patch_mode == "displaced" || patch_mode == "naive",
+  XDIT_CHECK(patch_mode.empty() || patch_mode == "displaced" || patch_mode == "naive",
              "--patch_mode must be displaced "
              "(DistriFusion) or naive, got '",
              patch_mode, "'");
@@ -52,12 +77,11 @@ void ParallelConfig::validate(int world_size) const {
              world_size == 1 ? "" : "s",
              ": make dp x cfg x pp x ulysses x ring x patch x tp equal the number of processes "
              "(mpirun -np)");
-  XDIT_CHECK(warmup_steps >= 0, "--warmup_steps must be at least 0, got ", warmup_steps);
+  XDIT_CHECK(warmup_steps.value_or(0) >= 0, "--warmup_steps must be at least 0, got ",
+             warmup_steps.value_or(0));
   for (int n : attn_layer_num_for_pp)
     XDIT_CHECK(n >= 1, "--attn_layer_num_for_pp entries must be at least 1, got ", n);
-  XDIT_CHECK(pipefusion_parallel_degree == 1 || warmup_steps >= 1,
-             "--warmup_steps must be at least 1, got ", warmup_steps,
-             ": PipeFusion fills its K/V buffers in the warm-up steps");
+  validate_method_flags();
   XDIT_CHECK(num_pipeline_patch == 0 || num_pipeline_patch >= pipefusion_parallel_degree,
              "--num_pipeline_patch ", num_pipeline_patch,
              " is smaller than --pipefusion_parallel_degree ", pipefusion_parallel_degree,
@@ -79,6 +103,29 @@ void ParallelConfig::validate(int world_size) const {
                  "--patch_weights must be numbers in ", kMinPatchWeight, " … ", kMaxPatchWeight,
                  " (relative speeds of the ranks), got ", w);
   }
+}
+
+void ParallelConfig::validate_method_flags() const {
+  // Each method's flags act only under it: refused elsewhere, with the
+  // method they belong to, rather than silently ignored.
+  const bool pipefusion = pipefusion_parallel_degree > 1, patch = patch_parallel_degree > 1;
+  XDIT_CHECK(pipefusion || num_pipeline_patch == 0, "--num_pipeline_patch applies to PipeFusion "
+             "(--pipefusion_parallel_degree above 1); this layout (", describe(), ") has none");
+  XDIT_CHECK(pipefusion || attn_layer_num_for_pp.empty(), "--attn_layer_num_for_pp applies to "
+             "PipeFusion (--pipefusion_parallel_degree above 1); this layout (", describe(),
+             ") has none");
+  XDIT_CHECK(patch || patch_mode.empty(), "--patch_mode applies to patch parallelism "
+             "(--patch_parallel_degree above 1, or --parallelism); this layout (", describe(),
+             ") has none");
+  const bool displaced_patch = patch && displaced();
+  XDIT_CHECK(!full_sync || pipefusion || displaced_patch, "--sync_mode full_sync applies to "
+             "PipeFusion and DistriFusion (--patch_parallel_degree with --patch_mode displaced); "
+             "this layout (", describe(), ") has no stale step to make synchronous");
+  XDIT_CHECK(!warmup_steps || pipefusion || displaced_patch, "--warmup_steps applies to PipeFusion "
+             "and DistriFusion (--patch_parallel_degree with --patch_mode displaced); this layout (",
+             describe(), ") has no stale step to warm up");
+  XDIT_CHECK(!warmup_steps || !full_sync, "--warmup_steps with --sync_mode full_sync: every step "
+             "is synchronous already; give one of the two");
 }
 
 void ParallelConfig::validate_request(int64_t heads, int64_t patch_rows, bool cfg,

@@ -27,8 +27,8 @@ struct ParallelConfig {
   // bands over this many ranks, in the sequence-parallel slot of the mesh
   // (it replaces Ulysses / Ring and PipeFusion; it combines with CFG and DP).
   int patch_parallel_degree = 1;
-  std::string patch_mode = "displaced";  // or "naive"
-  bool full_sync = false;                // --sync_mode full_sync: every step exact
+  std::string patch_mode;  // "displaced" (the default when empty) or "naive"
+  bool full_sync = false;  // --sync_mode full_sync: every step synchronous (exact)
   // Uneven devices: each sequence-parallel (or patch) rank's share of the
   // rows in proportion to its weight; empty: as even as possible.
   std::vector<double> patch_weights;
@@ -40,13 +40,35 @@ struct ParallelConfig {
   // split over the ranks of each data-parallel replica. Unset: on under
   // patch parallelism, off otherwise.
   std::optional<bool> use_parallel_vae;
-  // PipeFusion: patches (0 = the PipeFusion degree), warm-up steps, and blocks
-  // per stage (empty = as even as possible).
+  // PipeFusion: patches (0 = the PipeFusion degree) and blocks per stage
+  // (empty = as even as possible).
   int num_pipeline_patch = 0;
-  int warmup_steps = 1;
   std::vector<int> attn_layer_num_for_pp;
+  // The stale methods' (PipeFusion, DistriFusion) warm-up: the first N
+  // steps synchronous on the whole image. Unset: xDiT's defaults, 1 for
+  // PipeFusion and 4 for DistriFusion. See sync_steps().
+  std::optional<int> warmup_steps;
+  static constexpr int kPipeFusionWarmup = 1, kDistriFusionWarmup = 4;
 
   int cfg() const { return use_cfg_parallel ? 2 : 1; }
+  bool displaced() const { return patch_mode != "naive"; }
+  // Whether some step may use stale activations: PipeFusion, or DistriFusion
+  // (displaced patch parallelism), without full_sync.
+  bool stale_method() const {
+    return !full_sync && (pipefusion_parallel_degree > 1 || (patch_parallel_degree > 1 && displaced()));
+  }
+  // How many of `steps` denoising steps run synchronously on the whole
+  // image: all under full_sync or without a stale method; otherwise the
+  // warm-up, at least 1 (the first step has nothing stale to use).
+  int64_t sync_steps(int64_t steps) const;
+  // "exact" (equal to the serial run), "stale" (PipeFusion / DistriFusion
+  // steps after the warm-up use the previous step's activations) or
+  // "approximate" (naive patch: attention inside each band).
+  std::string exactness(int64_t steps) const;
+  // Everything of the layout that changes the numbers, for the image's
+  // metadata, serve's answer, the log and the trace: describe(), the stale
+  // methods' warm-up, patches and sync mode, and exactness().
+  std::string label(int64_t steps) const;
   // The ranks that split the image's token rows: Ulysses × Ring, or the
   // patch-parallel ranks (the two exclude each other; the mesh's "sp" slot
   // holds either).
@@ -71,6 +93,10 @@ struct ParallelConfig {
 
   // Degrees against the number of ranks (before anything is loaded).
   void validate(int world_size) const;
+  // The flags of one method (PipeFusion's patches, blocks per stage and
+  // warm-up; patch parallelism's mode; the sync mode) refused where their
+  // method is not in the layout.
+  void validate_method_flags() const;
   // Degrees against the model and the request: heads divisible by the
   // tensor-parallel degree, each TP rank's heads by Ulysses,
   // a patch row per sequence-parallel rank (uneven shares are fine), one per PipeFusion

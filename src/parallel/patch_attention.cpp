@@ -87,6 +87,19 @@ void PatchAttention::complete(Layer& l) {
               l.share[static_cast<size_t>(p)], l.text + l.offset[static_cast<size_t>(p)]);
 }
 
+void PatchAttention::share_text_rows(const kernels::AttentionArgs& args, int64_t batch,
+                                     int64_t text, int64_t n) {
+  const int64_t hd = args.heads * args.head_dim, item = text * hd;
+  float* rows = text_rows_.get(static_cast<size_t>(batch * item));
+  for (int64_t b = 0; b < batch; ++b)
+    kernels::copy_rows(rows + b * item, hd, args.out + b * (text + n) * args.out_stride,
+                       args.out_stride, text, hd);
+  group_.broadcast(rows, static_cast<size_t>(batch * item), comm::Type::kF32, 0);
+  for (int64_t b = 0; b < batch; ++b)
+    kernels::copy_rows(args.out + b * (text + n) * args.out_stride, args.out_stride,
+                       rows + b * item, hd, text, hd);
+}
+
 void PatchAttention::attend(const kernels::AttentionArgs& args, const nn::AttentionSite& site) {
   if (site.cross || !displaced_ || group_.size() == 1) {
     kernels::attention(args);  // cross-attention, or naive: the band alone
@@ -186,6 +199,7 @@ void PatchAttention::attend(const kernels::AttentionArgs& args, const nn::Attent
   a.scale = args.scale;
   a.bf16 = l.bf16;
   kernels::attention(a);
+  if (text > 0 && !sync) share_text_rows(args, B, text, n);
   // After a stale step, send this step's K/V on for the next one.
   if (!sync_ && !last_step_) {
     const size_t item = static_cast<size_t>(n * hd) * l.esz, fresh = 2 * B * item;

@@ -20,7 +20,7 @@ const std::vector<ParallelMethod>& methods() {
       {"patch", [](const ParallelConfig& pc) { return pc.patch_parallel_degree > 1; },
        [](Mesh& m) -> std::unique_ptr<nn::AttentionBackend> {
          const ParallelConfig& pc = m.config();
-         return std::make_unique<PatchAttention>(*m.model_groups().sp, pc.patch_mode == "displaced",
+         return std::make_unique<PatchAttention>(*m.model_groups().sp, pc.displaced(),
                                                  pc.full_sync);
        }},
       {"USP", [](const ParallelConfig& pc) { return pc.row_split_degree() > 1; },
@@ -105,7 +105,7 @@ Tensor ParallelRuntime::gather(Tensor out, bool cfg_halves, int64_t r0, int64_t 
 }
 
 void ParallelRuntime::begin_step(int64_t i, int64_t n) const {
-  if (backend_) backend_->begin_step(i, n, i < mesh_->config().warmup_steps);
+  if (backend_) backend_->begin_step(i, n, i < mesh_->config().sync_steps(n));
 }
 
 void ParallelRuntime::release() {

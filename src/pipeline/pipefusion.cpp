@@ -141,7 +141,7 @@ Tensor Denoiser::pipefusion_loop() {
               M);
   const auto& ts = sched_.timesteps();
   const int64_t S = static_cast<int64_t>(ts.size());
-  const int64_t warmup = std::min<int64_t>(pc.warmup_steps, S);
+  const int64_t warmup = pc.sync_steps(S);  // all of them under --sync_mode full_sync
   pf_stats_ = {};
   for (StepHook* hook : hooks_) hook->begin_loop(*this);
 

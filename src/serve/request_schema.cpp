@@ -369,8 +369,11 @@ json openapi() {
   gen["elapsed_time"] = typed("string", "seconds, e.g. \"1.23 sec\"");
   gen["output"] = typed("string", "the PNG in base64, or its path when save_disk_path was given");
   gen["save_to_disk"] = typed("boolean");
+  gen["parallel"] = typed("string",
+                          "the layout that made the image: method, degrees, warm-up, patches, "
+                          "sync mode, and exact / stale / approximate");
   schemas["GenerateResponse"] =
-      object_schema({"message", "elapsed_time", "output", "save_to_disk"}, gen);
+      object_schema({"message", "elapsed_time", "output", "save_to_disk", "parallel"}, gen);
   json item = json::object();
   item["b64_json"] = typed("string", "a PNG in base64");
   json data = typed("array");

@@ -475,6 +475,64 @@ TEST_F(CliMpi, PipeFusionTraceShowsEachStagesPatches) {
   EXPECT_EQ((count[{1, "compute"}]), 9);
   EXPECT_EQ((count[{1, "scheduler"}]), 8);  // the last stage steps each patch
   EXPECT_GT((count[{0, "comm"}]), 0);
+  // The layout beside the events: what makes this trace's numbers.
+  EXPECT_EQ(j.at("otherData").at("parallel"),
+            "dp=1 cfg=1 pp=2 ulysses=1 ring=1 tp=1; pipefusion patches 4; sync_mode async, "
+            "warmup 1 of 3 steps; stale");
+}
+
+// The PNG's "parallel" text says how the image was made and whether it is the
+// serial run's: exact, stale (PipeFusion / DistriFusion after the warm-up)
+// or approximate (naive patch, which also warns once).
+TEST_F(CliMpi, MetadataSaysExactStaleOrApproximate) {
+  const std::vector<std::pair<std::string, std::string>> runs = {
+      {"--ulysses_degree 2", "dp=1 cfg=1 pp=1 ulysses=2 ring=1 tp=1; exact"},
+      {"--pipefusion_parallel_degree 2", "; pipefusion patches 2; sync_mode async, warmup 1 of 3 "
+                                         "steps; stale"},
+      {"--pipefusion_parallel_degree 2 --sync_mode full_sync",
+       "; pipefusion patches 2; sync_mode full_sync, warmup 3 of 3 steps; exact"},
+      {"--patch_parallel_degree 2 --warmup_steps 2", "patch=2 (displaced) parallel_vae; "
+                                                     "sync_mode async, warmup 2 of 3 steps; stale"},
+      {"--patch_parallel_degree 2 --patch_mode naive", "patch=2 (naive) parallel_vae; approximate"},
+  };
+  for (const auto& [flags, want] : runs) {
+    SCOPED_TRACE(flags);
+    fs::remove(path("m_0.png"));
+    const Result r = run(2, args("m.png", flags));
+    ASSERT_EQ(r.code, 0) << r.err;
+    const std::string text = io::read_png(path("m_0.png")).text["parallel"];
+    EXPECT_NE(text.find(want), std::string::npos) << text;
+    EXPECT_EQ(text.size() - text.rfind(want), want.size()) << text;  // at the end
+    const bool naive = flags.find("naive") != std::string::npos;
+    EXPECT_EQ(r.err.find("warning: --patch_mode naive is approximate") != std::string::npos, naive)
+        << r.err;
+  }
+}
+
+// A flag of a method the layout does not have is refused in one line on every
+// rank before any work; the legacy sync modes are accepted with a note.
+TEST_F(CliMpi, FlagsOfAnAbsentMethodAreRefused) {
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"--ulysses_degree 2 --num_pipeline_patch 4", "--num_pipeline_patch applies to PipeFusion"},
+      {"--ring_degree 2 --warmup_steps 2", "--warmup_steps applies to PipeFusion and DistriFusion"},
+      {"--ulysses_degree 2 --patch_mode naive", "--patch_mode applies to patch parallelism"},
+      {"--use_cfg_parallel --sync_mode full_sync", "--sync_mode full_sync applies to PipeFusion"},
+      {"--ulysses_degree 2 --attn_layer_num_for_pp 1,1", "--attn_layer_num_for_pp applies to "},
+  };
+  for (const auto& [flags, want] : refused) {
+    SCOPED_TRACE(flags);
+    const Result r = run(2, args("x.png", flags));
+    EXPECT_NE(r.code, 0);
+    for (const char* rank : {"[rank 0/2] ", "[rank 1/2] "})
+      EXPECT_NE(r.err.find(std::string(rank) + want), std::string::npos) << r.err;
+    EXPECT_FALSE(fs::exists(path("x_0.png")));
+  }
+  const Result legacy = run(2, args("l.png", "--patch_parallel_degree 2 --sync_mode stale_gn"));
+  ASSERT_EQ(legacy.code, 0) << legacy.err;
+  EXPECT_NE(legacy.err.find("stale_gn and corrected_async_gn differ in how DistriFusion corrects "
+                            "a GroupNorm across patches; a transformer has none"),
+            std::string::npos)
+      << legacy.err;
 }
 
 TEST_F(CliMpi, NonFiniteLatentsEndEveryRankAndWriteNothing) {

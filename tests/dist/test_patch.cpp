@@ -55,7 +55,7 @@ ParallelConfig patch(const std::string& mode) {
   ParallelConfig c;
   c.patch_parallel_degree = world().size();
   c.patch_mode = mode;
-  c.warmup_steps = 1;
+  if (mode == "displaced") c.warmup_steps = 1;  // DistriFusion's flag (naive has no warm-up)
   return c;
 }
 
@@ -210,6 +210,98 @@ TEST(PatchDisplaced, AStaleStepAttendsOwnFreshAndOthersPreviousKV) {
     std::vector<float> fresh(out.size());
     kernels::attention(args(qb.data(), k[2].data(), v[2].data(), total, fresh.data()));
     EXPECT_GT(test::rel_max_err(fresh, want), 1e-3);
+  }
+}
+
+// Joint attention (FLUX, SD3) under DistriFusion: the text stream is
+// replicated, so its rows must stay bit-equal on every rank after a stale
+// step, although each rank's own view (its fresh band beside the others'
+// stale ones) would give each rank other text rows.
+TEST(PatchDisplaced, JointAttentionKeepsTheTextRowsEqualOnEveryRank) {
+  const int n = world().size(), me = world().rank();
+  const int64_t B = 2, H = 2, D = 7, hd = H * D, text = 5;
+  std::vector<int64_t> share;
+  for (int p = 0; p < n; ++p) share.push_back(4 + p);  // uneven bands
+  const int64_t total = std::accumulate(share.begin(), share.end(), int64_t{0});
+  const int64_t all_len = text + total;
+  const auto args = [&](const float* q, const float* k, const float* v, int64_t q_len,
+                        int64_t kv_len, float* out) {
+    kernels::AttentionArgs a;
+    a.q = q;
+    a.k = k;
+    a.v = v;
+    a.q_stride = a.k_stride = a.v_stride = a.out_stride = hd;
+    a.out = out;
+    a.batch = B;
+    a.heads = H;
+    a.q_len = q_len;
+    a.kv_len = kv_len;
+    a.head_dim = D;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    return a;
+  };
+  // The text rows [B, text, H·D] of [B, len, H·D] rows.
+  const auto text_rows = [&](const std::vector<float>& x, int64_t len) {
+    std::vector<float> o;
+    for (int64_t b = 0; b < B; ++b)
+      o.insert(o.end(), x.begin() + b * len * hd, x.begin() + (b * len + text) * hd);
+    return o;
+  };
+  // Rank p's sequence of `whole` [B, text + total, H·D]: the text, then its band.
+  const auto rank_rows = [&](const std::vector<float>& whole, int p) {
+    const auto [r0, r1] = parallel::row_share(0, share, p);
+    std::vector<float> o;
+    for (int64_t b = 0; b < B; ++b) {
+      const auto row = [&](int64_t t) { return whole.begin() + (b * all_len + t) * hd; };
+      o.insert(o.end(), row(0), row(text));
+      o.insert(o.end(), row(text + r0), row(text + r1));
+    }
+    return o;
+  };
+  const auto [t0, t1] = parallel::row_share(0, share, me);
+  const int64_t len = text + (t1 - t0);
+  parallel::PatchAttention pa(world(), true, false);
+  pa.set_sequence_split(share);
+  std::vector<std::vector<float>> whole[3];  // q, k, v of each step, the same on every rank
+  for (int s = 0; s < 3; ++s) {               // a sync step, then two stale ones
+    TorchGenerator g(static_cast<uint64_t>(90 + s));
+    for (int t = 0; t < 3; ++t) whole[t].push_back(g.randn({B, all_len, hd}).to_vector());
+    const auto q = rank_rows(whole[0][s], me), k = rank_rows(whole[1][s], me),
+               v = rank_rows(whole[2][s], me);
+    std::vector<float> out(q.size(), 0.0f);
+    pa.begin_step(s, 3, s == 0);
+    pa.attend(args(q.data(), k.data(), v.data(), len, len, out.data()), {0, false, text});
+    const std::vector<float> rows = text_rows(out, len);
+    std::vector<float> all(rows.size() * static_cast<size_t>(n));
+    world().allgather(rows.data(), all.data(), rows.size(), comm::Type::kF32);
+    for (int p = 1; p < n; ++p)
+      EXPECT_TRUE(std::equal(rows.begin(), rows.end(), all.begin() + rows.size() * p))
+          << "step " << s << ": rank " << p << "'s text rows differ from rank 0's";
+    if (s < 2) continue;
+    // Each rank's own view of the last step (its band fresh, the others'
+    // from step 1, the text fresh): rank 0's is what every rank holds, and
+    // another rank's differs (so without the sharing the ranks would drift).
+    for (int p = 0; p < n; ++p) {
+      const auto [r0, r1] = parallel::row_share(0, share, p);
+      std::vector<float> kv[2] = {whole[1][1], whole[2][1]};
+      for (int t = 0; t < 2; ++t)
+        for (int64_t b = 0; b < B; ++b) {
+          const auto& fresh = whole[1 + t][2];
+          const int64_t at = b * all_len * hd;
+          std::copy(fresh.begin() + at, fresh.begin() + at + text * hd, kv[t].begin() + at);
+          std::copy(fresh.begin() + at + (text + r0) * hd, fresh.begin() + at + (text + r1) * hd,
+                    kv[t].begin() + at + (text + r0) * hd);
+        }
+      const auto qp = rank_rows(whole[0][2], p);
+      const int64_t lp = text + (r1 - r0);
+      std::vector<float> view(qp.size());
+      kernels::attention(args(qp.data(), kv[0].data(), kv[1].data(), lp, all_len, view.data()));
+      const double err = test::rel_max_err(text_rows(view, lp), rows);
+      if (p == 0)
+        EXPECT_LE(err, 1e-6) << "the text rows are not rank 0's view";
+      else
+        EXPECT_GT(err, 1e-3) << "rank " << p << "'s own view should differ from rank 0's";
+    }
   }
 }
 

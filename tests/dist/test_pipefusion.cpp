@@ -140,6 +140,37 @@ TEST(PipeFusion, FullWarmupEqualsSerial) {
   }
 }
 
+// --sync_mode full_sync: every step synchronous on the whole image, whatever
+// the warm-up would be: the serial run's latents (4 steps, 1 warm-up step by
+// default: a stale pipeline would differ from step 2 on).
+TEST(PipeFusion, FullSyncEqualsSerial) {
+  const int n = world().size();
+  const int64_t S = 4;
+  ParallelConfig c = pf(n, 2 * n, 0);
+  c.warmup_steps.reset();
+  c.full_sync = true;
+  EXPECT_EQ(c.sync_steps(S), S);
+  EXPECT_EQ(c.exactness(S), "exact");
+  const PfRun r = run_pf(c, S);
+  EXPECT_LE(test::rel_max_err(r.latents.to_vector(), serial(S).to_vector()), 1e-4);
+  c.full_sync = false;  // the same layout, stale: must not be the serial run
+  EXPECT_EQ(c.exactness(S), "stale");
+  const PfRun stale = run_pf(c, S);
+  EXPECT_GT(test::rel_max_err(stale.latents.to_vector(), serial(S).to_vector()), 1e-4);
+}
+
+// --warmup_steps 0 is accepted (as xDiT does) and is warm-up 1: the first
+// step has nothing stale to use, so it runs synchronously regardless.
+TEST(PipeFusion, WarmupZeroIsWarmupOne) {
+  const int n = world().size();
+  const int64_t S = 3;
+  EXPECT_EQ(pf(n, n, 0).sync_steps(S), 1);
+  EXPECT_EQ(pf(n, n, 2).sync_steps(S), 2);
+  EXPECT_EQ(pf(n, n, 9).sync_steps(S), S);
+  const PfRun zero = run_pf(pf(n, n, 0), S), one = run_pf(pf(n, n, 1), S);
+  EXPECT_EQ(test::rel_max_err(zero.latents.to_vector(), one.latents.to_vector()), 0.0);
+}
+
 TEST(PipeFusion, UnevenStagesWithFullWarmup) {
   const int n = world().size();
   std::vector<int> layers(static_cast<size_t>(n), 1);
@@ -397,8 +428,7 @@ TEST(PipeFusion, ConfigurationErrors) {
   EXPECT_NE(
       message([] { pf(2, 1, 1).validate(2); }).find("smaller than --pipefusion_parallel_degree"),
       std::string::npos);
-  EXPECT_NE(message([] { pf(2, 2, 0).validate(2); }).find("--warmup_steps must be at least 1"),
-            std::string::npos);
+  EXPECT_NO_THROW(pf(2, 2, 0).validate(2));  // warm-up 0: the first step is synchronous anyway
   // 2 patch rows over 2 Ulysses ranks leave one row per SP rank for 2 stages
   // — enough; 2 rows over ring 2 with 4 stages are not.
   EXPECT_NO_THROW(pf(2, 2, 1, {}, false, 2, 1).validate_request(2, 4, true));

@@ -37,7 +37,12 @@ TEST_F(ServeMpi, Ulysses2ServesTheSerialImage) {
                    " --prompt 'a harbour at dusk' --height 96 --width 64 --seed 3 "
                    "--num_inference_steps 3",
                "serial.png");
-  EXPECT_LE(test::max_pixel_diff(test::png_of_base64(r.body["output"]), want), 1);
+  const io::PngImage served = test::png_of_base64(r.body["output"]);
+  EXPECT_LE(test::max_pixel_diff(served, want), 1);
+  // The answer and the PNG name the layout and that the image is exact.
+  const std::string layout = "dp=1 cfg=1 pp=1 ulysses=2 ring=1 tp=1; exact";
+  EXPECT_EQ(r.body["parallel"], layout);
+  EXPECT_EQ(served.text.at("parallel"), layout);
   const test::CommandResult end = s.stop();
   EXPECT_EQ(end.code, 0) << end.err;
   EXPECT_NE(end.err.find("stopped: 1 request served"), std::string::npos) << end.err;
