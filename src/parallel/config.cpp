@@ -37,6 +37,10 @@ std::string ParallelConfig::exactness(int64_t steps) const {
 std::string ParallelConfig::label(int64_t steps) const {
   std::ostringstream s;
   s << describe();
+  if (!patch_weights.empty()) {
+    s << "; patch_weights ";
+    for (size_t i = 0; i < patch_weights.size(); ++i) s << (i ? "," : "") << patch_weights[i];
+  }
   if (pipefusion_parallel_degree > 1)
     s << "; pipefusion patches "
       << (num_pipeline_patch > 0 ? num_pipeline_patch : pipefusion_parallel_degree);
@@ -91,17 +95,22 @@ void ParallelConfig::validate(int world_size) const {
   XDIT_CHECK(!auto_weights || (row_split_degree() > 1 && pipefusion_parallel_degree == 1),
              "--patch_weights auto calibrates the ranks that split the rows on one step: it "
              "needs --ulysses_degree, --ring_degree or --patch_parallel_degree above 1 and no "
-             "PipeFusion (give PipeFusion's weights by hand, e.g. --patch_weights 2,1)");
+             "PipeFusion (under PipeFusion give the weights of the ranks that split the rows "
+             "by hand, e.g. --pipefusion_parallel_degree 2 --ulysses_degree 2 --patch_weights "
+             "2,1)");
   if (!patch_weights.empty()) {
-    XDIT_CHECK(static_cast<int>(patch_weights.size()) == row_split_degree(), "--patch_weights has ",
-               patch_weights.size(), " weights but there are ", row_split_degree(),
-               " ranks splitting the rows (ulysses x ring x patch): give one per rank");
     // Relative speeds: bounded so that their sum and rows x weight / sum
     // stay far inside a double's and an int64's range.
     for (double w : patch_weights)
       XDIT_CHECK(std::isfinite(w) && w >= kMinPatchWeight && w <= kMaxPatchWeight,
                  "--patch_weights must be numbers in ", kMinPatchWeight, " … ", kMaxPatchWeight,
                  " (relative speeds of the ranks), got ", w);
+    XDIT_CHECK(row_split_degree() > 1, "--patch_weights applies to the ranks that split the "
+               "image's rows (--ulysses_degree, --ring_degree or --patch_parallel_degree above 1); "
+               "this layout (", describe(), ") has none");
+    XDIT_CHECK(static_cast<int>(patch_weights.size()) == row_split_degree(), "--patch_weights has ",
+               patch_weights.size(), " weights but there are ", row_split_degree(),
+               " ranks splitting the rows (ulysses x ring x patch): give one per rank");
   }
 }
 

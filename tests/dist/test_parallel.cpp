@@ -501,6 +501,8 @@ TEST(ParallelConfigLabel, NamesEverythingThatChangesTheNumbers) {
   naive.patch_mode = "naive";
   EXPECT_EQ(naive.exactness(S), "approximate");
   EXPECT_EQ(naive.sync_steps(S), S);  // nothing stale, nothing synchronous to wait for
+  EXPECT_EQ(weighted(layout(1, false, 2, 1), {3, 1}).label(S),
+            "dp=1 cfg=1 pp=1 ulysses=2 ring=1 tp=1; patch_weights 3,1; exact");
 }
 
 TEST(ParallelConfigErrors, OneClearMessageEach) {
@@ -559,6 +561,11 @@ TEST(ParallelConfigErrors, OneClearMessageEach) {
           "--sync_mode full_sync applies to PipeFusion and DistriFusion");
   refused([](ParallelConfig& c) { c.warmup_steps = 2; }, patch(1, false, 2, true),
           "every step is synchronous already");
+  refused([](ParallelConfig& c) { c.patch_weights = {2}; }, layout(1, true, 1, 1),
+          "--patch_weights applies to the ranks that split the image's rows");
+  // The command the auto refusal suggests under PipeFusion is one that runs.
+  ParallelConfig suggested = weighted(layout(1, false, 2, 1, 2), {2, 1});
+  EXPECT_NO_THROW(suggested.validate(4));
   EXPECT_NE(message([] {
               ParallelConfig c = patch(1, false, 2, false);
               c.patch_mode = "sideways";
