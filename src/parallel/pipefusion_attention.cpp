@@ -91,6 +91,7 @@ std::vector<float> PipeFusionAttention::unpack(const Buffer& buf, bool keys) con
 
 void PipeFusionAttention::attend(const kernels::AttentionArgs& args,
                                  const nn::AttentionSite& site) {
+  if (progress_) progress_();  // between blocks: the pipeline's messages move on
   if (site.cross) {
     kernels::attention(args);
     return;

@@ -23,6 +23,7 @@
 // the mesh's device communicators.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -55,6 +56,11 @@ class PipeFusionAttention : public nn::AttentionBackend {
   // Test switch: a pipeline that "forgets to refresh" its buffers after the
   // warm-up (the deviation tests must catch it).
   void set_refresh(bool refresh) { refresh_ = refresh; }
+  // Called at the start of every attention call, i.e. between the blocks of
+  // a stage's forward: the pipeline tests its in-flight sends and receives
+  // there, since MPI (MPI_THREAD_FUNNELED, no progress thread) moves a large
+  // rendezvous message only inside MPI calls and a forward makes none.
+  void set_progress(std::function<void()> progress) { progress_ = std::move(progress); }
 
  private:
   // K and V as the attention kernel packs them (head-major [B, H, total, D],
@@ -84,6 +90,7 @@ class PipeFusionAttention : public nn::AttentionBackend {
   std::vector<int64_t> split_;  // image tokens per SP rank of the window, or empty (equal)
   int64_t total_ = 0, t0_ = 0, t1_ = 0;
   bool refresh_ = true;
+  std::function<void()> progress_;
   comm::Communicator* ulysses_ = nullptr;
   comm::Communicator* ring_ = nullptr;
   std::unique_ptr<UlyssesExchange> exchange_;

@@ -53,7 +53,13 @@ void UspAttention::ring_attention(const float* q, const float* k, const float* v
     a.key_mask = nn::on_current_device(mask, mask_);
     a.out = step == 0 ? out : part;
     a.lse = step == 0 ? lse : lse_part;
-    kernels::attention(a);
+    if (rreq && !current_device().cuda())
+      attention_in_pieces(a, [&] {
+        rreq->test();  // the next block's K/V move while this one is attended
+        sreq->test();
+      });
+    else
+      kernels::attention(a);
     if (step > 0) kernels::attention_merge(out, lse, part, lse_part, B, S, H, D);
     if (step + 1 < r) {
       rreq->wait();
@@ -61,6 +67,29 @@ void UspAttention::ring_attention(const float* q, const float* k, const float* v
       std::swap(kv, kv_next);
     }
   }
+}
+
+void UspAttention::attention_in_pieces(const kernels::AttentionArgs& a,
+                                       const std::function<void()>& progress) {
+  // Per batch item and group of heads: each piece's lse rows [heads, q_len]
+  // are contiguous in the whole [B, H, q_len], and its q/k/v/out columns an
+  // offset within the rows (the strides stay the row's).
+  const int64_t groups = std::min<int64_t>(a.heads, kRingPieces), D = a.head_dim;
+  for (int64_t b = 0; b < a.batch; ++b)
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t h0 = a.heads * g / groups, h1 = a.heads * (g + 1) / groups;
+      kernels::AttentionArgs p = a;
+      p.batch = 1;
+      p.heads = h1 - h0;
+      p.q = a.q + b * a.q_len * a.q_stride + h0 * D;
+      p.k = a.k + b * a.kv_len * a.k_stride + h0 * D;
+      p.v = a.v + b * a.kv_len * a.v_stride + h0 * D;
+      p.out = a.out + b * a.q_len * a.out_stride + h0 * D;
+      p.lse = a.lse + (b * a.heads + h0) * a.q_len;
+      if (a.key_mask != nullptr) p.key_mask = a.key_mask + b * a.kv_len;
+      kernels::attention(p);
+      progress();
+    }
 }
 
 void check_sequence_parallel_args(const kernels::AttentionArgs& args, int u, int64_t text) {

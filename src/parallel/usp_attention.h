@@ -15,6 +15,7 @@
 // communicators: NCCL, or host-staged). The same code runs on the CPU.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -70,6 +71,14 @@ class UspAttention : public nn::AttentionBackend {
   void ring_attention(const float* q, const float* k, const float* v, float* out, int64_t batch,
                       int64_t heads, int64_t text, int64_t tokens, int64_t head_dim, float scale,
                       bool bf16);
+  // On the CPU, while the next block's K/V are in flight: `a` attended per
+  // batch item and group of heads (up to kRingPieces groups), `progress`
+  // called after each piece, so that MPI moves a large (rendezvous) message
+  // during the compute rather than only at the wait (MPI_THREAD_FUNNELED,
+  // no progress thread). The same result as one call.
+  static void attention_in_pieces(const kernels::AttentionArgs& a,
+                                  const std::function<void()>& progress);
+  static constexpr int64_t kRingPieces = 4;
   comm::Communicator& ulysses_;
   comm::Communicator& ring_;
   UlyssesExchange exchange_;

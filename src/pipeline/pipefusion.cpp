@@ -47,6 +47,11 @@ class Outbox {
     for (auto& p : pending_) p.second->wait();
     pending_.clear();
   }
+  // Pushes every in-flight send on (between a forward's blocks).
+  void progress() {
+    for (auto& p : pending_) p.second->test();
+    while (!pending_.empty() && pending_.front().second->test()) pending_.pop_front();
+  }
 
  private:
   comm::Communicator& c_;
@@ -194,6 +199,13 @@ Tensor Denoiser::pipefusion_loop() {
   }
 
   Outbox outbox(pp);
+  // Between the blocks of each forward, the in-flight messages are tested
+  // (PipeFusionAttention::set_progress); cleared before they go out of scope.
+  struct ProgressScope {
+    parallel::PipeFusionAttention* pf;
+    ~ProgressScope() { pf->set_progress({}); }
+  } progress_scope{pipefusion};
+  pipefusion->set_progress([&outbox] { outbox.progress(); });
   int msg = 0;                            // message index, the same sequence on every stage
   for (int64_t i = 0; i < warmup; ++i) {  // warm-up: the whole image, synchronously
     const auto t0 = std::chrono::steady_clock::now();
@@ -277,6 +289,11 @@ Tensor Denoiser::pipefusion_loop() {
     return t;
   };
   Pending pending = post(warmup, 0, msg);
+  pipefusion->set_progress([&outbox, &pending] {
+    outbox.progress();
+    if (pending.data) pending.data->test();
+    if (pending.clock) pending.clock->test();
+  });
   for (int64_t i = warmup; i < S; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     const StepInfo info{i, S, ts[static_cast<size_t>(i)]};
