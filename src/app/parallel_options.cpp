@@ -48,7 +48,8 @@ void add_parallel_options(CLI::App* cmd, ParallelOptions& o) {
   cmd->add_option("--patch_weights,--patch-weights", o.patch_weights,
                   "uneven devices: each rank splitting the rows (sequence or patch parallel) "
                   "takes rows in proportion to its weight, e.g. 2,1; auto: from one timed "
-                  "calibration step (logged)")
+                  "calibration step (logged); dynamic: even at first, then re-split between "
+                  "steps as the ranks' measured speeds drift apart (logged)")
       ->delimiter(',')
       ->group(par);
   cmd->add_option("--parallelism", o.parallelism,
@@ -99,9 +100,9 @@ void resolve_parallel_options(ParallelOptions& o, int world_size) {
   o.config.full_sync = o.sync_mode == "full_sync";
   if (o.warmup_flag->count() > 0) o.config.warmup_steps = o.warmup_steps;
   for (const std::string& w : o.patch_weights) {
-    if (w == "auto") {
-      XDIT_CHECK(o.patch_weights.size() == 1, "--patch_weights is either auto or numbers");
-      o.config.auto_weights = true;
+    if (w == "auto" || w == "dynamic") {
+      XDIT_CHECK(o.patch_weights.size() == 1, "--patch_weights is either auto, dynamic or numbers");
+      (w == "auto" ? o.config.auto_weights : o.config.dynamic_weights) = true;
       continue;
     }
     double x = 0;

@@ -21,6 +21,45 @@ std::string Calibration::describe() const {
   return s.str();
 }
 
+double waited_seconds(Mesh& mesh) {
+  const Mesh::ModelGroups& m = mesh.model_groups();  // the groups the attention waits on
+  double waited = 0;
+  for (comm::Communicator* g : {m.sp, m.ulysses, m.ring}) waited += g->stats().seconds;
+  return waited;
+}
+
+std::vector<float> gather_compute(Mesh& mesh, double wall, double waited) {
+  // Never below a millisecond: a step that is all communication says nothing.
+  const float compute = static_cast<float>(std::max(wall - waited, 1e-3));
+  std::vector<float> all(static_cast<size_t>(mesh.world().size()));
+  mesh.world().allgather(&compute, all.data(), 1, comm::Type::kF32);
+  return all;
+}
+
+Speeds weights_from_compute(const ParallelConfig& pc, const std::vector<int64_t>& rows,
+                            const std::vector<float>& compute) {
+  const int n = pc.row_split_degree();
+  std::vector<double> speed(static_cast<size_t>(n), 0.0), seconds(speed.size(), 0.0),
+      count(speed.size(), 0.0);
+  for (int r = 0; r < static_cast<int>(compute.size()); ++r) {
+    const auto k = static_cast<size_t>(Mesh::coord_of(pc, r).sp);
+    speed[k] += static_cast<double>(rows[k]) / compute[static_cast<size_t>(r)];
+    seconds[k] += compute[static_cast<size_t>(r)];
+    count[k] += 1;
+  }
+  Speeds s;
+  for (size_t k = 0; k < speed.size(); ++k) {
+    s.weights.push_back(speed[k] / count[k]);
+    seconds[k] /= count[k];
+  }
+  const double top = *std::max_element(s.weights.begin(), s.weights.end());
+  for (double& w : s.weights)  // (a rank a thousand times slower still gets a sliver)
+    w = std::max(w / top, ParallelConfig::kMinPatchWeight);
+  const auto [lo, hi] = std::minmax_element(seconds.begin(), seconds.end());
+  s.imbalance = (*hi - *lo) / *hi;
+  return s;
+}
+
 Calibration calibrate_weights(Mesh& mesh, int64_t rows,
                               const std::function<void(int64_t, int64_t)>& step) {
   const ParallelConfig& pc = mesh.config();
@@ -28,34 +67,15 @@ Calibration calibrate_weights(Mesh& mesh, int64_t rows,
   XDIT_CHECK(rows >= n, "--patch_weights auto: ", rows, " rows cannot give each of the ", n,
              " ranks a row");
   const auto [b, e] = row_share(0, rows, n, mesh.coord().sp);
-  const Mesh::ModelGroups& m = mesh.model_groups();  // the groups the attention waits on
-  comm::Communicator* groups[] = {m.sp, m.ulysses, m.ring};
-  double waited = 0;
-  for (auto* g : groups) waited -= g->stats().seconds;
+  const double waited0 = waited_seconds(mesh);
   mesh.world().barrier();
   const auto t0 = std::chrono::steady_clock::now();
   step(b, e);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  for (auto* g : groups) waited += g->stats().seconds;
-  // Never below a millisecond: a step that is all communication says nothing.
-  const float compute = static_cast<float>(std::max(wall - waited, 1e-3));
-  const int world = mesh.world().size();
-  std::vector<float> all(static_cast<size_t>(world));
-  mesh.world().allgather(&compute, all.data(), 1, comm::Type::kF32);
   Calibration c;
-  std::vector<double> sum(static_cast<size_t>(n), 0.0), count(sum.size(), 0.0);
-  for (int r = 0; r < world; ++r) {
-    const Coord k = Mesh::coord_of(pc, r);
-    const auto [rb, re] = row_share(0, rows, n, k.sp);
-    sum[static_cast<size_t>(k.sp)] += static_cast<double>(re - rb) / all[static_cast<size_t>(r)];
-    count[static_cast<size_t>(k.sp)] += 1;
-    c.compute_seconds.push_back(all[static_cast<size_t>(r)]);
-  }
-  for (int k = 0; k < n; ++k)
-    c.weights.push_back(sum[static_cast<size_t>(k)] / count[static_cast<size_t>(k)]);
-  const double top = *std::max_element(c.weights.begin(), c.weights.end());
-  for (double& w : c.weights)  // (a rank a thousand times slower still gets a sliver)
-    w = std::max(w / top, ParallelConfig::kMinPatchWeight);
+  const std::vector<float> all = gather_compute(mesh, wall, waited_seconds(mesh) - waited0);
+  c.compute_seconds.assign(all.begin(), all.end());
+  c.weights = weights_from_compute(pc, row_counts(rows, n), all).weights;
   return c;
 }
 

@@ -22,6 +22,26 @@ struct Calibration {
   std::string describe() const;         // "weights 1.00,0.48 (compute 0.81 s, 1.69 s)"
 };
 
+// The weights from measured compute: `compute` holds every rank's seconds
+// (world rank order) for the rows `rows[k]` of each SP position k. A
+// position's speed is rows / seconds, the mean over the ranks at that
+// position; the weights are the speeds over the fastest (at least
+// kMinPatchWeight). `imbalance`: (slowest − fastest) / slowest of the
+// positions' mean compute seconds (0: balanced).
+struct Speeds {
+  std::vector<double> weights;
+  double imbalance = 0;
+};
+Speeds weights_from_compute(const ParallelConfig& pc, const std::vector<int64_t>& rows,
+                            const std::vector<float>& compute);
+
+// The seconds this rank has spent inside the mesh's row-splitting
+// communicators (where a fast rank waits for a slow one), so far.
+double waited_seconds(Mesh& mesh);
+// Every rank's compute seconds (`wall` less `waited`, at least 1 ms), in
+// world rank order. Collective over the world.
+std::vector<float> gather_compute(Mesh& mesh, double wall, double waited);
+
 // `step(begin, end)` runs this rank's forward over rows [begin, end) of
 // `rows` split evenly over the SP group.
 Calibration calibrate_weights(Mesh& mesh, int64_t rows,

@@ -37,9 +37,11 @@ std::string ParallelConfig::exactness(int64_t steps) const {
 std::string ParallelConfig::label(int64_t steps) const {
   std::ostringstream s;
   s << describe();
+  if (dynamic_weights) s << "; patch_weights dynamic";
   if (!patch_weights.empty()) {
-    s << "; patch_weights ";
+    s << (dynamic_weights ? " (now " : "; patch_weights ");
     for (size_t i = 0; i < patch_weights.size(); ++i) s << (i ? "," : "") << patch_weights[i];
+    if (dynamic_weights) s << ")";
   }
   if (pipefusion_parallel_degree > 1)
     s << "; pipefusion patches "
@@ -90,8 +92,12 @@ void ParallelConfig::validate(int world_size) const {
              "--num_pipeline_patch ", num_pipeline_patch,
              " is smaller than --pipefusion_parallel_degree ", pipefusion_parallel_degree,
              ": PipeFusion needs at least one patch per stage");
-  XDIT_CHECK(!auto_weights || patch_weights.empty(),
-             "--patch_weights is either auto or numbers, not both");
+  XDIT_CHECK(!(auto_weights || dynamic_weights) || patch_weights.empty(),
+             "--patch_weights is either auto, dynamic or numbers");
+  XDIT_CHECK(!dynamic_weights || (row_split_degree() > 1 && pipefusion_parallel_degree == 1),
+             "--patch_weights dynamic re-splits the rows of the ranks that split them between "
+             "steps: it needs --ulysses_degree, --ring_degree or --patch_parallel_degree above 1 "
+             "and no PipeFusion");
   XDIT_CHECK(!auto_weights || (row_split_degree() > 1 && pipefusion_parallel_degree == 1),
              "--patch_weights auto calibrates the ranks that split the rows on one step: it "
              "needs --ulysses_degree, --ring_degree or --patch_parallel_degree above 1 and no "
@@ -317,6 +323,7 @@ void Mesh::set_patch_weights(std::vector<double> weights) {
   ParallelConfig c = cfg_;
   c.patch_weights = std::move(weights);
   c.auto_weights = false;
+  c.dynamic_weights = false;  // (the check: numbers, one per SP position)
   c.validate(cfg_.world());  // one per SP position, positive
   cfg_.patch_weights = c.patch_weights;
   cfg_.auto_weights = false;  // calibrated once: later requests keep the weights

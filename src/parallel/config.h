@@ -36,6 +36,9 @@ struct ParallelConfig {
   // --patch_weights auto: the weights from one calibration step
   // (parallel/calibrate.h), set on the mesh before the first denoising step.
   bool auto_weights = false;
+  // --patch_weights dynamic: starts even; after each step the ranks' measured
+  // compute re-splits the rows when they drift apart (pipeline/step_hooks.h).
+  bool dynamic_weights = false;
   // The patch-parallel VAE decoder (--use_parallel_vae): the latent's rows
   // split over the ranks of each data-parallel replica. Unset: on under
   // patch parallelism, off otherwise.

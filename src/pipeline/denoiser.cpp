@@ -1,12 +1,15 @@
 #include "pipeline/denoiser.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/trace.h"
 #include "kernels/kernels.h"
+#include "parallel/calibrate.h"
 
 namespace xdit::pipeline {
 
@@ -61,6 +64,22 @@ models::DiTInputs LoopInputs::at(const Tensor& latents, double t, int64_t r0, in
   in.row_end = r1;
   in.skip_blocks = skip_blocks;
   return in;
+}
+
+SlowRank SlowRank::from_env(int rank) {
+  SlowRank s;
+  const char* r = std::getenv("XDIT_SLOW_RANK");
+  if (r == nullptr || std::atoi(r) != rank) return s;
+  const char* f = std::getenv("XDIT_SLOW_FACTOR");
+  const char* from = std::getenv("XDIT_SLOW_FROM");
+  s.factor = f != nullptr ? std::atof(f) : 1.0;
+  s.from = from != nullptr ? std::atoll(from) : 0;
+  return s;
+}
+
+void SlowRank::after_forward(int64_t step, double compute_seconds) const {
+  if (factor > 1.0 && step >= from && compute_seconds > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double>((factor - 1.0) * compute_seconds));
 }
 
 Denoiser::Denoiser(models::DiT& model, parallel::ParallelRuntime& runtime,
@@ -120,20 +139,29 @@ Tensor Denoiser::step_loop() {
     latents_ = latents_.to_device(device_);
   }
   for (StepHook* h : hooks_) h->begin_loop(*this);
-  std::tie(row0_, row1_) = rt_.my_rows(0, token_rows_);
   const auto& ts = sched_.timesteps();
   const auto n = static_cast<int64_t>(ts.size());
+  const SlowRank slow =
+      rt_.mesh() != nullptr ? SlowRank::from_env(rt_.mesh()->world().rank()) : SlowRank{};
   for (int64_t i = 0; i < n; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     const StepInfo info{i, n, ts[static_cast<size_t>(i)]};
     for (StepHook* h : hooks_) h->before_step(info);
+    // Each step: the split may move between steps (--patch_weights dynamic).
+    std::tie(row0_, row1_) = rt_.my_rows(0, token_rows_);
     const Tensor& model_in = model_input();
     rt_.begin_step(i, n);
     Tensor out;
     {
       trace::Span span("step " + std::to_string(i), "compute");
+      const auto f0 = std::chrono::steady_clock::now();
+      const double waited0 = slow.on() ? parallel::waited_seconds(*rt_.mesh()) : 0;
       // [MB, out_channels, this rank's token rows · patch, w]
       out = model_.forward(li_.at(model_in, info.timestep, row0_, row1_));
+      if (slow.on())  // its compute, not its waits for the other ranks inside the forward
+        slow.after_forward(i, std::chrono::duration<double>(std::chrono::steady_clock::now() - f0)
+                                      .count() -
+                                  (parallel::waited_seconds(*rt_.mesh()) - waited0));
     }
     Tensor gathered;
     Tensor noise = noise_prediction(out, 0, token_rows_, &gathered);

@@ -91,6 +91,19 @@ class ProgressHook : public StepHook {
   std::function<void(const StepEvent&)> f_;
 };
 
+// A fault-injection knob for the load-balancing tests, like XDIT_FAULT:
+// XDIT_SLOW_RANK=r XDIT_SLOW_FACTOR=f XDIT_SLOW_FROM=s makes world rank r's
+// transformer forward compute f times as long from step s on (it sleeps
+// (f − 1) × the forward's time less its waits for other ranks), as a device
+// that slowed down would. Multi-rank runs only.
+struct SlowRank {
+  double factor = 1.0;
+  int64_t from = 0;
+  static SlowRank from_env(int rank);
+  bool on() const { return factor > 1.0; }
+  void after_forward(int64_t step, double compute_seconds) const;
+};
+
 // What PipeFusion's pipeline did on this stage (for tests and the trace).
 struct PipeFusionStats {
   int64_t patch_forwards = 0;  // patch forwards after the warm-up

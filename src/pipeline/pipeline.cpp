@@ -222,6 +222,9 @@ Tensor Pipeline::generate_latents(const Plan& plan,
   CalibrationHook calibration;
   if (mesh_ != nullptr && mesh_->config().auto_weights && runtime_->pipefusion() == nullptr)
     d.add_hook(&calibration);
+  DynamicBalanceHook balance;  // first: its step time covers every later hook's
+  if (mesh_ != nullptr && mesh_->config().dynamic_weights && runtime_->pipefusion() == nullptr)
+    d.add_hook(&balance);
   if (slg) d.add_hook(&*slg);
   for (StepHook* hook : hooks) d.add_hook(hook);
   ProgressHook progress(on_step);

@@ -1,5 +1,7 @@
 #include "pipeline/step_hooks.h"
 
+#include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "core/error.h"
@@ -7,6 +9,7 @@
 #include "core/trace.h"
 #include "kernels/kernels.h"
 #include "parallel/calibrate.h"
+#include "parallel/split.h"
 
 namespace xdit::pipeline {
 
@@ -34,6 +37,60 @@ void CalibrationHook::begin_loop(Denoiser& d) {
           "splits by heads over the whole sequence (the shorter shares padded to the "
           "longest), so a slow rank keeps its share of it; Ring or patch parallelism "
           "follow the rows (docs/PERFORMANCE.md)");
+  }
+}
+
+namespace {
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+void DynamicBalanceHook::begin_loop(Denoiser& d) {
+  d_ = &d;
+  rows_.clear();
+}
+
+void DynamicBalanceHook::before_step(const StepInfo&) {
+  waited0_ = parallel::waited_seconds(*d_->runtime().mesh());
+  t0_ = now_seconds();
+}
+
+void DynamicBalanceHook::after_step(const StepInfo& s, double) {
+  parallel::Mesh& mesh = *d_->runtime().mesh();
+  const double wall = now_seconds() - t0_;
+  const std::vector<float> compute =
+      parallel::gather_compute(mesh, wall, parallel::waited_seconds(mesh) - waited0_);
+  const parallel::ParallelConfig& pc = mesh.config();
+  const int64_t total = d_->token_rows();
+  const std::vector<int64_t> rows = pc.row_split(total);
+  rows_.push_back(rows);
+  if (s.step + 1 >= s.total) return;
+  const parallel::Speeds sp = parallel::weights_from_compute(pc, rows, compute);
+  if (sp.imbalance <= kImbalance) return;
+  const std::vector<int64_t> next = parallel::row_counts(total, sp.weights);
+  // The slowest position's time, now and on the new split (rows / speed).
+  double now_max = 0, next_max = 0;
+  for (size_t k = 0; k < rows.size(); ++k) {
+    now_max = std::max(now_max, static_cast<double>(rows[k]) / sp.weights[k]);
+    next_max = std::max(next_max, static_cast<double>(next[k]) / sp.weights[k]);
+  }
+  if (next_max > (1 - kGain) * now_max) return;
+  mesh.set_patch_weights(sp.weights);
+  if (mesh.world().rank() == 0) {
+    std::string from, to, secs;  // (appended piecewise: GCC 12 warns -Wrestrict on "," + string)
+    for (size_t k = 0; k < rows.size(); ++k) {
+      if (k > 0) from += ',', to += ',';
+      from += std::to_string(rows[k]);
+      to += std::to_string(next[k]);
+    }
+    for (size_t r = 0; r < compute.size(); ++r) {
+      if (r > 0) secs += ", ";
+      secs += detail::concat(compute[r], " s");
+    }
+    XDIT_INFO("--patch_weights dynamic: after step ", s.step + 1, " (compute ", secs,
+              ") the rows ", from, " -> ", to);
   }
 }
 

@@ -1,7 +1,11 @@
 // The step hooks the pipeline itself installs (denoiser.h): `--patch_weights
-// auto`'s calibration step and SD3's skip-layer guidance. (Progress and the
+// auto`'s calibration step, `--patch_weights dynamic`'s re-split between
+// steps and SD3's skip-layer guidance. (Progress and the
 // fault injection of the tests ride on denoiser.h's ProgressHook.)
 #pragma once
+
+#include <cstdint>
+#include <vector>
 
 #include "pipeline/denoiser.h"
 
@@ -14,6 +18,29 @@ namespace xdit::pipeline {
 class CalibrationHook : public StepHook {
  public:
   void begin_loop(Denoiser& d) override;
+};
+
+// --patch_weights dynamic: after each step every rank's compute (the step's
+// wall time less its waits inside the row-splitting communicators) is
+// gathered; when the slowest sequence-parallel position took more than
+// kImbalance longer than the fastest, and a split in proportion to the
+// measured speeds would shorten the slowest by more than kGain, the mesh's
+// weights change and the next step runs on the new split (logged). The
+// thresholds are the hysteresis: a balanced split, or one a row from it,
+// stays. Exact methods stay exact: the split only moves rows between ranks.
+class DynamicBalanceHook : public StepHook {
+ public:
+  static constexpr double kImbalance = 0.15, kGain = 0.08;
+  void begin_loop(Denoiser& d) override;
+  void before_step(const StepInfo& s) override;
+  void after_step(const StepInfo& s, double seconds) override;
+  // The token rows of each SP position in every step so far (tests).
+  const std::vector<std::vector<int64_t>>& rows_per_step() const { return rows_; }
+
+ private:
+  Denoiser* d_ = nullptr;
+  double t0_ = 0, waited0_ = 0;
+  std::vector<std::vector<int64_t>> rows_;
 };
 
 // SD3's skip-layer guidance (diffusers' StableDiffusion3Pipeline): at steps

@@ -30,6 +30,7 @@
 #include "parallel/runtime.h"
 #include "parallel/usp_attention.h"
 #include "pipeline/distributed.h"
+#include "dist/layouts.h"
 #include "test_util.h"
 
 namespace xdit {
@@ -37,33 +38,12 @@ namespace {
 
 using parallel::ParallelConfig;
 using test::world;
+using namespace test::layouts;
 
 // (test::models_dir: XDIT_MODELS in the environment overrides the built-in path.)
 const std::string kSigma =
     test::models_dir() + "/pixart-sigma-tiny";  // 2 heads, no micro-conditions
 const std::string kAlpha = test::models_dir() + "/pixart-alpha-tiny";  // 3 heads, micro-conditions
-
-ParallelConfig layout(int dp, bool cfg, int u, int r, int pp = 1, int m = 0, int warmup = 1) {
-  ParallelConfig c;
-  c.data_parallel_degree = dp;
-  c.use_cfg_parallel = cfg;
-  c.ulysses_degree = u;
-  c.ring_degree = r;
-  c.pipefusion_parallel_degree = pp;
-  c.num_pipeline_patch = m;
-  if (pp > 1) c.warmup_steps = warmup;  // PipeFusion's flag (refused elsewhere)
-  return c;
-}
-
-// Patch parallelism over n ranks (DistriFusion "displaced" or "naive").
-ParallelConfig patch(int dp, bool cfg, int n, bool full_sync, int warmup = 1) {
-  ParallelConfig c = layout(dp, cfg, 1, 1);
-  c.patch_parallel_degree = n;
-  c.patch_mode = "displaced";
-  c.full_sync = full_sync;
-  if (!full_sync) c.warmup_steps = warmup;  // full_sync: every step synchronous already
-  return c;
-}
 
 // Two prompts, random embeddings; PixArt: 9 tokens padded differently and a
 // 128x96 px image (8x6 patch rows x cols); FLUX: 6 text tokens, pooled
@@ -211,10 +191,6 @@ TEST_P(ParallelLoop, DataTimesPatchDisplacedFullSync) {
 }
 
 // Uneven devices: rows in proportion to --patch_weights, every exact method.
-ParallelConfig weighted(ParallelConfig c, std::vector<double> w) {
-  c.patch_weights = std::move(w);
-  return c;
-}
 TEST_P(ParallelLoop, Ulysses2Weighted3To1) {
   check(weighted(layout(1, false, 2, 1), {3, 1}));
 }
@@ -232,10 +208,6 @@ TEST_P(ParallelLoop, PipeFusionTimesUlyssesWeightedFullWarmup) {
 }
 // --patch_weights auto: one calibration step sets the weights; the result
 // stays the serial one (whatever the measured speeds, the methods are exact).
-ParallelConfig auto_weighted(ParallelConfig c) {
-  c.auto_weights = true;
-  return c;
-}
 TEST_P(ParallelLoop, Ulysses2AutoWeights) {
   check(auto_weighted(layout(1, false, 2, 1)), 7);
 }
@@ -471,40 +443,6 @@ TEST(ParallelForward, TokenRowSharesGatherAcrossFrames) {
   }
 }
 
-// What the metadata says of a layout (PNG text, serve's answer, the log,
-// the trace): the method, its warm-up, patches and sync mode, and whether
-// the image is the serial run's.
-TEST(ParallelConfigLabel, NamesEverythingThatChangesTheNumbers) {
-  const int64_t S = 20;
-  EXPECT_EQ(layout(1, true, 2, 1).label(S),
-            "dp=1 cfg=2 pp=1 ulysses=2 ring=1 tp=1; exact");
-  EXPECT_EQ(layout(1, false, 1, 1, 2, 4, 3).label(S),
-            "dp=1 cfg=1 pp=2 ulysses=1 ring=1 tp=1; pipefusion patches 4; sync_mode async, "
-            "warmup 3 of 20 steps; stale");
-  ParallelConfig pf = layout(1, false, 1, 1, 2);
-  pf.warmup_steps.reset();  // xDiT's PipeFusion default: 1
-  EXPECT_EQ(pf.sync_steps(S), 1);
-  EXPECT_EQ(pf.exactness(1), "exact");  // one step: nothing stale
-  pf.full_sync = true;
-  EXPECT_EQ(pf.label(S),
-            "dp=1 cfg=1 pp=2 ulysses=1 ring=1 tp=1; pipefusion patches 2; sync_mode full_sync, "
-            "warmup 20 of 20 steps; exact");
-  ParallelConfig distri = patch(1, false, 2, false);
-  distri.warmup_steps.reset();  // xDiT's patch-parallel default: 4
-  EXPECT_EQ(distri.sync_steps(S), 4);
-  EXPECT_EQ(distri.label(S),
-            "dp=1 cfg=1 pp=1 ulysses=1 ring=1 tp=1 patch=2 (displaced) parallel_vae; sync_mode "
-            "async, warmup 4 of 20 steps; stale");
-  EXPECT_EQ(distri.exactness(4), "exact");
-  ParallelConfig naive = patch(1, false, 2, false);
-  naive.warmup_steps.reset();
-  naive.patch_mode = "naive";
-  EXPECT_EQ(naive.exactness(S), "approximate");
-  EXPECT_EQ(naive.sync_steps(S), S);  // nothing stale, nothing synchronous to wait for
-  EXPECT_EQ(weighted(layout(1, false, 2, 1), {3, 1}).label(S),
-            "dp=1 cfg=1 pp=1 ulysses=2 ring=1 tp=1; patch_weights 3,1; exact");
-}
-
 TEST(ParallelConfigErrors, OneClearMessageEach) {
   const auto& message = test::error_message;
   EXPECT_NE(message([] { layout(1, true, 2, 1).validate(3); }).find("multiply to 4"),
@@ -535,37 +473,6 @@ TEST(ParallelConfigErrors, OneClearMessageEach) {
             std::string::npos);
   EXPECT_NE(message([] { patch(1, true, 2, false).validate(2); }).find("multiply to 4"),
             std::string::npos);
-  // Each method's flags are refused where the method is not in the layout,
-  // with the method they belong to.
-  const auto refused = [](const std::function<void(ParallelConfig&)>& set, ParallelConfig c,
-                          const std::string& want) {
-    set(c);
-    const std::string m = message([&] { c.validate(c.world()); });
-    EXPECT_NE(m.find(want), std::string::npos) << want << " <- " << m;
-  };
-  refused([](ParallelConfig& c) { c.num_pipeline_patch = 4; }, layout(1, false, 2, 1),
-          "--num_pipeline_patch applies to PipeFusion");
-  refused([](ParallelConfig& c) { c.attn_layer_num_for_pp = {1, 1}; }, layout(1, false, 1, 2),
-          "--attn_layer_num_for_pp applies to PipeFusion");
-  refused([](ParallelConfig& c) { c.patch_mode = "naive"; }, layout(1, false, 2, 1),
-          "--patch_mode applies to patch parallelism");
-  refused([](ParallelConfig& c) { c.warmup_steps = 2; }, layout(1, true, 2, 1),
-          "--warmup_steps applies to PipeFusion and DistriFusion");
-  refused(
-      [](ParallelConfig& c) {
-        c.patch_mode = "naive";
-        c.warmup_steps = 2;
-      },
-      patch(1, false, 2, false), "--warmup_steps applies to PipeFusion and DistriFusion");
-  refused([](ParallelConfig& c) { c.full_sync = true; }, layout(1, false, 1, 2),
-          "--sync_mode full_sync applies to PipeFusion and DistriFusion");
-  refused([](ParallelConfig& c) { c.warmup_steps = 2; }, patch(1, false, 2, true),
-          "every step is synchronous already");
-  refused([](ParallelConfig& c) { c.patch_weights = {2}; }, layout(1, true, 1, 1),
-          "--patch_weights applies to the ranks that split the image's rows");
-  // The command the auto refusal suggests under PipeFusion is one that runs.
-  ParallelConfig suggested = weighted(layout(1, false, 2, 1, 2), {2, 1});
-  EXPECT_NO_THROW(suggested.validate(4));
   EXPECT_NE(message([] {
               ParallelConfig c = patch(1, false, 2, false);
               c.patch_mode = "sideways";
@@ -588,7 +495,7 @@ TEST(ParallelConfigErrors, OneClearMessageEach) {
             std::string::npos);
   EXPECT_NE(message([] {
               auto_weighted(weighted(layout(1, false, 2, 1), {1, 2})).validate(2);
-            }).find("either auto or numbers"),
+            }).find("is either auto, dynamic or numbers"),
             std::string::npos);
   // And through the pipeline, before any weights load.
   ParallelConfig pc = layout(1, false, world().size(), 1);
