@@ -132,6 +132,29 @@ TEST(PatchDisplaced, ASecondRunUsesNothingOfTheFirst) {
   EXPECT_EQ(test::rel_max_err(again.to_vector(), want.to_vector()), 0.0);
 }
 
+// Attention over q, k, v and out rows of H·D values each ([B, ·, H, D]).
+struct Rows {
+  const float *q, *k, *v;
+  float* out;
+};
+kernels::AttentionArgs attention_args(Rows r, int64_t B, int64_t H, int64_t D, int64_t q_len,
+                                      int64_t kv_len, bool bf16) {
+  kernels::AttentionArgs a;
+  a.q = r.q;
+  a.k = r.k;
+  a.v = r.v;
+  a.out = r.out;
+  a.q_stride = a.k_stride = a.v_stride = a.out_stride = H * D;
+  a.batch = B;
+  a.heads = H;
+  a.q_len = q_len;
+  a.kv_len = kv_len;
+  a.head_dim = D;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  a.bf16 = bf16;
+  return a;
+}
+
 // The displaced backend itself, in f32 and bf16 (where the K/V travel in
 // bf16): a stale step attends with this band's fresh K/V and every other
 // band's from the previous step, exactly as one attention call over those
@@ -167,20 +190,7 @@ TEST(PatchDisplaced, AStaleStepAttendsOwnFreshAndOthersPreviousKV) {
     };
     const auto args = [&](const float* qq, const float* kk, const float* vv, int64_t kv_len,
                           float* out) {
-      kernels::AttentionArgs a;
-      a.q = qq;
-      a.k = kk;
-      a.v = vv;
-      a.q_stride = a.k_stride = a.v_stride = a.out_stride = hd;
-      a.out = out;
-      a.batch = B;
-      a.heads = H;
-      a.q_len = mine;
-      a.kv_len = kv_len;
-      a.head_dim = D;
-      a.scale = 1.0f / std::sqrt(static_cast<float>(D));
-      a.bf16 = bf16;
-      return a;
+      return attention_args({qq, kk, vv, out}, B, H, D, mine, kv_len, bf16);
     };
     parallel::PatchAttention pa(world(), true, false);
     std::vector<int64_t> tokens = share;
@@ -226,19 +236,7 @@ TEST(PatchDisplaced, JointAttentionKeepsTheTextRowsEqualOnEveryRank) {
   const int64_t all_len = text + total;
   const auto args = [&](const float* q, const float* k, const float* v, int64_t q_len,
                         int64_t kv_len, float* out) {
-    kernels::AttentionArgs a;
-    a.q = q;
-    a.k = k;
-    a.v = v;
-    a.q_stride = a.k_stride = a.v_stride = a.out_stride = hd;
-    a.out = out;
-    a.batch = B;
-    a.heads = H;
-    a.q_len = q_len;
-    a.kv_len = kv_len;
-    a.head_dim = D;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(D));
-    return a;
+    return attention_args({q, k, v, out}, B, H, D, q_len, kv_len, false);
   };
   // The text rows [B, text, H·D] of [B, len, H·D] rows.
   const auto text_rows = [&](const std::vector<float>& x, int64_t len) {
