@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <functional>
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "app/commands.h"
@@ -204,7 +204,8 @@ void write_trace(comm::Communicator& w, io::OutputFile* out, const std::string& 
   if (out != nullptr)
     out->commit([&](std::ostream& f) {
       f << "{\"otherData\": " << nlohmann::json{{"parallel", parallel}}.dump()
-        << ",\n\"traceEvents\": [\n" << all << "\n]}\n";
+        << ",\n\"traceEvents\": [\n"
+        << all << "\n]}\n";
     });
 }
 

@@ -28,9 +28,9 @@ void add_parallel_options(CLI::App* cmd, ParallelOptions& o) {
                   "PipeFusion patches (default: the PipeFusion degree)")
       ->group(par);
   o.warmup_flag = cmd->add_option("--warmup_steps,--warmup-steps", o.warmup_steps,
-                                   "PipeFusion and DistriFusion: the first N steps synchronous "
-                                   "on the whole image (the first step always is); default 1 "
-                                   "under PipeFusion, 4 under DistriFusion (xDiT's)")
+                                  "PipeFusion and DistriFusion: the first N steps synchronous "
+                                  "on the whole image (the first step always is); default 1 "
+                                  "under PipeFusion, 4 under DistriFusion (xDiT's)")
                       ->group(par);
   cmd->add_option("--attn_layer_num_for_pp,--attn-layer-num-for-pp", p.attn_layer_num_for_pp,
                   "blocks per PipeFusion stage, e.g. 10,18 (must sum to the blocks)")
@@ -115,15 +115,17 @@ void resolve_parallel_options(ParallelOptions& o, int world_size) {
 void warn_parallel_options(const ParallelOptions& o) {
   const parallel::ParallelConfig& c = o.config;
   if (o.sync_mode == "stale_gn" || o.sync_mode == "corrected_async_gn")
-    XDIT_WARN("--sync_mode ", o.sync_mode, ": stale_gn and corrected_async_gn differ in how "
+    XDIT_WARN("--sync_mode ", o.sync_mode,
+              ": stale_gn and corrected_async_gn differ in how "
               "DistriFusion corrects a GroupNorm across patches; a transformer has none, so the "
               "two are the same here (stale activations after the warm-up)");
   if (c.patch_parallel_degree > 1 && !c.displaced())
     XDIT_WARN("--patch_mode naive is approximate: each of the ", c.patch_parallel_degree,
               " bands attends to its own rows only (seams at the bands' edges)");
   if (c.warmup_steps == 0 && c.stale_method())
-    XDIT_INFO("--warmup_steps 0: the first step runs synchronously regardless (nothing stale "
-              "exists yet), the same as --warmup_steps 1");
+    XDIT_INFO(
+        "--warmup_steps 0: the first step runs synchronously regardless (nothing stale "
+        "exists yet), the same as --warmup_steps 1");
 }
 
 }  // namespace xdit::app

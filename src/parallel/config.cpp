@@ -47,8 +47,8 @@ std::string ParallelConfig::label(int64_t steps) const {
     s << "; pipefusion patches "
       << (num_pipeline_patch > 0 ? num_pipeline_patch : pipefusion_parallel_degree);
   if (pipefusion_parallel_degree > 1 || (patch_parallel_degree > 1 && displaced()))
-    s << "; sync_mode " << (full_sync ? "full_sync" : "async") << ", warmup "
-      << sync_steps(steps) << " of " << steps << " steps";
+    s << "; sync_mode " << (full_sync ? "full_sync" : "async") << ", warmup " << sync_steps(steps)
+      << " of " << steps << " steps";
   s << "; " << exactness(steps);
   return s.str();
 }
@@ -111,9 +111,11 @@ void ParallelConfig::validate(int world_size) const {
       XDIT_CHECK(std::isfinite(w) && w >= kMinPatchWeight && w <= kMaxPatchWeight,
                  "--patch_weights must be numbers in ", kMinPatchWeight, " … ", kMaxPatchWeight,
                  " (relative speeds of the ranks), got ", w);
-    XDIT_CHECK(row_split_degree() > 1, "--patch_weights applies to the ranks that split the "
+    XDIT_CHECK(row_split_degree() > 1,
+               "--patch_weights applies to the ranks that split the "
                "image's rows (--ulysses_degree, --ring_degree or --patch_parallel_degree above 1); "
-               "this layout (", describe(), ") has none");
+               "this layout (",
+               describe(), ") has none");
     XDIT_CHECK(static_cast<int>(patch_weights.size()) == row_split_degree(), "--patch_weights has ",
                patch_weights.size(), " weights but there are ", row_split_degree(),
                " ranks splitting the rows (ulysses x ring x patch): give one per rank");
@@ -124,22 +126,31 @@ void ParallelConfig::validate_method_flags() const {
   // Each method's flags act only under it: refused elsewhere, with the
   // method they belong to, rather than silently ignored.
   const bool pipefusion = pipefusion_parallel_degree > 1, patch = patch_parallel_degree > 1;
-  XDIT_CHECK(pipefusion || num_pipeline_patch == 0, "--num_pipeline_patch applies to PipeFusion "
-             "(--pipefusion_parallel_degree above 1); this layout (", describe(), ") has none");
-  XDIT_CHECK(pipefusion || attn_layer_num_for_pp.empty(), "--attn_layer_num_for_pp applies to "
-             "PipeFusion (--pipefusion_parallel_degree above 1); this layout (", describe(),
-             ") has none");
-  XDIT_CHECK(patch || patch_mode.empty(), "--patch_mode applies to patch parallelism "
-             "(--patch_parallel_degree above 1, or --parallelism); this layout (", describe(),
-             ") has none");
+  XDIT_CHECK(pipefusion || num_pipeline_patch == 0,
+             "--num_pipeline_patch applies to PipeFusion "
+             "(--pipefusion_parallel_degree above 1); this layout (",
+             describe(), ") has none");
+  XDIT_CHECK(pipefusion || attn_layer_num_for_pp.empty(),
+             "--attn_layer_num_for_pp applies to "
+             "PipeFusion (--pipefusion_parallel_degree above 1); this layout (",
+             describe(), ") has none");
+  XDIT_CHECK(patch || patch_mode.empty(),
+             "--patch_mode applies to patch parallelism "
+             "(--patch_parallel_degree above 1, or --parallelism); this layout (",
+             describe(), ") has none");
   const bool displaced_patch = patch && displaced();
-  XDIT_CHECK(!full_sync || pipefusion || displaced_patch, "--sync_mode full_sync applies to "
+  XDIT_CHECK(!full_sync || pipefusion || displaced_patch,
+             "--sync_mode full_sync applies to "
              "PipeFusion and DistriFusion (--patch_parallel_degree with --patch_mode displaced); "
-             "this layout (", describe(), ") has no stale step to make synchronous");
-  XDIT_CHECK(!warmup_steps || pipefusion || displaced_patch, "--warmup_steps applies to PipeFusion "
-             "and DistriFusion (--patch_parallel_degree with --patch_mode displaced); this layout (",
-             describe(), ") has no stale step to warm up");
-  XDIT_CHECK(!warmup_steps || !full_sync, "--warmup_steps with --sync_mode full_sync: every step "
+             "this layout (",
+             describe(), ") has no stale step to make synchronous");
+  XDIT_CHECK(
+      !warmup_steps || pipefusion || displaced_patch,
+      "--warmup_steps applies to PipeFusion "
+      "and DistriFusion (--patch_parallel_degree with --patch_mode displaced); this layout (",
+      describe(), ") has no stale step to warm up");
+  XDIT_CHECK(!warmup_steps || !full_sync,
+             "--warmup_steps with --sync_mode full_sync: every step "
              "is synchronous already; give one of the two");
 }
 
@@ -324,7 +335,7 @@ void Mesh::set_patch_weights(std::vector<double> weights) {
   c.patch_weights = std::move(weights);
   c.auto_weights = false;
   c.dynamic_weights = false;  // (the check: numbers, one per SP position)
-  c.validate(cfg_.world());  // one per SP position, positive
+  c.validate(cfg_.world());   // one per SP position, positive
   cfg_.patch_weights = c.patch_weights;
   cfg_.auto_weights = false;  // calibrated once: later requests keep the weights
 }

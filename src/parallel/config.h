@@ -58,7 +58,8 @@ struct ParallelConfig {
   // Whether some step may use stale activations: PipeFusion, or DistriFusion
   // (displaced patch parallelism), without full_sync.
   bool stale_method() const {
-    return !full_sync && (pipefusion_parallel_degree > 1 || (patch_parallel_degree > 1 && displaced()));
+    return !full_sync &&
+           (pipefusion_parallel_degree > 1 || (patch_parallel_degree > 1 && displaced()));
   }
   // How many of `steps` denoising steps run synchronously on the whole
   // image: all under full_sync or without a stale method; otherwise the

@@ -159,9 +159,9 @@ Tensor Denoiser::step_loop() {
       // [MB, out_channels, this rank's token rows · patch, w]
       out = model_.forward(li_.at(model_in, info.timestep, row0_, row1_));
       if (slow.on())  // its compute, not its waits for the other ranks inside the forward
-        slow.after_forward(i, std::chrono::duration<double>(std::chrono::steady_clock::now() - f0)
-                                      .count() -
-                                  (parallel::waited_seconds(*rt_.mesh()) - waited0));
+        slow.after_forward(
+            i, std::chrono::duration<double>(std::chrono::steady_clock::now() - f0).count() -
+                   (parallel::waited_seconds(*rt_.mesh()) - waited0));
     }
     Tensor gathered;
     Tensor noise = noise_prediction(out, 0, token_rows_, &gathered);

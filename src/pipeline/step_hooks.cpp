@@ -42,8 +42,7 @@ void CalibrationHook::begin_loop(Denoiser& d) {
 
 namespace {
 double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 }  // namespace
 
@@ -89,8 +88,8 @@ void DynamicBalanceHook::after_step(const StepInfo& s, double) {
       if (r > 0) secs += ", ";
       secs += detail::concat(compute[r], " s");
     }
-    XDIT_INFO("--patch_weights dynamic: after step ", s.step + 1, " (compute ", secs,
-              ") the rows ", from, " -> ", to);
+    XDIT_INFO("--patch_weights dynamic: after step ", s.step + 1, " (compute ", secs, ") the rows ",
+              from, " -> ", to);
   }
 }
 

@@ -10,7 +10,8 @@ namespace xdit::test::layouts {
 
 using parallel::ParallelConfig;
 
-inline ParallelConfig layout(int dp, bool cfg, int u, int r, int pp = 1, int m = 0, int warmup = 1) {
+inline ParallelConfig layout(int dp, bool cfg, int u, int r, int pp = 1, int m = 0,
+                             int warmup = 1) {
   ParallelConfig c;
   c.data_parallel_degree = dp;
   c.use_cfg_parallel = cfg;

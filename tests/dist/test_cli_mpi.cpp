@@ -27,9 +27,15 @@ namespace fs = std::filesystem;
 
 // The paths fixed at build time; the environment overrides them where the
 // binaries run from another checkout (scripts/gpu_check.sh on a GPU machine).
-std::string binary() { return test::path_from_env("XDIT_BINARY", XDIT_BINARY); }
-std::string mpiexec() { return test::path_from_env("XDIT_MPIEXEC", MPIEXEC); }
-std::string models() { return test::path_from_env("XDIT_MODELS", XDIT_MODELS); }
+std::string binary() {
+  return test::path_from_env("XDIT_BINARY", XDIT_BINARY);
+}
+std::string mpiexec() {
+  return test::path_from_env("XDIT_MPIEXEC", MPIEXEC);
+}
+std::string models() {
+  return test::path_from_env("XDIT_MODELS", XDIT_MODELS);
+}
 
 struct Result {
   int code;
@@ -64,8 +70,8 @@ class CliMpi : public ::testing::Test {
     const std::string cmd =
         "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 "
         "XDIT_QUIET=1 timeout 120 " +
-        mpiexec() +
-        " --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none " + contexts;
+        mpiexec() + " --oversubscribe --bind-to none --mca btl_vader_single_copy_mechanism none " +
+        contexts;
     const auto r = test::run_command(cmd, path("stderr.txt"));
     return {r.code, r.err, r.wall_seconds};
   }
@@ -237,8 +243,7 @@ TEST_F(CliMpi, DegreesThatDoNotMatchTheRanks) {
 // one line naming the option; --threads may differ.
 TEST_F(CliMpi, RanksStartedWithDifferentCommandsAreRefused) {
   auto mpmd = [&](const std::string& a, const std::string& b) {
-    return run_mpmd("-np 1 '" + binary() + "' " + a + " : -np 1 '" + binary() +
-                    "' " + b);
+    return run_mpmd("-np 1 '" + binary() + "' " + a + " : -np 1 '" + binary() + "' " + b);
   };
 
   const std::string dp = " --data_parallel_degree 2";
@@ -426,8 +431,7 @@ TEST_F(CliMpi, AStoppedRankEndsTheJobAfterTheCommTimeout) {
 TEST_F(CliMpi, RanksReadingDifferentModelFilesAreRefused) {
   for (const char* side : {"a", "b"}) {
     fs::create_directories(path(side));
-    fs::copy(models() + "/pixart-sigma-tiny", path(side) + "/m",
-             fs::copy_options::recursive);
+    fs::copy(models() + "/pixart-sigma-tiny", path(side) + "/m", fs::copy_options::recursive);
   }
   const std::string sched = path("b") + "/m/scheduler/scheduler_config.json";
   auto j = io::read_json_file(sched);
@@ -488,12 +492,14 @@ TEST_F(CliMpi, PipeFusionTraceShowsEachStagesPatches) {
 TEST_F(CliMpi, MetadataSaysExactStaleOrApproximate) {
   const std::vector<std::pair<std::string, std::string>> runs = {
       {"--ulysses_degree 2", "dp=1 cfg=1 pp=1 ulysses=2 ring=1 tp=1; exact"},
-      {"--pipefusion_parallel_degree 2", "; pipefusion patches 2; sync_mode async, warmup 1 of 3 "
-                                         "steps; stale"},
+      {"--pipefusion_parallel_degree 2",
+       "; pipefusion patches 2; sync_mode async, warmup 1 of 3 "
+       "steps; stale"},
       {"--pipefusion_parallel_degree 2 --sync_mode full_sync",
        "; pipefusion patches 2; sync_mode full_sync, warmup 3 of 3 steps; exact"},
-      {"--patch_parallel_degree 2 --warmup_steps 2", "patch=2 (displaced) parallel_vae; "
-                                                     "sync_mode async, warmup 2 of 3 steps; stale"},
+      {"--patch_parallel_degree 2 --warmup_steps 2",
+       "patch=2 (displaced) parallel_vae; "
+       "sync_mode async, warmup 2 of 3 steps; stale"},
       {"--patch_parallel_degree 2 --patch_mode naive", "patch=2 (naive) parallel_vae; approximate"},
   };
   for (const auto& [flags, want] : runs) {
@@ -537,8 +543,7 @@ TEST_F(CliMpi, FlagsOfAnAbsentMethodAreRefused) {
 }
 
 TEST_F(CliMpi, NonFiniteLatentsEndEveryRankAndWriteNothing) {
-  fs::copy(models() + "/pixart-sigma-tiny", dir_ / "model",
-           fs::copy_options::recursive);
+  fs::copy(models() + "/pixart-sigma-tiny", dir_ / "model", fs::copy_options::recursive);
   ASSERT_TRUE(test::poison_f32(dir_ / "model" / "transformer", "proj_out.bias"));
   for (const char* layout : {"--ulysses_degree 2", "--pipefusion_parallel_degree 2"}) {
     Result r = run(2, "generate --model '" + path("model") +

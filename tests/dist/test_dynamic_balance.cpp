@@ -85,8 +85,8 @@ TEST(DynamicBalance, ASlowedRankLosesRowsTheRunIsFasterAndStaysExact) {
   ASSERT_EQ(moving.split.size(), static_cast<size_t>(kSteps + 1));
   for (int64_t i = kSlowFrom + 2; i < kSteps; ++i)
     EXPECT_LE(moving.split[static_cast<size_t>(i)][1], 24)
-        << "step " << i << " still gives the slowed rank " << moving.split[static_cast<size_t>(i)][1]
-        << " of " << kRows << " rows";
+        << "step " << i << " still gives the slowed rank "
+        << moving.split[static_cast<size_t>(i)][1] << " of " << kRows << " rows";
   // After the move a step takes less than on the even split: 0.63–0.79 of it
   // on an idle 2-core Xeon (ideal about 0.55; the whole-latent work every
   // rank repeats — gather, guidance, scheduler — stays). ctest gives the test

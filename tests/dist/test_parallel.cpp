@@ -21,6 +21,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "dist/layouts.h"
 #include "dist/world.h"
 #include "io/model_folder.h"
 #include "models/pixart.h"
@@ -30,7 +31,6 @@
 #include "parallel/runtime.h"
 #include "parallel/usp_attention.h"
 #include "pipeline/distributed.h"
-#include "dist/layouts.h"
 #include "test_util.h"
 
 namespace xdit {

@@ -19,8 +19,7 @@ using namespace test::layouts;
 // the image is the serial run's.
 TEST(ParallelConfigLabel, NamesEverythingThatChangesTheNumbers) {
   const int64_t S = 20;
-  EXPECT_EQ(layout(1, true, 2, 1).label(S),
-            "dp=1 cfg=2 pp=1 ulysses=2 ring=1 tp=1; exact");
+  EXPECT_EQ(layout(1, true, 2, 1).label(S), "dp=1 cfg=2 pp=1 ulysses=2 ring=1 tp=1; exact");
   EXPECT_EQ(layout(1, false, 1, 1, 2, 4, 3).label(S),
             "dp=1 cfg=1 pp=2 ulysses=1 ring=1 tp=1; pipefusion patches 4; sync_mode async, "
             "warmup 3 of 20 steps; stale");
@@ -48,7 +47,8 @@ TEST(ParallelConfigLabel, NamesEverythingThatChangesTheNumbers) {
             "dp=1 cfg=1 pp=1 ulysses=2 ring=1 tp=1; patch_weights 3,1; exact");
   ParallelConfig dynamic = layout(1, false, 1, 2);
   dynamic.dynamic_weights = true;
-  EXPECT_EQ(dynamic.label(S), "dp=1 cfg=1 pp=1 ulysses=1 ring=2 tp=1; patch_weights dynamic; exact");
+  EXPECT_EQ(dynamic.label(S),
+            "dp=1 cfg=1 pp=1 ulysses=1 ring=2 tp=1; patch_weights dynamic; exact");
   dynamic.patch_weights = {1, 0.5};  // as the mesh holds it after a re-split
   EXPECT_EQ(dynamic.label(S),
             "dp=1 cfg=1 pp=1 ulysses=1 ring=2 tp=1; patch_weights dynamic (now 1,0.5); exact");
@@ -66,8 +66,11 @@ TEST(ParallelFlags, RefusedOutsideTheirMethod) {
   };
   refused([](ParallelConfig& c) { c.num_pipeline_patch = 4; }, layout(1, false, 2, 1),
           "--num_pipeline_patch applies to PipeFusion");
-  refused([](ParallelConfig& c) { c.attn_layer_num_for_pp = {1, 1}; }, layout(1, false, 1, 2),
-          "--attn_layer_num_for_pp applies to PipeFusion");
+  refused(
+      [](ParallelConfig& c) {
+        c.attn_layer_num_for_pp = {1, 1};
+      },
+      layout(1, false, 1, 2), "--attn_layer_num_for_pp applies to PipeFusion");
   refused([](ParallelConfig& c) { c.patch_mode = "naive"; }, layout(1, false, 2, 1),
           "--patch_mode applies to patch parallelism");
   refused([](ParallelConfig& c) { c.warmup_steps = 2; }, layout(1, true, 2, 1),

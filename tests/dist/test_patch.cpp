@@ -261,7 +261,7 @@ TEST(PatchDisplaced, JointAttentionKeepsTheTextRowsEqualOnEveryRank) {
   parallel::PatchAttention pa(world(), true, false);
   pa.set_sequence_split(share);
   std::vector<std::vector<float>> whole[3];  // q, k, v of each step, the same on every rank
-  for (int s = 0; s < 3; ++s) {               // a sync step, then two stale ones
+  for (int s = 0; s < 3; ++s) {              // a sync step, then two stale ones
     TorchGenerator g(static_cast<uint64_t>(90 + s));
     for (int t = 0; t < 3; ++t) whole[t].push_back(g.randn({B, all_len, hd}).to_vector());
     const auto q = rank_rows(whole[0][s], me), k = rank_rows(whole[1][s], me),
