@@ -28,11 +28,11 @@ double waited_seconds(Mesh& mesh) {
   return waited;
 }
 
-std::vector<float> gather_compute(Mesh& mesh, double wall, double waited) {
+std::vector<float> gather_compute(comm::Communicator& group, double wall, double waited) {
   // Never below a millisecond: a step that is all communication says nothing.
   const float compute = static_cast<float>(std::max(wall - waited, 1e-3));
-  std::vector<float> all(static_cast<size_t>(mesh.world().size()));
-  mesh.world().allgather(&compute, all.data(), 1, comm::Type::kF32);
+  std::vector<float> all(static_cast<size_t>(group.size()));
+  group.allgather(&compute, all.data(), 1, comm::Type::kF32);
   return all;
 }
 
@@ -73,7 +73,7 @@ Calibration calibrate_weights(Mesh& mesh, int64_t rows,
   step(b, e);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   Calibration c;
-  const std::vector<float> all = gather_compute(mesh, wall, waited_seconds(mesh) - waited0);
+  const std::vector<float> all = gather_compute(mesh.world(), wall, waited_seconds(mesh) - waited0);
   c.compute_seconds.assign(all.begin(), all.end());
   c.weights = weights_from_compute(pc, row_counts(rows, n), all).weights;
   return c;

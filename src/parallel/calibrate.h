@@ -38,9 +38,10 @@ Speeds weights_from_compute(const ParallelConfig& pc, const std::vector<int64_t>
 // The seconds this rank has spent inside the mesh's row-splitting
 // communicators (where a fast rank waits for a slow one), so far.
 double waited_seconds(Mesh& mesh);
-// Every rank's compute seconds (`wall` less `waited`, at least 1 ms), in
-// world rank order. Collective over the world.
-std::vector<float> gather_compute(Mesh& mesh, double wall, double waited);
+// Every rank's compute seconds (`wall` less `waited`, at least 1 ms) over
+// `group` (the world, or a data-parallel replica: its ranks are the world's
+// first ones shifted, with the same SP positions), in rank order. Collective.
+std::vector<float> gather_compute(comm::Communicator& group, double wall, double waited);
 
 // `step(begin, end)` runs this rank's forward over rows [begin, end) of
 // `rows` split evenly over the SP group.

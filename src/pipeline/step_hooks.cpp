@@ -59,8 +59,8 @@ void DynamicBalanceHook::before_step(const StepInfo&) {
 void DynamicBalanceHook::after_step(const StepInfo& s, double) {
   parallel::Mesh& mesh = *d_->runtime().mesh();
   const double wall = now_seconds() - t0_;
-  const std::vector<float> compute =
-      parallel::gather_compute(mesh, wall, parallel::waited_seconds(mesh) - waited0_);
+  const std::vector<float> compute = parallel::gather_compute(
+      mesh.replica_group(), wall, parallel::waited_seconds(mesh) - waited0_);
   const parallel::ParallelConfig& pc = mesh.config();
   const int64_t total = d_->token_rows();
   const std::vector<int64_t> rows = pc.row_split(total);
@@ -77,7 +77,7 @@ void DynamicBalanceHook::after_step(const StepInfo& s, double) {
   }
   if (next_max > (1 - kGain) * now_max) return;
   mesh.set_patch_weights(sp.weights);
-  if (mesh.world().rank() == 0) {
+  if (mesh.replica_group().rank() == 0) {  // (the log prints world rank 0's)
     std::string from, to, secs;  // (appended piecewise: GCC 12 warns -Wrestrict on "," + string)
     for (size_t k = 0; k < rows.size(); ++k) {
       if (k > 0) from += ',', to += ',';

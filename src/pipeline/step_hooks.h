@@ -20,9 +20,10 @@ class CalibrationHook : public StepHook {
   void begin_loop(Denoiser& d) override;
 };
 
-// --patch_weights dynamic: after each step every rank's compute (the step's
-// wall time less its waits inside the row-splitting communicators) is
-// gathered; when the slowest sequence-parallel position took more than
+// --patch_weights dynamic: after each step the compute of every rank of the
+// data-parallel replica (the step's wall time less its waits inside the
+// row-splitting communicators) is gathered over the replica (under serve the
+// replicas run different requests); when the slowest sequence-parallel position took more than
 // kImbalance longer than the fastest, and a split in proportion to the
 // measured speeds would shorten the slowest by more than kGain, the mesh's
 // weights change and the next step runs on the new split (logged). The

@@ -138,6 +138,7 @@ TEST_F(CliMpi, ParallelRunsWriteTheSerialImages) {
            // DistriFusion exchanging fresh K/V every step is exact
            {2, "--parallelism patch --sync_mode full_sync"},  // the parallel VAE by default
            {2, "--ring_degree 2 --patch_weights dynamic"},
+           {4, "--data_parallel_degree 2 --ring_degree 2 --patch_weights dynamic"},
            {2, "--parallelism patch --sync_mode full_sync --use_parallel_vae=false"},
            {4, "--use_cfg_parallel --patch_parallel_degree 2 --sync_mode full_sync"},
            // the patch-parallel VAE on other layouts (bands over each replica)
