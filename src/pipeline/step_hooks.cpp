@@ -13,6 +13,18 @@
 
 namespace xdit::pipeline {
 
+namespace {
+// Uneven shares under Ulysses and Ring are padded to the longest inside the
+// attention, so weights there move only the projections and MLP.
+void warn_padded_attention(const parallel::ParallelConfig& c, const char* how) {
+  if (c.ulysses_degree > 1 || c.ring_degree > 1)
+    XDIT_WARN("--patch_weights ", how,
+              " with Ulysses or Ring moves only the projections and "
+              "MLP: their attention pads every rank's share to the longest, so a slow rank "
+              "keeps its share of it; patch parallelism moves all of a rank's work with its rows");
+}
+}  // namespace
+
 void CalibrationHook::begin_loop(Denoiser& d) {
   parallel::ParallelRuntime& rt = d.runtime();
   parallel::Mesh& mesh = *rt.mesh();
@@ -31,12 +43,7 @@ void CalibrationHook::begin_loop(Denoiser& d) {
   mesh.set_patch_weights(c.weights);
   if (mesh.world().rank() == 0) {
     XDIT_INFO("--patch_weights auto: calibrated on one step: ", c.describe());
-    if (mesh.config().ulysses_degree > 1)
-      XDIT_WARN(
-          "--patch_weights with Ulysses moves only the projections and MLP: its attention "
-          "splits by heads over the whole sequence (the shorter shares padded to the "
-          "longest), so a slow rank keeps its share of it; Ring or patch parallelism "
-          "follow the rows (docs/PERFORMANCE.md)");
+    warn_padded_attention(mesh.config(), "auto");
   }
 }
 
@@ -49,6 +56,10 @@ double now_seconds() {
 void DynamicBalanceHook::begin_loop(Denoiser& d) {
   d_ = &d;
   rows_.clear();
+  static bool warned = false;  // once per process (serve runs many loops)
+  if (!warned && d.runtime().mesh()->world().rank() == 0)
+    warn_padded_attention(d.runtime().mesh()->config(), "dynamic");
+  warned = true;
 }
 
 void DynamicBalanceHook::before_step(const StepInfo&) {
