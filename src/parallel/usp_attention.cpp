@@ -16,6 +16,11 @@ void UspAttention::ring_attention(const float* q, const float* k, const float* v
                                   float scale, bool bf16) {
   const int r = ring_.size(), me = ring_.rank();
   const int64_t S = text + N, hd = H * D;  // local queries: the text, then my image tokens
+  // Uneven shares without Ulysses: this rank's rows are the first of its
+  // padded chunk, and only they query — the attention follows the split
+  // (under Ulysses each chunk holds every rank's rows of some heads: padded).
+  const int64_t Sq =
+      ulysses_.size() == 1 && !split_.empty() ? text + split_[static_cast<size_t>(me)] : S;
   const size_t kv_n = static_cast<size_t>(B * N * hd);
   // The image K and V of a block travel together: [2][B, N, H, D]. The text's
   // K/V are attended once, with the local block (xDiT's "front").
@@ -53,14 +58,39 @@ void UspAttention::ring_attention(const float* q, const float* k, const float* v
     a.key_mask = nn::on_current_device(mask, mask_);
     a.out = step == 0 ? out : part;
     a.lse = step == 0 ? lse : lse_part;
-    if (rreq && !current_device().cuda())
-      attention_in_pieces(a, [&] {
-        rreq->test();  // the next block's K/V move while this one is attended
-        sreq->test();
-      });
-    else
-      kernels::attention(a);
-    if (step > 0) kernels::attention_merge(out, lse, part, lse_part, B, S, H, D);
+    const auto progress = [&] {
+      rreq->test();  // the next block's K/V move while this one is attended
+      sreq->test();
+    };
+    const bool pieces = rreq && !current_device().cuda();
+    if (Sq == S) {
+      if (pieces)
+        attention_in_pieces(a, progress);
+      else
+        kernels::attention(a);
+      if (step > 0) kernels::attention_merge(out, lse, part, lse_part, B, S, H, D);
+    } else {
+      // Only this rank's own rows query: per batch item, the first Sq of its
+      // S rows (the padding rows' output is never read).
+      for (int64_t b = 0; b < B; ++b) {
+        kernels::AttentionArgs p = a;
+        p.batch = 1;
+        p.q_len = Sq;
+        p.q = a.q + b * S * hd;
+        p.k = a.k + b * a.kv_len * hd;
+        p.v = a.v + b * a.kv_len * hd;
+        p.out = a.out + b * S * hd;
+        p.lse = a.lse + b * H * S;
+        if (a.key_mask != nullptr) p.key_mask = a.key_mask + b * a.kv_len;
+        if (pieces)
+          attention_in_pieces(p, progress);
+        else
+          kernels::attention(p);
+        if (step > 0)
+          kernels::attention_merge(out + b * S * hd, lse + b * H * S, part + b * S * hd,
+                                   lse_part + b * H * S, 1, Sq, H, D);
+      }
+    }
     if (step + 1 < r) {
       rreq->wait();
       sreq->wait();

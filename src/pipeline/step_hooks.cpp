@@ -14,14 +14,15 @@
 namespace xdit::pipeline {
 
 namespace {
-// Uneven shares under Ulysses and Ring are padded to the longest inside the
-// attention, so weights there move only the projections and MLP.
+// Uneven shares under Ulysses are padded to the longest inside the
+// attention (each chunk holds every rank's rows of some heads), so weights
+// there move only the projections and MLP.
 void warn_padded_attention(const parallel::ParallelConfig& c, const char* how) {
-  if (c.ulysses_degree > 1 || c.ring_degree > 1)
+  if (c.ulysses_degree > 1)
     XDIT_WARN("--patch_weights ", how,
-              " with Ulysses or Ring moves only the projections and "
-              "MLP: their attention pads every rank's share to the longest, so a slow rank "
-              "keeps its share of it; patch parallelism moves all of a rank's work with its rows");
+              " with Ulysses moves only the projections and MLP: its "
+              "attention pads every rank's share to the longest, so a slow rank keeps its share "
+              "of it; Ring and patch parallelism move a rank's attention with its rows");
 }
 }  // namespace
 
