@@ -87,17 +87,39 @@ void PatchAttention::complete(Layer& l) {
               l.share[static_cast<size_t>(p)], l.text + l.offset[static_cast<size_t>(p)]);
 }
 
-void PatchAttention::share_text_rows(const kernels::AttentionArgs& args, int64_t batch,
-                                     int64_t text, int64_t n) {
-  const int64_t hd = args.heads * args.head_dim, item = text * hd;
-  float* rows = text_rows_.get(static_cast<size_t>(batch * item));
-  for (int64_t b = 0; b < batch; ++b)
-    kernels::copy_rows(rows + b * item, hd, args.out + b * (text + n) * args.out_stride,
-                       args.out_stride, text, hd);
-  group_.broadcast(rows, static_cast<size_t>(batch * item), comm::Type::kF32, 0);
-  for (int64_t b = 0; b < batch; ++b)
-    kernels::copy_rows(args.out + b * (text + n) * args.out_stride, args.out_stride,
-                       rows + b * item, hd, text, hd);
+void PatchAttention::attend_rows(const kernels::AttentionArgs& args, const Layer& l,
+                                 int64_t first, int64_t count) {
+  const int64_t all = l.text + l.total;
+  kernels::AttentionArgs a;
+  a.q_stride = args.q_stride;
+  a.out_stride = args.out_stride;
+  a.heads = l.heads;
+  a.kv_len = all;
+  a.head_dim = l.head_dim;
+  a.scale = args.scale;
+  a.bf16 = l.bf16;
+  if (first == 0 && count == args.q_len) {  // every row: one call
+    a.q = args.q;
+    a.out = args.out;
+    a.k_packed = l.k.raw();
+    a.v_packed = l.v.raw();
+    a.batch = l.batch;
+    a.q_len = count;
+    kernels::attention(a);
+    return;
+  }
+  // Part of each batch item's rows: one call per item.
+  const size_t item = static_cast<size_t>(all * l.heads * l.head_dim) * l.esz;
+  a.batch = 1;
+  a.q_len = count;
+  for (int64_t b = 0; b < l.batch; ++b) {
+    const int64_t row = b * args.q_len + first;
+    a.q = args.q + row * args.q_stride;
+    a.out = args.out + row * args.out_stride;
+    a.k_packed = static_cast<const uint8_t*>(l.k.raw()) + static_cast<size_t>(b) * item;
+    a.v_packed = static_cast<const uint8_t*>(l.v.raw()) + static_cast<size_t>(b) * item;
+    kernels::attention(a);
+  }
 }
 
 void PatchAttention::attend(const kernels::AttentionArgs& args, const nn::AttentionSite& site) {
@@ -167,6 +189,12 @@ void PatchAttention::attend(const kernels::AttentionArgs& args, const nn::Attent
         kernels::copy_rows(reinterpret_cast<float*>(dst), hd, rows, stride, n, hd);
     }
   }
+  if (text > 0) {  // this rank's text K/V, fresh, in front
+    kernels::attention_pack_kv(args.k, args.k_stride, B, H, text, D, l.bf16, l.k.raw(),
+                               text + total, 0, (text + n) * args.k_stride);
+    kernels::attention_pack_kv(args.v, args.v_stride, B, H, text, D, l.bf16, l.v.raw(),
+                               text + total, 0, (text + n) * args.v_stride);
+  }
   if (sync) {
     // Every band fresh, synchronously: exact.
     auto* all = static_cast<uint8_t*>(sync_recv_.bytes(block * static_cast<size_t>(n_ranks)));
@@ -175,31 +203,16 @@ void PatchAttention::attend(const kernels::AttentionArgs& args, const nn::Attent
       l.store(all + block * static_cast<size_t>(p), share[static_cast<size_t>(p)],
               text + l.offset[static_cast<size_t>(p)], most);
     l.filled = true;
-  } else {  // the other bands' K/V as of the previous step (stored by complete)
+  } else {
+    // The text rows first, while every band (this one too) still holds the
+    // previous step's K/V: the same keys on every rank, so the replicated
+    // text stream stays equal without any communication.
+    if (text > 0) attend_rows(args, l, 0, text);
+    // The other bands' K/V as of the previous step (stored by complete).
     l.store(mine, n, text + l.offset[static_cast<size_t>(me)]);
   }
-  if (text > 0) {  // this rank's text K/V, fresh, in front
-    kernels::attention_pack_kv(args.k, args.k_stride, B, H, text, D, l.bf16, l.k.raw(),
-                               text + total, 0, (text + n) * args.k_stride);
-    kernels::attention_pack_kv(args.v, args.v_stride, B, H, text, D, l.bf16, l.v.raw(),
-                               text + total, 0, (text + n) * args.v_stride);
-  }
-  kernels::AttentionArgs a;
-  a.q = args.q;
-  a.q_stride = args.q_stride;
-  a.out = args.out;
-  a.out_stride = args.out_stride;
-  a.k_packed = l.k.raw();
-  a.v_packed = l.v.raw();
-  a.batch = B;
-  a.heads = H;
-  a.q_len = args.q_len;
-  a.kv_len = text + total;
-  a.head_dim = D;
-  a.scale = args.scale;
-  a.bf16 = l.bf16;
-  kernels::attention(a);
-  if (text > 0 && !sync) share_text_rows(args, B, text, n);
+  const int64_t first = sync ? 0 : text;  // a stale step's text rows are done
+  attend_rows(args, l, first, args.q_len - first);
   // After a stale step, send this step's K/V on for the next one.
   if (!sync_ && !last_step_) {
     const size_t item = static_cast<size_t>(n * hd) * l.esz, fresh = 2 * B * item;

@@ -12,11 +12,11 @@
 //    receives from every peer), and completes it before the same layer's next
 //    step, so the exchange hides behind a whole step of compute.
 // Joint attention (FLUX, SD3): the text's K/V lead the buffer and are the
-// local rank's, fresh every call. The text stream is replicated, but on a
-// stale step each rank's text queries see its own fresh band beside the
-// others' stale ones, so the ranks' text rows would drift apart: group rank
-// 0's attention output for the text rows is broadcast and stands for all
-// (text x H·D floats per layer). Cross-attention stays local.
+// local rank's, fresh every call. The text stream is replicated; on a stale
+// step the text queries attend before this rank's fresh band is stored, to
+// every band's K/V of the previous step (the same on every rank), so the
+// ranks' text rows stay equal with no communication, while the image rows
+// see their own band fresh. Cross-attention stays local.
 // The buffers live on the thread's current device (GPU memory under a CUDA
 // scope, exchanged through the mesh's device communicators).
 #pragma once
@@ -49,8 +49,10 @@ class PatchAttention : public nn::AttentionBackend {
   // Every rank's band of image tokens (uniform when no split was set).
   std::vector<int64_t> shares(int64_t mine) const;
   void complete(Layer& l);  // waits for the layer's pending all-gather, stores it
-  // Group rank 0's attention output of the `text` leading rows, on every rank.
-  void share_text_rows(const kernels::AttentionArgs& args, int64_t batch, int64_t text, int64_t n);
+  // Rows [first, first + count) of every batch item's queries against the
+  // layer's whole packed K/V.
+  static void attend_rows(const kernels::AttentionArgs& args, const Layer& l, int64_t first,
+                          int64_t count);
 
   comm::Communicator& group_;
   bool displaced_, full_sync_, refresh_ = true;
@@ -58,7 +60,7 @@ class PatchAttention : public nn::AttentionBackend {
   std::vector<int64_t> split_;
   std::map<int, std::unique_ptr<Layer>> layers_;
   // A sync step's all-gather buffers, shared by every layer (one call at a time).
-  nn::Scratch sync_send_, sync_recv_, text_rows_;
+  nn::Scratch sync_send_, sync_recv_;
   double wait_seconds_ = 0;
 };
 
