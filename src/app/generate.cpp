@@ -146,7 +146,8 @@ class Progress {
 // resolved) and how it ran (`o`).
 std::map<std::string, std::string> png_text(const pipeline::PlanFields& p, const GenerateOptions& o,
                                             const std::string& prompt, const io::ModelRef& model,
-                                            const pipeline::Pipeline& pipe) {
+                                            const pipeline::Pipeline& pipe,
+                                            const parallel::ParallelConfig& layout) {
   ImageMetadata m;
   m.prompt = prompt;
   m.negative_prompt = o.negative_prompt.value_or("");
@@ -163,7 +164,7 @@ std::map<std::string, std::string> png_text(const pipeline::PlanFields& p, const
   m.model_folder = model.from_cache() ? model.folder : "";
   m.pipeline = pipe.family().name() + " (" + pipe.folder().pipeline_class() + ")";
   m.dtype = o.dtype;
-  m.parallel = parallel_label(o.par.config, p.num_inference_steps);
+  m.parallel = parallel_label(layout, p.num_inference_steps, pipe.token_rows(p));
   return png_metadata(m);
 }
 
@@ -330,10 +331,15 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
                 ", resized to ", plan->width, "x", plan->height,
                 " (--no_resolution_binning to turn off)");
     pipeline::ImageResult res = pipeline::generate_distributed(pipe, mesh, plan, progress);
+    // The layout as it ran (the weights --patch_weights auto / dynamic chose).
+    trace_at_end.parallel =
+        parallel_label(mesh.config(), plan->num_inference_steps, pipe.token_rows(*plan));
     const auto paths = io::output_paths(o.output, res.rgb.size() / res.frames, res.frames);
     if (writer)
       write_frames(outputs, o.output, res,
-                   [&](size_t i) { return png_text(*plan, o, o.prompts[i], model, pipe); });
+                   [&](size_t i) {
+                     return png_text(*plan, o, o.prompts[i], model, pipe, mesh.config());
+                   });
     XDIT_INFO("text encoding ", seconds(res.text_seconds), ", denoising ",
               seconds(res.denoise_seconds), ", decoding ", seconds(res.decode_seconds),
               ", peak memory ", human_size(static_cast<double>(peak_rss_bytes())), " -> ",
@@ -383,6 +389,8 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
   pipe.load();
   Tensor latents = pipeline::generate_latents_distributed(pipe, mesh, encoded, progress);
   const double denoise_s = secs(t1);
+  trace_at_end.parallel =  // as it ran
+      parallel_label(mesh.config(), plan->num_inference_steps, pipe.token_rows(*plan));
   if (latent_out) {
     if (!writer) return 0;
     // One frame is written [P, C, h, w], as latents were before they had frames.
@@ -416,7 +424,7 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
   if (!writer) return 0;
   write_frames(outputs, o.output, res, [&](size_t i) {
     return png_text(*plan, o, o.prompts.empty() ? "(prompt embeddings)" : o.prompts[i], model,
-                    pipe);
+                    pipe, mesh.config());
   });
   XDIT_INFO("text encoding ", seconds(text_s), ", denoising ", seconds(denoise_s), ", decoding ",
             seconds(secs(t2)), ", peak memory ", human_size(static_cast<double>(peak_rss_bytes())),

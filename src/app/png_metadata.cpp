@@ -18,8 +18,8 @@ std::string skip_layers_text(const pipeline::SkipLayerGuidance& s) {
 
 }  // namespace
 
-std::string parallel_label(const parallel::ParallelConfig& c, int64_t steps) {
-  return c.serial() ? std::string("serial (1 process)") : c.label(steps);
+std::string parallel_label(const parallel::ParallelConfig& c, int64_t steps, int64_t token_rows) {
+  return c.serial() ? std::string("serial (1 process)") : c.label(steps, token_rows);
 }
 
 std::map<std::string, std::string> png_metadata(const ImageMetadata& m) {

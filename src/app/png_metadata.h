@@ -29,7 +29,10 @@ std::map<std::string, std::string> png_metadata(const ImageMetadata& m);
 
 // The layout for the metadata, the log and serve's answer: "serial (1
 // process)", or ParallelConfig::label (method, degrees, warm-up, patches,
-// sync mode, and exact / stale / approximate) for a run of `steps` steps.
-std::string parallel_label(const parallel::ParallelConfig& c, int64_t steps);
+// sync mode, and exact / stale / approximate) for a run of `steps` steps
+// over `token_rows` rows (0: unknown). After a run, pass the mesh's config:
+// it holds the weights --patch_weights auto and dynamic chose.
+std::string parallel_label(const parallel::ParallelConfig& c, int64_t steps,
+                           int64_t token_rows = 0);
 
 }  // namespace xdit::app

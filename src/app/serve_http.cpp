@@ -211,6 +211,10 @@ class Server {
         jr.rgb = std::move(g.rgb);
         jr.seconds = s;
         jr.plan = *plans[i];
+        // Here, on the thread that runs the rounds: --patch_weights dynamic
+        // changes the mesh's weights during the next one.
+        jr.parallel = parallel_label(mesh_.config(), jr.plan.num_inference_steps,
+                                     pipe_.token_rows(jr.plan));
         runs[i]->finish(std::move(jr));
       }
       running_ = 0;
@@ -270,7 +274,7 @@ class Server {
     const serve::ServeRequest& asked = job->request();
     std::vector<std::vector<uint8_t>> pngs;  // one per frame, prompt-major (an image: per prompt)
     for (const auto& rgb : r->rgb)
-      pngs.push_back(io::encode_png(r->width, r->height, rgb, png_text(r->plan)));
+      pngs.push_back(io::encode_png(r->width, r->height, rgb, png_text(r->plan, r->parallel)));
     if (e == serve::Endpoint::kImages) {
       json data = json::array();
       for (const auto& png : pngs) data.push_back({{"b64_json", serve::base64_encode(png)}});
@@ -281,7 +285,7 @@ class Server {
     std::snprintf(took, sizeof took, "%.2f sec", elapsed);
     json body = {{"message", "Image generated successfully"},
                  {"elapsed_time", took},
-                 {"parallel", parallel_label(o_.par.config, r->plan.num_inference_steps)}};
+                 {"parallel", r->parallel}};
     if (asked.save_disk_path) {
       // Under --output_dir, links refused, written exclusively and renamed
       // into place (serve/output_root.h).
@@ -300,7 +304,8 @@ class Server {
     return serve::json_response(200, body);
   }
 
-  std::map<std::string, std::string> png_text(const pipeline::PlanFields& r) const {
+  std::map<std::string, std::string> png_text(const pipeline::PlanFields& r,
+                                              const std::string& parallel) const {
     ImageMetadata m;
     m.prompt = r.prompts.empty() ? "" : r.prompts[0];
     m.negative_prompt = r.negative_prompt.value_or("");
@@ -310,7 +315,7 @@ class Server {
     m.height = r.height;
     m.guidance = r.guidance_scale;
     m.model = model_id_;
-    m.parallel = parallel_label(o_.par.config, r.num_inference_steps);
+    m.parallel = parallel;
     m.software_note = "serve";
     return png_metadata(m);
   }

@@ -99,6 +99,22 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// The host first waits for this rank's queued GPU work (the compute stream).
+struct ComputeDrained {
+  ComputeDrained() { cuda::synchronize(); }
+};
+// Times a call over GPU memory from the moment this rank's own queued work is
+// done: the stats then count waiting for peers and moving bytes, not this
+// rank's compute, which the calls would otherwise wait for inside the clock
+// (--patch_weights dynamic subtracts the stats from a step's wall time). The
+// calls wait for that work anyway (a collective's stream and the staging
+// copies are ordered after it); a point-to-point wait loses only the host's
+// few microseconds of run-ahead.
+class DeviceCommTimer : ComputeDrained, public CommTimer {
+ public:
+  explicit DeviceCommTimer(CommStats& s, uint64_t bytes = 0) : CommTimer(s, bytes) {}
+};
+
 // Device buffers through host memory over a host communicator.
 class HostStaged : public Communicator {
  public:
@@ -107,12 +123,12 @@ class HostStaged : public Communicator {
   int size() const override { return host_->size(); }
 
   void send(const void* buf, size_t count, Type t, int dest, int tag) override {
-    CommTimer tm(stats_, count * type_size(t));
+    DeviceCommTimer tm(stats_, count * type_size(t));
     const auto h = down(buf, count * type_size(t));
     host_->send(h.data(), count, t, dest, tag);
   }
   void recv(void* buf, size_t count, Type t, int src, int tag) override {
-    CommTimer tm(stats_);
+    DeviceCommTimer tm(stats_);
     std::vector<char> h(count * type_size(t));
     host_->recv(h.data(), count, t, src, tag);
     up(buf, h);
@@ -125,7 +141,7 @@ class HostStaged : public Communicator {
         : r_(std::move(r)), host_(std::move(host)), device_(device), stats_(stats) {}
     void wait() override {
       if (done_) return;
-      CommTimer tm(stats_);
+      DeviceCommTimer tm(stats_);
       r_->wait();
       if (device_ != nullptr) cuda::copy(device_, host_.data(), host_.size());
       done_ = true;
@@ -146,7 +162,7 @@ class HostStaged : public Communicator {
 
   std::unique_ptr<Request> isend(const void* buf, size_t count, Type t, int dest,
                                  int tag) override {
-    CommTimer tm(stats_, count * type_size(t));
+    DeviceCommTimer tm(stats_, count * type_size(t));
     auto h = down(buf, count * type_size(t));
     auto r = host_->isend(h.data(), count, t, dest, tag);  // the vector's data does not move
     return std::make_unique<StagedRequest>(std::move(r), std::move(h), nullptr, stats_);
@@ -159,7 +175,7 @@ class HostStaged : public Communicator {
   void allreduce_sum(float* buf, size_t count) override { reduce(buf, count); }
   void allreduce_sum(double* buf, size_t count) override { reduce(buf, count); }
   void allgather(const void* send, void* recv, size_t count, Type t) override {
-    CommTimer tm(stats_, count * type_size(t) * static_cast<size_t>(size() - 1));
+    DeviceCommTimer tm(stats_, count * type_size(t) * static_cast<size_t>(size() - 1));
     const auto h = down(send, count * type_size(t));
     std::vector<char> all(h.size() * static_cast<size_t>(size()));
     host_->allgather(h.data(), all.data(), count, t);
@@ -167,20 +183,20 @@ class HostStaged : public Communicator {
   }
   void alltoall(const void* send, void* recv, size_t count, Type t) override {
     const size_t bytes = count * type_size(t) * static_cast<size_t>(size());
-    CommTimer tm(stats_, count * type_size(t) * static_cast<size_t>(size() - 1));
+    DeviceCommTimer tm(stats_, count * type_size(t) * static_cast<size_t>(size() - 1));
     const auto h = down(send, bytes);
     std::vector<char> r(bytes);
     host_->alltoall(h.data(), r.data(), count, t);
     up(recv, r);
   }
   void broadcast(void* buf, size_t count, Type t, int root) override {
-    CommTimer tm(stats_, rank() == root ? count * type_size(t) : 0);
+    DeviceCommTimer tm(stats_, rank() == root ? count * type_size(t) : 0);
     auto h = down(buf, count * type_size(t));
     host_->broadcast(h.data(), count, t, root);
     up(buf, h);
   }
   void barrier() override {
-    CommTimer tm(stats_);
+    DeviceCommTimer tm(stats_);
     cuda::synchronize();
     host_->barrier();
   }
@@ -203,7 +219,7 @@ class HostStaged : public Communicator {
   }
   template <class T>
   void reduce(T* buf, size_t count) {
-    CommTimer tm(stats_, count * sizeof(T));
+    DeviceCommTimer tm(stats_, count * sizeof(T));
     auto h = down(buf, count * sizeof(T));
     host_->allreduce_sum(reinterpret_cast<T*>(h.data()), count);
     up(buf, h);
@@ -285,7 +301,7 @@ class Nccl : public Communicator {
     NcclRequest(Nccl* c, std::shared_ptr<Batch> b) : c_(c), b_(std::move(b)) {}
     void wait() override {
       if (done_) return;
-      CommTimer tm(c_->stats());
+      DeviceCommTimer tm(c_->stats());
       if (b_->done == nullptr) c_->flush();
       c_->wait_event(b_->done, "a point-to-point transfer");
       done_ = true;
@@ -419,7 +435,7 @@ class Nccl : public Communicator {
   // time and the `bytes` it sends counted in the stats).
   template <class F>
   void collective(const char* call, size_t bytes, F enqueue) {
-    CommTimer tm(stats_, bytes);
+    DeviceCommTimer tm(stats_, bytes);
     flush();
     issue(call, enqueue);
     wait_stream(call);

@@ -49,6 +49,10 @@ DeviceMemory device_memory(int index) {
   return g_runtime->memory(index);
 }
 
+void wait_for_device(const Device& d) {
+  if (d.cuda() && g_runtime != nullptr) g_runtime->synchronize();
+}
+
 Device current_device() {
   return t_current;
 }

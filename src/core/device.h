@@ -47,6 +47,11 @@ class DeviceScope {
   Device previous_;
 };
 
+// The host waits for the work this thread queued on `d` (a CUDA device's
+// compute stream; nothing on the CPU): host clocks around it then time the
+// device's work, not its queueing.
+void wait_for_device(const Device& d);
+
 // Whether this build has the CUDA backend (nvcc was found at configure time):
 // whether a DeviceRuntime is registered.
 bool built_with_cuda();
@@ -85,6 +90,9 @@ class DeviceRuntime {
   virtual void copy(void* dst, const void* src, size_t bytes) const = 0;
   // Sets `bytes` bytes of device memory to zero.
   virtual void zero(void* dst, size_t bytes) const = 0;
+  // The host waits for the work queued on the current device's compute
+  // stream (not the communicators' own streams).
+  virtual void synchronize() const = 0;
 
  protected:
   // Not virtual: a runtime is a static that is never deleted through this

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <iomanip>
+#include <iterator>
 #include <sstream>
 
+#include "core/device.h"
 #include "core/error.h"
 #include "parallel/split.h"
 
@@ -22,9 +24,16 @@ std::string Calibration::describe() const {
 }
 
 double waited_seconds(Mesh& mesh) {
-  const Mesh::ModelGroups& m = mesh.model_groups();  // the groups the attention waits on
+  // The groups the attention waits on (over GPU memory on a GPU), and the
+  // host ones of the step's end: the rows' gather and the CFG exchange. On
+  // the CPU they are the same communicators, counted once.
+  const Mesh::ModelGroups& m = mesh.model_groups();
+  comm::Communicator* groups[] = {m.sp, m.ulysses, m.ring, &mesh.sp_group(),
+                                  &mesh.ulysses_group(), &mesh.ring_group(), &mesh.cfg_group()};
   double waited = 0;
-  for (comm::Communicator* g : {m.sp, m.ulysses, m.ring}) waited += g->stats().seconds;
+  for (size_t i = 0; i < std::size(groups); ++i)
+    if (std::find(groups, groups + i, groups[i]) == groups + i)
+      waited += groups[i]->stats().seconds;
   return waited;
 }
 
@@ -68,9 +77,11 @@ Calibration calibrate_weights(Mesh& mesh, int64_t rows,
              " ranks a row");
   const auto [b, e] = row_share(0, rows, n, mesh.coord().sp);
   const double waited0 = waited_seconds(mesh);
+  wait_for_device(mesh.device());  // (a GPU's clock: from idle to idle)
   mesh.world().barrier();
   const auto t0 = std::chrono::steady_clock::now();
   step(b, e);
+  wait_for_device(mesh.device());
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   Calibration c;
   const std::vector<float> all = gather_compute(mesh.world(), wall, waited_seconds(mesh) - waited0);

@@ -35,8 +35,10 @@ struct Speeds {
 Speeds weights_from_compute(const ParallelConfig& pc, const std::vector<int64_t>& rows,
                             const std::vector<float>& compute);
 
-// The seconds this rank has spent inside the mesh's row-splitting
-// communicators (where a fast rank waits for a slow one), so far.
+// The seconds this rank has spent inside the mesh's row-splitting and CFG
+// communicators, host and device ones (where a fast rank waits for a slow
+// one), so far. Device communicators start their clocks once the rank's own
+// queued GPU work is done, so this is waiting, not compute.
 double waited_seconds(Mesh& mesh);
 // Every rank's compute seconds (`wall` less `waited`, at least 1 ms) over
 // `group` (the world, or a data-parallel replica: its ranks are the world's

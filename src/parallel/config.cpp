@@ -34,7 +34,7 @@ std::string ParallelConfig::exactness(int64_t steps) const {
   return sync_steps(steps) < steps ? "stale" : "exact";
 }
 
-std::string ParallelConfig::label(int64_t steps) const {
+std::string ParallelConfig::label(int64_t steps, int64_t token_rows) const {
   std::ostringstream s;
   s << describe();
   if (dynamic_weights) s << "; patch_weights dynamic";
@@ -45,7 +45,9 @@ std::string ParallelConfig::label(int64_t steps) const {
   }
   if (pipefusion_parallel_degree > 1)
     s << "; pipefusion patches "
-      << (num_pipeline_patch > 0 ? num_pipeline_patch : pipefusion_parallel_degree);
+      << (token_rows >= row_split_degree()
+              ? static_cast<int64_t>(patches(token_rows).size())
+              : (num_pipeline_patch > 0 ? num_pipeline_patch : pipefusion_parallel_degree));
   if (pipefusion_parallel_degree > 1 || (patch_parallel_degree > 1 && displaced()))
     s << "; sync_mode " << (full_sync ? "full_sync" : "async") << ", warmup " << sync_steps(steps)
       << " of " << steps << " steps";

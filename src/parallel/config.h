@@ -71,8 +71,10 @@ struct ParallelConfig {
   std::string exactness(int64_t steps) const;
   // Everything of the layout that changes the numbers, for the image's
   // metadata, serve's answer, the log and the trace: describe(), the stale
-  // methods' warm-up, patches and sync mode, and exactness().
-  std::string label(int64_t steps) const;
+  // methods' warm-up, patches and sync mode, and exactness(). With the
+  // run's `token_rows` the PipeFusion patch count is the one patches() makes
+  // of them (the request's when 0).
+  std::string label(int64_t steps, int64_t token_rows = 0) const;
   // The ranks that split the image's token rows: Ulysses × Ring, or the
   // patch-parallel ranks (the two exclude each other; the mesh's "sp" slot
   // holds either).

@@ -143,8 +143,7 @@ void PatchAttention::attend(const kernels::AttentionArgs& args, const nn::Attent
   if (!slot) slot = std::make_unique<Layer>();
   Layer& l = *slot;
   if (!l.k.defined() || l.k.device() != current_device() || l.batch != B || l.heads != H ||
-      l.head_dim != D || l.text != text || l.total != total || l.bf16 != args.bf16 ||
-      l.share != share) {
+      l.head_dim != D || l.text != text || l.total != total || l.bf16 != args.bf16) {
     for (auto& r : l.pending) r->wait();
     l.pending.clear();
     const bool packs_bf16 = kernels::attention_packs_bf16(args.bf16);
@@ -161,14 +160,21 @@ void PatchAttention::attend(const kernels::AttentionArgs& args, const nn::Attent
     l.text = text;
     l.total = total;
     l.bf16 = args.bf16;
+    l.share.clear();  // (set below)
+    l.filled = false;
+  }
+  // The previous step's exchange first, on the split it was posted with: its
+  // sends still read l.fresh, and its receives hold the other bands' K/V of
+  // that step.
+  complete(l);
+  if (l.share != share) {
+    // A new split (--patch_weights dynamic): the buffer keeps every token's
+    // K/V in its place, so only the bands' bounds change: no reallocation,
+    // and the step stays stale.
     l.share = share;
     l.offset.assign(share.size(), 0);
     for (size_t p = 1; p < share.size(); ++p) l.offset[p] = l.offset[p - 1] + share[p - 1];
-    l.filled = false;
   }
-  // The previous step's exchange first: its sends still read l.fresh, and
-  // its receives hold the other bands' K/V of that step.
-  complete(l);
   // This rank's fresh K and V, contiguous in the exchange type: [2][B, n, H·D],
   // each batch item `per` tokens apart (a sync step pads every band to the
   // longest so that one all-gather of equal blocks moves them).

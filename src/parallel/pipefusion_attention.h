@@ -8,10 +8,13 @@
 // Inside a sequence-parallel group (PipeFusion × Ulysses/Ring) each rank
 // computes its chunk of the patch: SP rank k = ring·u + ulysses holds tokens
 // [t0 + k·N, t0 + (k+1)·N). The Ulysses all-to-all turns that into "my H/u
-// heads, the tokens of my ring super-chunk"; the ring all-gathers the
-// super-chunks' fresh K/V, so every SP rank's buffer holds the whole sequence
-// for its heads — patch fresh, the rest as last computed — and its queries
-// attend to that buffer. Only the patch's K/V travel, never the buffer.
+// heads, the tokens of my ring super-chunk". Under Ulysses alone each rank's
+// buffer holds the whole sequence for its heads; only the patch's K/V travel.
+// Under Ring each ring rank keeps a 1/r share of the image tokens (as xDiT
+// does): a call all-gathers the shares and the super-chunks' fresh K/V into
+// one whole-sequence buffer that the layers take turns with, attends to it,
+// and updates its share — r times less K/V memory for the whole stale
+// sequence moving every call (xDiT's ring attention moves it too).
 //
 // Joint attention (FLUX): the text's tokens lead each batch item's q/k/v (on
 // every rank); their K/V lead the buffer and are written fresh by every call
@@ -48,10 +51,12 @@ class PipeFusionAttention : public nn::AttentionBackend {
   void set_sequence_split(std::vector<int64_t> tokens_per_rank) override;
 
   // The buffers of a layer as f32 [B, text + total, heads·D], the rank's
-  // heads under Ulysses (tests compare them).
+  // heads under Ulysses, its share of the image tokens (no text) under Ring
+  // (tests compare them).
   std::vector<float> keys(int layer) const { return unpack(buffers_.at(layer), true); }
   std::vector<float> values(int layer) const { return unpack(buffers_.at(layer), false); }
-  // Bytes held by the K/V buffers.
+  // Bytes held by the K/V buffers (under Ring the shares, not the one
+  // whole-sequence buffer the layers take turns with).
   size_t buffer_bytes() const;
   // Test switch: a pipeline that "forgets to refresh" its buffers after the
   // warm-up (the deviation tests must catch it).
@@ -69,13 +74,17 @@ class PipeFusionAttention : public nn::AttentionBackend {
   struct Buffer {
     Tensor k, v;  // packed, on the device the attention runs on
     int64_t batch = 0, heads = 0, head_dim = 0;
-    int64_t text = 0;   // joint attention: the text's tokens lead the buffer, fresh each call
-    bool bf16 = false;  // as requested by the attention call
+    int64_t text = 0;    // joint attention: the text's tokens lead the buffer, fresh each call
+    int64_t tokens = 0;  // image tokens after the text (the whole sequence, or a ring share)
+    bool bf16 = false;   // as requested by the attention call
     bool filled = false;
   };
+  // (Re)sizes buf for `text` + `tokens` tokens of `heads` heads; true when it did.
+  static bool fit(Buffer& buf, const kernels::AttentionArgs& args, int64_t heads, int64_t text,
+                  int64_t tokens);
   // The layer's buffer, (re)sized for the call and checked against the window.
   Buffer& buffer(int layer, const kernels::AttentionArgs& args, int64_t heads, bool whole,
-                 int64_t text);
+                 int64_t text, int64_t tokens);
   // n tokens of k, v ([B, ·, H, D] with the given token strides, batch items
   // `batch_tokens` tokens apart) into the buffer's tokens [t, t + n).
   void store(Buffer& buf, const float* k, const float* v, int64_t k_stride, int64_t v_stride,
@@ -95,6 +104,7 @@ class PipeFusionAttention : public nn::AttentionBackend {
   comm::Communicator* ring_ = nullptr;
   std::unique_ptr<UlyssesExchange> exchange_;
   nn::Scratch kv_mine_, kv_all_, out_;
+  Buffer whole_;  // under Ring: the whole sequence, assembled for one call at a time
 };
 
 }  // namespace xdit::parallel

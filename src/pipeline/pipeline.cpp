@@ -72,6 +72,14 @@ const io::ModelFolder& Pipeline::folder() const {
   return *folder_;
 }
 
+int64_t Pipeline::token_rows(const PlanFields& p) const {
+  const int64_t patch = spec().patch;
+  if (p.latents.defined())  // [P, C, F, h, w], or [P, C, h, w]
+    return p.latents.ndim() == 5 ? p.latents.dim(2) * (p.latents.dim(3) / patch)
+                                 : p.latents.dim(2) / patch;
+  return p.run_height / vae_scale_factor() / patch;
+}
+
 int64_t Pipeline::vae_scale_factor() const {
   if (vae_cfg_) return vae_cfg_->scale_factor();
   if (!folder_) return kVaeScaleFactor;

@@ -54,6 +54,8 @@ class Pipeline {
   const io::ModelFolder& folder() const;
   // Pixels per latent pixel: from vae/config.json, 8 without a VAE.
   int64_t vae_scale_factor() const;
+  // The token rows (frames × patch rows) a plan's latents make.
+  int64_t token_rows(const PlanFields& p) const;
   const schedulers::SchedulerConfig& scheduler_config() const { return sched_cfg_; }
   // PixArt-α 120, PixArt-Σ 300, FLUX 512 (diffusers' defaults). Needs the
   // text side (a plan with prompts opens it).

@@ -24,6 +24,10 @@ void warn_padded_attention(const parallel::ParallelConfig& c, const char* how) {
               "attention pads every rank's share to the longest, so a slow rank keeps its share "
               "of it; Ring and patch parallelism move a rank's attention with its rows");
 }
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 }  // namespace
 
 void CalibrationHook::begin_loop(Denoiser& d) {
@@ -48,15 +52,10 @@ void CalibrationHook::begin_loop(Denoiser& d) {
   }
 }
 
-namespace {
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-}  // namespace
-
 void DynamicBalanceHook::begin_loop(Denoiser& d) {
   d_ = &d;
   rows_.clear();
+  moved_at_ = -2;
   static bool warned = false;  // once per process (serve runs many loops)
   if (!warned && d.runtime().mesh()->world().rank() == 0)
     warn_padded_attention(d.runtime().mesh()->config(), "dynamic");
@@ -64,20 +63,26 @@ void DynamicBalanceHook::begin_loop(Denoiser& d) {
 }
 
 void DynamicBalanceHook::before_step(const StepInfo&) {
+  wait_for_device(d_->device());  // (a GPU's clock: its queued work first)
   waited0_ = parallel::waited_seconds(*d_->runtime().mesh());
   t0_ = now_seconds();
 }
 
 void DynamicBalanceHook::after_step(const StepInfo& s, double) {
   parallel::Mesh& mesh = *d_->runtime().mesh();
+  wait_for_device(d_->device());
   const double wall = now_seconds() - t0_;
-  const std::vector<float> compute = parallel::gather_compute(
-      mesh.replica_group(), wall, parallel::waited_seconds(mesh) - waited0_);
   const parallel::ParallelConfig& pc = mesh.config();
   const int64_t total = d_->token_rows();
   const std::vector<int64_t> rows = pc.row_split(total);
   rows_.push_back(rows);
-  if (s.step + 1 >= s.total) return;
+  // Step 0 (first touches, the warm-up's synchronous exchange) and the step
+  // right after a move (buffers resized) time something else than the split;
+  // every rank skips the same steps, so the gather below stays collective.
+  const bool measure = s.step > 0 && s.step != moved_at_ + 1;
+  if (!measure || s.step + 1 >= s.total) return;
+  const std::vector<float> compute = parallel::gather_compute(
+      mesh.replica_group(), wall, parallel::waited_seconds(mesh) - waited0_);
   const parallel::Speeds sp = parallel::weights_from_compute(pc, rows, compute);
   if (sp.imbalance <= kImbalance) return;
   const std::vector<int64_t> next = parallel::row_counts(total, sp.weights);
@@ -89,6 +94,7 @@ void DynamicBalanceHook::after_step(const StepInfo& s, double) {
   }
   if (next_max > (1 - kGain) * now_max) return;
   mesh.set_patch_weights(sp.weights);
+  moved_at_ = s.step;
   if (mesh.replica_group().rank() == 0) {  // (the log prints world rank 0's)
     std::string from, to, secs;  // (appended piecewise: GCC 12 warns -Wrestrict on "," + string)
     for (size_t k = 0; k < rows.size(); ++k) {

@@ -20,10 +20,12 @@ class CalibrationHook : public StepHook {
   void begin_loop(Denoiser& d) override;
 };
 
-// --patch_weights dynamic: after each step the compute of every rank of the
-// data-parallel replica (the step's wall time less its waits inside the
-// row-splitting communicators) is gathered over the replica (under serve the
-// replicas run different requests); when the slowest sequence-parallel position took more than
+// --patch_weights dynamic: after each step (but the first, and the one right
+// after a move, which time first touches and resized buffers) the compute of
+// every rank of the data-parallel replica (the step's wall time, on a GPU
+// from the device idle to the device idle, less its waits inside the
+// row-splitting and CFG communicators) is gathered over the replica (under
+// serve the replicas run different requests); when the slowest sequence-parallel position took more than
 // kImbalance longer than the fastest, and a split in proportion to the
 // measured speeds would shorten the slowest by more than kGain, the mesh's
 // weights change and the next step runs on the new split (logged). The
@@ -41,6 +43,7 @@ class DynamicBalanceHook : public StepHook {
  private:
   Denoiser* d_ = nullptr;
   double t0_ = 0, waited0_ = 0;
+  int64_t moved_at_ = -2;  // the last step after which the rows moved
   std::vector<std::vector<int64_t>> rows_;
 };
 

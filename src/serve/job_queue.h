@@ -31,6 +31,7 @@ struct JobResult {
   std::vector<std::vector<uint8_t>> rgb;  // status 200: one image per prompt
   double seconds = 0;                     // the generation's
   pipeline::PlanFields plan;              // as it ran (the model's defaults filled in)
+  std::string parallel;                   // the layout's label as it ran (parallel_label)
 
   static JobResult error(int status, std::string message, std::string field = "") {
     JobResult r;

@@ -226,13 +226,20 @@ TEST(PatchDisplaced, AStaleStepAttendsOwnFreshAndOthersPreviousKV) {
 // Joint attention (FLUX, SD3) under DistriFusion: the text stream is
 // replicated, so its rows must stay bit-equal on every rank after a stale
 // step, although each rank's own view (its fresh band beside the others'
-// stale ones) would give each rank other text rows.
-TEST(PatchDisplaced, JointAttentionKeepsTheTextRowsEqualOnEveryRank) {
+// stale ones) would give each rank other text rows. A sync step, then two
+// stale ones; with `resplit` the last runs on a new split (--patch_weights
+// dynamic), which must keep it stale: every token's K/V of step 1 stays.
+void check_stale_joint_attention(bool resplit) {
   const int n = world().size(), me = world().rank();
   const int64_t B = 2, H = 2, D = 7, hd = H * D, text = 5;
-  std::vector<int64_t> share;
-  for (int p = 0; p < n; ++p) share.push_back(4 + p);  // uneven bands
-  const int64_t total = std::accumulate(share.begin(), share.end(), int64_t{0});
+  std::vector<int64_t> first, last;
+  for (int p = 0; p < n; ++p) first.push_back(4 + p);  // uneven bands
+  last = first;
+  if (resplit) {  // two tokens of the last band move to the first
+    last.front() += 2;
+    last.back() -= 2;
+  }
+  const int64_t total = std::accumulate(first.begin(), first.end(), int64_t{0});
   const int64_t all_len = text + total;
   const auto args = [&](const float* q, const float* k, const float* v, int64_t q_len,
                         int64_t kv_len, float* out) {
@@ -246,7 +253,8 @@ TEST(PatchDisplaced, JointAttentionKeepsTheTextRowsEqualOnEveryRank) {
     return o;
   };
   // Rank p's sequence of `whole` [B, text + total, H·D]: the text, then its band.
-  const auto rank_rows = [&](const std::vector<float>& whole, int p) {
+  const auto rank_rows = [&](const std::vector<float>& whole, const std::vector<int64_t>& share,
+                             int p) {
     const auto [r0, r1] = parallel::row_share(0, share, p);
     std::vector<float> o;
     for (int64_t b = 0; b < B; ++b) {
@@ -256,16 +264,17 @@ TEST(PatchDisplaced, JointAttentionKeepsTheTextRowsEqualOnEveryRank) {
     }
     return o;
   };
-  const auto [t0, t1] = parallel::row_share(0, share, me);
-  const int64_t len = text + (t1 - t0);
   parallel::PatchAttention pa(world(), true, false);
-  pa.set_sequence_split(share);
   std::vector<std::vector<float>> whole[3];  // q, k, v of each step, the same on every rank
-  for (int s = 0; s < 3; ++s) {              // a sync step, then two stale ones
+  for (int s = 0; s < 3; ++s) {
+    const std::vector<int64_t>& share = s < 2 ? first : last;
+    const auto [t0, t1] = parallel::row_share(0, share, me);
+    const int64_t len = text + (t1 - t0);
+    pa.set_sequence_split(share);
     TorchGenerator g(static_cast<uint64_t>(90 + s));
     for (int t = 0; t < 3; ++t) whole[t].push_back(g.randn({B, all_len, hd}).to_vector());
-    const auto q = rank_rows(whole[0][s], me), k = rank_rows(whole[1][s], me),
-               v = rank_rows(whole[2][s], me);
+    const auto q = rank_rows(whole[0][s], share, me), k = rank_rows(whole[1][s], share, me),
+               v = rank_rows(whole[2][s], share, me);
     std::vector<float> out(q.size(), 0.0f);
     pa.begin_step(s, 3, s == 0);
     pa.attend(args(q.data(), k.data(), v.data(), len, len, out.data()), {0, false, text});
@@ -276,19 +285,18 @@ TEST(PatchDisplaced, JointAttentionKeepsTheTextRowsEqualOnEveryRank) {
       EXPECT_TRUE(std::equal(rows.begin(), rows.end(), all.begin() + rows.size() * p))
           << "step " << s << ": rank " << p << "'s text rows differ from rank 0's";
     if (s < 2) continue;
-    // The last step's K/V as a rank sees them: the text fresh, band `fresh_band`
-    // (-1: none) fresh, the others from step 1.
-    const auto keys = [&](int fresh_band) {
+    // The last step's K/V as a rank sees them: the text fresh, this rank's
+    // band (if `own`) fresh, every other token's from step 1.
+    const auto keys = [&](bool own) {
       std::vector<float> kv[2] = {whole[1][1], whole[2][1]};
       for (int t = 0; t < 2; ++t)
         for (int64_t b = 0; b < B; ++b) {
           const auto& fresh = whole[1 + t][2];
           const int64_t at = b * all_len * hd;
           std::copy(fresh.begin() + at, fresh.begin() + at + text * hd, kv[t].begin() + at);
-          if (fresh_band < 0) continue;
-          const auto [r0, r1] = parallel::row_share(0, share, fresh_band);
-          std::copy(fresh.begin() + at + (text + r0) * hd, fresh.begin() + at + (text + r1) * hd,
-                    kv[t].begin() + at + (text + r0) * hd);
+          if (!own) continue;
+          std::copy(fresh.begin() + at + (text + t0) * hd, fresh.begin() + at + (text + t1) * hd,
+                    kv[t].begin() + at + (text + t0) * hd);
         }
       std::vector<float> o(q.size());
       kernels::attention(args(q.data(), kv[0].data(), kv[1].data(), len, all_len, o.data()));
@@ -296,7 +304,7 @@ TEST(PatchDisplaced, JointAttentionKeepsTheTextRowsEqualOnEveryRank) {
     };
     // The text rows saw every band as of step 1 (the same keys on every
     // rank); the image rows saw this rank's band fresh.
-    const std::vector<float> all_stale = keys(-1), own_fresh = keys(me);
+    const std::vector<float> all_stale = keys(false), own_fresh = keys(true);
     EXPECT_LE(test::rel_max_err(rows, text_rows(all_stale, len)), 1e-6)
         << "the text rows did not see every band's previous K/V";
     std::vector<float> image(out), image_ref(own_fresh);
@@ -304,11 +312,19 @@ TEST(PatchDisplaced, JointAttentionKeepsTheTextRowsEqualOnEveryRank) {
       for (auto* x : {&image, &image_ref})
         std::fill(x->begin() + b * len * hd, x->begin() + (b * len + text) * hd, 0.0f);
     EXPECT_LE(test::rel_max_err(image, image_ref), 1e-6)
-        << "the image rows did not see this band fresh";
+        << "the image rows did not see this band fresh and the others from step 1";
     // The rank's own view of the text rows differs: attending with it, the
     // ranks' text streams would drift apart.
     EXPECT_GT(test::rel_max_err(text_rows(own_fresh, len), rows), 1e-3);
   }
+}
+
+TEST(PatchDisplaced, JointAttentionKeepsTheTextRowsEqualOnEveryRank) {
+  check_stale_joint_attention(false);
+}
+
+TEST(PatchDisplaced, ANewSplitKeepsEveryTokensKVAndTheStepStale) {
+  check_stale_joint_attention(true);
 }
 
 // Naive equals a per-band reference: the serial PixArt-Σ model run on each

@@ -109,6 +109,7 @@ pipeline::LatentRequest request(int64_t steps) {
 
 struct PfRun {
   Tensor latents;
+  size_t kv_bytes;  // this rank's K/V buffers
   int64_t patch_forwards;
   std::pair<int64_t, int64_t> micro_steps;  // this stage's first and last
   int stage;
@@ -121,7 +122,8 @@ PfRun run_pf(const ParallelConfig& pc, int64_t steps, bool refresh = true,
   p.set_mesh(&mesh);
   p.set_stale_kv_refresh(refresh);
   Tensor out = pipeline::generate_latents_distributed(p, mesh, request(steps));
-  return {out, p.pipefusion_patch_forwards(), p.pipefusion_micro_steps(), mesh.coord().pp};
+  return {out, p.pipefusion_attention()->buffer_bytes(), p.pipefusion_patch_forwards(),
+          p.pipefusion_micro_steps(), mesh.coord().pp};
 }
 
 Tensor serial(int64_t steps) {
@@ -201,7 +203,7 @@ TEST(PipeFusion, WithUlyssesOrRingAndFullWarmupEqualsSerial) {
 
 TEST(PipeFusion, WithUlyssesOrRingNormalModeMatchesPipeFusionAlone) {
   // The stale K/V are the same whether a stage runs on one rank or on an SP
-  // group, provided every SP rank's buffer holds the whole sequence: so
+  // group, provided every SP rank attends to the whole sequence: so
   // pp 2 x sp 2 in normal mode must give pp 2's result (same patches) to
   // rounding — and not the serial one. A buffer holding only the rank's own
   // tokens, or not refreshed from the other ring ranks, breaks the equality.
@@ -224,6 +226,34 @@ TEST(PipeFusion, WithUlyssesOrRingNormalModeMatchesPipeFusionAlone) {
       EXPECT_EQ(run.patch_forwards, static_cast<int64_t>(m) * (S - 1));
       EXPECT_EQ(run.micro_steps.second, run.stage + m * (S - 1));
     }
+  }
+}
+
+// PipeFusion x Ring keeps a 1/r share of each layer's stale K/V per rank
+// (xDiT's memory), and the result is PipeFusion's alone to the bit: the
+// whole-sequence buffer a call assembles holds the same bytes in the same
+// order.
+TEST(PipeFusion, WithRingKeepsAOneOverRShareOfTheKVAndTheResultToTheBit) {
+  if (world().size() != 4) GTEST_SKIP() << "pp 2 x ring 2 needs 4 ranks";
+  const int64_t S = 4;
+  auto half = world().split(world().rank() / 2, world().rank() % 2);
+  for (int m : {2, 4}) {
+    const PfRun alone = run_pf(pf(2, m, 1), S, true, half.get());
+    const PfRun ring = run_pf(pf(2, m, 1, {}, false, 1, 2), S);
+    const auto a = alone.latents.to_vector(), b = ring.latents.to_vector();
+    EXPECT_TRUE(a == b) << "M " << m << ": pp 2 x ring 2 differs from pp 2 by "
+                        << test::rel_max_err(b, a);
+    // B 4 (CFG x 2 prompts) x 48 tokens x 24 channels, K and V, f32, per
+    // layer of the stage: the whole sequence alone, half of it under ring 2.
+    const auto bytes = [](const PfRun& run, int64_t tokens) {
+      const auto blocks = pf(2, 2, 1).stage_blocks(5)[static_cast<size_t>(run.stage)];
+      return static_cast<size_t>((blocks.second - blocks.first) * 2 * 4 * tokens * 24 * 4);
+    };
+    EXPECT_EQ(alone.kv_bytes, bytes(alone, 48)) << "M " << m;
+    EXPECT_EQ(ring.kv_bytes, bytes(ring, 24)) << "M " << m;
+    if (m == 2)
+      std::printf("[ memory   ] rank %d: K/V %zu bytes under ring 2 (stage %d), %zu alone (stage %d)\n",
+                  world().rank(), ring.kv_bytes, ring.stage, alone.kv_bytes, alone.stage);
   }
 }
 

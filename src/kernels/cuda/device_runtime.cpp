@@ -42,6 +42,7 @@ class CudaRuntime final : public DeviceRuntime {
   }
 
   void zero(void* dst, size_t bytes) const override { fill_bytes(dst, 0, bytes); }
+  void synchronize() const override { cuda::synchronize(); }
 };
 
 // Constant-initialised and trivially destructible: usable from any static
