@@ -32,8 +32,9 @@ void add_parallel_options(CLI::App* cmd, ParallelOptions& o) {
                                   "on the whole image (the first step always is); default 1 "
                                   "under PipeFusion, 4 under DistriFusion (xDiT's)")
                       ->group(par);
-  cmd->add_option("--attn_layer_num_for_pp,--attn-layer-num-for-pp", p.attn_layer_num_for_pp,
-                  "blocks per PipeFusion stage, e.g. 10,18 (must sum to the blocks)")
+  cmd->add_option("--attn_layer_num_for_pp,--attn-layer-num-for-pp", o.attn_layers,
+                  "blocks per PipeFusion stage, e.g. 10,18 (must sum to the blocks), or auto: "
+                  "in proportion to each stage's measured speed")
       ->delimiter(',')
       ->group(par);
   cmd->add_option("--patch_parallel_degree,--patch-parallel-degree", p.patch_parallel_degree,
@@ -108,6 +109,17 @@ void resolve_parallel_options(ParallelOptions& o, int world_size) {
     double x = 0;
     XDIT_CHECK(CLI::detail::lexical_cast(w, x), "--patch_weights must be numbers, got '", w, "'");
     o.config.patch_weights.push_back(x);
+  }
+  for (const std::string& n : o.attn_layers) {
+    if (n == "auto") {
+      XDIT_CHECK(o.attn_layers.size() == 1, "--attn_layer_num_for_pp is either auto or numbers");
+      o.config.auto_stage_blocks = true;
+      continue;
+    }
+    int x = 0;
+    XDIT_CHECK(CLI::detail::lexical_cast(n, x),
+               "--attn_layer_num_for_pp must be whole numbers or auto, got '", n, "'");
+    o.config.attn_layer_num_for_pp.push_back(x);
   }
   if (o.parallel_vae_flag->count() > 0) o.config.use_parallel_vae = o.parallel_vae;
 }

@@ -16,7 +16,8 @@ struct ParallelOptions {
   parallel::ParallelConfig config;
   std::string parallelism, sync_mode;  // xDiT legacy patch flags ("" when not given)
   std::vector<std::string> patch_weights;
-  int warmup_steps = 0;  // --warmup_steps, when given (warmup_flag)
+  std::vector<std::string> attn_layers;  // --attn_layer_num_for_pp: numbers or auto
+  int warmup_steps = 0;                  // --warmup_steps, when given (warmup_flag)
   CLI::Option* warmup_flag = nullptr;
   bool parallel_vae = false;   // --use_parallel_vae[=true|false], when given
   double comm_timeout = 1800;  // --comm_timeout, seconds (0: no watchdog)

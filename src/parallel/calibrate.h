@@ -12,9 +12,28 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "parallel/config.h"
 
 namespace xdit::parallel {
+
+// --attn_layer_num_for_pp auto: the blocks of `num_blocks` per PipeFusion
+// stage in proportion to the stages' speeds (at least one each).
+std::vector<int> blocks_from_speeds(int64_t num_blocks, const std::vector<double>& speeds);
+
+// Every stage's speed, measured on each rank: the best of three timings
+// (rounds of at least 5 ms) of the blocks' largest product (1024 tokens x
+// `hidden` by 4·hidden, the feed-forward's first, in `dtype`, on the thread's
+// device) — blocks are alike, so a stage's time goes with this product's —
+// multiplied by `slow_factor` (the XDIT_SLOW_* test knob), gathered over the
+// world; a stage is as fast as its slowest rank. Collective over the world.
+struct StageCalibration {
+  std::vector<int> blocks;       // one per stage
+  std::vector<double> seconds;   // every stage's measured product
+  std::string describe() const;  // "blocks 4,1 (GEMM 0.121 ms, 0.364 ms)"
+};
+StageCalibration calibrate_stage_blocks(Mesh& mesh, int64_t num_blocks, int64_t hidden, DType dtype,
+                                        double slow_factor);
 
 struct Calibration {
   std::vector<double> weights;          // one per sequence-parallel position

@@ -48,6 +48,13 @@ std::string ParallelConfig::label(int64_t steps, int64_t token_rows) const {
       << (token_rows >= row_split_degree()
               ? static_cast<int64_t>(patches(token_rows).size())
               : (num_pipeline_patch > 0 ? num_pipeline_patch : pipefusion_parallel_degree));
+  if (pipefusion_parallel_degree > 1 && (auto_stage_blocks || !attn_layer_num_for_pp.empty())) {
+    s << "; stage blocks " << (auto_stage_blocks ? "auto" : "");
+    if (auto_stage_blocks && !attn_layer_num_for_pp.empty()) s << " (now ";
+    for (size_t i = 0; i < attn_layer_num_for_pp.size(); ++i)
+      s << (i ? "," : "") << attn_layer_num_for_pp[i];
+    if (auto_stage_blocks && !attn_layer_num_for_pp.empty()) s << ")";
+  }
   if (pipefusion_parallel_degree > 1 || (patch_parallel_degree > 1 && displaced()))
     s << "; sync_mode " << (full_sync ? "full_sync" : "async") << ", warmup " << sync_steps(steps)
       << " of " << steps << " steps";
@@ -132,7 +139,7 @@ void ParallelConfig::validate_method_flags() const {
              "--num_pipeline_patch applies to PipeFusion "
              "(--pipefusion_parallel_degree above 1); this layout (",
              describe(), ") has none");
-  XDIT_CHECK(pipefusion || attn_layer_num_for_pp.empty(),
+  XDIT_CHECK(pipefusion || (attn_layer_num_for_pp.empty() && !auto_stage_blocks),
              "--attn_layer_num_for_pp applies to "
              "PipeFusion (--pipefusion_parallel_degree above 1); this layout (",
              describe(), ") has none");
@@ -331,6 +338,13 @@ comm::Communicator& Mesh::text_group(int degree) {
 }
 
 Mesh::~Mesh() = default;
+
+void Mesh::set_stage_blocks(std::vector<int> blocks, int64_t num_blocks) {
+  ParallelConfig c = cfg_;
+  c.attn_layer_num_for_pp = std::move(blocks);
+  c.validate_pipefusion(num_blocks);  // one per stage, each at least 1, summing to the blocks
+  cfg_.attn_layer_num_for_pp = c.attn_layer_num_for_pp;
+}
 
 void Mesh::set_patch_weights(std::vector<double> weights) {
   ParallelConfig c = cfg_;

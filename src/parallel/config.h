@@ -47,6 +47,10 @@ struct ParallelConfig {
   // (empty = as even as possible).
   int num_pipeline_patch = 0;
   std::vector<int> attn_layer_num_for_pp;
+  // --attn_layer_num_for_pp auto: blocks per stage in proportion to each
+  // stage's measured speed (parallel/calibrate.h), set on the mesh when the
+  // pipeline loads; attn_layer_num_for_pp holds them afterwards.
+  bool auto_stage_blocks = false;
   // The stale methods' (PipeFusion, DistriFusion) warm-up: the first N
   // steps synchronous on the whole image. Unset: xDiT's defaults, 1 for
   // PipeFusion and 4 for DistriFusion. See sync_steps().
@@ -178,6 +182,8 @@ class Mesh {
   // --patch_weights auto: the calibrated weights (one per SP position),
   // kept for every later request.
   void set_patch_weights(std::vector<double> weights);
+  // --attn_layer_num_for_pp auto: the calibrated blocks per stage.
+  void set_stage_blocks(std::vector<int> blocks, int64_t num_blocks);
   // One line per rank: "rank 3: dp 0 cfg 1 sp 1 (ulysses 1, ring 0)".
   std::string layout() const;
 

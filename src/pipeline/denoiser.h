@@ -95,7 +95,8 @@ class ProgressHook : public StepHook {
 // XDIT_SLOW_RANK=r XDIT_SLOW_FACTOR=f XDIT_SLOW_FROM=s makes world rank r's
 // transformer forward compute f times as long from step s on (it sleeps
 // (f − 1) × the forward's time less its waits for other ranks), as a device
-// that slowed down would. Multi-rank runs only.
+// that slowed down would; --attn_layer_num_for_pp auto's measurement (before
+// any step) counts f times its time. Multi-rank runs only.
 struct SlowRank {
   double factor = 1.0;
   int64_t from = 0;

@@ -9,7 +9,9 @@
 #include "core/buffer_pool.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "parallel/calibrate.h"
 #include "parallel/vae_bands.h"
+#include "pipeline/denoiser.h"
 #include "pipeline/resolution.h"
 #include "pipeline/step_hooks.h"
 #include "pipeline/text_encoding.h"
@@ -126,6 +128,17 @@ void Pipeline::load() {
              "this one-shot pipeline released its transformer after its image; make a "
              "new pipeline for another");
   if (!runtime_) runtime_ = std::make_unique<parallel::ParallelRuntime>(mesh_, spec().patch);
+  if (mesh_ != nullptr && mesh_->config().auto_stage_blocks &&
+      mesh_->config().pipefusion_parallel_degree > 1 &&
+      mesh_->config().attn_layer_num_for_pp.empty()) {
+    DeviceScope scope(device_);
+    const parallel::StageCalibration c =
+        parallel::calibrate_stage_blocks(*mesh_, spec().blocks, spec().hidden, dtype_,
+                                         SlowRank::from_env(mesh_->world().rank()).factor);
+    mesh_->set_stage_blocks(c.blocks, spec().blocks);
+    if (mesh_->world().rank() == 0)
+      XDIT_INFO("--attn_layer_num_for_pp auto: measured ", c.describe());
+  }
   const models::DiTStage stage = runtime_->stage(spec().blocks);
   const size_t before = weights_->loaded().total;
   {

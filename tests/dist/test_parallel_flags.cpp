@@ -6,6 +6,7 @@
 #include <string>
 
 #include "dist/layouts.h"
+#include "parallel/calibrate.h"
 #include "parallel/config.h"
 #include "test_util.h"
 
@@ -49,9 +50,37 @@ TEST(ParallelConfigLabel, NamesEverythingThatChangesTheNumbers) {
   dynamic.dynamic_weights = true;
   EXPECT_EQ(dynamic.label(S),
             "dp=1 cfg=1 pp=1 ulysses=1 ring=2 tp=1; patch_weights dynamic; exact");
+  ParallelConfig stages = layout(1, false, 1, 1, 2, 2, 1);
+  stages.auto_stage_blocks = true;
+  EXPECT_EQ(stages.label(S),
+            "dp=1 cfg=1 pp=2 ulysses=1 ring=1 tp=1; pipefusion patches 2; stage blocks auto; "
+            "sync_mode async, warmup 1 of 20 steps; stale");
+  stages.attn_layer_num_for_pp = {20, 8};  // as the mesh holds it after the calibration
+  EXPECT_EQ(stages.label(S),
+            "dp=1 cfg=1 pp=2 ulysses=1 ring=1 tp=1; pipefusion patches 2; stage blocks auto (now "
+            "20,8); sync_mode async, warmup 1 of 20 steps; stale");
+  // With the run's token rows, the patches PipeFusion used: 3 rows hold 3 of 4.
+  EXPECT_NE(layout(1, false, 1, 1, 2, 4, 1).label(S, 3).find("pipefusion patches 3"),
+            std::string::npos);
   dynamic.patch_weights = {1, 0.5};  // as the mesh holds it after a re-split
   EXPECT_EQ(dynamic.label(S),
             "dp=1 cfg=1 pp=1 ulysses=1 ring=2 tp=1; patch_weights dynamic (now 1,0.5); exact");
+}
+
+// --attn_layer_num_for_pp auto: blocks in proportion to the stages' speeds,
+// at least one each, summing to the model's.
+TEST(StageBlocks, FollowTheSpeedsWithOneBlockAtLeast) {
+  using parallel::blocks_from_speeds;
+  EXPECT_EQ(blocks_from_speeds(5, {1.0, 1.0 / 3}), (std::vector<int>{4, 1}));
+  EXPECT_EQ(blocks_from_speeds(28, {1.0, 1.0, 1.0}), (std::vector<int>{10, 9, 9}));
+  EXPECT_EQ(blocks_from_speeds(28, {1.0, 0.5}), (std::vector<int>{19, 9}));
+  EXPECT_EQ(blocks_from_speeds(5, {1.0, 1e-6}),
+            (std::vector<int>{4, 1}));  // a sliver still gets one
+  EXPECT_EQ(blocks_from_speeds(57, {0.2, 1.0, 0.7, 0.4}), (std::vector<int>{5, 25, 17, 10}));
+  EXPECT_NE(test::error_message([] {
+              blocks_from_speeds(2, {1.0, 1.0, 1.0});
+            }).find("2 blocks cannot give each of the 3 stages one"),
+            std::string::npos);
 }
 
 // Each method's flags are refused where the method is not in the layout,
@@ -71,6 +100,8 @@ TEST(ParallelFlags, RefusedOutsideTheirMethod) {
         c.attn_layer_num_for_pp = {1, 1};
       },
       layout(1, false, 1, 2), "--attn_layer_num_for_pp applies to PipeFusion");
+  refused([](ParallelConfig& c) { c.auto_stage_blocks = true; }, layout(1, false, 2, 1),
+          "--attn_layer_num_for_pp applies to PipeFusion");
   refused([](ParallelConfig& c) { c.patch_mode = "naive"; }, layout(1, false, 2, 1),
           "--patch_mode applies to patch parallelism");
   refused([](ParallelConfig& c) { c.warmup_steps = 2; }, layout(1, true, 2, 1),

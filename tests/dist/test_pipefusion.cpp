@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -252,9 +253,36 @@ TEST(PipeFusion, WithRingKeepsAOneOverRShareOfTheKVAndTheResultToTheBit) {
     EXPECT_EQ(alone.kv_bytes, bytes(alone, 48)) << "M " << m;
     EXPECT_EQ(ring.kv_bytes, bytes(ring, 24)) << "M " << m;
     if (m == 2)
-      std::printf("[ memory   ] rank %d: K/V %zu bytes under ring 2 (stage %d), %zu alone (stage %d)\n",
-                  world().rank(), ring.kv_bytes, ring.stage, alone.kv_bytes, alone.stage);
+      std::printf(
+          "[ memory   ] rank %d: K/V %zu bytes under ring 2 (stage %d), %zu alone (stage %d)\n",
+          world().rank(), ring.kv_bytes, ring.stage, alone.kv_bytes, alone.stage);
   }
+}
+
+// --attn_layer_num_for_pp auto: a stage on a rank slowed 3x (the
+// XDIT_SLOW_* knob) gets fewer of the 5 blocks, every rank splits alike,
+// and with a full warm-up the result is still the serial run's.
+TEST(PipeFusion, AutoStageBlocksGiveASlowedStageFewerBlocks) {
+  if (world().size() != 2) GTEST_SKIP() << "two stages on 2 ranks, not " << world().size();
+  ParallelConfig pc = pf(2, 2, 3);
+  pc.auto_stage_blocks = true;
+  setenv("XDIT_SLOW_RANK", "1", 1);
+  setenv("XDIT_SLOW_FACTOR", "3", 1);
+  parallel::Mesh mesh(pc, world());
+  pipeline::Pipeline p(five_block_model(), DType::kF32);
+  p.set_mesh(&mesh);
+  const Tensor out = pipeline::generate_latents_distributed(p, mesh, request(3));
+  unsetenv("XDIT_SLOW_RANK");
+  const std::vector<int> blocks = mesh.config().attn_layer_num_for_pp;
+  EXPECT_EQ(blocks.size(), 2u);
+  if (blocks.size() == 2) {
+    EXPECT_EQ(blocks[0] + blocks[1], 5);
+    EXPECT_GT(blocks[0], blocks[1]) << "the slowed stage kept " << blocks[1] << " of 5 blocks";
+  }
+  std::vector<int> all(4);
+  world().allgather(blocks.data(), all.data(), 2 * sizeof(int), comm::Type::kByte);
+  EXPECT_TRUE(std::equal(all.begin(), all.begin() + 2, all.begin() + 2));
+  EXPECT_LE(test::rel_max_err(out.to_vector(), serial(3).to_vector()), 1e-4);
 }
 
 TEST(PipeFusion, KVBuffersAfterAWarmupStepEqualSerialKV) {
