@@ -336,10 +336,9 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
         parallel_label(mesh.config(), plan->num_inference_steps, pipe.token_rows(*plan));
     const auto paths = io::output_paths(o.output, res.rgb.size() / res.frames, res.frames);
     if (writer)
-      write_frames(outputs, o.output, res,
-                   [&](size_t i) {
-                     return png_text(*plan, o, o.prompts[i], model, pipe, mesh.config());
-                   });
+      write_frames(outputs, o.output, res, [&](size_t i) {
+        return png_text(*plan, o, o.prompts[i], model, pipe, mesh.config());
+      });
     XDIT_INFO("text encoding ", seconds(res.text_seconds), ", denoising ",
               seconds(res.denoise_seconds), ", decoding ", seconds(res.decode_seconds),
               ", peak memory ", human_size(static_cast<double>(peak_rss_bytes())), " -> ",
@@ -423,8 +422,8 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
   const auto paths = io::output_paths(o.output, res.rgb.size() / res.frames, res.frames);
   if (!writer) return 0;
   write_frames(outputs, o.output, res, [&](size_t i) {
-    return png_text(*plan, o, o.prompts.empty() ? "(prompt embeddings)" : o.prompts[i], model,
-                    pipe, mesh.config());
+    return png_text(*plan, o, o.prompts.empty() ? "(prompt embeddings)" : o.prompts[i], model, pipe,
+                    mesh.config());
   });
   XDIT_INFO("text encoding ", seconds(text_s), ", denoising ", seconds(denoise_s), ", decoding ",
             seconds(secs(t2)), ", peak memory ", human_size(static_cast<double>(peak_rss_bytes())),

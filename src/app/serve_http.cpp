@@ -213,8 +213,8 @@ class Server {
         jr.plan = *plans[i];
         // Here, on the thread that runs the rounds: --patch_weights dynamic
         // changes the mesh's weights during the next one.
-        jr.parallel = parallel_label(mesh_.config(), jr.plan.num_inference_steps,
-                                     pipe_.token_rows(jr.plan));
+        jr.parallel =
+            parallel_label(mesh_.config(), jr.plan.num_inference_steps, pipe_.token_rows(jr.plan));
         runs[i]->finish(std::move(jr));
       }
       running_ = 0;

@@ -87,8 +87,8 @@ void PatchAttention::complete(Layer& l) {
               l.share[static_cast<size_t>(p)], l.text + l.offset[static_cast<size_t>(p)]);
 }
 
-void PatchAttention::attend_rows(const kernels::AttentionArgs& args, const Layer& l,
-                                 int64_t first, int64_t count) {
+void PatchAttention::attend_rows(const kernels::AttentionArgs& args, const Layer& l, int64_t first,
+                                 int64_t count) {
   const int64_t all = l.text + l.total;
   kernels::AttentionArgs a;
   a.q_stride = args.q_stride;

@@ -223,7 +223,8 @@ void PipeFusionAttention::attend_sequence_parallel(const kernels::AttentionArgs&
   // Share j's tokens [B·Hu][len, D] to or from their place in the whole buffer.
   const auto place = [&](int j, uint8_t* share_k, uint8_t* share_v, bool into_whole) {
     const auto [a0, a1] = owned(j);
-    const size_t len = static_cast<size_t>(a1 - a0) * row, at = static_cast<size_t>(text + a0) * row;
+    const size_t len = static_cast<size_t>(a1 - a0) * row,
+                 at = static_cast<size_t>(text + a0) * row;
     auto* wk = static_cast<uint8_t*>(whole_.k.raw()) + at;
     auto* wv = static_cast<uint8_t*>(whole_.v.raw()) + at;
     if (into_whole) {
@@ -240,7 +241,8 @@ void PipeFusionAttention::attend_sequence_parallel(const kernels::AttentionArgs&
   }
   if (text > 0) store(whole_, k, v, cols, cols, S, 0, text);
   if (whole || refresh_) {
-    store_fresh(whole_, reinterpret_cast<const float*>(all + 2 * share_bytes), blob / sizeof(float));
+    store_fresh(whole_, reinterpret_cast<const float*>(all + 2 * share_bytes),
+                blob / sizeof(float));
     place(me, static_cast<uint8_t*>(mine_kv.k.raw()), static_cast<uint8_t*>(mine_kv.v.raw()),
           false);
     mine_kv.filled = mine_kv.filled || whole;

@@ -25,11 +25,10 @@ class CalibrationHook : public StepHook {
 // every rank of the data-parallel replica (the step's wall time, on a GPU
 // from the device idle to the device idle, less its waits inside the
 // row-splitting and CFG communicators) is gathered over the replica (under
-// serve the replicas run different requests); when the slowest sequence-parallel position took more than
-// kImbalance longer than the fastest, and a split in proportion to the
-// measured speeds would shorten the slowest by more than kGain, the mesh's
-// weights change and the next step runs on the new split (logged). The
-// thresholds are the hysteresis: a balanced split, or one a row from it,
+// serve the replicas run different requests); when the slowest sequence-parallel position took more
+// than kImbalance longer than the fastest, and a split in proportion to the measured speeds would
+// shorten the slowest by more than kGain, the mesh's weights change and the next step runs on the
+// new split (logged). The thresholds are the hysteresis: a balanced split, or one a row from it,
 // stays. Exact methods stay exact: the split only moves rows between ranks.
 class DynamicBalanceHook : public StepHook {
  public:
