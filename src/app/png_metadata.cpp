@@ -19,7 +19,15 @@ std::string skip_layers_text(const pipeline::SkipLayerGuidance& s) {
 }  // namespace
 
 std::string parallel_label(const parallel::ParallelConfig& c, int64_t steps, int64_t token_rows) {
-  return c.serial() ? std::string("serial (1 process)") : c.label(steps, token_rows);
+  if (c.serial()) return "serial (1 process)";
+  if (c.dynamic_weights && c.data_parallel_degree > 1) {
+    // Each replica balances its own rows: rank 0's weights say nothing of
+    // the image another replica made.
+    parallel::ParallelConfig without = c;
+    without.patch_weights.clear();
+    return without.label(steps, token_rows);
+  }
+  return c.label(steps, token_rows);
 }
 
 std::map<std::string, std::string> png_metadata(const ImageMetadata& m) {

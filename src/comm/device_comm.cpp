@@ -1,6 +1,7 @@
 #include "comm/device_comm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -18,6 +19,14 @@
 #endif
 
 namespace xdit::comm {
+
+namespace {
+std::atomic<bool> g_exclude_compute{false};
+}  // namespace
+
+void set_comm_timing_excludes_compute(bool on) {
+  g_exclude_compute.store(on, std::memory_order_relaxed);
+}
 
 int local_rank() {
   for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
@@ -99,17 +108,19 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// The host first waits for this rank's queued GPU work (the compute stream).
+// With set_comm_timing_excludes_compute: the host first waits for this rank's
+// queued GPU work (the compute stream).
 struct ComputeDrained {
-  ComputeDrained() { cuda::synchronize(); }
+  ComputeDrained() {
+    if (g_exclude_compute.load(std::memory_order_relaxed)) cuda::synchronize();
+  }
 };
-// Times a call over GPU memory from the moment this rank's own queued work is
-// done: the stats then count waiting for peers and moving bytes, not this
-// rank's compute, which the calls would otherwise wait for inside the clock
-// (--patch_weights dynamic subtracts the stats from a step's wall time). The
-// calls wait for that work anyway (a collective's stream and the staging
-// copies are ordered after it); a point-to-point wait loses only the host's
-// few microseconds of run-ahead.
+// Times a call over GPU memory, when asked from the moment this rank's own
+// queued work is done: the stats then count waiting for peers and moving
+// bytes, not this rank's compute, which the calls would otherwise wait for
+// inside the clock (--patch_weights auto / dynamic subtract the stats from a
+// step's wall time). A collective and the staging copies wait for that work
+// anyway; a point-to-point wait loses the host's run-ahead, hence the switch.
 class DeviceCommTimer : ComputeDrained, public CommTimer {
  public:
   explicit DeviceCommTimer(CommStats& s, uint64_t bytes = 0) : CommTimer(s, bytes) {}

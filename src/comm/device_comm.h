@@ -29,6 +29,13 @@ namespace xdit::comm {
 // local rank; 0 without a launcher): the GPU a rank takes is cuda:<local rank>.
 int local_rank();
 
+// Whether the communicators over GPU memory time their calls from the moment
+// the rank's own queued GPU work is done (so that their stats count waiting
+// for peers, not compute). Off by default: it costs each wait the host's
+// run-ahead. --patch_weights auto / dynamic turn it on (they subtract the
+// stats from a step's time).
+void set_comm_timing_excludes_compute(bool on);
+
 #ifdef XDIT_HAVE_NCCL
 // An NCCL communicator over the ranks of `host` (every rank calls it, each
 // with its own device current). `timeout_s`: the watchdog's limit for one

@@ -50,7 +50,13 @@ DeviceMemory device_memory(int index) {
 }
 
 void wait_for_device(const Device& d) {
-  if (d.cuda() && g_runtime != nullptr) g_runtime->synchronize();
+  if (!d.cuda() || g_runtime == nullptr) return;
+  if (t_current == d) {
+    g_runtime->synchronize();
+    return;
+  }
+  DeviceScope scope(d);
+  g_runtime->synchronize();
 }
 
 Device current_device() {

@@ -39,7 +39,8 @@ class PatchAttention : public nn::AttentionBackend {
   void set_sequence_split(std::vector<int64_t> tokens_per_rank) override;
   void begin_step(int64_t step, int64_t steps, bool sync) override;
   // Test switch: a displaced run that never applies the other bands' K/V
-  // after the warm-up (the deviation test must catch it).
+  // after the warm-up (the deviation test must catch it). Its own band still
+  // refreshes, so the ranks' text rows differ there: a broken run anyway.
   void set_refresh(bool refresh) { refresh_ = refresh; }
   // Seconds this rank waited for the other bands' K/V (benchmarks).
   double wait_seconds() const { return wait_seconds_; }

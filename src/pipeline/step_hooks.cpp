@@ -4,6 +4,7 @@
 #include <chrono>
 #include <string>
 
+#include "comm/device_comm.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/trace.h"
@@ -31,6 +32,7 @@ double now_seconds() {
 }  // namespace
 
 void CalibrationHook::begin_loop(Denoiser& d) {
+  comm::set_comm_timing_excludes_compute(true);
   parallel::ParallelRuntime& rt = d.runtime();
   parallel::Mesh& mesh = *rt.mesh();
   const int64_t rows = d.token_rows();
@@ -55,6 +57,7 @@ void CalibrationHook::begin_loop(Denoiser& d) {
 void DynamicBalanceHook::begin_loop(Denoiser& d) {
   d_ = &d;
   rows_.clear();
+  comm::set_comm_timing_excludes_compute(true);
   moved_at_ = -2;
   static bool warned = false;  // once per process (serve runs many loops)
   if (!warned && d.runtime().mesh()->world().rank() == 0)

@@ -7,6 +7,7 @@
 // same stale-K/V result as PipeFusion alone (every SP rank's buffer complete).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -117,9 +118,9 @@ struct PfRun {
 };
 
 PfRun run_pf(const ParallelConfig& pc, int64_t steps, bool refresh = true,
-             comm::Communicator* on = nullptr) {
+             comm::Communicator* on = nullptr, DType dtype = DType::kF32) {
   parallel::Mesh mesh(pc, on != nullptr ? *on : world());
-  pipeline::Pipeline p(five_block_model(), DType::kF32);
+  pipeline::Pipeline p(five_block_model(), dtype);
   p.set_mesh(&mesh);
   p.set_stale_kv_refresh(refresh);
   Tensor out = pipeline::generate_latents_distributed(p, mesh, request(steps));
@@ -244,6 +245,12 @@ TEST(PipeFusion, WithRingKeepsAOneOverRShareOfTheKVAndTheResultToTheBit) {
     const auto a = alone.latents.to_vector(), b = ring.latents.to_vector();
     EXPECT_TRUE(a == b) << "M " << m << ": pp 2 x ring 2 differs from pp 2 by "
                         << test::rel_max_err(b, a);
+    // bf16: the shares and the whole buffer in 2-byte elements.
+    const auto a16 = run_pf(pf(2, m, 1), S, true, half.get(), DType::kBF16).latents.to_vector();
+    const auto b16 =
+        run_pf(pf(2, m, 1, {}, false, 1, 2), S, true, nullptr, DType::kBF16).latents.to_vector();
+    EXPECT_TRUE(a16 == b16) << "M " << m << ", bf16: pp 2 x ring 2 differs from pp 2 by "
+                            << test::rel_max_err(b16, a16);
     // B 4 (CFG x 2 prompts) x 48 tokens x 24 channels, K and V, f32, per
     // layer of the stage: the whole sequence alone, half of it under ring 2.
     const auto bytes = [](const PfRun& run, int64_t tokens) {
@@ -266,19 +273,30 @@ TEST(PipeFusion, AutoStageBlocksGiveASlowedStageFewerBlocks) {
   if (world().size() != 2) GTEST_SKIP() << "two stages on 2 ranks, not " << world().size();
   ParallelConfig pc = pf(2, 2, 3);
   pc.auto_stage_blocks = true;
-  setenv("XDIT_SLOW_RANK", "1", 1);
-  setenv("XDIT_SLOW_FACTOR", "3", 1);
+  struct SlowKnob {  // set for the run, unset however it ends
+    SlowKnob() {
+      setenv("XDIT_SLOW_RANK", "1", 1);
+      setenv("XDIT_SLOW_FACTOR", "3", 1);
+    }
+    ~SlowKnob() {
+      unsetenv("XDIT_SLOW_RANK");
+      unsetenv("XDIT_SLOW_FACTOR");
+    }
+  };
   parallel::Mesh mesh(pc, world());
   pipeline::Pipeline p(five_block_model(), DType::kF32);
   p.set_mesh(&mesh);
-  const Tensor out = pipeline::generate_latents_distributed(p, mesh, request(3));
-  unsetenv("XDIT_SLOW_RANK");
-  const std::vector<int> blocks = mesh.config().attn_layer_num_for_pp;
-  EXPECT_EQ(blocks.size(), 2u);
-  if (blocks.size() == 2) {
-    EXPECT_EQ(blocks[0] + blocks[1], 5);
-    EXPECT_GT(blocks[0], blocks[1]) << "the slowed stage kept " << blocks[1] << " of 5 blocks";
+  Tensor out;
+  {
+    SlowKnob knob;
+    out = pipeline::generate_latents_distributed(p, mesh, request(3));
   }
+  const std::vector<int>& got = mesh.config().attn_layer_num_for_pp;
+  EXPECT_EQ(got.size(), 2u);
+  std::array<int, 2> blocks{};
+  std::copy_n(got.begin(), std::min<size_t>(got.size(), 2), blocks.begin());
+  EXPECT_EQ(blocks[0] + blocks[1], 5);
+  EXPECT_GT(blocks[0], blocks[1]) << "the slowed stage kept " << blocks[1] << " of 5 blocks";
   std::vector<int> all(4);
   world().allgather(blocks.data(), all.data(), 2 * sizeof(int), comm::Type::kByte);
   EXPECT_TRUE(std::equal(all.begin(), all.begin() + 2, all.begin() + 2));
