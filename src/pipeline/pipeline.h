@@ -114,6 +114,8 @@ class Pipeline {
   // release_transformer() does it by hand (a caller that decodes itself).
   void set_one_shot(bool one_shot) { one_shot_ = one_shot; }
   void release_transformer();
+  // The loaded transformer (null before load()): block hooks attach here.
+  models::DiT* transformer() const { return transformer_.get(); }
 
   // The weights are held resident by another pipeline of this process
   // (xdit serve's validator checks requests while the serving pipeline

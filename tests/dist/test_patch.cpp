@@ -327,6 +327,40 @@ TEST(PatchDisplaced, ANewSplitKeepsEveryTokensKVAndTheStepStale) {
   check_stale_joint_attention(true);
 }
 
+// The whole text stream, not only the attention: under DistriFusion with
+// uneven bands (each rank's rows a different count, so its matrix products
+// run on other shapes) FLUX.1's text rows are bit-equal on every rank after
+// every block of every step, stale ones included.
+TEST(PatchDisplaced, FluxTextStreamIsBitEqualOnEveryRankAfterEachBlock) {
+  struct TextRowsAgree : models::BlockHook {
+    int64_t checked = 0, differing = 0;
+    void after_block(int64_t, models::Streams& s) override {
+      const Tensor x = s.x.to_device(Device{});
+      const int64_t B = x.dim(0), len = x.dim(1), d = x.dim(2);
+      std::vector<float> rows;
+      for (int64_t b = 0; b < B; ++b)
+        rows.insert(rows.end(), x.data<float>() + b * len * d,
+                    x.data<float>() + (b * len + s.text) * d);
+      std::vector<float> all(rows.size() * static_cast<size_t>(world().size()));
+      world().allgather(rows.data(), all.data(), rows.size(), comm::Type::kF32);
+      for (int p = 1; p < world().size(); ++p)
+        differing += std::equal(rows.begin(), rows.end(), all.begin() + rows.size() * p) ? 0 : 1;
+      ++checked;
+    }
+  } hook;
+  ParallelConfig pc = patch("displaced");
+  for (int p = 0; p < world().size(); ++p) pc.patch_weights.push_back(1.0 + p);  // uneven
+  parallel::Mesh mesh(pc, world());
+  pipeline::Pipeline p(std::string(XDIT_MODELS) + "/flux-dev-tiny", DType::kF32);
+  p.set_mesh(&mesh);
+  p.load();
+  ASSERT_NE(p.transformer(), nullptr);
+  p.transformer()->set_block_hooks({&hook});
+  pipeline::generate_latents_distributed(p, mesh, request(p));
+  EXPECT_GT(hook.checked, 0);
+  EXPECT_EQ(hook.differing, 0) << "of " << hook.checked << " block outputs";
+}
+
 // Naive equals a per-band reference: the serial PixArt-Σ model run on each
 // band's rows alone (positions kept global), the bands' outputs assembled,
 // then CFG and the DPM-Solver step — the loop written out here.
