@@ -325,7 +325,18 @@ def train_dit(a):
     abar = torch.cumprod(1 - betas, 0).float()
     gen = torch.Generator().manual_seed(a.seed)
     t0, c0, avg = time.time(), time.process_time(), None
-    for step in range(1, a.dit_steps + 1):
+    first = 1
+    if a.resume:  # a run stopped part-way: its last checkpoint's full state
+        st = torch.load(a.resume, weights_only=False)
+        model.load_state_dict(st["model"])
+        t5.load_state_dict(st["t5"])
+        opt.load_state_dict(st["opt"])
+        for sh, v in zip(ema.shadow, st["ema_shadow"]):
+            sh.copy_(v)
+        ema.n, avg, first = st["ema_n"], st["avg"], st["step"] + 1
+        gen.set_state(st["gen"])
+        print(f"resumed from {a.resume} after step {st['step']}", flush=True)
+    for step in range(first, a.dit_steps + 1):
         idx = torch.randint(0, n, (a.dit_batch,), generator=gen)
         x0 = latents[idx]
         b_ids, b_mask = ids[idx].clone(), mask[idx].clone()
@@ -356,10 +367,17 @@ def train_dit(a):
         if step % a.log_every == 0 or step == a.dit_steps:
             el = time.time() - t0
             cpu = (time.process_time() - c0) / a.threads
-            print(f"dit step {step}/{a.dit_steps} loss {avg:.4f} {el / step:.3f} s/step "
-                  f"({cpu / step:.3f} CPU), {el:.0f} s", flush=True)
+            done = step - first + 1  # (this process's steps, after a resume)
+            print(f"dit step {step}/{a.dit_steps} loss {avg:.4f} {el / done:.3f} s/step "
+                  f"({cpu / done:.3f} CPU), {el:.0f} s", flush=True)
         if a.checkpoint_every and step % a.checkpoint_every == 0 and step < a.dit_steps:
-            ema.save(model, t5, os.path.join(a.work, f"ckpt-{step}"))
+            ckpt = os.path.join(a.work, f"ckpt-{step}")
+            ema.save(model, t5, ckpt)
+            # Everything to go on from here (--resume): the same run, step for step.
+            torch.save({"model": model.state_dict(), "t5": t5.state_dict(),
+                        "opt": opt.state_dict(), "ema_shadow": ema.shadow, "ema_n": ema.n,
+                        "avg": avg, "step": step, "gen": gen.get_state()},
+                       os.path.join(ckpt, "state.pt"))
     ema.save(model, t5, a.work)
     log_stage(a.work, "dit", steps=a.dit_steps, batch=a.dit_batch, pictures=n,
               seconds=round(time.time() - t0),
@@ -488,6 +506,7 @@ def main():
     ap.add_argument("--dit-steps", type=int, default=3000)
     ap.add_argument("--prediction", default="v_prediction", choices=["v_prediction", "epsilon"])
     ap.add_argument("--checkpoint-every", type=int, default=0)
+    ap.add_argument("--resume", help="a checkpoint's state.pt: go on from its step")
     ap.add_argument("--t-power", type=float, default=1.0,
                     help="training timesteps 1000 u^p: 1 uniform, 0.5 three quarters above 500")
     ap.add_argument("--dit-batch", type=int, default=32)
