@@ -1,9 +1,34 @@
 #include "app/parallel_options.h"
 
+#include <algorithm>
+#include <initializer_list>
+
 #include "core/error.h"
 #include "core/log.h"
 
 namespace xdit::app {
+
+namespace {
+// A list flag that takes numbers, or one of `modes` alone: the mode given
+// ("" for numbers), the numbers into `out`; one line for anything else.
+template <class T>
+std::string numbers_or_mode(const std::vector<std::string>& given, const std::string& flag,
+                            std::initializer_list<const char*> modes, const char* what,
+                            std::vector<T>& out) {
+  std::string either;  // "auto, dynamic"
+  for (const char* m : modes) either += (either.empty() ? "" : ", ") + std::string(m);
+  for (const std::string& v : given) {
+    if (std::find(modes.begin(), modes.end(), v) != modes.end()) {
+      XDIT_CHECK(given.size() == 1, flag, " is either ", either, " or numbers");
+      return v;
+    }
+    T x{};
+    XDIT_CHECK(CLI::detail::lexical_cast(v, x), flag, " must be ", what, ", got '", v, "'");
+    out.push_back(x);
+  }
+  return "";
+}
+}  // namespace
 
 void add_parallel_options(CLI::App* cmd, ParallelOptions& o) {
   auto& p = o.config;
@@ -100,27 +125,13 @@ void resolve_parallel_options(ParallelOptions& o, int world_size) {
              o.sync_mode, "'");
   o.config.full_sync = o.sync_mode == "full_sync";
   if (o.warmup_flag->count() > 0) o.config.warmup_steps = o.warmup_steps;
-  for (const std::string& w : o.patch_weights) {
-    if (w == "auto" || w == "dynamic") {
-      XDIT_CHECK(o.patch_weights.size() == 1, "--patch_weights is either auto, dynamic or numbers");
-      (w == "auto" ? o.config.auto_weights : o.config.dynamic_weights) = true;
-      continue;
-    }
-    double x = 0;
-    XDIT_CHECK(CLI::detail::lexical_cast(w, x), "--patch_weights must be numbers, got '", w, "'");
-    o.config.patch_weights.push_back(x);
-  }
-  for (const std::string& n : o.attn_layers) {
-    if (n == "auto") {
-      XDIT_CHECK(o.attn_layers.size() == 1, "--attn_layer_num_for_pp is either auto or numbers");
-      o.config.auto_stage_blocks = true;
-      continue;
-    }
-    int x = 0;
-    XDIT_CHECK(CLI::detail::lexical_cast(n, x),
-               "--attn_layer_num_for_pp must be whole numbers or auto, got '", n, "'");
-    o.config.attn_layer_num_for_pp.push_back(x);
-  }
+  const std::string weights = numbers_or_mode(
+      o.patch_weights, "--patch_weights", {"auto", "dynamic"}, "numbers", o.config.patch_weights);
+  if (weights == "auto") o.config.auto_weights = true;
+  if (weights == "dynamic") o.config.dynamic_weights = true;
+  if (numbers_or_mode(o.attn_layers, "--attn_layer_num_for_pp", {"auto"}, "whole numbers or auto",
+                      o.config.attn_layer_num_for_pp) == "auto")
+    o.config.auto_stage_blocks = true;
   if (o.parallel_vae_flag->count() > 0) o.config.use_parallel_vae = o.parallel_vae;
 }
 

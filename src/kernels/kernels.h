@@ -241,6 +241,12 @@ struct AttentionArgs {
   uint16_t* out_bf16 = nullptr;
 };
 void attention(const AttentionArgs& a);
+// The arguments that attend only rows [first, first + count) of batch item
+// b's queries in `a` (batch items q_len rows apart): a batch of one with the
+// item's q/out rows, K/V (packed or not) and key mask. Its lse, when `a` has
+// one, is [H, count] from the item's start (H·q_len apart), so first must be
+// 0 then; no bias, no bf16 rows.
+AttentionArgs attention_item_rows(const AttentionArgs& a, int64_t b, int64_t first, int64_t count);
 
 // Whether attention with `bf16` requested computes (and packs) in bf16.
 bool attention_packs_bf16(bool bf16);

@@ -34,27 +34,31 @@ std::string ParallelConfig::exactness(int64_t steps) const {
   return sync_steps(steps) < steps ? "stale" : "exact";
 }
 
+namespace {
+// A setting that is numbers, or a mode that picks them as the run goes:
+// "; NAME a,b", "; NAME MODE" or "; NAME MODE (now a,b)"; nothing when unset.
+template <class T>
+void put_list_setting(std::ostream& s, const char* name, const char* mode, bool by_mode,
+                      const std::vector<T>& values) {
+  if (!by_mode && values.empty()) return;
+  s << "; " << name << ' ';
+  if (by_mode) s << mode << (values.empty() ? "" : " (now ");
+  for (size_t i = 0; i < values.size(); ++i) s << (i ? "," : "") << values[i];
+  if (by_mode && !values.empty()) s << ')';
+}
+}  // namespace
+
 std::string ParallelConfig::label(int64_t steps, int64_t token_rows) const {
   std::ostringstream s;
   s << describe();
-  if (dynamic_weights) s << "; patch_weights dynamic";
-  if (!patch_weights.empty()) {
-    s << (dynamic_weights ? " (now " : "; patch_weights ");
-    for (size_t i = 0; i < patch_weights.size(); ++i) s << (i ? "," : "") << patch_weights[i];
-    if (dynamic_weights) s << ")";
-  }
+  put_list_setting(s, "patch_weights", "dynamic", dynamic_weights, patch_weights);
   if (pipefusion_parallel_degree > 1)
     s << "; pipefusion patches "
       << (token_rows >= row_split_degree()
               ? static_cast<int64_t>(patches(token_rows).size())
               : (num_pipeline_patch > 0 ? num_pipeline_patch : pipefusion_parallel_degree));
-  if (pipefusion_parallel_degree > 1 && (auto_stage_blocks || !attn_layer_num_for_pp.empty())) {
-    s << "; stage blocks " << (auto_stage_blocks ? "auto" : "");
-    if (auto_stage_blocks && !attn_layer_num_for_pp.empty()) s << " (now ";
-    for (size_t i = 0; i < attn_layer_num_for_pp.size(); ++i)
-      s << (i ? "," : "") << attn_layer_num_for_pp[i];
-    if (auto_stage_blocks && !attn_layer_num_for_pp.empty()) s << ")";
-  }
+  if (pipefusion_parallel_degree > 1)
+    put_list_setting(s, "stage blocks", "auto", auto_stage_blocks, attn_layer_num_for_pp);
   if (pipefusion_parallel_degree > 1 || (patch_parallel_degree > 1 && displaced()))
     s << "; sync_mode " << (full_sync ? "full_sync" : "async") << ", warmup " << sync_steps(steps)
       << " of " << steps << " steps";

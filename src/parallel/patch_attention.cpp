@@ -89,37 +89,26 @@ void PatchAttention::complete(Layer& l) {
 
 void PatchAttention::attend_rows(const kernels::AttentionArgs& args, const Layer& l, int64_t first,
                                  int64_t count) {
-  const int64_t all = l.text + l.total;
   kernels::AttentionArgs a;
+  a.q = args.q;
   a.q_stride = args.q_stride;
+  a.out = args.out;
   a.out_stride = args.out_stride;
+  a.k_packed = l.k.raw();
+  a.v_packed = l.v.raw();
+  a.batch = l.batch;
   a.heads = l.heads;
-  a.kv_len = all;
+  a.q_len = args.q_len;
+  a.kv_len = l.text + l.total;
   a.head_dim = l.head_dim;
   a.scale = args.scale;
   a.bf16 = l.bf16;
   if (first == 0 && count == args.q_len) {  // every row: one call
-    a.q = args.q;
-    a.out = args.out;
-    a.k_packed = l.k.raw();
-    a.v_packed = l.v.raw();
-    a.batch = l.batch;
-    a.q_len = count;
     kernels::attention(a);
     return;
   }
-  // Part of each batch item's rows: one call per item.
-  const size_t item = static_cast<size_t>(all * l.heads * l.head_dim) * l.esz;
-  a.batch = 1;
-  a.q_len = count;
-  for (int64_t b = 0; b < l.batch; ++b) {
-    const int64_t row = b * args.q_len + first;
-    a.q = args.q + row * args.q_stride;
-    a.out = args.out + row * args.out_stride;
-    a.k_packed = static_cast<const uint8_t*>(l.k.raw()) + static_cast<size_t>(b) * item;
-    a.v_packed = static_cast<const uint8_t*>(l.v.raw()) + static_cast<size_t>(b) * item;
-    kernels::attention(a);
-  }
+  for (int64_t b = 0; b < l.batch; ++b)  // part of each item's rows: one call per item
+    kernels::attention(kernels::attention_item_rows(a, b, first, count));
 }
 
 void PatchAttention::attend(const kernels::AttentionArgs& args, const nn::AttentionSite& site) {

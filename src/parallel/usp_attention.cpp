@@ -73,15 +73,7 @@ void UspAttention::ring_attention(const float* q, const float* k, const float* v
       // Only this rank's own rows query: per batch item, the first Sq of its
       // S rows (the padding rows' output is never read).
       for (int64_t b = 0; b < B; ++b) {
-        kernels::AttentionArgs p = a;
-        p.batch = 1;
-        p.q_len = Sq;
-        p.q = a.q + b * S * hd;
-        p.k = a.k + b * a.kv_len * hd;
-        p.v = a.v + b * a.kv_len * hd;
-        p.out = a.out + b * S * hd;
-        p.lse = a.lse + b * H * S;
-        if (a.key_mask != nullptr) p.key_mask = a.key_mask + b * a.kv_len;
+        const kernels::AttentionArgs p = kernels::attention_item_rows(a, b, 0, Sq);
         if (pieces)
           attention_in_pieces(p, progress);
         else

@@ -175,6 +175,33 @@ bool attention_packs_bf16(bool bf16) {
   return bf16 && cpu_has_bf16();
 }
 
+AttentionArgs attention_item_rows(const AttentionArgs& a, int64_t b, int64_t first, int64_t count) {
+  XDIT_CHECK(0 <= b && b < a.batch && 0 <= first && count >= 0 && first + count <= a.q_len,
+             "attention: rows [", first, ", ", first + count, ") of item ", b, " out of ", a.batch,
+             " x ", a.q_len);
+  XDIT_CHECK(a.bias == nullptr && a.q_bf16 == nullptr && a.out_bf16 == nullptr &&
+                 (a.lse == nullptr || first == 0),
+             "attention: item rows take no bias, bf16 rows, or lse past row 0");
+  AttentionArgs p = a;
+  p.batch = 1;
+  p.q_len = count;
+  const int64_t row = b * a.q_len + first;
+  p.q = a.q + row * a.q_stride;
+  p.out = a.out + row * a.out_stride;
+  if (a.lse != nullptr) p.lse = a.lse + b * a.heads * a.q_len;
+  if (a.key_mask != nullptr) p.key_mask = a.key_mask + b * a.kv_len;
+  if (a.k_packed != nullptr) {
+    const size_t item = static_cast<size_t>(a.heads * a.kv_len * a.head_dim) *
+                        (attention_packs_bf16(a.bf16) ? 2 : 4);
+    p.k_packed = static_cast<const uint8_t*>(a.k_packed) + static_cast<size_t>(b) * item;
+    p.v_packed = static_cast<const uint8_t*>(a.v_packed) + static_cast<size_t>(b) * item;
+  } else {
+    p.k = a.k + b * a.kv_len * a.k_stride;
+    p.v = a.v + b * a.kv_len * a.v_stride;
+  }
+  return p;
+}
+
 void attention_pack_kv(const float* src, int64_t stride, int64_t B, int64_t H, int64_t n, int64_t D,
                        bool bf16_requested, void* dst, int64_t total, int64_t t,
                        int64_t batch_stride) {
