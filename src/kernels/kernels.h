@@ -156,6 +156,12 @@ void affine_div(const float* x, float* y, int64_t n, float divisor, float shift)
 void guidance_combine(const float* uncond, const float* cond, float g, float* noise, int64_t n);
 // SD3's skip-layer guidance: noise += (c − skip)·scale.
 void guidance_add(float* noise, const float* cond, const float* skip, float scale, int64_t n);
+// A step cache's indicator (pipeline/first_block_cache.h), on host memory
+// whatever the current device: r = out − in over n values and, when `prev`
+// is given, sums[0] += Σ|r − prev| and sums[1] += Σ|prev| (accumulated in
+// double).
+void residual_change(const float* out, const float* in, const float* prev, float* r, int64_t n,
+                     double sums[2]);
 // Flow-Match Euler: sample += dt·model_output, the product rounded before the
 // add (as torch computes it).
 void flow_euler_step(const float* model_output, float* sample, float dt, int64_t n);

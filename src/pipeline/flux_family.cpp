@@ -47,6 +47,7 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
   }
   double cfg_scale(double, double true_cfg_scale) const override { return true_cfg_scale; }
   bool embeds_guidance() const override { return cfg_.guidance_embeds; }
+  bool cfg_calls_apart() const override { return true; }
   // FLUX.1 [dev]: the guidance scale is an input of the model, one per item.
   void add_request_conditioning(models::Conditioning& c, int64_t /*height*/, int64_t /*width*/,
                                 double guidance_scale) const override {

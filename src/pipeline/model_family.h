@@ -62,6 +62,10 @@ class ModelFamily {
   }
   // FLUX.1 [dev]: the guidance scale is an input of the model.
   virtual bool embeds_guidance() const { return false; }
+  // Whether the family's diffusers pipeline calls the transformer on the
+  // CFG halves apart (FluxPipeline's true CFG, in cache contexts "cond" and
+  // "uncond"), so that a step cache decides for each half on its own.
+  virtual bool cfg_calls_apart() const { return false; }
   // The conditioning a request adds beside the text (per-item scalars:
   // PixArt-α's size, FLUX.1 [dev]'s embedded guidance), to each half of
   // `c.batch()` items; `height` and `width` the size the model runs at.

@@ -13,6 +13,7 @@
 #include "parallel/vae_bands.h"
 #include "pipeline/denoiser.h"
 #include "pipeline/resolution.h"
+#include "pipeline/step_cache.h"
 #include "pipeline/step_hooks.h"
 #include "pipeline/text_encoding.h"
 
@@ -247,12 +248,45 @@ Tensor Pipeline::generate_latents(const Plan& plan,
   if (mesh_ != nullptr && mesh_->config().dynamic_weights && runtime_->pipefusion() == nullptr)
     d.add_hook(&balance);
   if (slg) d.add_hook(&*slg);
+  const std::unique_ptr<StepCache> cache =
+      r.cache.on() ? make_step_cache(r.cache, cache_setup(r)) : nullptr;
+  struct Unhook {  // the model keeps no pointer to the run's cache
+    models::DiT& model;
+    ~Unhook() { model.set_block_hooks({}); }
+  } unhook{*transformer_};
+  if (cache) {
+    d.add_hook(cache.get());
+    transformer_->set_block_hooks({cache.get()});
+  }
   for (StepHook* hook : hooks) d.add_hook(hook);
   ProgressHook progress(on_step);
   d.add_hook(&progress);
   Tensor out = d.run(std::move(latents));
   pf_stats_ = d.pipefusion_stats();
+  cache_report_ = cache ? CacheReport{r.cache.label(), cache->stats()} : CacheReport{};
+  if (cache) XDIT_INFO("step cache ", cache_report_.label, ": ", cache_report_.stats.summary());
   return out;
+}
+
+CacheSetup Pipeline::cache_setup(const PlanFields& r) const {
+  CacheSetup s;
+  s.blocks = spec().blocks;
+  s.stage = transformer_->stage();
+  const bool cfg_split = r.cfg && mesh_ != nullptr && mesh_->config().use_cfg_parallel;
+  // The CFG halves decide apart where the family's diffusers pipeline calls
+  // them apart (FLUX.1's true CFG); a batched pair decides once, over both
+  // halves, which under CFG parallel live on the two CFG groups.
+  const bool apart = family_->cfg_calls_apart();
+  s.contexts = r.cfg && apart && !cfg_split ? 2 : 1;
+  if (mesh_ != nullptr) {
+    s.sum_groups = {&mesh_->sp_group()};
+    s.agree_groups = {&mesh_->sp_group(), &mesh_->tp_group()};
+    if (cfg_split && !apart) {
+      s.sum_groups.push_back(&mesh_->cfg_group());
+      s.agree_groups.push_back(&mesh_->cfg_group());
+    }
+  }
+  return s;
 }
 
 PromptEmbeddings Pipeline::encode_prompts(const Plan& plan) {
@@ -383,6 +417,8 @@ ImageResult Pipeline::generate(const Plan& plan,
   out.text_seconds = secs(t0, t1);
   out.denoise_seconds = secs(t1, t2);
   out.decode_seconds = secs(t2, t3);
+  if (!cache_report_.label.empty())
+    out.cache = cache_report_.label + ": " + cache_report_.stats.summary();
   return out;
 }
 

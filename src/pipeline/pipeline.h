@@ -30,6 +30,7 @@
 #include "pipeline/model_family.h"
 #include "pipeline/plan.h"
 #include "pipeline/request.h"
+#include "pipeline/step_cache.h"
 #include "schedulers/scheduler_config.h"
 
 namespace xdit::pipeline {
@@ -193,6 +194,8 @@ class Pipeline {
   // The VAE's config and weight headers, opened and checked once.
   void open_vae();
   void check_skip_layer_guidance(const SkipLayerGuidance& s, bool cfg) const;
+  // A request's step cache checked against the model, its defaults filled.
+  CacheSettings checked_cache(const CacheSettings& c) const;
   // The memory query for `prompts` images at height x width px on this mesh.
   MemoryQuery memory_query(int64_t prompts, int64_t height, int64_t width, bool cfg) const;
   // The estimate of `q` against the memory left (weights already loaded not
@@ -241,6 +244,20 @@ class Pipeline {
  private:
   PipeFusionStats pf_stats_;
   bool stale_refresh_ = true;
+
+ public:
+  // The last run's step cache and what it did on this rank (an empty label
+  // without one).
+  struct CacheReport {
+    std::string label;
+    CacheStats stats;
+  };
+  const CacheReport& cache_report() const { return cache_report_; }
+
+ private:
+  // Where a run's step cache sits and whom it agrees with.
+  CacheSetup cache_setup(const PlanFields& r) const;
+  CacheReport cache_report_;
 };
 
 }  // namespace xdit::pipeline

@@ -82,6 +82,15 @@ const std::vector<PlanField>& plan_fields() {
       XDIT_PLAN_FIELD(skip_layer_guidance.scale, double),
       XDIT_PLAN_FIELD(skip_layer_guidance.start, double),
       XDIT_PLAN_FIELD(skip_layer_guidance.stop, double),
+      {"cache",
+       [](const PlanFields& f, json& j) {
+         j["cache"] = f.cache.name();
+         if (f.cache.threshold) j["cache_threshold"] = *f.cache.threshold;
+       },
+       [](const json& j, PlanFields& f) {
+         f.cache.kind = CacheSettings::parse(j.at("cache").get<std::string>());
+         if (j.contains("cache_threshold")) f.cache.threshold = j["cache_threshold"].get<double>();
+       }},
       XDIT_PLAN_FIELD(seed, uint64_t),
       XDIT_PLAN_FIELD(resize_back, bool),
       XDIT_PLAN_FIELD(cfg, bool),
@@ -103,7 +112,7 @@ const std::vector<PlanField>& plan_fields() {
 // A field added to PlanFields changes its size: add its row above, then the
 // size here (x86-64 with libstdc++, where the size is known).
 #if defined(__GLIBCXX__) && defined(__x86_64__)
-static_assert(sizeof(PlanFields) == 352,
+static_assert(sizeof(PlanFields) == 376,
               "PlanFields changed: give the new field a row in plan_fields()");
 #endif
 

@@ -47,6 +47,7 @@ struct PlanFields {
   double guidance_scale = 0;
   double true_cfg_scale = 1.0;
   SkipLayerGuidance skip_layer_guidance;
+  CacheSettings cache;  // resolved: the kind's defaults filled in
   uint64_t seed = 42;
   // The run is resized back from the bin to height x width after decoding.
   bool resize_back = false;

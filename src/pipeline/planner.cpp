@@ -64,6 +64,7 @@ Plan Pipeline::plan(const LatentRequest& r, Output out) {
       r.guidance_scale == kDefaultGuidance ? family_->default_guidance() : r.guidance_scale;
   f.true_cfg_scale = r.true_cfg_scale;
   f.skip_layer_guidance = r.skip_layer_guidance;
+  f.cache = checked_cache(r.cache);
   f.seed = r.seed;
   f.output = out;
   f.height = r.height;
@@ -125,6 +126,15 @@ void Pipeline::open_vae() {
              spec().latent_channels, " latent channels");
   vae_weights_ = std::make_unique<io::WeightStore>(dir);
   vae_weights_->check_shapes(vae_cfg_->decoder_weight_specs());
+}
+
+CacheSettings Pipeline::checked_cache(const CacheSettings& c) const {
+  c.validate();
+  if (!c.on()) return c;
+  XDIT_CHECK(spec().blocks >= 2, "--cache ", c.name(),
+             " needs a transformer of two blocks or more, ", family_->name(), " has ",
+             spec().blocks);
+  return c.resolved();
 }
 
 void Pipeline::check_skip_layer_guidance(const SkipLayerGuidance& s, bool cfg) const {
@@ -295,6 +305,7 @@ Plan Pipeline::plan(const ImageRequest& r, Output out) {
   check_limits(f.num_inference_steps, static_cast<int64_t>(f.prompts.size()), frames, f.run_height,
                f.run_width);
   f.skip_layer_guidance = r.skip_layer_guidance;
+  f.cache = checked_cache(r.cache);
   f.seed = r.seed;
   f.output = out;
   // The size the model runs at against the mesh, before any encoding.

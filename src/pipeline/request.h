@@ -12,6 +12,7 @@
 
 #include "core/tensor.h"
 #include "models/conditioning.h"
+#include "pipeline/cache_settings.h"
 
 namespace xdit::pipeline {
 
@@ -56,6 +57,7 @@ struct LatentRequest {
   // FLUX: classifier-free guidance with the negative embeddings when > 1.
   double true_cfg_scale = 1.0;
   SkipLayerGuidance skip_layer_guidance;  // SD3
+  CacheSettings cache;                    // a step cache (none by default)
   uint64_t seed = 42;
 };
 
@@ -68,6 +70,7 @@ struct ImageRequest {
   double guidance_scale = kDefaultGuidance;
   double true_cfg_scale = 1.0;
   SkipLayerGuidance skip_layer_guidance;  // SD3
+  CacheSettings cache;                    // a step cache (none by default)
   uint64_t seed = 42;
   bool resolution_binning = true;  // PixArt
   int64_t max_sequence_length =
@@ -95,6 +98,9 @@ struct ImageResult {
   int64_t frames = 1;
   int64_t height = 0, width = 0;
   double text_seconds = 0, denoise_seconds = 0, decode_seconds = 0;
+  // The step cache and what it did: "fbcache threshold 0.05: 6 of 10 steps
+  // in full, 34 of 57 blocks run"; empty without one.
+  std::string cache;
 };
 
 struct StepEvent {

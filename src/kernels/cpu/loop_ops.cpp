@@ -3,6 +3,7 @@
 // config fuzzers (tests/fuzz/libfuzzer), which link the schedulers, can link
 // them too. Built without FMA contraction (no -march), as the CUDA versions
 // round each product and sum.
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/dispatch.h"
@@ -24,6 +25,21 @@ void guidance_add(float* noise, const float* c, const float* skip, float scale, 
   XDIT_CUDA_OP(guidance_add(noise, c, skip, scale, n));
 #pragma omp parallel for if (n > kGrain)
   for (int64_t i = 0; i < n; ++i) noise[i] += (c[i] - skip[i]) * scale;
+}
+
+void residual_change(const float* out, const float* in, const float* prev, float* r, int64_t n,
+                     double sums[2]) {
+  double diff = 0, ref = 0;
+#pragma omp parallel for if (n > kGrain) reduction(+ : diff, ref)
+  for (int64_t i = 0; i < n; ++i) {
+    r[i] = out[i] - in[i];
+    if (prev != nullptr) {
+      diff += std::fabs(static_cast<double>(r[i]) - prev[i]);
+      ref += std::fabs(static_cast<double>(prev[i]));
+    }
+  }
+  sums[0] += diff;
+  sums[1] += ref;
 }
 
 void flow_euler_step(const float* model_output, float* sample, float dt, int64_t n) {

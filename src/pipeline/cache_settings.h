@@ -1,0 +1,45 @@
+// A request's step cache (docs/caches.md): which one, with what settings.
+// Requests carry it (the CLI's --cache flags, serve's `cache` fields); the
+// planner fills the defaults and checks it before any weight loads; the
+// pipeline installs the cache for the run (step_cache.h).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace xdit::pipeline {
+
+enum class CacheKind {
+  kNone,
+  // diffusers' FirstBlockCacheConfig: the first block's image-stream
+  // residual against the last full step's decides whether the rest runs.
+  kFirstBlock,
+};
+
+struct CacheSettings {
+  // diffusers' FirstBlockCacheConfig default, and xDiT's (--use_fbcache,
+  // rel_l1_thresh of its FLUX adapter).
+  static constexpr double kFirstBlockThreshold = 0.05, kXDiTThreshold = 0.12;
+
+  CacheKind kind = CacheKind::kNone;
+  // First-Block-Cache: run every block when the indicator's relative change
+  // exceeds this. Unset: the kind's default (the planner fills it in).
+  std::optional<double> threshold;
+
+  bool on() const { return kind != CacheKind::kNone; }
+  // "none", "fbcache".
+  const char* name() const;
+  // The kind a flag or request names ("none", "fbcache"); throws one line
+  // listing the names otherwise.
+  static CacheKind parse(const std::string& name);
+  // The settings with their defaults filled in.
+  CacheSettings resolved() const;
+  // Throws one line for a threshold that is not finite or not above 0, or a
+  // setting the kind does not take.
+  void validate() const;
+  // "fbcache threshold 0.05" ("none" when off), resolved.
+  std::string label() const;
+};
+
+}  // namespace xdit::pipeline

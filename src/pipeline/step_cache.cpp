@@ -1,0 +1,29 @@
+#include "pipeline/step_cache.h"
+
+#include <sstream>
+
+#include "core/error.h"
+#include "pipeline/first_block_cache.h"
+
+namespace xdit::pipeline {
+
+std::string CacheStats::summary() const {
+  std::ostringstream o;
+  o << full_steps << " of " << steps << " steps in full, " << blocks_run << " of " << blocks
+    << " blocks run";
+  return o.str();
+}
+
+std::unique_ptr<StepCache> make_step_cache(const CacheSettings& s, const CacheSetup& setup) {
+  const CacheSettings r = s.resolved();
+  r.validate();
+  switch (r.kind) {
+    case CacheKind::kFirstBlock:
+      return std::make_unique<FirstBlockCache>(*r.threshold, setup);
+    case CacheKind::kNone:
+      break;
+  }
+  XDIT_FAIL("make_step_cache: no cache asked for");
+}
+
+}  // namespace xdit::pipeline

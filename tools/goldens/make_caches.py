@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""First-Block-Cache goldens: whole diffusers pipelines on the tiny models of
+models/ with diffusers' own FirstBlockCacheConfig hooks, prompt to image.
+
+    python3 tools/goldens/make_caches.py   # from the repository root, after
+                                           # make_pixart.py, make_flux.py, make_sd3.py
+
+FLUX.1 (schnell, dev with true CFG) runs as diffusers ships it:
+`transformer.enable_cache(FirstBlockCacheConfig(threshold))`, and FluxPipeline
+calls the transformer in the contexts "cond" and "uncond" (separate states,
+separate decisions). diffusers' PixArt and SD3 transformers have no
+`enable_cache`, and their pipelines set no context; the rule xdit defines for
+them is diffusers' hooks applied with `apply_first_block_cache` and every call
+in one context "cond_uncond" (the batched [uncond, cond] pair decides once, as
+diffusers' batched-CFG pipelines do). SD3's last block returns no text stream
+(context_pre_only), which diffusers' tail hook cannot subtract: here the last
+block hands its text input through unchanged, which the SD3 output never
+reads, so the image is diffusers' rule with that crash removed.
+
+Each case's threshold is picked from a few candidates so that some steps run
+in full and some are skipped, and every ratio the run compares lies at least
+2% away from it (the C++ run's f32 rounding cannot flip a decision).
+
+Writes tests/data/goldens/fbcache_pipeline.safetensors: per case K
+  caseK.image [B, H, W, 3] in [0, 1] (output_type "np"),
+  caseK.full [contexts, steps] 1 where the step ran every block, 0 where skipped;
+and in the metadata caseK = the request as JSON (model, prompt, negative
+prompt, size, steps, guidance, true CFG, seed, T5 length, threshold, contexts,
+the ratios per context and step).
+"""
+import json
+import os
+
+import diffusers
+import numpy as np
+import torch
+import transformers
+from diffusers import FluxPipeline, PixArtAlphaPipeline, StableDiffusion3Pipeline
+from diffusers.hooks import FirstBlockCacheConfig, apply_first_block_cache
+from diffusers.hooks import first_block_cache as fbc
+from diffusers.hooks.hooks import CacheContext, HookRegistry, _set_cache_context
+from safetensors.torch import save_file
+
+MODELS = "models"
+OUT = "tests/data/goldens/fbcache_pipeline.safetensors"
+VERSIONS = {"torch": torch.__version__, "diffusers": diffusers.__version__,
+            "transformers": transformers.__version__}
+CANDIDATES = (0.05, 0.12, 0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7, 0.8)
+CASES = [
+    dict(model="pixart-alpha-tiny", prompt="a red fox in the snow", negative_prompt="",
+         height=48, width=80, steps=10, guidance_scale=4.5, true_cfg_scale=1.0, seed=0,
+         max_sequence_length=120),
+    dict(model="flux-schnell-tiny", prompt="a red fox in the snow", negative_prompt=None,
+         height=48, width=80, steps=8, guidance_scale=0.0, true_cfg_scale=1.0, seed=0,
+         max_sequence_length=32),
+    dict(model="flux-dev-tiny", prompt="an astronaut riding a horse",
+         negative_prompt="blurry, low quality", height=40, width=64, steps=8,
+         guidance_scale=3.5, true_cfg_scale=2.5, seed=3, max_sequence_length=32),
+    dict(model="sd3-tiny", prompt="a red fox in the snow", negative_prompt="blurry",
+         height=48, width=64, steps=8, guidance_scale=5.0, true_cfg_scale=1.0, seed=1,
+         max_sequence_length=32),
+    dict(model="sd35-tiny", prompt="Two cats, sitting on a mat!", negative_prompt=None,
+         height=40, width=56, steps=8, guidance_scale=4.0, true_cfg_scale=1.0, seed=5,
+         max_sequence_length=24),
+]
+
+LOG = []  # (context, ratio or None, full) per head-block call
+_original_should_compute = fbc.FBCHeadBlockHook._should_compute_remaining_blocks
+
+
+def _logged_should_compute(self, residual):
+    state = self.state_manager.get_state()
+    ratio = None
+    if state.head_block_residual is not None:
+        prev = state.head_block_residual
+        ratio = ((residual - prev).abs().mean() / prev.abs().mean()).item()
+    full = _original_should_compute(self, residual)
+    LOG.append((self.state_manager.context.name, ratio, full))
+    return full
+
+
+fbc.FBCHeadBlockHook._should_compute_remaining_blocks = _logged_should_compute
+
+
+def load(case):
+    folder = os.path.join(MODELS, case["model"])
+    if case["model"].startswith("flux"):
+        return FluxPipeline.from_pretrained(folder, torch_dtype=torch.float32)
+    if case["model"].startswith("sd3"):
+        return StableDiffusion3Pipeline.from_pretrained(folder, torch_dtype=torch.float32)
+    return PixArtAlphaPipeline.from_pretrained(folder, torch_dtype=torch.float32)
+
+
+def pass_text_through(block):
+    """SD3's last block (context_pre_only) returns no text; hand its input on."""
+    forward = block.forward
+
+    def wrapped(hidden_states, encoder_hidden_states, *args, **kwargs):
+        text, image = forward(hidden_states, encoder_hidden_states, *args, **kwargs)
+        return (encoder_hidden_states if text is None else text), image
+
+    block.forward = wrapped
+
+
+def with_cache(pipe, case, threshold):
+    """The pipeline's transformer with First-Block-Cache at `threshold`, fresh state."""
+    t = pipe.transformer
+    if case["model"].startswith("flux"):
+        if t.is_cache_enabled:
+            t.disable_cache()
+        t.enable_cache(FirstBlockCacheConfig(threshold=threshold))
+        return
+    registry = HookRegistry.check_if_exists_or_initialize(t)
+    for b in t.transformer_blocks:
+        HookRegistry.check_if_exists_or_initialize(b).remove_hook(fbc._FBC_LEADER_BLOCK_HOOK,
+                                                                 recurse=False)
+        HookRegistry.check_if_exists_or_initialize(b).remove_hook(fbc._FBC_BLOCK_HOOK,
+                                                                 recurse=False)
+    if case["model"].startswith("sd3") and not hasattr(t.transformer_blocks[-1], "_passes"):
+        pass_text_through(t.transformer_blocks[-1])
+        t.transformer_blocks[-1]._passes = True
+    apply_first_block_cache(t, FirstBlockCacheConfig(threshold=threshold))
+    forward = getattr(t, "_uncached_forward", t.forward)
+    t._uncached_forward = forward
+
+    def in_one_context(*args, **kwargs):  # every call: the batched pair, one context
+        _set_cache_context(t, CacheContext("cond_uncond"))
+        return forward(*args, **kwargs)
+
+    t.forward = in_one_context
+    del registry
+
+
+def run(pipe, case, threshold):
+    with_cache(pipe, case, threshold)
+    LOG.clear()
+    kw = dict(prompt=case["prompt"], height=case["height"], width=case["width"],
+              num_inference_steps=case["steps"], guidance_scale=case["guidance_scale"],
+              generator=torch.Generator().manual_seed(case["seed"]), output_type="np")
+    if case["model"].startswith("flux"):
+        kw.update(max_sequence_length=case["max_sequence_length"])
+        if case["negative_prompt"] is not None:
+            kw.update(negative_prompt=case["negative_prompt"],
+                      true_cfg_scale=case["true_cfg_scale"])
+    elif case["model"].startswith("sd3"):
+        kw.update(negative_prompt=case["negative_prompt"],
+                  max_sequence_length=case["max_sequence_length"])
+    else:
+        kw.update(negative_prompt=case["negative_prompt"], use_resolution_binning=False,
+                  clean_caption=False, max_sequence_length=case["max_sequence_length"])
+    with torch.no_grad():
+        image = pipe(**kw).images
+    if not case["model"].startswith("flux"):
+        HookRegistry.check_if_exists_or_initialize(pipe.transformer).reset_stateful_hooks()
+    contexts = sorted({c for c, _, _ in LOG})
+    full = [[int(f) for c2, _, f in LOG if c2 == c] for c in contexts]
+    ratios = [[r for c2, r, _ in LOG if c2 == c] for c in contexts]
+    return image, contexts, full, ratios
+
+
+def margin(ratios, threshold):
+    rs = [r for per in ratios for r in per if r is not None]
+    return min(abs(r / threshold - 1.0) for r in rs) if rs else 0.0
+
+
+def make():
+    tensors, meta = {}, dict(VERSIONS)
+    for k, case in enumerate(CASES):
+        pipe = load(case)
+        best = None
+        for thr in CANDIDATES:
+            image, contexts, full, ratios = run(pipe, case, thr)
+            skipped = sum(len(f) - sum(f) for f in full)
+            if skipped >= 2 and all(sum(f) >= 2 for f in full) and margin(ratios, thr) >= 0.02:
+                best = thr
+                break
+        assert best is not None, f"no threshold of {CANDIDATES} fits {case['model']}"
+        image, contexts, full, ratios = run(pipe, case, best)
+        tensors[f"case{k}.image"] = torch.from_numpy(np.ascontiguousarray(image))
+        tensors[f"case{k}.full"] = torch.tensor(full, dtype=torch.float32)
+        meta[f"case{k}"] = json.dumps(dict(case, threshold=best, contexts=contexts,
+                                           ratios=ratios))
+        print(case["model"], "threshold", best, dict(zip(contexts, full)))
+    meta["cases"] = str(len(CASES))
+    save_file(tensors, OUT, metadata=meta)
+
+
+if __name__ == "__main__":
+    make()
