@@ -15,6 +15,7 @@
 
 #include "app/commands.h"
 #include "app/parallel_options.h"
+#include "app/cache_options.h"
 #include "app/png_metadata.h"
 #include "app/rank_agreement.h"
 #include "app/startup.h"
@@ -109,6 +110,7 @@ struct GenerateOptions {
   int64_t height = 0, width = 0, steps = pipeline::kDefaultSteps, max_sequence_length = 0;
   double guidance = pipeline::kDefaultGuidance, true_cfg = 1.0;
   pipeline::SkipLayerGuidance slg;  // SD3
+  CacheOptions cache;
   std::string device = "cpu";
   std::string seed_text = "42";
   uint64_t seed = 42;
@@ -147,7 +149,8 @@ class Progress {
 std::map<std::string, std::string> png_text(const pipeline::PlanFields& p, const GenerateOptions& o,
                                             const std::string& prompt, const io::ModelRef& model,
                                             const pipeline::Pipeline& pipe,
-                                            const parallel::ParallelConfig& layout) {
+                                            const parallel::ParallelConfig& layout,
+                                            const std::string& cache) {
   ImageMetadata m;
   m.prompt = prompt;
   m.negative_prompt = o.negative_prompt.value_or("");
@@ -165,6 +168,7 @@ std::map<std::string, std::string> png_text(const pipeline::PlanFields& p, const
   m.pipeline = pipe.family().name() + " (" + pipe.folder().pipeline_class() + ")";
   m.dtype = o.dtype;
   m.parallel = parallel_label(layout, p.num_inference_steps, pipe.token_rows(p));
+  m.cache = cache;
   return png_metadata(m);
 }
 
@@ -312,6 +316,7 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
   r.guidance_scale = o.guidance;
   r.true_cfg_scale = o.true_cfg;
   r.skip_layer_guidance = o.slg;
+  r.cache = o.cache.settings();
   r.seed = o.seed;
   r.max_sequence_length = o.max_sequence_length;
   if (!o.latents.empty())  // [P, C, F, h, w], or [P, C, h, w]: one frame
@@ -337,7 +342,7 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
     const auto paths = io::output_paths(o.output, res.rgb.size() / res.frames, res.frames);
     if (writer)
       write_frames(outputs, o.output, res, [&](size_t i) {
-        return png_text(*plan, o, o.prompts[i], model, pipe, mesh.config());
+        return png_text(*plan, o, o.prompts[i], model, pipe, mesh.config(), res.cache);
       });
     XDIT_INFO("text encoding ", seconds(res.text_seconds), ", denoising ",
               seconds(res.denoise_seconds), ", decoding ", seconds(res.decode_seconds),
@@ -368,6 +373,7 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
     req.guidance_scale = r.guidance_scale;
     req.true_cfg_scale = r.true_cfg_scale;
     req.skip_layer_guidance = r.skip_layer_guidance;
+    req.cache = r.cache;
     req.seed = r.seed;
     planned.emplace(pipe.plan(req, output));
     if (!latent_out) reserve(static_cast<size_t>(planned->batch()));
@@ -406,6 +412,7 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
                            {"model", model.from_cache() ? model.id : model.folder},
                            {"model_revision", model.commit},
                            {"parallel", trace_at_end.parallel},
+                           {"cache", pipe.cache_summary()},
                            {"xdit_version", XDIT_VERSION}});
     XDIT_INFO("text encoding ", seconds(text_s), ", denoising ", seconds(denoise_s),
               ", peak memory ", human_size(static_cast<double>(peak_rss_bytes())), " -> ", o.output,
@@ -419,11 +426,12 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
   res.frames = latents.dim(2);
   res.width = plan->width;
   res.height = plan->height;
+  res.cache = pipe.cache_summary();
   const auto paths = io::output_paths(o.output, res.rgb.size() / res.frames, res.frames);
   if (!writer) return 0;
   write_frames(outputs, o.output, res, [&](size_t i) {
     return png_text(*plan, o, o.prompts.empty() ? "(prompt embeddings)" : o.prompts[i], model, pipe,
-                    mesh.config());
+                    mesh.config(), res.cache);
   });
   XDIT_INFO("text encoding ", seconds(text_s), ", denoising ", seconds(denoise_s), ", decoding ",
             seconds(secs(t2)), ", peak memory ", human_size(static_cast<double>(peak_rss_bytes())),
@@ -506,6 +514,7 @@ std::function<int()> add_generate(CLI::App& app) {
                 "local ranks)")
       ->check(thread_count());
   add_parallel_options(g, o->par);
+  add_cache_options(g, o->cache);
   return [o, g] { return run_generate(*o, *g); };
 }
 

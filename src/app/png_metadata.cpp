@@ -49,6 +49,7 @@ std::map<std::string, std::string> png_metadata(const ImageMetadata& m) {
           {"pipeline", m.pipeline},
           {"dtype", m.dtype},
           {"parallel", m.parallel},
+          {"cache", m.cache},
           {"software", software}};
 }
 

@@ -22,6 +22,8 @@ struct ImageMetadata {
   pipeline::SkipLayerGuidance slg;  // SD3
   std::string model;                // the id in the HF cache, or the folder
   std::string model_revision, model_folder, pipeline, dtype, parallel;
+  // The step cache and what it did (ImageResult::cache); empty: none.
+  std::string cache;
   std::string software_note;  // after "xdit VERSION": which front end ("serve"), if any
 };
 

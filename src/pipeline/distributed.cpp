@@ -48,11 +48,13 @@ std::vector<uint8_t> concat(const std::vector<std::vector<uint8_t>>& parts) {
 }
 
 // An ImageResult as bytes: width, height, frames per prompt, the frame
-// count, the three timings, then the frames (prompt-major).
+// count, the cache line's length, the three timings, the cache line, then
+// the frames (prompt-major).
 std::vector<uint8_t> pack(const ImageResult& r) {
-  const int64_t head[4] = {r.width, r.height, r.frames, static_cast<int64_t>(r.rgb.size())};
+  const int64_t head[5] = {r.width, r.height, r.frames, static_cast<int64_t>(r.rgb.size()),
+                           static_cast<int64_t>(r.cache.size())};
   const double times[3] = {r.text_seconds, r.denoise_seconds, r.decode_seconds};
-  size_t bytes = sizeof head + sizeof times;
+  size_t bytes = sizeof head + sizeof times + r.cache.size();
   for (const auto& img : r.rgb) bytes += img.size();
   std::vector<uint8_t> out(bytes);
   uint8_t* at = out.data();
@@ -62,6 +64,7 @@ std::vector<uint8_t> pack(const ImageResult& r) {
   };
   put(head, sizeof head);
   put(times, sizeof times);
+  put(r.cache.data(), r.cache.size());
   for (const auto& img : r.rgb) put(img.data(), img.size());
   return out;
 }
@@ -74,10 +77,14 @@ ImageResult unpack(const std::vector<uint8_t>& b) {
     std::memcpy(p, b.data() + at, n);
     at += n;
   };
-  int64_t head[4];
+  int64_t head[5];
   double times[3];
   get(head, sizeof head);
   get(times, sizeof times);
+  XDIT_CHECK(head[4] >= 0 && static_cast<size_t>(head[4]) <= b.size() - at,
+             "data-parallel gather: a group's result is truncated");
+  r.cache.resize(static_cast<size_t>(head[4]));
+  get(r.cache.data(), r.cache.size());
   r.width = head[0];
   r.height = head[1];
   r.frames = head[2];
@@ -148,11 +155,22 @@ ImageResult generate_distributed(Pipeline& pipe, parallel::Mesh& mesh, const Pla
   ImageResult res = pipe.generate(plan.share(b, e, batch_slice(latents, b, e)), on_step);
   if (dp == 1) return res;
   std::vector<std::vector<uint8_t>> images;  // every group's prompts' frames, in prompt order
+  // Each replica's cache decided on its own prompts: one line when they
+  // all did the same, else one per replica.
+  std::string caches;
+  bool same = true;
+  int replica = 0;
   for (ImageResult& g : gather_results(mesh.dp_group(), res)) {
     XDIT_CHECK(g.width == res.width && g.height == res.height && g.frames == res.frames,
                "data-parallel gather: image sizes differ");
     for (auto& img : g.rgb) images.push_back(std::move(img));
+    same = same && g.cache == res.cache;
+    if (!g.cache.empty())
+      caches += (caches.empty() ? "" : "; ") + std::string("replica ") +
+                std::to_string(replica) + " " + g.cache;
+    ++replica;
   }
+  if (!same) res.cache = caches;
   XDIT_CHECK(images.size() == static_cast<size_t>(P * res.frames),
              "data-parallel gather: image sizes differ");
   res.rgb = std::move(images);

@@ -264,8 +264,13 @@ Tensor Pipeline::generate_latents(const Plan& plan,
   Tensor out = d.run(std::move(latents));
   pf_stats_ = d.pipefusion_stats();
   cache_report_ = cache ? CacheReport{r.cache.label(), cache->stats()} : CacheReport{};
-  if (cache) XDIT_INFO("step cache ", cache_report_.label, ": ", cache_report_.stats.summary());
+  if (cache) XDIT_INFO("step cache ", cache_summary());
   return out;
+}
+
+std::string Pipeline::cache_summary() const {
+  return cache_report_.label.empty() ? ""
+                                     : cache_report_.label + ": " + cache_report_.stats.summary();
 }
 
 CacheSetup Pipeline::cache_setup(const PlanFields& r) const {
@@ -417,8 +422,7 @@ ImageResult Pipeline::generate(const Plan& plan,
   out.text_seconds = secs(t0, t1);
   out.denoise_seconds = secs(t1, t2);
   out.decode_seconds = secs(t2, t3);
-  if (!cache_report_.label.empty())
-    out.cache = cache_report_.label + ": " + cache_report_.stats.summary();
+  out.cache = cache_summary();
   return out;
 }
 

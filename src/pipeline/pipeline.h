@@ -253,6 +253,9 @@ class Pipeline {
     CacheStats stats;
   };
   const CacheReport& cache_report() const { return cache_report_; }
+  // "fbcache threshold 0.05: 6 of 10 steps in full, 34 of 57 blocks run",
+  // or "" (the last run had no cache).
+  std::string cache_summary() const;
 
  private:
   // Where a run's step cache sits and whom it agrees with.
