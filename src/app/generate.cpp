@@ -13,9 +13,9 @@
 #include <optional>
 #include <string>
 
+#include "app/cache_options.h"
 #include "app/commands.h"
 #include "app/parallel_options.h"
-#include "app/cache_options.h"
 #include "app/png_metadata.h"
 #include "app/rank_agreement.h"
 #include "app/startup.h"

@@ -166,8 +166,8 @@ ImageResult generate_distributed(Pipeline& pipe, parallel::Mesh& mesh, const Pla
     for (auto& img : g.rgb) images.push_back(std::move(img));
     same = same && g.cache == res.cache;
     if (!g.cache.empty())
-      caches += (caches.empty() ? "" : "; ") + std::string("replica ") +
-                std::to_string(replica) + " " + g.cache;
+      caches += (caches.empty() ? "" : "; ") + std::string("replica ") + std::to_string(replica) +
+                " " + g.cache;
     ++replica;
   }
   if (!same) res.cache = caches;

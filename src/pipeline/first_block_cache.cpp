@@ -30,6 +30,7 @@ FirstBlockCache::FirstBlockCache(double threshold, CacheSetup setup)
              "First-Block-Cache decides per call or per CFG half, not in ", setup_.contexts,
              " parts");
   stats_.full.resize(static_cast<size_t>(setup_.contexts));
+  stats_.indicator.resize(static_cast<size_t>(setup_.contexts));
 }
 
 void FirstBlockCache::begin_loop(Denoiser& /*d*/) {
@@ -121,6 +122,7 @@ void FirstBlockCache::decide(const models::Streams& s) {
       has_previous_[c] = true;
     }
     stats_.full[c].push_back(computes_[c]);
+    stats_.indicator[c].push_back(ratios_[c]);
   }
   skip_all_ = !any;
   const int64_t blocks = setup_.stage.block_end - setup_.stage.block_begin;

@@ -38,9 +38,6 @@ class FirstBlockCache final : public StepCache {
   models::BlockSkip before_block(int64_t b, models::Streams& s) override;
   void after_block(int64_t b, models::Streams& s) override;
 
-  // The last call's ratio per context (−1 where there was no reference).
-  const std::vector<double>& ratios() const { return ratios_; }
-
  private:
   // The head ran: each context's indicator, agreed, decides.
   void decide(const models::Streams& s);

@@ -42,8 +42,10 @@ struct CacheSetup {
 struct CacheStats {
   int64_t steps = 0, full_steps = 0;   // the steps' calls, and those that ran every block
   int64_t blocks = 0, blocks_run = 0;  // this stage's blocks over those calls, and those run
-  // Per context, per step: whether it ran every block.
+  // Per context, per step: whether it ran every block, and the indicator's
+  // value (−1 where there was no reference).
   std::vector<std::vector<bool>> full;
+  std::vector<std::vector<double>> indicator;
   // "6 of 10 steps in full, 34 of 57 blocks run".
   std::string summary() const;
 };
