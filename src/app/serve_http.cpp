@@ -211,6 +211,7 @@ class Server {
         jr.rgb = std::move(g.rgb);
         jr.seconds = s;
         jr.plan = *plans[i];
+        jr.cache = g.cache;
         // Here, on the thread that runs the rounds: --patch_weights dynamic
         // changes the mesh's weights during the next one.
         jr.parallel =
@@ -274,18 +275,21 @@ class Server {
     const serve::ServeRequest& asked = job->request();
     std::vector<std::vector<uint8_t>> pngs;  // one per frame, prompt-major (an image: per prompt)
     for (const auto& rgb : r->rgb)
-      pngs.push_back(io::encode_png(r->width, r->height, rgb, png_text(r->plan, r->parallel)));
+      pngs.push_back(
+          io::encode_png(r->width, r->height, rgb, png_text(r->plan, r->parallel, r->cache)));
     if (e == serve::Endpoint::kImages) {
       json data = json::array();
       for (const auto& png : pngs) data.push_back({{"b64_json", serve::base64_encode(png)}});
-      return serve::json_response(
-          200, {{"created", static_cast<int64_t>(std::time(nullptr))}, {"data", data}});
+      json body = {{"created", static_cast<int64_t>(std::time(nullptr))}, {"data", data}};
+      if (!r->cache.empty()) body["cache"] = r->cache;  // beside OpenAI's fields
+      return serve::json_response(200, body);
     }
     char took[32];
     std::snprintf(took, sizeof took, "%.2f sec", elapsed);
     json body = {{"message", "Image generated successfully"},
                  {"elapsed_time", took},
                  {"parallel", r->parallel}};
+    if (!r->cache.empty()) body["cache"] = r->cache;
     if (asked.save_disk_path) {
       // Under --output_dir, links refused, written exclusively and renamed
       // into place (serve/output_root.h).
@@ -305,7 +309,8 @@ class Server {
   }
 
   std::map<std::string, std::string> png_text(const pipeline::PlanFields& r,
-                                              const std::string& parallel) const {
+                                              const std::string& parallel,
+                                              const std::string& cache) const {
     ImageMetadata m;
     m.prompt = r.prompts.empty() ? "" : r.prompts[0];
     m.negative_prompt = r.negative_prompt.value_or("");
@@ -316,6 +321,7 @@ class Server {
     m.guidance = r.guidance_scale;
     m.model = model_id_;
     m.parallel = parallel;
+    m.cache = cache;
     m.software_note = "serve";
     return png_metadata(m);
   }

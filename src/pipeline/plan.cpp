@@ -82,13 +82,15 @@ const std::vector<PlanField>& plan_fields() {
       XDIT_PLAN_FIELD(skip_layer_guidance.scale, double),
       XDIT_PLAN_FIELD(skip_layer_guidance.start, double),
       XDIT_PLAN_FIELD(skip_layer_guidance.stop, double),
-      {"cache",
+      {"cache", [](const PlanFields& f, json& j) { j["cache"] = f.cache.name(); },
+       [](const json& j, PlanFields& f) {
+         f.cache.kind = CacheSettings::parse(j.at("cache").get<std::string>());
+       }},
+      {"cache_threshold",  // absent: the cache takes none (or none is on)
        [](const PlanFields& f, json& j) {
-         j["cache"] = f.cache.name();
          if (f.cache.threshold) j["cache_threshold"] = *f.cache.threshold;
        },
        [](const json& j, PlanFields& f) {
-         f.cache.kind = CacheSettings::parse(j.at("cache").get<std::string>());
          if (j.contains("cache_threshold")) f.cache.threshold = j["cache_threshold"].get<double>();
        }},
       XDIT_PLAN_FIELD(seed, uint64_t),

@@ -32,6 +32,7 @@ struct JobResult {
   double seconds = 0;                     // the generation's
   pipeline::PlanFields plan;              // as it ran (the model's defaults filled in)
   std::string parallel;                   // the layout's label as it ran (parallel_label)
+  std::string cache;                      // the step cache and what it did ("" when none)
 
   static JobResult error(int status, std::string message, std::string field = "") {
     JobResult r;

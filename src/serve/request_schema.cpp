@@ -52,23 +52,39 @@ const Field& seed_field() {
   return f;
 }
 
+// The step cache's fields, on both endpoints (pipeline/cache_settings.h).
+std::vector<Field> cache_fields() {
+  Field kind = string_field("cache", false,
+                            "step cache: none (default) or fbcache (First-Block-Cache, as "
+                            "diffusers' FirstBlockCacheConfig)");
+  kind.max = 16;
+  kind.allowed = {"none", "fbcache"};
+  return {kind, number_field("cache_threshold", FieldType::kNumber, 0, 1000,
+                             "fbcache: run every block when the first block's residual changed "
+                             "by more than this, relative (above 0; default 0.05)")};
+}
+
+std::vector<Field> with_cache_fields(std::vector<Field> fs) {
+  for (Field& f : cache_fields()) fs.push_back(std::move(f));
+  return fs;
+}
+
 std::vector<Field> make_generate_fields() {
-  return {prompt_field(),
-          steps_field(),
-          seed_field(),
-          number_field("cfg", FieldType::kNumber, 0, kMaxGuidance,
-                       "guidance scale (PixArt, SD3: classifier-free; FLUX.1 [dev]: embedded; "
-                       "default: the model's)"),
-          number_field("height", FieldType::kInteger, 1, kMaxSide,
-                       "image height in px (default: the model's)"),
-          number_field("width", FieldType::kInteger, 1, kMaxSide,
-                       "image width in px (default: the model's)"),
-          string_field("save_disk_path", false,
-                       "a folder under the server's --output_dir, named relative to it (\"\" is "
-                       "that folder; '..', absolute paths, NUL bytes and symbolic links are "
-                       "refused): the PNG is written there and its path returned instead of "
-                       "the image"),
-          negative_field()};
+  return with_cache_fields(
+      {prompt_field(), steps_field(), seed_field(),
+       number_field("cfg", FieldType::kNumber, 0, kMaxGuidance,
+                    "guidance scale (PixArt, SD3: classifier-free; FLUX.1 [dev]: embedded; "
+                    "default: the model's)"),
+       number_field("height", FieldType::kInteger, 1, kMaxSide,
+                    "image height in px (default: the model's)"),
+       number_field("width", FieldType::kInteger, 1, kMaxSide,
+                    "image width in px (default: the model's)"),
+       string_field("save_disk_path", false,
+                    "a folder under the server's --output_dir, named relative to it (\"\" is "
+                    "that folder; '..', absolute paths, NUL bytes and symbolic links are "
+                    "refused): the PNG is written there and its path returned instead of "
+                    "the image"),
+       negative_field()});
 }
 
 std::vector<Field> make_images_fields() {
@@ -84,17 +100,10 @@ std::vector<Field> make_images_fields() {
   model.max = 256;
   Field user = string_field("user", false, "accepted for OpenAI clients; not used");
   user.max = 256;
-  return {prompt_field(),
-          n,
-          size,
-          format,
-          model,
-          user,
-          seed_field(),
-          negative_field(),
-          steps_field(),
-          number_field("guidance_scale", FieldType::kNumber, 0, kMaxGuidance,
-                       "diffusers' guidance_scale (default: the model's)")};
+  return with_cache_fields({prompt_field(), n, size, format, model, user, seed_field(),
+                            negative_field(), steps_field(),
+                            number_field("guidance_scale", FieldType::kNumber, 0, kMaxGuidance,
+                                         "diffusers' guidance_scale (default: the model's)")});
 }
 
 const char* type_name(FieldType t) {
@@ -237,6 +246,8 @@ ServeRequest parse_request(Endpoint e, const std::string& body) {
   if (has("negative_prompt")) r.negative_prompt = j["negative_prompt"].get<std::string>();
   if (has("num_inference_steps")) r.num_inference_steps = integer(j["num_inference_steps"]);
   if (has("seed")) r.seed = seed_of(j["seed"]);
+  if (has("cache")) r.cache.kind = pipeline::CacheSettings::parse(j["cache"].get<std::string>());
+  if (has("cache_threshold")) r.cache.threshold = j["cache_threshold"].get<double>();
   if (e == Endpoint::kGenerate) {
     if (has("cfg")) r.guidance_scale = j["cfg"].get<double>();
     if (has("height")) r.height = integer(j["height"]);

@@ -57,6 +57,28 @@ TEST_F(Serve, GenerateEndpointEqualsXditGenerate) {
                                  generate(model + " --prompt plain", "plain.png")),
             0);
 
+  // A step cache per request: its image equals `xdit generate --cache`'s,
+  // and the answer and the PNG say what it did; a bad threshold is a 400.
+  const test::Reply cached =
+      test::post_json(c, "/generate",
+                      R"({"prompt": "a red fox", "num_inference_steps": 8, "seed": 5, "height": 128,
+          "width": 96, "cache": "fbcache", "cache_threshold": 0.4})");
+  ASSERT_EQ(cached.status, 200) << cached.body.dump();
+  const io::PngImage cached_png = test::png_of_base64(cached.body["output"]);
+  EXPECT_EQ(test::max_pixel_diff(cached_png, generate(model + " --prompt 'a red fox' "
+                                                              "--num_inference_steps 8 --seed 5 "
+                                                              "--height 128 --width 96 --cache "
+                                                              "fbcache --cache_threshold 0.4",
+                                                      "cached.png")),
+            0);
+  const std::string line = cached.body["cache"].get<std::string>();
+  EXPECT_NE(line.find("fbcache threshold 0.4: "), std::string::npos) << line;
+  EXPECT_NE(line.find(" of 8 steps in full"), std::string::npos) << line;
+  EXPECT_EQ(cached_png.text.at("cache"), line);
+  const test::Reply zero = test::post_json(
+      c, "/generate", R"({"prompt": "x", "cache": "fbcache", "cache_threshold": 0})");
+  EXPECT_EQ(zero.status, 400) << zero.body.dump();
+
   // save_disk_path: the PNG lands in the folder (under --output_dir), its
   // path comes back.
   const fs::path out = dir_ / "saved";

@@ -46,6 +46,14 @@ TEST(ServeSchema, GenerateBodyBecomesTheRequestGenerateBuilds) {
   EXPECT_EQ(r.image.negative_prompt.value_or(""), "blur");
   EXPECT_FALSE(r.save_disk_path.has_value());
   EXPECT_TRUE(r.image.resolution_binning);  // as `xdit generate` without --no_resolution_binning
+  EXPECT_FALSE(r.image.cache.on());
+  // The step cache, per request, on both endpoints.
+  for (const Endpoint e : {Endpoint::kGenerate, Endpoint::kImages}) {
+    const ServeRequest c =
+        parse_request(e, R"({"prompt": "x", "cache": "fbcache", "cache_threshold": 0.15})");
+    EXPECT_EQ(c.image.cache.kind, pipeline::CacheKind::kFirstBlock);
+    EXPECT_EQ(c.image.cache.threshold, std::optional<double>(0.15));
+  }
 }
 
 TEST(ServeSchema, OmittedFieldsKeepThePipelineDefaults) {
@@ -119,6 +127,9 @@ TEST(ServeSchema, EveryMalformedClassIsRefusedNamingTheField) {
   EXPECT_EQ(refusal(g, R"({"prompt": "x", "steps": 3})"), P(400, "steps"));
   EXPECT_EQ(refusal(g, R"({"prompt": "x", "n": 2})"), P(400, "n"));
   EXPECT_EQ(refusal(o, R"({"prompt": "x", "cfg": 2})"), P(400, "cfg"));
+  // step caches: an unknown one, a threshold out of range
+  EXPECT_EQ(refusal(g, R"({"prompt": "x", "cache": "fastcache"})"), P(400, "cache"));
+  EXPECT_EQ(refusal(o, R"({"prompt": "x", "cache_threshold": -0.5})"), P(400, "cache_threshold"));
   // enum: url images are not served
   EXPECT_EQ(refusal(o, R"({"prompt": "x", "response_format": "url"})"), P(400, "response_format"));
   // a prompt over the limit, a body over the limit
@@ -142,6 +153,8 @@ json plan_json() {
           {"skip_layer_guidance.scale", 1.5},
           {"skip_layer_guidance.start", 0.125},
           {"skip_layer_guidance.stop", 0.375},
+          {"cache", "fbcache"},
+          {"cache_threshold", 0.625},
           {"seed", ~uint64_t{0} - 3},
           {"resize_back", true},
           {"cfg", true},
@@ -187,13 +200,15 @@ TEST(ServeSchema, EveryPlanFieldCrossesRanks) {
   EXPECT_EQ(b->skip_layer_guidance.scale, 1.5);
   EXPECT_EQ(b->skip_layer_guidance.start, 0.125);
   EXPECT_EQ(b->skip_layer_guidance.stop, 0.375);
+  EXPECT_EQ(b->cache.kind, pipeline::CacheKind::kFirstBlock);
+  EXPECT_EQ(b->cache.threshold, std::optional<double>(0.625));
   EXPECT_EQ(b->seed, ~uint64_t{0} - 3);
   EXPECT_TRUE(b->resize_back);
   EXPECT_TRUE(b->cfg);
   EXPECT_EQ(b->output, pipeline::Output::kLatents);
   // The fields compared above are the table's rows, all of them.
   EXPECT_EQ(pipeline::Plan::field_count(), want.size());
-  EXPECT_EQ(pipeline::Plan::field_count(), 18u);
+  EXPECT_EQ(pipeline::Plan::field_count(), 20u);
   // A field missing from the JSON is an error, not a default.
   json partial = want;
   partial.erase("seed");
