@@ -39,17 +39,19 @@ int run_bench(const BenchOptions& o) {
   if (o.what == "serve")
     return run_bench_serve(o.model, o.requests, o.clients, o.threads, o.ranks, o.serve_args);
   set_threads(o.threads);
+  if (o.what == "cache") return run_bench_cache(o);
   g_device = parse_device(o.device);
   check_device(g_device);  // one line where there is no GPU
   XDIT_CHECK(!g_device.cuda() || o.what == "transformer" || o.what == "flux", "bench ", o.what,
              ": --device ", g_device.str(),
              " runs the transformer and flux benchmarks only (the other rows have no GPU form "
              "yet)");
-  XDIT_CHECK(o.what == "transformer" || o.what == "attention" || o.what == "t5" ||
-                 o.what == "vae" || o.what == "flux" || o.what == "sd3" || o.what == "parallel" ||
-                 o.what == "tensor" || o.what == "all",
-             "unknown benchmark '", o.what,
-             "': transformer, attention, t5, vae, flux, sd3, parallel, tensor, serve or all");
+  XDIT_CHECK(
+      o.what == "transformer" || o.what == "attention" || o.what == "t5" || o.what == "vae" ||
+          o.what == "flux" || o.what == "sd3" || o.what == "parallel" || o.what == "tensor" ||
+          o.what == "all",
+      "unknown benchmark '", o.what,
+      "': transformer, attention, t5, vae, flux, sd3, parallel, tensor, cache, serve or all");
   if (!o.row.empty()) {  // child: WHAT:RES:DTYPE[:LAYOUT]
     std::vector<std::string> f;
     std::stringstream ss(o.row);
@@ -158,8 +160,8 @@ std::function<int()> add_bench(CLI::App& app) {
   CLI::App* b =
       app.add_subcommand("bench", "benchmarks against the GEMM peak measured in the same run");
   b->add_option("what", o->what,
-                "benchmark: transformer, attention, t5, vae, flux, sd3, parallel, tensor, serve "
-                "(load on xdit serve) or all")
+                "benchmark: transformer, attention, t5, vae, flux, sd3, parallel, tensor, cache "
+                "(step caches on --model), serve (load on xdit serve) or all")
       ->capture_default_str();
   b->add_option("--resolutions", o->resolutions, "image sizes in pixels")
       ->delimiter(',')
@@ -174,7 +176,12 @@ std::function<int()> add_bench(CLI::App& app) {
       ->check(thread_count());
   b->add_option("--warmup", o->warmup, "untimed steps before timing")->capture_default_str();
   b->add_option("--repeat", o->repeat, "timed steps (the best is reported)")->capture_default_str();
-  b->add_option("--model", o->model, "serve: the model served (default: the built-in tiny one)");
+  b->add_option("--model", o->model, "serve, cache: the model (default: the built-in tiny one)");
+  b->add_option("--prompt", o->prompt, "cache: the prompt")->capture_default_str();
+  b->add_option("--steps", o->steps, "cache: denoising steps (default: the model's)");
+  b->add_option("--cache_thresholds", o->cache_thresholds,
+                "cache: fbcache thresholds to run (default 0.05, 0.12, 0.2)")
+      ->delimiter(',');
   b->add_option("--requests", o->requests, "serve: requests sent (a tenth is the warm-up)")
       ->capture_default_str();
   b->add_option("--clients", o->clients, "serve: concurrent clients")->capture_default_str();

@@ -41,7 +41,14 @@ struct BenchOptions {
   int ranks = 1;                        // serve: processes (mpirun when > 1)
   std::vector<std::string> serve_args;  // serve: flags for xdit serve
   std::string device = "cpu";           // transformer and flux rows: cpu or cuda[:N]
+  // cache: the request, and the thresholds of each cache (empty: defaults)
+  std::string prompt = "a large red circle on the left on a blue background";
+  int64_t steps = 0;  // 0: the model's
+  std::vector<double> cache_thresholds;
 };
+
+// xdit bench cache (bench_cache.cpp).
+int run_bench_cache(const BenchOptions& o);
 
 // Where the transformer and flux rows run (--device): their model is built
 // under this device's scope, and the GEMM peak is measured there.
