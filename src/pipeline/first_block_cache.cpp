@@ -9,19 +9,6 @@
 
 namespace xdit::pipeline {
 
-namespace {
-
-// Items [i0, i1) of a [B, L, D] tensor: their first value and count.
-struct ItemRange {
-  int64_t offset = 0, count = 0;
-};
-ItemRange items(const Tensor& t, std::pair<int64_t, int64_t> r) {
-  const int64_t per = t.numel() / t.dim(0);
-  return {r.first * per, (r.second - r.first) * per};
-}
-
-}  // namespace
-
 FirstBlockCache::FirstBlockCache(double threshold, CacheSetup setup)
     : threshold_(threshold), setup_(std::move(setup)) {
   XDIT_CHECK(setup_.blocks >= 2, "First-Block-Cache needs a model of two blocks or more, this has ",
@@ -29,17 +16,20 @@ FirstBlockCache::FirstBlockCache(double threshold, CacheSetup setup)
   XDIT_CHECK(setup_.contexts == 1 || setup_.contexts == 2,
              "First-Block-Cache decides per call or per CFG half, not in ", setup_.contexts,
              " parts");
+  XDIT_CHECK(setup_.token_rows > 0, "First-Block-Cache needs the run's token rows");
   stats_.full.resize(static_cast<size_t>(setup_.contexts));
   stats_.indicator.resize(static_cast<size_t>(setup_.contexts));
 }
 
 void FirstBlockCache::begin_loop(Denoiser& /*d*/) {
-  key_.clear();  // a run starts with no reference: its first step runs in full
-  armed_ = active_ = false;
+  // A run starts with no reference: its first step runs in full.
+  previous_ = image_residual_ = Tensor();
+  text_residual_.clear();
+  armed_ = in_step_ = active_ = false;
 }
 
 void FirstBlockCache::before_step(const StepInfo& /*s*/) {
-  armed_ = true;
+  armed_ = in_step_ = true;
 }
 
 std::vector<std::pair<int64_t, int64_t>> FirstBlockCache::contexts(int64_t batch) const {
@@ -47,114 +37,218 @@ std::vector<std::pair<int64_t, int64_t>> FirstBlockCache::contexts(int64_t batch
   return {{0, batch / 2}, {batch / 2, batch}};
 }
 
+bool FirstBlockCache::rows_valid(const std::vector<std::vector<bool>>& valid, size_t c) const {
+  if (valid.empty()) return false;
+  for (int64_t r = row0_; r < row1_; ++r)
+    if (!valid[c][static_cast<size_t>(r)]) return false;
+  return true;
+}
+
+void FirstBlockCache::mark_rows(std::vector<std::vector<bool>>& valid, size_t c) {
+  for (int64_t r = row0_; r < row1_; ++r) valid[c][static_cast<size_t>(r)] = true;
+}
+
 void FirstBlockCache::begin_call(const models::DiTInputs& in, const models::Streams& s) {
-  // Only a step's own call (not a calibration or skip-layer call) of a
-  // stage that holds the head uses the cache.
-  active_ = armed_ && in.skip_blocks.empty() && setup_.stage.first;
-  armed_ = false;
+  // Only the steps' own calls (not a calibration or skip-layer call).
+  active_ = in_step_ && in.skip_blocks.empty();
+  new_step_ = active_ && armed_;
   if (!active_) return;
-  const int64_t B = s.x.dim(0), L = s.x.dim(1), D = s.x.dim(2), N = L - s.text;
-  call_key_ = {B, L, D, s.text, in.row_begin, in.row_end};
-  if (call_key_ != key_) {  // a new run, or rows that moved: no reference here
-    key_ = call_key_;
-    previous_ = Tensor::empty({B, N, D});
-    residual_ = Tensor::empty({B, N, D});
-    has_previous_.assign(static_cast<size_t>(setup_.contexts), false);
-    tail_ = Tensor();
+  armed_ = false;
+  batch_ = s.x.dim(0);
+  text_ = s.text;
+  width_ = s.x.dim(2);
+  std::tie(row0_, row1_) = in.rows(setup_.token_rows);
+  const int64_t N = s.x.dim(1) - text_;
+  XDIT_CHECK(N % (row1_ - row0_) == 0, "First-Block-Cache: ", N, " image tokens over ",
+             row1_ - row0_, " token rows");
+  per_row_ = N / (row1_ - row0_);
+  const Shape whole{batch_, setup_.token_rows * per_row_, width_};
+  if (!previous_.defined() || previous_.shape() != whole) {  // a new run or size
+    previous_ = Tensor::empty(whole);
+    image_residual_ = Tensor::empty(whole, DType::kF32, s.x.device());
+    const std::vector<bool> none(static_cast<size_t>(setup_.token_rows), false);
+    previous_valid_.assign(static_cast<size_t>(setup_.contexts), none);
+    residual_valid_ = previous_valid_;
+    text_residual_.clear();
   }
-  if (!input_.defined() || input_.shape() != Shape{B, N, D}) input_ = Tensor::empty({B, N, D});
+  const bool later_stage = !setup_.stage.first;
+  if (later_stage && new_step_) {  // stage 0's decision for this step
+    std::vector<uint8_t> d(static_cast<size_t>(setup_.contexts), 1);
+    setup_.stage_group->broadcast(d.data(), d.size(), comm::Type::kByte, 0);
+    computes_.assign(d.begin(), d.end());
+    skip_all_ = true;
+    for (size_t c = 0; c < computes_.size(); ++c) {
+      skip_all_ = skip_all_ && !computes_[c];
+      stats_.full[c].push_back(computes_[c]);
+      stats_.indicator[c].push_back(-1);
+    }
+  }
+  const int64_t blocks = setup_.stage.block_end - setup_.stage.block_begin;
+  if (new_step_ && later_stage) {
+    ++stats_.steps;
+    stats_.blocks += blocks;
+    stats_.blocks_run += skip_all_ ? 0 : blocks;
+    stats_.full_steps += skip_all_ ? 0 : 1;
+  }
+  if (later_stage) {
+    if (!skip_all_) start_ = s.x.clone();
+    return;
+  }
+  // Stage 0: the head's image input, on the host, for its residual.
+  const int64_t L = s.x.dim(1);
+  if (!input_.defined() || input_.shape() != Shape{batch_, N, width_})
+    input_ = Tensor::empty({batch_, N, width_});
   const Tensor x = s.x.to_device(Device{});
-  for (int64_t b = 0; b < B; ++b)
-    std::memcpy(input_.data<float>() + b * N * D, x.data<float>() + (b * L + s.text) * D,
-                static_cast<size_t>(N * D) * sizeof(float));
+  for (int64_t b = 0; b < batch_; ++b)
+    std::memcpy(input_.data<float>() + b * N * width_, x.data<float>() + (b * L + text_) * width_,
+                static_cast<size_t>(N * width_) * sizeof(float));
 }
 
 bool FirstBlockCache::at_boundary(int64_t b) const {
-  return active_ && (b == 1 || b == setup_.blocks);
+  if (!active_) return false;
+  const int64_t start = setup_.stage.first ? 1 : setup_.stage.block_begin;
+  return b == start || b == setup_.stage.block_end;
 }
 
 void FirstBlockCache::after_block(int64_t b, models::Streams& s) {
-  if (b == 0)
-    decide(s);
-  else if (b == setup_.blocks - 1)
-    finish(s);
+  if (setup_.stage.first && b == 0) head_ran(s);
+  // (A stage 0 of the head alone ends at the head: nothing ran after it on
+  // a skipped step, and its residual is zero.)
+  if (b == setup_.stage.block_end - 1 && !skip_all_) stage_ran(s);
 }
 
 models::BlockSkip FirstBlockCache::before_block(int64_t b, models::Streams& /*s*/) {
-  if (b == 1 && skip_all_) return {setup_.blocks, &tail_};
-  return {};
+  const int64_t start = setup_.stage.first ? 1 : setup_.stage.block_begin;
+  if (b != start || !skip_all_ || b >= setup_.stage.block_end) return {};
+  return {setup_.stage.block_end, &call_residual()};
 }
 
-void FirstBlockCache::decide(const models::Streams& s) {
-  const int64_t B = s.x.dim(0), L = s.x.dim(1), D = s.x.dim(2), N = L - s.text;
-  const auto ctx = contexts(B);
+void FirstBlockCache::head_ran(const models::Streams& s) {
+  const int64_t L = s.x.dim(1), N = L - text_, whole = setup_.token_rows * per_row_;
+  const auto ctx = contexts(batch_);
   const Tensor x = s.x.to_device(Device{});
+  if (residual_.numel() != input_.numel()) residual_ = Tensor::empty(input_.shape());
   // Per context: Σ|r − r_prev| and Σ|r_prev| over its image rows here.
   std::vector<double> sums(2 * ctx.size(), 0.0);
-  for (size_t c = 0; c < ctx.size(); ++c)
+  for (size_t c = 0; c < ctx.size(); ++c) {
+    const bool reference = new_step_ && rows_valid(previous_valid_, c);
     for (int64_t b = ctx[c].first; b < ctx[c].second; ++b)
-      kernels::residual_change(x.data<float>() + (b * L + s.text) * D,
-                               input_.data<float>() + b * N * D,
-                               has_previous_[c] ? previous_.data<float>() + b * N * D : nullptr,
-                               residual_.data<float>() + b * N * D, N * D, &sums[2 * c]);
+      kernels::residual_change(
+          x.data<float>() + (b * L + text_) * width_, input_.data<float>() + b * N * width_,
+          reference ? previous_.data<float>() + (b * whole + row0_ * per_row_) * width_ : nullptr,
+          residual_.data<float>() + b * N * width_, N * width_, &sums[2 * c]);
+    if (!reference) sums[2 * c + 1] = 0;  // no reference here: this rank votes to compute
+  }
+  if (new_step_) decide(sums);
+  skip_all_ = true;
+  for (size_t c = 0; c < ctx.size(); ++c) {
+    skip_all_ = skip_all_ && !computes_[c];
+    if (!computes_[c]) continue;
+    // The reference moves only where the step runs every block.
+    for (int64_t b = ctx[c].first; b < ctx[c].second; ++b)
+      std::memcpy(previous_.data<float>() + (b * whole + row0_ * per_row_) * width_,
+                  residual_.data<float>() + b * N * width_,
+                  static_cast<size_t>(N * width_) * sizeof(float));
+    mark_rows(previous_valid_, c);
+  }
+  if (!skip_all_) start_ = s.x.clone();
+}
+
+void FirstBlockCache::decide(const std::vector<double>& sums_here) {
+  std::vector<double> sums = sums_here;
   for (comm::Communicator* g : setup_.sum_groups)
     if (g->size() > 1) g->allreduce_sum(sums.data(), sums.size());
-  computes_.assign(ctx.size(), true);
-  ratios_.assign(ctx.size(), -1.0);
-  bool any = false;
-  for (size_t c = 0; c < ctx.size(); ++c) {
-    // diffusers: compute when ratio > threshold. A reference of all zeros
-    // (0 / 0) computes here rather than skipping on a NaN.
-    // Every rank of the agree groups votes on every context, with a
-    // reference or without (rows that moved on some ranks only).
+  const size_t n = sums.size() / 2;
+  computes_.assign(n, true);
+  std::vector<uint8_t> decision(n, 1);
+  for (size_t c = 0; c < n; ++c) {
+    // diffusers: compute when ratio > threshold. A rank without a reference
+    // sent Σ|r_prev| = 0 for its rows; every rank of the agree groups votes
+    // on every context all the same.
+    double ratio = -1;
     bool skip = false;
-    if (has_previous_[c] && sums[2 * c + 1] > 0) {
-      ratios_[c] = sums[2 * c] / sums[2 * c + 1];
-      skip = !(ratios_[c] > threshold_);
+    if (sums[2 * c + 1] > 0 && rows_valid(previous_valid_, c)) {
+      ratio = sums[2 * c] / sums[2 * c + 1];
+      skip = !(ratio > threshold_);
     }
     for (comm::Communicator* g : setup_.agree_groups) skip = models::all_ranks_agree(*g, skip);
     computes_[c] = !skip;
-    any = any || computes_[c];
-    if (computes_[c]) {  // the reference moves only on a call that runs every block
-      const ItemRange r = items(residual_, ctx[c]);
-      std::memcpy(previous_.data<float>() + r.offset, residual_.data<float>() + r.offset,
-                  static_cast<size_t>(r.count) * sizeof(float));
-      has_previous_[c] = true;
-    }
+    decision[c] = skip ? 0 : 1;
     stats_.full[c].push_back(computes_[c]);
-    stats_.indicator[c].push_back(ratios_[c]);
+    stats_.indicator[c].push_back(ratio);
   }
-  skip_all_ = !any;
+  if (setup_.stage_group != nullptr && setup_.stage_group->size() > 1)
+    setup_.stage_group->broadcast(decision.data(), decision.size(), comm::Type::kByte, 0);
+  bool any = false;
+  for (const bool c : computes_) any = any || c;
   const int64_t blocks = setup_.stage.block_end - setup_.stage.block_begin;
   ++stats_.steps;
   stats_.blocks += blocks;
-  stats_.blocks_run += skip_all_ ? 1 : blocks;
-  if (any) {
-    ++stats_.full_steps;
-    head_out_ = s.x.clone();
-  }
+  stats_.blocks_run += any ? blocks : 1;
+  stats_.full_steps += any ? 1 : 0;
 }
 
-void FirstBlockCache::finish(models::Streams& s) {
-  if (!tail_.defined()) tail_ = Tensor::zeros(s.x.shape(), DType::kF32, s.x.device());
-  const auto ctx = contexts(s.x.dim(0));
+const Tensor& FirstBlockCache::call_residual() {
+  const auto ctx = contexts(batch_);
+  for (size_t c = 0; c < ctx.size(); ++c)
+    XDIT_CHECK(rows_valid(residual_valid_, c), "First-Block-Cache: token rows [", row0_, ", ",
+               row1_, ") skip without a residual of their own");
+  const int64_t N = (row1_ - row0_) * per_row_, L = text_ + N, whole = setup_.token_rows * per_row_;
+  if (call_residual_.numel() != batch_ * L * width_ ||
+      call_residual_.device() != image_residual_.device())
+    call_residual_ = Tensor::empty({batch_, L, width_}, DType::kF32, image_residual_.device());
+  float* out = call_residual_.data<float>();
+  kernels::copy_rows(out + text_ * width_, L * width_,
+                     image_residual_.data<float>() + row0_ * per_row_ * width_, whole * width_,
+                     batch_, N * width_);
+  if (text_ > 0) {
+    auto it = text_residual_.find({row0_, row1_});
+    if (it == text_residual_.end()) it = text_residual_.begin();  // rows never run apart
+    XDIT_CHECK(it != text_residual_.end(), "First-Block-Cache: no text-stream residual kept");
+    kernels::copy_rows(out, L * width_, it->second.data<float>(), text_ * width_, batch_,
+                       text_ * width_);
+  }
+  return call_residual_;
+}
+
+void FirstBlockCache::stage_ran(models::Streams& s) {
+  const auto ctx = contexts(batch_);
+  const int64_t L = s.x.dim(1), N = L - text_, whole = setup_.token_rows * per_row_;
+  Tensor& text = text_residual_[{row0_, row1_}];
+  if (text_ > 0 && !text.defined())
+    text = Tensor::zeros({batch_, text_, width_}, DType::kF32, s.x.device());
+  // The skipping contexts' residual before this call's computing ones replace theirs.
+  const bool mixed = [&] {
+    for (const bool c : computes_)
+      if (!c) return true;
+    return false;
+  }();
+  const Tensor kept = mixed ? call_residual() : Tensor();
   for (size_t c = 0; c < ctx.size(); ++c) {
-    const ItemRange r = items(s.x, ctx[c]);
-    float* x = s.x.data<float>() + r.offset;
-    float* tail = tail_.data<float>() + r.offset;
-    const float* head = head_out_.data<float>() + r.offset;
-    if (computes_[c]) {  // tail residual = the last block's output − the head's
-      kernels::zero_bytes(tail, static_cast<size_t>(r.count) * sizeof(float));
-      kernels::guidance_add(tail, x, head, 1.0f, r.count);
-    } else {  // this half skips: the head's output + its kept residual
-      kernels::copy_rows(x, r.count, head, r.count, 1, r.count);
-      kernels::gated_residual_add(x, tail, 1, 1, r.count, nullptr, 0);
+    for (int64_t b = ctx[c].first; b < ctx[c].second; ++b) {
+      float* x = s.x.data<float>() + b * L * width_;
+      const float* start = start_.data<float>() + b * L * width_;
+      if (computes_[c]) {  // residual = the stage's output − its start, by row
+        float* img = image_residual_.data<float>() + (b * whole + row0_ * per_row_) * width_;
+        kernels::zero_bytes(img, static_cast<size_t>(N * width_) * sizeof(float));
+        kernels::guidance_add(img, x + text_ * width_, start + text_ * width_, 1.0f, N * width_);
+        if (text_ > 0) {
+          float* t = text.data<float>() + b * text_ * width_;
+          kernels::zero_bytes(t, static_cast<size_t>(text_ * width_) * sizeof(float));
+          kernels::guidance_add(t, x, start, 1.0f, text_ * width_);
+        }
+      } else {  // this half skips: its start + its kept residual
+        kernels::copy_rows(x, L * width_, start, L * width_, 1, L * width_);
+        kernels::gated_residual_add(x, kept.data<float>() + b * L * width_, 1, 1, L * width_,
+                                    nullptr, 0);
+      }
     }
+    if (computes_[c]) mark_rows(residual_valid_, c);
   }
 }
 
 void FirstBlockCache::end_call(models::Streams& /*s*/) {
-  active_ = false;
+  active_ = new_step_ = false;
 }
 
 }  // namespace xdit::pipeline

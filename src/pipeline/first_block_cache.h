@@ -2,11 +2,11 @@
 // it (hooks/first_block_cache.py; docs/research/step_caches.md §1):
 //   - the head is block 0. r = its image-stream output − its input;
 //   - ratio = mean|r − r_prev| / mean|r_prev| over the context's image rows,
-//     r_prev from the last call that ran every block (the first call of a
+//     r_prev from the last step that ran every block (the first step of a
 //     run always runs them);
-//   - ratio > threshold: run every block, keep r as r_prev and, after the
-//     last block, the tail residual (its output − the head's output) of the
-//     text and image streams;
+//   - ratio > threshold: run every block, keep r as r_prev and the tail
+//     residual (the last block's output − the head's output) of the text and
+//     image streams;
 //   - otherwise skip blocks 1 … end and add the kept tail residual to the
 //     head's output.
 // A context is a range of the call's batch that decides for itself: the
@@ -15,9 +15,19 @@
 // head's output plus its kept residual at the end, as its own call would.
 // Under a row split the sums add up over the ranks; every rank that computes
 // the blocks together takes the same decision (CacheSetup).
+//
+// Under PipeFusion each stage keeps the residual of its own blocks (stage 0:
+// its end − the head's output; a later stage: its end − its input), which
+// sum to the tail residual; stage 0 decides at the step's first call and
+// broadcasts the decision over the PipeFusion group, and every stage skips
+// its blocks alike for every call (patch) of the step. On the patch
+// pipeline the step's first call is patch 0: its rows decide for the step.
+// State is kept by global token row, so a call over any rows (the whole
+// image, a patch, an SP share) finds its rows' references and residuals.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -39,28 +49,38 @@ class FirstBlockCache final : public StepCache {
   void after_block(int64_t b, models::Streams& s) override;
 
  private:
-  // The head ran: each context's indicator, agreed, decides.
-  void decide(const models::Streams& s);
-  // The last block ran: the computing contexts keep their tail residual,
-  // the skipping ones take head + theirs.
-  void finish(models::Streams& s);
-  // The call's contexts as batch-item ranges.
+  // Per context, over this call's rows: whether r_prev / the stage
+  // residual covers them.
+  bool rows_valid(const std::vector<std::vector<bool>>& valid, size_t c) const;
+  void mark_rows(std::vector<std::vector<bool>>& valid, size_t c);
+  // The head ran (stage 0): a new step's decision, or a later call's update
+  // of r_prev where the step computes.
+  void head_ran(const models::Streams& s);
+  // The step's decisions: stage 0's, agreed, then sent to the later stages.
+  void decide(const std::vector<double>& sums);
+  // The stage's last block ran: the computing contexts keep their residual,
+  // the skipping ones take start + theirs.
+  void stage_ran(models::Streams& s);
+  // The stage residual of this call's rows, in the streams' layout.
+  const Tensor& call_residual();
   std::vector<std::pair<int64_t, int64_t>> contexts(int64_t batch) const;
 
   double threshold_;
   CacheSetup setup_;
-  bool armed_ = false, active_ = false;
-  // What the state was made for: batch, stream length and width, rows.
-  std::vector<int64_t> key_, call_key_;
-  Tensor input_;     // host: this call's image rows going into the head [B, N, D]
-  Tensor residual_;  // host: this call's head residual r
-  Tensor previous_;  // host: r_prev, per context from its last full call
-  std::vector<bool> has_previous_;
-  Tensor head_out_;  // the head's output this call (the streams' device)
-  Tensor tail_;      // the kept tail residuals [B, T + N, D]
-  std::vector<bool> computes_;
+  bool armed_ = false, in_step_ = false, new_step_ = false, active_ = false;
+  std::vector<bool> computes_;  // the step's decision per context
   bool skip_all_ = false;
-  std::vector<double> ratios_;
+  // This call: batch, text tokens, width, global token rows and tokens per row.
+  int64_t batch_ = 0, text_ = 0, width_ = 0, row0_ = 0, row1_ = 0, per_row_ = 0;
+  // By global token row, [B, token rows · per row, D]: r_prev (host) and
+  // the stage's image residual (the streams' device), each valid per
+  // context and row; the text residual per call rows (the latest if none).
+  Tensor previous_, image_residual_;
+  std::vector<std::vector<bool>> previous_valid_, residual_valid_;
+  std::map<std::pair<int64_t, int64_t>, Tensor> text_residual_;
+  Tensor input_, residual_;  // host: this call's head input and residual (image rows)
+  Tensor start_;             // the stage's start this call: the head's output, or its input
+  Tensor call_residual_;     // scratch: the residual in the streams' layout
 };
 
 }  // namespace xdit::pipeline

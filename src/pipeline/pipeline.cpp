@@ -277,6 +277,7 @@ CacheSetup Pipeline::cache_setup(const PlanFields& r) const {
   CacheSetup s;
   s.blocks = spec().blocks;
   s.stage = transformer_->stage();
+  s.token_rows = token_rows(r);
   const bool cfg_split = r.cfg && mesh_ != nullptr && mesh_->config().use_cfg_parallel;
   // The CFG halves decide apart where the family's diffusers pipeline calls
   // them apart (FLUX.1's true CFG); a batched pair decides once, over both
@@ -286,6 +287,7 @@ CacheSetup Pipeline::cache_setup(const PlanFields& r) const {
   if (mesh_ != nullptr) {
     s.sum_groups = {&mesh_->sp_group()};
     s.agree_groups = {&mesh_->sp_group(), &mesh_->tp_group()};
+    s.stage_group = &mesh_->pp_group();
     if (cfg_split && !apart) {
       s.sum_groups.push_back(&mesh_->cfg_group());
       s.agree_groups.push_back(&mesh_->cfg_group());

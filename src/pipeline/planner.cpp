@@ -134,9 +134,6 @@ CacheSettings Pipeline::checked_cache(const CacheSettings& c) const {
   XDIT_CHECK(spec().blocks >= 2, "--cache ", c.name(),
              " needs a transformer of two blocks or more, ", family_->name(), " has ",
              spec().blocks);
-  XDIT_CHECK(mesh_ == nullptr || mesh_->config().pipefusion_parallel_degree == 1, "--cache ",
-             c.name(), " does not run under PipeFusion yet (its head and tail blocks sit on ",
-             "different stages): use it with CFG, data, sequence, patch or tensor parallelism");
   return c.resolved();
 }
 

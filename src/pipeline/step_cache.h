@@ -26,6 +26,7 @@ namespace xdit::pipeline {
 struct CacheSetup {
   int64_t blocks = 0;  // the model's flat block list
   models::DiTStage stage;
+  int64_t token_rows = 0;  // the run's (frames × patch rows): state is kept by token row
   // Decisions per call: 1 (the whole batch decides once: PixArt's and SD3's
   // batched [uncond; cond]), or 2 (the CFG halves decide apart, as
   // diffusers' FluxPipeline calls them in contexts "cond" and "uncond").
@@ -36,6 +37,9 @@ struct CacheSetup {
   // ... and every rank of these takes the same decision (those, plus the
   // tensor-parallel group), or their collectives would no longer pair up.
   std::vector<comm::Communicator*> agree_groups;
+  // PipeFusion: the stages' group, over which stage 0 sends each step's
+  // decision (null, or one rank: no stages).
+  comm::Communicator* stage_group = nullptr;
 };
 
 // What a cache did over a run.
