@@ -41,8 +41,11 @@ std::pair<double, int> image_distance(const pipeline::ImageResult& a,
 
 int run_bench_cache(const BenchOptions& o) {
   const std::string folder = o.model.empty() ? default_model_dir() : o.model;
-  XDIT_CHECK(o.dtypes.size() == 1, "bench cache: give one --dtypes (bf16 or f32)");
-  pipeline::Pipeline pipe(folder, parse_dtype(o.dtypes[0]));
+  // (--dtypes' default lists both: the first one runs)
+  const Device device = parse_device(o.device);
+  check_device(device);
+  pipeline::Pipeline pipe(folder, parse_dtype(o.dtypes.at(0)));
+  pipe.set_device(device);
   pipe.set_keep_text_encoder(true);  // one encoder for every run
   pipeline::ImageRequest r;
   r.prompts = {o.prompt};
@@ -61,6 +64,7 @@ int run_bench_cache(const BenchOptions& o) {
     pipeline::CacheSettings c;
     c.kind = pipeline::CacheKind::kFirstBlock;
     c.threshold = t;
+    c.validate();  // before any run
     settings.push_back({c});
   }
   pipe.generate(pipe.plan(r));  // warm-up: first-touch of weights and buffers

@@ -14,6 +14,7 @@ namespace xdit::app {
 struct CacheOptions {
   std::string cache;  // "" when not given
   std::optional<double> threshold;
+  std::optional<int64_t> interval, warmup, order;  // TaylorSeer
   bool use_fbcache = false;
   // The request's settings; throws one line for names or combinations the
   // flags do not take (the values are the planner's to check).

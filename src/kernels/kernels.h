@@ -162,6 +162,14 @@ void guidance_add(float* noise, const float* cond, const float* skip, float scal
 // double).
 void residual_change(const float* out, const float* in, const float* prev, float* r, int64_t n,
                      double sums[2]);
+// TaylorSeer (diffusers' hooks/taylorseer_cache.py, TaylorSeerState): the
+// factors of n values, order k at factors + k·n. update: F0 ← y and, for
+// the `have` orders already stored (up to max_order), F(j+1) ← (Fj_new −
+// Fj_old) / delta, each rounded in f32 as torch does; predict: out = Σ_k
+// Fk · coeff[k] over `orders` orders, accumulated from 0 in that order.
+void taylor_update(const float* y, float* factors, int64_t have, float delta, int64_t n);
+void taylor_predict(const float* factors, const float* coeff, int64_t orders, float* out,
+                    int64_t n);
 // Flow-Match Euler: sample += dt·model_output, the product rounded before the
 // add (as torch computes it).
 void flow_euler_step(const float* model_output, float* sample, float dt, int64_t n);

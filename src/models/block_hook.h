@@ -61,6 +61,20 @@ class BlockHook {
   virtual void after_block(int64_t /*b*/, Streams& /*s*/) {}
 };
 
+// The attention modules' outputs (TaylorSeer, diffusers' hooks on
+// `transformer_blocks.*attn`): before the attention module `module` of
+// block b runs (0: attn / attn1, 1: attn2), a hook may write its output
+// itself — `n` f32 values at `out`, on the model's device — and the module
+// does not run (nor its collectives: a hook that replaces must replace
+// alike on every rank that computes the call together); after it ran the
+// hook sees its output. Which modules a model offers: docs/caches.md.
+class AttentionOutputHook {
+ public:
+  virtual ~AttentionOutputHook() = default;
+  virtual bool replace(int64_t block, int module, float* out, int64_t n) = 0;
+  virtual void ran(int64_t block, int module, const float* out, int64_t n) = 0;
+};
+
 // True only where every rank of `group` passes true (one all-reduce): a
 // decision every rank then takes alike.
 bool all_ranks_agree(comm::Communicator& group, bool mine);

@@ -134,6 +134,9 @@ class DiT {
   // b); after_block goes to every hook that asks for the boundary after a
   // block that ran. Not owned; empty: none.
   void set_block_hooks(std::vector<BlockHook*> hooks) { hooks_ = std::move(hooks); }
+  const std::vector<BlockHook*>& block_hooks() const { return hooks_; }
+  // The attention modules' outputs (block_hook.h); not owned; null: none.
+  void set_attention_hook(AttentionOutputHook* hook) { attention_hook_ = hook; }
 
   // A stage's whole call: the output on the last stage ([B, out_channels,
   // token rows · patch, W], see finalize), else the streams' x.
@@ -168,6 +171,15 @@ class DiT {
   virtual Tensor finalize(const Streams& s) = 0;
 
   void set_geometry(const CallGeometry& g) { call_ = g; }
+  // Block b's attention module `module`, whose output is the n values at
+  // `out`: `compute` runs it unless the attention hook supplies the output.
+  bool attention_hooked() const { return attention_hook_ != nullptr; }
+  template <class Compute>
+  void attention_output(int64_t b, int module, float* out, int64_t n, Compute&& compute) {
+    if (attention_hook_ != nullptr && attention_hook_->replace(b, module, out, n)) return;
+    compute();
+    if (attention_hook_ != nullptr) attention_hook_->ran(b, module, out, n);
+  }
   const CallGeometry& geometry() const { return call_; }
 
   DiTStage stage_;
@@ -183,6 +195,7 @@ class DiT {
   Device device_;
   CallGeometry call_;
   std::vector<BlockHook*> hooks_;
+  AttentionOutputHook* attention_hook_ = nullptr;
 };
 
 }  // namespace xdit::models

@@ -205,7 +205,9 @@ void FluxTransformer::double_block(DoubleBlock& blk, float* X, int layer) {
     kernels::layer_norm_modulate(text(X, b, D), text(nh, b, D), 1, L, D, kEps, mc + b * 6 * D,
                                  mc + b * 6 * D + D, 0);
   }
-  blk.attn.forward(nh, joint_call(layer), tmp, *backend_, attn_);
+  // diffusers' transformer_blocks.i.attn: (image, text) after to_out / to_add_out.
+  attention_output(layer, 0, tmp, B * S * D,
+                   [&] { blk.attn.forward(nh, joint_call(layer), tmp, *backend_, attn_); });
   for (int64_t b = 0; b < B; ++b) {
     kernels::gated_residual_add(text(X, b, D), text(tmp, b, D), 1, L, D, mc + b * 6 * D + 2 * D, 0);
     kernels::gated_residual_add(image(X, b, D), image(tmp, b, D), 1, N, D, mi + b * 6 * D + 2 * D,
@@ -232,7 +234,19 @@ void FluxTransformer::single_block(SingleBlock& blk, float* X, int layer) {
   blk.mod.forward(st_.get(static_cast<size_t>(B * D)), B, mod);  // shift, scale, gate
   kernels::layer_norm_modulate(X, nh, B, S, D, kEps, mod, mod + D, 3 * D);
   // Attention and MLP from the same input; proj_out over [attention | MLP].
-  const float* att = blk.attn.attend(nh, joint_call(layer), *backend_, attn_);
+  // diffusers' single_transformer_blocks.j.attn (pre_only): before proj_out.
+  const float* att = nullptr;
+  if (!attention_hooked()) {
+    att = blk.attn.attend(nh, joint_call(layer), *backend_, attn_);
+  } else {
+    const int64_t n = B * S * blk.attn.width();
+    float* kept = att_.get(static_cast<size_t>(n));
+    attention_output(layer, 0, kept, n, [&] {
+      kernels::copy_rows(kept, n, blk.attn.attend(nh, joint_call(layer), *backend_, attn_), n, 1,
+                         n);
+    });
+    att = kept;
+  }
   blk.mlp.forward(nh, att, B * S, tmp, ffh);
   kernels::gated_residual_add(X, tmp, B, S, D, mod + 2 * D, 3 * D);
 }

@@ -103,6 +103,7 @@ class FluxTransformer : public DiT {
   const float *rope_cos_ = nullptr, *rope_sin_ = nullptr;  // where the ops read them
   nn::Scratch tproj_, temb_, part_;
   nn::Scratch x_, n_, tmp_, ff_, mod_;
+  nn::Scratch att_;  // a single block's attention output, where a hook keeps or supplies it
   nn::AttentionScratch attn_;  // every block's attention: q|k|v, output
 };
 

@@ -232,8 +232,10 @@ void PixArtTransformer::run_blocks_as(Streams& s, int64_t b0, int64_t b1) {
     Block& blk = *blocks_[static_cast<size_t>(bi - stage_.block_begin)];
     const int layer = static_cast<int>(bi);
     // nrm: norm1(h) · (1 + scale_msa) + shift_msa.
-    blk.attn1.forward(nrm, B, N, nullptr, 0, nullptr, tmp, *backend_, {layer, false},
-                      attn_scratch_);
+    attention_output(bi, 0, tmp, B * N * d, [&] {
+      blk.attn1.forward(nrm, B, N, nullptr, 0, nullptr, tmp, *backend_, {layer, false},
+                        attn_scratch_);
+    });
     // ada_norm_single: the cross-attention reads the residual stream
     // unnormalised (in bf16, a copy written by the residual add into nrm).
     const T* x2 = nullptr;
@@ -244,7 +246,9 @@ void PixArtTransformer::run_blocks_as(Streams& s, int64_t b0, int64_t b1) {
       kernels::gated_residual_add(h, tmp, B, N, d, m + 2 * d, ms);
       x2 = h;
     }
-    blk.attn2.forward(x2, B, N, txt, L, mask_ptr_, tmp, *backend_, {layer, true}, attn_scratch_);
+    attention_output(bi, 1, tmp, B * N * d, [&] {
+      blk.attn2.forward(x2, B, N, txt, L, mask_ptr_, tmp, *backend_, {layer, true}, attn_scratch_);
+    });
     kernels::residual_layer_norm_modulate(h, tmp, B, N, d, nullptr, eps, m + 3 * d, m + 4 * d, ms,
                                           nrm);
     blk.ff.forward(nrm, B * N, tmp, ffh);

@@ -167,7 +167,14 @@ void SD3Transformer::block(Block& blk, float* X, int64_t index) {
   call.text = L;
   call.image = N;
   call.layer = static_cast<int>(index);
-  blk.attn.forward(nh, call, tmp, *backend_, attn_);  // the last block: image rows only
+  // diffusers' transformer_blocks.i.attn (the last block: image rows only;
+  // its text rows are zeroed so that a hook keeps no stale values).
+  attention_output(static_cast<int64_t>(index), 0, tmp, B * (L + N) * D, [&] {
+    if (blk.last)
+      for (int64_t b = 0; b < B; ++b)
+        kernels::zero_bytes(text(tmp, b, D), static_cast<size_t>(L * D) * sizeof(float));
+    blk.attn.forward(nh, call, tmp, *backend_, attn_);
+  });
   for (int64_t b = 0; b < B; ++b)
     kernels::gated_residual_add(image(X, b, D), image(tmp, b, D), 1, N, D, mi + b * mi_n + 2 * D,
                                 0);

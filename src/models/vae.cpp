@@ -292,7 +292,7 @@ Tensor VaeDecoder::decode(const Tensor& z_nchw, nn::RowBands* bands) {
   Tensor band = act({B, c.out_channels, bd.rows, bd.width});
   kernels::nhwc_to_nchw(y.data<float>(), B, hw, c.out_channels, band.data<float>());
   y = Tensor();
-  release_pooled_buffers();                           // the decoder's buffers go back to the system
+  release_pooled_buffers();                          // the decoder's buffers go back to the system
   return bd.bands.gather(band.to_device(Device{}));  // the image, gathered on the host
 }
 

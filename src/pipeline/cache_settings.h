@@ -15,20 +15,28 @@ enum class CacheKind {
   // diffusers' FirstBlockCacheConfig: the first block's image-stream
   // residual against the last full step's decides whether the rest runs.
   kFirstBlock,
+  // diffusers' TaylorSeerCacheConfig: the attention modules' outputs
+  // forecast from finite-difference Taylor factors between full steps.
+  kTaylorSeer,
 };
 
 struct CacheSettings {
   // diffusers' FirstBlockCacheConfig default, and xDiT's (--use_fbcache,
   // rel_l1_thresh of its FLUX adapter).
   static constexpr double kFirstBlockThreshold = 0.05, kXDiTThreshold = 0.12;
+  // TaylorSeerCacheConfig's defaults: cache_interval, disable_cache_before_step, max_order.
+  static constexpr int64_t kTaylorInterval = 5, kTaylorWarmup = 3, kTaylorOrder = 1;
 
   CacheKind kind = CacheKind::kNone;
   // First-Block-Cache: run every block when the indicator's relative change
   // exceeds this. Unset: the kind's default (the planner fills it in).
   std::optional<double> threshold;
+  // TaylorSeer: full steps every `interval` after the first `warmup`, the
+  // factors up to `order`. Unset: the defaults above.
+  std::optional<int64_t> interval, warmup, order;
 
   bool on() const { return kind != CacheKind::kNone; }
-  // "none", "fbcache".
+  // "none", "fbcache", "taylorseer".
   const char* name() const;
   // The kind a flag or request names ("none", "fbcache"); throws one line
   // listing the names otherwise.
@@ -38,7 +46,8 @@ struct CacheSettings {
   // Throws one line for a threshold that is not finite or not above 0, or a
   // setting the kind does not take.
   void validate() const;
-  // "fbcache threshold 0.05" ("none" when off), resolved.
+  // "fbcache threshold 0.05", "taylorseer interval 5 warmup 3 order 1"
+  // ("none" when off), resolved.
   std::string label() const;
 };
 

@@ -21,6 +21,33 @@ FirstBlockCache::FirstBlockCache(double threshold, CacheSetup setup)
   stats_.indicator.resize(static_cast<size_t>(setup_.contexts));
 }
 
+FirstBlockCache::~FirstBlockCache() {
+  for (auto& s : sends_) s.second->wait();
+}
+
+namespace {
+constexpr int kDecisionTag = 6 << 20;  // + the step (PipeFusion's tags: 1 … 4 << 20)
+}  // namespace
+
+void FirstBlockCache::send_decision(const std::vector<uint8_t>& decision) {
+  comm::Communicator& g = *setup_.stage_group;
+  for (auto& s : sends_) s.second->wait();  // long since sent: the stages moved on
+  sends_.clear();
+  for (int to = 1; to < g.size(); ++to) {
+    sends_.emplace_back(decision, nullptr);
+    auto& bytes = sends_.back().first;
+    sends_.back().second = g.isend(bytes.data(), bytes.size(), comm::Type::kByte, to,
+                                   kDecisionTag + static_cast<int>(step_no_ % (1 << 19)));
+  }
+}
+
+std::vector<uint8_t> FirstBlockCache::receive_decision() {
+  std::vector<uint8_t> d(static_cast<size_t>(setup_.contexts), 1);
+  setup_.stage_group->recv(d.data(), d.size(), comm::Type::kByte, 0,
+                           kDecisionTag + static_cast<int>(step_no_ % (1 << 19)));
+  return d;
+}
+
 void FirstBlockCache::begin_loop(Denoiser& /*d*/) {
   // A run starts with no reference: its first step runs in full.
   previous_ = image_residual_ = Tensor();
@@ -37,15 +64,15 @@ std::vector<std::pair<int64_t, int64_t>> FirstBlockCache::contexts(int64_t batch
   return {{0, batch / 2}, {batch / 2, batch}};
 }
 
-bool FirstBlockCache::rows_valid(const std::vector<std::vector<bool>>& valid, size_t c) const {
-  if (valid.empty()) return false;
+bool FirstBlockCache::rows_valid(const std::vector<std::vector<int64_t>>& stamps, size_t c) const {
+  if (stamps.empty() || last_full_[c] < 0) return false;
   for (int64_t r = row0_; r < row1_; ++r)
-    if (!valid[c][static_cast<size_t>(r)]) return false;
+    if (stamps[c][static_cast<size_t>(r)] != last_full_[c]) return false;
   return true;
 }
 
-void FirstBlockCache::mark_rows(std::vector<std::vector<bool>>& valid, size_t c) {
-  for (int64_t r = row0_; r < row1_; ++r) valid[c][static_cast<size_t>(r)] = true;
+void FirstBlockCache::mark_rows(std::vector<std::vector<int64_t>>& stamps, size_t c) {
+  for (int64_t r = row0_; r < row1_; ++r) stamps[c][static_cast<size_t>(r)] = step_no_;
 }
 
 void FirstBlockCache::begin_call(const models::DiTInputs& in, const models::Streams& s) {
@@ -66,19 +93,22 @@ void FirstBlockCache::begin_call(const models::DiTInputs& in, const models::Stre
   if (!previous_.defined() || previous_.shape() != whole) {  // a new run or size
     previous_ = Tensor::empty(whole);
     image_residual_ = Tensor::empty(whole, DType::kF32, s.x.device());
-    const std::vector<bool> none(static_cast<size_t>(setup_.token_rows), false);
-    previous_valid_.assign(static_cast<size_t>(setup_.contexts), none);
-    residual_valid_ = previous_valid_;
+    const std::vector<int64_t> none(static_cast<size_t>(setup_.token_rows), -1);
+    previous_stamp_.assign(static_cast<size_t>(setup_.contexts), none);
+    residual_stamp_ = previous_stamp_;
+    last_full_.assign(static_cast<size_t>(setup_.contexts), -1);
     text_residual_.clear();
+    step_no_ = 0;
   }
+  if (new_step_) ++step_no_;
   const bool later_stage = !setup_.stage.first;
   if (later_stage && new_step_) {  // stage 0's decision for this step
-    std::vector<uint8_t> d(static_cast<size_t>(setup_.contexts), 1);
-    setup_.stage_group->broadcast(d.data(), d.size(), comm::Type::kByte, 0);
+    const std::vector<uint8_t> d = receive_decision();
     computes_.assign(d.begin(), d.end());
     skip_all_ = true;
     for (size_t c = 0; c < computes_.size(); ++c) {
       skip_all_ = skip_all_ && !computes_[c];
+      if (computes_[c]) last_full_[c] = step_no_;
       stats_.full[c].push_back(computes_[c]);
       stats_.indicator[c].push_back(-1);
     }
@@ -131,7 +161,7 @@ void FirstBlockCache::head_ran(const models::Streams& s) {
   // Per context: Σ|r − r_prev| and Σ|r_prev| over its image rows here.
   std::vector<double> sums(2 * ctx.size(), 0.0);
   for (size_t c = 0; c < ctx.size(); ++c) {
-    const bool reference = new_step_ && rows_valid(previous_valid_, c);
+    const bool reference = new_step_ && rows_valid(previous_stamp_, c);
     for (int64_t b = ctx[c].first; b < ctx[c].second; ++b)
       kernels::residual_change(
           x.data<float>() + (b * L + text_) * width_, input_.data<float>() + b * N * width_,
@@ -149,7 +179,7 @@ void FirstBlockCache::head_ran(const models::Streams& s) {
       std::memcpy(previous_.data<float>() + (b * whole + row0_ * per_row_) * width_,
                   residual_.data<float>() + b * N * width_,
                   static_cast<size_t>(N * width_) * sizeof(float));
-    mark_rows(previous_valid_, c);
+    mark_rows(previous_stamp_, c);
   }
   if (!skip_all_) start_ = s.x.clone();
 }
@@ -167,18 +197,18 @@ void FirstBlockCache::decide(const std::vector<double>& sums_here) {
     // on every context all the same.
     double ratio = -1;
     bool skip = false;
-    if (sums[2 * c + 1] > 0 && rows_valid(previous_valid_, c)) {
+    if (sums[2 * c + 1] > 0 && rows_valid(previous_stamp_, c)) {
       ratio = sums[2 * c] / sums[2 * c + 1];
       skip = !(ratio > threshold_);
     }
     for (comm::Communicator* g : setup_.agree_groups) skip = models::all_ranks_agree(*g, skip);
     computes_[c] = !skip;
     decision[c] = skip ? 0 : 1;
+    if (computes_[c]) last_full_[c] = step_no_;
     stats_.full[c].push_back(computes_[c]);
     stats_.indicator[c].push_back(ratio);
   }
-  if (setup_.stage_group != nullptr && setup_.stage_group->size() > 1)
-    setup_.stage_group->broadcast(decision.data(), decision.size(), comm::Type::kByte, 0);
+  if (setup_.stage_group != nullptr && setup_.stage_group->size() > 1) send_decision(decision);
   bool any = false;
   for (const bool c : computes_) any = any || c;
   const int64_t blocks = setup_.stage.block_end - setup_.stage.block_begin;
@@ -190,9 +220,9 @@ void FirstBlockCache::decide(const std::vector<double>& sums_here) {
 
 const Tensor& FirstBlockCache::call_residual() {
   const auto ctx = contexts(batch_);
-  for (size_t c = 0; c < ctx.size(); ++c)
-    XDIT_CHECK(rows_valid(residual_valid_, c), "First-Block-Cache: token rows [", row0_, ", ",
-               row1_, ") skip without a residual of their own");
+  for (size_t c = 0; c < ctx.size(); ++c)  // (a computing context's residual is being replaced)
+    XDIT_CHECK(computes_[c] || rows_valid(residual_stamp_, c), "First-Block-Cache: token rows [",
+               row0_, ", ", row1_, ") skip without a residual of their own");
   const int64_t N = (row1_ - row0_) * per_row_, L = text_ + N, whole = setup_.token_rows * per_row_;
   if (call_residual_.numel() != batch_ * L * width_ ||
       call_residual_.device() != image_residual_.device())
@@ -243,7 +273,7 @@ void FirstBlockCache::stage_ran(models::Streams& s) {
                                     nullptr, 0);
       }
     }
-    if (computes_[c]) mark_rows(residual_valid_, c);
+    if (computes_[c]) mark_rows(residual_stamp_, c);
   }
 }
 

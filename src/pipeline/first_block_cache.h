@@ -28,9 +28,11 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <utility>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "pipeline/step_cache.h"
 
 namespace xdit::pipeline {
@@ -38,6 +40,7 @@ namespace xdit::pipeline {
 class FirstBlockCache final : public StepCache {
  public:
   FirstBlockCache(double threshold, CacheSetup setup);
+  ~FirstBlockCache() override;
 
   void begin_loop(Denoiser& d) override;
   void before_step(const StepInfo& s) override;
@@ -50,9 +53,14 @@ class FirstBlockCache final : public StepCache {
 
  private:
   // Per context, over this call's rows: whether r_prev / the stage
-  // residual covers them.
-  bool rows_valid(const std::vector<std::vector<bool>>& valid, size_t c) const;
-  void mark_rows(std::vector<std::vector<bool>>& valid, size_t c);
+  // residual holds them from the context's last full step (rows a rank
+  // held before a re-split, then again, are stale).
+  bool rows_valid(const std::vector<std::vector<int64_t>>& stamps, size_t c) const;
+  void mark_rows(std::vector<std::vector<int64_t>>& stamps, size_t c);
+  // Stage 0 sends the step's decision to the later stages (point to point,
+  // beside the pipeline's messages); a later stage receives it.
+  void send_decision(const std::vector<uint8_t>& decision);
+  std::vector<uint8_t> receive_decision();
   // The head ran (stage 0): a new step's decision, or a later call's update
   // of r_prev where the step computes.
   void head_ran(const models::Streams& s);
@@ -76,7 +84,11 @@ class FirstBlockCache final : public StepCache {
   // the stage's image residual (the streams' device), each valid per
   // context and row; the text residual per call rows (the latest if none).
   Tensor previous_, image_residual_;
-  std::vector<std::vector<bool>> previous_valid_, residual_valid_;
+  std::vector<std::vector<int64_t>> previous_stamp_, residual_stamp_;
+  int64_t step_no_ = 0;             // the steps this run so far (every stage counts alike)
+  std::vector<int64_t> last_full_;  // per context: the step_no_ of its last full step
+  // Decisions in flight to the later stages, kept until sent.
+  std::vector<std::pair<std::vector<uint8_t>, std::unique_ptr<comm::Request>>> sends_;
   std::map<std::pair<int64_t, int64_t>, Tensor> text_residual_;
   Tensor input_, residual_;  // host: this call's head input and residual (image rows)
   Tensor start_;             // the stage's start this call: the head's output, or its input

@@ -225,6 +225,7 @@ Tensor Pipeline::generate_latents(const Plan& plan,
   if (plan.has_prompts())
     return generate_latents(plan.with_embeddings(encode_prompts(plan)), on_step, hooks);
   const PlanFields& r = *plan;
+  cache_report_ = {};  // (a run that ends early reports no cache)
   load();
   const int64_t P = plan.batch();
   const int64_t vsf = vae_scale_factor();
@@ -250,13 +251,22 @@ Tensor Pipeline::generate_latents(const Plan& plan,
   if (slg) d.add_hook(&*slg);
   const std::unique_ptr<StepCache> cache =
       r.cache.on() ? make_step_cache(r.cache, cache_setup(r)) : nullptr;
-  struct Unhook {  // the model keeps no pointer to the run's cache
+  // The model keeps no pointer to the run's cache; a caller's block hooks
+  // run before it and stay.
+  struct Unhook {
     models::DiT& model;
-    ~Unhook() { model.set_block_hooks({}); }
-  } unhook{*transformer_};
+    std::vector<models::BlockHook*> before;
+    ~Unhook() {
+      model.set_block_hooks(before);
+      model.set_attention_hook(nullptr);
+    }
+  } unhook{*transformer_, transformer_->block_hooks()};
   if (cache) {
     d.add_hook(cache.get());
-    transformer_->set_block_hooks({cache.get()});
+    std::vector<models::BlockHook*> with = unhook.before;
+    with.push_back(cache.get());
+    transformer_->set_block_hooks(with);
+    transformer_->set_attention_hook(cache->attention_hook());
   }
   for (StepHook* hook : hooks) d.add_hook(hook);
   ProgressHook progress(on_step);

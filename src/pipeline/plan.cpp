@@ -59,6 +59,17 @@ struct PlanField {
                                                     f) { f.member = j.at(#member).get<type>(); } \
   }
 
+#define XDIT_PLAN_OPTIONAL(key, member, type)                 \
+  PlanField {                                                 \
+    key,                                                      \
+        [](const PlanFields& f, json& j) {                    \
+          if (f.member) j[key] = *f.member;                   \
+        },                                                    \
+        [](const json& j, PlanFields& f) {                    \
+          if (j.contains(key)) f.member = j[key].get<type>(); \
+        }                                                     \
+  }
+
 const std::vector<PlanField>& plan_fields() {
   static const std::vector<PlanField> rows = {
       XDIT_PLAN_FIELD(prompts, std::vector<std::string>),
@@ -86,13 +97,11 @@ const std::vector<PlanField>& plan_fields() {
        [](const json& j, PlanFields& f) {
          f.cache.kind = CacheSettings::parse(j.at("cache").get<std::string>());
        }},
-      {"cache_threshold",  // absent: the cache takes none (or none is on)
-       [](const PlanFields& f, json& j) {
-         if (f.cache.threshold) j["cache_threshold"] = *f.cache.threshold;
-       },
-       [](const json& j, PlanFields& f) {
-         if (j.contains("cache_threshold")) f.cache.threshold = j["cache_threshold"].get<double>();
-       }},
+      // The cache's settings, each absent where the cache takes none.
+      XDIT_PLAN_OPTIONAL("cache_threshold", cache.threshold, double),
+      XDIT_PLAN_OPTIONAL("taylorseer_interval", cache.interval, int64_t),
+      XDIT_PLAN_OPTIONAL("taylorseer_warmup", cache.warmup, int64_t),
+      XDIT_PLAN_OPTIONAL("taylorseer_order", cache.order, int64_t),
       XDIT_PLAN_FIELD(seed, uint64_t),
       XDIT_PLAN_FIELD(resize_back, bool),
       XDIT_PLAN_FIELD(cfg, bool),
@@ -110,11 +119,12 @@ const std::vector<PlanField>& plan_fields() {
   return rows;
 }
 #undef XDIT_PLAN_FIELD
+#undef XDIT_PLAN_OPTIONAL
 
 // A field added to PlanFields changes its size: add its row above, then the
 // size here (x86-64 with libstdc++, where the size is known).
 #if defined(__GLIBCXX__) && defined(__x86_64__)
-static_assert(sizeof(PlanFields) == 376,
+static_assert(sizeof(PlanFields) == 424,
               "PlanFields changed: give the new field a row in plan_fields()");
 #endif
 

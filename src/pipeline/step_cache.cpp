@@ -4,13 +4,14 @@
 
 #include "core/error.h"
 #include "pipeline/first_block_cache.h"
+#include "pipeline/taylorseer_cache.h"
 
 namespace xdit::pipeline {
 
 std::string CacheStats::summary() const {
   std::ostringstream o;
-  o << full_steps << " of " << steps << " steps in full, " << blocks_run << " of " << blocks
-    << " blocks run";
+  o << full_steps << " of " << steps << " steps in full, " << blocks_run << " of " << blocks << " "
+    << unit << " run";
   return o.str();
 }
 
@@ -20,6 +21,8 @@ std::unique_ptr<StepCache> make_step_cache(const CacheSettings& s, const CacheSe
   switch (r.kind) {
     case CacheKind::kFirstBlock:
       return std::make_unique<FirstBlockCache>(*r.threshold, setup);
+    case CacheKind::kTaylorSeer:
+      return std::make_unique<TaylorSeerCache>(*r.interval, *r.warmup, *r.order, setup);
     case CacheKind::kNone:
       break;
   }

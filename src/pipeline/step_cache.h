@@ -44,8 +44,10 @@ struct CacheSetup {
 
 // What a cache did over a run.
 struct CacheStats {
-  int64_t steps = 0, full_steps = 0;   // the steps' calls, and those that ran every block
-  int64_t blocks = 0, blocks_run = 0;  // this stage's blocks over those calls, and those run
+  int64_t steps = 0, full_steps = 0;  // the steps' calls, and those that ran every block
+  int64_t blocks = 0,
+          blocks_run = 0;  // this stage's blocks (or `unit`) over those calls, and those run
+  std::string unit = "blocks";
   // Per context, per step: whether it ran every block, and the indicator's
   // value (−1 where there was no reference).
   std::vector<std::vector<bool>> full;
@@ -57,6 +59,8 @@ struct CacheStats {
 class StepCache : public models::BlockHook, public StepHook {
  public:
   const CacheStats& stats() const { return stats_; }
+  // The attention modules' hook, for a cache that forecasts their outputs.
+  virtual models::AttentionOutputHook* attention_hook() { return nullptr; }
 
  protected:
   CacheStats stats_;

@@ -55,13 +55,21 @@ const Field& seed_field() {
 // The step cache's fields, on both endpoints (pipeline/cache_settings.h).
 std::vector<Field> cache_fields() {
   Field kind = string_field("cache", false,
-                            "step cache: none (default) or fbcache (First-Block-Cache, as "
-                            "diffusers' FirstBlockCacheConfig)");
+                            "step cache: none (default), fbcache (First-Block-Cache, as "
+                            "diffusers' FirstBlockCacheConfig) or taylorseer "
+                            "(TaylorSeerCacheConfig)");
   kind.max = 16;
-  kind.allowed = {"none", "fbcache"};
-  return {kind, number_field("cache_threshold", FieldType::kNumber, 0, 1000,
-                             "fbcache: run every block when the first block's residual changed "
-                             "by more than this, relative (above 0; default 0.05)")};
+  kind.allowed = {"none", "fbcache", "taylorseer"};
+  return {kind,
+          number_field("cache_threshold", FieldType::kNumber, 0, 1000,
+                       "fbcache: run every block when the first block's residual changed "
+                       "by more than this, relative (above 0; default 0.05)"),
+          number_field("taylorseer_interval", FieldType::kInteger, 1, 1000,
+                       "taylorseer: a full step every this many after the warm-up (default 5)"),
+          number_field("taylorseer_warmup", FieldType::kInteger, 0, 1000,
+                       "taylorseer: the first steps run in full (default 3)"),
+          number_field("taylorseer_order", FieldType::kInteger, 0, 3,
+                       "taylorseer: the Taylor factors' highest order (default 1)")};
 }
 
 std::vector<Field> with_cache_fields(std::vector<Field> fs) {
@@ -247,7 +255,14 @@ ServeRequest parse_request(Endpoint e, const std::string& body) {
   if (has("num_inference_steps")) r.num_inference_steps = integer(j["num_inference_steps"]);
   if (has("seed")) r.seed = seed_of(j["seed"]);
   if (has("cache")) r.cache.kind = pipeline::CacheSettings::parse(j["cache"].get<std::string>());
-  if (has("cache_threshold")) r.cache.threshold = j["cache_threshold"].get<double>();
+  if (has("cache_threshold")) {
+    r.cache.threshold = j["cache_threshold"].get<double>();
+    if (!(*r.cache.threshold > 0))  // (the table's bounds are inclusive)
+      throw BadRequest(400, "cache_threshold", "field 'cache_threshold' must be above 0");
+  }
+  if (has("taylorseer_interval")) r.cache.interval = integer(j["taylorseer_interval"]);
+  if (has("taylorseer_warmup")) r.cache.warmup = integer(j["taylorseer_warmup"]);
+  if (has("taylorseer_order")) r.cache.order = integer(j["taylorseer_order"]);
   if (e == Endpoint::kGenerate) {
     if (has("cfg")) r.guidance_scale = j["cfg"].get<double>();
     if (has("height")) r.height = integer(j["height"]);

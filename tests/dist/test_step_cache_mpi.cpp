@@ -69,8 +69,9 @@ double threshold_for(const std::string& model) {
 class CachedLoop : public testing::TestWithParam<std::string> {
  protected:
   // The layout's cached run against the cached serial run. `bound` > 0: an
-  // inexact layout, within that relative error.
-  void check(const ParallelConfig& pc, double bound = 0) {
+  // inexact layout, within that relative error. `taylor`: TaylorSeer
+  // (interval 3, warm-up 2, order 2) instead of First-Block-Cache.
+  void check(const ParallelConfig& pc, double bound = 0, bool taylor = false) {
     if (pc.world() != world().size())
       GTEST_SKIP() << pc.describe() << " needs " << pc.world() << " ranks, not " << world().size();
     const std::string model = test::models_dir() + "/" + GetParam() + "-tiny";
@@ -84,8 +85,15 @@ class CachedLoop : public testing::TestWithParam<std::string> {
     if (serial.spec().heads % (pc.ulysses_degree * pc.tensor_parallel_degree) != 0)
       GTEST_SKIP() << GetParam() << "'s " << serial.spec().heads << " heads do not divide by "
                    << pc.ulysses_degree * pc.tensor_parallel_degree;
-    req.cache.threshold = threshold_for(model);
-    ASSERT_GT(*req.cache.threshold, 0) << "no threshold skips a step with a clear margin";
+    if (taylor) {
+      req.cache.kind = pipeline::CacheKind::kTaylorSeer;
+      req.cache.interval = 3;
+      req.cache.warmup = 2;
+      req.cache.order = 2;
+    } else {
+      req.cache.threshold = threshold_for(model);
+      ASSERT_GT(*req.cache.threshold, 0) << "no threshold skips a step with a clear margin";
+    }
     parallel::Mesh mesh(pc, world());
     pipeline::Pipeline par(model, DType::kF32);
     par.set_mesh(&mesh);
@@ -133,6 +141,7 @@ class CachedLoop : public testing::TestWithParam<std::string> {
     const double err = test::rel_max_err(got.to_vector(), want.to_vector());
     if (bound > 0) {
       EXPECT_LE(err, bound) << "rank " << world().rank();
+      EXPECT_LT(mine.full_steps, mine.steps) << "the parallel run must skip some steps too";
       if (world().rank() == 0)
         std::printf("[ cache   ] %s: %.2e relative to cached serial\n", pc.describe().c_str(), err);
       return;
@@ -147,6 +156,10 @@ class CachedLoop : public testing::TestWithParam<std::string> {
       serial_indicator = {serial_indicator[half]};
     }
     EXPECT_EQ(mine.full, serial_full);
+    if (taylor) {  // every attention module forecast alike, on every rank
+      EXPECT_LT(mine.blocks_run, mine.blocks);
+      return;
+    }
     if (mesh.coord().pp > 0) return;  // a later stage takes stage 0's decisions
     ASSERT_EQ(mine.indicator.size(), serial_indicator.size());
     for (size_t c = 0; c < serial_indicator.size(); ++c)
@@ -216,6 +229,36 @@ TEST_P(CachedLoop, PipeFusion2With2PatchesIsBounded) {
 // Stale K/V after one warm-up step: inexact, bounded.
 TEST_P(CachedLoop, PatchDisplaced2StaleIsBounded) {
   check(patch(1, false, 2, false, 1), 0.1);
+}
+
+// TaylorSeer: a schedule, so nothing to agree on; the forecasts skip the
+// attention modules' collectives on every rank alike.
+TEST_P(CachedLoop, TaylorSeerCfgParallel) {
+  check(layout(1, true, 1, 1), 0, true);
+}
+TEST_P(CachedLoop, TaylorSeerUlysses2) {
+  check(layout(1, false, 2, 1), 0, true);
+}
+TEST_P(CachedLoop, TaylorSeerRing2) {
+  check(layout(1, false, 1, 2), 0, true);
+}
+TEST_P(CachedLoop, TaylorSeerTensorParallel2) {
+  ParallelConfig c = layout(1, false, 1, 1);
+  c.tensor_parallel_degree = 2;
+  check(c, 0, true);
+}
+TEST_P(CachedLoop, TaylorSeerDataParallel) {
+  check(layout(2, false, 1, 1), 0, true);
+}
+TEST_P(CachedLoop, TaylorSeerPatchDisplaced2FullSync) {
+  check(patch(1, false, 2, true), 0, true);
+}
+TEST_P(CachedLoop, TaylorSeerUlyssesTimesRing) {
+  check(layout(1, false, 2, 2), 0, true);
+}
+TEST_P(CachedLoop, TaylorSeerPatchDisplaced2StaleIsBounded) {
+  // (the forecast steps refresh no K/V: the next full step's is older still)
+  check(patch(1, false, 2, false, 1), 0.25, true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CachedLoop,

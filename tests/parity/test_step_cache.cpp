@@ -7,11 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
+#include <map>
 
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "pipeline/pipeline.h"
+#include "pipeline/taylorseer_cache.h"
 #include "test_util.h"
 
 namespace xdit {
@@ -33,8 +36,28 @@ int worst_pixel(const pipeline::ImageResult& out, const Tensor& want) {
   return worst;
 }
 
-TEST(FirstBlockCache, MatchesDiffusersOnEveryFamily) {
-  const std::string file = std::string(XDIT_TEST_DATA) + "/goldens/fbcache_pipeline.safetensors";
+// The request a golden case records (without its cache).
+pipeline::ImageRequest case_request(const io::Json& m) {
+  pipeline::ImageRequest r;
+  r.prompts = {m["prompt"].get<std::string>()};
+  if (!m["negative_prompt"].is_null()) r.negative_prompt = m["negative_prompt"].get<std::string>();
+  r.height = m["height"].get<int64_t>();
+  r.width = m["width"].get<int64_t>();
+  r.num_inference_steps = m["steps"].get<int64_t>();
+  r.guidance_scale = m["guidance_scale"].get<double>();
+  r.true_cfg_scale = m["true_cfg_scale"].get<double>();
+  r.seed = m["seed"].get<uint64_t>();
+  r.max_sequence_length = m["max_sequence_length"].get<int64_t>();
+  r.resolution_binning = false;
+  return r;
+}
+
+// Calls f(case metadata, its pipeline, the goldens, the case's prefix) per case of `stem`.
+void for_each_case(
+    const std::string& stem,
+    const std::function<void(const io::Json&, pipeline::Pipeline&, std::map<std::string, Tensor>&,
+                             const std::string&)>& f) {
+  const std::string file = std::string(XDIT_TEST_DATA) + "/goldens/" + stem + ".safetensors";
   io::SafeTensorsFile sf(file);
   auto g = io::read_safetensors_f32(file);
   const int cases = std::stoi(sf.metadata().at("cases"));
@@ -42,26 +65,20 @@ TEST(FirstBlockCache, MatchesDiffusersOnEveryFamily) {
   for (int k = 0; k < cases; ++k) {
     const std::string c = "case" + std::to_string(k);
     const io::Json m = io::parse_json_text(sf.metadata().at(c), c);
-    SCOPED_TRACE(m["model"].get<std::string>() + " threshold " +
-                 std::to_string(m["threshold"].get<double>()));
+    SCOPED_TRACE(sf.metadata().at(c));
     pipeline::Pipeline pipe(std::string(XDIT_MODELS) + "/" + m["model"].get<std::string>(),
                             DType::kF32);
-    pipeline::ImageRequest r;
-    r.prompts = {m["prompt"].get<std::string>()};
-    if (!m["negative_prompt"].is_null())
-      r.negative_prompt = m["negative_prompt"].get<std::string>();
-    r.height = m["height"].get<int64_t>();
-    r.width = m["width"].get<int64_t>();
-    r.num_inference_steps = m["steps"].get<int64_t>();
-    r.guidance_scale = m["guidance_scale"].get<double>();
-    r.true_cfg_scale = m["true_cfg_scale"].get<double>();
-    r.seed = m["seed"].get<uint64_t>();
-    r.max_sequence_length = m["max_sequence_length"].get<int64_t>();
-    r.resolution_binning = false;
+    f(m, pipe, g, c);
+  }
+}
+
+TEST(FirstBlockCache, MatchesDiffusersOnEveryFamily) {
+  for_each_case("fbcache_pipeline", [](const io::Json& m, pipeline::Pipeline& pipe,
+                                       std::map<std::string, Tensor>& g, const std::string& c) {
+    pipeline::ImageRequest r = case_request(m);
     r.cache.kind = CacheKind::kFirstBlock;
     r.cache.threshold = m["threshold"].get<double>();
     const pipeline::ImageResult out = pipe.generate(r);
-
     // The same steps ran in full, per context. diffusers' contexts sorted by
     // name ("cond" < "uncond"; or the one "cond_uncond"), xdit's by batch
     // half ([uncond; cond]).
@@ -88,7 +105,42 @@ TEST(FirstBlockCache, MatchesDiffusersOnEveryFamily) {
     ASSERT_EQ(out.width, want.dim(2));
     EXPECT_LE(worst_pixel(out, want), 1) << "largest per-pixel difference (of 255)";
     EXPECT_NE(out.cache.find("fbcache threshold"), std::string::npos) << out.cache;
-  }
+  });
+}
+
+// TaylorSeer with f32 factors at settings that cover orders 0 to 3, the
+// forecast of step W itself and runs that end on forecast steps; PixArt's
+// attn1 and attn2 forecast (xdit's rule: diffusers' defaults match no
+// PixArt module).
+TEST(TaylorSeer, MatchesDiffusersOnEveryFamily) {
+  for_each_case("taylorseer_pipeline", [](const io::Json& m, pipeline::Pipeline& pipe,
+                                          std::map<std::string, Tensor>& g, const std::string& c) {
+    pipeline::ImageRequest r = case_request(m);
+    r.cache.kind = CacheKind::kTaylorSeer;
+    r.cache.interval = m["taylorseer_interval"].get<int64_t>();
+    r.cache.warmup = m["taylorseer_warmup"].get<int64_t>();
+    r.cache.order = m["taylorseer_order"].get<int64_t>();
+    const pipeline::ImageResult out = pipe.generate(r);
+    const pipeline::CacheStats& st = pipe.cache_report().stats;
+    int64_t full = 0;
+    for (int64_t s = 0; s < r.num_inference_steps; ++s)
+      full += pipeline::TaylorSeerCache::computes(s, *r.cache.interval, *r.cache.warmup) ? 1 : 0;
+    EXPECT_EQ(st.full_steps, full);
+    EXPECT_LT(st.full_steps, st.steps) << "the case must forecast some steps";
+    EXPECT_LT(st.blocks_run, st.blocks);
+    const Tensor& want = g[c + ".image"];
+    ASSERT_EQ(out.height, want.dim(1));
+    ASSERT_EQ(out.width, want.dim(2));
+    EXPECT_LE(worst_pixel(out, want), 1) << "largest per-pixel difference (of 255)";
+  });
+}
+
+TEST(TaylorSeer, ScheduleIsDiffusers) {
+  // W = 3, I = 5: full at 0, 1, 2; forecast 3; full 4; forecast 5-8; full 9.
+  std::vector<int> got;
+  for (int s = 0; s < 10; ++s) got.push_back(pipeline::TaylorSeerCache::computes(s, 5, 3));
+  EXPECT_EQ(got, (std::vector<int>{1, 1, 1, 0, 1, 0, 0, 0, 0, 1}));
+  for (int s = 0; s < 6; ++s) EXPECT_TRUE(pipeline::TaylorSeerCache::computes(s, 1, 0));
 }
 
 TEST(CacheSettings, RefusesBadSettingsInOneLine) {
@@ -102,10 +154,36 @@ TEST(CacheSettings, RefusesBadSettingsInOneLine) {
   }
   CacheSettings none;
   none.threshold = 0.1;
-  EXPECT_NE(test::error_message([&] { none.validate(); }).find("needs a cache"), std::string::npos);
+  EXPECT_NE(test::error_message([&] { none.validate(); }).find("needs --cache fbcache"),
+            std::string::npos);
   const std::string e = test::error_message([] { (void)CacheSettings::parse("fastcache"); });
   EXPECT_NE(e.find("unknown step cache 'fastcache'"), std::string::npos) << e;
   EXPECT_EQ(CacheSettings::parse("fbcache"), CacheKind::kFirstBlock);
+  CacheSettings t;
+  t.kind = CacheKind::kTaylorSeer;
+  t.order = 4;
+  EXPECT_NE(test::error_message([&] { t.validate(); }).find("order must be 0 to 3"),
+            std::string::npos);
+  t.order = -1;
+  EXPECT_NE(test::error_message([&] { t.validate(); }).find("order must be 0 to 3"),
+            std::string::npos);
+  t.order.reset();
+  t.interval = 0;
+  EXPECT_NE(test::error_message([&] { t.validate(); }).find("interval must be 1 or more"),
+            std::string::npos);
+  t.interval = 4;
+  t.warmup = 0;
+  EXPECT_NE(test::error_message([&] { t.validate(); }).find("warm-up must be 1 or more"),
+            std::string::npos);
+  t.warmup.reset();
+  t.threshold = 0.1;
+  EXPECT_NE(test::error_message([&] { t.validate(); }).find("needs --cache fbcache"),
+            std::string::npos);
+  CacheSettings f;
+  f.kind = CacheKind::kFirstBlock;
+  f.interval = 3;
+  EXPECT_NE(test::error_message([&] { f.validate(); }).find("need --cache taylorseer"),
+            std::string::npos);
 }
 
 TEST(CacheSettings, FillsTheDefaultsOfDiffusers) {
@@ -114,6 +192,9 @@ TEST(CacheSettings, FillsTheDefaultsOfDiffusers) {
   EXPECT_EQ(*s.resolved().threshold, 0.05);  // FirstBlockCacheConfig's default
   EXPECT_EQ(s.label(), "fbcache threshold 0.05");
   EXPECT_EQ(CacheSettings{}.label(), "none");
+  CacheSettings t;
+  t.kind = CacheKind::kTaylorSeer;  // TaylorSeerCacheConfig's defaults
+  EXPECT_EQ(t.label(), "taylorseer interval 5 warmup 3 order 1");
 }
 
 }  // namespace

@@ -130,6 +130,8 @@ TEST(ServeSchema, EveryMalformedClassIsRefusedNamingTheField) {
   // step caches: an unknown one, a threshold out of range
   EXPECT_EQ(refusal(g, R"({"prompt": "x", "cache": "fastcache"})"), P(400, "cache"));
   EXPECT_EQ(refusal(o, R"({"prompt": "x", "cache_threshold": -0.5})"), P(400, "cache_threshold"));
+  EXPECT_EQ(refusal(g, R"({"prompt": "x", "cache_threshold": 0})"), P(400, "cache_threshold"));
+  EXPECT_EQ(refusal(g, R"({"prompt": "x", "taylorseer_order": 4})"), P(400, "taylorseer_order"));
   // enum: url images are not served
   EXPECT_EQ(refusal(o, R"({"prompt": "x", "response_format": "url"})"), P(400, "response_format"));
   // a prompt over the limit, a body over the limit
@@ -153,8 +155,11 @@ json plan_json() {
           {"skip_layer_guidance.scale", 1.5},
           {"skip_layer_guidance.start", 0.125},
           {"skip_layer_guidance.stop", 0.375},
-          {"cache", "fbcache"},
+          {"cache", "taylorseer"},
           {"cache_threshold", 0.625},
+          {"taylorseer_interval", 4},
+          {"taylorseer_warmup", 2},
+          {"taylorseer_order", 3},
           {"seed", ~uint64_t{0} - 3},
           {"resize_back", true},
           {"cfg", true},
@@ -200,15 +205,18 @@ TEST(ServeSchema, EveryPlanFieldCrossesRanks) {
   EXPECT_EQ(b->skip_layer_guidance.scale, 1.5);
   EXPECT_EQ(b->skip_layer_guidance.start, 0.125);
   EXPECT_EQ(b->skip_layer_guidance.stop, 0.375);
-  EXPECT_EQ(b->cache.kind, pipeline::CacheKind::kFirstBlock);
-  EXPECT_EQ(b->cache.threshold, std::optional<double>(0.625));
+  EXPECT_EQ(b->cache.kind, pipeline::CacheKind::kTaylorSeer);
+  EXPECT_EQ(b->cache.threshold, std::optional<double>(0.625));  // (the table, not validate)
+  EXPECT_EQ(b->cache.interval, std::optional<int64_t>(4));
+  EXPECT_EQ(b->cache.warmup, std::optional<int64_t>(2));
+  EXPECT_EQ(b->cache.order, std::optional<int64_t>(3));
   EXPECT_EQ(b->seed, ~uint64_t{0} - 3);
   EXPECT_TRUE(b->resize_back);
   EXPECT_TRUE(b->cfg);
   EXPECT_EQ(b->output, pipeline::Output::kLatents);
   // The fields compared above are the table's rows, all of them.
   EXPECT_EQ(pipeline::Plan::field_count(), want.size());
-  EXPECT_EQ(pipeline::Plan::field_count(), 20u);
+  EXPECT_EQ(pipeline::Plan::field_count(), 23u);
   // A field missing from the JSON is an error, not a default.
   json partial = want;
   partial.erase("seed");

@@ -21,6 +21,12 @@ Each case's threshold is picked from a few candidates so that some steps run
 in full and some are skipped, and every ratio the run compares lies at least
 2% away from it (the C++ run's f32 rounding cannot flip a decision).
 
+TaylorSeer (TaylorSeerCacheConfig, factors in f32) runs the same cases at the
+settings of TAYLOR, into tests/data/goldens/taylorseer_pipeline.safetensors
+(caseK.image, and the settings in caseK's metadata); PixArt forecasts attn1
+and attn2 (diffusers' default patterns match no PixArt module). Run with
+--taylorseer-only to remake those alone.
+
 Writes tests/data/goldens/fbcache_pipeline.safetensors: per case K
   caseK.image [B, H, W, 3] in [0, 1] (output_type "np"),
   caseK.full [contexts, steps] 1 where the step ran every block, 0 where skipped;
@@ -36,13 +42,22 @@ import numpy as np
 import torch
 import transformers
 from diffusers import FluxPipeline, PixArtAlphaPipeline, StableDiffusion3Pipeline
-from diffusers.hooks import FirstBlockCacheConfig, apply_first_block_cache
+from diffusers.hooks import (FirstBlockCacheConfig, TaylorSeerCacheConfig,
+                             apply_first_block_cache, apply_taylorseer_cache)
 from diffusers.hooks import first_block_cache as fbc
 from diffusers.hooks.hooks import CacheContext, HookRegistry, _set_cache_context
 from safetensors.torch import save_file
 
 MODELS = "models"
 OUT = "tests/data/goldens/fbcache_pipeline.safetensors"
+TAYLOR_OUT = "tests/data/goldens/taylorseer_pipeline.safetensors"
+# (interval, warm-up, order) per model: every order, the forecast at step W
+# itself, and intervals that end on a forecast step.
+TAYLOR = {"pixart-alpha-tiny": (3, 2, 2), "flux-schnell-tiny": (4, 2, 1),
+          "flux-dev-tiny": (3, 3, 3), "sd3-tiny": (2, 1, 0), "sd35-tiny": (5, 3, 1)}
+# PixArt's attention modules are attn1 / attn2, which diffusers' default
+# patterns (".*attn" at the end) do not match: xdit forecasts both.
+PIXART_MODULES = [r"^transformer_blocks\.\d+\.attn1$", r"^transformer_blocks\.\d+\.attn2$"]
 VERSIONS = {"torch": torch.__version__, "diffusers": diffusers.__version__,
             "transformers": transformers.__version__}
 CANDIDATES = (0.05, 0.12, 0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7, 0.8)
@@ -185,5 +200,57 @@ def make():
     save_file(tensors, OUT, metadata=meta)
 
 
+def taylor_case(case, pipe):
+    interval, warmup, order = TAYLOR[case["model"]]
+    cfg = dict(cache_interval=interval, disable_cache_before_step=warmup, max_order=order,
+               taylor_factors_dtype=torch.float32)
+    t = pipe.transformer
+    if case["model"].startswith("flux"):
+        t.enable_cache(TaylorSeerCacheConfig(**cfg))
+    else:
+        if case["model"].startswith("pixart"):
+            cfg.update(cache_identifiers=PIXART_MODULES)
+        apply_taylorseer_cache(t, TaylorSeerCacheConfig(**cfg))
+        forward = t.forward
+
+        def in_one_context(*args, **kwargs):
+            _set_cache_context(t, CacheContext("cond_uncond"))
+            return forward(*args, **kwargs)
+
+        t.forward = in_one_context
+    return dict(taylorseer_interval=interval, taylorseer_warmup=warmup, taylorseer_order=order)
+
+
+def make_taylor():
+    tensors, meta = {}, dict(VERSIONS)
+    for k, case in enumerate(CASES):
+        pipe = load(case)
+        settings = taylor_case(case, pipe)
+        kw = dict(prompt=case["prompt"], height=case["height"], width=case["width"],
+                  num_inference_steps=case["steps"], guidance_scale=case["guidance_scale"],
+                  generator=torch.Generator().manual_seed(case["seed"]), output_type="np")
+        if case["model"].startswith("flux"):
+            kw.update(max_sequence_length=case["max_sequence_length"])
+            if case["negative_prompt"] is not None:
+                kw.update(negative_prompt=case["negative_prompt"],
+                          true_cfg_scale=case["true_cfg_scale"])
+        elif case["model"].startswith("sd3"):
+            kw.update(negative_prompt=case["negative_prompt"],
+                      max_sequence_length=case["max_sequence_length"])
+        else:
+            kw.update(negative_prompt=case["negative_prompt"], use_resolution_binning=False,
+                      clean_caption=False, max_sequence_length=case["max_sequence_length"])
+        with torch.no_grad():
+            image = pipe(**kw).images
+        tensors[f"case{k}.image"] = torch.from_numpy(np.ascontiguousarray(image))
+        meta[f"case{k}"] = json.dumps(dict(case, **settings))
+        print(case["model"], settings)
+    meta["cases"] = str(len(CASES))
+    save_file(tensors, TAYLOR_OUT, metadata=meta)
+
+
 if __name__ == "__main__":
-    make()
+    import sys
+    if "--taylorseer-only" not in sys.argv:
+        make()
+    make_taylor()

@@ -42,6 +42,33 @@ void residual_change(const float* out, const float* in, const float* prev, float
   sums[1] += ref;
 }
 
+void taylor_update(const float* y, float* f, int64_t have, float delta, int64_t n) {
+  XDIT_CUDA_OP(taylor_update(y, f, have, delta, n));
+#pragma omp parallel for if (n > kGrain)
+  for (int64_t i = 0; i < n; ++i) {
+    float v = y[i];
+    for (int64_t j = 0; j < have; ++j) {
+      const float next = (v - f[j * n + i]) / delta;
+      f[j * n + i] = v;
+      v = next;
+    }
+    f[have * n + i] = v;
+  }
+}
+
+void taylor_predict(const float* f, const float* coeff, int64_t orders, float* out, int64_t n) {
+  XDIT_CUDA_OP(taylor_predict(f, coeff, orders, out, n));
+#pragma omp parallel for if (n > kGrain)
+  for (int64_t i = 0; i < n; ++i) {
+    float v = 0;
+    for (int64_t k = 0; k < orders; ++k) {
+      const float term = f[k * n + i] * coeff[k];  // rounded before the add, as torch does
+      v = v + term;
+    }
+    out[i] = v;
+  }
+}
+
 void flow_euler_step(const float* model_output, float* sample, float dt, int64_t n) {
   XDIT_CUDA_OP(flow_euler_step(model_output, sample, dt, n));
 #pragma omp parallel for if (n > kGrain)

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/error.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/ops.h"
@@ -74,6 +75,32 @@ __global__ void guidance_combine_kernel(const float* u, const float* c, float g,
 __global__ void guidance_add_kernel(float* noise, const float* c, const float* skip, float scale,
                                     int64_t n) {
   XDIT_GRID_LOOP(i, n) noise[i] = __fadd_rn(noise[i], __fmul_rn(__fsub_rn(c[i], skip[i]), scale));
+}
+
+__global__ void taylor_update_kernel(const float* y, float* f, int64_t have, float delta,
+                                     int64_t n) {
+  XDIT_GRID_LOOP(i, n) {
+    float v = y[i];
+    for (int64_t j = 0; j < have; ++j) {
+      const float next = __fdiv_rn(__fsub_rn(v, f[j * n + i]), delta);
+      f[j * n + i] = v;
+      v = next;
+    }
+    f[have * n + i] = v;
+  }
+}
+
+struct TaylorCoeff {
+  float c[4];
+};
+
+__global__ void taylor_predict_kernel(const float* f, TaylorCoeff coeff, int64_t orders,
+                                      float* out, int64_t n) {
+  XDIT_GRID_LOOP(i, n) {
+    float v = 0;
+    for (int64_t k = 0; k < orders; ++k) v = __fadd_rn(v, __fmul_rn(f[k * n + i], coeff.c[k]));
+    out[i] = v;
+  }
 }
 
 __global__ void flow_euler_kernel(const float* mo, float* sample, float dt, int64_t n) {
@@ -149,6 +176,18 @@ void guidance_combine(const float* u, const float* c, float g, float* noise, int
 void guidance_add(float* noise, const float* c, const float* skip, float scale, int64_t n,
                   Stream s) {
   XDIT_LAUNCH(guidance_add_kernel, n, s, noise, c, skip, scale, n);
+}
+
+void taylor_update(const float* y, float* f, int64_t have, float delta, int64_t n, Stream s) {
+  XDIT_LAUNCH(taylor_update_kernel, n, s, y, f, have, delta, n);
+}
+
+void taylor_predict(const float* f, const float* coeff, int64_t orders, float* out, int64_t n,
+                    Stream s) {
+  XDIT_CHECK(orders >= 1 && orders <= 4, "taylor_predict: 1 to 4 orders, got ", orders);
+  TaylorCoeff c{};
+  for (int64_t k = 0; k < orders; ++k) c.c[k] = coeff[k];
+  XDIT_LAUNCH(taylor_predict_kernel, n, s, f, c, orders, out, n);
 }
 
 void flow_euler_step(const float* mo, float* sample, float dt, int64_t n, Stream s) {
