@@ -67,6 +67,13 @@ int run_bench_cache(const BenchOptions& o) {
     c.validate();  // before any run
     settings.push_back({c});
   }
+  for (const int64_t interval : o.taylorseer_intervals) {  // TaylorSeer at diffusers' W and K
+    pipeline::CacheSettings c;
+    c.kind = pipeline::CacheKind::kTaylorSeer;
+    c.interval = interval;
+    c.validate();
+    settings.push_back({c.resolved()});
+  }
   pipe.generate(pipe.plan(r));  // warm-up: first-touch of weights and buffers
   pipeline::ImageResult uncached;
   if (!o.json)

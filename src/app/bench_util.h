@@ -45,6 +45,7 @@ struct BenchOptions {
   std::string prompt = "a large red circle on the left on a blue background";
   int64_t steps = 0;  // 0: the model's
   std::vector<double> cache_thresholds;
+  std::vector<int64_t> taylorseer_intervals{5, 3, 2};  // 5: diffusers' default
 };
 
 // xdit bench cache (bench_cache.cpp).
