@@ -101,6 +101,20 @@ inline int worst_pixel_difference(const std::vector<uint8_t>& rgb, const float* 
   return worst;
 }
 
+// The largest difference (of 255) between 8-bit RGB images, one after
+// another, and diffusers' output_type "np" of them ([B, H, W, 3] in [0, 1]).
+inline int worst_pixel_difference(const std::vector<std::vector<uint8_t>>& images,
+                                  const float* bhwc) {
+  int worst = 0;
+  size_t off = 0;
+  for (const auto& img : images)
+    for (uint8_t px : img) {
+      const int ref = static_cast<int>(std::nearbyint(bhwc[off++] * 255.0f));
+      worst = std::max(worst, std::abs(ref - static_cast<int>(px)));
+    }
+  return worst;
+}
+
 // The largest difference (of 255) between two 8-bit images of one size.
 inline int worst_pixel_difference(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
   if (a.size() != b.size()) return 256;

@@ -37,14 +37,8 @@ void check_against_diffusers(const std::string& variant, bool one_shot = false) 
   ASSERT_EQ(out.rgb.size(), static_cast<size_t>(want.dim(0)));
   ASSERT_EQ(out.height, want.dim(1));
   ASSERT_EQ(out.width, want.dim(2));
-  int worst = 0;
-  size_t off = 0;
-  for (const auto& img : out.rgb)
-    for (uint8_t px : img) {
-      const int ref = static_cast<int>(std::nearbyint(want.data<float>()[off++] * 255.0f));
-      worst = std::max(worst, std::abs(ref - static_cast<int>(px)));
-    }
-  EXPECT_LE(worst, 1) << "largest per-pixel difference (of 255)";
+  EXPECT_LE(test::worst_pixel_difference(out.rgb, want.data<float>()), 1)
+      << "largest per-pixel difference (of 255)";
   if (one_shot) {
     const std::string again = test::error_message([&] { pipe.generate(r); });
     EXPECT_NE(again.find("this one-shot pipeline released its transformer after its image"),

@@ -13,6 +13,7 @@
 
 #include "io/json.h"
 #include "io/safetensors.h"
+#include "parity/pipeline_goldens.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/taylorseer_cache.h"
 #include "test_util.h"
@@ -23,31 +24,10 @@ namespace {
 using pipeline::CacheKind;
 using pipeline::CacheSettings;
 
-// The largest difference (of 255) between RGB8 images and diffusers' [B, H,
-// W, 3] in [0, 1].
-int worst_pixel(const pipeline::ImageResult& out, const Tensor& want) {
-  int worst = 0;
-  size_t off = 0;
-  for (const auto& img : out.rgb)
-    for (uint8_t px : img) {
-      const int ref = static_cast<int>(std::nearbyint(want.data<float>()[off++] * 255.0f));
-      worst = std::max(worst, std::abs(ref - static_cast<int>(px)));
-    }
-  return worst;
-}
-
 // The request a golden case records (without its cache).
 pipeline::ImageRequest case_request(const io::Json& m) {
-  pipeline::ImageRequest r;
-  r.prompts = {m["prompt"].get<std::string>()};
-  if (!m["negative_prompt"].is_null()) r.negative_prompt = m["negative_prompt"].get<std::string>();
-  r.height = m["height"].get<int64_t>();
-  r.width = m["width"].get<int64_t>();
-  r.num_inference_steps = m["steps"].get<int64_t>();
-  r.guidance_scale = m["guidance_scale"].get<double>();
+  pipeline::ImageRequest r = test::image_request(m);
   r.true_cfg_scale = m["true_cfg_scale"].get<double>();
-  r.seed = m["seed"].get<uint64_t>();
-  r.max_sequence_length = m["max_sequence_length"].get<int64_t>();
   r.resolution_binning = false;
   return r;
 }
@@ -103,7 +83,8 @@ TEST(FirstBlockCache, MatchesDiffusersOnEveryFamily) {
     ASSERT_EQ(out.rgb.size(), 1u);
     ASSERT_EQ(out.height, want.dim(1));
     ASSERT_EQ(out.width, want.dim(2));
-    EXPECT_LE(worst_pixel(out, want), 1) << "largest per-pixel difference (of 255)";
+    EXPECT_LE(test::worst_pixel_difference(out.rgb, want.data<float>()), 1)
+        << "largest per-pixel difference (of 255)";
     EXPECT_NE(out.cache.find("fbcache threshold"), std::string::npos) << out.cache;
   });
 }
@@ -131,7 +112,8 @@ TEST(TaylorSeer, MatchesDiffusersOnEveryFamily) {
     const Tensor& want = g[c + ".image"];
     ASSERT_EQ(out.height, want.dim(1));
     ASSERT_EQ(out.width, want.dim(2));
-    EXPECT_LE(worst_pixel(out, want), 1) << "largest per-pixel difference (of 255)";
+    EXPECT_LE(test::worst_pixel_difference(out.rgb, want.data<float>()), 1)
+        << "largest per-pixel difference (of 255)";
   });
 }
 

@@ -146,9 +146,8 @@ def with_cache(pipe, case, threshold):
     del registry
 
 
-def run(pipe, case, threshold):
-    with_cache(pipe, case, threshold)
-    LOG.clear()
+def pipeline_kwargs(case):
+    """The case as its diffusers pipeline takes it, output_type "np"."""
     kw = dict(prompt=case["prompt"], height=case["height"], width=case["width"],
               num_inference_steps=case["steps"], guidance_scale=case["guidance_scale"],
               generator=torch.Generator().manual_seed(case["seed"]), output_type="np")
@@ -163,8 +162,14 @@ def run(pipe, case, threshold):
     else:
         kw.update(negative_prompt=case["negative_prompt"], use_resolution_binning=False,
                   clean_caption=False, max_sequence_length=case["max_sequence_length"])
+    return kw
+
+
+def run(pipe, case, threshold):
+    with_cache(pipe, case, threshold)
+    LOG.clear()
     with torch.no_grad():
-        image = pipe(**kw).images
+        image = pipe(**pipeline_kwargs(case)).images
     if not case["model"].startswith("flux"):
         HookRegistry.check_if_exists_or_initialize(pipe.transformer).reset_stateful_hooks()
     contexts = sorted({c for c, _, _ in LOG})
@@ -226,22 +231,8 @@ def make_taylor():
     for k, case in enumerate(CASES):
         pipe = load(case)
         settings = taylor_case(case, pipe)
-        kw = dict(prompt=case["prompt"], height=case["height"], width=case["width"],
-                  num_inference_steps=case["steps"], guidance_scale=case["guidance_scale"],
-                  generator=torch.Generator().manual_seed(case["seed"]), output_type="np")
-        if case["model"].startswith("flux"):
-            kw.update(max_sequence_length=case["max_sequence_length"])
-            if case["negative_prompt"] is not None:
-                kw.update(negative_prompt=case["negative_prompt"],
-                          true_cfg_scale=case["true_cfg_scale"])
-        elif case["model"].startswith("sd3"):
-            kw.update(negative_prompt=case["negative_prompt"],
-                      max_sequence_length=case["max_sequence_length"])
-        else:
-            kw.update(negative_prompt=case["negative_prompt"], use_resolution_binning=False,
-                      clean_caption=False, max_sequence_length=case["max_sequence_length"])
         with torch.no_grad():
-            image = pipe(**kw).images
+            image = pipe(**pipeline_kwargs(case)).images
         tensors[f"case{k}.image"] = torch.from_numpy(np.ascontiguousarray(image))
         meta[f"case{k}"] = json.dumps(dict(case, **settings))
         print(case["model"], settings)
