@@ -1,0 +1,101 @@
+// xdit generate's step-cache flags end to end: each cache writes its line
+// into the PNG text and equals the same request through the library; bad
+// combinations and values end with one line before any weights load and
+// write nothing.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "cli_util.h"
+#include "io/png.h"
+#include "pipeline/pipeline.h"
+#include "test_util.h"
+
+namespace xdit {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CliCache : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("xdit_cli_cache_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string out() const { return (dir_ / "out.png").string(); }
+  test::CommandResult generate(const std::string& extra) const {
+    return test::run_command(std::string("env XDIT_QUIET=1 '") + XDIT_BINARY +
+                                 "' generate --model '" + XDIT_MODELS +
+                                 "/flux-dev-tiny' --prompt 'a red fox' --height 40 --width 64 "
+                                 "--num_inference_steps 8 --seed 3 --dtype f32 -o '" +
+                                 out() + "' " + extra,
+                             (dir_ / "stderr.txt").string());
+  }
+  void expect_error(const std::string& extra, const std::string& expect) const {
+    const test::CommandResult r = generate(extra);
+    EXPECT_NE(r.code, 0) << r.err;
+    EXPECT_EQ(r.err.rfind("xdit: error: ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(expect), std::string::npos) << "expected '" << expect << "' in " << r.err;
+    EXPECT_FALSE(fs::exists(out()));
+  }
+  fs::path dir_;
+};
+
+TEST_F(CliCache, EachCacheRunsAndSaysWhatItDid) {
+  for (const std::string flags :
+       {"--cache fbcache --cache_threshold 0.3", "--use_fbcache",
+        "--cache taylorseer --taylorseer_interval 3 --taylorseer_warmup 2 --taylorseer_order 2"}) {
+    SCOPED_TRACE(flags);
+    const test::CommandResult r = generate(flags);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const io::PngImage png = io::read_png(out());
+    const std::string line = png.text.at("cache");
+    // The same request through the library.
+    pipeline::Pipeline pipe(std::string(XDIT_MODELS) + "/flux-dev-tiny", DType::kF32);
+    pipeline::ImageRequest req;
+    req.prompts = {"a red fox"};
+    req.height = 40;
+    req.width = 64;
+    req.num_inference_steps = 8;
+    req.seed = 3;
+    if (flags.find("taylorseer") != std::string::npos) {
+      req.cache.kind = pipeline::CacheKind::kTaylorSeer;
+      req.cache.interval = 3;
+      req.cache.warmup = 2;
+      req.cache.order = 2;
+      EXPECT_EQ(line.rfind("taylorseer interval 3 warmup 2 order 2: ", 0), 0u) << line;
+    } else {
+      req.cache.kind = pipeline::CacheKind::kFirstBlock;
+      req.cache.threshold = flags == "--use_fbcache" ? 0.12 : 0.3;
+      EXPECT_EQ(line.rfind(std::string("fbcache threshold ") +
+                               (flags == "--use_fbcache" ? "0.12" : "0.3") + ": ",
+                           0),
+                0u)
+          << line;
+    }
+    const pipeline::ImageResult want = pipe.generate(req);
+    EXPECT_EQ(want.cache, line);
+    EXPECT_EQ(test::worst_pixel_difference(want.rgb.at(0), png.rgb), 0);
+    fs::remove(out());
+  }
+}
+
+TEST_F(CliCache, BadSettingsAreOneLineBeforeAnyWeightLoads) {
+  expect_error("--cache fbcache --cache fbcache", "--cache");
+  expect_error("--cache fastcache", "unknown step cache 'fastcache'");
+  expect_error("--cache fbcache --cache_threshold 0", "threshold must be a finite number above 0");
+  expect_error("--cache fbcache --cache_threshold nan", "threshold");
+  expect_error("--cache_threshold 0.2", "needs --cache fbcache");
+  expect_error("--taylorseer_interval 2", "need --cache taylorseer");
+  expect_error("--cache taylorseer --taylorseer_order 4", "order must be 0 to 3");
+  expect_error("--cache taylorseer --taylorseer_interval 0", "interval must be 1 or more");
+  expect_error("--cache taylorseer --taylorseer_warmup 0", "warm-up must be 1 or more");
+  expect_error("--use_fbcache --cache taylorseer", "--use_fbcache is --cache fbcache");
+  expect_error("--use_fbcache --taylorseer_order 1", "takes no TaylorSeer setting");
+}
+
+}  // namespace
+}  // namespace xdit
