@@ -94,8 +94,8 @@ void flow_euler_step(const float* model_output, float* sample, float dt, int64_t
 // `coeff`: host values (at most 4 orders), passed by value to the kernel.
 void taylor_update(const float* y, float* factors, int64_t have, float delta, int64_t n,
                    Stream s = nullptr);
-void taylor_predict(const float* factors, const float* coeff, int64_t orders, float* out,
-                    int64_t n, Stream s = nullptr);
+void taylor_predict(const float* factors, const float* coeff, int64_t orders, float* out, int64_t n,
+                    Stream s = nullptr);
 void dpm_solver_step(const float* model_output, float* sample, float* cur, const float* prev,
                      int64_t items, int64_t n, int64_t hist_stride, const DpmUpdate& k,
                      Stream s = nullptr);
