@@ -94,8 +94,8 @@ struct TaylorCoeff {
   float c[4];
 };
 
-__global__ void taylor_predict_kernel(const float* f, TaylorCoeff coeff, int64_t orders,
-                                      float* out, int64_t n) {
+__global__ void taylor_predict_kernel(const float* f, TaylorCoeff coeff, int64_t orders, float* out,
+                                      int64_t n) {
   XDIT_GRID_LOOP(i, n) {
     float v = 0;
     for (int64_t k = 0; k < orders; ++k) v = __fadd_rn(v, __fmul_rn(f[k * n + i], coeff.c[k]));
