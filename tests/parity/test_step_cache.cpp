@@ -14,6 +14,7 @@
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "parity/pipeline_goldens.h"
+#include "pipeline/first_block_cache.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/taylorseer_cache.h"
 #include "test_util.h"
@@ -181,3 +182,45 @@ TEST(CacheSettings, FillsTheDefaultsOfDiffusers) {
 
 }  // namespace
 }  // namespace xdit
+
+namespace xdit::pipeline {
+namespace {
+
+// One step's call of a First-Block-Cache over token rows [r0, r1) (3 tokens
+// of width 4 each), the head adding `r` to every value; whether the step
+// ran every block.
+bool fbc_step(FirstBlockCache& fbc, int64_t step, int64_t r0, int64_t r1, float r) {
+  fbc.before_step({step, 3, 0.0});
+  models::DiTInputs in;
+  in.row_begin = r0;
+  in.row_end = r1;
+  models::Streams s;
+  s.x = Tensor::from_vector(test::randn((r1 - r0) * 3 * 4, 100 + step), {1, (r1 - r0) * 3, 4});
+  fbc.begin_call(in, s);
+  for (int64_t i = 0; i < s.x.numel(); ++i) s.x.data<float>()[i] += r;  // the head
+  fbc.after_block(0, s);
+  const bool full = fbc.before_block(1, s).end < 0;
+  if (full) fbc.after_block(2, s);
+  fbc.end_call(s);
+  return full;
+}
+
+// --patch_weights dynamic moves rows between ranks: rows a rank held at an
+// older full step, then again, are no reference, so the step runs in full
+// even where the stale values would say skip.
+TEST(FirstBlockCache, RowsBackFromAnOlderFullStepAreNoReference) {
+  CacheSetup setup;
+  setup.blocks = 3;
+  setup.stage = models::DiTStage(0, 3, true, true);
+  setup.token_rows = 2;
+  FirstBlockCache fbc(1.0, setup);
+  EXPECT_TRUE(fbc_step(fbc, 0, 0, 2, 1.0f));  // no reference yet
+  EXPECT_TRUE(fbc_step(fbc, 1, 0, 1, 5.0f));  // row 0 only: ratio 4 > 1
+  // Rows 0 and 1: against row 0 (5) and row 1's stale 1 the ratio is
+  // 4 / 6 < 1, but row 1 is from step 0, not the last full step.
+  EXPECT_TRUE(fbc_step(fbc, 2, 0, 2, 1.0f));
+  EXPECT_FALSE(fbc_step(fbc, 3, 0, 2, 1.0f)) << "a full reference now: ratio 0 skips";
+}
+
+}  // namespace
+}  // namespace xdit::pipeline
