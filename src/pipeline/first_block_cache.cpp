@@ -105,20 +105,7 @@ void FirstBlockCache::begin_call(const models::DiTInputs& in, const models::Stre
   if (later_stage && new_step_) {  // stage 0's decision for this step
     const std::vector<uint8_t> d = receive_decision();
     computes_.assign(d.begin(), d.end());
-    skip_all_ = true;
-    for (size_t c = 0; c < computes_.size(); ++c) {
-      skip_all_ = skip_all_ && !computes_[c];
-      if (computes_[c]) last_full_[c] = step_no_;
-      stats_.full[c].push_back(computes_[c]);
-      stats_.indicator[c].push_back(-1);
-    }
-  }
-  const int64_t blocks = setup_.stage.block_end - setup_.stage.block_begin;
-  if (new_step_ && later_stage) {
-    ++stats_.steps;
-    stats_.blocks += blocks;
-    stats_.blocks_run += skip_all_ ? 0 : blocks;
-    stats_.full_steps += skip_all_ ? 0 : 1;
+    record_step(std::vector<double>(computes_.size(), -1.0));
   }
   if (later_stage) {
     if (!skip_all_) start_ = s.x.clone();
@@ -170,9 +157,7 @@ void FirstBlockCache::head_ran(const models::Streams& s) {
     if (!reference) sums[2 * c + 1] = 0;  // no reference here: this rank votes to compute
   }
   if (new_step_) decide(sums);
-  skip_all_ = true;
   for (size_t c = 0; c < ctx.size(); ++c) {
-    skip_all_ = skip_all_ && !computes_[c];
     if (!computes_[c]) continue;
     // The reference moves only where the step runs every block.
     for (int64_t b = ctx[c].first; b < ctx[c].second; ++b)
@@ -191,31 +176,38 @@ void FirstBlockCache::decide(const std::vector<double>& sums_here) {
   const size_t n = sums.size() / 2;
   computes_.assign(n, true);
   std::vector<uint8_t> decision(n, 1);
+  std::vector<double> ratios(n, -1.0);
   for (size_t c = 0; c < n; ++c) {
     // diffusers: compute when ratio > threshold. A rank without a reference
     // sent Σ|r_prev| = 0 for its rows; every rank of the agree groups votes
     // on every context all the same.
-    double ratio = -1;
     bool skip = false;
     if (sums[2 * c + 1] > 0 && rows_valid(previous_stamp_, c)) {
-      ratio = sums[2 * c] / sums[2 * c + 1];
-      skip = !(ratio > threshold_);
+      ratios[c] = sums[2 * c] / sums[2 * c + 1];
+      skip = !(ratios[c] > threshold_);
     }
     for (comm::Communicator* g : setup_.agree_groups) skip = models::all_ranks_agree(*g, skip);
     computes_[c] = !skip;
     decision[c] = skip ? 0 : 1;
-    if (computes_[c]) last_full_[c] = step_no_;
-    stats_.full[c].push_back(computes_[c]);
-    stats_.indicator[c].push_back(ratio);
   }
   if (setup_.stage_group != nullptr && setup_.stage_group->size() > 1) send_decision(decision);
-  bool any = false;
-  for (const bool c : computes_) any = any || c;
+  record_step(ratios);
+}
+
+void FirstBlockCache::record_step(const std::vector<double>& ratios) {
+  skip_all_ = true;
+  for (size_t c = 0; c < computes_.size(); ++c) {
+    skip_all_ = skip_all_ && !computes_[c];
+    if (computes_[c]) last_full_[c] = step_no_;
+    stats_.full[c].push_back(computes_[c]);
+    stats_.indicator[c].push_back(ratios[c]);
+  }
   const int64_t blocks = setup_.stage.block_end - setup_.stage.block_begin;
   ++stats_.steps;
   stats_.blocks += blocks;
-  stats_.blocks_run += any ? blocks : 1;
-  stats_.full_steps += any ? 1 : 0;
+  // (a skipped step still runs stage 0's head)
+  stats_.blocks_run += skip_all_ ? (setup_.stage.first ? 1 : 0) : blocks;
+  stats_.full_steps += skip_all_ ? 0 : 1;
 }
 
 const Tensor& FirstBlockCache::call_residual() {

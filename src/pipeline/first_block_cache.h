@@ -66,6 +66,9 @@ class FirstBlockCache final : public StepCache {
   void head_ran(const models::Streams& s);
   // The step's decisions: stage 0's, agreed, then sent to the later stages.
   void decide(const std::vector<double>& sums);
+  // The step's decisions (computes_) taken, with each context's indicator
+  // (−1 where none): skip_all_, the contexts' last full step, the counts.
+  void record_step(const std::vector<double>& ratios);
   // The stage's last block ran: the computing contexts keep their residual,
   // the skipping ones take start + theirs.
   void stage_ran(models::Streams& s);

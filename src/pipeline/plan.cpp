@@ -73,14 +73,7 @@ struct PlanField {
 const std::vector<PlanField>& plan_fields() {
   static const std::vector<PlanField> rows = {
       XDIT_PLAN_FIELD(prompts, std::vector<std::string>),
-      {"negative_prompt",
-       [](const PlanFields& f, json& j) {
-         if (f.negative_prompt) j["negative_prompt"] = *f.negative_prompt;
-       },
-       [](const json& j, PlanFields& f) {
-         if (j.contains("negative_prompt"))
-           f.negative_prompt = j["negative_prompt"].get<std::string>();
-       }},
+      XDIT_PLAN_OPTIONAL("negative_prompt", negative_prompt, std::string),
       XDIT_PLAN_FIELD(max_sequence_length, int64_t),
       XDIT_PLAN_FIELD(height, int64_t),
       XDIT_PLAN_FIELD(width, int64_t),

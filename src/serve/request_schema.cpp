@@ -60,10 +60,11 @@ std::vector<Field> cache_fields() {
                             "(TaylorSeerCacheConfig)");
   kind.max = 16;
   kind.allowed = {"none", "fbcache", "taylorseer"};
-  return {kind,
-          number_field("cache_threshold", FieldType::kNumber, 0, 1000,
-                       "fbcache: run every block when the first block's residual changed "
-                       "by more than this, relative (above 0; default 0.05)"),
+  Field threshold = number_field("cache_threshold", FieldType::kNumber, 0, 1000,
+                                 "fbcache: run every block when the first block's residual "
+                                 "changed by more than this, relative (default 0.05)");
+  threshold.min_exclusive = true;
+  return {kind, threshold,
           number_field("taylorseer_interval", FieldType::kInteger, 1, 1000,
                        "taylorseer: a full step every this many after the warm-up (default 5)"),
           number_field("taylorseer_warmup", FieldType::kInteger, 0, 1000,
@@ -145,7 +146,8 @@ void check_value(const Field& f, const json& v) {
   auto bad = [&](const std::string& what) {
     throw BadRequest(400, f.name, "field '" + f.name + "' " + what);
   };
-  const std::string range = bound(f.min) + " … " + bound(f.max);
+  const std::string range = f.min_exclusive ? "(" + bound(f.min) + " … " + bound(f.max) + "]"
+                                            : bound(f.min) + " … " + bound(f.max);
   switch (f.type) {
     case FieldType::kString: {
       if (!v.is_string()) bad(std::string("must be a string, got ") + v.type_name());
@@ -182,7 +184,7 @@ void check_value(const Field& f, const json& v) {
     case FieldType::kNumber: {
       if (!v.is_number()) bad(std::string("must be a number, got ") + v.type_name());
       const double x = v.get<double>();
-      if (!std::isfinite(x) || x < f.min || x > f.max)
+      if (!std::isfinite(x) || x < f.min || (f.min_exclusive && x == f.min) || x > f.max)
         bad("must be in " + range + ", got " + v.dump());
       return;
     }
@@ -255,11 +257,7 @@ ServeRequest parse_request(Endpoint e, const std::string& body) {
   if (has("num_inference_steps")) r.num_inference_steps = integer(j["num_inference_steps"]);
   if (has("seed")) r.seed = seed_of(j["seed"]);
   if (has("cache")) r.cache.kind = pipeline::CacheSettings::parse(j["cache"].get<std::string>());
-  if (has("cache_threshold")) {
-    r.cache.threshold = j["cache_threshold"].get<double>();
-    if (!(*r.cache.threshold > 0))  // (the table's bounds are inclusive)
-      throw BadRequest(400, "cache_threshold", "field 'cache_threshold' must be above 0");
-  }
+  if (has("cache_threshold")) r.cache.threshold = j["cache_threshold"].get<double>();
   if (has("taylorseer_interval")) r.cache.interval = integer(j["taylorseer_interval"]);
   if (has("taylorseer_warmup")) r.cache.warmup = integer(j["taylorseer_warmup"]);
   if (has("taylorseer_order")) r.cache.order = integer(j["taylorseer_order"]);
@@ -333,6 +331,7 @@ json field_schema(const Field& f) {
     s["description"] = f.description + "; -2^63 … 2^64-1";
   } else {
     s["minimum"] = f.type == FieldType::kInteger ? json(static_cast<int64_t>(f.min)) : json(f.min);
+    if (f.min_exclusive) s["exclusiveMinimum"] = true;  // OpenAPI 3.0's form
     s["maximum"] = f.type == FieldType::kInteger ? json(static_cast<int64_t>(f.max)) : json(f.max);
   }
   return s;

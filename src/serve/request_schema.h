@@ -33,6 +33,7 @@ struct Field {
   std::vector<std::string> allowed;  // strings: the values taken (empty: any)
   std::string pattern;               // strings: an ECMA regex the value must match
   std::string description;
+  bool min_exclusive = false;  // numbers: above `min`, not at it
 };
 
 // The fields an endpoint's body takes; any other field is refused.

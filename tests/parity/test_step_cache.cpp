@@ -12,7 +12,6 @@
 #include <map>
 
 #include "io/json.h"
-#include "io/safetensors.h"
 #include "parity/pipeline_goldens.h"
 #include "pipeline/first_block_cache.h"
 #include "pipeline/pipeline.h"
@@ -33,29 +32,26 @@ pipeline::ImageRequest case_request(const io::Json& m) {
   return r;
 }
 
-// Calls f(case metadata, its pipeline, the goldens, the case's prefix) per case of `stem`.
+// Calls f(case metadata, a pipeline of its model, the goldens, the case's
+// prefix) for each of the five cases of tests/data/goldens/<stem>_pipeline.
 void for_each_case(
     const std::string& stem,
     const std::function<void(const io::Json&, pipeline::Pipeline&, std::map<std::string, Tensor>&,
                              const std::string&)>& f) {
-  const std::string file = std::string(XDIT_TEST_DATA) + "/goldens/" + stem + ".safetensors";
-  io::SafeTensorsFile sf(file);
-  auto g = io::read_safetensors_f32(file);
-  const int cases = std::stoi(sf.metadata().at("cases"));
-  ASSERT_EQ(cases, 5);
-  for (int k = 0; k < cases; ++k) {
-    const std::string c = "case" + std::to_string(k);
-    const io::Json m = io::parse_json_text(sf.metadata().at(c), c);
-    SCOPED_TRACE(sf.metadata().at(c));
-    pipeline::Pipeline pipe(std::string(XDIT_MODELS) + "/" + m["model"].get<std::string>(),
-                            DType::kF32);
-    f(m, pipe, g, c);
-  }
+  int cases = 0;
+  test::for_each_pipeline_case(
+      stem, [&](const std::string& c, const io::Json& m, std::map<std::string, Tensor>& g) {
+        pipeline::Pipeline pipe(std::string(XDIT_MODELS) + "/" + m["model"].get<std::string>(),
+                                DType::kF32);
+        f(m, pipe, g, c);
+        ++cases;
+      });
+  EXPECT_EQ(cases, 5);
 }
 
 TEST(FirstBlockCache, MatchesDiffusersOnEveryFamily) {
-  for_each_case("fbcache_pipeline", [](const io::Json& m, pipeline::Pipeline& pipe,
-                                       std::map<std::string, Tensor>& g, const std::string& c) {
+  for_each_case("fbcache", [](const io::Json& m, pipeline::Pipeline& pipe,
+                              std::map<std::string, Tensor>& g, const std::string& c) {
     pipeline::ImageRequest r = case_request(m);
     r.cache.kind = CacheKind::kFirstBlock;
     r.cache.threshold = m["threshold"].get<double>();
@@ -95,8 +91,8 @@ TEST(FirstBlockCache, MatchesDiffusersOnEveryFamily) {
 // attn1 and attn2 forecast (xdit's rule: diffusers' defaults match no
 // PixArt module).
 TEST(TaylorSeer, MatchesDiffusersOnEveryFamily) {
-  for_each_case("taylorseer_pipeline", [](const io::Json& m, pipeline::Pipeline& pipe,
-                                          std::map<std::string, Tensor>& g, const std::string& c) {
+  for_each_case("taylorseer", [](const io::Json& m, pipeline::Pipeline& pipe,
+                                 std::map<std::string, Tensor>& g, const std::string& c) {
     pipeline::ImageRequest r = case_request(m);
     r.cache.kind = CacheKind::kTaylorSeer;
     r.cache.interval = m["taylorseer_interval"].get<int64_t>();
