@@ -156,9 +156,9 @@ void affine_div(const float* x, float* y, int64_t n, float divisor, float shift)
 void guidance_combine(const float* uncond, const float* cond, float g, float* noise, int64_t n);
 // SD3's skip-layer guidance: noise += (c − skip)·scale.
 void guidance_add(float* noise, const float* cond, const float* skip, float scale, int64_t n);
-// A step cache's indicator (pipeline/first_block_cache.h), on host memory
-// whatever the current device: r = out − in over n values and, when `prev`
-// is given, sums[0] += Σ|r − prev| and sums[1] += Σ|prev| (accumulated in
+// A step cache's indicator (pipeline/first_block_cache.h, teacache.h), on
+// host memory whatever the current device: r = out − in over n values (out
+// itself where `in` is null) and, when `prev` is given, sums[0] += Σ|r − prev| and sums[1] += Σ|prev| (accumulated in
 // double).
 void residual_change(const float* out, const float* in, const float* prev, float* r, int64_t n,
                      double sums[2]);

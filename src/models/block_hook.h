@@ -2,7 +2,9 @@
 // may skip a range of blocks in favour of a stored residual (diffusers'
 // hooks/first_block_cache.py, hooks/layer_skip.py — as hooks on the model,
 // never copies of it). Step caches (First-Block-Cache, TeaCache, TaylorSeer)
-// are block hooks plus their step state; the model files know nothing of them.
+// are block hooks plus their step state; the model files know nothing of them
+// beyond the seams below (a block's modulated input, an attention module's
+// output).
 //
 // A hook that decides (skip or run) must decide alike on every rank that
 // computes the same blocks together — the sequence-parallel group (each rank
@@ -59,6 +61,13 @@ class BlockHook {
   virtual BlockSkip before_block(int64_t /*b*/, Streams& /*s*/) { return {}; }
   // At the boundary after block b, when block b ran.
   virtual void after_block(int64_t /*b*/, Streams& /*s*/) {}
+  // TeaCache's indicator: at a boundary before block b, ahead of
+  // before_block, a hook that asks is shown block b's timestep-modulated
+  // image input — the model's first norm of the block on the image rows,
+  // LN(x)·(1 + scale) + shift ([B, image tokens, hidden], f32 on the model's
+  // device; diffusers' `transformer_blocks[b].norm1(x, temb)[0]`).
+  virtual bool wants_modulated_input(int64_t /*b*/) const { return false; }
+  virtual void modulated_input(int64_t /*b*/, const Tensor& /*m*/, const Streams& /*s*/) {}
 };
 
 // The attention modules' outputs (TaylorSeer, diffusers' hooks on

@@ -80,6 +80,12 @@ void DiT::run_stage(Streams& s, const std::vector<int64_t>& skip) {
       continue;
     }
     if (boundary(b)) {
+      Tensor modulated;  // made once, for the hooks that ask
+      for (BlockHook* h : hooks_)
+        if (h->at_boundary(b) && h->wants_modulated_input(b)) {
+          if (!modulated.defined()) modulated = block_modulated_input(b, s);
+          h->modulated_input(b, modulated, s);
+        }
       BlockSkip k;
       for (BlockHook* h : hooks_)
         if (h->at_boundary(b) && (k = h->before_block(b, s)).end >= 0) break;

@@ -169,6 +169,10 @@ class DiT {
   // The last stage's output [B, out_channels, rows · patch, W]: the token
   // rows' latent rows, frame-major (for an image, the image's rows).
   virtual Tensor finalize(const Streams& s) = 0;
+  // Block b's timestep-modulated image input (BlockHook::modulated_input) on
+  // streams of the call's shape, for a hook that asks: [B, image tokens,
+  // hidden] on the current device.
+  virtual Tensor block_modulated_input(int64_t b, const Streams& s) = 0;
 
   void set_geometry(const CallGeometry& g) { call_ = g; }
   // Block b's attention module `module`, whose output is the n values at

@@ -263,6 +263,27 @@ void FluxTransformer::run_blocks(Streams& s, int64_t b0, int64_t b1) {
   }
 }
 
+Tensor FluxTransformer::block_modulated_input(int64_t b, const Streams& s) {
+  const int64_t B = geometry().batch, L = geometry().text, N = geometry().tokens(), S = L + N,
+                D = cfg_.hidden(), nl = cfg_.num_layers;
+  // norm1 (a double block: shift, scale of the image stream's six) or norm
+  // (a single block's three), over the image rows.
+  float* mod = mod_.get(static_cast<size_t>(B * 12 * D));
+  const float* st = st_.get(static_cast<size_t>(B * D));
+  int64_t stride = 6 * D;
+  if (b < nl) {
+    double_[static_cast<size_t>(b - stage_.block_begin)]->mod.forward(st, B, mod);
+  } else {
+    single_[static_cast<size_t>(b - std::max(stage_.block_begin, nl))]->mod.forward(st, B, mod);
+    stride = 3 * D;
+  }
+  Tensor m = Tensor::empty({B, N, D}, DType::kF32, current_device());
+  for (int64_t i = 0; i < B; ++i)
+    kernels::layer_norm_modulate(s.x.data<float>() + (i * S + L) * D, m.data<float>() + i * N * D,
+                                 1, N, D, kEps, mod + i * stride, mod + i * stride + D, 0);
+  return m;
+}
+
 Tensor FluxTransformer::finalize(const Streams& s) {
   XDIT_CHECK(stage_.last, "only the last pipeline stage has the output layer");
   const int64_t B = geometry().batch, L = geometry().text, N = geometry().tokens(), S = L + N,

@@ -75,6 +75,7 @@ class FluxTransformer : public DiT {
   void run_blocks(Streams& s, int64_t b0, int64_t b1) override;
   // The velocity [B, latent_channels, rows · 2, W].
   Tensor finalize(const Streams& s) override;
+  Tensor block_modulated_input(int64_t b, const Streams& s) override;
 
  private:
   struct DoubleBlock;

@@ -264,6 +264,20 @@ void PixArtTransformer::run_blocks_as(Streams& s, int64_t b0, int64_t b1) {
   }
 }
 
+Tensor PixArtTransformer::block_modulated_input(int64_t b, const Streams& s) {
+  const int64_t B = geometry().batch, d = cfg_.hidden(), N = geometry().tokens(), ms = 6 * d;
+  // ada_norm_single: norm1(h) · (1 + scale_msa) + shift_msa, the block's
+  // scale_shift_table + the embedded timestep.
+  float* m6 = mod_.get(static_cast<size_t>(2 * B * ms));
+  kernels::add_rows(t6_.get(static_cast<size_t>(B * ms)), ms,
+                    blocks_[static_cast<size_t>(b - stage_.block_begin)]->table.data<float>(), 0,
+                    m6, ms, B, ms);
+  Tensor m = Tensor::empty({B, N, d}, DType::kF32, current_device());
+  kernels::layer_norm_modulate(s.x.data<float>(), m.data<float>(), B, N, d,
+                               static_cast<float>(cfg_.norm_eps), m6, m6 + d, ms);
+  return m;
+}
+
 Tensor PixArtTransformer::finalize(const Streams& s) {
   XDIT_CHECK(stage_.last, "only the last pipeline stage has the output layer");
   const PixArtConfig& c = cfg_;

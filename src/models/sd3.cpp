@@ -204,6 +204,22 @@ void SD3Transformer::block(Block& blk, float* X, int64_t index) {
   }
 }
 
+Tensor SD3Transformer::block_modulated_input(int64_t b, const Streams& s) {
+  const int64_t B = geometry().batch, L = geometry().text, N = geometry().tokens(), S = L + N,
+                D = cfg_.hidden();
+  Block& blk = *blocks_[static_cast<size_t>(b - stage_.block_begin)];
+  // norm1's first output: shift_msa, scale_msa lead the image stream's 6 (9
+  // for SD3.5's dual-attention blocks).
+  const int64_t mi_n = (blk.dual ? 9 : 6) * D;
+  float* mi = mod_.get(static_cast<size_t>(B * (mi_n + 6 * D)));
+  blk.mod.forward(st_.get(static_cast<size_t>(B * D)), B, mi);
+  Tensor m = Tensor::empty({B, N, D}, DType::kF32, current_device());
+  for (int64_t i = 0; i < B; ++i)
+    kernels::layer_norm_modulate(s.x.data<float>() + (i * S + L) * D, m.data<float>() + i * N * D,
+                                 1, N, D, kEps, mi + i * mi_n, mi + i * mi_n + D, 0);
+  return m;
+}
+
 void SD3Transformer::run_blocks(Streams& s, int64_t b0, int64_t b1) {
   for (int64_t bi = b0; bi < b1; ++bi)
     block(*blocks_[static_cast<size_t>(bi - stage_.block_begin)], s.x.data<float>(), bi);

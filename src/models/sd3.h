@@ -72,6 +72,7 @@ class SD3Transformer : public DiT {
   void run_blocks(Streams& s, int64_t b0, int64_t b1) override;
   // [B, out_channels, rows · patch, W].
   Tensor finalize(const Streams& s) override;
+  Tensor block_modulated_input(int64_t b, const Streams& s) override;
 
  private:
   struct Block;

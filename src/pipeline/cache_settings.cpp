@@ -15,6 +15,8 @@ const char* CacheSettings::name() const {
       return "fbcache";
     case CacheKind::kTaylorSeer:
       return "taylorseer";
+    case CacheKind::kTeaCache:
+      return "teacache";
   }
   return "none";
 }
@@ -23,13 +25,16 @@ CacheKind CacheSettings::parse(const std::string& name) {
   if (name == "none") return CacheKind::kNone;
   if (name == "fbcache") return CacheKind::kFirstBlock;
   if (name == "taylorseer") return CacheKind::kTaylorSeer;
+  if (name == "teacache") return CacheKind::kTeaCache;
   XDIT_FAIL("unknown step cache '", name,
-            "': use none, fbcache (First-Block-Cache) or taylorseer (TaylorSeer)");
+            "': use none, fbcache (First-Block-Cache), taylorseer (TaylorSeer) or teacache "
+            "(TeaCache)");
 }
 
 CacheSettings CacheSettings::resolved() const {
   CacheSettings s = *this;
   if (kind == CacheKind::kFirstBlock && !s.threshold) s.threshold = kFirstBlockThreshold;
+  if (kind == CacheKind::kTeaCache && !s.threshold) s.threshold = kXDiTThreshold;
   if (kind == CacheKind::kTaylorSeer) {
     if (!s.interval) s.interval = kTaylorInterval;
     if (!s.warmup) s.warmup = kTaylorWarmup;
@@ -45,8 +50,9 @@ void CacheSettings::validate() const {
              "request's cache field), not ",
              name());
   if (threshold) {
-    XDIT_CHECK(kind == CacheKind::kFirstBlock, "a cache threshold needs --cache fbcache (or the ",
-               "request's cache field), not ", name());
+    XDIT_CHECK(kind == CacheKind::kFirstBlock || kind == CacheKind::kTeaCache,
+               "a cache threshold needs --cache fbcache or teacache (or the request's cache ",
+               "field), not ", name());
     XDIT_CHECK(std::isfinite(*threshold) && *threshold > 0, "the ", name(),
                " threshold must be a finite number above 0, got ", *threshold);
   }

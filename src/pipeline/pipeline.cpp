@@ -285,6 +285,7 @@ std::string Pipeline::cache_summary() const {
 
 CacheSetup Pipeline::cache_setup(const PlanFields& r) const {
   CacheSetup s;
+  s.model = transformer_->name();
   s.blocks = spec().blocks;
   s.stage = transformer_->stage();
   s.token_rows = token_rows(r);

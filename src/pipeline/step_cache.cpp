@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "pipeline/first_block_cache.h"
 #include "pipeline/taylorseer_cache.h"
+#include "pipeline/teacache.h"
 
 namespace xdit::pipeline {
 
@@ -23,6 +24,8 @@ std::unique_ptr<StepCache> make_step_cache(const CacheSettings& s, const CacheSe
       return std::make_unique<FirstBlockCache>(*r.threshold, setup);
     case CacheKind::kTaylorSeer:
       return std::make_unique<TaylorSeerCache>(*r.interval, *r.warmup, *r.order, setup);
+    case CacheKind::kTeaCache:
+      return std::make_unique<TeaCache>(*r.threshold, setup);
     case CacheKind::kNone:
       break;
   }

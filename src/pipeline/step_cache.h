@@ -24,6 +24,7 @@ namespace xdit::pipeline {
 
 // Where the cache sits and whom its decisions must agree with.
 struct CacheSetup {
+  std::string model;   // DiT::name(): "FLUX", "SD3", "PixArt"
   int64_t blocks = 0;  // the model's flat block list
   models::DiTStage stage;
   int64_t token_rows = 0;  // the run's (frames × patch rows): state is kept by token row

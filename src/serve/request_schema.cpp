@@ -56,13 +56,15 @@ const Field& seed_field() {
 std::vector<Field> cache_fields() {
   Field kind = string_field("cache", false,
                             "step cache: none (default), fbcache (First-Block-Cache, as "
-                            "diffusers' FirstBlockCacheConfig) or taylorseer "
-                            "(TaylorSeerCacheConfig)");
+                            "diffusers' FirstBlockCacheConfig), taylorseer "
+                            "(TaylorSeerCacheConfig) or teacache (TeaCache, as xDiT's)");
   kind.max = 16;
-  kind.allowed = {"none", "fbcache", "taylorseer"};
+  kind.allowed = {"none", "fbcache", "taylorseer", "teacache"};
   Field threshold = number_field("cache_threshold", FieldType::kNumber, 0, 1000,
                                  "fbcache: run every block when the first block's residual "
-                                 "changed by more than this, relative (default 0.05)");
+                                 "changed by more than this, relative (default 0.05); "
+                                 "teacache: when block 0's accumulated, rescaled change "
+                                 "reaches it (default 0.12)");
   threshold.min_exclusive = true;
   return {kind, threshold,
           number_field("taylorseer_interval", FieldType::kInteger, 1, 1000,

@@ -1,9 +1,10 @@
-// Step caches against diffusers' own hooks (tools/goldens/make_caches.py):
-// First-Block-Cache from prompt to image on the tiny FLUX.1 [schnell],
-// FLUX.1 [dev] with true CFG (the halves decide apart), SD3, SD3.5 and
-// PixArt-α, at thresholds where some steps run in full and some skip: the
-// same steps skip, and the images are equal within 1/255 per pixel. Also
-// the settings' checks.
+// Step caches against diffusers' own hooks (tools/goldens/make_caches.py)
+// and a reimplementation of xDiT's TeaCache on diffusers' pipelines
+// (make_teacache.py): First-Block-Cache, TeaCache and TaylorSeer from prompt
+// to image on the tiny FLUX.1 [schnell], FLUX.1 [dev] with true CFG (the
+// halves decide apart), SD3, SD3.5 and PixArt-α, at settings where some
+// steps run in full and some skip: the same steps skip, and the images are
+// equal within 1/255 per pixel. Also the settings' checks.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "pipeline/first_block_cache.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/taylorseer_cache.h"
+#include "pipeline/teacache.h"
 #include "test_util.h"
 
 namespace xdit {
@@ -49,30 +51,41 @@ void for_each_case(
   EXPECT_EQ(cases, 5);
 }
 
-TEST(FirstBlockCache, MatchesDiffusersOnEveryFamily) {
-  for_each_case("fbcache", [](const io::Json& m, pipeline::Pipeline& pipe,
-                              std::map<std::string, Tensor>& g, const std::string& c) {
+// A deciding cache (`kind` at each golden case's threshold) against the
+// goldens of tools/goldens/<stem>: the same steps ran in full per context,
+// the indicator within 1e-3 relative where the golden has one, the image
+// within 1/255.
+void expect_decisions_match(const std::string& stem, CacheKind kind, const char* indicators) {
+  for_each_case(stem, [&](const io::Json& m, pipeline::Pipeline& pipe,
+                          std::map<std::string, Tensor>& g, const std::string& c) {
     pipeline::ImageRequest r = case_request(m);
-    r.cache.kind = CacheKind::kFirstBlock;
+    r.cache.kind = kind;
     r.cache.threshold = m["threshold"].get<double>();
     const pipeline::ImageResult out = pipe.generate(r);
-    // The same steps ran in full, per context. diffusers' contexts sorted by
-    // name ("cond" < "uncond"; or the one "cond_uncond"), xdit's by batch
-    // half ([uncond; cond]).
+    // diffusers' contexts sorted by name ("cond" < "uncond"; or the one
+    // "cond_uncond"), xdit's by batch half ([uncond; cond]).
     const auto names = m["contexts"].get<std::vector<std::string>>();
     const Tensor& full = g[c + ".full"];
-    const auto& got = pipe.cache_report().stats.full;
-    ASSERT_EQ(got.size(), names.size());
+    const pipeline::CacheStats& st = pipe.cache_report().stats;
+    ASSERT_EQ(st.full.size(), names.size());
     const int64_t steps = r.num_inference_steps;
     int64_t skipped = 0;
     for (size_t i = 0; i < names.size(); ++i) {
       const size_t mine = names[i] == "uncond" ? 0 : names.size() - 1;
-      ASSERT_EQ(static_cast<int64_t>(got[mine].size()), steps);
+      ASSERT_EQ(static_cast<int64_t>(st.full[mine].size()), steps);
+      const io::Json& ind = m[indicators][i];
       for (int64_t s = 0; s < steps; ++s) {
         const bool want = full.data<float>()[static_cast<int64_t>(i) * steps + s] > 0.5f;
-        EXPECT_EQ(got[mine][static_cast<size_t>(s)], want)
+        EXPECT_EQ(st.full[mine][static_cast<size_t>(s)], want)
             << "context " << names[i] << " step " << s;
         skipped += want ? 0 : 1;
+        const double got = st.indicator[mine][static_cast<size_t>(s)];
+        if (ind[s].is_null()) {
+          EXPECT_EQ(got, -1.0) << "context " << names[i] << " step " << s << ": no reference";
+        } else {
+          const double w = ind[s].get<double>();
+          EXPECT_NEAR(got, w, 1e-3 * std::abs(w)) << "context " << names[i] << " step " << s;
+        }
       }
     }
     EXPECT_GE(skipped, 2) << "the golden must skip some steps";
@@ -82,8 +95,31 @@ TEST(FirstBlockCache, MatchesDiffusersOnEveryFamily) {
     ASSERT_EQ(out.width, want.dim(2));
     EXPECT_LE(test::worst_pixel_difference(out.rgb, want.data<float>()), 1)
         << "largest per-pixel difference (of 255)";
-    EXPECT_NE(out.cache.find("fbcache threshold"), std::string::npos) << out.cache;
+    EXPECT_NE(out.cache.find(r.cache.name() + std::string(" threshold")), std::string::npos)
+        << out.cache;
   });
+}
+
+TEST(FirstBlockCache, MatchesDiffusersOnEveryFamily) {
+  expect_decisions_match("fbcache", CacheKind::kFirstBlock, "ratios");
+}
+
+// TeaCache against a Python reimplementation of xDiT's rule on diffusers'
+// pipelines (tools/goldens/make_teacache.py): FLUX.1's rescaling
+// polynomial, the identity elsewhere, the last step forced (flux-schnell's
+// case accumulates below its threshold there).
+TEST(TeaCache, MatchesTheReferenceOnEveryFamily) {
+  expect_decisions_match("teacache", CacheKind::kTeaCache, "indicators");
+}
+
+TEST(TeaCache, RescalesFluxWithThePublishedPolynomial) {
+  const auto flux = pipeline::TeaCache::rescale_for("FLUX");
+  ASSERT_EQ(flux.size(), 5u);
+  // 498.651651·0.1⁴ − 283.781631·0.1³ + 55.8554382·0.1² − 3.82021401·0.1 + 0.264230861
+  EXPECT_NEAR(pipeline::TeaCache::rescaled(flux, 0.1), 0.2068473761, 1e-9);
+  EXPECT_NEAR(pipeline::TeaCache::rescaled(flux, 0.0), 0.264230861, 1e-12);
+  EXPECT_TRUE(pipeline::TeaCache::rescale_for("SD3").empty());
+  EXPECT_EQ(pipeline::TeaCache::rescaled({}, 0.37), 0.37);
 }
 
 // TaylorSeer with f32 factors at settings that cover orders 0 to 3, the
@@ -133,11 +169,21 @@ TEST(CacheSettings, RefusesBadSettingsInOneLine) {
   }
   CacheSettings none;
   none.threshold = 0.1;
-  EXPECT_NE(test::error_message([&] { none.validate(); }).find("needs --cache fbcache"),
+  EXPECT_NE(test::error_message([&] { none.validate(); }).find("needs --cache fbcache or teacache"),
             std::string::npos);
   const std::string e = test::error_message([] { (void)CacheSettings::parse("fastcache"); });
   EXPECT_NE(e.find("unknown step cache 'fastcache'"), std::string::npos) << e;
   EXPECT_EQ(CacheSettings::parse("fbcache"), CacheKind::kFirstBlock);
+  EXPECT_EQ(CacheSettings::parse("teacache"), CacheKind::kTeaCache);
+  CacheSettings tea;
+  tea.kind = CacheKind::kTeaCache;
+  tea.threshold = -1;
+  EXPECT_NE(test::error_message([&] { tea.validate(); }).find("threshold must be"),
+            std::string::npos);
+  tea.threshold.reset();
+  tea.interval = 2;
+  EXPECT_NE(test::error_message([&] { tea.validate(); }).find("need --cache taylorseer"),
+            std::string::npos);
   CacheSettings t;
   t.kind = CacheKind::kTaylorSeer;
   t.order = 4;
@@ -156,7 +202,7 @@ TEST(CacheSettings, RefusesBadSettingsInOneLine) {
             std::string::npos);
   t.warmup.reset();
   t.threshold = 0.1;
-  EXPECT_NE(test::error_message([&] { t.validate(); }).find("needs --cache fbcache"),
+  EXPECT_NE(test::error_message([&] { t.validate(); }).find("needs --cache fbcache or teacache"),
             std::string::npos);
   CacheSettings f;
   f.kind = CacheKind::kFirstBlock;
@@ -174,6 +220,9 @@ TEST(CacheSettings, FillsTheDefaultsOfDiffusers) {
   CacheSettings t;
   t.kind = CacheKind::kTaylorSeer;  // TaylorSeerCacheConfig's defaults
   EXPECT_EQ(t.label(), "taylorseer interval 5 warmup 3 order 1");
+  CacheSettings tea;
+  tea.kind = CacheKind::kTeaCache;  // xDiT's rel_l1_thresh
+  EXPECT_EQ(tea.label(), "teacache threshold 0.12");
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ void residual_change(const float* out, const float* in, const float* prev, float
   double diff = 0, ref = 0;
 #pragma omp parallel for if (n > kGrain) reduction(+ : diff, ref)
   for (int64_t i = 0; i < n; ++i) {
-    r[i] = out[i] - in[i];
+    r[i] = in != nullptr ? out[i] - in[i] : out[i];
     if (prev != nullptr) {
       diff += std::fabs(static_cast<double>(r[i]) - prev[i]);
       ref += std::fabs(static_cast<double>(prev[i]));
