@@ -1,4 +1,4 @@
-// First-Block-Cache under mpirun against the cached serial run: every exact
+// First-Block-Cache and TeaCache under mpirun against the cached serial run: every exact
 // method (CFG, Ulysses, Ring, USP, tensor parallel, DistriFusion with fresh
 // K/V every step) takes the serial run's decisions — the same steps skip,
 // for each CFG half where the halves decide apart (FLUX.1's true CFG) —
@@ -25,6 +25,8 @@ namespace {
 using parallel::ParallelConfig;
 using test::world;
 using namespace test::layouts;
+constexpr pipeline::CacheKind kTaylor = pipeline::CacheKind::kTaylorSeer,
+                              kTea = pipeline::CacheKind::kTeaCache;
 
 // Two prompts of random embeddings, 6 steps; FLUX.1 [dev] with true CFG.
 pipeline::LatentRequest request(const pipeline::Pipeline& p) {
@@ -47,31 +49,35 @@ pipeline::LatentRequest request(const pipeline::Pipeline& p) {
   return r;
 }
 
-// A threshold at which the serial run skips some steps, with every
-// indicator at least 1% from it; per model, made once per process.
-double threshold_for(const std::string& model) {
-  static std::map<std::string, double> picked;
-  if (auto it = picked.find(model); it != picked.end()) return it->second;
+// A threshold of the cache `kind` at which the serial run skips some steps,
+// with every indicator at least 1% from it; per model, made once per process.
+double threshold_for(const std::string& model, pipeline::CacheKind kind) {
+  static std::map<std::pair<std::string, pipeline::CacheKind>, double> picked;
+  const auto key = std::make_pair(model, kind);
+  if (auto it = picked.find(key); it != picked.end()) return it->second;
   pipeline::Pipeline serial(model, DType::kF32);
   auto r = request(serial);
-  for (const double t : {0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 1.0}) {
+  r.cache.kind = kind;
+  for (const double t : {0.2, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 1.0, 1.5, 2.0}) {
     r.cache.threshold = t;
     serial.generate_latents(r);
     const auto& st = serial.cache_report().stats;
     bool clear = true;
     for (const auto& per : st.indicator)
       for (const double v : per) clear = clear && (v < 0 || std::abs(v / t - 1) >= 0.01);
-    if (clear && st.full_steps < st.steps) return picked[model] = t;
+    if (clear && st.full_steps < st.steps) return picked[key] = t;
   }
-  return picked[model] = 0;
+  return picked[key] = 0;
 }
 
 class CachedLoop : public testing::TestWithParam<std::string> {
  protected:
   // The layout's cached run against the cached serial run. `bound` > 0: an
-  // inexact layout, within that relative error. `taylor`: TaylorSeer
-  // (interval 3, warm-up 2, order 2) instead of First-Block-Cache.
-  void check(const ParallelConfig& pc, double bound = 0, bool taylor = false) {
+  // inexact layout, within that relative error. TaylorSeer runs at interval
+  // 3, warm-up 2, order 2; the deciding caches at threshold_for.
+  void check(const ParallelConfig& pc, double bound = 0,
+             pipeline::CacheKind kind = pipeline::CacheKind::kFirstBlock) {
+    const bool taylor = kind == pipeline::CacheKind::kTaylorSeer;
     if (pc.world() != world().size())
       GTEST_SKIP() << pc.describe() << " needs " << pc.world() << " ranks, not " << world().size();
     const std::string model = test::models_dir() + "/" + GetParam() + "-tiny";
@@ -91,7 +97,8 @@ class CachedLoop : public testing::TestWithParam<std::string> {
       req.cache.warmup = 2;
       req.cache.order = 2;
     } else {
-      req.cache.threshold = threshold_for(model);
+      req.cache.kind = kind;
+      req.cache.threshold = threshold_for(model, kind);
       ASSERT_GT(*req.cache.threshold, 0) << "no threshold skips a step with a clear margin";
     }
     parallel::Mesh mesh(pc, world());
@@ -143,7 +150,8 @@ class CachedLoop : public testing::TestWithParam<std::string> {
       EXPECT_LE(err, bound) << "rank " << world().rank();
       EXPECT_LT(mine.full_steps, mine.steps) << "the parallel run must skip some steps too";
       if (world().rank() == 0)
-        std::printf("[ cache   ] %s: %.2e relative to cached serial\n", pc.describe().c_str(), err);
+        std::printf("[ cache   ] %s, %s: %.2e relative to cached serial\n", req.cache.name(),
+                    pc.describe().c_str(), err);
       return;
     }
     EXPECT_LE(err, 1e-4) << "rank " << world().rank();
@@ -234,31 +242,77 @@ TEST_P(CachedLoop, PatchDisplaced2StaleIsBounded) {
 // TaylorSeer: a schedule, so nothing to agree on; the forecasts skip the
 // attention modules' collectives on every rank alike.
 TEST_P(CachedLoop, TaylorSeerCfgParallel) {
-  check(layout(1, true, 1, 1), 0, true);
+  check(layout(1, true, 1, 1), 0, kTaylor);
 }
 TEST_P(CachedLoop, TaylorSeerUlysses2) {
-  check(layout(1, false, 2, 1), 0, true);
+  check(layout(1, false, 2, 1), 0, kTaylor);
 }
 TEST_P(CachedLoop, TaylorSeerRing2) {
-  check(layout(1, false, 1, 2), 0, true);
+  check(layout(1, false, 1, 2), 0, kTaylor);
 }
 TEST_P(CachedLoop, TaylorSeerTensorParallel2) {
   ParallelConfig c = layout(1, false, 1, 1);
   c.tensor_parallel_degree = 2;
-  check(c, 0, true);
+  check(c, 0, kTaylor);
 }
 TEST_P(CachedLoop, TaylorSeerDataParallel) {
-  check(layout(2, false, 1, 1), 0, true);
+  check(layout(2, false, 1, 1), 0, kTaylor);
 }
 TEST_P(CachedLoop, TaylorSeerPatchDisplaced2FullSync) {
-  check(patch(1, false, 2, true), 0, true);
+  check(patch(1, false, 2, true), 0, kTaylor);
 }
 TEST_P(CachedLoop, TaylorSeerUlyssesTimesRing) {
-  check(layout(1, false, 2, 2), 0, true);
+  check(layout(1, false, 2, 2), 0, kTaylor);
 }
 TEST_P(CachedLoop, TaylorSeerPatchDisplaced2StaleIsBounded) {
   // (the forecast steps refresh no K/V: the next full step's is older still)
-  check(patch(1, false, 2, false, 1), 0.25, true);
+  check(patch(1, false, 2, false, 1), 0.25, kTaylor);
+}
+
+// TeaCache: stage 0 decides from block 0's modulated input, over every
+// rank's rows; every stage and rank skips all its blocks alike.
+TEST_P(CachedLoop, TeaCacheCfgParallel) {
+  check(layout(1, true, 1, 1), 0, kTea);
+}
+TEST_P(CachedLoop, TeaCacheUlysses2) {
+  check(layout(1, false, 2, 1), 0, kTea);
+}
+TEST_P(CachedLoop, TeaCacheRing2) {
+  check(layout(1, false, 1, 2), 0, kTea);
+}
+TEST_P(CachedLoop, TeaCacheTensorParallel2) {
+  ParallelConfig c = layout(1, false, 1, 1);
+  c.tensor_parallel_degree = 2;
+  check(c, 0, kTea);
+}
+TEST_P(CachedLoop, TeaCacheDataParallelDecidesPerReplica) {
+  check(layout(2, false, 1, 1), 0, kTea);
+}
+TEST_P(CachedLoop, TeaCacheUlyssesTimesRing) {
+  check(layout(1, false, 2, 2), 0, kTea);
+}
+TEST_P(CachedLoop, TeaCacheCfgTimesTensorParallel) {
+  ParallelConfig c = layout(1, true, 1, 1);
+  c.tensor_parallel_degree = 2;
+  check(c, 0, kTea);
+}
+TEST_P(CachedLoop, TeaCachePatchDisplaced2FullSync) {
+  check(patch(1, false, 2, true), 0, kTea);
+}
+TEST_P(CachedLoop, TeaCachePipeFusion2FullWarmup) {
+  check(layout(1, false, 1, 1, 2, 2, 6), 0, kTea);
+}
+TEST_P(CachedLoop, TeaCachePipeFusion4FullWarmup) {
+  check(layout(1, false, 1, 1, 4, 4, 6), 0, kTea);
+}
+TEST_P(CachedLoop, TeaCachePipeFusionTimesCfgFullWarmup) {
+  check(layout(1, true, 1, 1, 2, 2, 6), 0, kTea);
+}
+TEST_P(CachedLoop, TeaCachePipeFusion2With2PatchesIsBounded) {
+  check(layout(1, false, 1, 1, 2, 2, 1), 0.1, kTea);
+}
+TEST_P(CachedLoop, TeaCachePatchDisplaced2StaleIsBounded) {
+  check(patch(1, false, 2, false, 1), 0.1, kTea);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CachedLoop,

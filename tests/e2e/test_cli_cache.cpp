@@ -47,6 +47,7 @@ class CliCache : public testing::Test {
 TEST_F(CliCache, EachCacheRunsAndSaysWhatItDid) {
   for (const std::string flags :
        {"--cache fbcache --cache_threshold 0.3", "--use_fbcache",
+        "--cache teacache --cache_threshold 0.3", "--use_teacache",
         "--cache taylorseer --taylorseer_interval 3 --taylorseer_warmup 2 --taylorseer_order 2"}) {
     SCOPED_TRACE(flags);
     const test::CommandResult r = generate(flags);
@@ -68,10 +69,12 @@ TEST_F(CliCache, EachCacheRunsAndSaysWhatItDid) {
       req.cache.order = 2;
       EXPECT_EQ(line.rfind("taylorseer interval 3 warmup 2 order 2: ", 0), 0u) << line;
     } else {
-      req.cache.kind = pipeline::CacheKind::kFirstBlock;
-      req.cache.threshold = flags == "--use_fbcache" ? 0.12 : 0.3;
-      EXPECT_EQ(line.rfind(std::string("fbcache threshold ") +
-                               (flags == "--use_fbcache" ? "0.12" : "0.3") + ": ",
+      const bool tea = flags.find("teacache") != std::string::npos;
+      const bool xdit_flag = flags.rfind("--use_", 0) == 0;  // xDiT's threshold 0.12
+      req.cache.kind = tea ? pipeline::CacheKind::kTeaCache : pipeline::CacheKind::kFirstBlock;
+      req.cache.threshold = xdit_flag ? 0.12 : 0.3;
+      EXPECT_EQ(line.rfind(std::string(tea ? "teacache" : "fbcache") + " threshold " +
+                               (xdit_flag ? "0.12" : "0.3") + ": ",
                            0),
                 0u)
           << line;
@@ -88,7 +91,11 @@ TEST_F(CliCache, BadSettingsAreOneLineBeforeAnyWeightLoads) {
   expect_error("--cache fastcache", "unknown step cache 'fastcache'");
   expect_error("--cache fbcache --cache_threshold 0", "threshold must be a finite number above 0");
   expect_error("--cache fbcache --cache_threshold nan", "threshold");
-  expect_error("--cache_threshold 0.2", "needs --cache fbcache");
+  expect_error("--cache_threshold 0.2", "needs --cache fbcache or teacache");
+  expect_error("--cache teacache --cache_threshold -1", "threshold must be a finite number");
+  expect_error("--cache teacache --taylorseer_warmup 2", "need --cache taylorseer");
+  expect_error("--use_teacache --cache fbcache", "--use_teacache is --cache teacache");
+  expect_error("--use_fbcache --use_teacache", "name two step caches");
   expect_error("--taylorseer_interval 2", "need --cache taylorseer");
   expect_error("--cache taylorseer --taylorseer_order 4", "order must be 0 to 3");
   expect_error("--cache taylorseer --taylorseer_interval 0", "interval must be 1 or more");

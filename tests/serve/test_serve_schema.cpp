@@ -53,6 +53,9 @@ TEST(ServeSchema, GenerateBodyBecomesTheRequestGenerateBuilds) {
         parse_request(e, R"({"prompt": "x", "cache": "fbcache", "cache_threshold": 0.15})");
     EXPECT_EQ(c.image.cache.kind, pipeline::CacheKind::kFirstBlock);
     EXPECT_EQ(c.image.cache.threshold, std::optional<double>(0.15));
+    const ServeRequest t = parse_request(e, R"({"prompt": "x", "cache": "teacache"})");
+    EXPECT_EQ(t.image.cache.kind, pipeline::CacheKind::kTeaCache);
+    EXPECT_FALSE(t.image.cache.threshold.has_value());  // the planner's default, 0.12
   }
 }
 
