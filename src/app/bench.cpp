@@ -182,6 +182,10 @@ std::function<int()> add_bench(CLI::App& app) {
   b->add_option("--cache_thresholds", o->cache_thresholds,
                 "cache: fbcache thresholds to run (default 0.05, 0.12, 0.2)")
       ->delimiter(',');
+  b->add_option("--teacache_thresholds", o->teacache_thresholds,
+                "cache: TeaCache thresholds to run")
+      ->delimiter(',')
+      ->capture_default_str();
   b->add_option("--taylorseer_intervals", o->taylorseer_intervals,
                 "cache: TaylorSeer intervals to run (warm-up 3, order 1)")
       ->delimiter(',')

@@ -67,6 +67,13 @@ int run_bench_cache(const BenchOptions& o) {
     c.validate();  // before any run
     settings.push_back({c});
   }
+  for (const double t : o.teacache_thresholds) {
+    pipeline::CacheSettings c;
+    c.kind = pipeline::CacheKind::kTeaCache;
+    c.threshold = t;
+    c.validate();
+    settings.push_back({c});
+  }
   for (const int64_t interval : o.taylorseer_intervals) {  // TaylorSeer at diffusers' W and K
     pipeline::CacheSettings c;
     c.kind = pipeline::CacheKind::kTaylorSeer;

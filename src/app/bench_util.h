@@ -45,6 +45,9 @@ struct BenchOptions {
   std::string prompt = "a large red circle on the left on a blue background";
   int64_t steps = 0;  // 0: the model's
   std::vector<double> cache_thresholds;
+  // TeaCache: xDiT's 0.12 and TeaCache4FLUX's 0.25, 0.4, 0.6 (FLUX.1's
+  // rescaled change adds at least 0.18 a step: below that it never skips).
+  std::vector<double> teacache_thresholds{0.12, 0.25, 0.4, 0.6};
   std::vector<int64_t> taylorseer_intervals{5, 3, 2};  // 5: diffusers' default
 };
 

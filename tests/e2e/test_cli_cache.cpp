@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "cli_util.h"
 #include "io/png.h"
@@ -102,6 +104,39 @@ TEST_F(CliCache, BadSettingsAreOneLineBeforeAnyWeightLoads) {
   expect_error("--cache taylorseer --taylorseer_warmup 0", "warm-up must be 1 or more");
   expect_error("--use_fbcache --cache taylorseer", "--use_fbcache is --cache fbcache");
   expect_error("--use_fbcache --taylorseer_order 1", "takes no TaylorSeer setting");
+}
+
+// xdit bench cache: the uncached row first (equal to itself), then a row per
+// setting with its label, whether it skipped, and its distance to uncached.
+TEST_F(CliCache, BenchRowsEachCacheAgainstTheUncachedRun) {
+  const fs::path rows_file = dir_ / "rows.json";  // (run_command drops stdout)
+  const test::CommandResult r =
+      test::run_command(std::string("sh -c \"env XDIT_QUIET=1 ") + XDIT_BINARY +
+                            " bench cache --model " + XDIT_MODELS +
+                            "/pixart-alpha-tiny --prompt fox --steps 6 --json --cache_thresholds "
+                            "0.3 --teacache_thresholds 0.3,1000 --taylorseer_intervals 2 > " +
+                            rows_file.string() + "\"",
+                        (dir_ / "stderr.txt").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::vector<nlohmann::json> rows;
+  std::ifstream lines(rows_file);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty() && line[0] == '{') rows.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(rows.size(), 5u) << r.err;
+  EXPECT_EQ(rows[0]["cache"], "none");
+  EXPECT_EQ(rows[0]["max_pixel_diff"], 0);
+  EXPECT_EQ(rows[0]["blocks_fraction"], 1.0);
+  const std::vector<std::string> labels{"fbcache threshold 0.3", "teacache threshold 0.3",
+                                        "teacache threshold 1000",
+                                        "taylorseer interval 2 warmup 3 order 1"};
+  for (size_t i = 1; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i]["cache"], labels[i - 1]);
+    EXPECT_EQ(rows[i]["steps"], 6);
+    EXPECT_LT(rows[i]["blocks_fraction"].get<double>(), 1.0) << rows[i].dump();
+    EXPECT_GT(rows[i]["max_pixel_diff"].get<int>(), 0) << "a skip changes the image";
+  }
+  // A threshold no accumulation reaches: only the first and last steps run.
+  EXPECT_EQ(rows[3]["full_steps"], 2);
 }
 
 }  // namespace
