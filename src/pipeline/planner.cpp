@@ -134,16 +134,6 @@ CacheSettings Pipeline::checked_cache(const CacheSettings& c) const {
   XDIT_CHECK(spec().blocks >= 2, "--cache ", c.name(),
              " needs a transformer of two blocks or more, ", family_->name(), " has ",
              spec().blocks);
-  if (c.kind == CacheKind::kTaylorSeer && mesh_ != nullptr) {
-    // Its factors are kept per module and call rows: PipeFusion's patches
-    // and a dynamic re-split change the rows between steps.
-    XDIT_CHECK(mesh_->config().pipefusion_parallel_degree == 1,
-               "--cache taylorseer does not run under PipeFusion yet: use fbcache there, or "
-               "TaylorSeer with CFG, data, sequence, patch or tensor parallelism");
-    XDIT_CHECK(!mesh_->config().dynamic_weights,
-               "--cache taylorseer does not go with --patch_weights dynamic yet (a re-split "
-               "moves rows away from their factors): use fixed or auto weights");
-  }
   return c.resolved();
 }
 

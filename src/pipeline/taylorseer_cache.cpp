@@ -1,5 +1,6 @@
 #include "pipeline/taylorseer_cache.h"
 
+#include "comm/communicator.h"
 #include "core/error.h"
 #include "kernels/kernels.h"
 #include "models/dit.h"
@@ -58,10 +59,15 @@ bool TaylorSeerCache::replace(int64_t block, int module, float* out, int64_t n) 
   if (!active_) return false;
   ++modules_;
   if (compute_) return false;
+  // Rows with no factors yet (PipeFusion's first patch steps after its
+  // whole-image warm-up, rows a --patch_weights dynamic re-split moved)
+  // run the module, and their factors start there. Every rank that
+  // computes the call together runs or forecasts it alike.
   auto it = factors_.find({block, module, row0_, row1_});
-  XDIT_CHECK(it != factors_.end() && it->second.stored > 0 && it->second.f.numel() >= n,
-             "TaylorSeer: block ", block, "'s attention ", module, " has no factors to forecast ",
-             "step ", step_, " from");
+  bool have =
+      it != factors_.end() && it->second.stored > 0 && it->second.f.numel() == (order_ + 1) * n;
+  for (comm::Communicator* g : setup_.agree_groups) have = models::all_ranks_agree(*g, have);
+  if (!have) return false;
   const Factors& f = it->second;
   // coeff_k = Δ^k / k!, as Python computes it (in double), then f32.
   float coeff[4];

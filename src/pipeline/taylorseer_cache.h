@@ -8,9 +8,12 @@
 //     / (s − s_last), one order more per update up to K;
 //   - otherwise returns Σ_k F_k Δ^k / k!, Δ = s − s_last, without running.
 // The schedule depends on the step alone, so every rank runs or forecasts
-// alike and the modules' collectives pair up without a reduction. The
-// factors are kept in f32 (diffusers' default is bf16). State is per module
-// and per call rows; a run starts without any.
+// alike and the modules' collectives pair up. The factors are kept in f32
+// (diffusers' default is bf16). State is per module and per call rows; a
+// run starts without any. Rows without factors on a forecast step (a
+// PipeFusion patch after the whole-image warm-up, rows a dynamic re-split
+// moved) run the module and start theirs, agreed over the groups that
+// compute the call together.
 #pragma once
 
 #include <cstdint>

@@ -264,6 +264,18 @@ TEST_P(CachedLoop, TaylorSeerPatchDisplaced2FullSync) {
 TEST_P(CachedLoop, TaylorSeerUlyssesTimesRing) {
   check(layout(1, false, 2, 2), 0, kTaylor);
 }
+// PipeFusion: the whole-image warm-up is exact; on the patch pipeline the
+// patches' rows start their factors at their first step (computed), then
+// forecast: bounded.
+TEST_P(CachedLoop, TaylorSeerPipeFusion2FullWarmup) {
+  check(layout(1, false, 1, 1, 2, 2, 6), 0, kTaylor);
+}
+TEST_P(CachedLoop, TaylorSeerPipeFusionTimesUlyssesFullWarmup) {
+  check(layout(1, false, 2, 1, 2, 2, 6), 0, kTaylor);
+}
+TEST_P(CachedLoop, TaylorSeerPipeFusion2With2PatchesIsBounded) {
+  check(layout(1, false, 1, 1, 2, 2, 1), 0.25, kTaylor);
+}
 TEST_P(CachedLoop, TaylorSeerPatchDisplaced2StaleIsBounded) {
   // (the forecast steps refresh no K/V: the next full step's is older still)
   check(patch(1, false, 2, false, 1), 0.25, kTaylor);

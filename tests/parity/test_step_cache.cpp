@@ -267,5 +267,36 @@ TEST(FirstBlockCache, RowsBackFromAnOlderFullStepAreNoReference) {
   EXPECT_FALSE(fbc_step(fbc, 3, 0, 2, 1.0f)) << "a full reference now: ratio 0 skips";
 }
 
+// TaylorSeer on a forecast step: rows that have factors forecast, rows that
+// have none (a PipeFusion patch after the whole-image warm-up, a re-split)
+// run the module and start theirs.
+TEST(TaylorSeer, RowsWithoutFactorsRunOnAForecastStep) {
+  CacheSetup setup;
+  setup.blocks = 2;
+  setup.stage = models::DiTStage(0, 2, true, true);
+  setup.token_rows = 4;
+  TaylorSeerCache ts(/*interval=*/5, /*warmup=*/1, /*order=*/0, setup);
+  std::vector<float> y(6, 0.5f), out(6, 0.0f);
+  const auto call = [&](int64_t step, int64_t r0, int64_t r1) {
+    ts.before_step({step, 4, 0.0});
+    models::DiTInputs in;
+    in.row_begin = r0;
+    in.row_end = r1;
+    ts.begin_call(in, {});
+    const bool forecast = ts.replace(0, 0, out.data(), 6);
+    if (!forecast) ts.ran(0, 0, y.data(), 6);
+    models::Streams s;
+    ts.end_call(s);
+    return forecast;
+  };
+  EXPECT_FALSE(call(0, 0, 4));  // the warm-up: the whole image runs
+  EXPECT_TRUE(call(1, 0, 4)) << "step 1 = W is forecast where factors exist";
+  EXPECT_EQ(out, y);                                 // order 0: the last output
+  ASSERT_FALSE(TaylorSeerCache::computes(3, 5, 1));  // steps 3 and 4 forecast
+  ASSERT_FALSE(TaylorSeerCache::computes(4, 5, 1));
+  EXPECT_FALSE(call(3, 0, 2)) << "rows [0, 2) have no factors of their own: they run";
+  EXPECT_TRUE(call(4, 0, 2)) << "and forecast from then on";
+}
+
 }  // namespace
 }  // namespace xdit::pipeline
