@@ -3,7 +3,6 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "kernels/kernels.h"
 
 namespace xdit::pipeline {
 
@@ -11,8 +10,7 @@ FirstBlockCache::FirstBlockCache(double threshold, CacheSetup setup)
     : ResidualCache("First-Block-Cache", 1, std::move(setup)), threshold_(threshold) {}
 
 void FirstBlockCache::sized(const Shape& whole) {
-  previous_ = Tensor::empty(whole);
-  previous_stamp_ = no_stamps();
+  clear(previous_, whole);
 }
 
 void FirstBlockCache::call_began(const models::Streams& s) {
@@ -34,37 +32,22 @@ void FirstBlockCache::after_block(int64_t b, models::Streams& s) {
 }
 
 void FirstBlockCache::head_ran(const models::Streams& s) {
-  const int64_t L = s.x.dim(1), N = L - text_;
-  const auto ctx = contexts(batch_);
+  // r = the head's image output − its input, against r_prev of the
+  // context's last full step.
   const Tensor x = s.x.to_device(Device{});
-  if (residual_.numel() != input_.numel()) residual_ = Tensor::empty(input_.shape());
-  // Per context: Σ|r − r_prev| and Σ|r_prev| over its image rows here.
-  std::vector<double> sums(2 * ctx.size(), 0.0);
-  for (size_t c = 0; c < ctx.size(); ++c) {
-    const bool reference = new_step_ && rows_stamped(previous_stamp_, c, last_full_[c]);
-    for (int64_t b = ctx[c].first; b < ctx[c].second; ++b)
-      kernels::residual_change(x.data<float>() + (b * L + text_) * width_,
-                               input_.data<float>() + b * N * width_,
-                               reference ? whole_rows(previous_, b) : nullptr,
-                               residual_.data<float>() + b * N * width_, N * width_, &sums[2 * c]);
-    if (!reference) sums[2 * c + 1] = 0;  // no reference here: this rank votes to compute
-  }
+  const std::vector<double> sums = change_sums(
+      x.data<float>() + text_ * width_, x.dim(1) * width_, input_.data<float>(), previous_,
+      [this](size_t c) { return last_full_[c]; }, residual_);
   if (new_step_) decide(sums);
-  for (size_t c = 0; c < ctx.size(); ++c) {
-    if (!computes_[c]) continue;
-    // The reference moves only where the step runs every block.
-    for (int64_t b = ctx[c].first; b < ctx[c].second; ++b)
-      std::memcpy(whole_rows(previous_, b), residual_.data<float>() + b * N * width_,
-                  static_cast<size_t>(N * width_) * sizeof(float));
-    mark_rows(previous_stamp_, c);
-  }
+  for (size_t c = 0; c < contexts(batch_).size(); ++c)  // r_prev moves only where all blocks run
+    if (computes_[c]) keep(previous_, c, residual_);
   mark_start(s);
 }
 
 bool FirstBlockCache::wants_skip(size_t c, double change, double reference, double& indicator) {
   // diffusers: compute when ratio > threshold. A rank without a reference
   // sent Σ|r_prev| = 0 for its rows.
-  if (!(reference > 0) || !rows_stamped(previous_stamp_, c, last_full_[c])) return false;
+  if (!(reference > 0) || !rows_stamped(previous_.stamps, c, last_full_[c])) return false;
   indicator = change / reference;
   return !(indicator > threshold_);
 }

@@ -32,9 +32,7 @@ class FirstBlockCache final : public ResidualCache {
   void head_ran(const models::Streams& s);
 
   double threshold_;
-  // r_prev by global token row (host), valid per context and row.
-  Tensor previous_;
-  std::vector<std::vector<int64_t>> previous_stamp_;
+  RowReference previous_;    // r_prev
   Tensor input_, residual_;  // host: this call's head input and residual (image rows)
 };
 

@@ -1,5 +1,7 @@
 #include "pipeline/residual_cache.h"
 
+#include <cstring>
+
 #include "comm/communicator.h"
 #include "core/error.h"
 #include "kernels/kernels.h"
@@ -82,6 +84,43 @@ std::vector<std::vector<int64_t>> ResidualCache::no_stamps() const {
 
 float* ResidualCache::whole_rows(Tensor& t, int64_t b) const {
   return t.data<float>() + (b * setup_.token_rows * per_row_ + row0_ * per_row_) * width_;
+}
+
+const float* ResidualCache::whole_rows(const Tensor& t, int64_t b) const {
+  return t.data<float>() + (b * setup_.token_rows * per_row_ + row0_ * per_row_) * width_;
+}
+
+void ResidualCache::clear(RowReference& ref, const Shape& whole) const {
+  ref.values = Tensor::empty(whole);
+  ref.stamps = no_stamps();
+}
+
+std::vector<double> ResidualCache::change_sums(const float* out, int64_t out_stride,
+                                               const float* in, const RowReference& ref,
+                                               const std::function<int64_t(size_t)>& from,
+                                               Tensor& v) const {
+  const int64_t n = (row1_ - row0_) * per_row_ * width_;
+  if (v.numel() != batch_ * n) v = Tensor::empty({batch_, n / width_, width_});
+  const auto ctx = contexts(batch_);
+  std::vector<double> sums(2 * ctx.size(), 0.0);
+  for (size_t c = 0; c < ctx.size(); ++c) {
+    const bool reference = new_step_ && rows_stamped(ref.stamps, c, from(c));
+    for (int64_t b = ctx[c].first; b < ctx[c].second; ++b)
+      kernels::residual_change(out + b * out_stride, in != nullptr ? in + b * n : nullptr,
+                               reference ? whole_rows(ref.values, b) : nullptr,
+                               v.data<float>() + b * n, n, &sums[2 * c]);
+    if (!reference) sums[2 * c + 1] = 0;  // no reference here: this rank votes to compute
+  }
+  return sums;
+}
+
+void ResidualCache::keep(RowReference& ref, size_t c, const Tensor& v) const {
+  const auto ctx = contexts(batch_)[c];
+  const int64_t n = (row1_ - row0_) * per_row_ * width_;
+  for (int64_t b = ctx.first; b < ctx.second; ++b)
+    std::memcpy(whole_rows(ref.values, b), v.data<float>() + b * n,
+                static_cast<size_t>(n) * sizeof(float));
+  mark_rows(ref.stamps, c);
 }
 
 void ResidualCache::begin_call(const models::DiTInputs& in, const models::Streams& s) {

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <utility>
@@ -61,6 +62,25 @@ class ResidualCache : public StepCache {
   // rows · per row, D]) starts over.
   virtual void sized(const Shape& /*whole*/) {}
 
+  // A reference by global token row on the host ([B, token rows · per row,
+  // D]: r_prev, m_prev), stamped per context and row with the step that
+  // wrote it.
+  struct RowReference {
+    Tensor values;
+    std::vector<std::vector<int64_t>> stamps;
+  };
+  void clear(RowReference& ref, const Shape& whole) const;
+  // The indicator's sums per context (2 each): Σ|v − ref| and Σ|ref| over
+  // this call's image rows where `ref` holds them from step `from(c)`, on a
+  // new step (else Σ|ref| = 0: this rank votes to compute). v = out − in
+  // (out where `in` is null), batch item b's image rows at out + b ·
+  // out_stride and in + b · N · D; v is written to `v` ([B, N, D], host).
+  std::vector<double> change_sums(const float* out, int64_t out_stride, const float* in,
+                                  const RowReference& ref,
+                                  const std::function<int64_t(size_t)>& from, Tensor& v) const;
+  // v's rows become context c's reference, stamped with this step.
+  void keep(RowReference& ref, size_t c, const Tensor& v) const;
+
   // The new step's decision from the per-context sums here (2 per context):
   // summed, ruled, agreed, sent to the later stages, recorded.
   void decide(const std::vector<double>& sums);
@@ -76,6 +96,7 @@ class ResidualCache : public StepCache {
   // The image rows of this call's rows in a [B, token rows · per row, width]
   // tensor of the whole run, at batch item b.
   float* whole_rows(Tensor& t, int64_t b) const;
+  const float* whole_rows(const Tensor& t, int64_t b) const;
 
   const char* name_;
   int64_t skip_from_;

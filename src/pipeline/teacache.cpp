@@ -1,9 +1,6 @@
 #include "pipeline/teacache.h"
 
-#include <cstring>
-
 #include "core/error.h"
-#include "kernels/kernels.h"
 
 namespace xdit::pipeline {
 
@@ -31,8 +28,7 @@ double TeaCache::rescaled(const std::vector<double>& coefficients, double x) {
 }
 
 void TeaCache::sized(const Shape& whole) {
-  previous_ = Tensor::empty(whole);
-  previous_stamp_ = no_stamps();
+  clear(previous_, whole);
   acc_.assign(acc_.size(), 0.0);
 }
 
@@ -46,33 +42,20 @@ void TeaCache::modulated_input(int64_t /*b*/, const Tensor& m, const models::Str
       m.ndim() == 3 && m.dim(0) == batch_ && m.dim(2) == width_ && N == (row1_ - row0_) * per_row_,
       "TeaCache: the modulated input ", shape_str(m.shape()), " does not match the call's ", batch_,
       " × ", (row1_ - row0_) * per_row_, " image tokens × ", width_);
+  // m against m_prev of the step before; every step keeps its m, whether
+  // it runs or skips.
   const Tensor here = m.to_device(Device{});
-  if (current_.numel() != here.numel()) current_ = Tensor::empty(here.shape());
-  const auto ctx = contexts(batch_);
-  // Per context: Σ|m − m_prev| and Σ|m_prev| over its image rows here.
-  std::vector<double> sums(2 * ctx.size(), 0.0);
-  for (size_t c = 0; c < ctx.size(); ++c) {
-    const bool reference = new_step_ && rows_stamped(previous_stamp_, c, step_no_ - 1);
-    for (int64_t b = ctx[c].first; b < ctx[c].second; ++b)
-      kernels::residual_change(here.data<float>() + b * N * width_, nullptr,
-                               reference ? whole_rows(previous_, b) : nullptr,
-                               current_.data<float>() + b * N * width_, N * width_, &sums[2 * c]);
-    if (!reference) sums[2 * c + 1] = 0;  // no reference here: this rank votes to compute
-  }
+  const std::vector<double> sums = change_sums(
+      here.data<float>(), N * width_, nullptr, previous_, [this](size_t) { return step_no_ - 1; },
+      current_);
   if (new_step_) decide(sums);
-  // Every step keeps its m, whether it runs or skips.
-  for (size_t c = 0; c < ctx.size(); ++c) {
-    for (int64_t b = ctx[c].first; b < ctx[c].second; ++b)
-      std::memcpy(whole_rows(previous_, b), current_.data<float>() + b * N * width_,
-                  static_cast<size_t>(N * width_) * sizeof(float));
-    mark_rows(previous_stamp_, c);
-  }
+  for (size_t c = 0; c < contexts(batch_).size(); ++c) keep(previous_, c, current_);
   mark_start(s);
 }
 
 bool TeaCache::wants_skip(size_t c, double change, double reference, double& indicator) {
   pending_[c] = 0;
-  if (!(reference > 0) || !rows_stamped(previous_stamp_, c, step_no_ - 1)) return false;
+  if (!(reference > 0) || !rows_stamped(previous_.stamps, c, step_no_ - 1)) return false;
   pending_[c] = acc_[c] + rescaled(rescale_, change / reference);
   indicator = pending_[c];
   const bool forced = step_.step == 0 || step_.step == step_.total - 1;

@@ -43,10 +43,8 @@ class TeaCache final : public ResidualCache {
   double threshold_;
   std::vector<double> rescale_;
   std::vector<double> acc_, pending_;  // per context: the accumulation, and this step's
-  // m_prev by global token row (host), valid per context and row.
-  Tensor previous_;
-  std::vector<std::vector<int64_t>> previous_stamp_;
-  Tensor current_;  // host: this call's m
+  RowReference previous_;              // m_prev
+  Tensor current_;                     // host: this call's m
 };
 
 }  // namespace xdit::pipeline
