@@ -165,6 +165,15 @@ def pipeline_kwargs(case):
     return kw
 
 
+def by_context(log):
+    """The contexts of (context, value, full) records, sorted, with each one's
+    full flags and values in call order."""
+    contexts = sorted({c for c, _, _ in log})
+    full = [[int(f) for c2, _, f in log if c2 == c] for c in contexts]
+    values = [[v for c2, v, _ in log if c2 == c] for c in contexts]
+    return contexts, full, values
+
+
 def run(pipe, case, threshold):
     with_cache(pipe, case, threshold)
     LOG.clear()
@@ -172,37 +181,43 @@ def run(pipe, case, threshold):
         image = pipe(**pipeline_kwargs(case)).images
     if not case["model"].startswith("flux"):
         HookRegistry.check_if_exists_or_initialize(pipe.transformer).reset_stateful_hooks()
-    contexts = sorted({c for c, _, _ in LOG})
-    full = [[int(f) for c2, _, f in LOG if c2 == c] for c in contexts]
-    ratios = [[r for c2, r, _ in LOG if c2 == c] for c in contexts]
-    return image, contexts, full, ratios
+    return (image, *by_context(LOG))
 
 
-def margin(ratios, threshold):
-    rs = [r for per in ratios for r in per if r is not None]
-    return min(abs(r / threshold - 1.0) for r in rs) if rs else 0.0
+def margin(values, threshold):
+    vs = [v for per in values for v in per if v is not None]
+    return min(abs(v / threshold - 1.0) for v in vs) if vs else 0.0
 
 
-def make():
+def make_thresholded(run_case, out, candidates, key, min_full):
+    """Per case the first candidate threshold at which run_case(pipe, case, T)
+    skips two steps or more, runs at least min_full in full per context and
+    keeps every indicator 2% from T; its image, full flags and indicators
+    (metadata `key`) into `out`."""
     tensors, meta = {}, dict(VERSIONS)
     for k, case in enumerate(CASES):
         pipe = load(case)
         best = None
-        for thr in CANDIDATES:
-            image, contexts, full, ratios = run(pipe, case, thr)
+        for thr in candidates:
+            image, contexts, full, values = run_case(pipe, case, thr)
             skipped = sum(len(f) - sum(f) for f in full)
-            if skipped >= 2 and all(sum(f) >= 2 for f in full) and margin(ratios, thr) >= 0.02:
+            if (skipped >= 2 and all(sum(f) >= min_full for f in full)
+                    and margin(values, thr) >= 0.02):
                 best = thr
                 break
-        assert best is not None, f"no threshold of {CANDIDATES} fits {case['model']}"
-        image, contexts, full, ratios = run(pipe, case, best)
+        assert best is not None, f"no threshold of {candidates} fits {case['model']}"
+        image, contexts, full, values = run_case(pipe, case, best)
         tensors[f"case{k}.image"] = torch.from_numpy(np.ascontiguousarray(image))
         tensors[f"case{k}.full"] = torch.tensor(full, dtype=torch.float32)
         meta[f"case{k}"] = json.dumps(dict(case, threshold=best, contexts=contexts,
-                                           ratios=ratios))
+                                           **{key: values}))
         print(case["model"], "threshold", best, dict(zip(contexts, full)))
     meta["cases"] = str(len(CASES))
-    save_file(tensors, OUT, metadata=meta)
+    save_file(tensors, out, metadata=meta)
+
+
+def make():
+    make_thresholded(run, OUT, CANDIDATES, "ratios", 2)
 
 
 def taylor_case(case, pipe):

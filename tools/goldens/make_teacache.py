@@ -32,7 +32,6 @@ and in the metadata caseK = the request as JSON (make_caches.py's cases, the
 threshold, the contexts, acc' per context and step, null where none).
 """
 import inspect
-import json
 
 import numpy as np
 import torch
@@ -40,9 +39,8 @@ from diffusers.hooks._helpers import TransformerBlockRegistry
 from diffusers.hooks.hooks import (BaseState, CacheContext, HookRegistry, ModelHook,
                                    StateManager, _set_cache_context)
 from diffusers.utils.torch_utils import unwrap_module
-from safetensors.torch import save_file
 
-from make_caches import CASES, VERSIONS, load, pass_text_through, pipeline_kwargs
+from make_caches import by_context, load, make_thresholded, pass_text_through, pipeline_kwargs
 
 OUT = "tests/data/goldens/teacache_pipeline.safetensors"
 FLUX_COEF = [4.98651651e+02, -2.83781631e+02, 5.58554382e+01, -3.82021401e+00, 2.64230861e-01]
@@ -180,38 +178,8 @@ def run(pipe, case, threshold):
     LOG.clear()
     with torch.no_grad():
         image = pipe(**pipeline_kwargs(case)).images
-    contexts = sorted({c for c, _, _ in LOG})
-    full = [[int(f) for c2, _, f in LOG if c2 == c] for c in contexts]
-    acc = [[a for c2, a, _ in LOG if c2 == c] for c in contexts]
-    return image, contexts, full, acc
-
-
-def margin(acc, threshold):
-    vs = [a for per in acc for a in per if a is not None]
-    return min(abs(a / threshold - 1.0) for a in vs) if vs else 0.0
-
-
-def make():
-    tensors, meta = {}, dict(VERSIONS)
-    for k, case in enumerate(CASES):
-        pipe = load(case)
-        best = None
-        for thr in CANDIDATES:
-            image, contexts, full, acc = run(pipe, case, thr)
-            skipped = sum(len(f) - sum(f) for f in full)
-            if skipped >= 2 and all(sum(f) >= 3 for f in full) and margin(acc, thr) >= 0.02:
-                best = thr
-                break
-        assert best is not None, f"no threshold of {CANDIDATES} fits {case['model']}"
-        image, contexts, full, acc = run(pipe, case, best)
-        tensors[f"case{k}.image"] = torch.from_numpy(np.ascontiguousarray(image))
-        tensors[f"case{k}.full"] = torch.tensor(full, dtype=torch.float32)
-        meta[f"case{k}"] = json.dumps(dict(case, threshold=best, contexts=contexts,
-                                           indicators=acc))
-        print(case["model"], "threshold", best, dict(zip(contexts, full)))
-    meta["cases"] = str(len(CASES))
-    save_file(tensors, OUT, metadata=meta)
+    return (image, *by_context(LOG))
 
 
 if __name__ == "__main__":
-    make()
+    make_thresholded(run, OUT, CANDIDATES, "indicators", 3)
