@@ -1,0 +1,172 @@
+#include "nn/lora.h"
+
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "core/device.h"
+#include "core/error.h"
+#include "io/json.h"
+#include "kernels/linear.h"
+
+namespace xdit::nn {
+
+namespace {
+
+constexpr const char* kDown = ".lora_A.weight";
+constexpr const char* kUp = ".lora_B.weight";
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// The components diffusers' pipelines name in LoRA keys.
+bool is_component(const std::string& s) {
+  return s == "transformer" || s == "text_encoder" || s == "text_encoder_2" ||
+         s == "text_encoder_3";
+}
+
+// alpha_pattern / lora_alpha of the file's lora_adapter_metadata for a
+// component's module; 0 where the file has none.
+double metadata_alpha(const io::Json& meta, const std::string& component,
+                      const std::string& module) {
+  if (meta.is_null()) return 0;
+  const auto pattern = meta.find(component + ".alpha_pattern");
+  if (pattern != meta.end() && pattern->is_object())
+    for (const auto& [key, value] : pattern->items())
+      if (module == key || ends_with(module, "." + key)) return value.get<double>();
+  const auto alpha = meta.find(component + ".lora_alpha");
+  return alpha != meta.end() && alpha->is_number() ? alpha->get<double>() : 0;
+}
+
+}  // namespace
+
+LoraFile::LoraFile(const std::string& path) : file_(path) {
+  const auto fail_in = [&](const auto&... parts) {
+    std::ostringstream o;
+    (o << ... << parts);
+    XDIT_FAIL("LoRA ", path, ": ", o.str());
+  };
+  io::Json meta;
+  if (auto m = file_.metadata().find("lora_adapter_metadata"); m != file_.metadata().end())
+    meta = io::parse_json_text(m->second, path + "'s lora_adapter_metadata");
+  for (const auto& [key, entry] : file_.entries()) {
+    if (ends_with(key, kUp) || ends_with(key, ".alpha")) continue;  // read with their A
+    if (!ends_with(key, kDown))
+      fail_in("key '", key, "' is not one of a diffusers LoRA (<component>.<module>.lora_A / ",
+              "lora_B.weight, .alpha); other formats are not read yet");
+    const std::string prefix = key.substr(0, key.size() - std::strlen(kDown));
+    const size_t dot = prefix.find('.');
+    const std::string component = dot == std::string::npos ? "" : prefix.substr(0, dot);
+    if (!is_component(component))
+      fail_in("key '", key, "' names no component (transformer, text_encoder, …)");
+    LoraModule m;
+    m.down = key;
+    m.up = prefix + kUp;
+    const auto up = file_.entries().find(m.up);
+    if (up == file_.entries().end()) fail_in("'", key, "' has no ", m.up);
+    const Shape &a = entry.shape, &b = up->second.shape;
+    if (a.size() != 2 || b.size() != 2)
+      fail_in(prefix, ": A ", shape_str(a), " and B ", shape_str(b), " must be matrices");
+    if (a[0] != b[1])
+      fail_in(prefix, ": rank mismatch, A ", shape_str(a), " against B ", shape_str(b));
+    m.rank = a[0];
+    m.in = a[1];
+    m.out = b[0];
+    const std::string module = prefix.substr(dot + 1);
+    if (auto al = file_.entries().find(prefix + ".alpha"); al != file_.entries().end()) {
+      const std::vector<float> v = file_.get(al->first).to_vector();
+      if (v.size() != 1) fail_in(al->first, " must hold one value");
+      m.alpha = v[0];
+    } else {
+      m.alpha = metadata_alpha(meta, component, module);
+      if (m.alpha == 0) m.alpha = static_cast<double>(m.rank);  // diffusers: alpha = rank
+    }
+    if (!std::isfinite(m.alpha) || m.rank < 1)
+      fail_in(prefix, ": alpha ", m.alpha, ", rank ", m.rank);
+    for (const std::string& t : {m.down, m.up})
+      for (const float x : file_.get(t).to_vector())
+        if (!std::isfinite(x)) fail_in(t, " holds NaN or Inf");
+    components_[component][module] = m;
+  }
+  if (components_.empty()) fail_in("no LoRA adapters in it");
+}
+
+const std::map<std::string, LoraModule>& LoraFile::modules(const std::string& component) const {
+  static const std::map<std::string, LoraModule> none;
+  const auto it = components_.find(component);
+  return it == components_.end() ? none : it->second;
+}
+
+Tensor LoraFile::down(const LoraModule& m) const {
+  return file_.get(m.down).as(DType::kF32, Device{});
+}
+
+Tensor LoraFile::up(const LoraModule& m) const {
+  return file_.get(m.up).as(DType::kF32, Device{});
+}
+
+LoraWeights::LoraWeights(const io::WeightStore& base, std::vector<LoraUse> loras,
+                         const std::string& component, bool ignore_unmatched)
+    : base_(base), loras_(std::move(loras)) {
+  std::vector<std::string> unmatched;
+  for (const LoraUse& use : loras_) {
+    XDIT_CHECK(std::isfinite(use.scale), "LoRA ", use.file->path(), ": the scale ", use.scale,
+               " is not a finite number");
+    for (const auto& [module, m] : use.file->modules(component)) {
+      const std::string weight = module + ".weight";
+      if (!base_.has(weight)) {
+        unmatched.push_back(module);
+        continue;
+      }
+      const Shape w = base_.shape(weight);
+      XDIT_CHECK(w == Shape({m.out, m.in}), "LoRA ", use.file->path(), ": ", module, " is [", m.out,
+                 ", ", m.in, "] but the model's ", weight, " is ", shape_str(w),
+                 " (a LoRA for another model?)");
+      adapters_[weight].push_back({use.file.get(), &m, use.scale * m.alpha / m.rank});
+    }
+  }
+  if (!unmatched.empty() && !ignore_unmatched) {
+    std::ostringstream o;
+    for (size_t i = 0; i < unmatched.size() && i < 4; ++i) o << (i ? ", " : "") << unmatched[i];
+    if (unmatched.size() > 4) o << " and " << unmatched.size() - 4 << " more";
+    XDIT_FAIL("LoRA: ", unmatched.size(), " adapted modules match nothing in the model's ",
+              component, ": ", o.str(), " (--lora_ignore_unmatched skips them)");
+  }
+}
+
+void LoraWeights::add_deltas(const std::string& name, Tensor& w, int64_t r0, int64_t c0) const {
+  const DeviceScope host(Device{});
+  const int64_t rows = w.dim(0), cols = w.dim(1);
+  for (const Adapter& a : adapters_.at(name)) {
+    const int64_t r = a.module->rank;
+    // factor · B[r0 …, :] as the rows of x; A[:, c0 …]ᵀ as a layer's [cols, r] weight.
+    const Tensor B = a.file->up(*a.module), A = a.file->down(*a.module);
+    Tensor x = Tensor::empty({rows, r});
+    for (int64_t i = 0; i < rows * r; ++i)
+      x.data<float>()[i] = static_cast<float>(a.factor * B.data<float>()[r0 * r + i]);
+    Tensor at = Tensor::empty({cols, r});
+    for (int64_t j = 0; j < cols; ++j)
+      for (int64_t k = 0; k < r; ++k)
+        at.data<float>()[j * r + k] = A.data<float>()[k * a.module->in + c0 + j];
+    const kernels::Linear delta(at, Tensor(), kernels::ComputeType::kF32);
+    delta.forward(x.data<float>(), rows, w.data<float>(), /*accumulate=*/true);
+  }
+}
+
+Tensor LoraWeights::read(const std::string& name, const Shape& expected) const {
+  if (adapters_.count(name) == 0) return base_.get(name, expected);
+  Tensor w = base_.get(name, expected).as(DType::kF32, Device{}).clone();
+  add_deltas(name, w, 0, 0);
+  return w;
+}
+
+Tensor LoraWeights::read_slice(const std::string& name, const Shape& expected, int dim,
+                               int64_t begin, int64_t count) const {
+  if (adapters_.count(name) == 0) return base_.get_slice(name, expected, dim, begin, count);
+  Tensor w = base_.get_slice(name, expected, dim, begin, count).as(DType::kF32, Device{}).clone();
+  add_deltas(name, w, dim == 0 ? begin : 0, dim == 1 ? begin : 0);
+  return w;
+}
+
+}  // namespace xdit::nn

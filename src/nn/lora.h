@@ -1,0 +1,92 @@
+// LoRA adapters (issue 44): a file as diffusers' `load_lora_weights` reads
+// it, and a weight source that merges its deltas into the weights a model
+// loads — W + Σ scale · (alpha / rank) · B·A per adapted weight, formed in
+// f32 and handed to the layer once (a bf16 layer rounds the merged weight
+// once when it packs it). A tensor-parallel share of a weight gets the
+// share of the delta (B's rows, or A's columns); a PipeFusion stage reads
+// only its blocks' weights, so only their adapters apply.
+//
+// Formats so far: diffusers / PEFT (`<component>.<module>.lora_A.weight`,
+// `.lora_B.weight`; alpha from `<module>.alpha`, else the file's
+// `lora_adapter_metadata` — lora_alpha, alpha_pattern —, else the rank).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/safetensors.h"
+#include "io/weights.h"
+
+namespace xdit::nn {
+
+// One adapted weight: `<module>.weight` of the component, [out, in].
+struct LoraModule {
+  std::string down, up;  // the file's tensors A [rank, in] and B [out, rank]
+  int64_t rank = 0, in = 0, out = 0;
+  double alpha = 0;
+};
+
+class LoraFile {
+ public:
+  // Reads the header, detects the format from the key names and checks
+  // every adapter (A and B present, ranks equal, finite values): throws one
+  // line naming the file and what is wrong.
+  explicit LoraFile(const std::string& path);
+  const std::string& path() const { return file_.path(); }
+  const char* format() const { return "diffusers"; }
+  // The adapters of a component ("transformer", "text_encoder", …) by
+  // module name as the component's weights name it; empty when none.
+  const std::map<std::string, LoraModule>& modules(const std::string& component) const;
+  // A and B in f32, on the host.
+  Tensor down(const LoraModule& m) const;
+  Tensor up(const LoraModule& m) const;
+
+ private:
+  io::SafeTensorsFile file_;
+  std::map<std::string, std::map<std::string, LoraModule>> components_;
+};
+
+struct LoraUse {
+  std::shared_ptr<const LoraFile> file;
+  double scale = 1.0;  // diffusers' set_adapters weight
+};
+
+// `base` (a component's weights) with the LoRAs' deltas merged in.
+class LoraWeights : public io::WeightSource {
+ public:
+  // Throws one line, before any weight is read, for a scale that is not
+  // finite, or adapters whose module `base` lacks (unless ignore_unmatched)
+  // or whose [out, in] its weight contradicts (a LoRA for another model).
+  LoraWeights(const io::WeightStore& base, std::vector<LoraUse> loras, const std::string& component,
+              bool ignore_unmatched = false);
+  bool has(const std::string& name) const override { return base_.has(name); }
+  size_t stored_bytes() const override { return base_.stored_bytes(); }
+  void drop_pages(const std::string& name) const override { base_.drop_pages(name); }
+  // The weights the LoRAs change.
+  size_t adapted() const { return adapters_.size(); }
+
+ protected:
+  Tensor read(const std::string& name, const Shape& expected) const override;
+  Tensor read_slice(const std::string& name, const Shape& expected, int dim, int64_t begin,
+                    int64_t count) const override;
+
+ private:
+  struct Adapter {
+    const LoraFile* file;
+    const LoraModule* module;
+    double factor;  // scale · alpha / rank
+  };
+  // w [rows, cols] (f32, host, owned) += factor · B[r0 …]·A[…, c0 …] for
+  // each adapter of `name`; the rows or columns a share holds.
+  void add_deltas(const std::string& name, Tensor& w, int64_t r0, int64_t c0) const;
+
+  const io::WeightStore& base_;
+  std::vector<LoraUse> loras_;
+  std::map<std::string, std::vector<Adapter>> adapters_;  // by weight name
+};
+
+}  // namespace xdit::nn

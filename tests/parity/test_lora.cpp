@@ -1,0 +1,134 @@
+// LoRA merging against diffusers' (tools/goldens/make_lora.py): two peft
+// LoRAs on the tiny FLUX.1 [schnell] — one with adapter metadata (alpha ≠
+// rank), one without (alpha = rank), overlapping on to_q — at scales 0.7
+// and −0.4 give every adapted weight diffusers' fuse_lora gives, whole and
+// as tensor-parallel shares; and every bad file or setting is one line
+// before a weight is read.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+#include "io/safetensors.h"
+#include "nn/lora.h"
+#include "test_util.h"
+
+namespace xdit {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string data(const std::string& name) {
+  return std::string(XDIT_TEST_DATA) + "/lora/" + name;
+}
+
+std::string transformer_dir() {
+  return test::models_dir() + "/flux-schnell-tiny/transformer";
+}
+
+std::vector<nn::LoraUse> both(double a = 0.7, double b = -0.4) {
+  return {{std::make_shared<nn::LoraFile>(data("flux_a.safetensors")), a},
+          {std::make_shared<nn::LoraFile>(data("flux_b.safetensors")), b}};
+}
+
+TEST(Lora, MergedWeightsAreDiffusers) {
+  const io::WeightStore base(transformer_dir());
+  const nn::LoraWeights merged(base, both(), "transformer");
+  const auto want = io::read_safetensors_f32(data("flux_merged.safetensors"));
+  ASSERT_EQ(merged.adapted(), want.size());
+  int checked = 0;
+  for (const auto& [name, w] : want) {
+    SCOPED_TRACE(name);
+    const Tensor got = merged.get(name, w.shape());
+    const Tensor plain = base.get(name, w.shape()).as(DType::kF32, Device{});
+    EXPECT_LE(test::rel_max_err(got.to_vector(), w.to_vector()), 1e-5);
+    EXPECT_GT(test::rel_max_err(plain.to_vector(), w.to_vector()), 1e-2) << "the LoRA changes it";
+    // A tensor-parallel share: rows (column-parallel layers) and columns
+    // (row-parallel ones), each an uneven part.
+    const int64_t rows = w.dim(0) / 3, cols = w.dim(1) / 3;
+    const Tensor r = merged.get_slice(name, w.shape(), 0, 1, rows);
+    const Tensor c = merged.get_slice(name, w.shape(), 1, 2, cols);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < w.dim(1); ++j)
+        ASSERT_NEAR(r.data<float>()[i * w.dim(1) + j], w.data<float>()[(1 + i) * w.dim(1) + j],
+                    1e-5);
+    for (int64_t i = 0; i < w.dim(0); ++i)
+      for (int64_t j = 0; j < cols; ++j)
+        ASSERT_NEAR(c.data<float>()[i * cols + j], w.data<float>()[i * w.dim(1) + 2 + j], 1e-5);
+    ++checked;
+  }
+  EXPECT_GE(checked, 20);
+  // An unadapted weight passes through untouched.
+  const Shape bias{base.shape("proj_out.bias")};
+  EXPECT_EQ(merged.get("proj_out.bias", bias).to_vector(),
+            base.get("proj_out.bias", bias).to_vector());
+}
+
+TEST(Lora, ScaleZeroIsTheBaseModel) {
+  const io::WeightStore base(transformer_dir());
+  const nn::LoraWeights merged(base, both(0.0, 0.0), "transformer");
+  const std::string name = "transformer_blocks.0.attn.to_q.weight";
+  const Shape s = base.shape(name);
+  EXPECT_EQ(merged.get(name, s).to_vector(),
+            base.get(name, s).as(DType::kF32, Device{}).to_vector());
+}
+
+class LoraBadInput : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("xdit_lora_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  // A LoRA file of A [ra, in] and B [out, rb] on `module`, first value `first`.
+  std::string write(const std::string& module, int64_t ra, int64_t in, int64_t out, int64_t rb,
+                    float first = 0.5f) {
+    Tensor a = Tensor::from_vector(test::randn(static_cast<size_t>(ra * in), 1), {ra, in});
+    Tensor b = Tensor::from_vector(test::randn(static_cast<size_t>(out * rb), 2), {out, rb});
+    a.data<float>()[0] = first;
+    const std::string path = (dir_ / (module + std::to_string(++n_) + ".safetensors")).string();
+    io::write_safetensors(path, {{"transformer." + module + ".lora_A.weight", a},
+                                 {"transformer." + module + ".lora_B.weight", b}});
+    return path;
+  }
+  std::string error(const std::string& path, double scale = 1.0, bool ignore = false) {
+    return test::error_message([&] {
+      const io::WeightStore base(transformer_dir());
+      nn::LoraWeights w(base, {{std::make_shared<nn::LoraFile>(path), scale}}, "transformer",
+                        ignore);
+    });
+  }
+  fs::path dir_;
+  int n_ = 0;
+};
+
+TEST_F(LoraBadInput, EachIsOneLine) {
+  const io::WeightStore base(transformer_dir());
+  const Shape q = base.shape("transformer_blocks.0.attn.to_q.weight");
+  const std::string mod = "transformer_blocks.0.attn.to_q";
+  const auto expect = [](const std::string& e, const std::string& part) {
+    EXPECT_NE(e.find(part), std::string::npos) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  };
+  expect(error(write(mod, 4, q[1] + 1, q[0], 4)), "a LoRA for another model?");
+  expect(error(write(mod, 4, q[1], q[0], 3)), "rank mismatch");
+  expect(error(write(mod, 4, q[1], q[0], 4, std::numeric_limits<float>::quiet_NaN())),
+         "NaN or Inf");
+  expect(error(write("no_such_block.attn", 2, 8, 8, 2)), "match nothing in the model's");
+  EXPECT_EQ(error(write("no_such_block.attn", 2, 8, 8, 2), 1.0, true), "(no error)");  // ignored
+  expect(error(write(mod, 4, q[1], q[0], 4), std::numeric_limits<double>::infinity()),
+         "is not a finite number");
+  // Another format, and a truncated file.
+  const std::string other = (dir_ / "other.safetensors").string();
+  io::write_safetensors(other, {{"lora_unet_x.lora_down.weight", Tensor::zeros({2, 2})}});
+  expect(error(other), "other formats are not read yet");
+  const std::string good = write(mod, 4, q[1], q[0], 4);
+  fs::resize_file(good, fs::file_size(good) - 16);
+  const std::string truncated = error(good);
+  EXPECT_NE(truncated, "(no error)");
+  EXPECT_EQ(truncated.find('\n'), std::string::npos) << truncated;
+}
+
+}  // namespace
+}  // namespace xdit

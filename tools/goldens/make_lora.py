@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""LoRA goldens (issue 44): random LoRAs for the tiny FLUX.1 [schnell] made
+with peft, and what diffusers makes of them.
+
+    python3 tools/goldens/make_lora.py   # from the repository root, after make_flux.py
+
+Writes tests/data/lora/:
+  flux_a.safetensors  peft LoraConfig(r=4, lora_alpha=8) on the attention's
+                      to_q/to_k/to_v/to_out.0 and the single blocks'
+                      proj_mlp, random A and B (init_lora_weights=False),
+                      saved by FluxPipeline.save_lora_weights with its
+                      adapter metadata (alpha 8 ≠ rank 4);
+  flux_b.safetensors  r=2 on to_q and ff.net.0.proj / ff.net.2, saved without
+                      metadata (diffusers takes alpha = rank);
+  flux_merged.safetensors  diffusers' own merge: load_lora_weights of both,
+                      set_adapters(["a", "b"], [0.7, -0.4]), fuse_lora; every
+                      weight either LoRA touches, after the merge; metadata:
+                      the versions and the scales.
+"""
+import os
+
+import diffusers
+import peft
+import torch
+from diffusers import FluxPipeline
+from peft import LoraConfig
+from peft.utils import get_peft_model_state_dict
+from safetensors.torch import save_file
+
+MODEL = "models/flux-schnell-tiny"
+OUT = "tests/data/lora"
+SCALES = {"a": 0.7, "b": -0.4}
+CONFIGS = {
+    "a": (LoraConfig(r=4, lora_alpha=8, init_lora_weights=False,
+                     target_modules=["to_q", "to_k", "to_v", "to_out.0", "proj_mlp"]), True),
+    "b": (LoraConfig(r=2, lora_alpha=2, init_lora_weights=False,
+                     target_modules=["to_q", "ff.net.0.proj", "ff.net.2"]), False),
+}
+
+
+def load():
+    return FluxPipeline.from_pretrained(MODEL, torch_dtype=torch.float32)
+
+
+def make_file(name, seed):
+    """A LoRA of random A and B, saved as diffusers saves one."""
+    torch.manual_seed(seed)
+    cfg, with_metadata = CONFIGS[name]
+    t = load().transformer
+    t.add_adapter(cfg, adapter_name=name)
+    with torch.no_grad():  # visible: B of the size of A (peft's False init is small)
+        for n, p in t.named_parameters():
+            if f"lora_B.{name}" in n:
+                p.normal_(0, 0.2)
+    sd = get_peft_model_state_dict(t, adapter_name=name)
+    path = os.path.join(OUT, f"flux_{name}")
+    FluxPipeline.save_lora_weights(
+        path, transformer_lora_layers=sd,
+        transformer_lora_adapter_metadata=cfg.to_dict() if with_metadata else None)
+    os.replace(os.path.join(path, "pytorch_lora_weights.safetensors"), path + ".safetensors")
+    os.rmdir(path)
+    return {k.removesuffix(".lora_A.weight") for k in sd if k.endswith(".lora_A.weight")}
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    modules = make_file("a", 1) | make_file("b", 2)
+    pipe = load()
+    for name in SCALES:
+        pipe.load_lora_weights(os.path.join(OUT, f"flux_{name}.safetensors"), adapter_name=name)
+    pipe.set_adapters(list(SCALES), list(SCALES.values()))
+    pipe.fuse_lora(adapter_names=list(SCALES))
+    state = pipe.transformer.state_dict()
+    merged = {f"{m}.weight": state[f"{m}.base_layer.weight"].contiguous()
+              if f"{m}.base_layer.weight" in state else state[f"{m}.weight"].contiguous()
+              for m in sorted(modules)}
+    meta = {"torch": torch.__version__, "diffusers": diffusers.__version__,
+            "peft": peft.__version__, "scale_a": str(SCALES["a"]), "scale_b": str(SCALES["b"])}
+    save_file(merged, os.path.join(OUT, "flux_merged.safetensors"), metadata=meta)
+    print(len(merged), "merged weights")
+
+
+if __name__ == "__main__":
+    main()
