@@ -49,6 +49,25 @@ Pipeline::Pipeline(std::unique_ptr<ModelFamily> family, const schedulers::Schedu
 
 Pipeline::~Pipeline() = default;
 
+void Pipeline::set_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched) {
+  XDIT_CHECK(!transformer_ && weights_, "set_loras before the transformer loads");
+  XDIT_CHECK(!lora_base_, "set_loras once per pipeline");
+  if (loras.empty()) return;
+  const auto* store = dynamic_cast<const io::WeightStore*>(weights_.get());
+  XDIT_CHECK(store != nullptr, "LoRAs need a model folder's weights");
+  std::string label;
+  for (const nn::LoraUse& l : loras)
+    label += (label.empty() ? "" : ", ") +
+             std::filesystem::path(l.file->path()).filename().string() + ":" +
+             detail::concat(l.scale);
+  auto merged =
+      std::make_unique<nn::LoraWeights>(*store, std::move(loras), "transformer", ignore_unmatched);
+  XDIT_INFO("LoRA ", label, ": ", merged->adapted(), " transformer weights adapted");
+  lora_base_ = std::move(weights_);
+  weights_ = std::move(merged);
+  lora_label_ = label;
+}
+
 void Pipeline::set_mesh(parallel::Mesh* mesh) {
   // The runtime owns the attention backend the loaded model points at.
   XDIT_CHECK(!transformer_, "set_mesh after the transformer loaded");
@@ -157,6 +176,7 @@ void Pipeline::load() {
   // tensor-parallel rank's strided reads touch most pages of a row-split
   // matrix), so a rank's resident weights are its shares.
   weights_.reset();
+  lora_base_.reset();
   runtime_->set_stale_refresh(stale_refresh_);
   runtime_->attach(*transformer_);
   if (runtime_->pipefusion() != nullptr) {

@@ -22,6 +22,7 @@
 #include "io/weights.h"
 #include "models/dit.h"
 #include "models/vae.h"
+#include "nn/lora.h"
 #include "parallel/config.h"
 #include "parallel/pipefusion_attention.h"
 #include "parallel/runtime.h"
@@ -103,6 +104,15 @@ class Pipeline {
   // the text encoder runs.
   void set_mesh(parallel::Mesh* mesh);
   parallel::Mesh* mesh() const { return mesh_; }
+
+  // LoRA adapters merged into the transformer's weights as it loads
+  // (nn/lora.h), each at its scale (diffusers' set_adapters weights). Set
+  // before load(); throws one line for a LoRA that does not fit the model
+  // (its unmatched modules too, unless ignore_unmatched) before any weight
+  // is read. A pipeline made from a WeightSource (not a folder) takes none.
+  void set_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched = false);
+  // "a.safetensors:0.7, b.safetensors:-0.4" (file names), "" when none.
+  const std::string& lora_label() const { return lora_label_; }
 
   // generate() frees the text encoders after encoding (bounding peak memory
   // to the larger of them and transformer + VAE) unless asked to keep them.
@@ -207,6 +217,9 @@ class Pipeline {
   std::unique_ptr<ModelFamily> family_;
   schedulers::SchedulerConfig sched_cfg_;
   std::unique_ptr<io::WeightSource> weights_;  // until load() has built the transformer
+  // With LoRAs: the folder's weights, which weights_ (nn::LoraWeights) reads.
+  std::unique_ptr<io::WeightSource> lora_base_;
+  std::string lora_label_;
   std::unique_ptr<models::DiT> transformer_;
   // The VAE, opened by a plan with Output::kImages, built on first use.
   std::unique_ptr<models::VaeConfig> vae_cfg_;

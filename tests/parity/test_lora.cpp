@@ -9,9 +9,11 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <map>
 
 #include "io/safetensors.h"
 #include "nn/lora.h"
+#include "pipeline/pipeline.h"
 #include "test_util.h"
 
 namespace xdit {
@@ -63,6 +65,38 @@ TEST(Lora, MergedWeightsAreDiffusers) {
   const Shape bias{base.shape("proj_out.bias")};
   EXPECT_EQ(merged.get("proj_out.bias", bias).to_vector(),
             base.get("proj_out.bias", bias).to_vector());
+}
+
+// Prompt to image on the tiny FLUX.1 [schnell] against diffusers with the
+// adapters loaded (unfused) and set_adapters' weights: within 1/255.
+TEST(Lora, ImagesAreDiffusers) {
+  const auto want = io::read_safetensors_f32(data("flux_images.safetensors"));
+  const std::map<std::string, std::vector<nn::LoraUse>> cases = {
+      {"none", {}},
+      {"one", {{std::make_shared<nn::LoraFile>(data("flux_a.safetensors")), 1.0}}},
+      {"two", both()}};
+  std::map<std::string, std::vector<uint8_t>> got;
+  for (const auto& [name, loras] : cases) {
+    SCOPED_TRACE(name);
+    pipeline::Pipeline pipe(test::models_dir() + "/flux-schnell-tiny", DType::kF32);
+    pipe.set_loras(loras);
+    pipeline::ImageRequest r;
+    r.prompts = {"a red fox in the snow"};
+    r.height = 48;
+    r.width = 80;
+    r.num_inference_steps = 4;
+    r.guidance_scale = 0.0;
+    r.max_sequence_length = 32;
+    r.seed = 0;
+    const pipeline::ImageResult out = pipe.generate(r);
+    ASSERT_EQ(out.rgb.size(), 1u);
+    EXPECT_LE(test::worst_pixel_difference(out.rgb, want.at(name).data<float>()), 1)
+        << "largest per-pixel difference (of 255)";
+    EXPECT_EQ(pipe.lora_label().empty(), loras.empty()) << pipe.lora_label();
+    got[name] = out.rgb[0];
+  }
+  EXPECT_NE(got["one"], got["none"]) << "the LoRA must change the picture";
+  EXPECT_NE(got["two"], got["one"]);
 }
 
 TEST(Lora, ScaleZeroIsTheBaseModel) {

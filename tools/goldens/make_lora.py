@@ -16,7 +16,12 @@ Writes tests/data/lora/:
                       set_adapters(["a", "b"], [0.7, -0.4]), fuse_lora; every
                       weight either LoRA touches, after the merge; metadata:
                       the versions and the scales.
+  flux_images.safetensors  FluxPipeline images (output_type "np", f32, the
+                      adapters unfused as load_lora_weights leaves them) of
+                      IMAGE: `one` with LoRA a alone at 1, `two` with both at
+                      0.7 / -0.4 (set_adapters), `none` without.
 """
+import json
 import os
 
 import diffusers
@@ -30,6 +35,8 @@ from safetensors.torch import save_file
 MODEL = "models/flux-schnell-tiny"
 OUT = "tests/data/lora"
 SCALES = {"a": 0.7, "b": -0.4}
+IMAGE = dict(prompt="a red fox in the snow", height=48, width=80, num_inference_steps=4,
+             guidance_scale=0.0, max_sequence_length=32, seed=0)
 CONFIGS = {
     "a": (LoraConfig(r=4, lora_alpha=8, init_lora_weights=False,
                      target_modules=["to_q", "to_k", "to_v", "to_out.0", "proj_mlp"]), True),
@@ -78,6 +85,21 @@ def main():
             "peft": peft.__version__, "scale_a": str(SCALES["a"]), "scale_b": str(SCALES["b"])}
     save_file(merged, os.path.join(OUT, "flux_merged.safetensors"), metadata=meta)
     print(len(merged), "merged weights")
+    images = {}
+    for case, adapters in (("none", {}), ("one", {"a": 1.0}), ("two", SCALES)):
+        pipe = load()
+        for name in adapters:
+            pipe.load_lora_weights(os.path.join(OUT, f"flux_{name}.safetensors"),
+                                   adapter_name=name)
+        if adapters:
+            pipe.set_adapters(list(adapters), list(adapters.values()))
+        kw = {k: v for k, v in IMAGE.items() if k != "seed"}
+        with torch.no_grad():
+            images[case] = torch.from_numpy(pipe(
+                **kw, generator=torch.Generator().manual_seed(IMAGE["seed"]),
+                output_type="np").images).contiguous()
+    save_file(images, os.path.join(OUT, "flux_images.safetensors"),
+              metadata=dict(meta, request=json.dumps(IMAGE)))
 
 
 if __name__ == "__main__":
