@@ -15,6 +15,7 @@
 
 #include "app/cache_options.h"
 #include "app/commands.h"
+#include "app/lora_options.h"
 #include "app/parallel_options.h"
 #include "app/png_metadata.h"
 #include "app/rank_agreement.h"
@@ -111,6 +112,7 @@ struct GenerateOptions {
   double guidance = pipeline::kDefaultGuidance, true_cfg = 1.0;
   pipeline::SkipLayerGuidance slg;  // SD3
   CacheOptions cache;
+  LoraOptions lora;
   std::string device = "cpu";
   std::string seed_text = "42";
   uint64_t seed = 42;
@@ -169,6 +171,7 @@ std::map<std::string, std::string> png_text(const pipeline::PlanFields& p, const
   m.dtype = o.dtype;
   m.parallel = parallel_label(layout, p.num_inference_steps, pipe.token_rows(p));
   m.cache = cache;
+  m.lora = pipe.lora_label();
   return png_metadata(m);
 }
 
@@ -296,6 +299,8 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
   pipe.set_mesh(&mesh);
   pipe.set_device(device);  // the transformer on a GPU; refuses what has no CUDA path yet
   pipe.set_one_shot(true);  // one run: the transformer goes before the VAE decodes
+  // The LoRAs checked against the model's weight headers before any loads.
+  if (!o.lora.specs.empty()) pipe.set_loras(o.lora.uses(), o.lora.ignore_unmatched);
   using Clock = std::chrono::steady_clock;
   auto secs = [](Clock::time_point a) {
     return std::chrono::duration<double>(Clock::now() - a).count();
@@ -413,6 +418,7 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
                            {"model_revision", model.commit},
                            {"parallel", trace_at_end.parallel},
                            {"cache", pipe.cache_summary()},
+                           {"lora", pipe.lora_label()},
                            {"xdit_version", XDIT_VERSION}});
     XDIT_INFO("text encoding ", seconds(text_s), ", denoising ", seconds(denoise_s),
               ", peak memory ", human_size(static_cast<double>(peak_rss_bytes())), " -> ", o.output,
@@ -515,6 +521,7 @@ std::function<int()> add_generate(CLI::App& app) {
       ->check(thread_count());
   add_parallel_options(g, o->par);
   add_cache_options(g, o->cache);
+  add_lora_options(g, o->lora);
   return [o, g] { return run_generate(*o, *g); };
 }
 

@@ -50,6 +50,7 @@ std::map<std::string, std::string> png_metadata(const ImageMetadata& m) {
           {"dtype", m.dtype},
           {"parallel", m.parallel},
           {"cache", m.cache},
+          {"lora", m.lora},
           {"software", software}};
 }
 

@@ -24,6 +24,7 @@ struct ImageMetadata {
   std::string model_revision, model_folder, pipeline, dtype, parallel;
   // The step cache and what it did (ImageResult::cache); empty: none.
   std::string cache;
+  std::string lora;           // Pipeline::lora_label(); empty: none
   std::string software_note;  // after "xdit VERSION": which front end ("serve"), if any
 };
 

@@ -1,0 +1,59 @@
+#include "app/lora_options.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace xdit::app {
+
+namespace {
+
+// "FILE:SCALE" → (FILE, SCALE) where the part after the last ':' is a
+// number; otherwise the whole is the file at scale 1 (a path may hold ':').
+std::pair<std::string, double> split_spec(const std::string& spec) {
+  const size_t colon = spec.rfind(':');
+  if (colon != std::string::npos && colon + 1 < spec.size()) {
+    const std::string tail = spec.substr(colon + 1);
+    size_t used = 0;
+    double scale = 0;
+    try {
+      scale = std::stod(tail, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == tail.size()) {
+      XDIT_CHECK(std::isfinite(scale), "--lora ", spec, ": the scale ", tail,
+                 " is not a finite number");
+      return {spec.substr(0, colon), scale};
+    }
+    XDIT_CHECK(std::filesystem::exists(spec), "--lora ", spec, ": '", tail,
+               "' after the last ':' is not a scale, and no file ", spec, " exists");
+  }
+  return {spec, 1.0};
+}
+
+}  // namespace
+
+std::vector<nn::LoraUse> LoraOptions::uses() const {
+  std::vector<nn::LoraUse> out;
+  for (const std::string& spec : specs) {
+    const auto [file, scale] = split_spec(spec);
+    XDIT_CHECK(std::filesystem::is_regular_file(file), "--lora ", spec, ": no file ", file);
+    out.push_back({std::make_shared<nn::LoraFile>(file), scale});
+  }
+  return out;
+}
+
+void add_lora_options(CLI::App* cmd, LoraOptions& o) {
+  cmd->add_option("--lora", o.specs,
+                  "a LoRA file (diffusers / PEFT safetensors) and its scale, FILE[:SCALE] "
+                  "(default 1); repeat for several, combined as diffusers' set_adapters")
+      ->group("LoRA")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_flag("--lora_ignore_unmatched,--lora-ignore-unmatched", o.ignore_unmatched,
+                "apply a LoRA whose modules the model partly lacks (those are skipped)")
+      ->group("LoRA");
+}
+
+}  // namespace xdit::app

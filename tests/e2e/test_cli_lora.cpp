@@ -1,0 +1,90 @@
+// xdit generate --lora end to end: two LoRAs at their scales give the
+// library's image (= diffusers', tests/parity/test_lora.cpp) and name
+// themselves in the PNG text; every bad file, scale or model is one line
+// before any weight loads, and writes nothing.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "cli_util.h"
+#include "io/png.h"
+#include "nn/lora.h"
+#include "pipeline/pipeline.h"
+#include "test_util.h"
+
+namespace xdit {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string lora(const std::string& name) {
+  return std::string(XDIT_TEST_DATA) + "/lora/" + name;
+}
+
+class CliLora : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("xdit_cli_lora_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string out() const { return (dir_ / "out.png").string(); }
+  test::CommandResult generate(const std::string& extra,
+                               const std::string& model = "flux-schnell-tiny") const {
+    return test::run_command(std::string("env XDIT_QUIET=1 '") + XDIT_BINARY +
+                                 "' generate --model '" + XDIT_MODELS + "/" + model +
+                                 "' --prompt 'a red fox' --height 48 --width 80 "
+                                 "--num_inference_steps 4 --seed 3 --dtype f32 -o '" +
+                                 out() + "' " + extra,
+                             (dir_ / "stderr.txt").string());
+  }
+  void expect_error(const std::string& extra, const std::string& expect,
+                    const std::string& model = "flux-schnell-tiny") const {
+    const test::CommandResult r = generate(extra, model);
+    EXPECT_NE(r.code, 0) << r.err;
+    EXPECT_EQ(r.err.rfind("xdit: error: ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(expect), std::string::npos) << "expected '" << expect << "' in " << r.err;
+    EXPECT_FALSE(fs::exists(out()));
+  }
+  fs::path dir_;
+};
+
+TEST_F(CliLora, TwoLorasAtTheirScalesAreTheLibrarysImage) {
+  const test::CommandResult r = generate("--lora '" + lora("flux_a.safetensors") +
+                                         ":0.7' --lora '" + lora("flux_b.safetensors") + ":-0.4'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const io::PngImage png = io::read_png(out());
+  EXPECT_EQ(png.text.at("lora"), "flux_a.safetensors:0.7, flux_b.safetensors:-0.4");
+  pipeline::Pipeline pipe(std::string(XDIT_MODELS) + "/flux-schnell-tiny", DType::kF32);
+  pipe.set_loras({{std::make_shared<nn::LoraFile>(lora("flux_a.safetensors")), 0.7},
+                  {std::make_shared<nn::LoraFile>(lora("flux_b.safetensors")), -0.4}});
+  pipeline::ImageRequest req;
+  req.prompts = {"a red fox"};
+  req.height = 48;
+  req.width = 80;
+  req.num_inference_steps = 4;
+  req.seed = 3;
+  const pipeline::ImageResult want = pipe.generate(req);
+  EXPECT_EQ(test::worst_pixel_difference(want.rgb.at(0), png.rgb), 0);
+  // Without a scale: 1.
+  fs::remove(out());
+  ASSERT_EQ(generate("--lora '" + lora("flux_a.safetensors") + "'").code, 0);
+  EXPECT_EQ(io::read_png(out()).text.at("lora"), "flux_a.safetensors:1");
+}
+
+TEST_F(CliLora, BadInputIsOneLineBeforeAnyWeightLoads) {
+  expect_error("--lora '" + (dir_ / "missing.safetensors").string() + "'", "no file");
+  expect_error("--lora '" + lora("flux_a.safetensors") + ":nan'", "is not a finite number");
+  expect_error("--lora '" + lora("flux_a.safetensors") + ":abc'", "is not a scale");
+  // A FLUX LoRA on SD3: its modules do not fit.
+  expect_error("--lora '" + lora("flux_a.safetensors") + "'", "LoRA", "sd3-tiny");
+  const fs::path cut = dir_ / "cut.safetensors";
+  fs::copy_file(lora("flux_a.safetensors"), cut);
+  fs::resize_file(cut, fs::file_size(cut) / 2);
+  expect_error("--lora '" + cut.string() + "'", "cut.safetensors");
+}
+
+}  // namespace
+}  // namespace xdit
