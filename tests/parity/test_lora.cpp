@@ -1,9 +1,9 @@
 // LoRA merging against diffusers' (tools/goldens/make_lora.py): two peft
-// LoRAs on the tiny FLUX.1 [schnell] — one with adapter metadata (alpha ≠
-// rank), one without (alpha = rank), overlapping on to_q — at scales 0.7
-// and −0.4 give every adapted weight diffusers' fuse_lora gives, whole and
-// as tensor-parallel shares; and every bad file or setting is one line
-// before a weight is read.
+// LoRAs on the tiny FLUX.1 [schnell] and SD3 — one with adapter metadata
+// (alpha ≠ rank), one without (alpha = rank), overlapping on to_q — at
+// scales 0.7 and −0.4 give every adapted weight diffusers' fuse_lora gives,
+// whole and as tensor-parallel shares, and diffusers' images; every bad
+// file or setting is one line before a weight is read.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -25,19 +25,27 @@ std::string data(const std::string& name) {
   return std::string(XDIT_TEST_DATA) + "/lora/" + name;
 }
 
+// The tiny model of a golden family ("flux", "sd3").
+std::string model_dir(const std::string& family = "flux") {
+  return test::models_dir() + (family == "flux" ? "/flux-schnell-tiny" : "/sd3-tiny");
+}
+
 std::string transformer_dir() {
-  return test::models_dir() + "/flux-schnell-tiny/transformer";
+  return model_dir() + "/transformer";
 }
 
-std::vector<nn::LoraUse> both(double a = 0.7, double b = -0.4) {
-  return {{std::make_shared<nn::LoraFile>(data("flux_a.safetensors")), a},
-          {std::make_shared<nn::LoraFile>(data("flux_b.safetensors")), b}};
+std::vector<nn::LoraUse> both(double a = 0.7, double b = -0.4, const std::string& family = "flux") {
+  return {{std::make_shared<nn::LoraFile>(data(family + "_a.safetensors")), a},
+          {std::make_shared<nn::LoraFile>(data(family + "_b.safetensors")), b}};
 }
 
-TEST(Lora, MergedWeightsAreDiffusers) {
-  const io::WeightStore base(transformer_dir());
-  const nn::LoraWeights merged(base, both(), "transformer");
-  const auto want = io::read_safetensors_f32(data("flux_merged.safetensors"));
+class LoraFamily : public testing::TestWithParam<std::string> {};
+
+TEST_P(LoraFamily, MergedWeightsAreDiffusers) {
+  const std::string family = GetParam();
+  const io::WeightStore base(model_dir(family) + "/transformer");
+  const nn::LoraWeights merged(base, both(0.7, -0.4, family), "transformer");
+  const auto want = io::read_safetensors_f32(data(family + "_merged.safetensors"));
   ASSERT_EQ(merged.adapted(), want.size());
   int checked = 0;
   for (const auto& [name, w] : want) {
@@ -62,32 +70,42 @@ TEST(Lora, MergedWeightsAreDiffusers) {
   }
   EXPECT_GE(checked, 20);
   // An unadapted weight passes through untouched.
-  const Shape bias{base.shape("proj_out.bias")};
+  const Shape bias{base.shape("proj_out.bias")};  // (both families' final projection)
   EXPECT_EQ(merged.get("proj_out.bias", bias).to_vector(),
             base.get("proj_out.bias", bias).to_vector());
 }
 
-// Prompt to image on the tiny FLUX.1 [schnell] against diffusers with the
-// adapters loaded (unfused) and set_adapters' weights: within 1/255.
-TEST(Lora, ImagesAreDiffusers) {
-  const auto want = io::read_safetensors_f32(data("flux_images.safetensors"));
+// Prompt to image on the tiny FLUX.1 [schnell] and SD3 (CFG) against
+// diffusers with the adapters loaded (unfused) and set_adapters' weights:
+// within 1/255.
+TEST_P(LoraFamily, ImagesAreDiffusers) {
+  const std::string family = GetParam();
+  const auto want = io::read_safetensors_f32(data(family + "_images.safetensors"));
   const std::map<std::string, std::vector<nn::LoraUse>> cases = {
       {"none", {}},
-      {"one", {{std::make_shared<nn::LoraFile>(data("flux_a.safetensors")), 1.0}}},
-      {"two", both()}};
+      {"one", {{std::make_shared<nn::LoraFile>(data(family + "_a.safetensors")), 1.0}}},
+      {"two", both(0.7, -0.4, family)}};
   std::map<std::string, std::vector<uint8_t>> got;
   for (const auto& [name, loras] : cases) {
     SCOPED_TRACE(name);
-    pipeline::Pipeline pipe(test::models_dir() + "/flux-schnell-tiny", DType::kF32);
+    pipeline::Pipeline pipe(model_dir(family), DType::kF32);
     pipe.set_loras(loras);
-    pipeline::ImageRequest r;
+    pipeline::ImageRequest r;  // make_lora.py's FAMILIES[family]["image"]
     r.prompts = {"a red fox in the snow"};
-    r.height = 48;
-    r.width = 80;
     r.num_inference_steps = 4;
-    r.guidance_scale = 0.0;
     r.max_sequence_length = 32;
-    r.seed = 0;
+    if (family == "flux") {
+      r.height = 48;
+      r.width = 80;
+      r.guidance_scale = 0.0;
+      r.seed = 0;
+    } else {
+      r.negative_prompt = "blurry";
+      r.height = 48;
+      r.width = 64;
+      r.guidance_scale = 5.0;
+      r.seed = 1;
+    }
     const pipeline::ImageResult out = pipe.generate(r);
     ASSERT_EQ(out.rgb.size(), 1u);
     EXPECT_LE(test::worst_pixel_difference(out.rgb, want.at(name).data<float>()), 1)
@@ -98,6 +116,8 @@ TEST(Lora, ImagesAreDiffusers) {
   EXPECT_NE(got["one"], got["none"]) << "the LoRA must change the picture";
   EXPECT_NE(got["two"], got["one"]);
 }
+
+INSTANTIATE_TEST_SUITE_P(Families, LoraFamily, testing::Values("flux", "sd3"));
 
 TEST(Lora, ScaleZeroIsTheBaseModel) {
   const io::WeightStore base(transformer_dir());

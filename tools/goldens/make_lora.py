@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""LoRA goldens (issue 44): random LoRAs for the tiny FLUX.1 [schnell] made
-with peft, and what diffusers makes of them.
+"""LoRA goldens (issue 44): random LoRAs for the tiny FLUX.1 [schnell] and
+SD3 made with peft, and what diffusers makes of them.
 
     python3 tools/goldens/make_lora.py   # from the repository root, after make_flux.py
+                                         # and make_sd3.py
 
 Writes tests/data/lora/:
   flux_a.safetensors  peft LoraConfig(r=4, lora_alpha=8) on the attention's
@@ -20,6 +21,11 @@ Writes tests/data/lora/:
                       adapters unfused as load_lora_weights leaves them) of
                       IMAGE: `one` with LoRA a alone at 1, `two` with both at
                       0.7 / -0.4 (set_adapters), `none` without.
+  sd3_a, sd3_b, sd3_merged, sd3_images: the same for the tiny SD3 (LoRA a on
+                      the image and text streams' projections, b on to_q and
+                      the MLP; CFG with a negative prompt).
+(The peft files' metadata lists target_modules in set order: a rerun may
+reorder that list; the tensors are the same.)
 """
 import json
 import os
@@ -27,41 +33,56 @@ import os
 import diffusers
 import peft
 import torch
-from diffusers import FluxPipeline
+from diffusers import FluxPipeline, StableDiffusion3Pipeline
 from peft import LoraConfig
 from peft.utils import get_peft_model_state_dict
 from safetensors.torch import save_file
 
-MODEL = "models/flux-schnell-tiny"
 OUT = "tests/data/lora"
 SCALES = {"a": 0.7, "b": -0.4}
-IMAGE = dict(prompt="a red fox in the snow", height=48, width=80, num_inference_steps=4,
-             guidance_scale=0.0, max_sequence_length=32, seed=0)
-CONFIGS = {
-    "a": (LoraConfig(r=4, lora_alpha=8, init_lora_weights=False,
-                     target_modules=["to_q", "to_k", "to_v", "to_out.0", "proj_mlp"]), True),
-    "b": (LoraConfig(r=2, lora_alpha=2, init_lora_weights=False,
-                     target_modules=["to_q", "ff.net.0.proj", "ff.net.2"]), False),
+FAMILIES = {
+    "flux": dict(
+        pipeline=FluxPipeline, model="models/flux-schnell-tiny",
+        image=dict(prompt="a red fox in the snow", height=48, width=80, num_inference_steps=4,
+                   guidance_scale=0.0, max_sequence_length=32, seed=0),
+        configs={
+            "a": (LoraConfig(r=4, lora_alpha=8, init_lora_weights=False,
+                             target_modules=["to_q", "to_k", "to_v", "to_out.0", "proj_mlp"]),
+                  True),
+            "b": (LoraConfig(r=2, lora_alpha=2, init_lora_weights=False,
+                             target_modules=["to_q", "ff.net.0.proj", "ff.net.2"]), False)}),
+    "sd3": dict(
+        pipeline=StableDiffusion3Pipeline, model="models/sd3-tiny",
+        image=dict(prompt="a red fox in the snow", negative_prompt="blurry", height=48, width=64,
+                   num_inference_steps=4, guidance_scale=5.0, max_sequence_length=32, seed=1),
+        configs={
+            "a": (LoraConfig(r=4, lora_alpha=6, init_lora_weights=False,
+                             target_modules=["to_q", "to_k", "to_v", "to_out.0", "add_q_proj",
+                                             "add_v_proj", "to_add_out"]), True),
+            "b": (LoraConfig(r=3, lora_alpha=3, init_lora_weights=False,
+                             target_modules=["to_q", "ff.net.0.proj", "ff_context.net.2"]),
+                  False)}),
 }
 
 
-def load():
-    return FluxPipeline.from_pretrained(MODEL, torch_dtype=torch.float32)
+def load(family):
+    f = FAMILIES[family]
+    return f["pipeline"].from_pretrained(f["model"], torch_dtype=torch.float32)
 
 
-def make_file(name, seed):
+def make_file(family, name, seed):
     """A LoRA of random A and B, saved as diffusers saves one."""
     torch.manual_seed(seed)
-    cfg, with_metadata = CONFIGS[name]
-    t = load().transformer
+    cfg, with_metadata = FAMILIES[family]["configs"][name]
+    t = load(family).transformer
     t.add_adapter(cfg, adapter_name=name)
     with torch.no_grad():  # visible: B of the size of A (peft's False init is small)
         for n, p in t.named_parameters():
             if f"lora_B.{name}" in n:
                 p.normal_(0, 0.2)
     sd = get_peft_model_state_dict(t, adapter_name=name)
-    path = os.path.join(OUT, f"flux_{name}")
-    FluxPipeline.save_lora_weights(
+    path = os.path.join(OUT, f"{family}_{name}")
+    FAMILIES[family]["pipeline"].save_lora_weights(
         path, transformer_lora_layers=sd,
         transformer_lora_adapter_metadata=cfg.to_dict() if with_metadata else None)
     os.replace(os.path.join(path, "pytorch_lora_weights.safetensors"), path + ".safetensors")
@@ -69,12 +90,12 @@ def make_file(name, seed):
     return {k.removesuffix(".lora_A.weight") for k in sd if k.endswith(".lora_A.weight")}
 
 
-def main():
-    os.makedirs(OUT, exist_ok=True)
-    modules = make_file("a", 1) | make_file("b", 2)
-    pipe = load()
+def make(family):
+    modules = make_file(family, "a", 1) | make_file(family, "b", 2)
+    pipe = load(family)
     for name in SCALES:
-        pipe.load_lora_weights(os.path.join(OUT, f"flux_{name}.safetensors"), adapter_name=name)
+        pipe.load_lora_weights(os.path.join(OUT, f"{family}_{name}.safetensors"),
+                               adapter_name=name)
     pipe.set_adapters(list(SCALES), list(SCALES.values()))
     pipe.fuse_lora(adapter_names=list(SCALES))
     state = pipe.transformer.state_dict()
@@ -83,24 +104,28 @@ def main():
               for m in sorted(modules)}
     meta = {"torch": torch.__version__, "diffusers": diffusers.__version__,
             "peft": peft.__version__, "scale_a": str(SCALES["a"]), "scale_b": str(SCALES["b"])}
-    save_file(merged, os.path.join(OUT, "flux_merged.safetensors"), metadata=meta)
-    print(len(merged), "merged weights")
+    save_file(merged, os.path.join(OUT, f"{family}_merged.safetensors"), metadata=meta)
+    print(family, len(merged), "merged weights")
+    image = FAMILIES[family]["image"]
     images = {}
     for case, adapters in (("none", {}), ("one", {"a": 1.0}), ("two", SCALES)):
-        pipe = load()
+        pipe = load(family)
         for name in adapters:
-            pipe.load_lora_weights(os.path.join(OUT, f"flux_{name}.safetensors"),
+            pipe.load_lora_weights(os.path.join(OUT, f"{family}_{name}.safetensors"),
                                    adapter_name=name)
         if adapters:
             pipe.set_adapters(list(adapters), list(adapters.values()))
-        kw = {k: v for k, v in IMAGE.items() if k != "seed"}
+        kw = {k: v for k, v in image.items() if k != "seed"}
         with torch.no_grad():
             images[case] = torch.from_numpy(pipe(
-                **kw, generator=torch.Generator().manual_seed(IMAGE["seed"]),
+                **kw, generator=torch.Generator().manual_seed(image["seed"]),
                 output_type="np").images).contiguous()
-    save_file(images, os.path.join(OUT, "flux_images.safetensors"),
-              metadata=dict(meta, request=json.dumps(IMAGE)))
+    save_file(images, os.path.join(OUT, f"{family}_images.safetensors"),
+              metadata=dict(meta, request=json.dumps(image)))
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+    os.makedirs(OUT, exist_ok=True)
+    for fam in sys.argv[1:] or FAMILIES:
+        make(fam)
