@@ -98,6 +98,12 @@ const std::map<std::string, LoraModule>& LoraFile::modules(const std::string& co
   return it == components_.end() ? none : it->second;
 }
 
+std::vector<std::string> LoraFile::components() const {
+  std::vector<std::string> out;
+  for (const auto& [name, modules] : components_) out.push_back(name);
+  return out;
+}
+
 Tensor LoraFile::down(const LoraModule& m) const {
   return file_.get(m.down).as(DType::kF32, Device{});
 }

@@ -41,6 +41,8 @@ class LoraFile {
   // The adapters of a component ("transformer", "text_encoder", …) by
   // module name as the component's weights name it; empty when none.
   const std::map<std::string, LoraModule>& modules(const std::string& component) const;
+  // The components it adapts ("transformer", "text_encoder", …).
+  std::vector<std::string> components() const;
   // A and B in f32, on the host.
   Tensor down(const LoraModule& m) const;
   Tensor up(const LoraModule& m) const;

@@ -55,6 +55,11 @@ void Pipeline::set_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched) 
   if (loras.empty()) return;
   const auto* store = dynamic_cast<const io::WeightStore*>(weights_.get());
   XDIT_CHECK(store != nullptr, "LoRAs need a model folder's weights");
+  for (const nn::LoraUse& l : loras)
+    for (const std::string& c : l.file->components())
+      XDIT_CHECK(c == "transformer" || ignore_unmatched, "LoRA ", l.file->path(), " adapts the ", c,
+                 ", and xdit applies transformer LoRAs only so far ",
+                 "(--lora_ignore_unmatched applies its transformer part)");
   std::string label;
   for (const nn::LoraUse& l : loras)
     label += (label.empty() ? "" : ", ") +

@@ -177,6 +177,20 @@ TEST_F(LoraBadInput, EachIsOneLine) {
   const std::string other = (dir_ / "other.safetensors").string();
   io::write_safetensors(other, {{"lora_unet_x.lora_down.weight", Tensor::zeros({2, 2})}});
   expect(error(other), "other formats are not read yet");
+  // A text-encoder part: refused (not applied yet), or left out when asked.
+  const std::string te = (dir_ / "te.safetensors").string();
+  io::write_safetensors(te, {{"transformer." + mod + ".lora_A.weight", Tensor::zeros({2, q[1]})},
+                             {"transformer." + mod + ".lora_B.weight", Tensor::zeros({q[0], 2})},
+                             {"text_encoder.text_model.x.lora_A.weight", Tensor::zeros({2, 4})},
+                             {"text_encoder.text_model.x.lora_B.weight", Tensor::zeros({4, 2})}});
+  const auto set = [&](bool ignore) {
+    return test::error_message([&] {
+      pipeline::Pipeline pipe(model_dir(), DType::kF32);
+      pipe.set_loras({{std::make_shared<nn::LoraFile>(te), 1.0}}, ignore);
+    });
+  };
+  expect(set(false), "adapts the text_encoder");
+  EXPECT_EQ(set(true), "(no error)");
   const std::string good = write(mod, 4, q[1], q[0], 4);
   fs::resize_file(good, fs::file_size(good) - 16);
   const std::string truncated = error(good);
