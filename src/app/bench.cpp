@@ -40,6 +40,7 @@ int run_bench(const BenchOptions& o) {
     return run_bench_serve(o.model, o.requests, o.clients, o.threads, o.ranks, o.serve_args);
   set_threads(o.threads);
   if (o.what == "cache") return run_bench_cache(o);
+  if (o.what == "lora") return run_bench_lora(o);
   g_device = parse_device(o.device);
   check_device(g_device);  // one line where there is no GPU
   XDIT_CHECK(!g_device.cuda() || o.what == "transformer" || o.what == "flux", "bench ", o.what,
@@ -51,7 +52,7 @@ int run_bench(const BenchOptions& o) {
           o.what == "flux" || o.what == "sd3" || o.what == "parallel" || o.what == "tensor" ||
           o.what == "all",
       "unknown benchmark '", o.what,
-      "': transformer, attention, t5, vae, flux, sd3, parallel, tensor, cache, serve or all");
+      "': transformer, attention, t5, vae, flux, sd3, parallel, tensor, cache, lora, serve or all");
   if (!o.row.empty()) {  // child: WHAT:RES:DTYPE[:LAYOUT]
     std::vector<std::string> f;
     std::stringstream ss(o.row);
@@ -159,9 +160,10 @@ std::function<int()> add_bench(CLI::App& app) {
   auto o = std::make_shared<bench::BenchOptions>();
   CLI::App* b =
       app.add_subcommand("bench", "benchmarks against the GEMM peak measured in the same run");
-  b->add_option("what", o->what,
-                "benchmark: transformer, attention, t5, vae, flux, sd3, parallel, tensor, cache "
-                "(step caches on --model), serve (load on xdit serve) or all")
+  b->add_option(
+       "what", o->what,
+       "benchmark: transformer, attention, t5, vae, flux, sd3, parallel, tensor, cache, lora "
+       "(step caches on --model), serve (load on xdit serve) or all")
       ->capture_default_str();
   b->add_option("--resolutions", o->resolutions, "image sizes in pixels")
       ->delimiter(',')
@@ -189,6 +191,9 @@ std::function<int()> add_bench(CLI::App& app) {
   b->add_option("--taylorseer_intervals", o->taylorseer_intervals,
                 "cache: TaylorSeer intervals to run (warm-up 3, order 1)")
       ->delimiter(',')
+      ->capture_default_str();
+  b->add_option("--lora_rank", o->lora_rank, "lora: the LoRA's rank")
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}))
       ->capture_default_str();
   b->add_option("--requests", o->requests, "serve: requests sent (a tenth is the warm-up)")
       ->capture_default_str();

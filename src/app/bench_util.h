@@ -49,10 +49,12 @@ struct BenchOptions {
   // rescaled change adds at least 0.18 a step: below that it never skips).
   std::vector<double> teacache_thresholds{0.12, 0.25, 0.4, 0.6};
   std::vector<int64_t> taylorseer_intervals{5, 3, 2};  // 5: diffusers' default
+  int64_t lora_rank = 16;                              // lora: the LoRA's rank
 };
 
-// xdit bench cache (bench_cache.cpp).
+// xdit bench cache (bench_cache.cpp), lora (bench_lora.cpp).
 int run_bench_cache(const BenchOptions& o);
+int run_bench_lora(const BenchOptions& o);
 
 // Where the transformer and flux rows run (--device): their model is built
 // under this device's scope, and the GEMM peak is measured there.

@@ -160,9 +160,19 @@ void LoraWeights::add_deltas(const std::string& name, Tensor& w, int64_t r0, int
   }
 }
 
+namespace {
+
+// An f32 host copy of `t` that the caller owns (one pass: a conversion or a copy).
+Tensor owned_f32(const Tensor& t) {
+  const Tensor host = t.to_device(Device{});
+  return host.dtype() == DType::kF32 ? host.clone() : host.to(DType::kF32);
+}
+
+}  // namespace
+
 Tensor LoraWeights::read(const std::string& name, const Shape& expected) const {
   if (adapters_.count(name) == 0) return base_.get(name, expected);
-  Tensor w = base_.get(name, expected).as(DType::kF32, Device{}).clone();
+  Tensor w = owned_f32(base_.get(name, expected));
   add_deltas(name, w, 0, 0);
   return w;
 }
@@ -170,7 +180,7 @@ Tensor LoraWeights::read(const std::string& name, const Shape& expected) const {
 Tensor LoraWeights::read_slice(const std::string& name, const Shape& expected, int dim,
                                int64_t begin, int64_t count) const {
   if (adapters_.count(name) == 0) return base_.get_slice(name, expected, dim, begin, count);
-  Tensor w = base_.get_slice(name, expected, dim, begin, count).as(DType::kF32, Device{}).clone();
+  Tensor w = owned_f32(base_.get_slice(name, expected, dim, begin, count));
   add_deltas(name, w, dim == 0 ? begin : 0, dim == 1 ? begin : 0);
   return w;
 }
