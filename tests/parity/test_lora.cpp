@@ -1,5 +1,5 @@
 // LoRA merging against diffusers' (tools/goldens/make_lora.py): two peft
-// LoRAs on the tiny FLUX.1 [schnell] and SD3 — one with adapter metadata
+// LoRAs on the tiny FLUX.1 [schnell], SD3 and SD3.5 — one with adapter metadata
 // (alpha ≠ rank), one without (alpha = rank), overlapping on to_q — at
 // scales 0.7 and −0.4 give every adapted weight diffusers' fuse_lora gives,
 // whole and as tensor-parallel shares, and diffusers' images; every bad
@@ -27,7 +27,9 @@ std::string data(const std::string& name) {
 
 // The tiny model of a golden family ("flux", "sd3").
 std::string model_dir(const std::string& family = "flux") {
-  return test::models_dir() + (family == "flux" ? "/flux-schnell-tiny" : "/sd3-tiny");
+  return test::models_dir() + (family == "flux"  ? "/flux-schnell-tiny"
+                               : family == "sd3" ? "/sd3-tiny"
+                                                 : "/sd35-tiny");
 }
 
 std::string transformer_dir() {
@@ -99,12 +101,20 @@ TEST_P(LoraFamily, ImagesAreDiffusers) {
       r.width = 80;
       r.guidance_scale = 0.0;
       r.seed = 0;
-    } else {
+    } else if (family == "sd3") {
       r.negative_prompt = "blurry";
       r.height = 48;
       r.width = 64;
       r.guidance_scale = 5.0;
       r.seed = 1;
+    } else {
+      r.prompts = {"Two cats, sitting on a mat!"};
+      r.negative_prompt = "blurry";
+      r.height = 40;
+      r.width = 56;
+      r.guidance_scale = 4.0;
+      r.max_sequence_length = 24;
+      r.seed = 5;
     }
     const pipeline::ImageResult out = pipe.generate(r);
     ASSERT_EQ(out.rgb.size(), 1u);
@@ -117,7 +127,7 @@ TEST_P(LoraFamily, ImagesAreDiffusers) {
   EXPECT_NE(got["two"], got["one"]);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, LoraFamily, testing::Values("flux", "sd3"));
+INSTANTIATE_TEST_SUITE_P(Families, LoraFamily, testing::Values("flux", "sd3", "sd35"));
 
 TEST(Lora, ScaleZeroIsTheBaseModel) {
   const io::WeightStore base(transformer_dir());

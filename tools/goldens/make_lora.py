@@ -23,7 +23,8 @@ Writes tests/data/lora/:
                       0.7 / -0.4 (set_adapters), `none` without.
   sd3_a, sd3_b, sd3_merged, sd3_images: the same for the tiny SD3 (LoRA a on
                       the image and text streams' projections, b on to_q and
-                      the MLP; CFG with a negative prompt).
+                      the MLP; CFG with a negative prompt), and sd35_* for the
+                      tiny SD3.5 (its dual-attention blocks' attn2 included).
 (The peft files' metadata lists target_modules in set order: a rerun may
 reorder that list; the tensors are the same.)
 """
@@ -62,6 +63,16 @@ FAMILIES = {
             "b": (LoraConfig(r=3, lora_alpha=3, init_lora_weights=False,
                              target_modules=["to_q", "ff.net.0.proj", "ff_context.net.2"]),
                   False)}),
+    "sd35": dict(
+        pipeline=StableDiffusion3Pipeline, model="models/sd35-tiny",
+        image=dict(prompt="Two cats, sitting on a mat!", negative_prompt="blurry", height=40,
+                   width=56, num_inference_steps=4, guidance_scale=4.0, max_sequence_length=24,
+                   seed=5),
+        configs={  # to_q / to_k / to_out.0 match the dual-attention blocks' attn2 too
+            "a": (LoraConfig(r=4, lora_alpha=2, init_lora_weights=False,
+                             target_modules=["to_q", "to_k", "to_out.0", "add_k_proj"]), True),
+            "b": (LoraConfig(r=2, lora_alpha=2, init_lora_weights=False,
+                             target_modules=["to_v", "ff.net.2"]), False)}),
 }
 
 
