@@ -120,7 +120,14 @@ LoraWeights::LoraWeights(const io::WeightStore& base, std::vector<LoraUse> loras
     XDIT_CHECK(std::isfinite(use.scale), "LoRA ", use.file->path(), ": the scale ", use.scale,
                " is not a finite number");
     for (const auto& [module, m] : use.file->modules(component)) {
-      const std::string weight = module + ".weight";
+      // CLIP's weights and LoRAs name its modules with or without the
+      // "text_model." of transformers' CLIPTextModel (older and newer
+      // transformers): either finds the other.
+      std::string weight = module + ".weight";
+      const std::string tm = "text_model.";
+      if (!base_.has(weight) && base_.has(tm + weight)) weight = tm + weight;
+      if (!base_.has(weight) && weight.rfind(tm, 0) == 0 && base_.has(weight.substr(tm.size())))
+        weight = weight.substr(tm.size());
       if (!base_.has(weight)) {
         unmatched.push_back(module);
         continue;

@@ -22,6 +22,7 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
   using ConfigFamily::ConfigFamily;
 
   bool runs_on_cuda() const override { return true; }
+  std::vector<std::string> lora_text_components() const override { return {"text_encoder"}; }
   std::string name() const override {
     return cfg_.guidance_embeds ? "FLUX.1 [dev]" : "FLUX.1 [schnell]";
   }
@@ -94,6 +95,7 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
       XDIT_CHECK(pooled == cfg_.pooled_projection_dim, "text_encoder/ pools to width ", pooled,
                  " but the transformer's pooled_projection_dim is ", cfg_.pooled_projection_dim);
       clip_weights_ = open_clip_weights(folder, "text_encoder", *clip);
+      text_weights("text_encoder", *clip_weights_);  // its LoRAs checked now
       clip_cfg_ = std::move(clip);
     }
     if (!t5_cfg_)
@@ -113,7 +115,8 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
     XDIT_CHECK(clip_tok_ && t5_tok_ && clip_cfg_ && t5_cfg_,
                "encode before the text side was opened");
     if (!clip_)
-      clip_ = std::make_unique<models::ClipTextEncoder>(*clip_cfg_, *clip_weights_, dtype);
+      clip_ = std::make_unique<models::ClipTextEncoder>(
+          *clip_cfg_, text_weights("text_encoder", *clip_weights_), dtype);
     PromptEmbeddings e;
     e.cond.set(models::kPooled, encode_clip(*clip_tok_, *clip_, r.prompts, true).pooled);
     const std::vector<T5Texts> lists = prompt_lists(r, cfg);

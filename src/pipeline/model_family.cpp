@@ -178,4 +178,23 @@ void ModelFamily::match_masks(models::Conditioning& uncond, models::Conditioning
   lacking.set(models::kTextMask, std::move(ones));
 }
 
+void ModelFamily::set_text_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched) {
+  text_loras_ = std::move(loras);
+  text_lora_ignore_ = ignore_unmatched;
+  text_lora_weights_.clear();
+}
+
+const io::WeightSource& ModelFamily::text_weights(const std::string& component,
+                                                  const io::WeightStore& store) {
+  bool adapts = false;
+  for (const nn::LoraUse& l : text_loras_) adapts = adapts || !l.file->modules(component).empty();
+  if (!adapts) return store;
+  auto& [base, merged] = text_lora_weights_[component];
+  if (base != &store || !merged) {
+    merged = std::make_unique<nn::LoraWeights>(store, text_loras_, component, text_lora_ignore_);
+    base = &store;
+  }
+  return *merged;
+}
+
 }  // namespace xdit::pipeline

@@ -6,6 +6,7 @@
 // is shared. A family is picked from model_index.json's _class_name.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "models/dit.h"
 #include "models/pixart.h"
 #include "models/t5.h"
+#include "nn/lora.h"
 #include "pipeline/memory_estimate.h"
 #include "pipeline/plan.h"
 #include "pipeline/request.h"
@@ -167,7 +169,19 @@ class ModelFamily {
   // read of them (`loaded()`: its share under a split) is what tests check.
   const io::WeightStore* t5_weights() const { return t5_weights_.get(); }
 
+  // LoRAs for the text encoders: the components whose adapters this family
+  // applies — its CLIP encoders, the ones diffusers' LoRA loaders adapt
+  // (FLUX.1: text_encoder; SD3: text_encoder and text_encoder_2; none on T5
+  // or for PixArt) — and the LoRAs, set before the text side opens.
+  virtual std::vector<std::string> lora_text_components() const { return {}; }
+  void set_text_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched);
+
  protected:
+  // `store`, the weights of `component`, with the text LoRAs that adapt it
+  // merged (the store itself when none adapt it); made when first asked —
+  // as the text side opens, so its modules and shapes are checked before
+  // any weight is read — and kept while the store lives.
+  const io::WeightSource& text_weights(const std::string& component, const io::WeightStore& store);
   // The T5 encoder every family has: its config and files (open_t5 fills
   // them in open_text) and the encoder, built on first use by t5_encoder
   // with the split and residency set above, freed by release_text.
@@ -177,6 +191,12 @@ class ModelFamily {
   std::unique_ptr<models::T5Config> t5_cfg_;
   std::unique_ptr<io::WeightStore> t5_weights_;
   std::unique_ptr<models::T5Encoder> t5_;
+
+ private:
+  std::vector<nn::LoraUse> text_loras_;
+  bool text_lora_ignore_ = false;
+  std::map<std::string, std::pair<const io::WeightStore*, std::unique_ptr<nn::LoraWeights>>>
+      text_lora_weights_;
 };
 
 // What every family takes straight from its transformer's config.

@@ -55,11 +55,18 @@ void Pipeline::set_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched) 
   if (loras.empty()) return;
   const auto* store = dynamic_cast<const io::WeightStore*>(weights_.get());
   XDIT_CHECK(store != nullptr, "LoRAs need a model folder's weights");
+  XDIT_CHECK(!text_opened_, "set_loras before the first plan opens the text encoders");
+  std::vector<std::string> adaptable = family_->lora_text_components();
+  adaptable.insert(adaptable.begin(), "transformer");
+  std::string names;
+  for (const std::string& c : adaptable) names += (names.empty() ? "" : ", ") + c;
   for (const nn::LoraUse& l : loras)
     for (const std::string& c : l.file->components())
-      XDIT_CHECK(c == "transformer" || ignore_unmatched, "LoRA ", l.file->path(), " adapts the ", c,
-                 ", and xdit applies transformer LoRAs only so far ",
-                 "(--lora_ignore_unmatched applies its transformer part)");
+      XDIT_CHECK(
+          ignore_unmatched || std::find(adaptable.begin(), adaptable.end(), c) != adaptable.end(),
+          "LoRA ", l.file->path(), " adapts the ", c, "; xdit, as diffusers, adapts ",
+          family_->name(), "'s ", names, " only (--lora_ignore_unmatched applies the rest)");
+  family_->set_text_loras(loras, ignore_unmatched);
   std::string label;
   for (const nn::LoraUse& l : loras)
     label += (label.empty() ? "" : ", ") +

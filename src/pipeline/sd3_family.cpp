@@ -24,6 +24,9 @@ class SD3Family : public ConfigFamily<models::SD3Config, models::SD3Transformer>
   using ConfigFamily::ConfigFamily;
 
   bool runs_on_cuda() const override { return true; }
+  std::vector<std::string> lora_text_components() const override {
+    return {"text_encoder", "text_encoder_2"};
+  }
   std::string name() const override {
     return cfg_.dual_attention_layers.empty() && !cfg_.qk_norm ? "Stable Diffusion 3"
                                                                : "Stable Diffusion 3.5";
@@ -77,6 +80,8 @@ class SD3Family : public ConfigFamily<models::SD3Config, models::SD3Transformer>
                  " but the transformer's pooled_projection_dim is ", cfg_.pooled_projection_dim);
       clip_l_weights_ = open_clip_weights(folder, "text_encoder", *l);
       clip_g_weights_ = open_clip_weights(folder, "text_encoder_2", *g);
+      text_weights("text_encoder", *clip_l_weights_);  // their LoRAs checked now
+      text_weights("text_encoder_2", *clip_g_weights_);
       clip_l_cfg_ = std::move(l);
       clip_g_cfg_ = std::move(g);
     }
@@ -98,8 +103,10 @@ class SD3Family : public ConfigFamily<models::SD3Config, models::SD3Transformer>
     const bool cfg = r.cfg;
     XDIT_CHECK(clip_l_cfg_ && t5_cfg_, "encode before the text side was opened");
     if (!clip_l_) {
-      clip_l_ = std::make_unique<models::ClipTextEncoder>(*clip_l_cfg_, *clip_l_weights_, dtype);
-      clip_g_ = std::make_unique<models::ClipTextEncoder>(*clip_g_cfg_, *clip_g_weights_, dtype);
+      clip_l_ = std::make_unique<models::ClipTextEncoder>(
+          *clip_l_cfg_, text_weights("text_encoder", *clip_l_weights_), dtype);
+      clip_g_ = std::make_unique<models::ClipTextEncoder>(
+          *clip_g_cfg_, text_weights("text_encoder_2", *clip_g_weights_), dtype);
     }
     t5_encoder(dtype);  // encode_texts runs it
     PromptEmbeddings e;

@@ -83,10 +83,12 @@ TEST_P(LoraFamily, MergedWeightsAreDiffusers) {
 TEST_P(LoraFamily, ImagesAreDiffusers) {
   const std::string family = GetParam();
   const auto want = io::read_safetensors_f32(data(family + "_images.safetensors"));
-  const std::map<std::string, std::vector<nn::LoraUse>> cases = {
+  std::map<std::string, std::vector<nn::LoraUse>> cases = {
       {"none", {}},
       {"one", {{std::make_shared<nn::LoraFile>(data(family + "_a.safetensors")), 1.0}}},
       {"two", both(0.7, -0.4, family)}};
+  if (family != "sd35")  // the transformer and the CLIP encoders diffusers adapts
+    cases["te"] = {{std::make_shared<nn::LoraFile>(data(family + "_te.safetensors")), 0.8}};
   std::map<std::string, std::vector<uint8_t>> got;
   for (const auto& [name, loras] : cases) {
     SCOPED_TRACE(name);
@@ -125,6 +127,9 @@ TEST_P(LoraFamily, ImagesAreDiffusers) {
   }
   EXPECT_NE(got["one"], got["none"]) << "the LoRA must change the picture";
   EXPECT_NE(got["two"], got["one"]);
+  if (got.count("te")) {
+    EXPECT_NE(got["te"], got["none"]);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, LoraFamily, testing::Values("flux", "sd3", "sd35"));
@@ -187,19 +192,20 @@ TEST_F(LoraBadInput, EachIsOneLine) {
   const std::string other = (dir_ / "other.safetensors").string();
   io::write_safetensors(other, {{"lora_unet_x.lora_down.weight", Tensor::zeros({2, 2})}});
   expect(error(other), "other formats are not read yet");
-  // A text-encoder part: refused (not applied yet), or left out when asked.
+  // A T5 part (FLUX.1's text_encoder_2, which diffusers does not adapt):
+  // refused, or left out when asked.
   const std::string te = (dir_ / "te.safetensors").string();
   io::write_safetensors(te, {{"transformer." + mod + ".lora_A.weight", Tensor::zeros({2, q[1]})},
                              {"transformer." + mod + ".lora_B.weight", Tensor::zeros({q[0], 2})},
-                             {"text_encoder.text_model.x.lora_A.weight", Tensor::zeros({2, 4})},
-                             {"text_encoder.text_model.x.lora_B.weight", Tensor::zeros({4, 2})}});
+                             {"text_encoder_2.encoder.x.lora_A.weight", Tensor::zeros({2, 4})},
+                             {"text_encoder_2.encoder.x.lora_B.weight", Tensor::zeros({4, 2})}});
   const auto set = [&](bool ignore) {
     return test::error_message([&] {
       pipeline::Pipeline pipe(model_dir(), DType::kF32);
       pipe.set_loras({{std::make_shared<nn::LoraFile>(te), 1.0}}, ignore);
     });
   };
-  expect(set(false), "adapts the text_encoder");
+  expect(set(false), "adapts the text_encoder_2; xdit, as diffusers, adapts");
   EXPECT_EQ(set(true), "(no error)");
   const std::string good = write(mod, 4, q[1], q[0], 4);
   fs::resize_file(good, fs::file_size(good) - 16);

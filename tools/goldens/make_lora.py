@@ -25,6 +25,9 @@ Writes tests/data/lora/:
                       the image and text streams' projections, b on to_q and
                       the MLP; CFG with a negative prompt), and sd35_* for the
                       tiny SD3.5 (its dual-attention blocks' attn2 included).
+  {flux,sd3}_te.safetensors  transformer + CLIP text-encoder LoRA (text_encoder;
+                      SD3 also text_encoder_2), r 4, alpha 4; `te` in the images
+                      file: it alone at 0.8.
 (The peft files' metadata lists target_modules in set order: a rerun may
 reorder that list; the tensors are the same.)
 """
@@ -101,8 +104,35 @@ def make_file(family, name, seed):
     return {k.removesuffix(".lora_A.weight") for k in sd if k.endswith(".lora_A.weight")}
 
 
+def make_text_file(family, seed):
+    """A LoRA on the transformer and the CLIP text encoders diffusers adapts."""
+    torch.manual_seed(seed)
+    pipe = load(family)
+    layers = {}
+    cfg = LoraConfig(r=4, lora_alpha=4, init_lora_weights=False, target_modules=["to_q", "to_v"])
+    pipe.transformer.add_adapter(cfg, adapter_name="te")
+    layers["transformer_lora_layers"] = get_peft_model_state_dict(pipe.transformer,
+                                                                  adapter_name="te")
+    encoders = ["text_encoder"] + (["text_encoder_2"] if family != "flux" else [])
+    for name in encoders:
+        enc = getattr(pipe, name)
+        enc.add_adapter(LoraConfig(r=4, lora_alpha=4, init_lora_weights=False,
+                                   target_modules=["q_proj", "v_proj", "fc1"]), adapter_name="te")
+        with torch.no_grad():
+            for n, p in enc.named_parameters():
+                if "lora_B.te" in n:
+                    p.normal_(0, 0.3)
+        layers[f"{name}_lora_layers"] = get_peft_model_state_dict(enc, adapter_name="te")
+    path = os.path.join(OUT, f"{family}_te")
+    FAMILIES[family]["pipeline"].save_lora_weights(path, **layers)
+    os.replace(os.path.join(path, "pytorch_lora_weights.safetensors"), path + ".safetensors")
+    os.rmdir(path)
+
+
 def make(family):
     modules = make_file(family, "a", 1) | make_file(family, "b", 2)
+    if family in ("flux", "sd3"):
+        make_text_file(family, 3)
     pipe = load(family)
     for name in SCALES:
         pipe.load_lora_weights(os.path.join(OUT, f"{family}_{name}.safetensors"),
@@ -119,7 +149,10 @@ def make(family):
     print(family, len(merged), "merged weights")
     image = FAMILIES[family]["image"]
     images = {}
-    for case, adapters in (("none", {}), ("one", {"a": 1.0}), ("two", SCALES)):
+    cases = [("none", {}), ("one", {"a": 1.0}), ("two", SCALES)]
+    if family in ("flux", "sd3"):
+        cases.append(("te", {"te": 0.8}))
+    for case, adapters in cases:
         pipe = load(family)
         for name in adapters:
             pipe.load_lora_weights(os.path.join(OUT, f"{family}_{name}.safetensors"),
