@@ -135,15 +135,21 @@ def with_cache(pipe, case, threshold):
         pass_text_through(t.transformer_blocks[-1])
         t.transformer_blocks[-1]._passes = True
     apply_first_block_cache(t, FirstBlockCacheConfig(threshold=threshold))
+    in_one_context(t)
+    del registry
+
+
+def in_one_context(t):
+    """Every call of the transformer `t` in the one cache context "cond_uncond"
+    (the batched pair decides once); applied once however often it is asked."""
     forward = getattr(t, "_uncached_forward", t.forward)
     t._uncached_forward = forward
 
-    def in_one_context(*args, **kwargs):  # every call: the batched pair, one context
+    def call(*args, **kwargs):
         _set_cache_context(t, CacheContext("cond_uncond"))
         return forward(*args, **kwargs)
 
-    t.forward = in_one_context
-    del registry
+    t.forward = call
 
 
 def pipeline_kwargs(case):
@@ -231,13 +237,7 @@ def taylor_case(case, pipe):
         if case["model"].startswith("pixart"):
             cfg.update(cache_identifiers=PIXART_MODULES)
         apply_taylorseer_cache(t, TaylorSeerCacheConfig(**cfg))
-        forward = t.forward
-
-        def in_one_context(*args, **kwargs):
-            _set_cache_context(t, CacheContext("cond_uncond"))
-            return forward(*args, **kwargs)
-
-        t.forward = in_one_context
+        in_one_context(t)
     return dict(taylorseer_interval=interval, taylorseer_warmup=warmup, taylorseer_order=order)
 
 

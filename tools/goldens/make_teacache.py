@@ -36,11 +36,11 @@ import inspect
 import numpy as np
 import torch
 from diffusers.hooks._helpers import TransformerBlockRegistry
-from diffusers.hooks.hooks import (BaseState, CacheContext, HookRegistry, ModelHook,
-                                   StateManager, _set_cache_context)
+from diffusers.hooks.hooks import BaseState, HookRegistry, ModelHook, StateManager
 from diffusers.utils.torch_utils import unwrap_module
 
-from make_caches import by_context, load, make_thresholded, pass_text_through, pipeline_kwargs
+from make_caches import (by_context, in_one_context, load, make_thresholded, pass_text_through,
+                         pipeline_kwargs)
 
 OUT = "tests/data/goldens/teacache_pipeline.safetensors"
 FLUX_COEF = [4.98651651e+02, -2.83781631e+02, 5.58554382e+01, -3.82021401e+00, 2.64230861e-01]
@@ -161,16 +161,8 @@ def apply_teacache(t, case, threshold):
         role = "head" if i == 0 else "tail" if i == len(blocks) - 1 else "block"
         hook = TeaBlockHook(manager, role, threshold, coef, case["steps"])
         HookRegistry.check_if_exists_or_initialize(b).register_hook(hook, HOOK)
-    if flux:  # FluxPipeline sets "cond" / "uncond" itself
-        return
-    forward = getattr(t, "_uncached_forward", t.forward)
-    t._uncached_forward = forward
-
-    def in_one_context(*args, **kwargs):  # every call: the batched pair, one context
-        _set_cache_context(t, CacheContext("cond_uncond"))
-        return forward(*args, **kwargs)
-
-    t.forward = in_one_context
+    if not flux:  # FluxPipeline sets "cond" / "uncond" itself
+        in_one_context(t)
 
 
 def run(pipe, case, threshold):
