@@ -46,13 +46,16 @@ std::vector<nn::LoraUse> LoraOptions::uses() const {
 }
 
 void add_lora_options(CLI::App* cmd, LoraOptions& o) {
-  cmd->add_option("--lora", o.specs,
-                  "a LoRA file (diffusers / PEFT safetensors) and its scale, FILE[:SCALE] "
-                  "(default 1); repeat for several, combined as diffusers' set_adapters")
+  cmd->add_option(
+         "--lora", o.specs,
+         "a LoRA file (safetensors: diffusers / PEFT; for FLUX.1 also kohya, BFL, XLabs) and "
+         "its scale, FILE[:SCALE] "
+         "(default 1); repeat for several, combined as diffusers' set_adapters")
       ->group("LoRA")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   cmd->add_flag("--lora_ignore_unmatched,--lora-ignore-unmatched", o.ignore_unmatched,
-                "apply a LoRA whose modules the model partly lacks (those are skipped)")
+                "apply a LoRA whose modules the model partly lacks, or with tensors xdit does not "
+                "apply (those are skipped)")
       ->group("LoRA");
 }
 

@@ -1,29 +1,23 @@
 #include "nn/lora.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <set>
 #include <sstream>
 
 #include "core/device.h"
 #include "core/error.h"
 #include "io/json.h"
 #include "kernels/linear.h"
+#include "nn/lora_formats.h"
 
 namespace xdit::nn {
 
 namespace {
 
-constexpr const char* kDown = ".lora_A.weight";
-constexpr const char* kUp = ".lora_B.weight";
-
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-// The components diffusers' pipelines name in LoRA keys.
-bool is_component(const std::string& s) {
-  return s == "transformer" || s == "text_encoder" || s == "text_encoder_2" ||
-         s == "text_encoder_3";
 }
 
 // alpha_pattern / lora_alpha of the file's lora_adapter_metadata for a
@@ -50,46 +44,60 @@ LoraFile::LoraFile(const std::string& path) : file_(path) {
   io::Json meta;
   if (auto m = file_.metadata().find("lora_adapter_metadata"); m != file_.metadata().end())
     meta = io::parse_json_text(m->second, path + "'s lora_adapter_metadata");
-  for (const auto& [key, entry] : file_.entries()) {
-    if (ends_with(key, kUp) || ends_with(key, ".alpha")) continue;  // read with their A
-    if (!ends_with(key, kDown))
-      fail_in("key '", key, "' is not one of a diffusers LoRA (<component>.<module>.lora_A / ",
-              "lora_B.weight, .alpha); other formats are not read yet");
-    const std::string prefix = key.substr(0, key.size() - std::strlen(kDown));
-    const size_t dot = prefix.find('.');
-    const std::string component = dot == std::string::npos ? "" : prefix.substr(0, dot);
-    if (!is_component(component))
-      fail_in("key '", key, "' names no component (transformer, text_encoder, …)");
-    LoraModule m;
-    m.down = key;
-    m.up = prefix + kUp;
-    const auto up = file_.entries().find(m.up);
-    if (up == file_.entries().end()) fail_in("'", key, "' has no ", m.up);
-    const Shape &a = entry.shape, &b = up->second.shape;
+  const LoraLayout layout = lora_layout(file_.entries(), path);
+  format_ = layout.format;
+  std::set<std::string> checked;  // tensors scanned for NaN / Inf (a fused B serves several)
+  const auto scan = [&](const std::string& t) {
+    if (checked.insert(t).second)
+      for (const float x : file_.get(t).to_vector())
+        if (!std::isfinite(x)) fail_in(t, " holds NaN or Inf");
+  };
+  for (const LoraKey& k : layout.keys) {
+    const auto up = file_.entries().find(k.up);
+    if (up == file_.entries().end()) fail_in("'", k.down, "' has no ", k.up);
+    const Shape &a = file_.entries().at(k.down).shape, &b = up->second.shape;
     if (a.size() != 2 || b.size() != 2)
-      fail_in(prefix, ": A ", shape_str(a), " and B ", shape_str(b), " must be matrices");
+      fail_in(k.down, ": A ", shape_str(a), " and B ", shape_str(b), " must be matrices");
     if (a[0] != b[1])
-      fail_in(prefix, ": rank mismatch, A ", shape_str(a), " against B ", shape_str(b));
+      fail_in(k.down, ": rank mismatch, A ", shape_str(a), " against B ", shape_str(b));
+    LoraModule m;
+    m.down = k.down;
+    m.up = k.up;
+    m.swap_halves = k.swap_halves;
     m.rank = a[0];
     m.in = a[1];
     m.out = b[0];
-    const std::string module = prefix.substr(dot + 1);
-    if (auto al = file_.entries().find(prefix + ".alpha"); al != file_.entries().end()) {
-      const std::vector<float> v = file_.get(al->first).to_vector();
-      if (v.size() != 1) fail_in(al->first, " must hold one value");
-      m.alpha = v[0];
-    } else {
-      m.alpha = metadata_alpha(meta, component, module);
-      if (m.alpha == 0) m.alpha = static_cast<double>(m.rank);  // diffusers: alpha = rank
+    if (!k.parts.empty()) {  // a fused projection: this part's rows of B
+      int64_t total = 0, before = 0;
+      for (size_t i = 0; i < k.parts.size(); ++i) {
+        total += k.parts[i];
+        if (static_cast<int>(i) < k.part) before += k.parts[i];
+      }
+      if (b[0] % total != 0)
+        fail_in(k.up, " has ", b[0], " rows, not a multiple of the ", total,
+                " parts of the fused projection it adapts");
+      m.up_begin = b[0] / total * before;
+      m.out = b[0] / total * k.parts[k.part];
     }
+    if (m.swap_halves && m.out % 2 != 0) fail_in(k.up, " has an odd row count ", m.out);
+    if (!k.alpha.empty() && k.alpha_rule != LoraAlpha::kRank) {
+      const std::vector<float> v = file_.get(k.alpha).to_vector();
+      if (v.size() != 1) fail_in(k.alpha, " must hold one value");
+      m.alpha = v[0];
+    } else if (k.alpha_rule == LoraAlpha::kKeyMetadataOrRank) {
+      m.alpha = metadata_alpha(meta, k.component, k.module);
+    }
+    if (m.alpha == 0) m.alpha = static_cast<double>(m.rank);  // diffusers: alpha = rank
     if (!std::isfinite(m.alpha) || m.rank < 1)
-      fail_in(prefix, ": alpha ", m.alpha, ", rank ", m.rank);
-    for (const std::string& t : {m.down, m.up})
-      for (const float x : file_.get(t).to_vector())
-        if (!std::isfinite(x)) fail_in(t, " holds NaN or Inf");
-    components_[component][module] = m;
+      fail_in(k.down, ": alpha ", m.alpha, ", rank ", m.rank);
+    scan(m.down);
+    scan(m.up);
+    components_[k.component][k.module] = m;
   }
-  if (components_.empty()) fail_in("no LoRA adapters in it");
+  for (const std::string& t : layout.unread) {
+    const std::vector<float> v = file_.get(t).to_vector();
+    if (std::any_of(v.begin(), v.end(), [](float x) { return x != 0; })) unread_.push_back(t);
+  }
 }
 
 const std::map<std::string, LoraModule>& LoraFile::modules(const std::string& component) const {
@@ -109,7 +117,16 @@ Tensor LoraFile::down(const LoraModule& m) const {
 }
 
 Tensor LoraFile::up(const LoraModule& m) const {
-  return file_.get(m.up).as(DType::kF32, Device{});
+  const Tensor b = file_.get(m.up).as(DType::kF32, Device{});
+  if (m.up_begin == 0 && m.out == b.dim(0) && !m.swap_halves) return b;
+  Tensor rows = Tensor::empty({m.out, m.rank});
+  const int64_t half = m.out / 2;
+  for (int64_t i = 0; i < m.out; ++i) {
+    const int64_t from = m.up_begin + (m.swap_halves ? (i + half) % m.out : i);
+    std::memcpy(rows.data<float>() + i * m.rank, b.data<float>() + from * m.rank,
+                sizeof(float) * m.rank);
+  }
+  return rows;
 }
 
 LoraWeights::LoraWeights(const io::WeightStore& base, std::vector<LoraUse> loras,

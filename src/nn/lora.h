@@ -6,9 +6,9 @@
 // share of the delta (B's rows, or A's columns); a PipeFusion stage reads
 // only its blocks' weights, so only their adapters apply.
 //
-// Formats so far: diffusers / PEFT (`<component>.<module>.lora_A.weight`,
-// `.lora_B.weight`; alpha from `<module>.alpha`, else the file's
-// `lora_adapter_metadata` — lora_alpha, alpha_pattern —, else the rank).
+// Formats (nn/lora_formats.h): diffusers / PEFT (alpha from `<module>.alpha`,
+// else the file's `lora_adapter_metadata` — lora_alpha, alpha_pattern —,
+// else the rank), kohya / sd-scripts, BFL's names and XLabs' (FLUX.1).
 #pragma once
 
 #include <cstdint>
@@ -25,7 +25,9 @@ namespace xdit::nn {
 
 // One adapted weight: `<module>.weight` of the component, [out, in].
 struct LoraModule {
-  std::string down, up;  // the file's tensors A [rank, in] and B [out, rank]
+  std::string down, up;      // the file's tensors A [rank, in] and B [≥ out, rank]
+  int64_t up_begin = 0;      // B's first row of this module (a fused projection's part)
+  bool swap_halves = false;  // its rows' two halves exchanged (nn/lora_formats.h)
   int64_t rank = 0, in = 0, out = 0;
   double alpha = 0;
 };
@@ -37,18 +39,24 @@ class LoraFile {
   // line naming the file and what is wrong.
   explicit LoraFile(const std::string& path);
   const std::string& path() const { return file_.path(); }
-  const char* format() const { return "diffusers"; }
+  // "diffusers", "kohya", "bfl" or "xlabs".
+  const std::string& format() const { return format_; }
+  // Tensors that adapt no module xdit knows (T5 adapters, DoRA scales, …);
+  // all-zero ones (which change nothing) are left out, as diffusers drops them.
+  const std::vector<std::string>& unread() const { return unread_; }
   // The adapters of a component ("transformer", "text_encoder", …) by
   // module name as the component's weights name it; empty when none.
   const std::map<std::string, LoraModule>& modules(const std::string& component) const;
   // The components it adapts ("transformer", "text_encoder", …).
   std::vector<std::string> components() const;
-  // A and B in f32, on the host.
+  // A [rank, in] and B [out, rank] (its rows of the file's) in f32, on the host.
   Tensor down(const LoraModule& m) const;
   Tensor up(const LoraModule& m) const;
 
  private:
   io::SafeTensorsFile file_;
+  std::string format_;
+  std::vector<std::string> unread_;
   std::map<std::string, std::map<std::string, LoraModule>> components_;
 };
 

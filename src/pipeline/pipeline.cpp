@@ -60,6 +60,17 @@ void Pipeline::set_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched) 
   adaptable.insert(adaptable.begin(), "transformer");
   std::string names;
   for (const std::string& c : adaptable) names += (names.empty() ? "" : ", ") + c;
+  for (const nn::LoraUse& l : loras) {
+    const std::vector<std::string>& unread = l.file->unread();
+    if (!unread.empty() && !ignore_unmatched) {
+      std::string list;
+      for (size_t i = 0; i < unread.size() && i < 3; ++i) list += (i ? ", " : "") + unread[i];
+      if (unread.size() > 3) list += " and " + std::to_string(unread.size() - 3) + " more";
+      XDIT_FAIL("LoRA ", l.file->path(), " (", l.file->format(), "): ", unread.size(),
+                " tensors adapt nothing xdit applies: ", list,
+                " (--lora_ignore_unmatched skips them)");
+    }
+  }
   for (const nn::LoraUse& l : loras)
     for (const std::string& c : l.file->components())
       XDIT_CHECK(

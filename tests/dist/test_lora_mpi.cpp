@@ -20,8 +20,11 @@ using parallel::ParallelConfig;
 using test::world;
 using namespace test::layouts;
 
-std::vector<nn::LoraUse> loras() {
+std::vector<nn::LoraUse> loras(bool community = false) {
   const std::string dir = std::string(XDIT_TEST_DATA) + "/lora/";
+  if (community)  // fused qkv adapters split over q, k, v, then over the ranks
+    return {{std::make_shared<nn::LoraFile>(dir + "flux_kohya.safetensors"), 0.8},
+            {std::make_shared<nn::LoraFile>(dir + "flux_xlabs.safetensors"), -0.5}};
   return {{std::make_shared<nn::LoraFile>(dir + "flux_a.safetensors"), 0.7},
           {std::make_shared<nn::LoraFile>(dir + "flux_b.safetensors"), -0.4}};
 }
@@ -42,13 +45,13 @@ pipeline::LatentRequest request(const pipeline::Pipeline& p) {
   return r;
 }
 
-void check(const ParallelConfig& pc) {
+void check(const ParallelConfig& pc, bool community = false) {
   if (pc.world() != world().size())
     GTEST_SKIP() << pc.describe() << " needs " << pc.world() << " ranks, not " << world().size();
   SCOPED_TRACE(pc.describe());
   const std::string model = test::models_dir() + "/flux-dev-tiny";
   pipeline::Pipeline serial(model, DType::kF32);
-  serial.set_loras(loras());
+  serial.set_loras(loras(community));
   const auto req = request(serial);
   const Tensor want = serial.generate_latents(req);
   pipeline::Pipeline plain(model, DType::kF32);
@@ -57,7 +60,7 @@ void check(const ParallelConfig& pc) {
   parallel::Mesh mesh(pc, world());
   pipeline::Pipeline par(model, DType::kF32);
   par.set_mesh(&mesh);
-  par.set_loras(loras());
+  par.set_loras(loras(community));
   const Tensor got = pipeline::generate_latents_distributed(par, mesh, req);
   ASSERT_EQ(got.shape(), want.shape());
   EXPECT_LE(test::rel_max_err(got.to_vector(), want.to_vector()), 1e-4)
@@ -77,6 +80,11 @@ TEST(LoraMpi, TensorParallel2) {
   ParallelConfig c = layout(1, false, 1, 1);
   c.tensor_parallel_degree = 2;
   check(c);
+}
+TEST(LoraMpi, TensorParallel2KohyaAndXLabs) {
+  ParallelConfig c = layout(1, false, 1, 1);
+  c.tensor_parallel_degree = 2;
+  check(c, true);
 }
 TEST(LoraMpi, PipeFusion2FullWarmup) {
   check(layout(1, false, 1, 1, 2, 2, 4));

@@ -191,7 +191,11 @@ TEST_F(LoraBadInput, EachIsOneLine) {
   // Another format, and a truncated file.
   const std::string other = (dir_ / "other.safetensors").string();
   io::write_safetensors(other, {{"lora_unet_x.lora_down.weight", Tensor::zeros({2, 2})}});
-  expect(error(other), "other formats are not read yet");
+  expect(error(other), "no adapter in it of a known format");
+  const std::string control = (dir_ / "control.safetensors").string();
+  io::write_safetensors(control, {{"double_blocks.0.img_attn.norm.query_norm.scale",
+                                   Tensor::from_vector({1, 1, 1, 1}, {4})}});
+  expect(error(control), "a Flux Control LoRA");
   // A T5 part (FLUX.1's text_encoder_2, which diffusers does not adapt):
   // refused, or left out when asked.
   const std::string te = (dir_ / "te.safetensors").string();
@@ -206,6 +210,17 @@ TEST_F(LoraBadInput, EachIsOneLine) {
     });
   };
   expect(set(false), "adapts the text_encoder_2; xdit, as diffusers, adapts");
+  EXPECT_EQ(set(true), "(no error)");
+  // A tensor no module takes (a DoRA scale): listed and refused, or skipped
+  // when asked; an all-zero one changes nothing and is left out (diffusers).
+  const Tensor dora = Tensor::from_vector(test::randn(4, 3), {4});
+  io::write_safetensors(te, {{"transformer." + mod + ".lora_A.weight", Tensor::zeros({2, q[1]})},
+                             {"transformer." + mod + ".lora_B.weight", Tensor::zeros({q[0], 2})},
+                             {"transformer." + mod + ".dora_scale", dora},
+                             {"transformer.zero.diff_b", Tensor::zeros({4})}});
+  const std::string unread = set(false);
+  expect(unread, "1 tensors adapt nothing xdit applies: transformer." + mod + ".dora_scale");
+  EXPECT_EQ(unread.find("diff_b"), std::string::npos) << unread;
   EXPECT_EQ(set(true), "(no error)");
   const std::string good = write(mod, 4, q[1], q[0], 4);
   fs::resize_file(good, fs::file_size(good) - 16);
