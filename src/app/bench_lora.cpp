@@ -5,7 +5,11 @@
 // transformer loads them, against the same with a rank-R LoRA (16 by
 // default) on every one of them merged on the way (nn::LoraWeights). The
 // files are written to a temporary folder first and read once before
-// timing, so both runs read from the page cache.
+// timing, so both runs read from the page cache. Then the per-request way
+// (xdit serve): the same LoRA applied to the loaded layers as side paths
+// (nn::set_side_loras) — the time to apply it, and a forward of every layer
+// over 512 rows (a 512 × 512 FLUX.1 image's tokens are 1024) with and
+// without it.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -19,7 +23,9 @@
 #include "io/safetensors.h"
 #include "io/weights.h"
 #include "kernels/linear.h"
+#include "nn/layers.h"
 #include "nn/lora.h"
+#include "nn/lora_side.h"
 
 namespace xdit::app::bench {
 
@@ -72,6 +78,22 @@ double load_seconds(const io::WeightSource& w, const std::vector<Matrix>& ms,
   return best;
 }
 
+// Seconds of a forward of every layer over `rows` rows, the best of `repeat`.
+double forward_seconds(const std::vector<kernels::Linear>& layers, int64_t rows, int repeat) {
+  int64_t widest = 0;
+  for (const kernels::Linear& l : layers)
+    widest = std::max({widest, l.in_features(), l.out_features()});
+  const Tensor x = random_bf16({rows, widest}, 7, 1.0).as(DType::kF32, Device{});
+  Tensor y = Tensor::empty({rows, widest});
+  double best = 1e30;
+  for (int r = 0; r < repeat + 1; ++r) {  // the first: the primitives made
+    const auto t0 = Clock::now();
+    for (const kernels::Linear& l : layers) l.forward(x.data<float>(), rows, y.data<float>());
+    if (r > 0) best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
 }  // namespace
 
 int run_bench_lora(const BenchOptions& o) {
@@ -95,9 +117,9 @@ int run_bench_lora(const BenchOptions& o) {
   io::write_safetensors((dir / "model" / "model.safetensors").string(), base);
   io::write_safetensors((dir / "lora.safetensors").string(), lora);
   const io::WeightStore store((dir / "model").string());
-  const nn::LoraWeights merged(
-      store, {{std::make_shared<nn::LoraFile>((dir / "lora.safetensors").string()), 1.0}},
-      "transformer");
+  const std::vector<nn::LoraUse> uses = {
+      {std::make_shared<nn::LoraFile>((dir / "lora.safetensors").string()), 1.0}};
+  const nn::LoraWeights merged(store, uses, "transformer");
   int64_t params = 0;
   for (const Matrix& m : ms) params += m.out * m.in;
   for (const std::string& dt : o.dtypes) {
@@ -105,22 +127,51 @@ int run_bench_lora(const BenchOptions& o) {
     load_seconds(store, ms, ct, 1);  // the page cache, and first-touch of the allocator
     const double plain = load_seconds(store, ms, ct, std::max(1, o.repeat));
     const double with = load_seconds(merged, ms, ct, std::max(1, o.repeat));
+    // Per request: side paths on the loaded layers.
+    nn::LinearRegistry registry;
+    std::vector<kernels::Linear> layers;
+    {
+      const nn::RecordingWeights recorded(store, registry);
+      const nn::LinearRegistry::Recording recording(registry);
+      for (const Matrix& m : ms)
+        layers.push_back(nn::load_linear(recorded, m.name, m.in, m.out, false, ct));
+    }
+    constexpr int64_t kRows = 512;
+    const double step = forward_seconds(layers, kRows, std::max(1, o.repeat));
+    double apply = 1e30;
+    for (int r = 0; r < std::max(1, o.repeat); ++r) {
+      nn::set_side_loras(registry, {});
+      const auto t0 = Clock::now();
+      nn::set_side_loras(registry, uses);
+      apply = std::min(apply, std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    const double step_side = forward_seconds(layers, kRows, std::max(1, o.repeat));
     const nlohmann::json row = {{"dtype", dt},
                                 {"matrices", ms.size()},
                                 {"parameters", params},
                                 {"rank", o.lora_rank},
                                 {"load_seconds", plain},
                                 {"load_with_lora_seconds", with},
-                                {"lora_fraction", (with - plain) / plain}};
+                                {"lora_fraction", (with - plain) / plain},
+                                {"side_apply_seconds", apply},
+                                {"side_apply_fraction", apply / plain},
+                                {"forward_rows", kRows},
+                                {"forward_seconds", step},
+                                {"forward_with_side_seconds", step_side},
+                                {"side_forward_fraction", (step_side - step) / step}};
     if (o.json) {
       std::cout << row.dump() << std::endl;
       continue;
     }
     std::printf(
         "FLUX.1 double block (%zu matrices, %.0f M parameters, bf16 file), %s layers: load "
-        "%.3f s, with a rank-%lld LoRA merged %.3f s (+%.0f %%)\n",
+        "%.3f s; a rank-%lld LoRA merged on the way %.3f s (+%.0f %%); or applied as side "
+        "paths %.4f s (%.1f %% of the load), a forward of %lld rows %.3f s -> %.3f s "
+        "(+%.1f %%)\n",
         ms.size(), static_cast<double>(params) / 1e6, dt.c_str(), plain,
-        static_cast<long long>(o.lora_rank), with, 100 * (with - plain) / plain);
+        static_cast<long long>(o.lora_rank), with, 100 * (with - plain) / plain, apply,
+        100 * apply / plain, static_cast<long long>(kRows), step, step_side,
+        100 * (step_side - step) / step);
   }
   return 0;
 }

@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "io/model_ref.h"
 #include "pipeline/pipeline.h"
+#include "serve/lora_dir.h"
 #include "serve/output_root.h"
 #include "serve/request_schema.h"
 
@@ -96,6 +97,7 @@ int run_serve(ServeOptions& o, const CLI::App& command) {
   check_limits(o.limits);
   if (!o.output_dir.empty() && world().rank() == 0)
     o.output_root = std::make_shared<serve::OutputRoot>(o.output_dir);
+  if (!o.lora_dir.empty()) o.lora_root = std::make_shared<serve::LoraDir>(o.lora_dir);
   const JobStart job = start_job(command, o.threads, o.device, o.par);
   comm::Communicator& w = *job.world;
   const Device& device = job.device;
@@ -189,6 +191,9 @@ std::function<int()> add_serve(CLI::App& app) {
   s->add_option("--output_dir,--output-dir", o->output_dir,
                 "the only folder the service writes into: a request's save_disk_path is a "
                 "folder relative to it (default: none, save_disk_path is refused)");
+  s->add_option("--lora_dir,--lora-dir", o->lora_dir,
+                "the folder of the LoRAs a request may name (`loras`: file names in it, "
+                "applied to that request only; default: none, `loras` is refused)");
   s->add_option("--max_pixels,--max-pixels", o->limits.max_pixels,
                 "largest width x height of a request, run or written (0: no limit)")
       ->capture_default_str();

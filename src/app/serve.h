@@ -11,6 +11,7 @@
 #include "parallel/config.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/request.h"
+#include "serve/lora_dir.h"
 #include "serve/output_root.h"
 
 namespace xdit::app {
@@ -32,6 +33,10 @@ struct ServeOptions {
   // output_root.
   std::string output_dir;
   std::shared_ptr<const serve::OutputRoot> output_root = std::make_shared<serve::OutputRoot>();
+  // The folder of the LoRAs a request may name (serve/lora_dir.h); empty:
+  // none. Checked at start into lora_root.
+  std::string lora_dir;
+  std::shared_ptr<const serve::LoraDir> lora_root = std::make_shared<serve::LoraDir>();
   // Each request's limits (0: none); defaults a single machine serves in
   // bounded time.
   pipeline::RequestLimits limits{kDefaultMaxPixels, kDefaultMaxSteps, kDefaultMaxFrames,

@@ -23,6 +23,8 @@ enum class Activation { kNone, kGeluTanh };
 // bf16 only when asked for and the CPU has it; otherwise f32 (logged).
 ComputeType resolve_compute_type(DType requested);
 
+class LowRankSlot;
+
 class Linear {
  public:
   Linear();
@@ -58,13 +60,50 @@ class Linear {
   std::string implementation(int64_t m) const;
   int64_t in_features() const;
   int64_t out_features() const;
+  // The layer's low-rank side path (made on first use; the layer and its
+  // moves share it).
+  std::shared_ptr<LowRankSlot> low_rank() const;
 
  private:
   // Every forward: src f32 (src_f32) or bf16 rows, on the layer's device
   // (cuBLASLt, the AMX tile GEMM or oneDNN); nothing for m = 0.
   void run(const void* src, bool src_f32, int64_t m, void* y, bool accumulate, bool bf16_out) const;
+  // The packed weight alone, with `act` (the layer's, or none).
+  void run_packed(const void* src, bool src_f32, int64_t m, void* y, bool accumulate, bool bf16_out,
+                  Activation act) const;
+  // With the side path: in f32 before the activation and any bf16 rounding.
+  void run_low_rank(const void* src, bool src_f32, int64_t m, void* y, bool accumulate,
+                    bool bf16_out) const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
+};
+
+// A low-rank side path beside a layer's packed weight: LoRA adapters kept
+// unmerged and switched per request (xdit serve). While set, the layer
+// computes act(x·Wᵀ + b + (x·Aᵀ)·Bᵀ) with A [R, in] and B [out, R] (the
+// adapters' scales folded into B): x·Aᵀ in the layer's compute type, the
+// rest in f32, before the activation and any bf16 rounding. The packed
+// weight is never touched, so a cleared layer gives its base output bit for
+// bit. CPU layers only so far.
+class LowRankSlot {
+ public:
+  ~LowRankSlot();
+  // A, B: f32 host tensors; R = 0 (or undefined tensors) clears it.
+  void set(const Tensor& a, const Tensor& b);
+  void clear();
+  bool on() const { return down_ != nullptr; }
+  int64_t rank() const;
+  int64_t in() const { return in_; }
+  int64_t out() const { return out_; }
+
+ private:
+  friend class Linear;
+  LowRankSlot(int64_t in, int64_t out, ComputeType ct, bool device)
+      : in_(in), out_(out), ct_(ct), device_(device) {}
+  int64_t in_, out_;
+  ComputeType ct_;
+  bool device_;
+  std::unique_ptr<Linear> down_, up_;  // A (the layer's compute type), B (f32)
 };
 
 }  // namespace xdit::kernels

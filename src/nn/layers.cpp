@@ -7,6 +7,7 @@
 #include "core/aligned.h"
 #include "core/error.h"
 #include "kernels/kernels.h"
+#include "nn/lora_side.h"
 
 namespace xdit::nn {
 
@@ -67,6 +68,7 @@ kernels::Linear load_linear(const io::WeightSource& w, const std::string& prefix
   kernels::Linear l(w.get(prefix + ".weight", {out, in}),
                     bias ? w.get(prefix + ".bias", {out}) : Tensor(), ct, act);
   drop_pages(w, prefix, bias);
+  LinearRegistry::note(l, {{prefix + ".weight"}, {{0, out}}, {{0, in}}, nullptr});
   return l;
 }
 
@@ -117,6 +119,13 @@ kernels::Linear load_fused_linear(const io::WeightSource& w,
   };
   kernels::Linear l(parts, b, ct, act, stacked);
   for (const std::string& prefix : prefixes) drop_pages(w, prefix, bias);
+  LinearOrigin origin;
+  for (size_t i = 0; i < prefixes.size(); ++i) {
+    origin.weights.push_back(prefixes[i] + ".weight");
+    origin.rows.emplace_back(tp.split() ? tp.begin(outs[i]) : 0, parts[i].dim(0));
+  }
+  origin.cols = {{0, in}};
+  LinearRegistry::note(l, std::move(origin));
   return l;
 }
 
@@ -132,6 +141,7 @@ kernels::Linear load_row_linear(const io::WeightSource& w, const std::string& pr
   // This rank's columns of each part (or of part `only`), side by side.
   const auto mine = [&](size_t i) { return only < 0 || static_cast<int>(i) == only; };
   std::vector<Tensor> slices;
+  LinearOrigin origin{{wn}, {{0, out}}, {}, nullptr};
   int64_t cols = 0, part_begin = 0;
   bool all_bf16 = true;
   for (size_t i = 0; i < ins.size(); ++i) {
@@ -139,6 +149,7 @@ kernels::Linear load_row_linear(const io::WeightSource& w, const std::string& pr
     if (mine(i)) {
       const int64_t share = tp.part(n, "input features of " + prefix);
       slices.push_back(w.get_slice(wn, shape, 1, part_begin + tp.begin(n), share));
+      origin.cols.emplace_back(part_begin + tp.begin(n), share);
       all_bf16 = all_bf16 && slices.back().dtype() == DType::kBF16;
       cols += share;
     }
@@ -167,6 +178,7 @@ kernels::Linear load_row_linear(const io::WeightSource& w, const std::string& pr
   const bool add_bias = bias && tp.rank == 0;
   kernels::Linear l(weight, add_bias ? w.get_slice(bn, {out}, 0, 0, out) : Tensor(), ct);
   drop_pages(w, prefix, add_bias);
+  LinearRegistry::note(l, std::move(origin));
   return l;
 }
 

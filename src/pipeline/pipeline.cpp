@@ -187,8 +187,13 @@ void Pipeline::load() {
   {
     // On a CUDA device the layers upload their weights as they are made.
     DeviceScope scope(device_);
-    transformer_ = family_->make_transformer(*weights_, dtype_, stage);
+    layers_.clear();
+    applied_request_loras_ = std::vector<LoraRef>{};  // every side path empty
+    const nn::RecordingWeights recorded(*weights_, layers_);
+    const nn::LinearRegistry::Recording recording(layers_);
+    transformer_ = family_->make_transformer(recorded, dtype_, stage);
   }
+  XDIT_DEBUG("transformer loaded: ", layers_.layers().size(), " linear layers");
   if (stage.tp.split())
     XDIT_INFO("tensor parallel rank ", stage.tp.rank, " of ", stage.tp.size, ": loaded ",
               human_size(static_cast<double>(weights_->loaded().total - before)), " of the ",
@@ -270,6 +275,7 @@ Tensor Pipeline::generate_latents(const Plan& plan,
   const PlanFields& r = *plan;
   cache_report_ = {};  // (a run that ends early reports no cache)
   load();
+  apply_request_loras(r.loras);
   const int64_t P = plan.batch();
   const int64_t vsf = vae_scale_factor();
   const int64_t h = r.run_height / vsf, w = r.run_width / vsf, C = spec().latent_channels;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,6 +24,7 @@
 #include "models/dit.h"
 #include "models/vae.h"
 #include "nn/lora.h"
+#include "nn/lora_side.h"
 #include "parallel/config.h"
 #include "parallel/pipefusion_attention.h"
 #include "parallel/runtime.h"
@@ -113,6 +115,14 @@ class Pipeline {
   void set_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched = false);
   // "a.safetensors:0.7, b.safetensors:-0.4" (file names), "" when none.
   const std::string& lora_label() const { return lora_label_; }
+  // A request's LoRAs (ImageRequest::loras, by path) are checked by plan()
+  // — each file read once and kept; refused in one line where it does not
+  // fit the model (as set_loras) or adapts more than the transformer — and
+  // applied by each run beside the loaded weights, in a low-rank side path
+  // per adapted layer (nn/lora_side.h), replacing the previous run's: no
+  // weight is reloaded or changed, so a run without is the base model's bit
+  // for bit. The layers the last run adapted:
+  int request_lora_layers() const { return request_lora_layers_; }
 
   // generate() frees the text encoders after encoding (bounding peak memory
   // to the larger of them and transformer + VAE) unless asked to keep them.
@@ -206,6 +216,11 @@ class Pipeline {
   void check_skip_layer_guidance(const SkipLayerGuidance& s, bool cfg) const;
   // A request's step cache checked against the model, its defaults filled.
   CacheSettings checked_cache(const CacheSettings& c) const;
+  // A request's LoRAs opened (kept by path) and checked; applied to the
+  // loaded transformer's side paths when they differ from the last run's.
+  std::vector<nn::LoraUse> request_lora_uses(const std::vector<LoraRef>& loras);
+  std::vector<LoraRef> checked_request_loras(const std::vector<LoraRef>& loras);
+  void apply_request_loras(const std::vector<LoraRef>& loras);
   // The memory query for `prompts` images at height x width px on this mesh.
   MemoryQuery memory_query(int64_t prompts, int64_t height, int64_t width, bool cfg) const;
   // The estimate of `q` against the memory left (weights already loaded not
@@ -220,6 +235,12 @@ class Pipeline {
   // With LoRAs: the folder's weights, which weights_ (nn::LoraWeights) reads.
   std::unique_ptr<io::WeightSource> lora_base_;
   std::string lora_label_;
+  // The transformer's linear layers as loaded (each with its side path),
+  // the request LoRAs' files by path, and the LoRAs the side paths hold.
+  nn::LinearRegistry layers_;
+  std::map<std::string, std::shared_ptr<const nn::LoraFile>> lora_files_;
+  std::optional<std::vector<LoraRef>> applied_request_loras_;  // none: unknown (a failure)
+  int request_lora_layers_ = 0;
   std::unique_ptr<models::DiT> transformer_;
   // The VAE, opened by a plan with Output::kImages, built on first use.
   std::unique_ptr<models::VaeConfig> vae_cfg_;

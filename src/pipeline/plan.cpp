@@ -95,6 +95,17 @@ const std::vector<PlanField>& plan_fields() {
       XDIT_PLAN_OPTIONAL("taylorseer_interval", cache.interval, int64_t),
       XDIT_PLAN_OPTIONAL("taylorseer_warmup", cache.warmup, int64_t),
       XDIT_PLAN_OPTIONAL("taylorseer_order", cache.order, int64_t),
+      {"loras",
+       [](const PlanFields& f, json& j) {
+         j["loras"] = json::array();
+         for (const LoraRef& l : f.loras)
+           j["loras"].push_back({{"path", l.path}, {"scale", l.scale}});
+       },
+       [](const json& j, PlanFields& f) {
+         f.loras.clear();
+         for (const json& l : j.at("loras"))
+           f.loras.push_back({l.at("path").get<std::string>(), l.at("scale").get<double>()});
+       }},
       XDIT_PLAN_FIELD(seed, uint64_t),
       XDIT_PLAN_FIELD(resize_back, bool),
       XDIT_PLAN_FIELD(cfg, bool),
@@ -117,7 +128,7 @@ const std::vector<PlanField>& plan_fields() {
 // A field added to PlanFields changes its size: add its row above, then the
 // size here (x86-64 with libstdc++, where the size is known).
 #if defined(__GLIBCXX__) && defined(__x86_64__)
-static_assert(sizeof(PlanFields) == 424,
+static_assert(sizeof(PlanFields) == 448,
               "PlanFields changed: give the new field a row in plan_fields()");
 #endif
 

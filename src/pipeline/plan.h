@@ -47,7 +47,8 @@ struct PlanFields {
   double guidance_scale = 0;
   double true_cfg_scale = 1.0;
   SkipLayerGuidance skip_layer_guidance;
-  CacheSettings cache;  // resolved: the kind's defaults filled in
+  CacheSettings cache;         // resolved: the kind's defaults filled in
+  std::vector<LoraRef> loras;  // applied beside the weights for this run (checked)
   uint64_t seed = 42;
   // The run is resized back from the bin to height x width after decoding.
   bool resize_back = false;

@@ -65,6 +65,7 @@ Plan Pipeline::plan(const LatentRequest& r, Output out) {
   f.true_cfg_scale = r.true_cfg_scale;
   f.skip_layer_guidance = r.skip_layer_guidance;
   f.cache = checked_cache(r.cache);
+  f.loras = checked_request_loras(r.loras);
   f.seed = r.seed;
   f.output = out;
   f.height = r.height;
@@ -306,6 +307,7 @@ Plan Pipeline::plan(const ImageRequest& r, Output out) {
                f.run_width);
   f.skip_layer_guidance = r.skip_layer_guidance;
   f.cache = checked_cache(r.cache);
+  f.loras = checked_request_loras(r.loras);
   f.seed = r.seed;
   f.output = out;
   // The size the model runs at against the mesh, before any encoding.

@@ -36,6 +36,14 @@ struct SkipLayerGuidance {
   bool on() const { return !layers.empty(); }
 };
 
+// A LoRA a request applies beside the loaded weights (a low-rank side path,
+// switched per request: xdit serve's `loras`), by path, at its scale.
+struct LoraRef {
+  std::string path;
+  double scale = 1.0;
+  bool operator==(const LoraRef& o) const { return path == o.path && scale == o.scale; }
+};
+
 // Embeddings → final latents.
 struct LatentRequest {
   // The prompts' embeddings, [P, ...] per name (models::kText [P, L, text
@@ -58,6 +66,7 @@ struct LatentRequest {
   double true_cfg_scale = 1.0;
   SkipLayerGuidance skip_layer_guidance;  // SD3
   CacheSettings cache;                    // a step cache (none by default)
+  std::vector<LoraRef> loras;             // per-request LoRAs (none by default)
   uint64_t seed = 42;
 };
 
@@ -71,6 +80,7 @@ struct ImageRequest {
   double true_cfg_scale = 1.0;
   SkipLayerGuidance skip_layer_guidance;  // SD3
   CacheSettings cache;                    // a step cache (none by default)
+  std::vector<LoraRef> loras;             // per-request LoRAs (none by default)
   uint64_t seed = 42;
   bool resolution_binning = true;  // PixArt
   int64_t max_sequence_length =

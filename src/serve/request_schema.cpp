@@ -75,8 +75,23 @@ std::vector<Field> cache_fields() {
                        "taylorseer: the Taylor factors' highest order (default 1)")};
 }
 
+// LoRAs per request, by name in the server's --lora_dir (serve/lora_dir.h).
+constexpr double kMaxLoras = 8, kMaxLoraScale = 100;
+Field loras_field() {
+  Field f;
+  f.name = "loras";
+  f.type = FieldType::kLoras;
+  f.max = kMaxLoras;
+  f.description =
+      "LoRAs applied to this request only: [{\"name\": a file of the server's --lora_dir "
+      "(\"style\" or \"style.safetensors\"; paths are refused), \"scale\": its weight "
+      "(default 1), as diffusers' set_adapters}]; none: the base model";
+  return f;
+}
+
 std::vector<Field> with_cache_fields(std::vector<Field> fs) {
   for (Field& f : cache_fields()) fs.push_back(std::move(f));
+  fs.push_back(loras_field());
   return fs;
 }
 
@@ -125,6 +140,8 @@ const char* type_name(FieldType t) {
       return "integer";
     case FieldType::kNumber:
       return "number";
+    case FieldType::kLoras:
+      return "array";
   }
   return "?";
 }
@@ -188,6 +205,24 @@ void check_value(const Field& f, const json& v) {
       const double x = v.get<double>();
       if (!std::isfinite(x) || x < f.min || (f.min_exclusive && x == f.min) || x > f.max)
         bad("must be in " + range + ", got " + v.dump());
+      return;
+    }
+    case FieldType::kLoras: {
+      if (!v.is_array() || static_cast<double>(v.size()) > f.max)
+        bad("must be an array of at most " + bound(f.max) + " {\"name\", \"scale\"} objects");
+      for (const json& l : v) {
+        if (!l.is_object() || !l.contains("name") || !l["name"].is_string() ||
+            l["name"].get_ref<const std::string&>().size() > 255)
+          bad("takes objects with a \"name\" (a string of at most 255 bytes), got " + l.dump());
+        for (const auto& [key, x] : l.items()) {
+          if (key == "name") continue;
+          if (key != "scale") bad("takes objects of \"name\" and \"scale\", not '" + key + "'");
+          if (!x.is_number() || !std::isfinite(x.get<double>()) ||
+              std::fabs(x.get<double>()) > kMaxLoraScale)
+            bad("scale must be a number in -" + bound(kMaxLoraScale) + " … " +
+                bound(kMaxLoraScale) + ", got " + x.dump());
+        }
+      }
       return;
     }
   }
@@ -263,6 +298,9 @@ ServeRequest parse_request(Endpoint e, const std::string& body) {
   if (has("taylorseer_interval")) r.cache.interval = integer(j["taylorseer_interval"]);
   if (has("taylorseer_warmup")) r.cache.warmup = integer(j["taylorseer_warmup"]);
   if (has("taylorseer_order")) r.cache.order = integer(j["taylorseer_order"]);
+  if (has("loras"))
+    for (const json& l : j["loras"])
+      out.loras.emplace_back(l["name"].get<std::string>(), l.value("scale", 1.0));
   if (e == Endpoint::kGenerate) {
     if (has("cfg")) r.guidance_scale = j["cfg"].get<double>();
     if (has("height")) r.height = integer(j["height"]);
@@ -325,7 +363,17 @@ namespace {
 
 json field_schema(const Field& f) {
   json s = {{"type", type_name(f.type)}, {"description", f.description}};
-  if (f.type == FieldType::kString) {
+  if (f.type == FieldType::kLoras) {
+    s["maxItems"] = static_cast<int64_t>(f.max);
+    s["items"] = {
+        {"type", "object"},
+        {"additionalProperties", false},
+        {"required", {"name"}},
+        {"properties",
+         {{"name", {{"type", "string"}, {"maxLength", 255}}},
+          {"scale",
+           {{"type", "number"}, {"minimum", -kMaxLoraScale}, {"maximum", kMaxLoraScale}}}}}};
+  } else if (f.type == FieldType::kString) {
     s["maxLength"] = static_cast<int64_t>(f.max);
     if (!f.allowed.empty()) s["enum"] = f.allowed;
     if (!f.pattern.empty()) s["pattern"] = f.pattern;

@@ -10,6 +10,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "pipeline/request.h"
@@ -23,7 +24,12 @@ enum class Endpoint {
 
 const char* endpoint_path(Endpoint e);
 
-enum class FieldType { kString, kInteger, kNumber };
+enum class FieldType {
+  kString,
+  kInteger,
+  kNumber,
+  kLoras,  // [{"name": string, "scale": number}], at most `max` items
+};
 
 struct Field {
   std::string name;
@@ -59,6 +65,9 @@ struct ServeRequest {
   Endpoint endpoint = Endpoint::kGenerate;
   pipeline::ImageRequest image;               // n copies of the prompt under /v1 (one noise batch)
   std::optional<std::string> save_disk_path;  // /generate: a folder to write the PNG into
+  // `loras`: names in the server's --lora_dir and scales, which the server
+  // resolves into image.loras (serve/lora_dir.h).
+  std::vector<std::pair<std::string, double>> loras;
 };
 
 // The largest body the service reads (a prompt is text; 1 MiB is plenty).

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -11,6 +12,8 @@
 #include <vector>
 
 #include "core/aligned.h"
+#include "core/device.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "kernels/cpu/amx_gemm.h"
@@ -93,10 +96,15 @@ struct Linear::Impl {
     dnnl::matmul prim;
   };
   mutable std::mutex mu;
-  mutable std::map<std::tuple<int64_t, bool, bool>, Prim> prims;
+  mutable std::map<std::tuple<int64_t, bool, bool, Activation>, Prim> prims;
+  mutable std::shared_ptr<LowRankSlot> side;  // Linear::low_rank()
 
   dnnl::matmul::primitive_desc make_pd(int64_t m, const dnnl::memory::desc& wmd, bool accumulate,
                                        bool bf16_out = false) const {
+    return make_pd(m, wmd, accumulate, bf16_out, act);
+  }
+  dnnl::matmul::primitive_desc make_pd(int64_t m, const dnnl::memory::desc& wmd, bool accumulate,
+                                       bool bf16_out, Activation act) const {
     dnnl::memory::desc src({m, in}, src_dt, tag::ab);
     dnnl::memory::desc dst({m, out}, bf16_out ? dt::bf16 : dt::f32, tag::ab);
     dnnl::primitive_attr attr;
@@ -114,13 +122,16 @@ struct Linear::Impl {
   }
 
   const Prim& prim_for(int64_t m, bool accumulate, bool bf16_out = false) const {
+    return prim_for(m, accumulate, bf16_out, act);
+  }
+  const Prim& prim_for(int64_t m, bool accumulate, bool bf16_out, Activation a) const {
     std::lock_guard<std::mutex> lock(mu);
-    const auto key = std::make_tuple(m, accumulate, bf16_out);
+    const auto key = std::make_tuple(m, accumulate, bf16_out, a);
     auto it = prims.find(key);
     if (it != prims.end()) return it->second;
     try {
       Prim p;
-      p.pd = make_pd(m, packed_md, accumulate, bf16_out);
+      p.pd = make_pd(m, packed_md, accumulate, bf16_out, a);
       cpu::warn_if_reference(p.pd.impl_info_str(), "matmul",
                              detail::concat(m, "x", in, " -> ", out));
       p.prim = dnnl::matmul(p.pd);
@@ -248,6 +259,13 @@ void Linear::forward_to_bf16(const float* x, int64_t m, uint16_t* y) const {
 void Linear::run(const void* src, bool src_f32, int64_t m, void* y, bool accumulate,
                  bool bf16_out) const {
   if (m == 0) return;
+  if (impl_->side && impl_->side->on())
+    return run_low_rank(src, src_f32, m, y, accumulate, bf16_out);
+  run_packed(src, src_f32, m, y, accumulate, bf16_out, impl_->act);
+}
+
+void Linear::run_packed(const void* src, bool src_f32, int64_t m, void* y, bool accumulate,
+                        bool bf16_out, Activation act) const {
 #ifdef XDIT_HAVE_CUDA
   if (impl_->device) return impl_->device->forward(src, !src_f32, m, y, bf16_out, accumulate);
 #endif
@@ -257,14 +275,14 @@ void Linear::run(const void* src, bool src_f32, int64_t m, void* y, bool accumul
     o.y = y;
     o.bf16 = bf16_out;
     o.bias = im.has_bias ? im.bias.data() : nullptr;
-    o.gelu_tanh = im.act == Activation::kGeluTanh;
+    o.gelu_tanh = act == Activation::kGeluTanh;
     o.accumulate = accumulate;
     cpu::amx_gemm(src, src_f32, m, im.in, im.amx_packed.data(), im.out, o);
     return;
   }
   if (src_f32 && im.ct == ComputeType::kBF16)
     src = cpu::thread_bf16_copy(static_cast<const float*>(src), static_cast<size_t>(m * im.in));
-  const Impl::Prim& p = im.prim_for(m, accumulate, bf16_out);
+  const Impl::Prim& p = im.prim_for(m, accumulate, bf16_out, act);
   auto& e = engine();
   dnnl::memory ms(p.pd.src_desc(), e, const_cast<void*>(src));
   dnnl::memory md(p.pd.dst_desc(), e, y);
@@ -276,6 +294,67 @@ void Linear::run(const void* src, bool src_f32, int64_t m, void* y, bool accumul
     args.emplace(DNNL_ARG_BIAS,
                  dnnl::memory(p.pd.bias_desc(), e, const_cast<float*>(im.bias.data())));
   p.prim.execute(cpu::thread_stream(), args);
+}
+
+void Linear::run_low_rank(const void* src, bool src_f32, int64_t m, void* y, bool accumulate,
+                          bool bf16_out) const {
+  const LowRankSlot& s = *impl_->side;
+  const int64_t out = impl_->out;
+  Tensor t = Tensor::empty({m, s.rank()});  // x·Aᵀ
+  if (src_f32)
+    s.down_->forward(static_cast<const float*>(src), m, t.data<float>());
+  else
+    s.down_->forward_bf16(static_cast<const uint16_t*>(src), m, t.data<float>());
+  if (impl_->act == Activation::kNone && !bf16_out) {
+    run_packed(src, src_f32, m, y, accumulate, false, Activation::kNone);
+    s.up_->forward(t.data<float>(), m, static_cast<float*>(y), /*accumulate=*/true);
+    return;
+  }
+  // act(x·Wᵀ + b + t·Bᵀ), then rounded to bf16 where asked.
+  Tensor z = Tensor::empty({m, out});
+  float* zf = z.data<float>();
+  run_packed(src, src_f32, m, zf, false, false, Activation::kNone);
+  s.up_->forward(t.data<float>(), m, zf, /*accumulate=*/true);
+  if (impl_->act == Activation::kGeluTanh) gelu_tanh(zf, zf, m * out);
+  if (bf16_out)
+    convert_from_f32(zf, y, DType::kBF16, static_cast<size_t>(m * out));
+  else
+    std::memcpy(y, zf, sizeof(float) * static_cast<size_t>(m * out));
+}
+
+std::shared_ptr<LowRankSlot> Linear::low_rank() const {
+  if (!impl_->side) {
+    bool device = false;
+#ifdef XDIT_HAVE_CUDA
+    device = impl_->device != nullptr;
+#endif
+    impl_->side.reset(new LowRankSlot(impl_->in, impl_->out, impl_->ct, device));
+  }
+  return impl_->side;
+}
+
+LowRankSlot::~LowRankSlot() = default;
+
+void LowRankSlot::clear() {
+  down_.reset();
+  up_.reset();
+}
+
+int64_t LowRankSlot::rank() const {
+  return down_ ? down_->out_features() : 0;
+}
+
+void LowRankSlot::set(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || a.numel() == 0) return clear();
+  XDIT_CHECK(!device_, "LoRAs per request (a low-rank side path) run on the CPU only so far; on a ",
+             "GPU give them at start (--lora)");
+  XDIT_CHECK(
+      a.ndim() == 2 && b.ndim() == 2 && a.dim(1) == in_ && b.dim(0) == out_ && b.dim(1) == a.dim(0),
+      "low-rank side path: A ", shape_str(a.shape()), " and B ", shape_str(b.shape()),
+      " do not fit a ", in_, " -> ", out_, " layer");
+  const DeviceScope host(Device{});
+  down_ = std::make_unique<Linear>(a, Tensor(), ct_);
+  up_ = std::make_unique<Linear>(b, Tensor(), ComputeType::kF32);
 }
 
 Tensor Linear::forward(const Tensor& x) const {

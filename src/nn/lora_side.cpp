@@ -1,0 +1,129 @@
+#include "nn/lora_side.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/device.h"
+#include "core/error.h"
+
+namespace xdit::nn {
+
+namespace {
+thread_local LinearRegistry* t_recording = nullptr;
+}  // namespace
+
+LinearRegistry::Recording::Recording(LinearRegistry& r) : previous_(t_recording) {
+  t_recording = &r;
+}
+
+LinearRegistry::Recording::~Recording() {
+  t_recording = previous_;
+}
+
+void LinearRegistry::note(const kernels::Linear& l, LinearOrigin origin) {
+  if (t_recording == nullptr) return;
+  origin.slot = l.low_rank();
+  t_recording->layers_.push_back(std::move(origin));
+}
+
+void LinearRegistry::clear() {
+  layers_.clear();
+  shapes_.clear();
+}
+
+Tensor RecordingWeights::read(const std::string& name, const Shape& expected) const {
+  registry_.shapes_[name] = expected;
+  return base_.get(name, expected);
+}
+
+Tensor RecordingWeights::read_slice(const std::string& name, const Shape& expected, int dim,
+                                    int64_t begin, int64_t count) const {
+  registry_.shapes_[name] = expected;
+  return base_.get_slice(name, expected, dim, begin, count);
+}
+
+namespace {
+
+struct SideAdapter {
+  const LoraFile* file;
+  const LoraModule* module;
+  double factor;  // scale · alpha / rank
+};
+
+// One layer's A [R, in] and B [out, R] from the adapters of its weights:
+// A's rows are every adapter's A over the layer's columns; B is block
+// diagonal, each adapter's rows of the layer in its own rank columns.
+std::pair<Tensor, Tensor> side_matrices(
+    const LinearOrigin& o, const std::map<std::string, std::vector<SideAdapter>>& by_weight) {
+  int64_t rank = 0, in = 0, out = 0;
+  for (const auto& [c0, n] : o.cols) in += n;
+  for (size_t p = 0; p < o.weights.size(); ++p) {
+    out += o.rows[p].second;
+    if (const auto it = by_weight.find(o.weights[p]); it != by_weight.end())
+      for (const SideAdapter& a : it->second) rank += a.module->rank;
+  }
+  if (rank == 0) return {};
+  Tensor A = Tensor::zeros({rank, in}), B = Tensor::zeros({out, rank});
+  int64_t r0 = 0, row0 = 0;
+  for (size_t p = 0; p < o.weights.size(); ++p) {
+    const auto [begin, rows] = o.rows[p];
+    if (const auto it = by_weight.find(o.weights[p]); it != by_weight.end()) {
+      for (const SideAdapter& a : it->second) {
+        const int64_t r = a.module->rank;
+        const Tensor da = a.file->down(*a.module), db = a.file->up(*a.module);
+        for (int64_t k = 0; k < r; ++k) {
+          int64_t col = 0;
+          for (const auto& [c0, n] : o.cols) {
+            std::memcpy(A.data<float>() + (r0 + k) * in + col,
+                        da.data<float>() + k * a.module->in + c0, sizeof(float) * n);
+            col += n;
+          }
+        }
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t k = 0; k < r; ++k)
+            B.data<float>()[(row0 + i) * rank + r0 + k] =
+                static_cast<float>(a.factor * db.data<float>()[(begin + i) * r + k]);
+        r0 += r;
+      }
+    }
+    row0 += rows;
+  }
+  return {A, B};
+}
+
+}  // namespace
+
+int set_side_loras(const LinearRegistry& registry, const std::vector<LoraUse>& loras,
+                   const std::string& component) {
+  const DeviceScope host(Device{});
+  std::map<std::string, std::vector<SideAdapter>> by_weight;
+  for (const LoraUse& use : loras) {
+    XDIT_CHECK(std::isfinite(use.scale), "LoRA ", use.file->path(), ": the scale ", use.scale,
+               " is not a finite number");
+    for (const auto& [module, m] : use.file->modules(component)) {
+      const std::string weight = module + ".weight";
+      const auto shape = registry.shapes().find(weight);
+      if (shape == registry.shapes().end()) continue;  // not on this rank (or not in the model)
+      XDIT_CHECK(shape->second == Shape({m.out, m.in}), "LoRA ", use.file->path(), ": ", module,
+                 " is [", m.out, ", ", m.in, "] but the model's ", weight, " is ",
+                 shape_str(shape->second), " (a LoRA for another model?)");
+      by_weight[weight].push_back({use.file.get(), &m, use.scale * m.alpha / m.rank});
+    }
+  }
+  std::set<std::string> held;
+  for (const LinearOrigin& o : registry.layers()) held.insert(o.weights.begin(), o.weights.end());
+  for (const auto& [weight, adapters] : by_weight)
+    XDIT_CHECK(held.count(weight) != 0, "LoRA ", adapters.front().file->path(), ": ", weight,
+               " is not in a linear layer with a low-rank side path; apply this LoRA at start "
+               "(--lora) instead of per request");
+  // Checked: each layer's matrices now, built and packed one layer at a time.
+  int adapted = 0;
+  for (const LinearOrigin& o : registry.layers()) {
+    const auto [a, b] = side_matrices(o, by_weight);
+    o.slot->set(a, b);
+    adapted += a.defined() ? 1 : 0;
+  }
+  return adapted;
+}
+
+}  // namespace xdit::nn

@@ -1,0 +1,113 @@
+// LoRAs per request in xdit serve (--lora_dir, `loras`): requests with LoRA
+// A, then A + B, then none each give `xdit generate`'s image (the CLI
+// merges at load, the server keeps side paths: within 1/255; without LoRAs
+// bit for bit) from one load of the base weights; names that are paths,
+// links out of the folder, missing files and LoRAs that do not fit are
+// refused naming the field.
+#include <filesystem>
+
+#include "serve/lora_dir.h"
+#include "serve/request_schema.h"
+#include "serve_util.h"
+#include "test_util.h"
+
+namespace xdit {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kModels = XDIT_MODELS;
+
+std::string lora(const std::string& name) {
+  return std::string(XDIT_TEST_DATA) + "/lora/" + name + ".safetensors";
+}
+
+using ServeLora = test::ServeTest;
+
+TEST_F(ServeLora, RequestsSwitchLorasAndEqualXditGenerate) {
+  const fs::path loras = dir_ / "loras";
+  fs::create_directories(loras);
+  for (const char* n : {"flux_a", "flux_b", "flux_te", "sd3_a"})
+    fs::copy_file(lora(n), loras / (std::string(n) + ".safetensors"));
+  fs::copy_file(lora("flux_a"), dir_ / "outside.safetensors");
+  fs::create_symlink(dir_ / "outside.safetensors", loras / "escape.safetensors");
+  fs::create_symlink(loras / "flux_a.safetensors", loras / "alias.safetensors");  // inside: fine
+  const std::string model = "--model '" + kModels + "/flux-schnell-tiny' --dtype f32";
+  test::ServeProcess s(model + " --lora_dir '" + loras.string() + "'", dir_, 0,
+                       "XDIT_VERBOSE=1 ");  // its log says when the transformer loads
+  ASSERT_TRUE(s.listening()) << s.log();
+  auto c = s.client();
+  const std::string request =
+      R"("prompt": "a red fox", "num_inference_steps": 3, "seed": 5, "height": 48, "width": 80)";
+  const std::string cli = model +
+                          " --prompt 'a red fox' --num_inference_steps 3 --seed 5 "
+                          "--height 48 --width 80";
+  struct Case {
+    std::string loras, flags, label;
+    int most;  // largest per-pixel difference from the CLI's image
+  };
+  const std::vector<Case> cases = {
+      {R"([{"name": "flux_a", "scale": 0.7}])", " --lora '" + lora("flux_a") + "':0.7",
+       "flux_a.safetensors:0.7", 1},
+      {R"([{"name": "alias.safetensors", "scale": 0.7}, {"name": "flux_b", "scale": -0.4}])",
+       " --lora '" + lora("flux_a") + "':0.7 --lora '" + lora("flux_b") + "':-0.4",
+       "flux_a.safetensors:0.7, flux_b.safetensors:-0.4", 1},
+      {"[]", "", "", 0}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& k = cases[i];
+    SCOPED_TRACE(k.loras);
+    const test::Reply r =
+        test::post_json(c, "/generate", "{" + request + R"(, "loras": )" + k.loras + "}");
+    ASSERT_EQ(r.status, 200) << r.body.dump();
+    const io::PngImage served = test::png_of_base64(r.body["output"]);
+    const io::PngImage want = generate(cli + k.flags, "cli" + std::to_string(i) + ".png");
+    EXPECT_LE(test::max_pixel_diff(served, want), k.most);
+    const auto label = served.text.find("lora");
+    EXPECT_EQ(label == served.text.end() ? "" : label->second, k.label);
+    if (i == 0) {  // the LoRA is visible
+      EXPECT_GT(test::max_pixel_diff(served, generate(cli, "base.png")), 8);
+    }
+  }
+  // Refused before the queue, naming the field.
+  for (const auto& [loras_json, part] : std::vector<std::pair<std::string, std::string>>{
+           {R"([{"name": "../outside"}])", "not a path"},
+           {R"([{"name": "/etc/passwd"}])", "not a path"},
+           {R"([{"name": "escape"}])", "symbolic link out of"},
+           {R"([{"name": "nope"}])", "no such file"},
+           {R"([{"name": "flux_te"}])", "adapt the transformer only"},
+           {R"([{"name": "sd3_a"}])", "a LoRA for another model?"},
+           {R"([{"name": "flux_a", "scale": "x"}])", "scale must be a number"},
+           {R"([{"name": "flux_a", "weight": 1}])", "not 'weight'"},
+           {R"({"name": "flux_a"})", "must be an array"}}) {
+    SCOPED_TRACE(loras_json);
+    const test::Reply r =
+        test::post_json(c, "/v1/images/generations",
+                        R"({"prompt": "a red fox", "size": "80x48", "loras": )" + loras_json + "}");
+    EXPECT_EQ(r.status, 400) << r.body.dump();
+    const std::string message = r.body["error"]["message"].get<std::string>();
+    EXPECT_NE(message.find(part), std::string::npos) << message;
+  }
+  s.stop();
+  // One load of the transformer for every request.
+  const std::string log = s.log();
+  size_t loads = 0;
+  for (size_t at = log.find("transformer loaded"); at != std::string::npos;
+       at = log.find("transformer loaded", at + 1))
+    ++loads;
+  EXPECT_EQ(loads, 1u) << log;
+}
+
+TEST(ServeLoraDir, AServerWithoutOneRefusesLoras) {
+  try {
+    serve::LoraDir().resolve("style");
+    FAIL() << "no error";
+  } catch (const serve::BadRequest& b) {
+    EXPECT_EQ(b.field(), "loras");
+    EXPECT_NE(std::string(b.what()).find("--lora_dir"), std::string::npos) << b.what();
+  }
+  EXPECT_NE(test::error_message([] { serve::LoraDir("/no/such/folder"); }).find("not a folder"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace xdit
