@@ -240,7 +240,7 @@ class Server {
     try {
       sr = serve::parse_request_body(e, req.body);
       if (sr.save_disk_path) o_.output_root->check(*sr.save_disk_path);  // under --output_dir
-      for (const auto& [name, scale] : sr.loras)  // files of --lora_dir
+      for (const auto& [name, scale] : sr.loras)                         // files of --lora_dir
         sr.image.loras.push_back({o_.lora_root->resolve(name), scale});
       std::lock_guard<std::mutex> lock(validator_mu_);
       plan.emplace(validator_.plan(sr.image));  // model, size, layout and memory: before the queue

@@ -163,6 +163,8 @@ json plan_json() {
           {"taylorseer_interval", 4},
           {"taylorseer_warmup", 2},
           {"taylorseer_order", 3},
+          {"loras", json::array({{{"path", "/l/a.safetensors"}, {"scale", -0.75}},
+                                 {{"path", "/l/b.safetensors"}, {"scale", 2.5}}})},
           {"seed", ~uint64_t{0} - 3},
           {"resize_back", true},
           {"cfg", true},
@@ -213,13 +215,15 @@ TEST(ServeSchema, EveryPlanFieldCrossesRanks) {
   EXPECT_EQ(b->cache.interval, std::optional<int64_t>(4));
   EXPECT_EQ(b->cache.warmup, std::optional<int64_t>(2));
   EXPECT_EQ(b->cache.order, std::optional<int64_t>(3));
+  EXPECT_EQ(b->loras, (std::vector<pipeline::LoraRef>{{"/l/a.safetensors", -0.75},
+                                                      {"/l/b.safetensors", 2.5}}));
   EXPECT_EQ(b->seed, ~uint64_t{0} - 3);
   EXPECT_TRUE(b->resize_back);
   EXPECT_TRUE(b->cfg);
   EXPECT_EQ(b->output, pipeline::Output::kLatents);
   // The fields compared above are the table's rows, all of them.
   EXPECT_EQ(pipeline::Plan::field_count(), want.size());
-  EXPECT_EQ(pipeline::Plan::field_count(), 23u);
+  EXPECT_EQ(pipeline::Plan::field_count(), 24u);
   // A field missing from the JSON is an error, not a default.
   json partial = want;
   partial.erase("seed");
