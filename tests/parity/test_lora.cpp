@@ -134,6 +134,47 @@ TEST_P(LoraFamily, ImagesAreDiffusers) {
 
 INSTANTIATE_TEST_SUITE_P(Families, LoraFamily, testing::Values("flux", "sd3", "sd35"));
 
+// bf16 layers: the merged weight is formed in f32 and rounded once when the
+// layer packs it — the f32 merge rounded equals the f32 golden rounded (up
+// to ties the 1e-5 agreement moves). diffusers' bf16 fuse rounds A and B to
+// bf16 first, then the delta, then the sum: within 2 % of the weight's
+// largest value of ours.
+TEST(Lora, Bf16MergeRoundsOnce) {
+  const io::WeightStore base(transformer_dir());
+  const nn::LoraWeights merged(base, both(0.7, -0.4), "transformer");
+  const auto f32 = io::read_safetensors_f32(data("flux_merged.safetensors"));
+  const auto peft = io::read_safetensors_f32(data("flux_merged_bf16.safetensors"));
+  ASSERT_EQ(peft.size(), f32.size());
+  const auto round = [](const std::vector<float>& v) {
+    std::vector<uint16_t> r(v.size());
+    convert_from_f32(v.data(), r.data(), DType::kBF16, v.size());
+    std::vector<float> back(v.size());
+    convert_to_f32(r.data(), DType::kBF16, back.data(), back.size());
+    return back;
+  };
+  size_t values = 0, ours_exact = 0, peft_equal = 0;
+  for (const auto& [name, w] : f32) {
+    SCOPED_TRACE(name);
+    const Tensor got = merged.get(name, w.shape());
+    ASSERT_EQ(got.dtype(), DType::kF32) << "handed to the layer unrounded";
+    const std::vector<float> ours = round(got.to_vector()), want = round(w.to_vector());
+    const std::vector<float> p = peft.at(name).to_vector();
+    float largest = 0, worst = 0;
+    for (size_t i = 0; i < ours.size(); ++i) {
+      ours_exact += ours[i] == want[i];
+      peft_equal += ours[i] == p[i];
+      largest = std::max(largest, std::abs(ours[i]));
+      worst = std::max(worst, std::abs(ours[i] - p[i]));
+    }
+    EXPECT_LE(worst, 0.02f * largest);
+    values += ours.size();
+  }
+  EXPECT_GE(static_cast<double>(ours_exact), 0.999 * static_cast<double>(values));
+  std::printf("bf16 merge: %zu values, %.3f %% equal the rounded f32 golden, %.1f %% peft's\n",
+              values, 100.0 * static_cast<double>(ours_exact) / static_cast<double>(values),
+              100.0 * static_cast<double>(peft_equal) / static_cast<double>(values));
+}
+
 TEST(Lora, ScaleZeroIsTheBaseModel) {
   const io::WeightStore base(transformer_dir());
   const nn::LoraWeights merged(base, both(0.0, 0.0), "transformer");

@@ -17,6 +17,8 @@ Writes tests/data/lora/:
                       set_adapters(["a", "b"], [0.7, -0.4]), fuse_lora; every
                       weight either LoRA touches, after the merge; metadata:
                       the versions and the scales.
+  flux_merged_bf16.safetensors  the same merge with the pipeline in bf16 (peft
+                      forms the delta in f32, rounds it to bf16, then adds).
   flux_images.safetensors  FluxPipeline images (output_type "np", f32, the
                       adapters unfused as load_lora_weights leaves them) of
                       IMAGE: `one` with LoRA a alone at 1, `two` with both at
@@ -147,6 +149,19 @@ def make(family):
             "peft": peft.__version__, "scale_a": str(SCALES["a"]), "scale_b": str(SCALES["b"])}
     save_file(merged, os.path.join(OUT, f"{family}_merged.safetensors"), metadata=meta)
     print(family, len(merged), "merged weights")
+    if family == "flux":  # the same merge in bf16 (peft: the delta in f32, rounded, then added)
+        pipe = FAMILIES[family]["pipeline"].from_pretrained(FAMILIES[family]["model"],
+                                                            torch_dtype=torch.bfloat16)
+        for name in SCALES:
+            pipe.load_lora_weights(os.path.join(OUT, f"{family}_{name}.safetensors"),
+                                   adapter_name=name)
+        pipe.set_adapters(list(SCALES), list(SCALES.values()))
+        pipe.fuse_lora(adapter_names=list(SCALES))
+        state = pipe.transformer.state_dict()
+        bf16 = {f"{m}.weight": state[f"{m}.base_layer.weight"].contiguous()
+                if f"{m}.base_layer.weight" in state else state[f"{m}.weight"].contiguous()
+                for m in sorted(modules)}
+        save_file(bf16, os.path.join(OUT, f"{family}_merged_bf16.safetensors"), metadata=meta)
     image = FAMILIES[family]["image"]
     images = {}
     cases = [("none", {}), ("one", {"a": 1.0}), ("two", SCALES)]
