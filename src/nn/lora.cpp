@@ -46,11 +46,17 @@ LoraFile::LoraFile(const std::string& path) : file_(path) {
     meta = io::parse_json_text(m->second, path + "'s lora_adapter_metadata");
   const LoraLayout layout = lora_layout(file_.entries(), path);
   format_ = layout.format;
-  std::set<std::string> checked;  // tensors scanned for NaN / Inf (a fused B serves several)
+  // Each tensor scanned once (a fused B serves several modules): NaN / Inf
+  // refused; whether it is all zeros.
+  std::map<std::string, bool> zero;
   const auto scan = [&](const std::string& t) {
-    if (checked.insert(t).second)
-      for (const float x : file_.get(t).to_vector())
-        if (!std::isfinite(x)) fail_in(t, " holds NaN or Inf");
+    if (const auto it = zero.find(t); it != zero.end()) return it->second;
+    bool all_zero = true;
+    for (const float x : file_.get(t).to_vector()) {
+      if (!std::isfinite(x)) fail_in(t, " holds NaN or Inf");
+      all_zero = all_zero && x == 0;
+    }
+    return zero[t] = all_zero;
   };
   for (const LoraKey& k : layout.keys) {
     const auto up = file_.entries().find(k.up);
@@ -90,8 +96,8 @@ LoraFile::LoraFile(const std::string& path) : file_(path) {
     if (m.alpha == 0) m.alpha = static_cast<double>(m.rank);  // diffusers: alpha = rank
     if (!std::isfinite(m.alpha) || m.rank < 1)
       fail_in(k.down, ": alpha ", m.alpha, ", rank ", m.rank);
-    scan(m.down);
-    scan(m.up);
+    const bool zero_a = scan(m.down), zero_b = scan(m.up);
+    if (zero_a || zero_b) continue;  // changes nothing (diffusers drops such adapters too)
     components_[k.component][k.module] = m;
   }
   for (const std::string& t : layout.unread) {

@@ -45,7 +45,8 @@ class LoraFile {
   // all-zero ones (which change nothing) are left out, as diffusers drops them.
   const std::vector<std::string>& unread() const { return unread_; }
   // The adapters of a component ("transformer", "text_encoder", …) by
-  // module name as the component's weights name it; empty when none.
+  // module name as the component's weights name it; empty when none. An
+  // adapter whose A or B is all zeros changes nothing and is left out.
   const std::map<std::string, LoraModule>& modules(const std::string& component) const;
   // The components it adapts ("transformer", "text_encoder", …).
   std::vector<std::string> components() const;

@@ -108,6 +108,18 @@ bool clip_target(const std::string& name, std::string& module) {
   return true;
 }
 
+// A T5 module as sd-scripts names it after "lora_te3_"
+// ("encoder_block_0_layer_1_DenseReluDense_wi_0") → transformers' name.
+bool t5_target(const std::string& name, std::string& module) {
+  static const std::regex layer(
+      R"(^encoder_block_(\d+)_layer_(\d+)_(SelfAttention|DenseReluDense)_(q|k|v|o|wi_0|wi_1|wi|wo)$)");
+  std::smatch m;
+  if (!std::regex_match(name, m, layer)) return false;
+  module =
+      "encoder.block." + m[1].str() + ".layer." + m[2].str() + "." + m[3].str() + "." + m[4].str();
+  return true;
+}
+
 // sd-scripts' (kohya) and BFL's names with lora_down / lora_up / alpha, as
 // diffusers' `_convert_kohya_flux_lora_to_diffusers` reads them.
 void read_kohya(const std::map<std::string, io::TensorEntry>& entries, LoraLayout& out) {
@@ -123,6 +135,8 @@ void read_kohya(const std::map<std::string, io::TensorEntry>& entries, LoraLayou
       out.format = "bfl";
     } else if (starts_with(name, "text_encoders.clip_l.transformer.")) {
       name = "lora_te_" + name.substr(33);
+    } else if (starts_with(name, "text_encoders.t5xxl.transformer.")) {
+      name = "lora_te3_" + name.substr(32);
     }
     name = replace_all(name, '.', '_');
     LoraKey k;
@@ -148,6 +162,12 @@ void read_kohya(const std::map<std::string, io::TensorEntry>& entries, LoraLayou
                (starts_with(name, "lora_te1_") && clip_target(name.substr(9), clip))) {
       known = true;
       k.component = "text_encoder";
+      k.module = clip;
+      out.keys.push_back(k);
+    } else if (starts_with(name, "lora_te3_") && t5_target(name.substr(9), clip)) {
+      // sd-scripts' T5-XXL (diffusers drops it; FLUX.1's text_encoder_2).
+      known = true;
+      k.component = "text_encoder_2";
       k.module = clip;
       out.keys.push_back(k);
     }

@@ -7,10 +7,12 @@
 //                     optional `<component>.<module>.alpha`;
 //   kohya / sd-scripts (FLUX.1)  `lora_unet_double_blocks_0_img_attn_qkv
 //                     .lora_down.weight`, `.lora_up.weight`, `.alpha`; CLIP
-//                     as `lora_te1_text_model_encoder_layers_0_…` (or `lora_te_`);
+//                     as `lora_te1_text_model_encoder_layers_0_…` (or `lora_te_`),
+//                     T5-XXL as `lora_te3_encoder_block_0_layer_0_SelfAttention_q`;
 //   Black Forest Labs' names as ComfyUI writes them (FLUX.1)
 //                     `diffusion_model.double_blocks.0.img_attn.qkv.lora_down
-//                     .weight` (and `text_encoders.clip_l.transformer.…`),
+//                     .weight` (and `text_encoders.clip_l.transformer.…`,
+//                     `text_encoders.t5xxl.transformer.…`),
 //                     which diffusers reads as kohya's;
 //   XLabs (FLUX.1)    `double_blocks.0.processor.qkv_lora1.down.weight`, ….
 //

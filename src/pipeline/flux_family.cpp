@@ -22,7 +22,9 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
   using ConfigFamily::ConfigFamily;
 
   bool runs_on_cuda() const override { return true; }
-  std::vector<std::string> lora_text_components() const override { return {"text_encoder"}; }
+  std::vector<std::string> lora_text_components() const override {
+    return {"text_encoder", "text_encoder_2"};
+  }
   std::string name() const override {
     return cfg_.guidance_embeds ? "FLUX.1 [dev]" : "FLUX.1 [schnell]";
   }
@@ -98,8 +100,7 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
       text_weights("text_encoder", *clip_weights_);  // its LoRAs checked now
       clip_cfg_ = std::move(clip);
     }
-    if (!t5_cfg_)
-      t5_cfg_ = open_t5(folder, "text_encoder_2", cfg_.joint_attention_dim, t5_weights_);
+    if (!t5_cfg_) open_t5_encoder(folder, "text_encoder_2", cfg_.joint_attention_dim);
   }
   std::vector<Component> text_components() const override {
     return {{"text_encoder", ComponentKind::kClipEncoder},

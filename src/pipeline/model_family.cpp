@@ -1,4 +1,5 @@
 #include "pipeline/model_family.h"
+#include "pipeline/text_encoding.h"
 
 #include <algorithm>
 
@@ -78,9 +79,16 @@ void ModelFamily::check_tensor_parallel(int degree) const {
 models::T5Encoder& ModelFamily::t5_encoder(DType dtype) {
   XDIT_CHECK(t5_cfg_ && t5_weights_, "encode before the text side was opened");
   if (!t5_)
-    t5_ = std::make_unique<models::T5Encoder>(*t5_cfg_, *t5_weights_, dtype, text_tp_,
-                                              text_resident_);
+    t5_ = std::make_unique<models::T5Encoder>(*t5_cfg_, text_weights(t5_component_, *t5_weights_),
+                                              dtype, text_tp_, text_resident_);
   return *t5_;
+}
+
+void ModelFamily::open_t5_encoder(const io::ModelFolder& folder, const std::string& component,
+                                  int64_t width) {
+  t5_cfg_ = open_t5(folder, component, width, t5_weights_);
+  t5_component_ = component;
+  text_weights(component, *t5_weights_);  // its LoRAs checked now
 }
 
 int ModelFamily::text_parallel_degree(int ranks) const {

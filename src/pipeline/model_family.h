@@ -170,10 +170,12 @@ class ModelFamily {
   const io::WeightStore* t5_weights() const { return t5_weights_.get(); }
 
   // LoRAs for the text encoders: the components whose adapters this family
-  // applies — its CLIP encoders, the ones diffusers' LoRA loaders adapt
-  // (FLUX.1: text_encoder; SD3: text_encoder and text_encoder_2; none on T5
-  // or for PixArt) — and the LoRAs, set before the text side opens.
-  virtual std::vector<std::string> lora_text_components() const { return {}; }
+  // applies — its CLIP encoders, which diffusers' LoRA loaders adapt
+  // (FLUX.1: text_encoder; SD3: text_encoder and text_encoder_2), and its
+  // T5 encoder, which diffusers' do not (peft adapts it: FLUX.1's
+  // text_encoder_2, SD3's text_encoder_3, PixArt's text_encoder) — and the
+  // LoRAs, set before the text side opens.
+  virtual std::vector<std::string> lora_text_components() const = 0;
   void set_text_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched);
 
  protected:
@@ -186,6 +188,9 @@ class ModelFamily {
   // them in open_text) and the encoder, built on first use by t5_encoder
   // with the split and residency set above, freed by release_text.
   models::T5Encoder& t5_encoder(DType dtype);
+  // open_t5 for the T5 encoder of `component`, its LoRAs checked now.
+  void open_t5_encoder(const io::ModelFolder& folder, const std::string& component, int64_t width);
+  std::string t5_component_;  // the T5 encoder's folder ("text_encoder_2", …)
   nn::TensorParallel text_tp_;
   bool text_resident_ = true;
   std::unique_ptr<models::T5Config> t5_cfg_;

@@ -75,8 +75,8 @@ void Pipeline::set_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched) 
     for (const std::string& c : l.file->components())
       XDIT_CHECK(
           ignore_unmatched || std::find(adaptable.begin(), adaptable.end(), c) != adaptable.end(),
-          "LoRA ", l.file->path(), " adapts the ", c, "; xdit, as diffusers, adapts ",
-          family_->name(), "'s ", names, " only (--lora_ignore_unmatched applies the rest)");
+          "LoRA ", l.file->path(), " adapts the ", c, "; xdit adapts ", family_->name(), "'s ",
+          names, " only (--lora_ignore_unmatched applies the rest)");
   family_->set_text_loras(loras, ignore_unmatched);
   std::string label;
   for (const nn::LoraUse& l : loras)

@@ -21,6 +21,7 @@ class PixArtFamily : public ConfigFamily<models::PixArtConfig, models::PixArtTra
   PixArtFamily(const models::PixArtConfig& cfg, bool sigma) : ConfigFamily(cfg), sigma_(sigma) {}
 
   std::string name() const override { return sigma_ ? "PixArt-Σ" : "PixArt-α"; }
+  std::vector<std::string> lora_text_components() const override { return {"text_encoder"}; }
   bool runs_on_cuda() const override { return true; }
   std::string describe() const override {
     const auto& c = cfg_;
@@ -40,7 +41,7 @@ class PixArtFamily : public ConfigFamily<models::PixArtConfig, models::PixArtTra
   void open_text(const io::ModelFolder& folder) override {
     if (!tokenizer_)
       tokenizer_ = std::make_unique<tokenizers::T5Tokenizer>(folder.component("tokenizer"));
-    if (!t5_cfg_) t5_cfg_ = open_t5(folder, "text_encoder", cfg_.caption_channels, t5_weights_);
+    if (!t5_cfg_) open_t5_encoder(folder, "text_encoder", cfg_.caption_channels);
   }
   std::vector<Component> text_components() const override {
     return {{"text_encoder", ComponentKind::kT5Encoder},

@@ -25,7 +25,7 @@ class SD3Family : public ConfigFamily<models::SD3Config, models::SD3Transformer>
 
   bool runs_on_cuda() const override { return true; }
   std::vector<std::string> lora_text_components() const override {
-    return {"text_encoder", "text_encoder_2"};
+    return {"text_encoder", "text_encoder_2", "text_encoder_3"};
   }
   std::string name() const override {
     return cfg_.dual_attention_layers.empty() && !cfg_.qk_norm ? "Stable Diffusion 3"
@@ -85,8 +85,7 @@ class SD3Family : public ConfigFamily<models::SD3Config, models::SD3Transformer>
       clip_l_cfg_ = std::move(l);
       clip_g_cfg_ = std::move(g);
     }
-    if (!t5_cfg_)
-      t5_cfg_ = open_t5(folder, "text_encoder_3", cfg_.joint_attention_dim, t5_weights_);
+    if (!t5_cfg_) open_t5_encoder(folder, "text_encoder_3", cfg_.joint_attention_dim);
   }
   std::vector<Component> text_components() const override {
     return {{"text_encoder", ComponentKind::kClipEncoder},

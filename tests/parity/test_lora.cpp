@@ -237,26 +237,29 @@ TEST_F(LoraBadInput, EachIsOneLine) {
   io::write_safetensors(control, {{"double_blocks.0.img_attn.norm.query_norm.scale",
                                    Tensor::from_vector({1, 1, 1, 1}, {4})}});
   expect(error(control), "a Flux Control LoRA");
-  // A T5 part (FLUX.1's text_encoder_2, which diffusers does not adapt):
-  // refused, or left out when asked.
+  // A component FLUX.1 has not (text_encoder_3): refused, or left out when
+  // asked. (All-zero adapters change nothing and are left out: random ones.)
+  const auto rnd = [](Shape s, uint64_t seed) {
+    return Tensor::from_vector(test::randn(static_cast<size_t>(shape_numel(s)), seed), s);
+  };
   const std::string te = (dir_ / "te.safetensors").string();
-  io::write_safetensors(te, {{"transformer." + mod + ".lora_A.weight", Tensor::zeros({2, q[1]})},
-                             {"transformer." + mod + ".lora_B.weight", Tensor::zeros({q[0], 2})},
-                             {"text_encoder_2.encoder.x.lora_A.weight", Tensor::zeros({2, 4})},
-                             {"text_encoder_2.encoder.x.lora_B.weight", Tensor::zeros({4, 2})}});
+  io::write_safetensors(te, {{"transformer." + mod + ".lora_A.weight", rnd({2, q[1]}, 5)},
+                             {"transformer." + mod + ".lora_B.weight", rnd({q[0], 2}, 6)},
+                             {"text_encoder_3.encoder.x.lora_A.weight", rnd({2, 4}, 7)},
+                             {"text_encoder_3.encoder.x.lora_B.weight", rnd({4, 2}, 8)}});
   const auto set = [&](bool ignore) {
     return test::error_message([&] {
       pipeline::Pipeline pipe(model_dir(), DType::kF32);
       pipe.set_loras({{std::make_shared<nn::LoraFile>(te), 1.0}}, ignore);
     });
   };
-  expect(set(false), "adapts the text_encoder_2; xdit, as diffusers, adapts");
+  expect(set(false), "adapts the text_encoder_3; xdit adapts");
   EXPECT_EQ(set(true), "(no error)");
   // A tensor no module takes (a DoRA scale): listed and refused, or skipped
   // when asked; an all-zero one changes nothing and is left out (diffusers).
   const Tensor dora = Tensor::from_vector(test::randn(4, 3), {4});
-  io::write_safetensors(te, {{"transformer." + mod + ".lora_A.weight", Tensor::zeros({2, q[1]})},
-                             {"transformer." + mod + ".lora_B.weight", Tensor::zeros({q[0], 2})},
+  io::write_safetensors(te, {{"transformer." + mod + ".lora_A.weight", rnd({2, q[1]}, 5)},
+                             {"transformer." + mod + ".lora_B.weight", rnd({q[0], 2}, 6)},
                              {"transformer." + mod + ".dora_scale", dora},
                              {"transformer.zero.diff_b", Tensor::zeros({4})}});
   const std::string unread = set(false);

@@ -24,9 +24,17 @@ Writes tests/data/lora/:
                       and an all-zero T5 adapter diffusers drops.
   flux_xlabs.safetensors  XLabs' processors (qkv_lora1/2, proj_lora1/2 in the
                       double blocks, qkv_lora / proj_lora in the single ones).
+  flux_t5.safetensors  peft adapters on FLUX.1's T5 encoder (text_encoder_2:
+                      q, v, o, wi_0, wo; r 4) and the transformer's to_k, in
+                      diffusers' key names (diffusers' loaders do not adapt
+                      T5: the golden runs the pipeline with the adapters peft
+                      added); flux_t5_kohya.safetensors: its T5 part in
+                      sd-scripts' names (lora_te3_…, alpha = rank), and
+                      flux_t5_transformer.safetensors its transformer part.
   flux_formats_images.safetensors  FluxPipeline images (f32, output_type "np")
                       of make_lora.py's request: `kohya` at 0.8, `bfl` at 1,
-                      `xlabs` at 0.6, `kohya_a`: kohya 0.8 with flux_a 0.5.
+                      `xlabs` at 0.6, `kohya_a`: kohya 0.8 with flux_a 0.5;
+                      `t5`: flux_t5's adapters at 1.
   flux_kohya_real.safetensors  sd-scripts' names at FLUX.1 [dev]'s real widths
                       (rank 2–4, bf16): single block 0's linear1 with a
                       block-sparse B (diffusers' "sparse" split), double
@@ -46,6 +54,8 @@ import peft
 import torch
 from diffusers import FluxPipeline
 from diffusers.loaders.lora_conversion_utils import _convert_kohya_flux_lora_to_diffusers
+from peft import LoraConfig
+from peft.utils import get_peft_model_state_dict
 from safetensors.torch import save_file
 
 from make_lora import FAMILIES, OUT
@@ -163,6 +173,34 @@ def xlabs_file(pipe, seed):
     return sd
 
 
+def t5_files(seed):
+    """FLUX.1's T5 encoder (text_encoder_2) adapted by peft — which diffusers'
+    loaders do not do — with a transformer part: the adapters in diffusers'
+    key names and the T5 part in sd-scripts' (lora_te3_)."""
+    torch.manual_seed(seed)
+    pipe = load()
+    cfg = LoraConfig(r=4, lora_alpha=4, init_lora_weights=False,
+                     target_modules=["q", "v", "o", "wi_0", "wo"])
+    pipe.text_encoder_2.add_adapter(cfg, adapter_name="t5")
+    with torch.no_grad():
+        for n, p in pipe.text_encoder_2.named_parameters():
+            if "lora_B.t5" in n:
+                p.normal_(0, 0.3)
+    t5 = get_peft_model_state_dict(pipe.text_encoder_2, adapter_name="t5")
+    pipe.transformer.add_adapter(LoraConfig(r=2, lora_alpha=2, init_lora_weights=False,
+                                            target_modules=["to_k"]), adapter_name="t5")
+    tr = get_peft_model_state_dict(pipe.transformer, adapter_name="t5")
+    sd = {f"text_encoder_2.{k}": v for k, v in t5.items()}
+    sd.update({f"transformer.{k}": v for k, v in tr.items()})
+    kohya = {}
+    for k, v in t5.items():
+        module, kind = k.rsplit(".lora_", 1)
+        base = "lora_te3_" + module.replace(".", "_")
+        kohya[base + (".lora_down.weight" if kind.startswith("A") else ".lora_up.weight")] = v
+        kohya[base + ".alpha"] = torch.tensor(4.0)
+    return pipe, sd, kohya
+
+
 def real_file(seed):
     """sd-scripts' names at FLUX.1's real widths (the converter needs no model)."""
     gen = torch.Generator().manual_seed(seed)
@@ -225,6 +263,17 @@ def main():
             images[case] = torch.from_numpy(pipe(
                 **kw, generator=torch.Generator().manual_seed(image["seed"]),
                 output_type="np").images).contiguous()
+    pipe, t5, kohya = t5_files(15)  # the adapters active as peft added them (scale 1)
+    save_file({k: v.contiguous() for k, v in t5.items()}, os.path.join(OUT, "flux_t5.safetensors"))
+    save_file({k: v.contiguous() for k, v in kohya.items()},
+              os.path.join(OUT, "flux_t5_kohya.safetensors"))
+    save_file({k: v.contiguous() for k, v in t5.items() if k.startswith("transformer.")},
+              os.path.join(OUT, "flux_t5_transformer.safetensors"))
+    kw = {k: v for k, v in image.items() if k != "seed"}
+    with torch.no_grad():
+        images["t5"] = torch.from_numpy(pipe(
+            **kw, generator=torch.Generator().manual_seed(image["seed"]),
+            output_type="np").images).contiguous()
     save_file(images, os.path.join(OUT, "flux_formats_images.safetensors"),
               metadata=dict(meta(), request=json.dumps(image), cases=json.dumps(cases)))
 
