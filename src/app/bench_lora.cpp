@@ -20,6 +20,7 @@
 
 #include "app/bench_util.h"
 #include "core/error.h"
+#include "core/memory.h"
 #include "io/safetensors.h"
 #include "io/weights.h"
 #include "kernels/linear.h"
@@ -61,6 +62,22 @@ Tensor random_bf16(const Shape& shape, uint64_t seed, double scale) {
     t.data<float>()[i] = static_cast<float>(scale * (static_cast<double>(s >> 11) * 0x1p-53 - 0.5));
   }
   return t.as(DType::kBF16, Device{});
+}
+
+// The largest resident memory above the start while making every
+// matrix's layer from `w` (each layer freed before the next, as a model's
+// load leaves only the packed layers behind); 0 where it cannot be measured.
+size_t load_peak_bytes(const io::WeightSource& w, const std::vector<Matrix>& ms,
+                       kernels::ComputeType ct) {
+  const size_t before = current_rss_bytes();
+  if (!reset_peak_rss()) return 0;
+  for (const Matrix& m : ms) {
+    const kernels::Linear layer(w.get(m.name + ".weight", {m.out, m.in}), Tensor(), ct);
+    (void)layer;
+    w.drop_pages(m.name + ".weight");
+  }
+  const size_t peak = peak_rss_bytes();
+  return peak > before ? peak - before : 0;
 }
 
 // Seconds to make every matrix's layer from `w`, the best of `repeat`.
@@ -120,6 +137,7 @@ int run_bench_lora(const BenchOptions& o) {
   const std::vector<nn::LoraUse> uses = {
       {std::make_shared<nn::LoraFile>((dir / "lora.safetensors").string()), 1.0}};
   const nn::LoraWeights merged(store, uses, "transformer");
+  const size_t lora_bytes = fs::file_size(dir / "lora.safetensors");
   int64_t params = 0;
   for (const Matrix& m : ms) params += m.out * m.in;
   for (const std::string& dt : o.dtypes) {
@@ -127,6 +145,8 @@ int run_bench_lora(const BenchOptions& o) {
     load_seconds(store, ms, ct, 1);  // the page cache, and first-touch of the allocator
     const double plain = load_seconds(store, ms, ct, std::max(1, o.repeat));
     const double with = load_seconds(merged, ms, ct, std::max(1, o.repeat));
+    const size_t peak_plain = load_peak_bytes(store, ms, ct);
+    const size_t peak_merged = load_peak_bytes(merged, ms, ct);
     // Per request: side paths on the loaded layers.
     nn::LinearRegistry registry;
     std::vector<kernels::Linear> layers;
@@ -145,6 +165,10 @@ int run_bench_lora(const BenchOptions& o) {
       nn::set_side_loras(registry, uses);
       apply = std::min(apply, std::chrono::duration<double>(Clock::now() - t0).count());
     }
+    nn::set_side_loras(registry, {});
+    const size_t rss_before_side = current_rss_bytes();
+    nn::set_side_loras(registry, uses);
+    const size_t side_bytes = current_rss_bytes() - std::min(current_rss_bytes(), rss_before_side);
     const double step_side = forward_seconds(layers, kRows, std::max(1, o.repeat));
     const nlohmann::json row = {{"dtype", dt},
                                 {"matrices", ms.size()},
@@ -158,7 +182,11 @@ int run_bench_lora(const BenchOptions& o) {
                                 {"forward_rows", kRows},
                                 {"forward_seconds", step},
                                 {"forward_with_side_seconds", step_side},
-                                {"side_forward_fraction", (step_side - step) / step}};
+                                {"side_forward_fraction", (step_side - step) / step},
+                                {"lora_file_bytes", lora_bytes},
+                                {"load_peak_bytes", peak_plain},
+                                {"load_with_lora_peak_bytes", peak_merged},
+                                {"side_resident_bytes", side_bytes}};
     if (o.json) {
       std::cout << row.dump() << std::endl;
       continue;
@@ -172,6 +200,13 @@ int run_bench_lora(const BenchOptions& o) {
         static_cast<long long>(o.lora_rank), with, 100 * (with - plain) / plain, apply,
         100 * apply / plain, static_cast<long long>(kRows), step, step_side,
         100 * (step_side - step) / step);
+    std::printf(
+        "  memory: the LoRA file %.1f MB; the load's peak %.1f MB, merging %.1f MB (+%.1f MB); "
+        "side paths resident %.1f MB\n",
+        static_cast<double>(lora_bytes) / 1e6, static_cast<double>(peak_plain) / 1e6,
+        static_cast<double>(peak_merged) / 1e6,
+        (static_cast<double>(peak_merged) - static_cast<double>(peak_plain)) / 1e6,
+        static_cast<double>(side_bytes) / 1e6);
   }
   return 0;
 }

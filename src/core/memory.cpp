@@ -34,6 +34,13 @@ size_t peak_rss_bytes() {
   return status_kb("/proc/self/status", "VmHWM");
 }
 
+bool reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
+  f.flush();
+  return static_cast<bool>(f);
+}
+
 size_t available_memory_bytes(std::string* source) {
   size_t best = std::numeric_limits<size_t>::max();
   std::string why;

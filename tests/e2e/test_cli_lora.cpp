@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "cli_util.h"
 #include "io/png.h"
@@ -84,6 +86,31 @@ TEST_F(CliLora, BadInputIsOneLineBeforeAnyWeightLoads) {
   fs::copy_file(lora("flux_a.safetensors"), cut);
   fs::resize_file(cut, fs::file_size(cut) / 2);
   expect_error("--lora '" + cut.string() + "'", "cut.safetensors");
+}
+
+// xdit bench lora: one row per dtype with the load, the merged load, the
+// side paths' apply time and the forward with and without them.
+TEST_F(CliLora, BenchRowsMergeAgainstSidePaths) {
+  const fs::path rows_file = dir_ / "rows.json";  // (run_command drops stdout)
+  const test::CommandResult r = test::run_command(
+      std::string("sh -c \"env XDIT_QUIET=1 ") + XDIT_BINARY +
+          " bench lora --json --dtypes f32 --lora_rank 4 > " + rows_file.string() + "\"",
+      (dir_ / "stderr.txt").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::vector<nlohmann::json> rows;
+  std::ifstream lines(rows_file);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty() && line[0] == '{') rows.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(rows.size(), 1u) << r.err;
+  const nlohmann::json& row = rows[0];
+  EXPECT_EQ(row["dtype"], "f32");
+  EXPECT_EQ(row["rank"], 4);
+  EXPECT_EQ(row["matrices"], 12);
+  for (const char* k : {"load_seconds", "load_with_lora_seconds", "side_apply_seconds",
+                        "forward_seconds", "forward_with_side_seconds"})
+    EXPECT_GT(row[k].get<double>(), 0) << k;
+  EXPECT_GT(row["lora_file_bytes"].get<double>(), 0);
+  EXPECT_TRUE(row.contains("side_resident_bytes"));  // (RSS: may be 0 where pooled memory serves)
 }
 
 }  // namespace
