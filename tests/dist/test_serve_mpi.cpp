@@ -1,9 +1,11 @@
 // xdit serve under mpirun with 2 ranks: every request runs on the whole
 // layout and its image equals the serial `xdit generate` (Ulysses 2; data
-// parallel 2 with two requests served at once, one per group); a request the
+// parallel 2 with two requests served at once, one per group — also with
+// different per-request LoRAs on the two groups); a request the
 // layout cannot serve is a 400 that says why, and the job goes on; SIGTERM
 // to the serving rank ends every rank with exit 0.
 #include <atomic>
+#include <map>
 #include <thread>
 
 #include "serve_util.h"
@@ -100,6 +102,52 @@ TEST_F(ServeMpi, DataParallel2ServesEachRequestTheSerialImage) {
   auto metrics = c.Get("/metrics");
   ASSERT_TRUE(metrics);
   EXPECT_NE(metrics->body.find("xdit_images_total 4\n"), std::string::npos) << metrics->body;
+  EXPECT_EQ(s.stop().code, 0) << s.log();
+}
+
+// Per-request LoRAs with data parallel 2: two requests at a time, one per
+// group, one with a LoRA and one without, then the other way round — each
+// group's ranks switch their side paths to their own request's LoRAs; every
+// image equals `xdit generate`'s (--lora merged: within 1/255).
+TEST_F(ServeMpi, DataParallel2SwitchesEachGroupsLoras) {
+  const fs::path loras = dir_ / "loras";
+  fs::create_directories(loras);
+  for (const char* n : {"flux_a", "flux_b"})
+    fs::copy_file(std::string(XDIT_TEST_DATA) + "/lora/" + n + ".safetensors",
+                  loras / (std::string(n) + ".safetensors"));
+  const std::string model = "--model '" + kModels + "/flux-schnell-tiny' --dtype f32";
+  test::ServeProcess s(model + " --data_parallel_degree 2 --lora_dir '" + loras.string() + "'",
+                       dir_, 2);
+  ASSERT_TRUE(s.listening()) << s.log();
+  const std::string request =
+      R"("prompt": "a red fox", "num_inference_steps": 3, "seed": 5, "height": 48, "width": 80)";
+  const std::string cli = model +
+                          " --prompt 'a red fox' --num_inference_steps 3 --seed 5 "
+                          "--height 48 --width 80";
+  const std::string a = R"([{"name": "flux_a", "scale": 0.7}])",
+                    b = R"([{"name": "flux_b", "scale": -0.4}])";
+  const std::map<std::string, std::string> flags = {
+      {a, " --lora '" + (loras / "flux_a.safetensors").string() + "':0.7"},
+      {b, " --lora '" + (loras / "flux_b.safetensors").string() + "':-0.4"},
+      {"[]", ""}};
+  for (const auto& round : std::vector<std::vector<std::string>>{{a, "[]"}, {"[]", b}}) {
+    std::vector<test::Reply> replies(round.size());
+    std::vector<std::thread> clients;
+    for (size_t i = 0; i < round.size(); ++i)
+      clients.emplace_back([&, i] {
+        auto c = s.client();
+        replies[i] =
+            test::post_json(c, "/generate", "{" + request + R"(, "loras": )" + round[i] + "}");
+      });
+    for (auto& t : clients) t.join();
+    for (size_t i = 0; i < round.size(); ++i) {
+      SCOPED_TRACE(round[i]);
+      ASSERT_EQ(replies[i].status, 200) << replies[i].body.dump() << s.log();
+      EXPECT_LE(test::max_pixel_diff(test::png_of_base64(replies[i].body["output"]),
+                                     generate(cli + flags.at(round[i]), "cli.png")),
+                1);
+    }
+  }
   EXPECT_EQ(s.stop().code, 0) << s.log();
 }
 
