@@ -12,8 +12,10 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "io/safetensors.h"
 
@@ -77,6 +79,16 @@ inline CommandResult run_command(const std::string& command, const std::string& 
 }
 
 // A fresh folder per test under the system's temporary folder, removed after.
+// The JSON objects of a file of one per line (a bench's --json rows),
+// other lines skipped.
+inline std::vector<nlohmann::json> json_lines(const std::filesystem::path& file) {
+  std::vector<nlohmann::json> rows;
+  std::ifstream lines(file);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty() && line[0] == '{') rows.push_back(nlohmann::json::parse(line));
+  return rows;
+}
+
 inline std::filesystem::path make_test_dir(const std::string& prefix) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   const std::filesystem::path d =

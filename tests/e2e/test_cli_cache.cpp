@@ -118,10 +118,7 @@ TEST_F(CliCache, BenchRowsEachCacheAgainstTheUncachedRun) {
                             rows_file.string() + "\"",
                         (dir_ / "stderr.txt").string());
   ASSERT_EQ(r.code, 0) << r.err;
-  std::vector<nlohmann::json> rows;
-  std::ifstream lines(rows_file);
-  for (std::string line; std::getline(lines, line);)
-    if (!line.empty() && line[0] == '{') rows.push_back(nlohmann::json::parse(line));
+  const std::vector<nlohmann::json> rows = test::json_lines(rows_file);
   ASSERT_EQ(rows.size(), 5u) << r.err;
   EXPECT_EQ(rows[0]["cache"], "none");
   EXPECT_EQ(rows[0]["max_pixel_diff"], 0);

@@ -97,10 +97,7 @@ TEST_F(CliLora, BenchRowsMergeAgainstSidePaths) {
           " bench lora --json --dtypes f32 --lora_rank 4 > " + rows_file.string() + "\"",
       (dir_ / "stderr.txt").string());
   ASSERT_EQ(r.code, 0) << r.err;
-  std::vector<nlohmann::json> rows;
-  std::ifstream lines(rows_file);
-  for (std::string line; std::getline(lines, line);)
-    if (!line.empty() && line[0] == '{') rows.push_back(nlohmann::json::parse(line));
+  const std::vector<nlohmann::json> rows = test::json_lines(rows_file);
   ASSERT_EQ(rows.size(), 1u) << r.err;
   const nlohmann::json& row = rows[0];
   EXPECT_EQ(row["dtype"], "f32");

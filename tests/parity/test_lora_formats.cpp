@@ -12,6 +12,7 @@
 
 #include "core/rng.h"
 #include "io/safetensors.h"
+#include "lora_request.h"
 #include "nn/lora.h"
 #include "pipeline/pipeline.h"
 #include "test_util.h"
@@ -114,14 +115,7 @@ TEST(LoraFormats, ImagesAreDiffusers) {
     SCOPED_TRACE(name);
     pipeline::Pipeline pipe(test::models_dir() + "/flux-schnell-tiny", DType::kF32);
     pipe.set_loras(loras);
-    pipeline::ImageRequest r;
-    r.prompts = {"a red fox in the snow"};
-    r.num_inference_steps = 4;
-    r.max_sequence_length = 32;
-    r.height = 48;
-    r.width = 80;
-    r.guidance_scale = 0.0;
-    r.seed = 0;
+    const pipeline::ImageRequest r = test::flux_lora_request();
     const pipeline::ImageResult out = pipe.generate(r);
     ASSERT_EQ(out.rgb.size(), 1u);
     const std::string golden = name == "t5_kohya" ? "t5" : name;

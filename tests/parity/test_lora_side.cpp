@@ -11,6 +11,7 @@
 
 #include "io/safetensors.h"
 #include "kernels/linear.h"
+#include "lora_request.h"
 #include "pipeline/pipeline.h"
 #include "test_util.h"
 
@@ -78,18 +79,6 @@ TEST(LoraSide, LayerIsTheMergedWeightAndClearsExactly) {
   }
 }
 
-pipeline::ImageRequest fox() {  // make_lora.py's FLUX.1 request
-  pipeline::ImageRequest r;
-  r.prompts = {"a red fox in the snow"};
-  r.num_inference_steps = 4;
-  r.max_sequence_length = 32;
-  r.height = 48;
-  r.width = 80;
-  r.guidance_scale = 0.0;
-  r.seed = 0;
-  return r;
-}
-
 TEST(LoraSide, RequestsSwitchLorasWithoutReloading) {
   const auto want = io::read_safetensors_f32(data("flux_images.safetensors"));
   const auto formats = io::read_safetensors_f32(data("flux_formats_images.safetensors"));
@@ -112,7 +101,7 @@ TEST(LoraSide, RequestsSwitchLorasWithoutReloading) {
   const models::DiT* model = nullptr;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    pipeline::ImageRequest r = fox();
+    pipeline::ImageRequest r = test::flux_lora_request();
     r.loras = c.loras;
     if (!c.golden) {
       const std::string e = test::error_message([&] { pipe.generate(r); });
@@ -136,7 +125,7 @@ TEST(LoraSide, RequestsSwitchLorasWithoutReloading) {
 TEST(LoraSide, BadRequestLorasAreOneLine) {
   pipeline::Pipeline pipe(test::models_dir() + "/flux-schnell-tiny", DType::kF32);
   const auto error = [&](std::vector<pipeline::LoraRef> loras) {
-    pipeline::ImageRequest r = fox();
+    pipeline::ImageRequest r = test::flux_lora_request();
     r.loras = std::move(loras);
     return test::error_message([&] { pipe.plan(r); });
   };

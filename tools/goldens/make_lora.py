@@ -131,37 +131,34 @@ def make_text_file(family, seed):
     os.rmdir(path)
 
 
-def make(family):
-    modules = make_file(family, "a", 1) | make_file(family, "b", 2)
-    if family in ("flux", "sd3"):
-        make_text_file(family, 3)
-    pipe = load(family)
+def fused(family, modules, dtype):
+    """diffusers' own merge: load_lora_weights of both, set_adapters at
+    SCALES, fuse_lora; the weights of `modules` after it."""
+    f = FAMILIES[family]
+    pipe = f["pipeline"].from_pretrained(f["model"], torch_dtype=dtype)
     for name in SCALES:
         pipe.load_lora_weights(os.path.join(OUT, f"{family}_{name}.safetensors"),
                                adapter_name=name)
     pipe.set_adapters(list(SCALES), list(SCALES.values()))
     pipe.fuse_lora(adapter_names=list(SCALES))
     state = pipe.transformer.state_dict()
-    merged = {f"{m}.weight": state[f"{m}.base_layer.weight"].contiguous()
-              if f"{m}.base_layer.weight" in state else state[f"{m}.weight"].contiguous()
-              for m in sorted(modules)}
+    return {f"{m}.weight": state[f"{m}.base_layer.weight"].contiguous()
+            if f"{m}.base_layer.weight" in state else state[f"{m}.weight"].contiguous()
+            for m in sorted(modules)}
+
+
+def make(family):
+    modules = make_file(family, "a", 1) | make_file(family, "b", 2)
+    if family in ("flux", "sd3"):
+        make_text_file(family, 3)
     meta = {"torch": torch.__version__, "diffusers": diffusers.__version__,
             "peft": peft.__version__, "scale_a": str(SCALES["a"]), "scale_b": str(SCALES["b"])}
+    merged = fused(family, modules, torch.float32)
     save_file(merged, os.path.join(OUT, f"{family}_merged.safetensors"), metadata=meta)
     print(family, len(merged), "merged weights")
-    if family == "flux":  # the same merge in bf16 (peft: the delta in f32, rounded, then added)
-        pipe = FAMILIES[family]["pipeline"].from_pretrained(FAMILIES[family]["model"],
-                                                            torch_dtype=torch.bfloat16)
-        for name in SCALES:
-            pipe.load_lora_weights(os.path.join(OUT, f"{family}_{name}.safetensors"),
-                                   adapter_name=name)
-        pipe.set_adapters(list(SCALES), list(SCALES.values()))
-        pipe.fuse_lora(adapter_names=list(SCALES))
-        state = pipe.transformer.state_dict()
-        bf16 = {f"{m}.weight": state[f"{m}.base_layer.weight"].contiguous()
-                if f"{m}.base_layer.weight" in state else state[f"{m}.weight"].contiguous()
-                for m in sorted(modules)}
-        save_file(bf16, os.path.join(OUT, f"{family}_merged_bf16.safetensors"), metadata=meta)
+    if family == "flux":  # the same merge in bf16 (peft: A, B and the delta rounded, then added)
+        save_file(fused(family, modules, torch.bfloat16),
+                  os.path.join(OUT, f"{family}_merged_bf16.safetensors"), metadata=meta)
     image = FAMILIES[family]["image"]
     images = {}
     cases = [("none", {}), ("one", {"a": 1.0}), ("two", SCALES)]
