@@ -116,8 +116,9 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
     XDIT_CHECK(clip_tok_ && t5_tok_ && clip_cfg_ && t5_cfg_,
                "encode before the text side was opened");
     if (!clip_)
-      clip_ = std::make_unique<models::ClipTextEncoder>(
-          *clip_cfg_, text_weights("text_encoder", *clip_weights_), dtype);
+      clip_ = build_text_encoder("text_encoder", *clip_weights_, [&](const io::WeightSource& w) {
+        return std::make_unique<models::ClipTextEncoder>(*clip_cfg_, w, dtype);
+      });
     PromptEmbeddings e;
     e.cond.set(models::kPooled, encode_clip(*clip_tok_, *clip_, r.prompts, true).pooled);
     const std::vector<T5Texts> lists = prompt_lists(r, cfg);

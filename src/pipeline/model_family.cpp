@@ -79,15 +79,41 @@ void ModelFamily::check_tensor_parallel(int degree) const {
 models::T5Encoder& ModelFamily::t5_encoder(DType dtype) {
   XDIT_CHECK(t5_cfg_ && t5_weights_, "encode before the text side was opened");
   if (!t5_)
-    t5_ = std::make_unique<models::T5Encoder>(*t5_cfg_, text_weights(t5_component_, *t5_weights_),
-                                              dtype, text_tp_, text_resident_);
+    t5_ = build_text_encoder(t5_component_, *t5_weights_, [&](const io::WeightSource& w) {
+      return std::make_unique<models::T5Encoder>(*t5_cfg_, w, dtype, text_tp_, text_resident_);
+    });
   return *t5_;
+}
+
+void ModelFamily::check_request_text_loras(const std::vector<nn::LoraUse>& loras) const {
+  for (const std::string& c : lora_text_components()) {
+    bool adapts = false;
+    for (const nn::LoraUse& l : loras) adapts = adapts || !l.file->modules(c).empty();
+    const auto store = text_stores_.find(c);
+    if (adapts && store != text_stores_.end() && store->second != nullptr)
+      nn::LoraWeights(*store->second, loras, c);  // throws where they do not fit
+  }
+}
+
+void ModelFamily::set_request_text_loras(const std::vector<nn::LoraUse>& loras) {
+  bool adapts = false;
+  for (const nn::LoraUse& l : loras)
+    for (const std::string& c : lora_text_components())
+      adapts = adapts || !l.file->modules(c).empty();
+  XDIT_CHECK(!adapts || text_resident_,
+             "a request's text-encoder LoRAs need resident text encoders (xdit serve); give "
+             "them at start (--lora)");
+  check_request_text_loras(loras);
+  request_text_loras_ = loras;
+  for (auto& [component, layers] : text_layers_)
+    nn::set_side_loras(layers, request_text_loras_, component);
 }
 
 void ModelFamily::open_t5_encoder(const io::ModelFolder& folder, const std::string& component,
                                   int64_t width) {
   t5_cfg_ = open_t5(folder, component, width, t5_weights_);
   t5_component_ = component;
+  text_stores_[component] = t5_weights_.get();
   text_weights(component, *t5_weights_);  // its LoRAs checked now
 }
 
@@ -194,6 +220,7 @@ void ModelFamily::set_text_loras(std::vector<nn::LoraUse> loras, bool ignore_unm
 
 const io::WeightSource& ModelFamily::text_weights(const std::string& component,
                                                   const io::WeightStore& store) {
+  text_stores_[component] = &store;
   bool adapts = false;
   for (const nn::LoraUse& l : text_loras_) adapts = adapts || !l.file->modules(component).empty();
   if (!adapts) return store;

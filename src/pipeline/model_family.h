@@ -18,6 +18,7 @@
 #include "models/pixart.h"
 #include "models/t5.h"
 #include "nn/lora.h"
+#include "nn/lora_side.h"
 #include "pipeline/memory_estimate.h"
 #include "pipeline/plan.h"
 #include "pipeline/request.h"
@@ -177,6 +178,13 @@ class ModelFamily {
   // LoRAs, set before the text side opens.
   virtual std::vector<std::string> lora_text_components() const = 0;
   void set_text_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched);
+  // A request's LoRAs for the text encoders, beside their weights (side
+  // paths, nn/lora_side.h): applied to the encoders built and to each as it
+  // is built; they must stay resident (xdit serve), since a T5 built block
+  // by block would not get them. Checked against the opened stores
+  // (check_request_text_loras, one line) before any encoder changes.
+  void set_request_text_loras(const std::vector<nn::LoraUse>& loras);
+  void check_request_text_loras(const std::vector<nn::LoraUse>& loras) const;
 
  protected:
   // `store`, the weights of `component`, with the text LoRAs that adapt it
@@ -184,6 +192,24 @@ class ModelFamily {
   // as the text side opens, so its modules and shapes are checked before
   // any weight is read — and kept while the store lives.
   const io::WeightSource& text_weights(const std::string& component, const io::WeightStore& store);
+  // Builds the text encoder of `component` from text_weights(component,
+  // store) — make(weights) — with its linear layers noted, then gives them
+  // the request's text LoRAs.
+  template <class Make>
+  auto build_text_encoder(const std::string& component, const io::WeightStore& store, Make make) {
+    text_stores_[component] = &store;
+    nn::LinearRegistry& layers = text_layers_[component];
+    layers.clear();
+    auto& recorded = text_recorded_[component];
+    recorded = std::make_unique<nn::RecordingWeights>(text_weights(component, store), layers);
+    decltype(make(*recorded)) encoder;
+    {
+      const nn::LinearRegistry::Recording on(layers);
+      encoder = make(*recorded);
+    }
+    nn::set_side_loras(layers, request_text_loras_, component);
+    return encoder;
+  }
   // The T5 encoder every family has: its config and files (open_t5 fills
   // them in open_text) and the encoder, built on first use by t5_encoder
   // with the split and residency set above, freed by release_text.
@@ -202,6 +228,12 @@ class ModelFamily {
   bool text_lora_ignore_ = false;
   std::map<std::string, std::pair<const io::WeightStore*, std::unique_ptr<nn::LoraWeights>>>
       text_lora_weights_;
+  // Per text component: its store, the layers of the encoder built last and
+  // the weights they were read through; the request's text LoRAs.
+  std::map<std::string, const io::WeightStore*> text_stores_;
+  std::map<std::string, nn::LinearRegistry> text_layers_;
+  std::map<std::string, std::unique_ptr<nn::RecordingWeights>> text_recorded_;
+  std::vector<nn::LoraUse> request_text_loras_;
 };
 
 // What every family takes straight from its transformer's config.

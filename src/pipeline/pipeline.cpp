@@ -370,6 +370,7 @@ PromptEmbeddings Pipeline::encode_prompts(const Plan& plan) {
   // Freed after this encoding (one-shot on the CPU): T5 builds a block at a
   // time, holding one block's weights instead of all of them.
   family_->set_text_resident(keep_text_encoder_ || device_.cuda());
+  family_->set_request_text_loras(request_lora_uses(plan->loras));
   // On a CUDA device the text encoders run there too (the embeddings come
   // back to the host).
   DeviceScope scope(device_);

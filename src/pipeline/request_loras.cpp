@@ -27,11 +27,15 @@ std::vector<LoraRef> Pipeline::checked_request_loras(const std::vector<LoraRef>&
     XDIT_CHECK(u.file->unread().empty(), "LoRA ", name, " (", u.file->format(),
                "): ", u.file->unread().size(), " tensors adapt nothing xdit applies, e.g. ",
                u.file->unread().empty() ? "" : u.file->unread().front());
+    const std::vector<std::string> text = family_->lora_text_components();
+    std::string names;
+    for (const std::string& t : text) names += ", " + t;
     for (const std::string& c : u.file->components())
-      XDIT_CHECK(c == "transformer", "LoRA ", name, " adapts the ", c,
-                 "; a request's LoRAs adapt the transformer only so far (text-encoder LoRAs "
-                 "apply at start: --lora)");
+      XDIT_CHECK(c == "transformer" || std::find(text.begin(), text.end(), c) != text.end(),
+                 "LoRA ", name, " adapts the ", c, "; xdit adapts ", family_->name(),
+                 "'s transformer", names, " only");
   }
+  family_->check_request_text_loras(uses);  // against the opened text stores
   // Against the whole model's weights while their headers are open (before
   // load(), or a validating pipeline); a loaded one checks what it holds.
   const io::WeightSource* source = lora_base_ ? lora_base_.get() : weights_.get();

@@ -102,10 +102,14 @@ class SD3Family : public ConfigFamily<models::SD3Config, models::SD3Transformer>
     const bool cfg = r.cfg;
     XDIT_CHECK(clip_l_cfg_ && t5_cfg_, "encode before the text side was opened");
     if (!clip_l_) {
-      clip_l_ = std::make_unique<models::ClipTextEncoder>(
-          *clip_l_cfg_, text_weights("text_encoder", *clip_l_weights_), dtype);
-      clip_g_ = std::make_unique<models::ClipTextEncoder>(
-          *clip_g_cfg_, text_weights("text_encoder_2", *clip_g_weights_), dtype);
+      clip_l_ =
+          build_text_encoder("text_encoder", *clip_l_weights_, [&](const io::WeightSource& w) {
+            return std::make_unique<models::ClipTextEncoder>(*clip_l_cfg_, w, dtype);
+          });
+      clip_g_ =
+          build_text_encoder("text_encoder_2", *clip_g_weights_, [&](const io::WeightSource& w) {
+            return std::make_unique<models::ClipTextEncoder>(*clip_g_cfg_, w, dtype);
+          });
     }
     t5_encoder(dtype);  // encode_texts runs it
     PromptEmbeddings e;

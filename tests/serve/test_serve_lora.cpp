@@ -52,6 +52,8 @@ TEST_F(ServeLora, RequestsSwitchLorasAndEqualXditGenerate) {
       {R"([{"name": "alias.safetensors", "scale": 0.7}, {"name": "flux_b", "scale": -0.4}])",
        " --lora '" + lora("flux_a") + "':0.7 --lora '" + lora("flux_b") + "':-0.4",
        "flux_a.safetensors:0.7, flux_b.safetensors:-0.4", 1},
+      {R"([{"name": "flux_te", "scale": 0.8}])", " --lora '" + lora("flux_te") + "':0.8",
+       "flux_te.safetensors:0.8", 1},  // the transformer and the CLIP encoder
       {"[]", "", "", 0}};
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& k = cases[i];
@@ -74,7 +76,6 @@ TEST_F(ServeLora, RequestsSwitchLorasAndEqualXditGenerate) {
            {R"([{"name": "/etc/passwd"}])", "not a path"},
            {R"([{"name": "escape"}])", "symbolic link out of"},
            {R"([{"name": "nope"}])", "no such file"},
-           {R"([{"name": "flux_te"}])", "adapt the transformer only"},
            {R"([{"name": "sd3_a"}])", "a LoRA for another model?"},
            {R"([{"name": "flux_a", "scale": "x"}])", "scale must be a number"},
            {R"([{"name": "flux_a", "weight": 1}])", "not 'weight'"},
