@@ -203,6 +203,11 @@ void Pipeline::load() {
   // files' mappings go, and with them the pages loading touched (a
   // tensor-parallel rank's strided reads touch most pages of a row-split
   // matrix), so a rank's resident weights are its shares.
+  // The whole model's weight shapes outlive the files: a request's LoRAs
+  // are checked against them after the load too.
+  const io::WeightSource* source = lora_base_ ? lora_base_.get() : weights_.get();
+  if (const auto* store = dynamic_cast<const io::WeightStore*>(source))
+    for (const std::string& name : store->names()) model_shapes_[name] = store->shape(name);
   weights_.reset();
   lora_base_.reset();
   runtime_->set_stale_refresh(stale_refresh_);

@@ -241,6 +241,7 @@ class Pipeline {
   std::map<std::string, std::shared_ptr<const nn::LoraFile>> lora_files_;
   std::optional<std::vector<LoraRef>> applied_request_loras_;  // none: unknown (a failure)
   int request_lora_layers_ = 0;
+  std::map<std::string, Shape> model_shapes_;  // the transformer's weights, kept by load()
   std::unique_ptr<models::DiT> transformer_;
   // The VAE, opened by a plan with Output::kImages, built on first use.
   std::unique_ptr<models::VaeConfig> vae_cfg_;

@@ -1,6 +1,7 @@
 // Per-request LoRAs (xdit serve's `loras`): checked as a request is planned,
 // applied beside the loaded weights as it runs (nn/lora_side.h).
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "core/error.h"
@@ -24,6 +25,8 @@ std::vector<LoraRef> Pipeline::checked_request_loras(const std::vector<LoraRef>&
   const std::vector<nn::LoraUse> uses = request_lora_uses(loras);
   for (const nn::LoraUse& u : uses) {
     const std::string name = std::filesystem::path(u.file->path()).filename().string();
+    XDIT_CHECK(std::isfinite(u.scale), "LoRA ", name, ": the scale ", u.scale,
+               " is not a finite number");
     XDIT_CHECK(u.file->unread().empty(), "LoRA ", name, " (", u.file->format(),
                "): ", u.file->unread().size(), " tensors adapt nothing xdit applies, e.g. ",
                u.file->unread().empty() ? "" : u.file->unread().front());
@@ -39,8 +42,19 @@ std::vector<LoraRef> Pipeline::checked_request_loras(const std::vector<LoraRef>&
   // Against the whole model's weights while their headers are open (before
   // load(), or a validating pipeline); a loaded one checks what it holds.
   const io::WeightSource* source = lora_base_ ? lora_base_.get() : weights_.get();
-  if (const auto* store = dynamic_cast<const io::WeightStore*>(source))
+  if (const auto* store = dynamic_cast<const io::WeightStore*>(source)) {
     nn::LoraWeights(*store, uses, "transformer");  // throws where it does not fit
+  } else if (!model_shapes_.empty()) {             // loaded: the shapes load() kept
+    for (const nn::LoraUse& u : uses)
+      for (const auto& [module, m] : u.file->modules("transformer")) {
+        const auto w = model_shapes_.find(module + ".weight");
+        XDIT_CHECK(w != model_shapes_.end(), "LoRA ", u.file->path(), ": ", module,
+                   " matches nothing in the model's transformer");
+        XDIT_CHECK(w->second == Shape({m.out, m.in}), "LoRA ", u.file->path(), ": ", module,
+                   " is [", m.out, ", ", m.in, "] but the model's ", w->first, " is ",
+                   shape_str(w->second), " (a LoRA for another model?)");
+      }
+  }
   return loras;
 }
 

@@ -130,6 +130,8 @@ TEST(LoraSide, BadRequestLorasAreOneLine) {
     EXPECT_EQ(e.find('\n'), std::string::npos) << e;
   };
   expect(error({{data("sd3_a.safetensors"), 1.0}}), "a LoRA for another model?");
+  pipe.generate(test::flux_lora_request());  // loaded: checked against the shapes load() kept
+  expect(error({{data("sd3_a.safetensors"), 1.0}}), "a LoRA for another model?");
   expect(error({{data("flux_a.safetensors"), std::nan("")}}), "is not a finite number");
   expect(error({{data("no_such.safetensors"), 1.0}}), "no_such.safetensors");
 }
