@@ -135,6 +135,15 @@ Tensor LoraFile::up(const LoraModule& m) const {
   return rows;
 }
 
+std::string lora_weight_name(const std::string& module,
+                             const std::function<bool(const std::string&)>& has) {
+  const std::string weight = module + ".weight", tm = "text_model.";
+  if (has(weight)) return weight;
+  if (has(tm + weight)) return tm + weight;
+  if (weight.rfind(tm, 0) == 0 && has(weight.substr(tm.size()))) return weight.substr(tm.size());
+  return weight;
+}
+
 LoraWeights::LoraWeights(const io::WeightStore& base, std::vector<LoraUse> loras,
                          const std::string& component, bool ignore_unmatched)
     : base_(base), loras_(std::move(loras)) {
@@ -143,14 +152,8 @@ LoraWeights::LoraWeights(const io::WeightStore& base, std::vector<LoraUse> loras
     XDIT_CHECK(std::isfinite(use.scale), "LoRA ", use.file->path(), ": the scale ", use.scale,
                " is not a finite number");
     for (const auto& [module, m] : use.file->modules(component)) {
-      // CLIP's weights and LoRAs name its modules with or without the
-      // "text_model." of transformers' CLIPTextModel (older and newer
-      // transformers): either finds the other.
-      std::string weight = module + ".weight";
-      const std::string tm = "text_model.";
-      if (!base_.has(weight) && base_.has(tm + weight)) weight = tm + weight;
-      if (!base_.has(weight) && weight.rfind(tm, 0) == 0 && base_.has(weight.substr(tm.size())))
-        weight = weight.substr(tm.size());
+      const std::string weight =
+          lora_weight_name(module, [&](const std::string& n) { return base_.has(n); });
       if (!base_.has(weight)) {
         unmatched.push_back(module);
         continue;

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -60,6 +61,13 @@ class LoraFile {
   std::vector<std::string> unread_;
   std::map<std::string, std::map<std::string, LoraModule>> components_;
 };
+
+// The weight `module` adapts, as a model that `has` its weights names it:
+// "<module>.weight", with or without the "text_model." of transformers'
+// CLIPTextModel (older and newer transformers name CLIP's modules either
+// way, and so do LoRAs); "<module>.weight" when `has` knows neither.
+std::string lora_weight_name(const std::string& module,
+                             const std::function<bool(const std::string&)>& has);
 
 struct LoraUse {
   std::shared_ptr<const LoraFile> file;

@@ -101,15 +101,8 @@ int set_side_loras(const LinearRegistry& registry, const std::vector<LoraUse>& l
     XDIT_CHECK(std::isfinite(use.scale), "LoRA ", use.file->path(), ": the scale ", use.scale,
                " is not a finite number");
     for (const auto& [module, m] : use.file->modules(component)) {
-      // CLIP's weights and LoRAs name its modules with or without
-      // transformers' "text_model." (as LoraWeights matches them).
-      const std::string tm = "text_model.";
-      std::string weight = module + ".weight";
-      if (!registry.shapes().count(weight) && registry.shapes().count(tm + weight))
-        weight = tm + weight;
-      if (!registry.shapes().count(weight) && weight.rfind(tm, 0) == 0 &&
-          registry.shapes().count(weight.substr(tm.size())))
-        weight = weight.substr(tm.size());
+      const std::string weight = lora_weight_name(
+          module, [&](const std::string& n) { return registry.shapes().count(n) != 0; });
       const auto shape = registry.shapes().find(weight);
       if (shape == registry.shapes().end()) continue;  // not on this rank (or not in the model)
       XDIT_CHECK(shape->second == Shape({m.out, m.in}), "LoRA ", use.file->path(), ": ", module,
