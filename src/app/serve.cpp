@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "app/commands.h"
@@ -124,8 +125,9 @@ int run_serve(ServeOptions& o, const CLI::App& command) {
   // the serving pipeline opens its text side and VAE).
   pipeline::ImageRequest fallback;
   fallback.prompts = {"the default request"};
+  std::optional<pipeline::Plan> first;
   try {
-    pipe.plan(fallback);
+    first = pipe.plan(fallback);
   } catch (const Error& e) {
     const int64_t side = pipe.family().default_size(pipe.vae_scale_factor());
     XDIT_FAIL("this model cannot serve its default request (", side, "x", side,
@@ -133,6 +135,10 @@ int run_serve(ServeOptions& o, const CLI::App& command) {
   }
   pipe.load();
   pipe.set_weights_resident(true);
+  // The resident text encoders built now, not by the first request: their
+  // layers, like the transformer's, are known to the checks of requests'
+  // LoRAs (request_lora_targets).
+  if (first->has_prompts()) pipe.encode_prompts(*first);
   w.barrier();  // every rank loaded: only now does rank 0 listen
   if (w.rank() != 0) return follow(pipe, mesh);
   pipeline::Pipeline validator(model.folder, dtype);  // configs and headers: checks requests
@@ -141,6 +147,7 @@ int run_serve(ServeOptions& o, const CLI::App& command) {
   validator.set_weights_resident(true);
   validator.set_request_per_replica(true);
   validator.set_request_limits(o.limits);  // over a limit: 400 before the queue
+  validator.set_request_lora_targets(pipe.request_lora_targets());  // side paths only
   warn_if_limits_cannot_fit(validator, o.limits);
   const std::string id = model.from_cache() ? model.id : fs::path(model.folder).filename().string();
   return serve_http(o, pipe, validator, mesh, id);

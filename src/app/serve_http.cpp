@@ -194,7 +194,8 @@ class Server {
         // One process: the failure is this request's; answer it and go on.
         // Several: a rank may be inside a collective, so the job ends (main
         // prints the message and aborts every rank).
-        for (auto& job : runs) job->finish(serve::JobResult::error(500, e.what()));
+        for (auto& job : runs)
+          job->finish(serve::JobResult::error(500, o_.lora_root->shown(e.what())));
         if (mesh_.world().size() > 1) throw;  // (the clients have their 500 first)
         running_ = 0;
         continue;
@@ -240,14 +241,17 @@ class Server {
     try {
       sr = serve::parse_request_body(e, req.body);
       if (sr.save_disk_path) o_.output_root->check(*sr.save_disk_path);  // under --output_dir
-      for (const auto& [name, scale] : sr.loras)                         // files of --lora_dir
-        sr.image.loras.push_back({o_.lora_root->resolve(name), scale});
+      std::vector<std::string> names;                                    // files of --lora_dir
+      for (const auto& [name, scale] : sr.loras) names.push_back(name);
+      const std::vector<std::string> files = o_.lora_root->resolve_all(names);
+      for (size_t i = 0; i < files.size(); ++i)
+        sr.image.loras.push_back({files[i], sr.loras[i].second});
       std::lock_guard<std::mutex> lock(validator_mu_);
       plan.emplace(validator_.plan(sr.image));  // model, size, layout and memory: before the queue
     } catch (const serve::BadRequest& b) {
       return serve::error_response(b.status(), b.what(), b.field());
     } catch (const Error& err) {
-      return serve::error_response(400, err.what());
+      return serve::error_response(400, o_.lora_root->shown(err.what()));
     }
     auto job =
         std::make_shared<serve::Job>(std::move(sr),
@@ -324,9 +328,7 @@ class Server {
     m.model = model_id_;
     m.parallel = parallel;
     m.cache = cache;
-    for (const pipeline::LoraRef& l : r.loras)  // as `xdit generate --lora` labels them
-      m.lora += (m.lora.empty() ? "" : ", ") + fs::path(l.path).filename().string() + ":" +
-                detail::concat(l.scale);
+    m.lora = pipeline::lora_list_label(r.loras);  // as `xdit generate --lora` labels them
     m.software_note = "serve";
     return png_metadata(m);
   }

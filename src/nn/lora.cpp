@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <set>
 #include <sstream>
 
+#include <sys/stat.h>
+
 #include "core/device.h"
 #include "core/error.h"
+#include "io/file.h"
 #include "io/json.h"
 #include "kernels/linear.h"
 #include "nn/lora_formats.h"
@@ -21,21 +25,25 @@ bool ends_with(const std::string& s, const std::string& tail) {
 }
 
 // alpha_pattern / lora_alpha of the file's lora_adapter_metadata for a
-// component's module; 0 where the file has none.
-double metadata_alpha(const io::Json& meta, const std::string& component,
-                      const std::string& module) {
-  if (meta.is_null()) return 0;
+// component's module; none where the file has neither.
+std::optional<double> metadata_alpha(const io::Json& meta, const std::string& component,
+                                     const std::string& module) {
+  if (meta.is_null()) return std::nullopt;
   const auto pattern = meta.find(component + ".alpha_pattern");
   if (pattern != meta.end() && pattern->is_object())
     for (const auto& [key, value] : pattern->items())
       if (module == key || ends_with(module, "." + key)) return value.get<double>();
   const auto alpha = meta.find(component + ".lora_alpha");
-  return alpha != meta.end() && alpha->is_number() ? alpha->get<double>() : 0;
+  if (alpha != meta.end() && alpha->is_number()) return alpha->get<double>();
+  return std::nullopt;
 }
 
 }  // namespace
 
-LoraFile::LoraFile(const std::string& path) : file_(path) {
+LoraFile::LoraFile(const std::string& path) : LoraFile(io::SafeTensorsFile(path)) {}
+
+LoraFile::LoraFile(io::SafeTensorsFile file) : file_(std::move(file)) {
+  const std::string& path = file_.path();
   const auto fail_in = [&](const auto&... parts) {
     std::ostringstream o;
     (o << ... << parts);
@@ -86,18 +94,22 @@ LoraFile::LoraFile(const std::string& path) : file_(path) {
       m.out = b[0] / total * k.parts[k.part];
     }
     if (m.swap_halves && m.out % 2 != 0) fail_in(k.up, " has an odd row count ", m.out);
+    // alpha / rank scales B·A: the file's alpha, else the metadata's (PEFT),
+    // else rank (a factor of 1). An alpha of 0 is kept: the adapter then
+    // changes nothing, as in diffusers and sd-scripts.
+    m.alpha = static_cast<double>(m.rank);
     if (!k.alpha.empty() && k.alpha_rule != LoraAlpha::kRank) {
       const std::vector<float> v = file_.get(k.alpha).to_vector();
       if (v.size() != 1) fail_in(k.alpha, " must hold one value");
       m.alpha = v[0];
     } else if (k.alpha_rule == LoraAlpha::kKeyMetadataOrRank) {
-      m.alpha = metadata_alpha(meta, k.component, k.module);
+      m.alpha = metadata_alpha(meta, k.component, k.module).value_or(m.alpha);
     }
-    if (m.alpha == 0) m.alpha = static_cast<double>(m.rank);  // diffusers: alpha = rank
     if (!std::isfinite(m.alpha) || m.rank < 1)
       fail_in(k.down, ": alpha ", m.alpha, ", rank ", m.rank);
     const bool zero_a = scan(m.down), zero_b = scan(m.up);
-    if (zero_a || zero_b) continue;  // changes nothing (diffusers drops such adapters too)
+    // All-zero A or B, or alpha 0: changes nothing (diffusers drops all-zero adapters too).
+    if (zero_a || zero_b || m.alpha == 0) continue;
     components_[k.component][k.module] = m;
   }
   for (const std::string& t : layout.unread) {
@@ -135,6 +147,43 @@ Tensor LoraFile::up(const LoraModule& m) const {
   return rows;
 }
 
+namespace {
+
+// A file's identity: device, inode, size and modification time ("" when
+// it cannot be stat'ed: the read then says why).
+std::string file_stamp(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "";
+  return detail::concat(st.st_dev, ":", st.st_ino, ":", st.st_size, ":", st.st_mtim.tv_sec, ".",
+                        st.st_mtim.tv_nsec);
+}
+
+}  // namespace
+
+std::shared_ptr<const LoraFile> LoraFileCache::get(const std::string& path) {
+  const std::string stamp = file_stamp(path);
+  auto it = entries_.find(path);
+  if (it == entries_.end() || stamp.empty() || it->second.stamp != stamp) {
+    if (it != entries_.end()) entries_.erase(it);  // changed: read again
+    // Whole into memory: a LoRA is small beside the model it adapts.
+    constexpr size_t kMost = size_t{64} << 30;
+    auto bytes = std::make_shared<std::string>(io::read_small_file(path, kMost, "LoRA"));
+    const size_t size = bytes->size();
+    const std::shared_ptr<const void> data(bytes, bytes->data());
+    auto file = std::make_shared<const LoraFile>(io::SafeTensorsFile(data, size, path));
+    it = entries_.emplace(path, Entry{stamp, std::move(file), 0}).first;
+  }
+  it->second.used = ++clock_;
+  std::shared_ptr<const LoraFile> file = it->second.file;
+  while (entries_.size() > capacity_) {  // the least recently used goes
+    auto oldest = entries_.begin();
+    for (auto e = entries_.begin(); e != entries_.end(); ++e)
+      if (e->second.used < oldest->second.used) oldest = e;
+    entries_.erase(oldest);
+  }
+  return file;
+}
+
 std::string lora_weight_name(const std::string& module,
                              const std::function<bool(const std::string&)>& has) {
   const std::string weight = module + ".weight", tm = "text_model.";
@@ -144,40 +193,53 @@ std::string lora_weight_name(const std::string& module,
   return weight;
 }
 
-LoraWeights::LoraWeights(const io::WeightStore& base, std::vector<LoraUse> loras,
-                         const std::string& component, bool ignore_unmatched)
-    : base_(base), loras_(std::move(loras)) {
+std::vector<LoraAdapter> match_lora_adapters(const std::vector<LoraUse>& loras,
+                                             const std::string& component,
+                                             const WeightShapes& shape_of, bool skip_missing) {
+  std::vector<LoraAdapter> out;
   std::vector<std::string> unmatched;
-  for (const LoraUse& use : loras_) {
+  for (const LoraUse& use : loras) {
     XDIT_CHECK(std::isfinite(use.scale), "LoRA ", use.file->path(), ": the scale ", use.scale,
                " is not a finite number");
     for (const auto& [module, m] : use.file->modules(component)) {
       const std::string weight =
-          lora_weight_name(module, [&](const std::string& n) { return base_.has(n); });
-      if (!base_.has(weight)) {
+          lora_weight_name(module, [&](const std::string& n) { return shape_of(n).has_value(); });
+      const std::optional<Shape> w = shape_of(weight);
+      if (!w) {
         unmatched.push_back(module);
         continue;
       }
-      const Shape w = base_.shape(weight);
-      XDIT_CHECK(w == Shape({m.out, m.in}), "LoRA ", use.file->path(), ": ", module, " is [", m.out,
-                 ", ", m.in, "] but the model's ", weight, " is ", shape_str(w),
+      XDIT_CHECK(*w == Shape({m.out, m.in}), "LoRA ", use.file->path(), ": ", module, " is [",
+                 m.out, ", ", m.in, "] but the model's ", weight, " is ", shape_str(*w),
                  " (a LoRA for another model?)");
-      adapters_[weight].push_back({use.file.get(), &m, use.scale * m.alpha / m.rank});
+      out.push_back({use.file.get(), &m, weight, use.scale * m.alpha / m.rank});
     }
   }
-  if (!unmatched.empty() && !ignore_unmatched) {
+  if (!unmatched.empty() && !skip_missing) {
     std::ostringstream o;
     for (size_t i = 0; i < unmatched.size() && i < 4; ++i) o << (i ? ", " : "") << unmatched[i];
     if (unmatched.size() > 4) o << " and " << unmatched.size() - 4 << " more";
     XDIT_FAIL("LoRA: ", unmatched.size(), " adapted modules match nothing in the model's ",
               component, ": ", o.str(), " (--lora_ignore_unmatched skips them)");
   }
+  return out;
+}
+
+LoraWeights::LoraWeights(const io::WeightStore& base, std::vector<LoraUse> loras,
+                         const std::string& component, bool ignore_unmatched)
+    : base_(base), loras_(std::move(loras)) {
+  const auto shape_of = [&](const std::string& n) -> std::optional<Shape> {
+    if (!base_.has(n)) return std::nullopt;
+    return base_.shape(n);
+  };
+  for (LoraAdapter& a : match_lora_adapters(loras_, component, shape_of, ignore_unmatched))
+    adapters_[a.weight].push_back(std::move(a));
 }
 
 void LoraWeights::add_deltas(const std::string& name, Tensor& w, int64_t r0, int64_t c0) const {
   const DeviceScope host(Device{});
   const int64_t rows = w.dim(0), cols = w.dim(1);
-  for (const Adapter& a : adapters_.at(name)) {
+  for (const LoraAdapter& a : adapters_.at(name)) {
     const int64_t r = a.module->rank;
     // factor · B[r0 …, :] as the rows of x; A[:, c0 …]ᵀ as a layer's [cols, r] weight.
     const Tensor B = a.file->up(*a.module), A = a.file->down(*a.module);

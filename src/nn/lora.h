@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,8 @@ class LoraFile {
   // every adapter (A and B present, ranks equal, finite values): throws one
   // line naming the file and what is wrong.
   explicit LoraFile(const std::string& path);
+  // The same of a file already open (or read into memory).
+  explicit LoraFile(io::SafeTensorsFile file);
   const std::string& path() const { return file_.path(); }
   // "diffusers", "kohya", "bfl" or "xlabs".
   const std::string& format() const { return format_; }
@@ -74,6 +77,46 @@ struct LoraUse {
   double scale = 1.0;  // diffusers' set_adapters weight
 };
 
+// The LoRA files requests name (xdit serve), each read whole into memory
+// (no mapping kept: a file replaced, rewritten or removed meanwhile harms
+// nothing) and read again once its device, inode, size or modification
+// time changes; the `capacity` most recently used are kept.
+class LoraFileCache {
+ public:
+  explicit LoraFileCache(size_t capacity = 8) : capacity_(capacity) {}
+  std::shared_ptr<const LoraFile> get(const std::string& path);
+  size_t size() const { return entries_.size(); }
+
+ private:
+  struct Entry {
+    std::string stamp;  // the file's identity when it was read
+    std::shared_ptr<const LoraFile> file;
+    uint64_t used = 0;
+  };
+  size_t capacity_;
+  uint64_t clock_ = 0;
+  std::map<std::string, Entry> entries_;  // by path
+};
+
+// One adapter on the weight it adapts.
+struct LoraAdapter {
+  const LoraFile* file;
+  const LoraModule* module;
+  std::string weight;  // the model's name of the weight (lora_weight_name)
+  double factor;       // scale · alpha / rank
+};
+
+// The model's weight shapes by name; nullopt for a name it has not.
+using WeightShapes = std::function<std::optional<Shape>(const std::string&)>;
+
+// The adapters the LoRAs hold for `component`, each on its weight as
+// `shape_of` knows them. Throws one line for a scale that is not finite,
+// an adapter whose [out, in] its weight contradicts (a LoRA for another
+// model), or, unless `skip_missing`, adapters of weights the model lacks.
+std::vector<LoraAdapter> match_lora_adapters(const std::vector<LoraUse>& loras,
+                                             const std::string& component,
+                                             const WeightShapes& shape_of, bool skip_missing);
+
 // `base` (a component's weights) with the LoRAs' deltas merged in.
 class LoraWeights : public io::WeightSource {
  public:
@@ -94,18 +137,13 @@ class LoraWeights : public io::WeightSource {
                     int64_t count) const override;
 
  private:
-  struct Adapter {
-    const LoraFile* file;
-    const LoraModule* module;
-    double factor;  // scale · alpha / rank
-  };
   // w [rows, cols] (f32, host, owned) += factor · B[r0 …]·A[…, c0 …] for
   // each adapter of `name`; the rows or columns a share holds.
   void add_deltas(const std::string& name, Tensor& w, int64_t r0, int64_t c0) const;
 
   const io::WeightStore& base_;
   std::vector<LoraUse> loras_;
-  std::map<std::string, std::vector<Adapter>> adapters_;  // by weight name
+  std::map<std::string, std::vector<LoraAdapter>> adapters_;  // by weight name
 };
 
 }  // namespace xdit::nn

@@ -34,7 +34,6 @@ struct FluxTarget {
   std::vector<std::string> modules;
   std::vector<int> parts;  // B's row proportions when fused
   bool swap_halves = false;
-  bool final_layer = false;  // diffusers ignores its alpha
 };
 
 // FLUX.1's original linear names, '.' written '_' as sd-scripts does
@@ -72,8 +71,8 @@ bool flux_target(const std::string& name, FluxTarget& t) {
       {"vector_in_in_layer", {{"time_text_embed.text_embedder.linear_1"}, {}}},
       {"vector_in_out_layer", {{"time_text_embed.text_embedder.linear_2"}, {}}},
       // BFL's final modulation is shift | scale, diffusers' scale | shift.
-      {"final_layer_adaLN_modulation_1", {{"norm_out.linear"}, {}, true, true}},
-      {"final_layer_linear", {{"proj_out"}, {}, false, true}},
+      {"final_layer_adaLN_modulation_1", {{"norm_out.linear"}, {}, true}},
+      {"final_layer_linear", {{"proj_out"}, {}}},
   };
   static const std::regex block(R"(^(double|single)_blocks_(\d+)_(.+)$)");
   std::smatch m;
@@ -149,7 +148,6 @@ void read_kohya(const std::map<std::string, io::TensorEntry>& entries, LoraLayou
     std::string clip;
     if (starts_with(name, "lora_unet_") && flux_target(name.substr(10), t)) {
       known = true;
-      if (t.final_layer) k.alpha_rule = LoraAlpha::kRank;
       k.swap_halves = t.swap_halves;
       k.parts = t.parts;
       for (size_t i = 0; i < t.modules.size(); ++i) {

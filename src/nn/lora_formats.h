@@ -35,7 +35,7 @@ namespace xdit::nn {
 enum class LoraAlpha {
   kKeyMetadataOrRank,  // diffusers: `.alpha`, else lora_adapter_metadata, else rank
   kKeyOrRank,          // kohya: `.alpha`, else rank
-  kRank,               // XLabs (no alpha); kohya's final layer (diffusers ignores its alpha)
+  kRank,               // XLabs (no alpha)
 };
 
 // One adapted module as the file stores it.

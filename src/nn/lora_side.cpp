@@ -31,6 +31,12 @@ void LinearRegistry::clear() {
   shapes_.clear();
 }
 
+std::set<std::string> LinearRegistry::side_weights() const {
+  std::set<std::string> held;
+  for (const LinearOrigin& o : layers_) held.insert(o.weights.begin(), o.weights.end());
+  return held;
+}
+
 Tensor RecordingWeights::read(const std::string& name, const Shape& expected) const {
   registry_.shapes_[name] = expected;
   return base_.get(name, expected);
@@ -44,23 +50,17 @@ Tensor RecordingWeights::read_slice(const std::string& name, const Shape& expect
 
 namespace {
 
-struct SideAdapter {
-  const LoraFile* file;
-  const LoraModule* module;
-  double factor;  // scale · alpha / rank
-};
-
 // One layer's A [R, in] and B [out, R] from the adapters of its weights:
 // A's rows are every adapter's A over the layer's columns; B is block
 // diagonal, each adapter's rows of the layer in its own rank columns.
 std::pair<Tensor, Tensor> side_matrices(
-    const LinearOrigin& o, const std::map<std::string, std::vector<SideAdapter>>& by_weight) {
+    const LinearOrigin& o, const std::map<std::string, std::vector<LoraAdapter>>& by_weight) {
   int64_t rank = 0, in = 0, out = 0;
   for (const auto& [c0, n] : o.cols) in += n;
   for (size_t p = 0; p < o.weights.size(); ++p) {
     out += o.rows[p].second;
     if (const auto it = by_weight.find(o.weights[p]); it != by_weight.end())
-      for (const SideAdapter& a : it->second) rank += a.module->rank;
+      for (const LoraAdapter& a : it->second) rank += a.module->rank;
   }
   if (rank == 0) return {};
   Tensor A = Tensor::zeros({rank, in}), B = Tensor::zeros({out, rank});
@@ -68,7 +68,7 @@ std::pair<Tensor, Tensor> side_matrices(
   for (size_t p = 0; p < o.weights.size(); ++p) {
     const auto [begin, rows] = o.rows[p];
     if (const auto it = by_weight.find(o.weights[p]); it != by_weight.end()) {
-      for (const SideAdapter& a : it->second) {
+      for (const LoraAdapter& a : it->second) {
         const int64_t r = a.module->rank;
         const Tensor da = a.file->down(*a.module), db = a.file->up(*a.module);
         for (int64_t k = 0; k < r; ++k) {
@@ -93,30 +93,28 @@ std::pair<Tensor, Tensor> side_matrices(
 
 }  // namespace
 
+void check_side_targets(const std::vector<LoraAdapter>& adapters,
+                        const std::set<std::string>& side_weights) {
+  for (const LoraAdapter& a : adapters)
+    XDIT_CHECK(side_weights.count(a.weight) != 0, "LoRA ", a.file->path(), ": ", a.weight,
+               " is not in a linear layer with a low-rank side path; apply this LoRA at start "
+               "(--lora) instead of per request");
+}
+
 int set_side_loras(const LinearRegistry& registry, const std::vector<LoraUse>& loras,
                    const std::string& component) {
   const DeviceScope host(Device{});
-  std::map<std::string, std::vector<SideAdapter>> by_weight;
-  for (const LoraUse& use : loras) {
-    XDIT_CHECK(std::isfinite(use.scale), "LoRA ", use.file->path(), ": the scale ", use.scale,
-               " is not a finite number");
-    for (const auto& [module, m] : use.file->modules(component)) {
-      const std::string weight = lora_weight_name(
-          module, [&](const std::string& n) { return registry.shapes().count(n) != 0; });
-      const auto shape = registry.shapes().find(weight);
-      if (shape == registry.shapes().end()) continue;  // not on this rank (or not in the model)
-      XDIT_CHECK(shape->second == Shape({m.out, m.in}), "LoRA ", use.file->path(), ": ", module,
-                 " is [", m.out, ", ", m.in, "] but the model's ", weight, " is ",
-                 shape_str(shape->second), " (a LoRA for another model?)");
-      by_weight[weight].push_back({use.file.get(), &m, use.scale * m.alpha / m.rank});
-    }
-  }
-  std::set<std::string> held;
-  for (const LinearOrigin& o : registry.layers()) held.insert(o.weights.begin(), o.weights.end());
-  for (const auto& [weight, adapters] : by_weight)
-    XDIT_CHECK(held.count(weight) != 0, "LoRA ", adapters.front().file->path(), ": ", weight,
-               " is not in a linear layer with a low-rank side path; apply this LoRA at start "
-               "(--lora) instead of per request");
+  // Adapters of weights this rank did not read are skipped (another stage's).
+  const auto shape_of = [&](const std::string& n) -> std::optional<Shape> {
+    const auto it = registry.shapes().find(n);
+    if (it == registry.shapes().end()) return std::nullopt;
+    return it->second;
+  };
+  const std::vector<LoraAdapter> adapters =
+      match_lora_adapters(loras, component, shape_of, /*skip_missing=*/true);
+  check_side_targets(adapters, registry.side_weights());
+  std::map<std::string, std::vector<LoraAdapter>> by_weight;
+  for (const LoraAdapter& a : adapters) by_weight[a.weight].push_back(a);
   // Checked: each layer's matrices now, built and packed one layer at a time.
   int adapted = 0;
   for (const LinearOrigin& o : registry.layers()) {

@@ -51,6 +51,8 @@ class LinearRegistry {
   const std::vector<LinearOrigin>& layers() const { return layers_; }
   // Every weight the model read through a RecordingWeights, with its whole shape.
   const std::map<std::string, Shape>& shapes() const { return shapes_; }
+  // The weights read into layers with a side path (every registered layer's).
+  std::set<std::string> side_weights() const;
   void clear();
 
  private:
@@ -77,6 +79,12 @@ class RecordingWeights : public io::WeightSource {
   const io::WeightSource& base_;
   LinearRegistry& registry_;
 };
+
+// Throws one line for an adapter of a weight outside `side_weights` (one
+// read into something other than a layer with a side path, e.g. an
+// embedding: such a LoRA merges at start, --lora).
+void check_side_targets(const std::vector<LoraAdapter>& adapters,
+                        const std::set<std::string>& side_weights);
 
 // Sets every registered layer's side path to the adapters the LoRAs hold
 // for `component`'s weights (none: cleared), replacing what it held;

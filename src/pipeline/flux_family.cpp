@@ -129,7 +129,7 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
     if (cfg) e.uncond.set(models::kText, std::move(enc[1].first));
     return e;
   }
-  void release_text() override {
+  void drop_text_encoders() override {
     clip_.reset();
     t5_.reset();
   }

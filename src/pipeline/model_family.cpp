@@ -85,14 +85,35 @@ models::T5Encoder& ModelFamily::t5_encoder(DType dtype) {
   return *t5_;
 }
 
-void ModelFamily::check_request_text_loras(const std::vector<nn::LoraUse>& loras) const {
+void ModelFamily::check_request_text_loras(
+    const std::vector<nn::LoraUse>& loras,
+    const std::map<std::string, std::set<std::string>>& side_weights) const {
   for (const std::string& c : lora_text_components()) {
-    bool adapts = false;
-    for (const nn::LoraUse& l : loras) adapts = adapts || !l.file->modules(c).empty();
     const auto store = text_stores_.find(c);
-    if (adapts && store != text_stores_.end() && store->second != nullptr)
-      nn::LoraWeights(*store->second, loras, c);  // throws where they do not fit
+    if (store == text_stores_.end() || store->second == nullptr) continue;
+    const io::WeightStore& w = *store->second;
+    const auto adapters = nn::match_lora_adapters(
+        loras, c,
+        [&](const std::string& n) -> std::optional<Shape> {
+          if (!w.has(n)) return std::nullopt;
+          return w.shape(n);
+        },
+        /*skip_missing=*/false);
+    if (const auto side = side_weights.find(c); side != side_weights.end())
+      nn::check_side_targets(adapters, side->second);
   }
+}
+
+std::map<std::string, std::set<std::string>> ModelFamily::text_side_weights() const {
+  std::map<std::string, std::set<std::string>> out;
+  for (const auto& [component, layers] : text_layers_) out[component] = layers.side_weights();
+  return out;
+}
+
+void ModelFamily::release_text() {
+  drop_text_encoders();
+  text_layers_.clear();
+  text_recorded_.clear();
 }
 
 void ModelFamily::set_request_text_loras(const std::vector<nn::LoraUse>& loras) {
@@ -103,10 +124,18 @@ void ModelFamily::set_request_text_loras(const std::vector<nn::LoraUse>& loras) 
   XDIT_CHECK(!adapts || text_resident_,
              "a request's text-encoder LoRAs need resident text encoders (xdit serve); give "
              "them at start (--lora)");
-  check_request_text_loras(loras);
+  const auto same = [](const nn::LoraUse& a, const nn::LoraUse& b) {
+    return a.file == b.file && a.scale == b.scale;  // (a changed file is read anew)
+  };
+  if (request_text_loras_known_ &&
+      std::equal(loras.begin(), loras.end(), request_text_loras_.begin(), request_text_loras_.end(),
+                 same))
+    return;  // the built encoders hold them already
+  check_request_text_loras(loras, text_side_weights());
+  request_text_loras_known_ = false;  // a failure below leaves the side paths unknown
+  for (auto& [component, layers] : text_layers_) nn::set_side_loras(layers, loras, component);
   request_text_loras_ = loras;
-  for (auto& [component, layers] : text_layers_)
-    nn::set_side_loras(layers, request_text_loras_, component);
+  request_text_loras_known_ = true;
 }
 
 void ModelFamily::open_t5_encoder(const io::ModelFolder& folder, const std::string& component,

@@ -8,6 +8,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -149,7 +150,8 @@ class ModelFamily {
   virtual int64_t max_sequence_limit() const = 0;
   // A plan's prompts (and under its CFG the negative prompts) → embeddings.
   virtual PromptEmbeddings encode(const PlanFields& r, DType dtype) = 0;
-  virtual void release_text() = 0;
+  // Frees the text encoders (and the registries of their layers).
+  void release_text();
   // The text encoders, for the memory estimate.
   virtual void describe_text(MemoryQuery& q) const = 0;
 
@@ -184,7 +186,13 @@ class ModelFamily {
   // by block would not get them. Checked against the opened stores
   // (check_request_text_loras, one line) before any encoder changes.
   void set_request_text_loras(const std::vector<nn::LoraUse>& loras);
-  void check_request_text_loras(const std::vector<nn::LoraUse>& loras) const;
+  // Also each adapter against `side_weights` (by component; the weights
+  // in layers with side paths) where a component's are known.
+  void check_request_text_loras(
+      const std::vector<nn::LoraUse>& loras,
+      const std::map<std::string, std::set<std::string>>& side_weights = {}) const;
+  // The side-path weights of the text encoders built so far, by component.
+  std::map<std::string, std::set<std::string>> text_side_weights() const;
 
  protected:
   // `store`, the weights of `component`, with the text LoRAs that adapt it
@@ -214,6 +222,8 @@ class ModelFamily {
   // them in open_text) and the encoder, built on first use by t5_encoder
   // with the split and residency set above, freed by release_text.
   models::T5Encoder& t5_encoder(DType dtype);
+  // The family's encoders freed (release_text).
+  virtual void drop_text_encoders() = 0;
   // open_t5 for the T5 encoder of `component`, its LoRAs checked now.
   void open_t5_encoder(const io::ModelFolder& folder, const std::string& component, int64_t width);
   std::string t5_component_;  // the T5 encoder's folder ("text_encoder_2", …)
@@ -234,6 +244,7 @@ class ModelFamily {
   std::map<std::string, nn::LinearRegistry> text_layers_;
   std::map<std::string, std::unique_ptr<nn::RecordingWeights>> text_recorded_;
   std::vector<nn::LoraUse> request_text_loras_;
+  bool request_text_loras_known_ = true;  // the built encoders' side paths hold them
 };
 
 // What every family takes straight from its transformer's config.

@@ -78,11 +78,9 @@ void Pipeline::set_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched) 
           "LoRA ", l.file->path(), " adapts the ", c, "; xdit adapts ", family_->name(), "'s ",
           names, " only (--lora_ignore_unmatched applies the rest)");
   family_->set_text_loras(loras, ignore_unmatched);
-  std::string label;
-  for (const nn::LoraUse& l : loras)
-    label += (label.empty() ? "" : ", ") +
-             std::filesystem::path(l.file->path()).filename().string() + ":" +
-             detail::concat(l.scale);
+  std::vector<LoraRef> refs;
+  for (const nn::LoraUse& l : loras) refs.push_back({l.file->path(), l.scale});
+  const std::string label = lora_list_label(refs);
   auto merged =
       std::make_unique<nn::LoraWeights>(*store, std::move(loras), "transformer", ignore_unmatched);
   XDIT_INFO("LoRA ", label, ": ", merged->adapted(), " transformer weights adapted");
@@ -212,6 +210,7 @@ void Pipeline::load() {
   lora_base_.reset();
   runtime_->set_stale_refresh(stale_refresh_);
   runtime_->attach(*transformer_);
+  note_request_lora_targets();  // (collective under PipeFusion)
   if (runtime_->pipefusion() != nullptr) {
     // Every stage's blocks and weight bytes, logged by rank 0.
     const std::string line = detail::concat(

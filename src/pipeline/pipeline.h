@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "core/tensor.h"
@@ -123,6 +124,15 @@ class Pipeline {
   // weight is reloaded or changed, so a run without is the base model's bit
   // for bit. The layers the last run adapted:
   int request_lora_layers() const { return request_lora_layers_; }
+  // The weights in layers with side paths, by component: the transformer's
+  // (every PipeFusion stage's, gathered by load()) and the text encoders'
+  // built so far. xdit serve hands a loaded pipeline's to the one that
+  // checks requests, whose plan() then refuses an adapter of any other
+  // weight (an embedding, say) instead of a run failing on every rank.
+  std::map<std::string, std::set<std::string>> request_lora_targets() const;
+  void set_request_lora_targets(std::map<std::string, std::set<std::string>> targets) {
+    lora_targets_ = std::move(targets);
+  }
 
   // generate() frees the text encoders after encoding (bounding peak memory
   // to the larger of them and transformer + VAE) unless asked to keep them.
@@ -221,6 +231,9 @@ class Pipeline {
   std::vector<nn::LoraUse> request_lora_uses(const std::vector<LoraRef>& loras);
   std::vector<LoraRef> checked_request_loras(const std::vector<LoraRef>& loras);
   void apply_request_loras(const std::vector<LoraRef>& loras);
+  // request_lora_targets()'s transformer part, at load (collective over the
+  // PipeFusion stages).
+  void note_request_lora_targets();
   // The memory query for `prompts` images at height x width px on this mesh.
   MemoryQuery memory_query(int64_t prompts, int64_t height, int64_t width, bool cfg) const;
   // The estimate of `q` against the memory left (weights already loaded not
@@ -238,10 +251,11 @@ class Pipeline {
   // The transformer's linear layers as loaded (each with its side path),
   // the request LoRAs' files by path, and the LoRAs the side paths hold.
   nn::LinearRegistry layers_;
-  std::map<std::string, std::shared_ptr<const nn::LoraFile>> lora_files_;
+  nn::LoraFileCache lora_files_;                               // a request's LoRAs, in memory
   std::optional<std::vector<LoraRef>> applied_request_loras_;  // none: unknown (a failure)
   int request_lora_layers_ = 0;
   std::map<std::string, Shape> model_shapes_;  // the transformer's weights, kept by load()
+  std::map<std::string, std::set<std::string>> lora_targets_;  // request_lora_targets()
   std::unique_ptr<models::DiT> transformer_;
   // The VAE, opened by a plan with Output::kImages, built on first use.
   std::unique_ptr<models::VaeConfig> vae_cfg_;

@@ -79,7 +79,7 @@ class PixArtFamily : public ConfigFamily<models::PixArtConfig, models::PixArtTra
     c.set(models::kResolution, std::move(resolution));
     c.set(models::kAspectRatio, std::move(aspect));
   }
-  void release_text() override { t5_.reset(); }
+  void drop_text_encoders() override { t5_.reset(); }
   void describe_text(MemoryQuery& q) const override { q.t5 = t5_cfg_.get(); }
 
  private:

@@ -43,6 +43,9 @@ struct LoraRef {
   double scale = 1.0;
   bool operator==(const LoraRef& o) const { return path == o.path && scale == o.scale; }
 };
+// "a.safetensors:0.7, b.safetensors:-0.4" (file names), "" for none: how
+// xdit labels LoRAs in logs and PNG metadata.
+std::string lora_list_label(const std::vector<LoraRef>& loras);
 
 // Embeddings → final latents.
 struct LatentRequest {

@@ -2,6 +2,7 @@
 // applied beside the loaded weights as it runs (nn/lora_side.h).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
@@ -10,18 +11,64 @@
 
 namespace xdit::pipeline {
 
+namespace {
+
+// The union of every rank's names (an allgather over `group`).
+std::set<std::string> gathered_names(comm::Communicator& group, const std::set<std::string>& mine) {
+  std::string joined;
+  for (const std::string& n : mine) joined += n + '\n';
+  const int64_t length = static_cast<int64_t>(joined.size());
+  std::vector<int64_t> lengths(static_cast<size_t>(group.size()));
+  group.allgather(&length, lengths.data(), sizeof length, comm::Type::kByte);
+  const int64_t most = *std::max_element(lengths.begin(), lengths.end());
+  joined.resize(static_cast<size_t>(most), '\0');
+  std::string all(static_cast<size_t>(most * group.size()), '\0');
+  group.allgather(joined.data(), all.data(), static_cast<size_t>(most), comm::Type::kByte);
+  std::set<std::string> out;
+  for (int r = 0; r < group.size(); ++r) {
+    const std::string part =
+        all.substr(static_cast<size_t>(r * most), static_cast<size_t>(lengths[r]));
+    for (size_t b = 0, e; b < part.size(); b = e + 1) {
+      e = part.find('\n', b);
+      out.insert(part.substr(b, e - b));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string lora_list_label(const std::vector<LoraRef>& loras) {
+  std::string label;
+  for (const LoraRef& l : loras)
+    label += (label.empty() ? "" : ", ") + std::filesystem::path(l.path).filename().string() + ":" +
+             detail::concat(l.scale);
+  return label;
+}
+
+void Pipeline::note_request_lora_targets() {
+  std::set<std::string> mine = layers_.side_weights();
+  if (runtime_->pipefusion() != nullptr) mine = gathered_names(mesh_->pp_group(), mine);
+  lora_targets_["transformer"] = std::move(mine);
+}
+
+std::map<std::string, std::set<std::string>> Pipeline::request_lora_targets() const {
+  std::map<std::string, std::set<std::string>> out = lora_targets_;
+  for (auto& [component, weights] : family_->text_side_weights()) out[component] = weights;
+  return out;
+}
+
 std::vector<nn::LoraUse> Pipeline::request_lora_uses(const std::vector<LoraRef>& loras) {
   std::vector<nn::LoraUse> uses;
-  for (const LoraRef& l : loras) {
-    auto& file = lora_files_[l.path];
-    if (!file) file = std::make_shared<nn::LoraFile>(l.path);
-    uses.push_back({file, l.scale});
-  }
+  for (const LoraRef& l : loras) uses.push_back({lora_files_.get(l.path), l.scale});
   return uses;
 }
 
 std::vector<LoraRef> Pipeline::checked_request_loras(const std::vector<LoraRef>& loras) {
   if (loras.empty()) return {};
+  XDIT_CHECK(!device_.cuda(),
+             "a request's LoRAs run as side paths on the CPU only so far; on a CUDA device give "
+             "them at start (--lora)");
   const std::vector<nn::LoraUse> uses = request_lora_uses(loras);
   for (const nn::LoraUse& u : uses) {
     const std::string name = std::filesystem::path(u.file->path()).filename().string();
@@ -38,23 +85,27 @@ std::vector<LoraRef> Pipeline::checked_request_loras(const std::vector<LoraRef>&
                  "LoRA ", name, " adapts the ", c, "; xdit adapts ", family_->name(),
                  "'s transformer", names, " only");
   }
-  family_->check_request_text_loras(uses);  // against the opened text stores
-  // Against the whole model's weights while their headers are open (before
-  // load(), or a validating pipeline); a loaded one checks what it holds.
+  const auto targets = request_lora_targets();
+  family_->check_request_text_loras(uses, targets);  // against the opened text stores
+  // Against the whole model's weights: their headers while open (before
+  // load(), or a pipeline that checks requests), else the shapes load() kept.
   const io::WeightSource* source = lora_base_ ? lora_base_.get() : weights_.get();
-  if (const auto* store = dynamic_cast<const io::WeightStore*>(source)) {
-    nn::LoraWeights(*store, uses, "transformer");  // throws where it does not fit
-  } else if (!model_shapes_.empty()) {             // loaded: the shapes load() kept
-    for (const nn::LoraUse& u : uses)
-      for (const auto& [module, m] : u.file->modules("transformer")) {
-        const auto w = model_shapes_.find(module + ".weight");
-        XDIT_CHECK(w != model_shapes_.end(), "LoRA ", u.file->path(), ": ", module,
-                   " matches nothing in the model's transformer");
-        XDIT_CHECK(w->second == Shape({m.out, m.in}), "LoRA ", u.file->path(), ": ", module,
-                   " is [", m.out, ", ", m.in, "] but the model's ", w->first, " is ",
-                   shape_str(w->second), " (a LoRA for another model?)");
-      }
-  }
+  const auto* store = dynamic_cast<const io::WeightStore*>(source);
+  if (store == nullptr && model_shapes_.empty()) return loras;  // (a WeightSource: no names)
+  const auto adapters = nn::match_lora_adapters(
+      uses, "transformer",
+      [&](const std::string& n) -> std::optional<Shape> {
+        if (store != nullptr) {
+          if (!store->has(n)) return std::nullopt;
+          return store->shape(n);
+        }
+        const auto it = model_shapes_.find(n);
+        if (it == model_shapes_.end()) return std::nullopt;
+        return it->second;
+      },
+      /*skip_missing=*/false);
+  if (const auto side = targets.find("transformer"); side != targets.end())
+    nn::check_side_targets(adapters, side->second);
   return loras;
 }
 
@@ -63,13 +114,9 @@ void Pipeline::apply_request_loras(const std::vector<LoraRef>& loras) {
   applied_request_loras_.reset();  // a failure below leaves the side paths unknown
   request_lora_layers_ = nn::set_side_loras(layers_, request_lora_uses(loras));
   applied_request_loras_ = loras;
-  if (!loras.empty()) {
-    std::string label;
-    for (const LoraRef& l : loras)
-      label += (label.empty() ? "" : ", ") + std::filesystem::path(l.path).filename().string() +
-               ":" + detail::concat(l.scale);
-    XDIT_DEBUG("request LoRAs ", label, ": ", request_lora_layers_, " layers with a side path");
-  }
+  if (!loras.empty())
+    XDIT_DEBUG("request LoRAs ", lora_list_label(loras), ": ", request_lora_layers_,
+               " layers with a side path");
 }
 
 }  // namespace xdit::pipeline

@@ -125,7 +125,7 @@ class SD3Family : public ConfigFamily<models::SD3Config, models::SD3Transformer>
     }
     return e;
   }
-  void release_text() override {
+  void drop_text_encoders() override {
     clip_l_.reset();
     clip_g_.reset();
     t5_.reset();

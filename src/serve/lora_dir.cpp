@@ -28,13 +28,36 @@ std::string LoraDir::resolve(const std::string& name) const {
     bad("a name is a file of the server's LoRA folder, not a path");
   const fs::path root(root_);
   fs::path file = root / name;
-  if (!fs::exists(file) && file.extension() != ".safetensors") file += ".safetensors";
-  std::error_code ec;
+  std::error_code ec;  // (the error_code forms: a name too long, say, is a 400, not a throw)
+  if (!fs::exists(file, ec) && file.extension() != ".safetensors") file += ".safetensors";
   const fs::path real = fs::canonical(file, ec);
   if (ec) bad("no such file in the server's LoRA folder");
   if (real.parent_path() != root) bad("a symbolic link out of the server's LoRA folder");
-  if (!fs::is_regular_file(real)) bad("not a file");
+  if (!fs::is_regular_file(real, ec)) bad("not a file");
   return real.string();
+}
+
+std::vector<std::string> LoraDir::resolve_all(const std::vector<std::string>& names) const {
+  std::vector<std::string> files;
+  for (const std::string& name : names) {
+    const std::string file = resolve(name);
+    for (size_t i = 0; i < files.size(); ++i)
+      if (files[i] == file)
+        throw BadRequest(400, "loras",
+                         "LoRA '" + name + "' is the file of '" + names[i] +
+                             "' again; name each LoRA once (its scale adds up the weights)");
+    files.push_back(file);
+  }
+  return files;
+}
+
+std::string LoraDir::shown(const std::string& message) const {
+  if (!enabled()) return message;
+  const std::string prefix = root_ + "/";
+  std::string out = message;
+  for (size_t at = out.find(prefix); at != std::string::npos; at = out.find(prefix, at))
+    out.erase(at, prefix.size());
+  return out;
 }
 
 }  // namespace xdit::serve

@@ -6,6 +6,7 @@
 // file or setting is one line before a weight is read.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -271,6 +272,70 @@ TEST_F(LoraBadInput, EachIsOneLine) {
   const std::string truncated = error(good);
   EXPECT_NE(truncated, "(no error)");
   EXPECT_EQ(truncated.find('\n'), std::string::npos) << truncated;
+}
+
+// alpha / rank from the file's `.alpha`, else the metadata's lora_alpha,
+// else rank; an alpha of 0 (either) leaves its adapter out: it changes nothing.
+TEST_F(LoraBadInput, AlphaComesFromTheFileTheMetadataOrTheRank) {
+  const auto rnd = [](Shape sh, uint64_t seed) {
+    return Tensor::from_vector(test::randn(static_cast<size_t>(shape_numel(sh)), seed), sh);
+  };
+  const std::string path = (dir_ / "alpha.safetensors").string();
+  const auto pair = [&](const std::string& m, uint64_t seed) {
+    return std::vector<std::pair<std::string, Tensor>>{
+        {"transformer." + m + ".lora_A.weight", rnd({2, 8}, seed)},
+        {"transformer." + m + ".lora_B.weight", rnd({8, 2}, seed + 1)}};
+  };
+  std::vector<std::pair<std::string, Tensor>> t;
+  for (const char* m : {"a", "b", "c"})
+    for (auto& kv : pair(m, t.size() + 1)) t.push_back(kv);
+  t.push_back({"transformer.a.alpha", Tensor::from_vector({6.0f}, {1})});
+  t.push_back({"transformer.b.alpha", Tensor::from_vector({0.0f}, {1})});
+  io::write_safetensors(path, t, {{"lora_adapter_metadata", R"({"transformer.lora_alpha": 3})"}});
+  const nn::LoraFile with_meta(path);
+  const auto& m = with_meta.modules("transformer");
+  EXPECT_EQ(m.at("a").alpha, 6.0);  // its own
+  EXPECT_EQ(m.count("b"), 0u);      // alpha 0: left out
+  EXPECT_EQ(m.at("c").alpha, 3.0);  // the metadata's
+  io::write_safetensors(path, t, {{"lora_adapter_metadata", R"({"transformer.lora_alpha": 0})"}});
+  EXPECT_EQ(nn::LoraFile(path).modules("transformer").count("c"), 0u);
+  io::write_safetensors(path, t);
+  EXPECT_EQ(nn::LoraFile(path).modules("transformer").at("c").alpha, 2.0);  // the rank
+}
+
+// The files requests name are read into memory: one truncated or removed
+// after the read is still whole in the cache; one rewritten is read anew;
+// the least recently used go past the capacity.
+TEST_F(LoraBadInput, RequestCacheCopiesAndRereadsChangedFiles) {
+  const io::WeightStore base(transformer_dir());
+  const Shape q = base.shape("transformer_blocks.0.attn.to_q.weight");
+  const std::string mod = "transformer_blocks.0.attn.to_q";
+  nn::LoraFileCache cache(2);
+  const std::string a = write(mod, 2, q[1], q[0], 2, 0.25f);
+  const auto first = cache.get(a);
+  EXPECT_EQ(cache.get(a), first);  // unchanged: the same copy
+  const std::vector<float> down = first->down(first->modules("transformer").at(mod)).to_vector();
+  fs::resize_file(a, 8);  // a mapping would fault (SIGBUS) here
+  EXPECT_EQ(first->down(first->modules("transformer").at(mod)).to_vector(), down);
+  fs::remove(a);
+  EXPECT_EQ(first->down(first->modules("transformer").at(mod)).to_vector()[0], 0.25f);
+  EXPECT_NE(test::error_message([&] { cache.get(a); }).find("missing file"), std::string::npos);
+  // Rewritten (another first value, a later time): read anew.
+  const std::string b = write(mod, 2, q[1], q[0], 2, 0.5f);
+  const auto old_b = cache.get(b);
+  fs::copy_file(write(mod, 2, q[1], q[0], 2, -0.75f), b, fs::copy_options::overwrite_existing);
+  fs::last_write_time(b, fs::last_write_time(b) + std::chrono::seconds(2));
+  const auto new_b = cache.get(b);
+  EXPECT_NE(new_b, old_b);
+  EXPECT_EQ(new_b->down(new_b->modules("transformer").at(mod)).to_vector()[0], -0.75f);
+  EXPECT_EQ(old_b->down(old_b->modules("transformer").at(mod)).to_vector()[0], 0.5f);
+  // Capacity 2: a third file evicts the least recently used (b's path was used last).
+  const std::string c = write(mod, 2, q[1], q[0], 2), d = write(mod, 2, q[1], q[0], 2);
+  cache.get(c);
+  cache.get(b);
+  cache.get(d);
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(cache.get(b), new_b);  // kept
 }
 
 }  // namespace

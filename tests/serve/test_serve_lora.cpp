@@ -4,7 +4,12 @@
 // bit for bit) from one load of the base weights; names that are paths,
 // links out of the folder, missing files and LoRAs that do not fit are
 // refused naming the field.
+#include <chrono>
+#include <cstdio>
 #include <filesystem>
+
+#include "io/file.h"
+#include "io/safetensors.h"
 
 #include "serve/lora_dir.h"
 #include "serve/request_schema.h"
@@ -32,6 +37,16 @@ TEST_F(ServeLora, RequestsSwitchLorasAndEqualXditGenerate) {
   fs::copy_file(lora("flux_a"), dir_ / "outside.safetensors");
   fs::create_symlink(dir_ / "outside.safetensors", loras / "escape.safetensors");
   fs::create_symlink(loras / "flux_a.safetensors", loras / "alias.safetensors");  // inside: fine
+  // An adapter of CLIP's token embedding fits the model's shapes but no
+  // side path (an embedding, not a linear layer): refused by the check,
+  // before any rank runs it.
+  const auto rnd = [](Shape sh, uint64_t seed) {
+    return Tensor::from_vector(test::randn(static_cast<size_t>(shape_numel(sh)), seed), sh);
+  };
+  io::write_safetensors(
+      (loras / "embedding.safetensors").string(),
+      {{"text_encoder.embeddings.token_embedding.lora_A.weight", rnd({2, 48}, 1)},
+       {"text_encoder.embeddings.token_embedding.lora_B.weight", rnd({744, 2}, 2)}});
   const std::string model = "--model '" + kModels + "/flux-schnell-tiny' --dtype f32";
   test::ServeProcess s(model + " --lora_dir '" + loras.string() + "'", dir_, 0,
                        "XDIT_VERBOSE=1 ");  // its log says when the transformer loads
@@ -77,6 +92,8 @@ TEST_F(ServeLora, RequestsSwitchLorasAndEqualXditGenerate) {
            {R"([{"name": "escape"}])", "symbolic link out of"},
            {R"([{"name": "nope"}])", "no such file"},
            {R"([{"name": "sd3_a"}])", "a LoRA for another model?"},
+           {R"([{"name": "embedding"}])", "not in a linear layer with a low-rank side path"},
+           {R"([{"name": "flux_a"}, {"name": "alias", "scale": 0.5}])", "name each LoRA once"},
            {R"([{"name": "flux_a", "scale": "x"}])", "scale must be a number"},
            {R"([{"name": "flux_a", "weight": 1}])", "not 'weight'"},
            {R"({"name": "flux_a"})", "must be an array"}}) {
@@ -87,6 +104,26 @@ TEST_F(ServeLora, RequestsSwitchLorasAndEqualXditGenerate) {
     EXPECT_EQ(r.status, 400) << r.body.dump();
     const std::string message = r.body["error"]["message"].get<std::string>();
     EXPECT_NE(message.find(part), std::string::npos) << message;
+    EXPECT_EQ(message.find(loras.string()), std::string::npos) << message;  // file names only
+  }
+  // A file of the folder rewritten in place while the server runs: the next
+  // request reads it anew (flux_b now holds flux_a's adapters), and the
+  // copy the server read before was never a mapping that could fault.
+  {
+    const std::string b = (loras / "flux_b.safetensors").string();
+    const std::string a = io::read_small_file(lora("flux_a"), size_t{1} << 26, "LoRA");
+    std::FILE* f = std::fopen(b.c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(a.data(), 1, a.size(), f), a.size());
+    std::fclose(f);
+    fs::resize_file(b, a.size());
+    fs::last_write_time(b, fs::last_write_time(b) + std::chrono::seconds(2));
+    const test::Reply r = test::post_json(
+        c, "/generate", "{" + request + R"(, "loras": [{"name": "flux_b", "scale": 0.7}]})");
+    ASSERT_EQ(r.status, 200) << r.body.dump();
+    EXPECT_LE(test::max_pixel_diff(test::png_of_base64(r.body["output"]),
+                                   generate(cli + cases[0].flags, "rewritten.png")),
+              1);
   }
   s.stop();
   // One load of the transformer for every request.

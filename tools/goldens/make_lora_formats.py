@@ -39,11 +39,12 @@ Writes tests/data/lora/:
                       (rank 2–4, bf16): single block 0's linear1 with a
                       block-sparse B (diffusers' "sparse" split), double
                       block 0's img qkv, the final layer (B's shift | scale
-                      halves; its alpha, which diffusers ignores), img_in,
-                      time_in.
+                      halves; an alpha ≠ rank), img_in, time_in.
   flux_kohya_real_converted.safetensors  diffusers' own conversion of it
                       (`_convert_kohya_flux_lora_to_diffusers`, f32): the
-                      lora_A / lora_B per diffusers module, alpha baked in.
+                      lora_A / lora_B per diffusers module, alpha baked in
+                      (the final layer's too: the converter leaves it as a
+                      TODO, sd-scripts applies it).
 """
 import json
 import os
@@ -242,6 +243,14 @@ def main():
     real = real_file(14)
     save_file(real, os.path.join(OUT, "flux_kohya_real.safetensors"), metadata=meta())
     converted = _convert_kohya_flux_lora_to_diffusers({k: v.float() for k, v in real.items()})
+    # The converter's "TODO: alphas" for the final layer: alpha / rank into B.
+    for base, module in {"final_layer_adaLN_modulation_1": "norm_out.linear",
+                         "final_layer_linear": "proj_out"}.items():
+        alpha = real.get(f"lora_unet_{base}.alpha")
+        up = f"{module}.lora_B.weight"  # (converted without "transformer.")
+        if alpha is not None and up in converted:
+            rank = real[f"lora_unet_{base}.lora_down.weight"].shape[0]
+            converted[up] = converted[up] * (alpha.float().item() / rank)
     save_file({k: v.float().clone().contiguous() for k, v in converted.items()},
               os.path.join(OUT, "flux_kohya_real_converted.safetensors"), metadata=meta())
     print(len(converted), "converted tensors:", sorted(converted)[:4], "…")

@@ -267,7 +267,12 @@ void Linear::run(const void* src, bool src_f32, int64_t m, void* y, bool accumul
 void Linear::run_packed(const void* src, bool src_f32, int64_t m, void* y, bool accumulate,
                         bool bf16_out, Activation act) const {
 #ifdef XDIT_HAVE_CUDA
-  if (impl_->device) return impl_->device->forward(src, !src_f32, m, y, bf16_out, accumulate);
+  if (impl_->device) {
+    // The device layer applies its own activation; the side path that would
+    // ask for none is refused on a device (LowRankSlot::set).
+    XDIT_CHECK(act == impl_->act, "a CUDA linear runs with its own activation only");
+    return impl_->device->forward(src, !src_f32, m, y, bf16_out, accumulate);
+  }
 #endif
   const Impl& im = *impl_;
   if (im.amx()) {
@@ -353,8 +358,11 @@ void LowRankSlot::set(const Tensor& a, const Tensor& b) {
       "low-rank side path: A ", shape_str(a.shape()), " and B ", shape_str(b.shape()),
       " do not fit a ", in_, " -> ", out_, " layer");
   const DeviceScope host(Device{});
-  down_ = std::make_unique<Linear>(a, Tensor(), ct_);
-  up_ = std::make_unique<Linear>(b, Tensor(), ComputeType::kF32);
+  // Both made before either is replaced: a failure leaves the slot as it was.
+  auto down = std::make_unique<Linear>(a, Tensor(), ct_);
+  auto up = std::make_unique<Linear>(b, Tensor(), ComputeType::kF32);
+  down_ = std::move(down);
+  up_ = std::move(up);
 }
 
 Tensor Linear::forward(const Tensor& x) const {
