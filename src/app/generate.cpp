@@ -171,7 +171,7 @@ std::map<std::string, std::string> png_text(const pipeline::PlanFields& p, const
   m.dtype = o.dtype;
   m.parallel = parallel_label(layout, p.num_inference_steps, pipe.token_rows(p));
   m.cache = cache;
-  m.lora = pipe.lora_label();
+  m.lora = p.loras.empty() ? pipe.lora_label() : pipeline::lora_list_label(p.loras);
   return png_metadata(m);
 }
 
@@ -300,7 +300,17 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
   pipe.set_device(device);  // the transformer on a GPU; refuses what has no CUDA path yet
   pipe.set_one_shot(true);  // one run: the transformer goes before the VAE decodes
   // The LoRAs checked against the model's weight headers before any loads.
-  if (!o.lora.specs.empty()) pipe.set_loras(o.lora.uses(), o.lora.ignore_unmatched);
+  // Or kept beside them (--lora_mode side), as the request's, checked by plan().
+  std::vector<pipeline::LoraRef> side_loras;
+  if (!o.lora.specs.empty() && !o.lora.side())
+    pipe.set_loras(o.lora.uses(), o.lora.ignore_unmatched);
+  if (o.lora.side()) {
+    side_loras = o.lora.refs();
+    // Text-encoder side paths need the encoders built whole (resident).
+    for (const pipeline::LoraRef& l : side_loras)
+      if (nn::LoraFile(l.path).components() != std::vector<std::string>{"transformer"})
+        pipe.set_keep_text_encoder(true);
+  }
   using Clock = std::chrono::steady_clock;
   auto secs = [](Clock::time_point a) {
     return std::chrono::duration<double>(Clock::now() - a).count();
@@ -324,6 +334,7 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
   r.cache = o.cache.settings();
   r.seed = o.seed;
   r.max_sequence_length = o.max_sequence_length;
+  r.loras = side_loras;
   if (!o.latents.empty())  // [P, C, F, h, w], or [P, C, h, w]: one frame
     r.latents = take_input(open_input(o.latents, "--latents"), "latents", true, "--latents");
   const pipeline::Output output =
@@ -380,6 +391,7 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
     req.skip_layer_guidance = r.skip_layer_guidance;
     req.cache = r.cache;
     req.seed = r.seed;
+    req.loras = r.loras;
     planned.emplace(pipe.plan(req, output));
     if (!latent_out) reserve(static_cast<size_t>(planned->batch()));
   } else {
@@ -408,18 +420,19 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
         latents.dim(2) == 1
             ? latents.reshape({latents.dim(0), latents.dim(1), latents.dim(3), latents.dim(4)})
             : latents;
-    io::write_safetensors(outputs.at(0), {{"latents", saved}},
-                          {{"seed", std::to_string(plan->seed)},
-                           {"steps", std::to_string(plan->num_inference_steps)},
-                           {"guidance_scale", std::to_string(plan->guidance_scale)},
-                           {"height", std::to_string(plan->height)},
-                           {"width", std::to_string(plan->width)},
-                           {"model", model.from_cache() ? model.id : model.folder},
-                           {"model_revision", model.commit},
-                           {"parallel", trace_at_end.parallel},
-                           {"cache", pipe.cache_summary()},
-                           {"lora", pipe.lora_label()},
-                           {"xdit_version", XDIT_VERSION}});
+    io::write_safetensors(
+        outputs.at(0), {{"latents", saved}},
+        {{"seed", std::to_string(plan->seed)},
+         {"steps", std::to_string(plan->num_inference_steps)},
+         {"guidance_scale", std::to_string(plan->guidance_scale)},
+         {"height", std::to_string(plan->height)},
+         {"width", std::to_string(plan->width)},
+         {"model", model.from_cache() ? model.id : model.folder},
+         {"model_revision", model.commit},
+         {"parallel", trace_at_end.parallel},
+         {"cache", pipe.cache_summary()},
+         {"lora", plan->loras.empty() ? pipe.lora_label() : pipeline::lora_list_label(plan->loras)},
+         {"xdit_version", XDIT_VERSION}});
     XDIT_INFO("text encoding ", seconds(text_s), ", denoising ", seconds(denoise_s),
               ", peak memory ", human_size(static_cast<double>(peak_rss_bytes())), " -> ", o.output,
               " ", shape_str(saved.shape()));

@@ -35,14 +35,32 @@ std::pair<std::string, double> split_spec(const std::string& spec) {
 
 }  // namespace
 
-std::vector<nn::LoraUse> LoraOptions::uses() const {
-  std::vector<nn::LoraUse> out;
+namespace {
+
+// The files and scales as given, each file checked to exist.
+std::vector<pipeline::LoraRef> files(const std::vector<std::string>& specs) {
+  std::vector<pipeline::LoraRef> out;
   for (const std::string& spec : specs) {
     const auto [file, scale] = split_spec(spec);
     XDIT_CHECK(std::filesystem::is_regular_file(file), "--lora ", spec, ": no file ", file);
-    out.push_back({std::make_shared<nn::LoraFile>(file), scale});
+    out.push_back({file, scale});
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<nn::LoraUse> LoraOptions::uses() const {
+  std::vector<nn::LoraUse> out;
+  for (const pipeline::LoraRef& f : files(specs))
+    out.push_back({std::make_shared<nn::LoraFile>(f.path), f.scale});
+  return out;
+}
+
+std::vector<pipeline::LoraRef> LoraOptions::refs() const {
+  XDIT_CHECK(!ignore_unmatched,
+             "--lora_ignore_unmatched merges what fits; --lora_mode side takes whole LoRAs only");
+  return files(specs);
 }
 
 void add_lora_options(CLI::App* cmd, LoraOptions& o) {
@@ -56,6 +74,13 @@ void add_lora_options(CLI::App* cmd, LoraOptions& o) {
   cmd->add_flag("--lora_ignore_unmatched,--lora-ignore-unmatched", o.ignore_unmatched,
                 "apply a LoRA whose modules the model partly lacks, or with tensors xdit does not "
                 "apply (those are skipped)")
+      ->group("LoRA");
+  cmd->add_option("--lora_mode,--lora-mode", o.mode,
+                  "merge: into the weights as they load (no cost per step); side: beside them as "
+                  "low-rank side paths (applied in milliseconds, about the LoRA's size in memory, "
+                  "~1 % per step at rank 16; CPU)")
+      ->check(CLI::IsMember({"merge", "side"}))
+      ->capture_default_str()
       ->group("LoRA");
 }
 

@@ -76,6 +76,32 @@ TEST_F(CliLora, TwoLorasAtTheirScalesAreTheLibrarysImage) {
   EXPECT_EQ(io::read_png(out()).text.at("lora"), "flux_a.safetensors:1");
 }
 
+// --lora_mode side: the same LoRAs beside the weights (serve's side paths)
+// give the merged image within 1/255 (f32: the same sums in another order),
+// text-encoder adapters (flux_te: the transformer and CLIP) included, and
+// label the PNG the same way.
+TEST_F(CliLora, SidePathsGiveTheMergedImage) {
+  for (const std::string& loras : {"--lora '" + lora("flux_a.safetensors") + ":0.7' --lora '" +
+                                       lora("flux_b.safetensors") + ":-0.4'",
+                                   "--lora '" + lora("flux_te.safetensors") + ":0.8'"}) {
+    SCOPED_TRACE(loras);
+    fs::remove(out());
+    ASSERT_EQ(generate(loras).code, 0);
+    const io::PngImage merged = io::read_png(out());
+    fs::remove(out());
+    const test::CommandResult r = generate(loras + " --lora_mode side");
+    ASSERT_EQ(r.code, 0) << r.err;
+    const io::PngImage side = io::read_png(out());
+    EXPECT_LE(test::worst_pixel_difference(merged.rgb, side.rgb), 1);
+    EXPECT_EQ(side.text.at("lora"), merged.text.at("lora"));
+  }
+  fs::remove(out());
+  expect_error(
+      "--lora '" + lora("flux_a.safetensors") + "' --lora_mode side --lora_ignore_unmatched",
+      "--lora_mode side takes whole LoRAs only");
+  expect_error("--lora '" + lora("flux_a.safetensors") + "' --lora_mode side", "LoRA", "sd3-tiny");
+}
+
 TEST_F(CliLora, BadInputIsOneLineBeforeAnyWeightLoads) {
   expect_error("--lora '" + (dir_ / "missing.safetensors").string() + "'", "no file");
   expect_error("--lora '" + lora("flux_a.safetensors") + ":nan'", "is not a finite number");
