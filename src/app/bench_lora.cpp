@@ -136,7 +136,6 @@ int run_bench_lora(const BenchOptions& o) {
   const io::WeightStore store((dir / "model").string());
   const std::vector<nn::LoraUse> uses = {
       {std::make_shared<nn::LoraFile>((dir / "lora.safetensors").string()), 1.0}};
-  const nn::LoraWeights merged(store, uses, "transformer");
   const size_t lora_bytes = fs::file_size(dir / "lora.safetensors");
   int64_t params = 0;
   for (const Matrix& m : ms) params += m.out * m.in;
@@ -144,6 +143,9 @@ int run_bench_lora(const BenchOptions& o) {
     const kernels::ComputeType ct = kernels::resolve_compute_type(parse_dtype(dt));
     load_seconds(store, ms, ct, 1);  // the page cache, and first-touch of the allocator
     const double plain = load_seconds(store, ms, ct, std::max(1, o.repeat));
+    // Merged as xdit generate --lora does for this dtype (bf16 layers: a bf16 merged weight).
+    const nn::LoraWeights merged(store, uses, "transformer", false,
+                                 parse_dtype(dt) == DType::kBF16 ? DType::kBF16 : DType::kF32);
     const double with = load_seconds(merged, ms, ct, std::max(1, o.repeat));
     const size_t peak_plain = load_peak_bytes(store, ms, ct);
     const size_t peak_merged = load_peak_bytes(merged, ms, ct);

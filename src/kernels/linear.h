@@ -81,8 +81,9 @@ class Linear {
 // A low-rank side path beside a layer's packed weight: LoRA adapters kept
 // unmerged and switched per request (xdit serve). While set, the layer
 // computes act(x·Wᵀ + b + (x·Aᵀ)·Bᵀ) with A [R, in] and B [out, R] (the
-// adapters' scales folded into B): x·Aᵀ in the layer's compute type, the
-// rest in f32, before the activation and any bf16 rounding. The packed
+// adapters' scales folded into B): both products in the layer's compute
+// type (bf16 layers keep A and B in bf16: about the LoRA file's size),
+// accumulated in f32 before the activation and any bf16 rounding. The packed
 // weight is never touched, so a cleared layer gives its base output bit for
 // bit. CPU layers only so far.
 class LowRankSlot {
@@ -103,7 +104,7 @@ class LowRankSlot {
   int64_t in_, out_;
   ComputeType ct_;
   bool device_;
-  std::unique_ptr<Linear> down_, up_;  // A (the layer's compute type), B (f32)
+  std::unique_ptr<Linear> down_, up_;  // A and B, in the layer's compute type
 };
 
 }  // namespace xdit::kernels

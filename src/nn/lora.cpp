@@ -226,8 +226,8 @@ std::vector<LoraAdapter> match_lora_adapters(const std::vector<LoraUse>& loras,
 }
 
 LoraWeights::LoraWeights(const io::WeightStore& base, std::vector<LoraUse> loras,
-                         const std::string& component, bool ignore_unmatched)
-    : base_(base), loras_(std::move(loras)) {
+                         const std::string& component, bool ignore_unmatched, DType merged)
+    : base_(base), merged_(merged), loras_(std::move(loras)) {
   const auto shape_of = [&](const std::string& n) -> std::optional<Shape> {
     if (!base_.has(n)) return std::nullopt;
     return base_.shape(n);
@@ -236,12 +236,20 @@ LoraWeights::LoraWeights(const io::WeightStore& base, std::vector<LoraUse> loras
     adapters_[a.weight].push_back(std::move(a));
 }
 
-void LoraWeights::add_deltas(const std::string& name, Tensor& w, int64_t r0, int64_t c0) const {
+Tensor LoraWeights::merged(const std::string& name, const Tensor& w, int64_t r0, int64_t c0) const {
   const DeviceScope host(Device{});
-  const int64_t rows = w.dim(0), cols = w.dim(1);
+  const Tensor base = w.to_device(Device{});
+  const int64_t rows = base.dim(0), cols = base.dim(1);
+  // Per adapter: factor · B[r0 …, :] as the rows of x, A[:, c0 …]ᵀ as the
+  // weight [cols, r] of a thin f32 layer: x · (Aᵀ)ᵀ is added to the rows.
+  struct Delta {
+    Tensor x;
+    kernels::Linear at;
+    int64_t r;
+  };
+  std::vector<Delta> deltas;
   for (const LoraAdapter& a : adapters_.at(name)) {
     const int64_t r = a.module->rank;
-    // factor · B[r0 …, :] as the rows of x; A[:, c0 …]ᵀ as a layer's [cols, r] weight.
     const Tensor B = a.file->up(*a.module), A = a.file->down(*a.module);
     Tensor x = Tensor::empty({rows, r});
     for (int64_t i = 0; i < rows * r; ++i)
@@ -250,34 +258,37 @@ void LoraWeights::add_deltas(const std::string& name, Tensor& w, int64_t r0, int
     for (int64_t j = 0; j < cols; ++j)
       for (int64_t k = 0; k < r; ++k)
         at.data<float>()[j * r + k] = A.data<float>()[k * a.module->in + c0 + j];
-    const kernels::Linear delta(at, Tensor(), kernels::ComputeType::kF32);
-    delta.forward(x.data<float>(), rows, w.data<float>(), /*accumulate=*/true);
+    deltas.push_back({x, kernels::Linear(at, Tensor(), kernels::ComputeType::kF32), r});
   }
+  // A band of rows in f32 (the output's own rows when it is f32), rounded
+  // once into the output.
+  Tensor out = Tensor::empty({rows, cols}, merged_);
+  const bool f32 = merged_ == DType::kF32;
+  constexpr int64_t kBand = 64;
+  Tensor band = f32 ? Tensor() : Tensor::empty({std::min(kBand, rows), cols});
+  const size_t in_size = dtype_size(base.dtype()), out_size = dtype_size(merged_);
+  for (int64_t b0 = 0; b0 < rows; b0 += kBand) {
+    const int64_t nb = std::min(kBand, rows - b0);
+    const auto n = static_cast<size_t>(nb * cols);
+    float* f = f32 ? out.data<float>() + b0 * cols : band.data<float>();
+    convert_to_f32(static_cast<const char*>(base.raw()) + b0 * cols * in_size, base.dtype(), f, n);
+    for (const Delta& d : deltas)
+      d.at.forward(d.x.data<float>() + b0 * d.r, nb, f, /*accumulate=*/true);
+    if (!f32) convert_from_f32(f, static_cast<char*>(out.raw()) + b0 * cols * out_size, merged_, n);
+  }
+  return out;
 }
-
-namespace {
-
-// An f32 host copy of `t` that the caller owns (one pass: a conversion or a copy).
-Tensor owned_f32(const Tensor& t) {
-  const Tensor host = t.to_device(Device{});
-  return host.dtype() == DType::kF32 ? host.clone() : host.to(DType::kF32);
-}
-
-}  // namespace
 
 Tensor LoraWeights::read(const std::string& name, const Shape& expected) const {
   if (adapters_.count(name) == 0) return base_.get(name, expected);
-  Tensor w = owned_f32(base_.get(name, expected));
-  add_deltas(name, w, 0, 0);
-  return w;
+  return merged(name, base_.get(name, expected), 0, 0);
 }
 
 Tensor LoraWeights::read_slice(const std::string& name, const Shape& expected, int dim,
                                int64_t begin, int64_t count) const {
   if (adapters_.count(name) == 0) return base_.get_slice(name, expected, dim, begin, count);
-  Tensor w = owned_f32(base_.get_slice(name, expected, dim, begin, count));
-  add_deltas(name, w, dim == 0 ? begin : 0, dim == 1 ? begin : 0);
-  return w;
+  return merged(name, base_.get_slice(name, expected, dim, begin, count), dim == 0 ? begin : 0,
+                dim == 1 ? begin : 0);
 }
 
 }  // namespace xdit::nn

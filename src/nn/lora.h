@@ -123,8 +123,11 @@ class LoraWeights : public io::WeightSource {
   // Throws one line, before any weight is read, for a scale that is not
   // finite, or adapters whose module `base` lacks (unless ignore_unmatched)
   // or whose [out, in] its weight contradicts (a LoRA for another model).
+  // An adapted weight is merged in f32 and handed over as `merged` (bf16
+  // for bf16 layers: rounded once, half the memory of f32, and packed as a
+  // bf16 weight is; f32 otherwise).
   LoraWeights(const io::WeightStore& base, std::vector<LoraUse> loras, const std::string& component,
-              bool ignore_unmatched = false);
+              bool ignore_unmatched = false, DType merged = DType::kF32);
   bool has(const std::string& name) const override { return base_.has(name); }
   size_t stored_bytes() const override { return base_.stored_bytes(); }
   void drop_pages(const std::string& name) const override { base_.drop_pages(name); }
@@ -137,11 +140,13 @@ class LoraWeights : public io::WeightSource {
                     int64_t count) const override;
 
  private:
-  // w [rows, cols] (f32, host, owned) += factor · B[r0 …]·A[…, c0 …] for
-  // each adapter of `name`; the rows or columns a share holds.
-  void add_deltas(const std::string& name, Tensor& w, int64_t r0, int64_t c0) const;
+  // w [rows, cols] (any float dtype) + factor · B[r0 …]·A[…, c0 …] for
+  // each adapter of `name` (the rows or columns a share holds), formed in
+  // f32 a band of rows at a time and written as merged_.
+  Tensor merged(const std::string& name, const Tensor& w, int64_t r0, int64_t c0) const;
 
   const io::WeightStore& base_;
+  DType merged_;
   std::vector<LoraUse> loras_;
   std::map<std::string, std::vector<LoraAdapter>> adapters_;  // by weight name
 };

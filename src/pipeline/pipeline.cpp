@@ -82,7 +82,8 @@ void Pipeline::set_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched) 
   for (const nn::LoraUse& l : loras) refs.push_back({l.file->path(), l.scale});
   const std::string label = lora_list_label(refs);
   auto merged =
-      std::make_unique<nn::LoraWeights>(*store, std::move(loras), "transformer", ignore_unmatched);
+      std::make_unique<nn::LoraWeights>(*store, std::move(loras), "transformer", ignore_unmatched,
+                                        dtype_ == DType::kBF16 ? DType::kBF16 : DType::kF32);
   XDIT_INFO("LoRA ", label, ": ", merged->adapted(), " transformer weights adapted");
   lora_base_ = std::move(weights_);
   weights_ = std::move(merged);

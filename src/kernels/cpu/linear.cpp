@@ -360,7 +360,7 @@ void LowRankSlot::set(const Tensor& a, const Tensor& b) {
   const DeviceScope host(Device{});
   // Both made before either is replaced: a failure leaves the slot as it was.
   auto down = std::make_unique<Linear>(a, Tensor(), ct_);
-  auto up = std::make_unique<Linear>(b, Tensor(), ComputeType::kF32);
+  auto up = std::make_unique<Linear>(b, Tensor(), ct_);
   down_ = std::move(down);
   up_ = std::move(up);
 }
