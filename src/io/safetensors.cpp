@@ -74,33 +74,32 @@ std::vector<std::string> changed_mapped_files() {
   return changed;
 }
 
-SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
+MappedFile map_file(const std::string& path, const std::string& what) {
   // O_NONBLOCK: opening a FIFO given as a weights or embeddings file must not
   // wait for a writer; fstat then refuses it.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  XDIT_CHECK(fd >= 0, "cannot open safetensors file ", path, ": ", errno_text());
+  XDIT_CHECK(fd >= 0, "cannot open ", what, " ", path, ": ", errno_text());
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    XDIT_FAIL("safetensors file ", path, " is not a regular file");
+    XDIT_FAIL(what, " ", path, " is not a regular file");
   }
-  file_size_ = static_cast<size_t>(st.st_size);
-  if (file_size_ == 0) {
+  const auto size = static_cast<size_t>(st.st_size);
+  if (size == 0) {
     ::close(fd);
-    XDIT_FAIL("safetensors file ", path, " is empty");
+    XDIT_FAIL(what, " ", path, " is empty");
   }
-  void* p = ::mmap(nullptr, file_size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   if (p == MAP_FAILED) {
     const std::string why = errno_text();
     ::close(fd);
     XDIT_FAIL("cannot memory-map ", path, ": ", why);
   }
-  const size_t size = file_size_;
   {
     std::lock_guard<std::mutex> lock(g_mappings_mu);
     g_mappings.push_back({p, size, fd, path, st.st_mtim});
   }
-  map_ = std::shared_ptr<const void>(p, [size](const void* q) {
+  std::shared_ptr<const void> data(p, [size](const void* q) {
     ::munmap(const_cast<void*>(q), size);
     std::lock_guard<std::mutex> lock(g_mappings_mu);
     g_mappings.remove_if([&](const Mapping& m) {
@@ -109,6 +108,13 @@ SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
       return true;
     });
   });
+  return {std::move(data), size};
+}
+
+SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
+  MappedFile m = map_file(path, "safetensors file");
+  map_ = std::move(m.data);
+  file_size_ = m.size;
   mapped_ = true;
   parse();
 }

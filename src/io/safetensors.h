@@ -62,6 +62,15 @@ class SafeTensorsFile {
 // xdit serve asks before each round and refuses to run until restarted.
 std::vector<std::string> changed_mapped_files();
 
+// A file mapped read-only (private), noted for changed_mapped_files while
+// the mapping lives; throws one line (naming `what` and the path) for a file
+// that cannot be opened, is not a regular file, or is empty.
+struct MappedFile {
+  std::shared_ptr<const void> data;
+  size_t size = 0;
+};
+MappedFile map_file(const std::string& path, const std::string& what);
+
 class OutputFile;
 
 // Writes tensors (any of f32/f16/bf16) and string metadata. Writes to a

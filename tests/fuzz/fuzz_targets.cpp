@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "io/gguf.h"
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "models/clip.h"
@@ -32,6 +33,17 @@ void safetensors_bytes(const uint8_t* data, size_t size) {
       count_nonfinite(t);
       if (t.numel() <= (1 << 16)) t.to(DType::kF32);
     }
+  } catch (const Error&) {
+  }
+}
+
+void gguf_bytes(const uint8_t* data, size_t size) {
+  std::shared_ptr<uint8_t[]> copy(new uint8_t[size + 1]);
+  if (size > 0) std::memcpy(copy.get(), data, size);
+  try {
+    io::GgufFile f(std::shared_ptr<const void>(copy, copy.get()), size, "fuzz.gguf");
+    for (const auto& [name, t] : f.tensors())
+      if (shape_numel(t.shape) <= (1 << 16)) count_nonfinite(f.dequantized(name));
   } catch (const Error&) {
   }
 }

@@ -13,6 +13,9 @@ namespace xdit::fuzz {
 
 // A safetensors file: the header checks, every tensor read back.
 void safetensors_bytes(const uint8_t* data, size_t size);
+// A GGUF file: the header, metadata and tensor table checks, every tensor
+// dequantized.
+void gguf_bytes(const uint8_t* data, size_t size);
 // A config.json: parsed as each model's config (transformer, T5, VAE,
 // scheduler); what parses is used as the engine uses it (weight lists,
 // parameter counts, the schedule, the memory estimate).

@@ -41,6 +41,10 @@ TEST(FuzzCorpus, SafetensorsInputsAreHandled) {
   EXPECT_GE(replay("safetensors", safetensors_bytes), 3);
 }
 
+TEST(FuzzCorpus, GgufInputsAreHandled) {
+  EXPECT_GE(replay("gguf", gguf_bytes), 2);
+}
+
 TEST(FuzzCorpus, ConfigInputsAreHandled) {
   EXPECT_GE(replay("config", config_bytes), 5);
 }

@@ -1,0 +1,21 @@
+// GGML's block quantizations turned into f32, as the GGUF specification
+// defines them (ggml's reference dequantization; gguf-py's `quants` is the
+// golden, tests/io/test_gguf.cpp). Exact f32 arithmetic: each value is
+// d·q (Q8_0, Q4_0, Q5_0), d·q + m (Q4_1, Q5_1), (d·sc)·q − dmin·m (Q4_K,
+// Q5_K) or d·sc·q (Q6_K) with the block's f16 scales widened to f32 —
+// diffusers' GGUF loader rounds the same products to f16 on the way (within
+// 1/255 of these on the tiny models).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "io/gguf.h"
+
+namespace xdit::io {
+
+// `blocks` whole blocks of type `t` at `src` → blocks · ggml_block_values(t)
+// values at `dst`.
+void dequantize_blocks(GgmlType t, const uint8_t* src, int64_t blocks, float* dst);
+
+}  // namespace xdit::io
