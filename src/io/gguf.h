@@ -69,6 +69,10 @@ class GgufFile {
   const std::map<std::string, GgufTensor>& tensors() const { return tensors_; }
   // Throws one line for a name the file lacks.
   const GgufTensor& tensor(const std::string& name) const;
+  // Where a tensor's data starts in the file.
+  size_t offset_of(const GgufTensor& t) const {
+    return static_cast<size_t>(t.data - static_cast<const uint8_t*>(map_.get()));
+  }
   // The whole tensor in f32 (dequantized, io/gguf_quants.h).
   Tensor dequantized(const std::string& name) const;
 

@@ -1,7 +1,12 @@
 #include "models/flux_checkpoint.h"
 
+#include <cmath>
+#include <cstring>
 #include <map>
 #include <regex>
+
+#include "core/error.h"
+#include "io/gguf_quants.h"
 
 namespace xdit::models {
 
@@ -97,6 +102,69 @@ std::optional<OriginalRows> flux_original_rows(const std::string& diffusers_name
     r.count = p->second.index == 3 ? mlp_hidden : inner_dim;
   }
   return r;
+}
+
+FluxGgufWeights::FluxGgufWeights(std::shared_ptr<const io::GgufFile> file, int64_t inner_dim,
+                                 int64_t mlp_hidden)
+    : file_(std::move(file)), inner_(inner_dim), mlp_(mlp_hidden) {}
+
+const io::GgufTensor* FluxGgufWeights::find(const std::string& original) const {
+  for (const std::string& n : {original, "model.diffusion_model." + original})
+    if (const auto it = file_->tensors().find(n); it != file_->tensors().end()) return &it->second;
+  return nullptr;
+}
+
+bool FluxGgufWeights::has(const std::string& name) const {
+  const auto rows = flux_original_rows(name, inner_, mlp_);
+  return rows && find(rows->name) != nullptr;
+}
+
+size_t FluxGgufWeights::stored_bytes() const {
+  size_t n = 0;
+  for (const auto& [name, t] : file_->tensors()) n += t.bytes;
+  return n;
+}
+
+Tensor FluxGgufWeights::read(const std::string& name,
+                             const Shape& /*expected: get() checks*/) const {
+  const auto rows = flux_original_rows(name, inner_, mlp_);
+  const io::GgufTensor* t = rows ? find(rows->name) : nullptr;
+  XDIT_CHECK(t != nullptr, "GGUF file ", file_->path(), " has no ",
+             rows ? rows->name : std::string("tensor"), " (FLUX.1's ", name, ")");
+  XDIT_CHECK(t->shape.size() <= 2, "GGUF file ", file_->path(), ": ", rows->name, " is ",
+             shape_str(t->shape), ", not a matrix or a vector");
+  const int64_t all = t->shape[0], cols = t->shape.size() == 2 ? t->shape[1] : 1;
+  const int64_t count = rows->count < 0 ? all : rows->count;
+  XDIT_CHECK(rows->begin + count <= all, "GGUF file ", file_->path(), ": ", rows->name, " has ",
+             all, " rows; FLUX.1's ", name, " takes rows [", rows->begin, ", ", rows->begin + count,
+             ") (a checkpoint of another width?)");
+  const int64_t per_block = io::ggml_block_values(t->type),
+                block_bytes = io::ggml_block_bytes(t->type);
+  const int64_t first = rows->begin * cols, values = count * cols;
+  XDIT_CHECK(first % per_block == 0 && values % per_block == 0, "GGUF file ", file_->path(), ": ",
+             name, " takes part of a ", io::ggml_type_name(t->type), " block of ", rows->name);
+  const uint8_t* src = t->data + first / per_block * block_bytes;
+  const Shape shape = t->shape.size() == 2 ? Shape{count, cols} : Shape{count};
+  const DType stored = t->type == io::GgmlType::kF16    ? DType::kF16
+                       : t->type == io::GgmlType::kBF16 ? DType::kBF16
+                                                        : DType::kF32;
+  const bool plain = per_block == 1;
+  if (plain && !rows->swap_halves)  // as stored: a view of the mapping
+    return Tensor::view(std::shared_ptr<const void>(file_, src), src, shape, stored);
+  Tensor out = Tensor::empty(shape);
+  io::dequantize_blocks(t->type, src, values / per_block, out.data<float>());
+  for (int64_t i = 0; i < values; ++i)
+    XDIT_CHECK(std::isfinite(out.data<float>()[i]), "GGUF file ", file_->path(), ": ", rows->name,
+               " holds NaN or Inf (its ", io::ggml_type_name(t->type), " scales?)");
+  if (rows->swap_halves) {  // shift | scale → scale | shift
+    XDIT_CHECK(count % 2 == 0, "GGUF file ", file_->path(), ": ", rows->name,
+               " has an odd row count");
+    const size_t half = static_cast<size_t>(count / 2 * cols);
+    std::vector<float> first_half(out.data<float>(), out.data<float>() + half);
+    std::memmove(out.data<float>(), out.data<float>() + half, half * sizeof(float));
+    std::memcpy(out.data<float>() + half, first_half.data(), half * sizeof(float));
+  }
+  return out;
 }
 
 }  // namespace xdit::models

@@ -7,8 +7,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+
+#include "io/gguf.h"
+#include "io/weights.h"
 
 namespace xdit::models {
 
@@ -27,5 +31,26 @@ struct OriginalRows {
 // (A checkpoint's "model.diffusion_model." prefix is the reader's to drop.)
 std::optional<OriginalRows> flux_original_rows(const std::string& diffusers_name, int64_t inner_dim,
                                                int64_t mlp_hidden);
+
+// A FLUX.1 transformer's weights, under diffusers' names, from a GGUF file
+// of the original layout (with or without "model.diffusion_model."). F32,
+// F16 and BF16 tensors are handed over as stored (a view of the mapping);
+// quantized ones, and the final modulation's exchanged halves, dequantized
+// into f32 (io/gguf_quants.h), only the rows a weight takes.
+class FluxGgufWeights : public io::WeightSource {
+ public:
+  FluxGgufWeights(std::shared_ptr<const io::GgufFile> file, int64_t inner_dim, int64_t mlp_hidden);
+  bool has(const std::string& name) const override;
+  size_t stored_bytes() const override;
+
+ protected:
+  Tensor read(const std::string& name, const Shape& expected) const override;
+
+ private:
+  // The file's name of an original tensor (nullptr when it has none).
+  const io::GgufTensor* find(const std::string& original) const;
+  std::shared_ptr<const io::GgufFile> file_;
+  int64_t inner_, mlp_;
+};
 
 }  // namespace xdit::models

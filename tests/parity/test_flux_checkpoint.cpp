@@ -5,10 +5,14 @@
 // from the same original tensor, rows and halves.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "io/weights.h"
 #include "models/flux_checkpoint.h"
+#include "test_util.h"
 
 namespace xdit {
 namespace {
@@ -31,6 +35,68 @@ TEST(FluxCheckpoint, OriginalRowsAreDiffusersConversion) {
   for (const char* n : {"transformer_blocks.0.attn.norm_q.bias", "pos_embed.weight",
                         "single_transformer_blocks.1.ff.net.2.weight", "proj_out"})
     EXPECT_FALSE(models::flux_original_rows(n, inner, mlp).has_value()) << n;
+}
+
+std::string data(const std::string& name) {
+  return std::string(XDIT_TEST_DATA) + "/flux_checkpoint/" + name;
+}
+
+// The tiny FLUX.1 as a GGUF of the original layout
+// (tools/goldens/make_flux_gguf.py): in BF16 it gives every weight of the
+// diffusers folder bit for bit; in Q8_0 within the quantization's step.
+TEST(FluxCheckpoint, GgufOfTheOriginalLayoutIsTheFoldersWeights) {
+  const io::WeightStore folder(std::string(XDIT_MODELS) + "/flux-schnell-tiny/transformer");
+  const int64_t inner = folder.shape("x_embedder.weight")[0];
+  const int64_t mlp = folder.shape("single_transformer_blocks.0.proj_mlp.weight")[0];
+  for (const char* file : {"flux_tiny_bf16.gguf", "flux_tiny_q8_0.gguf"}) {
+    SCOPED_TRACE(file);
+    const bool exact = std::string(file).find("bf16") != std::string::npos;
+    const models::FluxGgufWeights w(std::make_shared<io::GgufFile>(data(file)), inner, mlp);
+    int quantized = 0;
+    for (const std::string& name : folder.names()) {
+      SCOPED_TRACE(name);
+      ASSERT_TRUE(w.has(name));
+      const Shape s = folder.shape(name);
+      const std::vector<float> want = folder.get(name, s).to(DType::kF32).to_vector();
+      const Tensor got_t = w.get(name, s);
+      quantized += got_t.dtype() == DType::kF32 && !exact ? 1 : 0;
+      const std::vector<float> got = got_t.to(DType::kF32).to_vector();
+      float most = 0;
+      for (float x : want) most = std::max(most, std::abs(x));
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_LE(std::abs(got[i] - want[i]), exact ? 0.0f : most / 127) << i;
+    }
+    if (!exact) {
+      EXPECT_GT(quantized, 40);  // most matrices are Q8_0
+    }
+  }
+}
+
+// A GGUF of another width, and NaN scales: one line each.
+TEST(FluxCheckpoint, BadCheckpointsAreOneLine) {
+  const io::WeightStore folder(std::string(XDIT_MODELS) + "/flux-schnell-tiny/transformer");
+  const auto file = std::make_shared<io::GgufFile>(data("flux_tiny_q8_0.gguf"));
+  const models::FluxGgufWeights wider(file, 64, 256);
+  const std::string name = "single_transformer_blocks.0.proj_mlp.weight";
+  const std::string e = test::error_message([&] { wider.get(name, folder.shape(name)); });
+  EXPECT_NE(e.find("a checkpoint of another width?"), std::string::npos) << e;
+  // A Q8_0 block's f16 scale made NaN.
+  std::ifstream in(data("flux_tiny_q8_0.gguf"), std::ios::binary);
+  auto bytes = std::make_shared<std::string>(std::istreambuf_iterator<char>(in),
+                                             std::istreambuf_iterator<char>());
+  const io::GgufTensor& t = file->tensors().at("single_blocks.0.linear2.weight");
+  ASSERT_EQ(t.type, io::GgmlType::kQ8_0);
+  const uint16_t nan = 0x7E00;  // f16 NaN as the first block's scale
+  std::memcpy(bytes->data() + file->offset_of(t), &nan, 2);
+  const models::FluxGgufWeights broken(
+      std::make_shared<io::GgufFile>(std::shared_ptr<const void>(bytes, bytes->data()),
+                                     bytes->size(), "nan.gguf"),
+      folder.shape("x_embedder.weight")[0],
+      folder.shape("single_transformer_blocks.0.proj_mlp.weight")[0]);
+  const std::string p = "single_transformer_blocks.0.proj_out.weight";
+  const std::string n = test::error_message([&] { broken.get(p, folder.shape(p)); });
+  EXPECT_NE(n.find("holds NaN or Inf"), std::string::npos) << n;
+  EXPECT_EQ(n.find('\n'), std::string::npos) << n;
 }
 
 }  // namespace

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""The tiny FLUX.1 [schnell]'s transformer as the community ships FLUX.1
+GGUF files (issue 45): Black Forest Labs' names and fused tensors
+(`double_blocks.N.img_attn.qkv.weight`, `single_blocks.N.linear1.weight`,
+the final modulation as shift | scale), made from models/flux-schnell-tiny
+by the inverse of diffusers' `convert_flux_transformer_checkpoint_to_diffusers`
+(checked here: diffusers' forward split of every fused tensor, at the tiny
+widths, gives the folder's tensors back).
+
+    python3 tools/goldens/make_flux_gguf.py   # from the repository root
+
+Writes tests/data/flux_checkpoint/:
+  flux_tiny_bf16.gguf every tensor BF16, as the folder stores it (its values
+                      exactly);
+  flux_tiny_q8_0.gguf matrices whose rows are whole 32-value blocks in
+                      Q8_0 (gguf-py's quantizer), the rest F32, as the
+                      community files keep 1-D tensors and odd embedders.
+"""
+import os
+
+import gguf
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType as T
+from gguf import quants
+from safetensors.torch import load_file
+
+SRC = "models/flux-schnell-tiny/transformer/diffusion_pytorch_model.safetensors"
+OUT = "tests/data/flux_checkpoint"
+
+
+def original(sd, n_double, n_single):
+    o = {}
+    pairs = {"time_in.in_layer": "time_text_embed.timestep_embedder.linear_1",
+             "time_in.out_layer": "time_text_embed.timestep_embedder.linear_2",
+             "vector_in.in_layer": "time_text_embed.text_embedder.linear_1",
+             "vector_in.out_layer": "time_text_embed.text_embedder.linear_2",
+             "txt_in": "context_embedder", "img_in": "x_embedder",
+             "final_layer.linear": "proj_out"}
+    for k in ["weight", "bias"]:
+        for a, b in pairs.items():
+            o[f"{a}.{k}"] = sd[f"{b}.{k}"]
+        scale, shift = sd[f"norm_out.linear.{k}"].chunk(2, dim=0)
+        o[f"final_layer.adaLN_modulation.1.{k}"] = torch.cat([shift, scale])
+        for i in range(n_double):
+            p, d = f"double_blocks.{i}.", f"transformer_blocks.{i}."
+            for st, mod, q, kk, v, out, ff in [
+                    ("img", "norm1", "to_q", "to_k", "to_v", "to_out.0", "ff"),
+                    ("txt", "norm1_context", "add_q_proj", "add_k_proj", "add_v_proj",
+                     "to_add_out", "ff_context")]:
+                o[f"{p}{st}_mod.lin.{k}"] = sd[f"{d}{mod}.linear.{k}"]
+                o[f"{p}{st}_attn.qkv.{k}"] = torch.cat(
+                    [sd[f"{d}attn.{x}.{k}"] for x in (q, kk, v)])
+                o[f"{p}{st}_attn.proj.{k}"] = sd[f"{d}attn.{out}.{k}"]
+                o[f"{p}{st}_mlp.0.{k}"] = sd[f"{d}{ff}.net.0.proj.{k}"]
+                o[f"{p}{st}_mlp.2.{k}"] = sd[f"{d}{ff}.net.2.{k}"]
+        for i in range(n_single):
+            p, d = f"single_blocks.{i}.", f"single_transformer_blocks.{i}."
+            o[f"{p}modulation.lin.{k}"] = sd[f"{d}norm.linear.{k}"]
+            o[f"{p}linear1.{k}"] = torch.cat(
+                [sd[f"{d}attn.to_q.{k}"], sd[f"{d}attn.to_k.{k}"], sd[f"{d}attn.to_v.{k}"],
+                 sd[f"{d}proj_mlp.{k}"]])
+            o[f"{p}linear2.{k}"] = sd[f"{d}proj_out.{k}"]
+    for i in range(n_double):
+        p, d = f"double_blocks.{i}.", f"transformer_blocks.{i}.attn."
+        o[p + "img_attn.norm.query_norm.scale"] = sd[d + "norm_q.weight"]
+        o[p + "img_attn.norm.key_norm.scale"] = sd[d + "norm_k.weight"]
+        o[p + "txt_attn.norm.query_norm.scale"] = sd[d + "norm_added_q.weight"]
+        o[p + "txt_attn.norm.key_norm.scale"] = sd[d + "norm_added_k.weight"]
+    for i in range(n_single):
+        p, d = f"single_blocks.{i}.", f"single_transformer_blocks.{i}.attn."
+        o[p + "norm.query_norm.scale"] = sd[d + "norm_q.weight"]
+        o[p + "norm.key_norm.scale"] = sd[d + "norm_k.weight"]
+    return o
+
+
+def write(path, tensors, quantize):
+    w = gguf.GGUFWriter(path, "flux")
+    for name, t in sorted(tensors.items()):
+        x = t.float().numpy()
+        if quantize and x.ndim == 2 and x.shape[1] % 32 == 0:
+            w.add_tensor(name, quants.quantize(x, T.Q8_0), raw_dtype=T.Q8_0)
+        elif quantize:
+            w.add_tensor(name, x)
+        else:  # the folder's bf16 values, bit for bit
+            w.add_tensor(name, quants.quantize(x, T.BF16), raw_dtype=T.BF16)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def main():
+    sd = load_file(SRC)
+    n_double = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("transformer_blocks."))
+    n_single = 1 + max(int(k.split(".")[1]) for k in sd if k.startswith("single_transformer_blocks."))
+    o = original(sd, n_double, n_single)
+    # The inverse checked: diffusers' row split of each fused tensor gives the folder's back.
+    inner = sd["x_embedder.weight"].shape[0]
+    mlp = sd["single_transformer_blocks.0.proj_mlp.weight"].shape[0]
+    q, k, v, m = torch.split(o["single_blocks.0.linear1.weight"], (inner, inner, inner, mlp))
+    assert torch.equal(k, sd["single_transformer_blocks.0.attn.to_k.weight"])
+    assert torch.equal(m, sd["single_transformer_blocks.0.proj_mlp.weight"])
+    used = sum(t.numel() for t in o.values())
+    assert used == sum(t.numel() for t in sd.values()), (used, "every folder value placed once")
+    os.makedirs(OUT, exist_ok=True)
+    write(os.path.join(OUT, "flux_tiny_bf16.gguf"), o, False)
+    write(os.path.join(OUT, "flux_tiny_q8_0.gguf"), o, True)
+    print(len(o), "original tensors;", np.__version__)
+
+
+if __name__ == "__main__":
+    main()
