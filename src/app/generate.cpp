@@ -105,6 +105,7 @@ struct GenerateOptions {
   ParallelOptions par;
   std::string trace;
   std::string model, prompt_embeds, latents, output, output_type = "pil", dtype = "bf16";
+  std::string transformer;  // a single-file checkpoint of the transformer
   std::optional<std::string> negative_prompt;
   std::vector<std::string> prompts;
   // Steps and guidance: the model's defaults until given (resolved by validate).
@@ -299,6 +300,7 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
   pipe.set_mesh(&mesh);
   pipe.set_device(device);  // the transformer on a GPU; refuses what has no CUDA path yet
   pipe.set_one_shot(true);  // one run: the transformer goes before the VAE decodes
+  if (!o.transformer.empty()) pipe.set_transformer_file(o.transformer);
   // The LoRAs checked against the model's weight headers before any loads.
   // Or kept beside them (--lora_mode side), as the request's, checked by plan().
   std::vector<pipeline::LoraRef> side_loras;
@@ -468,6 +470,11 @@ std::function<int()> add_generate(CLI::App& app) {
       "--model", o->model,
       "diffusers PixArt-α/Σ, FLUX.1 or SD3/3.5 pipeline folder, or a Hugging Face repo id "
       "ORG/NAME[@REVISION] in the local cache (default: the built-in tiny model)");
+  g->add_option("--transformer", o->transformer,
+                "the transformer's weights from one file instead of --model's folder (whose "
+                "configs and other components are still used): a GGUF of FLUX.1's original "
+                "layout, as the community's FLUX.1 GGUF files (F32/F16/BF16, Q8_0, Q4_0/1, "
+                "Q5_0/1, Q4_K, Q5_K, Q6_K)");
   g->add_option("--prompt", o->prompts, "prompt; repeat for a batch (one image each)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   g->add_option("--negative_prompt,--negative-prompt", o->negative_prompt,

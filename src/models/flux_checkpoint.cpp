@@ -125,6 +125,20 @@ size_t FluxGgufWeights::stored_bytes() const {
   return n;
 }
 
+void FluxGgufWeights::check_shapes(const io::WeightSpecs& specs) const {
+  for (const auto& [name, shape] : specs) {
+    const auto rows = flux_original_rows(name, inner_, mlp_);
+    const io::GgufTensor* t = rows ? find(rows->name) : nullptr;
+    XDIT_CHECK(t != nullptr, "GGUF file ", file_->path(), " has no ", rows ? rows->name : name,
+               ", which the model's ", name, " needs (a checkpoint of another model?)");
+    Shape got = t->shape;
+    if (rows->count >= 0 && !got.empty()) got[0] = rows->count;
+    XDIT_CHECK(got == shape, "GGUF file ", file_->path(), ": ", rows->name, " is ",
+               shape_str(t->shape), ", which does not give the model's ", name, " ",
+               shape_str(shape), " (the config and the checkpoint disagree)");
+  }
+}
+
 Tensor FluxGgufWeights::read(const std::string& name,
                              const Shape& /*expected: get() checks*/) const {
   const auto rows = flux_original_rows(name, inner_, mlp_);

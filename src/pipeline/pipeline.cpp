@@ -9,6 +9,7 @@
 #include "core/buffer_pool.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "models/flux_checkpoint.h"
 #include "parallel/calibrate.h"
 #include "parallel/vae_bands.h"
 #include "pipeline/denoiser.h"
@@ -54,7 +55,8 @@ void Pipeline::set_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched) 
   XDIT_CHECK(!lora_base_, "set_loras once per pipeline");
   if (loras.empty()) return;
   const auto* store = dynamic_cast<const io::WeightStore*>(weights_.get());
-  XDIT_CHECK(store != nullptr, "LoRAs need a model folder's weights");
+  XDIT_CHECK(store != nullptr,
+             "LoRAs apply to a model folder's weights (not yet to a --transformer file)");
   XDIT_CHECK(!text_opened_, "set_loras before the first plan opens the text encoders");
   std::vector<std::string> adaptable = family_->lora_text_components();
   adaptable.insert(adaptable.begin(), "transformer");
@@ -88,6 +90,27 @@ void Pipeline::set_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched) 
   lora_base_ = std::move(weights_);
   weights_ = std::move(merged);
   lora_label_ = label;
+}
+
+void Pipeline::set_transformer_file(const std::string& path) {
+  XDIT_CHECK(!transformer_ && !lora_base_ && weights_,
+             "set_transformer_file before set_loras and the load");
+  XDIT_CHECK(folder_ && folder_->pipeline_class() == "FluxPipeline", "--transformer ", path,
+             ": single-file checkpoints of FLUX.1 only so far; this model's transformer is read "
+             "from its folder");
+  XDIT_CHECK(path.size() > 5 && path.compare(path.size() - 5, 5, ".gguf") == 0, "--transformer ",
+             path,
+             ": a GGUF file (.gguf) of FLUX.1's original layout; single-file safetensors "
+             "are not read yet");
+  const io::WeightSpecs specs = family_->weight_specs({});
+  Shape mlp;
+  for (const auto& [name, shape] : specs)
+    if (name == "single_transformer_blocks.0.proj_mlp.weight") mlp = shape;
+  XDIT_CHECK(!mlp.empty(), "--transformer: the model has no single-stream blocks");
+  auto source = std::make_unique<models::FluxGgufWeights>(std::make_shared<io::GgufFile>(path),
+                                                          spec().hidden, mlp[0]);
+  source->check_shapes(specs);  // the config against the file, before any weight is read
+  weights_ = std::move(source);
 }
 
 void Pipeline::set_mesh(parallel::Mesh* mesh) {

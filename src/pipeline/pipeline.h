@@ -114,6 +114,11 @@ class Pipeline {
   // (its unmatched modules too, unless ignore_unmatched) before any weight
   // is read. A pipeline made from a WeightSource (not a folder) takes none.
   void set_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched = false);
+  // The transformer's weights from a single-file checkpoint instead of the
+  // folder's (the folder's configs and other components still used): a
+  // GGUF file of FLUX.1's original layout (docs/quantization.md). Set
+  // before set_loras and the load; checked against the config in one line.
+  void set_transformer_file(const std::string& path);
   // "a.safetensors:0.7, b.safetensors:-0.4" (file names), "" when none.
   const std::string& lora_label() const { return lora_label_; }
   // A request's LoRAs (ImageRequest::loras, by path) are checked by plan()

@@ -10,8 +10,10 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "io/safetensors.h"
 #include "io/weights.h"
 #include "models/flux_checkpoint.h"
+#include "pipeline/pipeline.h"
 #include "test_util.h"
 
 namespace xdit {
@@ -70,6 +72,41 @@ TEST(FluxCheckpoint, GgufOfTheOriginalLayoutIsTheFoldersWeights) {
       EXPECT_GT(quantized, 40);  // most matrices are Q8_0
     }
   }
+}
+
+// xdit generate --transformer's path: the tiny FLUX.1 with its transformer
+// from the Q8_0 GGUF gives diffusers' image with gguf-py's dequantized
+// weights within 1/255 (f32); the BF16 GGUF gives the folder's image exactly.
+TEST(FluxCheckpoint, ImageFromGgufIsDiffusers) {
+  const std::string folder = std::string(XDIT_MODELS) + "/flux-schnell-tiny";
+  const auto want = io::read_safetensors_f32(data("flux_tiny_q8_0_image.safetensors"));
+  pipeline::ImageRequest r;  // make_lora.py's FAMILIES["flux"]["image"]
+  r.prompts = {"a red fox in the snow"};
+  r.num_inference_steps = 4;
+  r.max_sequence_length = 32;
+  r.height = 48;
+  r.width = 80;
+  r.guidance_scale = 0.0;
+  r.seed = 0;
+  const auto image = [&](const std::string& file) {
+    pipeline::Pipeline pipe(folder, DType::kF32);
+    if (!file.empty()) pipe.set_transformer_file(data(file));
+    return pipe.generate(r).rgb;
+  };
+  const auto q8 = image("flux_tiny_q8_0.gguf");
+  EXPECT_LE(test::worst_pixel_difference(q8, want.at("image").data<float>()), 1);
+  const auto base = image("");
+  EXPECT_EQ(image("flux_tiny_bf16.gguf"), base);
+  EXPECT_NE(q8, base);  // (Q8_0 rounds the weights)
+  // Another model's folder, or a file of another kind: one line.
+  const std::string sd3 = test::error_message([&] {
+    pipeline::Pipeline(std::string(XDIT_MODELS) + "/sd3-tiny", DType::kF32)
+        .set_transformer_file(data("flux_tiny_q8_0.gguf"));
+  });
+  EXPECT_NE(sd3.find("FLUX.1 only so far"), std::string::npos) << sd3;
+  const std::string st = test::error_message(
+      [&] { pipeline::Pipeline(folder, DType::kF32).set_transformer_file(data("rows.json")); });
+  EXPECT_NE(st.find("a GGUF file"), std::string::npos) << st;
 }
 
 // A GGUF of another width, and NaN scales: one line each.

@@ -15,15 +15,25 @@ Writes tests/data/flux_checkpoint/:
   flux_tiny_q8_0.gguf matrices whose rows are whole 32-value blocks in
                       Q8_0 (gguf-py's quantizer), the rest F32, as the
                       community files keep 1-D tensors and odd embedders.
+  flux_tiny_q8_0_image.safetensors  FluxPipeline's image (f32, output_type
+                      "np") of make_lora.py's request with the transformer's
+                      weights gguf-py's dequantization of flux_tiny_q8_0.gguf
+                      (diffusers' converter hard-codes FLUX.1's 3072 widths,
+                      so the tensors are split back here, as it splits them).
 """
+import json
 import os
+import sys
 
 import gguf
 import numpy as np
 import torch
 from gguf import GGMLQuantizationType as T
 from gguf import quants
-from safetensors.torch import load_file
+import diffusers
+from safetensors.torch import load_file, save_file
+
+sys.path.insert(0, os.path.dirname(__file__))
 
 SRC = "models/flux-schnell-tiny/transformer/diffusion_pytorch_model.safetensors"
 OUT = "tests/data/flux_checkpoint"
@@ -74,6 +84,65 @@ def original(sd, n_double, n_single):
     return o
 
 
+def original_inverse(orig, like, inner, mlp):
+    """diffusers' names again: every folder weight cut from its original
+    tensor's rows as the converter cuts them (qkv in thirds, linear1 as
+    inner, inner, inner, mlp; the final modulation's halves exchanged)."""
+    back = {}
+    for name, t in like.items():
+        for src, rows in sources(name, inner, mlp):
+            v = orig[src]
+            if rows == "swap":
+                a, b = v.chunk(2, dim=0)
+                v = torch.cat([b, a])
+            elif rows is not None:
+                v = v[rows[0]:rows[0] + rows[1]]
+            back[name] = v.reshape(t.shape).float()
+    return back
+
+
+def sources(name, inner, mlp):
+    """The original tensor (and rows) of a diffusers FLUX.1 weight."""
+    import re
+    kind = name.rsplit(".", 1)[1]
+    glob = {"time_text_embed.timestep_embedder.linear_1": "time_in.in_layer",
+            "time_text_embed.timestep_embedder.linear_2": "time_in.out_layer",
+            "time_text_embed.text_embedder.linear_1": "vector_in.in_layer",
+            "time_text_embed.text_embedder.linear_2": "vector_in.out_layer",
+            "context_embedder": "txt_in", "x_embedder": "img_in", "proj_out": "final_layer.linear"}
+    module = name.rsplit(".", 1)[0]
+    if module in glob:
+        return [(f"{glob[module]}.{kind}", None)]
+    if module == "norm_out.linear":
+        return [(f"final_layer.adaLN_modulation.1.{kind}", "swap")]
+    m = re.match(r"(transformer_blocks|single_transformer_blocks)\.(\d+)\.(.+)$", module)
+    block, i, rest = m.group(1), m.group(2), m.group(3)
+    if block == "transformer_blocks":
+        p = f"double_blocks.{i}."
+        table = {"norm1.linear": ("img_mod.lin", None), "norm1_context.linear": ("txt_mod.lin", None),
+                 "attn.to_q": ("img_attn.qkv", 0), "attn.to_k": ("img_attn.qkv", 1),
+                 "attn.to_v": ("img_attn.qkv", 2), "attn.add_q_proj": ("txt_attn.qkv", 0),
+                 "attn.add_k_proj": ("txt_attn.qkv", 1), "attn.add_v_proj": ("txt_attn.qkv", 2),
+                 "attn.to_out.0": ("img_attn.proj", None), "attn.to_add_out": ("txt_attn.proj", None),
+                 "ff.net.0.proj": ("img_mlp.0", None), "ff.net.2": ("img_mlp.2", None),
+                 "ff_context.net.0.proj": ("txt_mlp.0", None), "ff_context.net.2": ("txt_mlp.2", None)}
+        norms = {"attn.norm_q": "img_attn.norm.query_norm.scale",
+                 "attn.norm_k": "img_attn.norm.key_norm.scale",
+                 "attn.norm_added_q": "txt_attn.norm.query_norm.scale",
+                 "attn.norm_added_k": "txt_attn.norm.key_norm.scale"}
+    else:
+        p = f"single_blocks.{i}."
+        table = {"norm.linear": ("modulation.lin", None), "attn.to_q": ("linear1", 0),
+                 "attn.to_k": ("linear1", 1), "attn.to_v": ("linear1", 2),
+                 "proj_mlp": ("linear1", 3), "proj_out": ("linear2", None)}
+        norms = {"attn.norm_q": "norm.query_norm.scale", "attn.norm_k": "norm.key_norm.scale"}
+    if rest in norms:
+        return [(p + norms[rest], None)]
+    tail, part = table[rest]
+    rows = None if part is None else (inner * part, mlp if part == 3 else inner)
+    return [(f"{p}{tail}.{kind}", rows)]
+
+
 def write(path, tensors, quantize):
     w = gguf.GGUFWriter(path, "flux")
     for name, t in sorted(tensors.items()):
@@ -107,6 +176,25 @@ def main():
     write(os.path.join(OUT, "flux_tiny_bf16.gguf"), o, False)
     write(os.path.join(OUT, "flux_tiny_q8_0.gguf"), o, True)
     print(len(o), "original tensors;", np.__version__)
+    # The golden image: the Q8_0 file's values, dequantized by gguf-py, in the pipeline.
+    reader = gguf.GGUFReader(os.path.join(OUT, "flux_tiny_q8_0.gguf"))
+    deq = {t.name: torch.from_numpy(np.array(quants.dequantize(t.data, t.tensor_type),
+                                             dtype=np.float32)).reshape(
+                                                 [int(x) for x in reversed(t.shape)])
+           for t in reader.tensors}
+    back = original_inverse(deq, sd, inner, mlp)
+    from make_lora import FAMILIES, load  # the tiny FLUX.1's request
+    pipe = load("flux")
+    missing, unexpected = pipe.transformer.load_state_dict(back, strict=True)
+    image = FAMILIES["flux"]["image"]
+    kw = {k: v for k, v in image.items() if k != "seed"}
+    with torch.no_grad():
+        img = pipe(**kw, generator=torch.Generator().manual_seed(image["seed"]),
+                   output_type="np").images
+    save_file({"image": torch.from_numpy(img).contiguous()},
+              os.path.join(OUT, "flux_tiny_q8_0_image.safetensors"),
+              metadata={"request": json.dumps(image), "gguf": "0.19.0",
+                        "diffusers": diffusers.__version__, "torch": torch.__version__})
 
 
 if __name__ == "__main__":
