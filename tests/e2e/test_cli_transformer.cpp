@@ -1,0 +1,80 @@
+// xdit generate --transformer FILE end to end: the tiny FLUX.1 with its
+// transformer from a GGUF of the original layout writes the library's image
+// (tests/parity/test_flux_checkpoint.cpp: = diffusers'); a file that is no
+// GGUF, a truncated one and another model's are one line before any weight
+// loads, and write nothing.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "cli_util.h"
+#include "io/png.h"
+#include "pipeline/pipeline.h"
+#include "test_util.h"
+
+namespace xdit {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string gguf(const std::string& name) {
+  return std::string(XDIT_TEST_DATA) + "/flux_checkpoint/" + name;
+}
+
+class CliTransformer : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("xdit_cli_transformer_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string out() const { return (dir_ / "out.png").string(); }
+  test::CommandResult generate(const std::string& extra,
+                               const std::string& model = "flux-schnell-tiny") const {
+    return test::run_command(std::string("env XDIT_QUIET=1 '") + XDIT_BINARY +
+                                 "' generate --model '" + XDIT_MODELS + "/" + model +
+                                 "' --prompt 'a red fox' --height 48 --width 80 "
+                                 "--num_inference_steps 3 --seed 3 --dtype f32 -o '" +
+                                 out() + "' " + extra,
+                             (dir_ / "stderr.txt").string());
+  }
+  void expect_error(const std::string& extra, const std::string& expect,
+                    const std::string& model = "flux-schnell-tiny") const {
+    const test::CommandResult r = generate(extra, model);
+    EXPECT_NE(r.code, 0) << r.err;
+    EXPECT_EQ(r.err.rfind("xdit: error: ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(expect), std::string::npos) << "expected '" << expect << "' in " << r.err;
+    EXPECT_FALSE(fs::exists(out()));
+  }
+  fs::path dir_;
+};
+
+TEST_F(CliTransformer, GgufGivesTheLibrarysImage) {
+  const test::CommandResult r = generate("--transformer '" + gguf("flux_tiny_q8_0.gguf") + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  pipeline::Pipeline pipe(std::string(XDIT_MODELS) + "/flux-schnell-tiny", DType::kF32);
+  pipe.set_transformer_file(gguf("flux_tiny_q8_0.gguf"));
+  pipeline::ImageRequest req;
+  req.prompts = {"a red fox"};
+  req.height = 48;
+  req.width = 80;
+  req.num_inference_steps = 3;
+  req.seed = 3;
+  EXPECT_EQ(test::worst_pixel_difference(pipe.generate(req).rgb.at(0), io::read_png(out()).rgb), 0);
+}
+
+TEST_F(CliTransformer, BadFilesAreOneLineBeforeAnyWeightLoads) {
+  expect_error("--transformer '" + (dir_ / "missing.gguf").string() + "'", "missing.gguf");
+  const fs::path cut = dir_ / "cut.gguf";
+  fs::copy_file(gguf("flux_tiny_q8_0.gguf"), cut);
+  fs::resize_file(cut, fs::file_size(cut) / 2);
+  expect_error("--transformer '" + cut.string() + "'", "cut.gguf");
+  expect_error("--transformer '" + gguf("rows.json") + "'", "a GGUF file");
+  expect_error("--transformer '" + gguf("flux_tiny_q8_0.gguf") + "'", "FLUX.1 only so far",
+               "sd3-tiny");
+}
+
+}  // namespace
+}  // namespace xdit
