@@ -9,7 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "cli_util.h"
+#include "cli_generate.h"
 #include "io/png.h"
 #include "nn/lora.h"
 #include "pipeline/pipeline.h"
@@ -24,33 +24,12 @@ std::string lora(const std::string& name) {
   return std::string(XDIT_TEST_DATA) + "/lora/" + name;
 }
 
-class CliLora : public testing::Test {
+class CliLora : public test::GenerateCli {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("xdit_cli_lora_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string out() const { return (dir_ / "out.png").string(); }
-  test::CommandResult generate(const std::string& extra,
-                               const std::string& model = "flux-schnell-tiny") const {
-    return test::run_command(std::string("env XDIT_QUIET=1 '") + XDIT_BINARY +
-                                 "' generate --model '" + XDIT_MODELS + "/" + model +
-                                 "' --prompt 'a red fox' --height 48 --width 80 "
-                                 "--num_inference_steps 4 --seed 3 --dtype f32 -o '" +
-                                 out() + "' " + extra,
-                             (dir_ / "stderr.txt").string());
-  }
-  void expect_error(const std::string& extra, const std::string& expect,
-                    const std::string& model = "flux-schnell-tiny") const {
-    const test::CommandResult r = generate(extra, model);
-    EXPECT_NE(r.code, 0) << r.err;
-    EXPECT_EQ(r.err.rfind("xdit: error: ", 0), 0u) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_NE(r.err.find(expect), std::string::npos) << "expected '" << expect << "' in " << r.err;
-    EXPECT_FALSE(fs::exists(out()));
-  }
-  fs::path dir_;
+  CliLora()
+      : GenerateCli("lora", "flux-schnell-tiny",
+                    "--prompt 'a red fox' --height 48 --width 80 --num_inference_steps 4 --seed 3 "
+                    "--dtype f32") {}
 };
 
 TEST_F(CliLora, TwoLorasAtTheirScalesAreTheLibrarysImage) {

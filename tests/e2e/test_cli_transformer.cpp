@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "cli_util.h"
+#include "cli_generate.h"
 #include "io/png.h"
 #include "pipeline/pipeline.h"
 #include "test_util.h"
@@ -22,33 +22,12 @@ std::string gguf(const std::string& name) {
   return std::string(XDIT_TEST_DATA) + "/flux_checkpoint/" + name;
 }
 
-class CliTransformer : public testing::Test {
+class CliTransformer : public test::GenerateCli {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("xdit_cli_transformer_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string out() const { return (dir_ / "out.png").string(); }
-  test::CommandResult generate(const std::string& extra,
-                               const std::string& model = "flux-schnell-tiny") const {
-    return test::run_command(std::string("env XDIT_QUIET=1 '") + XDIT_BINARY +
-                                 "' generate --model '" + XDIT_MODELS + "/" + model +
-                                 "' --prompt 'a red fox' --height 48 --width 80 "
-                                 "--num_inference_steps 3 --seed 3 --dtype f32 -o '" +
-                                 out() + "' " + extra,
-                             (dir_ / "stderr.txt").string());
-  }
-  void expect_error(const std::string& extra, const std::string& expect,
-                    const std::string& model = "flux-schnell-tiny") const {
-    const test::CommandResult r = generate(extra, model);
-    EXPECT_NE(r.code, 0) << r.err;
-    EXPECT_EQ(r.err.rfind("xdit: error: ", 0), 0u) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_NE(r.err.find(expect), std::string::npos) << "expected '" << expect << "' in " << r.err;
-    EXPECT_FALSE(fs::exists(out()));
-  }
-  fs::path dir_;
+  CliTransformer()
+      : GenerateCli("transformer", "flux-schnell-tiny",
+                    "--prompt 'a red fox' --height 48 --width 80 --num_inference_steps 3 --seed 3 "
+                    "--dtype f32") {}
 };
 
 TEST_F(CliTransformer, GgufGivesTheLibrarysImage) {

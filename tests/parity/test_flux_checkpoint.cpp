@@ -12,6 +12,7 @@
 
 #include "io/safetensors.h"
 #include "io/weights.h"
+#include "lora_request.h"
 #include "models/flux_checkpoint.h"
 #include "pipeline/pipeline.h"
 #include "test_util.h"
@@ -80,14 +81,7 @@ TEST(FluxCheckpoint, GgufOfTheOriginalLayoutIsTheFoldersWeights) {
 TEST(FluxCheckpoint, ImageFromGgufIsDiffusers) {
   const std::string folder = std::string(XDIT_MODELS) + "/flux-schnell-tiny";
   const auto want = io::read_safetensors_f32(data("flux_tiny_q8_0_image.safetensors"));
-  pipeline::ImageRequest r;  // make_lora.py's FAMILIES["flux"]["image"]
-  r.prompts = {"a red fox in the snow"};
-  r.num_inference_steps = 4;
-  r.max_sequence_length = 32;
-  r.height = 48;
-  r.width = 80;
-  r.guidance_scale = 0.0;
-  r.seed = 0;
+  const pipeline::ImageRequest r = test::flux_lora_request();  // make_lora.py's
   const auto image = [&](const std::string& file) {
     pipeline::Pipeline pipe(folder, DType::kF32);
     if (!file.empty()) pipe.set_transformer_file(data(file));
