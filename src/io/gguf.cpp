@@ -185,7 +185,14 @@ GgufFile::GgufFile(const std::string& path) : path_(path) {
   MappedFile m = map_file(path, "GGUF file");
   map_ = std::move(m.data);
   size_ = m.size;
+  mapped_ = true;
   parse();
+}
+
+void GgufFile::drop_pages(const GgufTensor& t, size_t from, size_t bytes) const {
+  if (!mapped_) return;
+  const size_t begin = offset_of(t) + std::min(from, t.bytes);
+  drop_mapped_pages(map_.get(), begin, begin + std::min(bytes, t.bytes - std::min(from, t.bytes)));
 }
 
 GgufFile::GgufFile(std::shared_ptr<const void> data, size_t size, std::string name)

@@ -73,6 +73,9 @@ class GgufFile {
   size_t offset_of(const GgufTensor& t) const {
     return static_cast<size_t>(t.data - static_cast<const uint8_t*>(map_.get()));
   }
+  // The pages wholly inside `bytes` bytes of `t` from byte `from` leave the
+  // resident set (io::drop_mapped_pages); nothing for bytes in memory.
+  void drop_pages(const GgufTensor& t, size_t from, size_t bytes) const;
   // The whole tensor in f32 (dequantized, io/gguf_quants.h).
   Tensor dequantized(const std::string& name) const;
 
@@ -81,6 +84,7 @@ class GgufFile {
   std::string path_;
   std::shared_ptr<const void> map_;
   size_t size_ = 0;
+  bool mapped_ = false;  // map_ is this object's mmap of the file
   uint32_t version_ = 0;
   std::map<std::string, GgufValue> metadata_;
   std::map<std::string, GgufTensor> tensors_;

@@ -119,14 +119,18 @@ SafeTensorsFile::SafeTensorsFile(const std::string& path) : path_(path) {
   parse();
 }
 
+void drop_mapped_pages(const void* mapping, size_t begin, size_t end) {
+  static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t b = (begin + page - 1) / page * page;
+  const size_t e = end / page * page;
+  // Advice only: a failure leaves the pages resident, nothing else.
+  if (e > b) ::madvise(static_cast<char*>(const_cast<void*>(mapping)) + b, e - b, MADV_DONTNEED);
+}
+
 void SafeTensorsFile::drop_pages(const std::string& name) const {
   const auto it = entries_.find(name);
   if (!mapped_ || it == entries_.end()) return;
-  static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  const size_t b = (data_start_ + it->second.begin + page - 1) / page * page;
-  const size_t e = (data_start_ + it->second.end) / page * page;
-  // Advice only: a failure leaves the pages resident, nothing else.
-  if (e > b) ::madvise(static_cast<char*>(const_cast<void*>(map_.get())) + b, e - b, MADV_DONTNEED);
+  drop_mapped_pages(map_.get(), data_start_ + it->second.begin, data_start_ + it->second.end);
 }
 
 SafeTensorsFile::SafeTensorsFile(std::shared_ptr<const void> data, size_t size, std::string name)

@@ -70,6 +70,10 @@ struct MappedFile {
   size_t size = 0;
 };
 MappedFile map_file(const std::string& path, const std::string& what);
+// Takes the pages wholly inside bytes [begin, end) of a private read-only
+// mapping out of this process's resident memory (madvise MADV_DONTNEED: the
+// page cache keeps them; a later read faults them in again, unchanged).
+void drop_mapped_pages(const void* mapping, size_t begin, size_t end);
 
 class OutputFile;
 

@@ -125,6 +125,16 @@ size_t FluxGgufWeights::stored_bytes() const {
   return n;
 }
 
+void FluxGgufWeights::drop_pages(const std::string& name) const {
+  const auto rows = flux_original_rows(name, inner_, mlp_);
+  const io::GgufTensor* t = rows ? find(rows->name) : nullptr;
+  if (t == nullptr || t->shape.empty()) return;
+  const size_t row_bytes = t->bytes / static_cast<size_t>(t->shape[0]);
+  const int64_t count = rows->count < 0 ? t->shape[0] : rows->count;
+  file_->drop_pages(*t, static_cast<size_t>(rows->begin) * row_bytes,
+                    static_cast<size_t>(count) * row_bytes);
+}
+
 void FluxGgufWeights::check_shapes(const io::WeightSpecs& specs) const {
   for (const auto& [name, shape] : specs) {
     const auto rows = flux_original_rows(name, inner_, mlp_);

@@ -42,6 +42,9 @@ class FluxGgufWeights : public io::WeightSource {
   FluxGgufWeights(std::shared_ptr<const io::GgufFile> file, int64_t inner_dim, int64_t mlp_hidden);
   bool has(const std::string& name) const override;
   size_t stored_bytes() const override;
+  // The file's pages of the weight's rows leave the resident set once a
+  // layer holds its copy (io::WeightSource::drop_pages).
+  void drop_pages(const std::string& name) const override;
   // Throws one line, before any weight is read, for a weight of `specs` the
   // file lacks or stores in another shape (a checkpoint of another model).
   void check_shapes(const io::WeightSpecs& specs) const;
