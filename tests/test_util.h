@@ -84,6 +84,17 @@ inline double psnr(const Tensor& a, const Tensor& b) {
   return mse == 0 ? 1e9 : 10 * std::log10(peak * peak / mse);
 }
 
+// PSNR (dB, peak 255) of 8-bit pixels `a` against `b`; 1e9 when equal.
+inline double psnr_rgb8(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  double se = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    const double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
+    se += d * d;
+  }
+  if (a.size() != b.size()) return -1;
+  return se == 0 ? 1e9 : 10 * std::log10(255.0 * 255.0 * static_cast<double>(a.size()) / se);
+}
+
 // The largest difference (of 255) between 8-bit RGB pixels [H, W, 3] and a
 // diffusers image [3, H, W] in [-1, 1] postprocessed as diffusers does it
 // (x / 2 + 0.5, clamped, × 255, rounded).

@@ -132,6 +132,39 @@ void q6_k_blocks(const uint8_t* src, int64_t blocks, float* dst) {
 
 }  // namespace
 
+bool block_scales_finite(GgmlType t, const uint8_t* src, int64_t blocks) {
+  // Byte offsets of the f16 scales in a block (the layouts above).
+  int offsets[2] = {0, -1};
+  switch (t) {
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_1:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+      offsets[1] = 2;
+      break;
+    case GgmlType::kQ6_K:
+      offsets[0] = 208;
+      break;
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ8_0:
+      break;
+    default:
+      return true;
+  }
+  const int64_t bytes = ggml_block_bytes(t);
+  bool finite = true;
+#pragma omp parallel for reduction(&& : finite) if (blocks > 65536)
+  for (int64_t b = 0; b < blocks; ++b)
+    for (const int o : offsets) {
+      if (o < 0) continue;
+      uint16_t h;
+      std::memcpy(&h, src + b * bytes + o, 2);
+      finite = finite && (h & 0x7c00u) != 0x7c00u;  // exponent all ones: Inf or NaN
+    }
+  return finite;
+}
+
 void dequantize_blocks(GgmlType t, const uint8_t* src, int64_t blocks, float* dst) {
   const auto n = static_cast<size_t>(blocks);
   switch (t) {

@@ -18,4 +18,9 @@ namespace xdit::io {
 // values at `dst`.
 void dequantize_blocks(GgmlType t, const uint8_t* src, int64_t blocks, float* dst);
 
+// Whether every f16 scale (and minimum) of `blocks` blocks of a quantized
+// type is finite — then so is every value they decode to; true for the
+// float types, whose values are not scanned here.
+bool block_scales_finite(GgmlType t, const uint8_t* src, int64_t blocks);
+
 }  // namespace xdit::io

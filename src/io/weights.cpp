@@ -114,6 +114,16 @@ Tensor WeightSource::get(const std::string& name, const Shape& expected) const {
   return t;
 }
 
+std::optional<QuantizedRows> WeightSource::quantized(const std::string& name,
+                                                     const Shape& expected) const {
+  std::optional<QuantizedRows> q = read_quantized(name, expected);
+  if (!q) return q;
+  XDIT_CHECK(expected == Shape({q->rows, q->cols}), "weight '", name, "' is stored as [", q->rows,
+             ", ", q->cols, "], expected ", shape_str(expected));
+  loaded_.total += static_cast<size_t>(q->rows) * q->row_bytes;
+  return q;
+}
+
 Tensor WeightSource::get_slice(const std::string& name, const Shape& expected, int dim,
                                int64_t begin, int64_t count) const {
   XDIT_CHECK(dim >= 0 && dim < static_cast<int>(expected.size()) && expected.size() <= 2 &&

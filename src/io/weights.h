@@ -3,10 +3,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/tensor.h"
+#include "io/gguf.h"
 #include "io/safetensors.h"
 
 namespace xdit::io {
@@ -14,6 +16,16 @@ namespace xdit::io {
 // The weights a model reads, by state-dict key, with the shape its config
 // implies: checked against the safetensors headers before anything loads.
 using WeightSpecs = std::vector<std::pair<std::string, Shape>>;
+
+// A weight a source keeps block-quantized (a GGUF's Q8_0, Q4_K, ...): its
+// rows as stored, whole blocks each, for a layer that computes from them.
+struct QuantizedRows {
+  GgmlType type = GgmlType::kQ8_0;
+  int64_t rows = 0, cols = 0;
+  const uint8_t* data = nullptr;  // rows · row_bytes bytes
+  size_t row_bytes = 0;
+  std::shared_ptr<const void> keep;  // what holds `data` (a file's mapping)
+};
 
 class WeightSource {
  public:
@@ -28,6 +40,10 @@ class WeightSource {
   // of the mapping per row, so nothing outside the share is touched.
   Tensor get_slice(const std::string& name, const Shape& expected, int dim, int64_t begin,
                    int64_t count) const;
+  // The matrix `name` of shape `expected` as the blocks it is stored in,
+  // when the source keeps it block-quantized; none when it is stored as
+  // floats (read it with get()). Throws one line for non-finite scales.
+  std::optional<QuantizedRows> quantized(const std::string& name, const Shape& expected) const;
   // Bytes of the weights as stored (for memory estimates and logs).
   virtual size_t stored_bytes() const = 0;
   // Called once the weight `name` has been converted into a layer's own
@@ -45,6 +61,11 @@ class WeightSource {
 
  protected:
   virtual Tensor read(const std::string& name, const Shape& expected) const = 0;
+  // None by default: every weight is stored as floats.
+  virtual std::optional<QuantizedRows> read_quantized(const std::string& /*name*/,
+                                                      const Shape& /*expected*/) const {
+    return std::nullopt;
+  }
   // Default: a view of read()'s rows, or its columns copied out.
   virtual Tensor read_slice(const std::string& name, const Shape& expected, int dim, int64_t begin,
                             int64_t count) const;

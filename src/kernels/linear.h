@@ -23,6 +23,43 @@ enum class Activation { kNone, kGeluTanh };
 // bf16 only when asked for and the CPU has it; otherwise f32 (logged).
 ComputeType resolve_compute_type(DType requested);
 
+// A weight kept block-quantized (GGUF's Q8_0, Q4_K, ...): `rows` rows of
+// `row_bytes` bytes each, which `decode_row` turns into `cols` f32 values.
+struct BlockRows {
+  const uint8_t* data = nullptr;
+  int64_t rows = 0, cols = 0;
+  size_t row_bytes = 0;
+  std::function<void(const uint8_t* row, float* dst)> decode_row;
+  std::string format;  // "Q8_0" (implementation(), logs)
+};
+
+// How a layer built from float weights keeps them (--weights_dtype):
+//   kCompute: in its compute type (bf16 or f32), packed for oneDNN or AMX;
+//   kInt8:    per output channel symmetric int8, run against activations
+//             quantized per row (token) to int8 on the CPU's integer dot
+//             products (oneDNN s8 matmul: AMX-int8, AVX-512-VNNI,
+//             AVX2-VNNI); where the CPU has none, decoded into the compute
+//             type a band of rows at a time (said once);
+//   kFp8:     e4m3 with a scale per output channel, decoded into the
+//             compute type a band of rows at a time.
+enum class WeightFormat { kCompute, kInt8, kFp8 };
+WeightFormat parse_weight_format(const std::string& name);  // "", "int8", "fp8"
+const char* weight_format_name(WeightFormat f);
+
+// While one lives, the layers built from float weights on this thread keep
+// them in `format` (scopes nest; the innermost wins).
+class WeightFormatScope {
+ public:
+  explicit WeightFormatScope(WeightFormat format);
+  ~WeightFormatScope();
+  WeightFormatScope(const WeightFormatScope&) = delete;
+  WeightFormatScope& operator=(const WeightFormatScope&) = delete;
+  static WeightFormat current();
+
+ private:
+  WeightFormat previous_;
+};
+
 class LowRankSlot;
 
 class Linear {
@@ -39,6 +76,11 @@ class Linear {
   // once, for the stacked [Σ out_i, in] weight (the caller chooses its memory).
   Linear(const std::vector<Tensor>& parts, const Tensor& bias, ComputeType ct, Activation act,
          const std::function<Tensor()>& stacked);
+  // A layer whose weight stays block-quantized: the rows of `parts`
+  // stacked, each part's bytes copied (the file's pages may go), decoded
+  // into the compute type a band of rows at a time inside every product —
+  // the layer's memory is the blocks' size, not the expanded weight's.
+  Linear(const std::vector<BlockRows>& parts, const Tensor& bias, ComputeType ct, Activation act);
   Linear(Linear&&) noexcept;
   Linear& operator=(Linear&&) noexcept;
   ~Linear();
@@ -60,6 +102,9 @@ class Linear {
   std::string implementation(int64_t m) const;
   int64_t in_features() const;
   int64_t out_features() const;
+  // Bytes the layer keeps for its weight (packed, block-quantized or int8
+  // with its scales; the device copy's on a GPU).
+  size_t weight_bytes() const;
   // The layer's low-rank side path (made on first use; the layer and its
   // moves share it).
   std::shared_ptr<LowRankSlot> low_rank() const;

@@ -11,7 +11,7 @@
 #include <optional>
 #include <string>
 
-#include "io/gguf.h"
+#include "io/checkpoint_file.h"
 #include "io/weights.h"
 
 namespace xdit::models {
@@ -32,14 +32,17 @@ struct OriginalRows {
 std::optional<OriginalRows> flux_original_rows(const std::string& diffusers_name, int64_t inner_dim,
                                                int64_t mlp_hidden);
 
-// A FLUX.1 transformer's weights, under diffusers' names, from a GGUF file
-// of the original layout (with or without "model.diffusion_model."). F32,
-// F16 and BF16 tensors are handed over as stored (a view of the mapping);
-// quantized ones, and the final modulation's exchanged halves, dequantized
-// into f32 (io/gguf_quants.h), only the rows a weight takes.
-class FluxGgufWeights : public io::WeightSource {
+// A FLUX.1 transformer's weights, under diffusers' names, from a GGUF or
+// safetensors file of the original layout (with or without
+// "model.diffusion_model."). F32, F16 and BF16 tensors are handed over as
+// stored (a view of the mapping); quantized matrices as their blocks
+// (read_quantized: the layers keep them so); the final modulation's
+// exchanged halves, and quantized tensors read with get(), dequantized into
+// f32 (io/gguf_quants.h), only the rows a weight takes.
+class FluxCheckpointWeights : public io::WeightSource {
  public:
-  FluxGgufWeights(std::shared_ptr<const io::GgufFile> file, int64_t inner_dim, int64_t mlp_hidden);
+  FluxCheckpointWeights(std::shared_ptr<const io::CheckpointFile> file, int64_t inner_dim,
+                        int64_t mlp_hidden);
   bool has(const std::string& name) const override;
   size_t stored_bytes() const override;
   // The file's pages of the weight's rows leave the resident set once a
@@ -51,11 +54,26 @@ class FluxGgufWeights : public io::WeightSource {
 
  protected:
   Tensor read(const std::string& name, const Shape& expected) const override;
+  // A matrix stored quantized (Q8_0, Q4_K, ...) as its blocks: the rows
+  // the weight takes, in place in the mapping; none for float tensors and
+  // the final modulation (its halves are exchanged).
+  std::optional<io::QuantizedRows> read_quantized(const std::string& name,
+                                                  const Shape& expected) const override;
 
  private:
-  // The file's name of an original tensor (nullptr when it has none).
-  const io::GgufTensor* find(const std::string& original) const;
-  std::shared_ptr<const io::GgufFile> file_;
+  // The file's tensor of an original name (nullptr when it has none), and
+  // the name it is stored under.
+  const io::GgufTensor* find(const std::string& original, std::string* stored_name = nullptr) const;
+  // Where FLUX.1's weight `name` lies: its tensor and the rows it takes.
+  struct Located {
+    OriginalRows rows;
+    const io::GgufTensor* tensor;
+    int64_t count, cols;
+    size_t row_bytes;
+    const uint8_t* data;  // the first row taken
+  };
+  Located locate(const std::string& name) const;
+  std::shared_ptr<const io::CheckpointFile> file_;
   int64_t inner_, mlp_;
 };
 

@@ -7,6 +7,7 @@
 #include "core/aligned.h"
 #include "core/error.h"
 #include "kernels/kernels.h"
+#include "nn/block_weights.h"
 #include "nn/lora_side.h"
 
 namespace xdit::nn {
@@ -41,7 +42,11 @@ thread_local AlignedVector<float>* t_staging = nullptr;  // while a LoadStaging 
 Tensor assembly_matrix(int64_t rows, int64_t cols, DType dt = DType::kF32) {
   if (t_staging == nullptr) return Tensor::empty({rows, cols}, dt);
   grow_discarding(*t_staging, (static_cast<size_t>(rows * cols) * dtype_size(dt) + 3) / 4);
-  return Tensor::view(nullptr, t_staging->data(), {rows, cols}, dt);
+  // A keeper that frees nothing: the staging buffer outlives the view, and
+  // a view with no keeper would count as undefined (numel() 0, as the CUDA
+  // path's stacked().to(...) and the quantized layers read it).
+  const std::shared_ptr<const void> keeper(t_staging->data(), [](const void*) {});
+  return Tensor::view(keeper, t_staging->data(), {rows, cols}, dt);
 }
 
 // A layer holds its own packed copy of "<prefix>.weight" (and ".bias"): the
@@ -65,8 +70,10 @@ LoadStaging::~LoadStaging() {
 
 kernels::Linear load_linear(const io::WeightSource& w, const std::string& prefix, int64_t in,
                             int64_t out, bool bias, ComputeType ct, kernels::Activation act) {
-  kernels::Linear l(w.get(prefix + ".weight", {out, in}),
-                    bias ? w.get(prefix + ".bias", {out}) : Tensor(), ct, act);
+  const Tensor b = bias ? w.get(prefix + ".bias", {out}) : Tensor();
+  const auto q = w.quantized(prefix + ".weight", {out, in});
+  kernels::Linear l = q ? kernels::Linear({block_rows(*q, 0, out)}, b, ct, act)
+                        : kernels::Linear(w.get(prefix + ".weight", {out, in}), b, ct, act);
   drop_pages(w, prefix, bias);
   LinearRegistry::note(l, {{prefix + ".weight"}, {{0, out}}, {{0, in}}, nullptr});
   return l;
@@ -87,16 +94,32 @@ kernels::Linear load_fused_linear(const io::WeightSource& w,
     const int64_t n = tp.part(whole[0], name);
     return tp.split() ? w.get_slice(name, whole, 0, tp.begin(whole[0]), n) : w.get(name, whole);
   };
+  // Parts stored block-quantized stay so: then every part is handed over
+  // as rows of blocks (float parts beside them as rows of floats).
+  std::vector<std::optional<io::QuantizedRows>> quantized;
+  bool any_quantized = false;
+  for (size_t i = 0; i < prefixes.size(); ++i) {
+    quantized.push_back(w.quantized(prefixes[i] + ".weight", {outs[i], in}));
+    any_quantized = any_quantized || quantized.back().has_value();
+  }
   std::vector<Tensor> parts;
+  std::vector<kernels::BlockRows> blocks;
   Tensor b = bias ? Tensor::empty({total}) : Tensor();
   int64_t row = 0;
   for (size_t i = 0; i < prefixes.size(); ++i) {
-    parts.push_back(part(prefixes[i] + ".weight", {outs[i], in}));
+    if (const auto& q = quantized[i]) {
+      const int64_t n = tp.part(outs[i], prefixes[i] + ".weight");
+      blocks.push_back(block_rows(*q, tp.split() ? tp.begin(outs[i]) : 0, n));
+      parts.emplace_back();
+    } else {
+      parts.push_back(part(prefixes[i] + ".weight", {outs[i], in}));
+      if (any_quantized) blocks.push_back(float_rows(parts.back()));
+    }
     if (bias) {
       const Tensor tb = part(prefixes[i] + ".bias", {outs[i]});
       convert_to_f32(tb.raw(), tb.dtype(), b.data<float>() + row, static_cast<size_t>(tb.numel()));
     }
-    row += parts.back().dim(0);
+    row += blocks.empty() ? parts.back().dim(0) : blocks.back().rows;
   }
   // Where the layer cannot pack each part from the file (kernels::Linear),
   // it packs them stacked in the staging matrix: in bf16 when the first part
@@ -117,12 +140,14 @@ kernels::Linear load_fused_linear(const io::WeightSource& w,
     }
     return weight;
   };
-  kernels::Linear l(parts, b, ct, act, stacked);
+  kernels::Linear l = any_quantized ? kernels::Linear(blocks, b, ct, act)
+                                    : kernels::Linear(parts, b, ct, act, stacked);
   for (const std::string& prefix : prefixes) drop_pages(w, prefix, bias);
   LinearOrigin origin;
   for (size_t i = 0; i < prefixes.size(); ++i) {
     origin.weights.push_back(prefixes[i] + ".weight");
-    origin.rows.emplace_back(tp.split() ? tp.begin(outs[i]) : 0, parts[i].dim(0));
+    origin.rows.emplace_back(tp.split() ? tp.begin(outs[i]) : 0,
+                             any_quantized ? blocks[i].rows : parts[i].dim(0));
   }
   origin.cols = {{0, in}};
   LinearRegistry::note(l, std::move(origin));
@@ -140,6 +165,24 @@ kernels::Linear load_row_linear(const io::WeightSource& w, const std::string& pr
     return load_linear(w, prefix, whole, out, bias, ct);
   // This rank's columns of each part (or of part `only`), side by side.
   const auto mine = [&](size_t i) { return only < 0 || static_cast<int>(i) == only; };
+  const bool add_bias = bias && tp.rank == 0;
+  if (const auto q = w.quantized(wn, shape)) {  // its blocks' share
+    LinearOrigin origin{{wn}, {{0, out}}, {}, nullptr};
+    int64_t part_begin = 0;
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if (mine(i))
+        origin.cols.emplace_back(part_begin + tp.begin(ins[i]),
+                                 tp.part(ins[i], "input features of " + prefix));
+      part_begin += ins[i];
+    }
+    std::vector<uint8_t> bytes;
+    kernels::Linear l({column_shares(*q, origin.cols, wn, tp.size, bytes)},
+                      add_bias ? w.get_slice(bn, {out}, 0, 0, out) : Tensor(), ct,
+                      kernels::Activation::kNone);
+    drop_pages(w, prefix, add_bias);
+    LinearRegistry::note(l, std::move(origin));
+    return l;
+  }
   std::vector<Tensor> slices;
   LinearOrigin origin{{wn}, {{0, out}}, {}, nullptr};
   int64_t cols = 0, part_begin = 0;
@@ -175,7 +218,6 @@ kernels::Linear load_row_linear(const io::WeightSource& w, const std::string& pr
     }
     c += share;
   }
-  const bool add_bias = bias && tp.rank == 0;
   kernels::Linear l(weight, add_bias ? w.get_slice(bn, {out}, 0, 0, out) : Tensor(), ct);
   drop_pages(w, prefix, add_bias);
   LinearRegistry::note(l, std::move(origin));

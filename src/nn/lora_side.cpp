@@ -23,6 +23,7 @@ LinearRegistry::Recording::~Recording() {
 void LinearRegistry::note(const kernels::Linear& l, LinearOrigin origin) {
   if (t_recording == nullptr) return;
   origin.slot = l.low_rank();
+  origin.weight_bytes = l.weight_bytes();
   t_recording->layers_.push_back(std::move(origin));
 }
 
@@ -46,6 +47,13 @@ Tensor RecordingWeights::read_slice(const std::string& name, const Shape& expect
                                     int64_t begin, int64_t count) const {
   registry_.shapes_[name] = expected;
   return base_.get_slice(name, expected, dim, begin, count);
+}
+
+std::optional<io::QuantizedRows> RecordingWeights::read_quantized(const std::string& name,
+                                                                  const Shape& expected) const {
+  std::optional<io::QuantizedRows> q = base_.quantized(name, expected);
+  if (q) registry_.shapes_[name] = expected;
+  return q;
 }
 
 namespace {

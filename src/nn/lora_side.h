@@ -29,6 +29,7 @@ struct LinearOrigin {
   std::vector<std::pair<int64_t, int64_t>> rows;  // per weight: [begin, count) of its rows
   std::vector<std::pair<int64_t, int64_t>> cols;  // the layer's inputs: [begin, count) column runs
   std::shared_ptr<kernels::LowRankSlot> slot;
+  size_t weight_bytes = 0;  // what the layer keeps of its weight (kernels::Linear::weight_bytes)
 };
 
 // The layers nn's loaders (load_linear, load_fused_linear, load_row_linear)
@@ -74,6 +75,8 @@ class RecordingWeights : public io::WeightSource {
   Tensor read(const std::string& name, const Shape& expected) const override;
   Tensor read_slice(const std::string& name, const Shape& expected, int dim, int64_t begin,
                     int64_t count) const override;
+  std::optional<io::QuantizedRows> read_quantized(const std::string& name,
+                                                  const Shape& expected) const override;
 
  private:
   const io::WeightSource& base_;

@@ -98,19 +98,26 @@ void Pipeline::set_transformer_file(const std::string& path) {
   XDIT_CHECK(folder_ && folder_->pipeline_class() == "FluxPipeline", "--transformer ", path,
              ": single-file checkpoints of FLUX.1 only so far; this model's transformer is read "
              "from its folder");
-  XDIT_CHECK(path.size() > 5 && path.compare(path.size() - 5, 5, ".gguf") == 0, "--transformer ",
-             path,
-             ": a GGUF file (.gguf) of FLUX.1's original layout; single-file safetensors "
-             "are not read yet");
   const io::WeightSpecs specs = family_->weight_specs({});
   Shape mlp;
   for (const auto& [name, shape] : specs)
     if (name == "single_transformer_blocks.0.proj_mlp.weight") mlp = shape;
   XDIT_CHECK(!mlp.empty(), "--transformer: the model has no single-stream blocks");
-  auto source = std::make_unique<models::FluxGgufWeights>(std::make_shared<io::GgufFile>(path),
-                                                          spec().hidden, mlp[0]);
+  auto source = std::make_unique<models::FluxCheckpointWeights>(
+      std::make_shared<io::CheckpointFile>(path), spec().hidden, mlp[0]);
   source->check_shapes(specs);  // the config against the file, before any weight is read
   weights_ = std::move(source);
+}
+
+void Pipeline::set_weights_format(kernels::WeightFormat f) {
+  XDIT_CHECK(!transformer_, "set_weights_format before the load");
+  weights_format_ = f;
+}
+
+size_t Pipeline::linear_weight_bytes() const {
+  size_t n = 0;
+  for (const nn::LinearOrigin& l : layers_.layers()) n += l.weight_bytes;
+  return n;
 }
 
 void Pipeline::set_mesh(parallel::Mesh* mesh) {
@@ -213,9 +220,11 @@ void Pipeline::load() {
     applied_request_loras_ = std::vector<LoraRef>{};  // every side path empty
     const nn::RecordingWeights recorded(*weights_, layers_);
     const nn::LinearRegistry::Recording recording(layers_);
+    const kernels::WeightFormatScope format(weights_format_);
     transformer_ = family_->make_transformer(recorded, dtype_, stage);
   }
-  XDIT_DEBUG("transformer loaded: ", layers_.layers().size(), " linear layers");
+  XDIT_DEBUG("transformer loaded: ", layers_.layers().size(), " linear layers, their weights ",
+             human_size(static_cast<double>(linear_weight_bytes())));
   if (stage.tp.split())
     XDIT_INFO("tensor parallel rank ", stage.tp.rank, " of ", stage.tp.size, ": loaded ",
               human_size(static_cast<double>(weights_->loaded().total - before)), " of the ",

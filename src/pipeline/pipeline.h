@@ -119,6 +119,9 @@ class Pipeline {
   // GGUF file of FLUX.1's original layout (docs/quantization.md). Set
   // before set_loras and the load; checked against the config in one line.
   void set_transformer_file(const std::string& path);
+  // How the transformer's layers keep weights stored as floats
+  // (--weights_dtype: int8, fp8; kernels::WeightFormat). Set before load().
+  void set_weights_format(kernels::WeightFormat f);
   // "a.safetensors:0.7, b.safetensors:-0.4" (file names), "" when none.
   const std::string& lora_label() const { return lora_label_; }
   // A request's LoRAs (ImageRequest::loras, by path) are checked by plan()
@@ -129,6 +132,9 @@ class Pipeline {
   // weight is reloaded or changed, so a run without is the base model's bit
   // for bit. The layers the last run adapted:
   int request_lora_layers() const { return request_lora_layers_; }
+  // Bytes the loaded transformer's linear layers keep of their weights
+  // (packed, block-quantized, int8 or fp8).
+  size_t linear_weight_bytes() const;
   // The weights in layers with side paths, by component: the transformer's
   // (every PipeFusion stage's, gathered by load()) and the text encoders'
   // built so far. xdit serve hands a loaded pipeline's to the one that
@@ -250,6 +256,7 @@ class Pipeline {
   std::unique_ptr<ModelFamily> family_;
   schedulers::SchedulerConfig sched_cfg_;
   std::unique_ptr<io::WeightSource> weights_;  // until load() has built the transformer
+  kernels::WeightFormat weights_format_ = kernels::WeightFormat::kCompute;
   // With LoRAs: the folder's weights, which weights_ (nn::LoraWeights) reads.
   std::unique_ptr<io::WeightSource> lora_base_;
   std::string lora_label_;

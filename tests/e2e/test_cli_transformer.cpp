@@ -50,7 +50,7 @@ TEST_F(CliTransformer, BadFilesAreOneLineBeforeAnyWeightLoads) {
   fs::copy_file(gguf("flux_tiny_q8_0.gguf"), cut);
   fs::resize_file(cut, fs::file_size(cut) / 2);
   expect_error("--transformer '" + cut.string() + "'", "cut.gguf");
-  expect_error("--transformer '" + gguf("rows.json") + "'", "a GGUF file");
+  expect_error("--transformer '" + gguf("rows.json") + "'", "a GGUF (.gguf) or safetensors");
   expect_error("--transformer '" + gguf("flux_tiny_q8_0.gguf") + "'", "FLUX.1 only so far",
                "sd3-tiny");
 }

@@ -54,7 +54,8 @@ TEST(FluxCheckpoint, GgufOfTheOriginalLayoutIsTheFoldersWeights) {
   for (const char* file : {"flux_tiny_bf16.gguf", "flux_tiny_q8_0.gguf"}) {
     SCOPED_TRACE(file);
     const bool exact = std::string(file).find("bf16") != std::string::npos;
-    const models::FluxGgufWeights w(std::make_shared<io::GgufFile>(data(file)), inner, mlp);
+    const models::FluxCheckpointWeights w(std::make_shared<io::CheckpointFile>(data(file)), inner,
+                                          mlp);
     int quantized = 0;
     for (const std::string& name : folder.names()) {
       SCOPED_TRACE(name);
@@ -78,8 +79,10 @@ TEST(FluxCheckpoint, GgufOfTheOriginalLayoutIsTheFoldersWeights) {
 }
 
 // xdit generate --transformer's path: the tiny FLUX.1 with its transformer
-// from the Q8_0 GGUF gives diffusers' image with gguf-py's dequantized
-// weights within 1/255 (f32); the BF16 GGUF gives the folder's image exactly.
+// from the Q8_0 GGUF (its weights kept in Q8_0 blocks) gives diffusers'
+// image with gguf-py's dequantized weights, and with diffusers' own GGUF
+// dequantization, within 1/255 (f32); the BF16 GGUF and the single-file
+// safetensors give the folder's image exactly.
 TEST(FluxCheckpoint, ImageFromGgufIsDiffusers) {
   const std::string folder = std::string(XDIT_MODELS) + "/flux-schnell-tiny";
   const auto want = io::read_safetensors_f32(data("flux_tiny_q8_0_image.safetensors"));
@@ -90,10 +93,20 @@ TEST(FluxCheckpoint, ImageFromGgufIsDiffusers) {
     return pipe.generate(r).rgb;
   };
   const auto q8 = image("flux_tiny_q8_0.gguf");
+  {  // Q8_0 matrices stay in their blocks: ~34 bytes a 32 weights, not f32's 128
+    pipeline::Pipeline f32(folder, DType::kF32), blocks(folder, DType::kF32);
+    blocks.set_transformer_file(data("flux_tiny_q8_0.gguf"));
+    f32.load();
+    blocks.load();
+    EXPECT_LT(blocks.linear_weight_bytes(), f32.linear_weight_bytes() / 2);
+  }
   EXPECT_LE(test::worst_pixel_difference(q8, want.at("image").data<float>()), 1);
+  // diffusers' own GGUF dequantization (f16 arithmetic) too.
+  EXPECT_LE(test::worst_pixel_difference(q8, want.at("diffusers_image").data<float>()), 1);
   const auto base = image("");
   EXPECT_EQ(image("flux_tiny_bf16.gguf"), base);
-  EXPECT_NE(q8, base);  // (Q8_0 rounds the weights)
+  EXPECT_EQ(image("flux_tiny_bf16.safetensors"), base);  // a single-file safetensors
+  EXPECT_NE(q8, base);                                   // (Q8_0 rounds the weights)
   // Another model's folder, or a file of another kind: one line.
   const std::string sd3 = test::error_message([&] {
     pipeline::Pipeline(std::string(XDIT_MODELS) + "/sd3-tiny", DType::kF32)
@@ -102,14 +115,14 @@ TEST(FluxCheckpoint, ImageFromGgufIsDiffusers) {
   EXPECT_NE(sd3.find("FLUX.1 only so far"), std::string::npos) << sd3;
   const std::string st = test::error_message(
       [&] { pipeline::Pipeline(folder, DType::kF32).set_transformer_file(data("rows.json")); });
-  EXPECT_NE(st.find("a GGUF file"), std::string::npos) << st;
+  EXPECT_NE(st.find("a GGUF (.gguf) or safetensors"), std::string::npos) << st;
 }
 
 // A GGUF of another width, and NaN scales: one line each.
 TEST(FluxCheckpoint, BadCheckpointsAreOneLine) {
   const io::WeightStore folder(std::string(XDIT_MODELS) + "/flux-schnell-tiny/transformer");
   const auto file = std::make_shared<io::GgufFile>(data("flux_tiny_q8_0.gguf"));
-  const models::FluxGgufWeights wider(file, 64, 256);
+  const models::FluxCheckpointWeights wider(std::make_shared<io::CheckpointFile>(file), 64, 256);
   const std::string name = "single_transformer_blocks.0.proj_mlp.weight";
   const std::string e = test::error_message([&] { wider.get(name, folder.shape(name)); });
   EXPECT_NE(e.find("a checkpoint of another width?"), std::string::npos) << e;
@@ -121,15 +134,19 @@ TEST(FluxCheckpoint, BadCheckpointsAreOneLine) {
   ASSERT_EQ(t.type, io::GgmlType::kQ8_0);
   const uint16_t nan = 0x7E00;  // f16 NaN as the first block's scale
   std::memcpy(bytes->data() + file->offset_of(t), &nan, 2);
-  const models::FluxGgufWeights broken(
-      std::make_shared<io::GgufFile>(std::shared_ptr<const void>(bytes, bytes->data()),
-                                     bytes->size(), "nan.gguf"),
+  const models::FluxCheckpointWeights broken(
+      std::make_shared<io::CheckpointFile>(std::make_shared<io::GgufFile>(
+          std::shared_ptr<const void>(bytes, bytes->data()), bytes->size(), "nan.gguf")),
       folder.shape("x_embedder.weight")[0],
       folder.shape("single_transformer_blocks.0.proj_mlp.weight")[0]);
   const std::string p = "single_transformer_blocks.0.proj_out.weight";
-  const std::string n = test::error_message([&] { broken.get(p, folder.shape(p)); });
-  EXPECT_NE(n.find("holds NaN or Inf"), std::string::npos) << n;
-  EXPECT_EQ(n.find('\n'), std::string::npos) << n;
+  // Dequantized (get) or kept in blocks (quantized, what layers take).
+  for (const std::string& n :
+       {test::error_message([&] { broken.get(p, folder.shape(p)); }),
+        test::error_message([&] { broken.quantized(p, folder.shape(p)); })}) {
+    EXPECT_NE(n.find("NaN or Inf"), std::string::npos) << n;
+    EXPECT_EQ(n.find('\n'), std::string::npos) << n;
+  }
 }
 
 }  // namespace

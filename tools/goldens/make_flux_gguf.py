@@ -19,7 +19,14 @@ Writes tests/data/flux_checkpoint/:
                       "np") of make_lora.py's request with the transformer's
                       weights gguf-py's dequantization of flux_tiny_q8_0.gguf
                       (diffusers' converter hard-codes FLUX.1's 3072 widths,
-                      so the tensors are split back here, as it splits them).
+                      so the tensors are split back here, as it splits them);
+                      "diffusers_image": the same with diffusers' own GGUF
+                      dequantization (diffusers.quantizers.gguf.utils, f16
+                      arithmetic, then f32 as GGUFQuantizationConfig(
+                      compute_dtype=torch.float32) computes).
+  flux_tiny_bf16.safetensors  the original layout as a single-file
+                      safetensors checkpoint (BF16, "model.diffusion_model."
+                      names, as single-file FLUX.1 downloads name them).
 """
 import json
 import os
@@ -182,16 +189,29 @@ def main():
                                              dtype=np.float32)).reshape(
                                                  [int(x) for x in reversed(t.shape)])
            for t in reader.tensors}
-    back = original_inverse(deq, sd, inner, mlp)
+    from diffusers.quantizers.gguf.utils import GGUFParameter, dequantize_gguf_tensor
+    by_diffusers = {}
+    for t in reader.tensors:
+        shape = [int(x) for x in reversed(t.shape)]
+        if t.tensor_type == T.Q8_0:
+            p = GGUFParameter(torch.from_numpy(np.array(t.data)), quant_type=t.tensor_type)
+            by_diffusers[t.name] = dequantize_gguf_tensor(p).float().reshape(shape)
+        else:
+            by_diffusers[t.name] = deq[t.name]
     from make_lora import FAMILIES, load  # the tiny FLUX.1's request
     pipe = load("flux")
-    missing, unexpected = pipe.transformer.load_state_dict(back, strict=True)
     image = FAMILIES["flux"]["image"]
     kw = {k: v for k, v in image.items() if k != "seed"}
-    with torch.no_grad():
-        img = pipe(**kw, generator=torch.Generator().manual_seed(image["seed"]),
-                   output_type="np").images
-    save_file({"image": torch.from_numpy(img).contiguous()},
+    images = {}
+    for key, weights in [("image", deq), ("diffusers_image", by_diffusers)]:
+        pipe.transformer.load_state_dict(original_inverse(weights, sd, inner, mlp), strict=True)
+        with torch.no_grad():
+            images[key] = torch.from_numpy(
+                pipe(**kw, generator=torch.Generator().manual_seed(image["seed"]),
+                     output_type="np").images).contiguous()
+    save_file({"model.diffusion_model." + k: v.contiguous() for k, v in o.items()},
+              os.path.join(OUT, "flux_tiny_bf16.safetensors"))
+    save_file(images,
               os.path.join(OUT, "flux_tiny_q8_0_image.safetensors"),
               metadata={"request": json.dumps(image), "gguf": "0.19.0",
                         "diffusers": diffusers.__version__, "torch": torch.__version__})

@@ -19,6 +19,7 @@
 #include "kernels/cpu/amx_gemm.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/cpu/quantized_linear.h"
 #include "kernels/dispatch.h"
 #include "kernels/kernels.h"
 #ifdef XDIT_HAVE_CUDA
@@ -44,6 +45,38 @@ ComputeType resolve_compute_type(DType requested) {
     warned = true;
   }
   return ComputeType::kF32;
+}
+
+namespace {
+thread_local WeightFormat t_weight_format = WeightFormat::kCompute;
+}  // namespace
+
+WeightFormat parse_weight_format(const std::string& name) {
+  if (name.empty() || name == "bf16" || name == "f32") return WeightFormat::kCompute;
+  if (name == "int8") return WeightFormat::kInt8;
+  if (name == "fp8") return WeightFormat::kFp8;
+  XDIT_FAIL("unknown weights dtype '", name, "' (int8, fp8, or as computed: bf16 / f32)");
+}
+
+const char* weight_format_name(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::kInt8:
+      return "int8";
+    case WeightFormat::kFp8:
+      return "fp8";
+    default:
+      return "as computed";
+  }
+}
+
+WeightFormatScope::WeightFormatScope(WeightFormat format) : previous_(t_weight_format) {
+  t_weight_format = format;
+}
+WeightFormatScope::~WeightFormatScope() {
+  t_weight_format = previous_;
+}
+WeightFormat WeightFormatScope::current() {
+  return t_weight_format;
 }
 
 namespace {
@@ -81,6 +114,8 @@ struct Linear::Impl {
   // instead of faulting in and zeroing new ones.
   Tensor packed_buf;
   AlignedVector<uint16_t> amx_packed;  // the weight when cpu::amx_gemm runs the layer
+  // The weight when it is kept block-quantized, int8 or fp8 instead.
+  std::unique_ptr<cpu::QuantizedGemm> quant;
 
   bool amx() const { return !amx_packed.empty(); }
   std::vector<float> bias;
@@ -184,6 +219,11 @@ Linear::Linear(const std::vector<Tensor>& parts, const Tensor& bias, ComputeType
     return;
   }
 #endif
+  if (const WeightFormat f = WeightFormatScope::current(); f != WeightFormat::kCompute) {
+    im.quant = cpu::make_quantized_gemm(stacked(), f, ct);
+    XDIT_DEBUG("linear ", im.in, " -> ", im.out, ": ", weight_format_name(f), " weights");
+    return;
+  }
   // Packs into one of the layouts blocked by `block` outputs
   // (cpu::pack_bf16_ba16a_b2a): each part straight from where it lies when
   // every part but the last fills whole blocks (a fused layer's parts need
@@ -235,6 +275,39 @@ Linear::Linear(const std::vector<Tensor>& parts, const Tensor& bias, ComputeType
   }
 }
 
+Linear::Linear(const std::vector<BlockRows>& parts, const Tensor& bias, ComputeType ct,
+               Activation act)
+    : impl_(std::make_unique<Impl>()) {
+  XDIT_CHECK(!parts.empty(), "linear: no weight");
+  Impl& im = *impl_;
+  for (const BlockRows& p : parts) im.out += p.rows;
+  im.in = parts[0].cols;
+  im.ct = ct;
+  im.act = act;
+  im.src_dt = ct == ComputeType::kBF16 ? dt::bf16 : dt::f32;
+  if (bias.defined()) {
+    XDIT_CHECK(bias.numel() == im.out, "linear bias has ", bias.numel(), " values, expected ",
+               im.out);
+    im.bias = bias.to_vector();
+    im.has_bias = true;
+  }
+#ifdef XDIT_HAVE_CUDA
+  if (on_cuda()) {  // decoded whole: the device keeps the expanded weight
+    std::vector<float> w(static_cast<size_t>(im.in * im.out));
+    int64_t row = 0;
+    for (const BlockRows& p : parts)
+      for (int64_t r = 0; r < p.rows; ++r, ++row)
+        p.decode_row(p.data + static_cast<size_t>(r) * p.row_bytes, w.data() + row * im.in);
+    im.device = std::make_unique<cuda::DeviceLinear>(
+        w.data(), im.has_bias ? im.bias.data() : nullptr, im.in, im.out, ct == ComputeType::kBF16,
+        act == Activation::kGeluTanh);
+    im.bias.clear();
+    return;
+  }
+#endif
+  im.quant = cpu::make_block_gemm(parts, im.in, ct);
+}
+
 void Linear::forward(const float* x, int64_t m, float* y, bool accumulate) const {
   XDIT_CHECK(!(accumulate && impl_->act != Activation::kNone),
              "linear: accumulate with a fused activation");
@@ -275,6 +348,9 @@ void Linear::run_packed(const void* src, bool src_f32, int64_t m, void* y, bool 
   }
 #endif
   const Impl& im = *impl_;
+  if (im.quant)
+    return im.quant->run(src, src_f32, m, y, accumulate, bf16_out, act,
+                         im.has_bias ? im.bias.data() : nullptr);
   if (im.amx()) {
     cpu::AmxGemmOut o;
     o.y = y;
@@ -379,6 +455,7 @@ std::string Linear::implementation(int64_t m) const {
 #ifdef XDIT_HAVE_CUDA
   if (impl_->device) return impl_->device->bf16() ? "cublasLt:bf16" : "cublasLt:f32";
 #endif
+  if (impl_->quant) return impl_->quant->implementation(m);
   if (impl_->amx()) return "xdit:amx_tiles";
   return impl_->prim_for(m, false).pd.impl_info_str();
 }
@@ -388,6 +465,16 @@ bool Linear::is_bf16() const {
   if (impl_->device) return impl_->device->bf16();
 #endif
   return impl_->ct == ComputeType::kBF16;
+}
+
+size_t Linear::weight_bytes() const {
+  const Impl& im = *impl_;
+#ifdef XDIT_HAVE_CUDA
+  if (im.device) return static_cast<size_t>(im.in * im.out) * (im.device->bf16() ? 2 : 4);
+#endif
+  if (im.quant) return im.quant->weight_bytes();
+  if (im.amx()) return im.amx_packed.size() * sizeof(uint16_t);
+  return im.packed_md.get_size();
 }
 
 int64_t Linear::in_features() const {
