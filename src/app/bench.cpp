@@ -66,7 +66,8 @@ int run_bench(const BenchOptions& o) {
         : what == "vae"       ? run_vae_row(res, dt, o.warmup, o.repeat)
         : what == "attention" ? run_attention_row(res, dt, o.warmup, o.repeat)
         : what == "flux"
-            ? run_flux_row(res, dt, o.warmup, o.repeat, f.size() > 3 && f[3] == "tensor")
+            ? run_flux_row(res, dt, o.warmup, o.repeat, f.size() > 3 && f[3] == "tensor",
+                           o.weights.at(0))
         : what == "sd3"                          ? run_sd3_row(res, dt, o.warmup, o.repeat)
         : what == "parallel" && f.at(3) == "vae" ? run_parallel_vae_row(res, dt, o.warmup, o.repeat)
         : what == "parallel" && f.at(3).rfind("pipefusion", 0) == 0
@@ -90,6 +91,7 @@ int run_bench(const BenchOptions& o) {
     std::string what;
     int64_t res;
     std::string dt;
+    std::string weights = "bf16";
   };
   std::vector<Row> rows;
   const bool all = o.what == "all";
@@ -108,7 +110,9 @@ int run_bench(const BenchOptions& o) {
       rows.push_back({"vae", *std::max_element(o.resolutions.begin(), o.resolutions.end()), dt});
   if (all || o.what == "flux")
     for (const auto& dt : o.dtypes)
-      rows.push_back({"flux", *std::max_element(o.resolutions.begin(), o.resolutions.end()), dt});
+      for (const auto& w : o.weights)
+        rows.push_back(
+            {"flux", *std::max_element(o.resolutions.begin(), o.resolutions.end()), dt, w});
   if (all || o.what == "sd3")
     for (const auto& dt : o.dtypes)
       rows.push_back({"sd3", *std::max_element(o.resolutions.begin(), o.resolutions.end()), dt});
@@ -121,7 +125,9 @@ int run_bench(const BenchOptions& o) {
               << std::setw(14) << "FLOP/s" << std::setw(14) << "GEMM peak" << std::setw(7)
               << "ratio" << std::setw(11) << "peak RSS" << std::endl;
   for (const Row& row : rows) {
-    nlohmann::json r = run_child(row.what, row.res, row.dt, o);
+    BenchOptions child = o;
+    child.weights = {row.weights};
+    nlohmann::json r = run_child(row.what, row.res, row.dt, child);
     if (o.json) {
       std::cout << r.dump() << std::endl;
       continue;
@@ -191,6 +197,12 @@ std::function<int()> add_bench(CLI::App& app) {
   b->add_option("--taylorseer_intervals", o->taylorseer_intervals,
                 "cache: TaylorSeer intervals to run (warm-up 3, order 1)")
       ->delimiter(',')
+      ->capture_default_str();
+  b->add_option("--weights", o->weights,
+                "flux: the transformer's weights as computed (bf16), int8, fp8 (--weights_dtype) "
+                "or q8_0 (GGUF blocks), a row each")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"bf16", "int8", "fp8", "q8_0"}))
       ->capture_default_str();
   b->add_option("--lora_rank", o->lora_rank, "lora: the LoRA's rank")
       ->check(CLI::Range(int64_t{1}, int64_t{1024}))

@@ -19,7 +19,10 @@
 #include "app/startup.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "io/gguf_quants.h"
 #include "io/weights.h"
+#include "kernels/linear.h"
+#include "nn/lora_side.h"
 #include "models/flux.h"
 #include "models/pixart.h"
 #include "models/sd3.h"
@@ -110,6 +113,32 @@ double flux_flops(const models::FluxConfig& c, int64_t N, int64_t L) {
   return f + 2.0 * N * D * c.in_channels;  // proj_out
 }
 
+// Random weights whose matrices of whole 32-value rows are handed over as
+// Q8_0 blocks (ggml's quantizer): a GGUF Q8_0 checkpoint's layers.
+class RandomQ8_0Weights : public io::WeightSource {
+ public:
+  explicit RandomQ8_0Weights(uint64_t seed) : base_(seed) {}
+  bool has(const std::string&) const override { return true; }
+  size_t stored_bytes() const override { return loaded().total; }
+
+ protected:
+  Tensor read(const std::string& name, const Shape& expected) const override {
+    return base_.get(name, expected);
+  }
+  std::optional<io::QuantizedRows> read_quantized(const std::string& name,
+                                                  const Shape& expected) const override {
+    if (expected.size() != 2 || expected[1] % 32 != 0) return std::nullopt;
+    const Tensor f = base_.get(name, expected).to(DType::kF32);
+    auto bytes = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(f.numel() / 32 * 34));
+    io::quantize_q8_0(f.data<float>(), f.numel() / 32, bytes->data());
+    return io::QuantizedRows{io::GgmlType::kQ8_0, expected[0], expected[1], bytes->data(),
+                             static_cast<size_t>(expected[1] / 32 * 34), bytes};
+  }
+
+ private:
+  io::RandomWeights base_;
+};
+
 }  // namespace
 
 // A FLUX.1 forward at full width (3072, 24 heads x 128, 512 T5 tokens,
@@ -120,7 +149,7 @@ double flux_flops(const models::FluxConfig& c, int64_t N, int64_t L) {
 // model is extrapolated by FLOPs (a second, smaller model timed alone to
 // separate the two kinds was swamped by run-to-run noise on shared machines).
 nlohmann::json run_flux_row(int64_t res, const std::string& dt_name, int warmup, int repeat,
-                            bool tensor) {
+                            bool tensor, const std::string& weights_kind) {
   // `tensor`: the blocks split over the 2 ranks of this job (tensor parallel).
   std::optional<parallel::Mesh> mesh;
   models::DiTStage stage;
@@ -151,22 +180,38 @@ nlohmann::json run_flux_row(int64_t res, const std::string& dt_name, int warmup,
   models::FluxConfig reduced = cfg;
   reduced.num_layers = 2;
   reduced.num_single_layers = 4;
-  io::RandomWeights weights(4);
+  io::RandomWeights random(4);
+  RandomQ8_0Weights q8_0(4);
+  const bool blocks = weights_kind == "q8_0";
+  const io::WeightSource& weights = blocks ? static_cast<const io::WeightSource&>(q8_0) : random;
   XDIT_CHECK(!(tensor && g_device.cuda()), "bench flux: the tensor-parallel row runs on the CPU");
+  XDIT_CHECK(weights_kind == "bf16" || !g_device.cuda(), "bench flux --weights ", weights_kind,
+             ": the CPU only so far");
   // The weights go to the device as the layers are made.
   std::optional<DeviceScope> scope(std::in_place, g_device);
+  std::optional<kernels::WeightFormatScope> format;
+  if (!blocks) format.emplace(kernels::parse_weight_format(weights_kind));
+  nn::LinearRegistry layers;
+  std::optional<nn::LinearRegistry::Recording> recording(std::in_place, layers);
   models::FluxTransformer model(reduced, weights, dtype, stage);
+  recording.reset();
+  format.reset();
   scope.reset();
+  size_t layer_bytes = 0;
+  for (const nn::LinearOrigin& l : layers.layers()) layer_bytes += l.weight_bytes;
   const double flops = flux_flops(reduced, N, kFluxText), full = flux_flops(cfg, N, kFluxText);
   comm::CommStats step_comm;  // the last timed step's all-reduces
   nlohmann::json r =
-      timed_row("flux_2+4_blocks", res, dt_name, flops, dtype, peak, warmup, repeat, [&] {
+      timed_row(weights_kind == "bf16" ? "flux_2+4_blocks" : "flux_2+4_blocks_" + weights_kind,
+                res, dt_name, flops, dtype, peak, warmup, repeat, [&] {
         if (mesh) mesh->tp_group().stats() = {};
         model.forward(in);
         if (mesh) step_comm = mesh->tp_group().stats();
       });
   const double t = r["seconds"].get<double>();
-  r["weight_bytes_bf16"] = weights.loaded().total / 2;  // this rank's, as bf16
+  r["weight_bytes_bf16"] = random.loaded().total / 2 + q8_0.loaded().total / 2;  // this rank's
+  r["weights"] = weights_kind;
+  r["linear_weight_bytes"] = layer_bytes;  // what the layers keep
   if (tensor) {
     r["layout"] = "tensor";
     r["ranks"] = 2;

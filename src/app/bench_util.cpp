@@ -165,7 +165,7 @@ nlohmann::json run_child(const std::string& what, int64_t res, const std::string
         << (bind ? "--bind-to core " : "--bind-to none ");
   cmd << "'/proc/" << ::getpid() << "/exe' bench " << what << " --row " << what << ":" << res << ":"
       << dt << (layout.empty() ? "" : ":" + layout) << " --warmup " << o.warmup << " --repeat "
-      << o.repeat << " --device " << o.device;
+      << o.repeat << " --device " << o.device << " --weights " << o.weights.at(0);
   if (threads > 0)
     cmd << " --threads " << threads;
   else if (o.threads > 0)

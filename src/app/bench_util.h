@@ -50,6 +50,9 @@ struct BenchOptions {
   std::vector<double> teacache_thresholds{0.12, 0.25, 0.4, 0.6};
   std::vector<int64_t> taylorseer_intervals{5, 3, 2};  // 5: diffusers' default
   int64_t lora_rank = 16;                              // lora: the LoRA's rank
+  // flux: how the transformer keeps its weights: "bf16" (as --dtypes
+  // computes), int8, fp8 (--weights_dtype) or q8_0 (GGUF blocks).
+  std::vector<std::string> weights{"bf16"};
 };
 
 // xdit bench cache (bench_cache.cpp), lora (bench_lora.cpp).
@@ -104,7 +107,7 @@ nlohmann::json run_t5_row(int64_t prompt_tokens, const std::string& dt_name, int
                           int repeat);
 nlohmann::json run_vae_row(int64_t res, const std::string& dt_name, int warmup, int repeat);
 nlohmann::json run_flux_row(int64_t res, const std::string& dt_name, int warmup, int repeat,
-                            bool tensor = false);
+                            bool tensor = false, const std::string& weights = "bf16");
 nlohmann::json run_sd3_row(int64_t res, const std::string& dt_name, int warmup, int repeat);
 
 // bench_attention.cpp

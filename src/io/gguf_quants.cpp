@@ -1,5 +1,7 @@
 #include "io/gguf_quants.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/dtype.h"
@@ -131,6 +133,21 @@ void q6_k_blocks(const uint8_t* src, int64_t blocks, float* dst) {
 }
 
 }  // namespace
+
+void quantize_q8_0(const float* src, int64_t blocks, uint8_t* dst) {
+#pragma omp parallel for if (blocks > 4096)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* x = src + b * 32;
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
+    const uint16_t h = f32_to_f16(d);
+    uint8_t* p = dst + b * 34;
+    std::memcpy(p, &h, 2);
+    for (int j = 0; j < 32; ++j)
+      p[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(x[j] * id)));
+  }
+}
 
 bool block_scales_finite(GgmlType t, const uint8_t* src, int64_t blocks) {
   // Byte offsets of the f16 scales in a block (the layouts above).

@@ -18,6 +18,11 @@ namespace xdit::io {
 // values at `dst`.
 void dequantize_blocks(GgmlType t, const uint8_t* src, int64_t blocks, float* dst);
 
+// `blocks` blocks of 32 f32 values → Q8_0 as ggml's reference quantizer
+// (and gguf-py's) makes them: d = max|x| / 127 rounded to f16, q = x / d
+// rounded half away from zero (0 for an all-zero block).
+void quantize_q8_0(const float* src, int64_t blocks, uint8_t* dst);
+
 // Whether every f16 scale (and minimum) of `blocks` blocks of a quantized
 // type is finite — then so is every value they decode to; true for the
 // float types, whose values are not scanned here.

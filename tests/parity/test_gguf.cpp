@@ -9,6 +9,7 @@
 #include <iterator>
 
 #include "io/gguf.h"
+#include "io/gguf_quants.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 
@@ -38,6 +39,19 @@ TEST(Gguf, EveryTypeDequantizesAsGgufPy) {
   EXPECT_EQ(f.tensor("q8_0_3d").shape, Shape({2, 3, 32}));
   EXPECT_EQ(f.tensor("q4_k_256").type, io::GgmlType::kQ4_K);
   EXPECT_EQ(f.tensor("q5_k_512").bytes, size_t{4 * 176});
+}
+
+// gguf-py's Q8_0 blocks are ggml's quantizer's: quantizing their own
+// values again gives the same bytes (d = max|x| / 127 comes back exactly).
+TEST(Gguf, Q8_0QuantizerMakesGgufPysBlocks) {
+  const io::GgufFile f(kDir + "types.gguf");
+  for (const char* name : {"q8_0_2d", "q8_0_3d"}) {
+    const io::GgufTensor& t = f.tensor(name);
+    const Tensor values = f.dequantized(name);
+    std::vector<uint8_t> q(t.bytes);
+    io::quantize_q8_0(values.data<float>(), values.numel() / 32, q.data());
+    EXPECT_EQ(std::vector<uint8_t>(t.data, t.data + t.bytes), q) << name;
+  }
 }
 
 TEST(Gguf, MetadataOfEveryType) {
