@@ -20,6 +20,7 @@
 #include "app/png_metadata.h"
 #include "app/rank_agreement.h"
 #include "app/startup.h"
+#include "app/weight_options.h"
 #include "comm/communicator.h"
 #include "core/device.h"
 #include "core/error.h"
@@ -31,7 +32,6 @@
 #include "io/model_ref.h"
 #include "io/png.h"
 #include "io/safetensors.h"
-#include "kernels/linear.h"
 #include "models/vae.h"
 #include "parallel/config.h"
 #include "pipeline/distributed.h"
@@ -106,8 +106,7 @@ struct GenerateOptions {
   ParallelOptions par;
   std::string trace;
   std::string model, prompt_embeds, latents, output, output_type = "pil", dtype = "bf16";
-  std::string transformer;    // a single-file checkpoint of the transformer
-  std::string weights_dtype;  // "", int8, fp8 (kernels::WeightFormat)
+  WeightOptions weights;  // --transformer, --weights_dtype
   std::optional<std::string> negative_prompt;
   std::vector<std::string> prompts;
   // Steps and guidance: the model's defaults until given (resolved by validate).
@@ -302,12 +301,7 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
   pipe.set_mesh(&mesh);
   pipe.set_device(device);  // the transformer on a GPU; refuses what has no CUDA path yet
   pipe.set_one_shot(true);  // one run: the transformer goes before the VAE decodes
-  if (!o.transformer.empty()) pipe.set_transformer_file(o.transformer);
-  const kernels::WeightFormat format = kernels::parse_weight_format(o.weights_dtype);
-  XDIT_CHECK(format == kernels::WeightFormat::kCompute || !device.cuda(), "--weights_dtype ",
-             o.weights_dtype,
-             " runs on the CPU only so far (fp8 through cuBLASLt has not run on a GPU yet)");
-  pipe.set_weights_format(format);
+  o.weights.apply(pipe, device);
   // The LoRAs checked against the model's weight headers before any loads.
   // Or kept beside them (--lora_mode side), as the request's, checked by plan().
   std::vector<pipeline::LoraRef> side_loras;
@@ -477,17 +471,7 @@ std::function<int()> add_generate(CLI::App& app) {
       "--model", o->model,
       "diffusers PixArt-α/Σ, FLUX.1 or SD3/3.5 pipeline folder, or a Hugging Face repo id "
       "ORG/NAME[@REVISION] in the local cache (default: the built-in tiny model)");
-  g->add_option("--transformer", o->transformer,
-                "the transformer's weights from one file instead of --model's folder (whose "
-                "configs and other components are still used): a GGUF of FLUX.1's original "
-                "layout, as the community's FLUX.1 GGUF files (F32/F16/BF16, Q8_0, Q4_0/1, "
-                "Q5_0/1, Q4_K, Q5_K, Q6_K; quantized matrices stay quantized in memory), or a "
-                "single-file safetensors of that layout (F32/F16/BF16)");
-  g->add_option("--weights_dtype", o->weights_dtype,
-                "keep the transformer's float weights as int8 (per output channel, run on the "
-                "CPU's int8 dot products against activations quantized per token) or fp8 "
-                "(e4m3, decoded into the compute type); default: as --dtype")
-      ->check(CLI::IsMember({"int8", "fp8", "bf16", "f32"}));
+  o->weights.add_to(g);
   g->add_option("--prompt", o->prompts, "prompt; repeat for a batch (one image each)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   g->add_option("--negative_prompt,--negative-prompt", o->negative_prompt,

@@ -118,6 +118,7 @@ int run_serve(ServeOptions& o, const CLI::App& command) {
   pipeline::Pipeline pipe(model.folder, dtype);
   pipe.set_mesh(&mesh);
   pipe.set_device(device);
+  o.weights.apply(pipe, device);
   pipe.set_keep_text_encoder(true);    // resident: encoders stay loaded between requests
   pipe.set_request_per_replica(true);  // a round gives each replica a request of its own
   // The model's default request planned on this layout before the weights
@@ -190,6 +191,7 @@ std::function<int()> add_serve(CLI::App& app) {
                 "a file whose first line is the key every request but GET /health must send as "
                 "'Authorization: Bearer <key>' (compared in constant time)");
   s->add_option("--dtype", o->dtype, "compute type: bf16 or f32")->capture_default_str();
+  o->weights.add_to(s);
   s->add_option("--device", o->device, "cpu, or cuda[:N] (a CUDA build on a machine with a GPU)")
       ->capture_default_str();
   s->add_option("--threads", o->threads,

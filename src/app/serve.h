@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "app/parallel_options.h"
+#include "app/weight_options.h"
 #include "comm/communicator.h"
 #include "parallel/config.h"
 #include "pipeline/pipeline.h"
@@ -18,6 +19,7 @@ namespace xdit::app {
 
 struct ServeOptions {
   ParallelOptions par;
+  WeightOptions weights;  // --transformer, --weights_dtype
   std::string model, dtype = "bf16", host = "127.0.0.1", device = "cpu";
   int port = 6000;
   int max_queue = 16;

@@ -56,7 +56,8 @@ void Pipeline::set_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched) 
   if (loras.empty()) return;
   const auto* store = dynamic_cast<const io::WeightStore*>(weights_.get());
   XDIT_CHECK(store != nullptr,
-             "LoRAs apply to a model folder's weights (not yet to a --transformer file)");
+             "LoRAs merge into a model folder's weights only (not yet a --transformer file's): "
+             "apply them beside it as side paths (--lora_mode side)");
   XDIT_CHECK(!text_opened_, "set_loras before the first plan opens the text encoders");
   std::vector<std::string> adaptable = family_->lora_text_components();
   adaptable.insert(adaptable.begin(), "transformer");

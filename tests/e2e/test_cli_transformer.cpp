@@ -1,5 +1,6 @@
-// xdit generate --transformer FILE end to end: the tiny FLUX.1 with its
-// transformer from a GGUF of the original layout writes the library's image
+// xdit generate --transformer FILE and --weights_dtype end to end: the tiny
+// FLUX.1 with its transformer from a GGUF of the original layout (or a
+// single-file safetensors, or int8 weights) writes the library's image
 // (tests/parity/test_flux_checkpoint.cpp: = diffusers'); a file that is no
 // GGUF, a truncated one and another model's are one line before any weight
 // loads, and write nothing.
@@ -10,6 +11,7 @@
 
 #include "cli_generate.h"
 #include "io/png.h"
+#include "kernels/linear.h"
 #include "pipeline/pipeline.h"
 #include "test_util.h"
 
@@ -42,6 +44,30 @@ TEST_F(CliTransformer, GgufGivesTheLibrarysImage) {
   req.num_inference_steps = 3;
   req.seed = 3;
   EXPECT_EQ(test::worst_pixel_difference(pipe.generate(req).rgb.at(0), io::read_png(out()).rgb), 0);
+}
+
+// --weights_dtype int8 and a single-file safetensors: the library's images.
+TEST_F(CliTransformer, WeightsDtypeAndSafetensorsGiveTheLibrarysImages) {
+  const auto library = [](const std::string& file, kernels::WeightFormat format) {
+    pipeline::Pipeline pipe(std::string(XDIT_MODELS) + "/flux-schnell-tiny", DType::kF32);
+    if (!file.empty()) pipe.set_transformer_file(file);
+    pipe.set_weights_format(format);
+    pipeline::ImageRequest req;
+    req.prompts = {"a red fox"};
+    req.height = 48;
+    req.width = 80;
+    req.num_inference_steps = 3;
+    req.seed = 3;
+    return pipe.generate(req).rgb.at(0);
+  };
+  test::CommandResult r = generate("--weights_dtype int8");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(io::read_png(out()).rgb, library("", kernels::WeightFormat::kInt8));
+  r = generate("--transformer '" + gguf("flux_tiny_bf16.safetensors") + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(io::read_png(out()).rgb, library("", kernels::WeightFormat::kCompute));
+  fs::remove(out());
+  expect_error("--weights_dtype int4", "--weights_dtype");
 }
 
 TEST_F(CliTransformer, BadFilesAreOneLineBeforeAnyWeightLoads) {

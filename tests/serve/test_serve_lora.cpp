@@ -135,6 +135,40 @@ TEST_F(ServeLora, RequestsSwitchLorasAndEqualXditGenerate) {
   EXPECT_EQ(loads, 1u) << log;
 }
 
+// xdit serve --transformer (a Q8_0 GGUF: its layers keep the blocks) with
+// a request's LoRA as side paths over them: xdit generate's image with the
+// same file and --lora_mode side, bit for bit; and without the LoRA.
+TEST_F(ServeLora, QuantizedTransformerTakesRequestLoras) {
+  const fs::path loras = dir_ / "loras";
+  fs::create_directories(loras);
+  fs::copy_file(lora("flux_a"), loras / "flux_a.safetensors");
+  const std::string model = "--model '" + kModels + "/flux-schnell-tiny' --dtype f32 " +
+                            "--transformer '" + XDIT_TEST_DATA +
+                            "/flux_checkpoint/flux_tiny_q8_0.gguf'";
+  test::ServeProcess s(model + " --lora_dir '" + loras.string() + "'", dir_);
+  ASSERT_TRUE(s.listening()) << s.log();
+  auto c = s.client();
+  const std::string request =
+      R"("prompt": "a red fox", "num_inference_steps": 3, "seed": 5, "height": 48, "width": 80)";
+  const std::string cli =
+      model + " --prompt 'a red fox' --num_inference_steps 3 --seed 5 --height 48 --width 80";
+  std::vector<io::PngImage> served;
+  for (const bool with_lora : {true, false}) {
+    SCOPED_TRACE(with_lora);
+    const test::Reply r = test::post_json(
+        c, "/generate",
+        "{" + request + (with_lora ? R"(, "loras": [{"name": "flux_a", "scale": 0.7}])" : "") +
+            "}");
+    ASSERT_EQ(r.status, 200) << r.body.dump();
+    const io::PngImage want = generate(
+        cli + (with_lora ? " --lora '" + lora("flux_a") + "':0.7 --lora_mode side" : ""),
+        with_lora ? "lora.png" : "base.png");
+    served.push_back(test::png_of_base64(r.body["output"]));
+    EXPECT_EQ(test::max_pixel_diff(served.back(), want), 0);
+  }
+  EXPECT_GT(test::max_pixel_diff(served[0], served[1]), 8);  // the LoRA is visible
+}
+
 TEST(ServeLoraDir, AServerWithoutOneRefusesLoras) {
   try {
     serve::LoraDir().resolve("style");
