@@ -62,12 +62,11 @@ int run_bench(const BenchOptions& o) {
     const std::string& dt = f[2];
     const int64_t res = row_integer(f[1], "RES");
     nlohmann::json r =
-        what == "t5"          ? run_t5_row(res, dt, o.warmup, o.repeat)
-        : what == "vae"       ? run_vae_row(res, dt, o.warmup, o.repeat)
-        : what == "attention" ? run_attention_row(res, dt, o.warmup, o.repeat)
-        : what == "flux"
-            ? run_flux_row(res, dt, o.warmup, o.repeat, f.size() > 3 && f[3] == "tensor",
-                           o.weights.at(0))
+        what == "t5"                             ? run_t5_row(res, dt, o.warmup, o.repeat)
+        : what == "vae"                          ? run_vae_row(res, dt, o.warmup, o.repeat)
+        : what == "attention"                    ? run_attention_row(res, dt, o.warmup, o.repeat)
+        : what == "flux"                         ? run_flux_row(res, dt, o.warmup, o.repeat,
+                                                                f.size() > 3 && f[3] == "tensor", o.weights.at(0))
         : what == "sd3"                          ? run_sd3_row(res, dt, o.warmup, o.repeat)
         : what == "parallel" && f.at(3) == "vae" ? run_parallel_vae_row(res, dt, o.warmup, o.repeat)
         : what == "parallel" && f.at(3).rfind("pipefusion", 0) == 0

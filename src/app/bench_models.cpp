@@ -22,12 +22,12 @@
 #include "io/gguf_quants.h"
 #include "io/weights.h"
 #include "kernels/linear.h"
-#include "nn/lora_side.h"
 #include "models/flux.h"
 #include "models/pixart.h"
 #include "models/sd3.h"
 #include "models/t5.h"
 #include "models/vae.h"
+#include "nn/lora_side.h"
 #include "parallel/config.h"
 
 namespace xdit::app::bench {
@@ -131,8 +131,12 @@ class RandomQ8_0Weights : public io::WeightSource {
     const Tensor f = base_.get(name, expected).to(DType::kF32);
     auto bytes = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(f.numel() / 32 * 34));
     io::quantize_q8_0(f.data<float>(), f.numel() / 32, bytes->data());
-    return io::QuantizedRows{io::GgmlType::kQ8_0, expected[0], expected[1], bytes->data(),
-                             static_cast<size_t>(expected[1] / 32 * 34), bytes};
+    return io::QuantizedRows{io::GgmlType::kQ8_0,
+                             expected[0],
+                             expected[1],
+                             bytes->data(),
+                             static_cast<size_t>(expected[1] / 32 * 34),
+                             bytes};
   }
 
  private:
@@ -202,12 +206,12 @@ nlohmann::json run_flux_row(int64_t res, const std::string& dt_name, int warmup,
   const double flops = flux_flops(reduced, N, kFluxText), full = flux_flops(cfg, N, kFluxText);
   comm::CommStats step_comm;  // the last timed step's all-reduces
   nlohmann::json r =
-      timed_row(weights_kind == "bf16" ? "flux_2+4_blocks" : "flux_2+4_blocks_" + weights_kind,
-                res, dt_name, flops, dtype, peak, warmup, repeat, [&] {
-        if (mesh) mesh->tp_group().stats() = {};
-        model.forward(in);
-        if (mesh) step_comm = mesh->tp_group().stats();
-      });
+      timed_row(weights_kind == "bf16" ? "flux_2+4_blocks" : "flux_2+4_blocks_" + weights_kind, res,
+                dt_name, flops, dtype, peak, warmup, repeat, [&] {
+                  if (mesh) mesh->tp_group().stats() = {};
+                  model.forward(in);
+                  if (mesh) step_comm = mesh->tp_group().stats();
+                });
   const double t = r["seconds"].get<double>();
   r["weight_bytes_bf16"] = random.loaded().total / 2 + q8_0.loaded().total / 2;  // this rank's
   r["weights"] = weights_kind;

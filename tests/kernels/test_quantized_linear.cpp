@@ -14,6 +14,7 @@
 
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "io/gguf.h"
 #include "io/gguf_quants.h"
 #include "kernels/cpu/quantized_linear.h"
 #include "kernels/kernels.h"
@@ -80,6 +81,29 @@ TEST(QuantizedLinear, BlocksGiveTheLayerOfTheirDecodedWeight) {
       EXPECT_LT(test::rel_max_err(a, c), 2e-2) << "bf16 out m=" << m;
     }
   }
+}
+
+// Every block type gguf-py wrote (tests/data/gguf/types.gguf, K-quants
+// too): the layer over its blocks = the layer over its decoded values.
+TEST(QuantizedLinear, EveryGgufTypeGivesItsDecodedWeightsLayer) {
+  const io::GgufFile f(std::string(XDIT_TEST_DATA) + "/gguf/types.gguf");
+  int matrices = 0;
+  for (const auto& [name, t] : f.tensors()) {
+    if (t.shape.size() != 2 || io::ggml_block_values(t.type) == 1) continue;
+    SCOPED_TRACE(name);
+    ++matrices;
+    const int64_t out = t.shape[0], in = t.shape[1];
+    const io::QuantizedRows q{t.type, out, in, t.data, t.bytes / static_cast<size_t>(out), {}};
+    const Linear blocks({nn::block_rows(q, 0, out)}, Tensor(), ComputeType::kF32,
+                        Activation::kNone);
+    const Linear dense(f.dequantized(name), Tensor(), ComputeType::kF32);
+    const auto x = test::randn(5 * in, 17);
+    std::vector<float> y(5 * out), r(5 * out);
+    blocks.forward(x.data(), 5, y.data());
+    dense.forward(x.data(), 5, r.data());
+    EXPECT_LT(test::rel_max_err(y, r), 1e-5);
+  }
+  EXPECT_GE(matrices, 6);  // Q8_0, Q4_0/1, Q5_0/1, Q4_K, Q5_K, Q6_K
 }
 
 TEST(QuantizedLinear, FusedPartsOfMixedStorageAccumulate) {

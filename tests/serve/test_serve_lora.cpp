@@ -160,9 +160,9 @@ TEST_F(ServeLora, QuantizedTransformerTakesRequestLoras) {
         "{" + request + (with_lora ? R"(, "loras": [{"name": "flux_a", "scale": 0.7}])" : "") +
             "}");
     ASSERT_EQ(r.status, 200) << r.body.dump();
-    const io::PngImage want = generate(
-        cli + (with_lora ? " --lora '" + lora("flux_a") + "':0.7 --lora_mode side" : ""),
-        with_lora ? "lora.png" : "base.png");
+    const io::PngImage want =
+        generate(cli + (with_lora ? " --lora '" + lora("flux_a") + "':0.7 --lora_mode side" : ""),
+                 with_lora ? "lora.png" : "base.png");
     served.push_back(test::png_of_base64(r.body["output"]));
     EXPECT_EQ(test::max_pixel_diff(served.back(), want), 0);
   }
