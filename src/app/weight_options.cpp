@@ -21,6 +21,7 @@ void WeightOptions::add_to(CLI::App* app) {
 
 void WeightOptions::apply(pipeline::Pipeline& pipe, const Device& device) const {
   if (!transformer.empty()) pipe.set_transformer_file(transformer);
+  pipe.check_transformer_weights();
   const kernels::WeightFormat format = kernels::parse_weight_format(weights_dtype);
   XDIT_CHECK(format == kernels::WeightFormat::kCompute || !device.cuda(), "--weights_dtype ",
              weights_dtype,

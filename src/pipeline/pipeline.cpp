@@ -38,8 +38,20 @@ Pipeline::Pipeline(const std::string& folder, DType dtype) : folder_(folder), dt
   sched_cfg_ = schedulers::SchedulerConfig::from_json(
       folder_->component_config(scheduler, "scheduler_config.json"),
       folder_->component(scheduler) + "/scheduler_config.json");
-  auto store =
-      std::make_unique<io::WeightStore>(folder_->component(family_->component(Kind::kTransformer)));
+  const std::string transformer = folder_->component(family_->component(Kind::kTransformer));
+  // A folder without the transformer's weights (its config only, the
+  // weights downloaded as one GGUF or safetensors file): they come from
+  // set_transformer_file, and load() without it is one line.
+  bool has_weights = false;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(transformer, ec))
+    has_weights = has_weights || e.path().string().ends_with(".safetensors") ||
+                  e.path().string().ends_with(".safetensors.index.json");
+  if (!has_weights && !ec) {
+    transformer_file_needed_ = true;
+    return;
+  }
+  auto store = std::make_unique<io::WeightStore>(transformer);
   store->check_shapes(family_->weight_specs({}));  // the config against the headers
   weights_ = std::move(store);
 }
@@ -51,6 +63,8 @@ Pipeline::Pipeline(std::unique_ptr<ModelFamily> family, const schedulers::Schedu
 Pipeline::~Pipeline() = default;
 
 void Pipeline::set_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched) {
+  XDIT_CHECK(!transformer_file_needed_ || weights_,
+             "set_transformer_file before set_loras (the folder has no transformer weights)");
   XDIT_CHECK(!transformer_ && weights_, "set_loras before the transformer loads");
   XDIT_CHECK(!lora_base_, "set_loras once per pipeline");
   if (loras.empty()) return;
@@ -94,7 +108,7 @@ void Pipeline::set_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched) 
 }
 
 void Pipeline::set_transformer_file(const std::string& path) {
-  XDIT_CHECK(!transformer_ && !lora_base_ && weights_,
+  XDIT_CHECK(!transformer_ && !lora_base_ && (weights_ || transformer_file_needed_),
              "set_transformer_file before set_loras and the load");
   XDIT_CHECK(folder_ && folder_->pipeline_class() == "FluxPipeline", "--transformer ", path,
              ": single-file checkpoints of FLUX.1 only so far; this model's transformer is read "
@@ -108,6 +122,13 @@ void Pipeline::set_transformer_file(const std::string& path) {
       std::make_shared<io::CheckpointFile>(path), spec().hidden, mlp[0]);
   source->check_shapes(specs);  // the config against the file, before any weight is read
   weights_ = std::move(source);
+}
+
+void Pipeline::check_transformer_weights() const {
+  XDIT_CHECK(weights_ || !transformer_file_needed_,
+             "the model folder's transformer has no weights (no *.safetensors in ",
+             folder_->component(family_->component(ModelFamily::ComponentKind::kTransformer)),
+             "): give them as one file with --transformer FILE");
 }
 
 void Pipeline::set_weights_format(kernels::WeightFormat f) {
@@ -197,6 +218,7 @@ void Pipeline::set_device(Device device) {
 
 void Pipeline::load() {
   if (transformer_) return;
+  check_transformer_weights();
   XDIT_CHECK(weights_,
              "this one-shot pipeline released its transformer after its image; make a "
              "new pipeline for another");

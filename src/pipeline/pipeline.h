@@ -122,6 +122,10 @@ class Pipeline {
   // How the transformer's layers keep weights stored as floats
   // (--weights_dtype: int8, fp8; kernels::WeightFormat). Set before load().
   void set_weights_format(kernels::WeightFormat f);
+  // Throws one line when the folder holds no transformer weights and no
+  // file was given (set_transformer_file): called by load(), and by the
+  // front ends before any heavy work.
+  void check_transformer_weights() const;
   // "a.safetensors:0.7, b.safetensors:-0.4" (file names), "" when none.
   const std::string& lora_label() const { return lora_label_; }
   // A request's LoRAs (ImageRequest::loras, by path) are checked by plan()
@@ -257,6 +261,7 @@ class Pipeline {
   schedulers::SchedulerConfig sched_cfg_;
   std::unique_ptr<io::WeightSource> weights_;  // until load() has built the transformer
   kernels::WeightFormat weights_format_ = kernels::WeightFormat::kCompute;
+  bool transformer_file_needed_ = false;  // the folder holds no transformer weights
   // With LoRAs: the folder's weights, which weights_ (nn::LoraWeights) reads.
   std::unique_ptr<io::WeightSource> lora_base_;
   std::string lora_label_;

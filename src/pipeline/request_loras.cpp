@@ -91,7 +91,10 @@ std::vector<LoraRef> Pipeline::checked_request_loras(const std::vector<LoraRef>&
   // load(), or a pipeline that checks requests), else the shapes load() kept.
   const io::WeightSource* source = lora_base_ ? lora_base_.get() : weights_.get();
   const auto* store = dynamic_cast<const io::WeightStore*>(source);
-  if (store == nullptr && model_shapes_.empty()) return loras;  // (a WeightSource: no names)
+  // Another source (a --transformer file, random weights): the config's
+  // shapes, which that source was checked against.
+  if (store == nullptr && model_shapes_.empty())
+    for (const auto& [name, shape] : family_->weight_specs({})) model_shapes_[name] = shape;
   const auto adapters = nn::match_lora_adapters(
       uses, "transformer",
       [&](const std::string& n) -> std::optional<Shape> {

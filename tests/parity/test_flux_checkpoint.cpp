@@ -5,7 +5,9 @@
 // from the same original tensor, rows and halves.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -116,6 +118,30 @@ TEST(FluxCheckpoint, ImageFromGgufIsDiffusers) {
   const std::string st = test::error_message(
       [&] { pipeline::Pipeline(folder, DType::kF32).set_transformer_file(data("rows.json")); });
   EXPECT_NE(st.find("a GGUF (.gguf) or safetensors"), std::string::npos) << st;
+}
+
+// A folder with the transformer's config but not its weights (a GGUF
+// downloaded instead): the file gives the folder's image; without it, one
+// line before anything loads.
+TEST(FluxCheckpoint, FolderWithoutTransformerWeightsTakesTheFile) {
+  namespace fs = std::filesystem;
+  const fs::path src = std::string(XDIT_MODELS) + "/flux-schnell-tiny";
+  const fs::path dir =
+      fs::temp_directory_path() / ("xdit_no_weights_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::copy(src, dir, fs::copy_options::recursive);
+  for (const auto& e : fs::directory_iterator(dir / "transformer"))
+    if (e.path().extension() == ".safetensors") fs::remove(e.path());
+  const pipeline::ImageRequest r = test::flux_lora_request();
+  pipeline::Pipeline want(src.string(), DType::kF32), got(dir.string(), DType::kF32);
+  got.set_transformer_file(data("flux_tiny_bf16.gguf"));
+  EXPECT_EQ(got.generate(r).rgb, want.generate(r).rgb);
+  pipeline::Pipeline none(dir.string(), DType::kF32);
+  const std::string e = test::error_message([&] { none.check_transformer_weights(); });
+  EXPECT_NE(e.find("give them as one file with --transformer FILE"), std::string::npos) << e;
+  EXPECT_NE(test::error_message([&] { none.generate(r); }).find("--transformer FILE"),
+            std::string::npos);
+  fs::remove_all(dir);
 }
 
 // A GGUF of another width, and NaN scales: one line each.
