@@ -248,6 +248,9 @@ Tensor LoraWeights::merged(const std::string& name, const Tensor& w, int64_t r0,
     int64_t r;
   };
   std::vector<Delta> deltas;
+  // The deltas' products in f32, whatever the layers being loaded keep
+  // (--weights_dtype: the merged weight is quantized by its layer, once).
+  const kernels::WeightFormatScope exact(kernels::WeightFormat::kCompute);
   for (const LoraAdapter& a : adapters_.at(name)) {
     const int64_t r = a.module->rank;
     const Tensor B = a.file->up(*a.module), A = a.file->down(*a.module);

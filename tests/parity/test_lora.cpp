@@ -13,6 +13,7 @@
 #include <map>
 
 #include "io/safetensors.h"
+#include "kernels/linear.h"
 #include "nn/lora.h"
 #include "pipeline/pipeline.h"
 #include "test_util.h"
@@ -134,6 +135,20 @@ TEST_P(LoraFamily, ImagesAreDiffusers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, LoraFamily, testing::Values("flux", "sd3", "sd35"));
+
+// Merged while int8 layers load (--weights_dtype int8 with --lora): the
+// merged weight is the same f32 one (its layer then quantizes it once).
+TEST(Lora, MergeUnderAQuantizingLoadIsTheSame) {
+  const io::WeightStore base(transformer_dir());
+  const nn::LoraWeights merged(base, both(0.7, -0.4), "transformer");
+  const auto f32 = io::read_safetensors_f32(data("flux_merged.safetensors"));
+  for (const auto& [name, w] : f32) {
+    SCOPED_TRACE(name);
+    const std::vector<float> plain = merged.get(name, w.shape()).to_vector();
+    const kernels::WeightFormatScope int8(kernels::WeightFormat::kInt8);
+    EXPECT_EQ(merged.get(name, w.shape()).to_vector(), plain);
+  }
+}
 
 // bf16 layers: the merged weight is formed in f32 and rounded once when the
 // layer packs it — the f32 merge rounded equals the f32 golden rounded (up
