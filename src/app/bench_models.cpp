@@ -125,8 +125,8 @@ class RandomQ8_0Weights : public io::WeightSource {
   Tensor read(const std::string& name, const Shape& expected) const override {
     return base_.get(name, expected);
   }
-  std::optional<io::QuantizedRows> read_quantized(const std::string& name,
-                                                  const Shape& expected) const override {
+  std::optional<io::QuantizedRows> read_quantized(const std::string& name, const Shape& expected,
+                                                  const Shape& /*share*/) const override {
     if (expected.size() != 2 || expected[1] % 32 != 0) return std::nullopt;
     const Tensor f = base_.get(name, expected).to(DType::kF32);
     auto bytes = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(f.numel() / 32 * 34));
@@ -213,7 +213,12 @@ nlohmann::json run_flux_row(int64_t res, const std::string& dt_name, int warmup,
                   if (mesh) step_comm = mesh->tp_group().stats();
                 });
   const double t = r["seconds"].get<double>();
-  r["weight_bytes_bf16"] = random.loaded().total / 2 + q8_0.loaded().total / 2;  // this rank's
+  // This rank's weights as bf16 (RandomWeights makes f32 values; the Q8_0
+  // rows' whole model, a row-parallel weight read once per part).
+  double elements = 0;
+  for (const auto& [name, shape] : reduced.weight_specs())
+    elements += static_cast<double>(shape_numel(shape));
+  r["weight_bytes_bf16"] = blocks ? 2 * elements : static_cast<double>(random.loaded().total / 2);
   r["weights"] = weights_kind;
   r["linear_weight_bytes"] = layer_bytes;  // what the layers keep
   if (tensor) {

@@ -16,7 +16,7 @@ void WeightOptions::add_to(CLI::App* app) {
                   "keep the transformer's float weights as int8 (per output channel, run on the "
                   "CPU's int8 dot products against activations quantized per token) or fp8 "
                   "(e4m3, decoded into the compute type); default: as --dtype")
-      ->check(CLI::IsMember({"int8", "fp8", "bf16", "f32"}));
+      ->check(CLI::IsMember({"int8", "fp8"}));
 }
 
 void WeightOptions::apply(pipeline::Pipeline& pipe, const Device& device) const {

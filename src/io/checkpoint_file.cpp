@@ -13,7 +13,6 @@ bool ends_with(const std::string& s, const std::string& tail) {
 CheckpointFile::CheckpointFile(const std::string& path) : path_(path) {
   if (ends_with(path, ".gguf")) {
     gguf_ = std::make_shared<GgufFile>(path);
-    tensors_ = &gguf_->tensors();
     return;
   }
   XDIT_CHECK(ends_with(path, ".safetensors"), path,
@@ -31,16 +30,15 @@ CheckpointFile::CheckpointFile(const std::string& path) : path_(path) {
       XDIT_FAIL("safetensors file ", path, ": ", name, " is ", e.dtype,
                 "; a checkpoint's tensors are read in F32, F16 or BF16");
     t.shape = e.shape;
-    const Tensor view = safetensors_->get(name);
+    const Tensor& view = views_[name] = safetensors_->get(name);
     t.data = static_cast<const uint8_t*>(view.raw());
     t.bytes = e.end - e.begin;
     table_[name] = t;
   }
-  tensors_ = &table_;
 }
 
 CheckpointFile::CheckpointFile(std::shared_ptr<const GgufFile> gguf)
-    : path_(gguf->path()), gguf_(std::move(gguf)), tensors_(&gguf_->tensors()) {}
+    : path_(gguf->path()), gguf_(std::move(gguf)) {}
 
 void CheckpointFile::drop_pages(const std::string& name, size_t from, size_t bytes) const {
   if (gguf_) return gguf_->drop_pages(gguf_->tensor(name), from, bytes);

@@ -23,7 +23,9 @@ class CheckpointFile {
   explicit CheckpointFile(std::shared_ptr<const GgufFile> gguf);
   const std::string& path() const { return path_; }
   const char* kind() const { return gguf_ ? "GGUF" : "safetensors"; }
-  const std::map<std::string, GgufTensor>& tensors() const { return *tensors_; }
+  const std::map<std::string, GgufTensor>& tensors() const {
+    return gguf_ ? gguf_->tensors() : table_;
+  }
   // The pages of bytes [from, from + bytes) of tensor `name` leave the
   // resident set (a safetensors file's: the whole tensor's).
   void drop_pages(const std::string& name, size_t from, size_t bytes) const;
@@ -33,7 +35,10 @@ class CheckpointFile {
   std::shared_ptr<const GgufFile> gguf_;
   std::shared_ptr<const SafeTensorsFile> safetensors_;
   std::map<std::string, GgufTensor> table_;  // a safetensors file's
-  const std::map<std::string, GgufTensor>* tensors_ = nullptr;
+  // The tensors table_ points into: views of the mapping, or aligned
+  // copies of tensors the file stores at an offset their dtype cannot be
+  // read at (SafeTensorsFile::get).
+  std::map<std::string, Tensor> views_;
 };
 
 }  // namespace xdit::io

@@ -114,13 +114,17 @@ Tensor WeightSource::get(const std::string& name, const Shape& expected) const {
   return t;
 }
 
-std::optional<QuantizedRows> WeightSource::quantized(const std::string& name,
-                                                     const Shape& expected) const {
-  std::optional<QuantizedRows> q = read_quantized(name, expected);
+std::optional<QuantizedRows> WeightSource::quantized(const std::string& name, const Shape& expected,
+                                                     const Shape& share) const {
+  std::optional<QuantizedRows> q = read_quantized(name, expected, share);
   if (!q) return q;
   XDIT_CHECK(expected == Shape({q->rows, q->cols}), "weight '", name, "' is stored as [", q->rows,
              ", ", q->cols, "], expected ", shape_str(expected));
-  loaded_.total += static_cast<size_t>(q->rows) * q->row_bytes;
+  const Shape kept = share.empty() ? expected : share;
+  const auto bytes = static_cast<size_t>(kept[0]) * q->row_bytes * static_cast<size_t>(kept[1]) /
+                     static_cast<size_t>(q->cols);
+  loaded_.total += bytes;
+  if (!share.empty()) loaded_.sliced += bytes;
   return q;
 }
 

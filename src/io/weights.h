@@ -43,7 +43,10 @@ class WeightSource {
   // The matrix `name` of shape `expected` as the blocks it is stored in,
   // when the source keeps it block-quantized; none when it is stored as
   // floats (read it with get()). Throws one line for non-finite scales.
-  std::optional<QuantizedRows> quantized(const std::string& name, const Shape& expected) const;
+  // `share` ([rows, cols] a tensor-parallel rank keeps of it; empty: all)
+  // is what loaded() counts.
+  std::optional<QuantizedRows> quantized(const std::string& name, const Shape& expected,
+                                         const Shape& share = {}) const;
   // Bytes of the weights as stored (for memory estimates and logs).
   virtual size_t stored_bytes() const = 0;
   // Called once the weight `name` has been converted into a layer's own
@@ -63,7 +66,8 @@ class WeightSource {
   virtual Tensor read(const std::string& name, const Shape& expected) const = 0;
   // None by default: every weight is stored as floats.
   virtual std::optional<QuantizedRows> read_quantized(const std::string& /*name*/,
-                                                      const Shape& /*expected*/) const {
+                                                      const Shape& /*expected*/,
+                                                      const Shape& /*share*/) const {
     return std::nullopt;
   }
   // Default: a view of read()'s rows, or its columns copied out.

@@ -179,7 +179,8 @@ FluxCheckpointWeights::Located FluxCheckpointWeights::locate(const std::string& 
 }
 
 std::optional<io::QuantizedRows> FluxCheckpointWeights::read_quantized(
-    const std::string& name, const Shape& /*expected: quantized() checks*/) const {
+    const std::string& name, const Shape& /*expected: quantized() checks*/,
+    const Shape& /*share*/) const {
   const Located l = locate(name);
   if (io::ggml_block_values(l.tensor->type) == 1 || l.tensor->shape.size() != 2 ||
       l.rows.swap_halves)

@@ -57,8 +57,8 @@ class FluxCheckpointWeights : public io::WeightSource {
   // A matrix stored quantized (Q8_0, Q4_K, ...) as its blocks: the rows
   // the weight takes, in place in the mapping; none for float tensors and
   // the final modulation (its halves are exchanged).
-  std::optional<io::QuantizedRows> read_quantized(const std::string& name,
-                                                  const Shape& expected) const override;
+  std::optional<io::QuantizedRows> read_quantized(const std::string& name, const Shape& expected,
+                                                  const Shape& share) const override;
 
  private:
   // The file's tensor of an original name (nullptr when it has none), and

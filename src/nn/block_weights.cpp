@@ -13,6 +13,8 @@ kernels::BlockRows decoded_as(const io::QuantizedRows& q, int64_t cols) {
   kernels::BlockRows b;
   b.cols = cols;
   const io::GgmlType t = q.type;
+  XDIT_CHECK(cols % io::ggml_block_values(t) == 0, "a ", io::ggml_type_name(t), " row of ", cols,
+             " values is not whole blocks");
   const int64_t blocks = cols / io::ggml_block_values(t);
   b.row_bytes = static_cast<size_t>(blocks * io::ggml_block_bytes(t));
   b.decode_row = [t, blocks](const uint8_t* row, float* dst) {
@@ -27,6 +29,8 @@ kernels::BlockRows block_rows(const io::QuantizedRows& q, int64_t r0, int64_t n)
   XDIT_CHECK(r0 >= 0 && n >= 0 && r0 + n <= q.rows, "quantized rows [", r0, ", ", r0 + n,
              ") outside the weight's ", q.rows);
   kernels::BlockRows b = decoded_as(q, q.cols);
+  XDIT_CHECK(b.row_bytes == q.row_bytes, "quantized rows of ", q.row_bytes, " bytes, expected ",
+             b.row_bytes, " (padded rows are not read)");
   b.data = q.data + static_cast<size_t>(r0) * q.row_bytes;
   b.rows = n;
   return b;

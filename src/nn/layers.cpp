@@ -99,7 +99,8 @@ kernels::Linear load_fused_linear(const io::WeightSource& w,
   std::vector<std::optional<io::QuantizedRows>> quantized;
   bool any_quantized = false;
   for (size_t i = 0; i < prefixes.size(); ++i) {
-    quantized.push_back(w.quantized(prefixes[i] + ".weight", {outs[i], in}));
+    const Shape share = tp.split() ? Shape{outs[i] / tp.size, in} : Shape{};
+    quantized.push_back(w.quantized(prefixes[i] + ".weight", {outs[i], in}, share));
     any_quantized = any_quantized || quantized.back().has_value();
   }
   std::vector<Tensor> parts;
@@ -166,7 +167,11 @@ kernels::Linear load_row_linear(const io::WeightSource& w, const std::string& pr
   // This rank's columns of each part (or of part `only`), side by side.
   const auto mine = [&](size_t i) { return only < 0 || static_cast<int>(i) == only; };
   const bool add_bias = bias && tp.rank == 0;
-  if (const auto q = w.quantized(wn, shape)) {  // its blocks' share
+  int64_t share_cols = 0;
+  for (size_t i = 0; i < ins.size(); ++i)
+    if (mine(i)) share_cols += ins[i] / tp.size;
+  const Shape share = tp.split() || only >= 0 ? Shape{out, share_cols} : Shape{};
+  if (const auto q = w.quantized(wn, shape, share)) {  // its blocks' share
     LinearOrigin origin{{wn}, {{0, out}}, {}, nullptr};
     int64_t part_begin = 0;
     for (size_t i = 0; i < ins.size(); ++i) {

@@ -50,8 +50,9 @@ Tensor RecordingWeights::read_slice(const std::string& name, const Shape& expect
 }
 
 std::optional<io::QuantizedRows> RecordingWeights::read_quantized(const std::string& name,
-                                                                  const Shape& expected) const {
-  std::optional<io::QuantizedRows> q = base_.quantized(name, expected);
+                                                                  const Shape& expected,
+                                                                  const Shape& share) const {
+  std::optional<io::QuantizedRows> q = base_.quantized(name, expected, share);
   if (q) registry_.shapes_[name] = expected;
   return q;
 }

@@ -75,8 +75,8 @@ class RecordingWeights : public io::WeightSource {
   Tensor read(const std::string& name, const Shape& expected) const override;
   Tensor read_slice(const std::string& name, const Shape& expected, int dim, int64_t begin,
                     int64_t count) const override;
-  std::optional<io::QuantizedRows> read_quantized(const std::string& name,
-                                                  const Shape& expected) const override;
+  std::optional<io::QuantizedRows> read_quantized(const std::string& name, const Shape& expected,
+                                                  const Shape& share) const override;
 
  private:
   const io::WeightSource& base_;

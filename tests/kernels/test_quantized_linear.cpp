@@ -146,21 +146,25 @@ TEST(QuantizedLinear, ColumnSharesKeepWholeBlocksAndRefuseCuts) {
 std::vector<float> int8_reference(const std::vector<float>& x, const std::vector<float>& w,
                                   const std::vector<float>& b, int64_t m, int64_t in, int64_t out,
                                   bool quantize_x) {
-  const auto quantize = [](const float* v, int64_t n, std::vector<double>& q) {
+  const auto quantize = [](const float* v, int64_t n, std::vector<double>& q, bool activations) {
     float amax = 0;
     for (int64_t j = 0; j < n; ++j) amax = std::max(amax, std::fabs(v[j]));
     const float s = amax > 0 ? amax / 127.0f : 1.0f;
     q.resize(static_cast<size_t>(n));
-    for (int64_t j = 0; j < n; ++j) q[j] = std::clamp(std::nearbyint(v[j] / s), -127.0f, 127.0f);
+    // Activations are multiplied by 1 / s, weights divided by s (the layer's
+    // own arithmetic: a tie rounds alike).
+    const float inv = 1.0f / s;
+    for (int64_t j = 0; j < n; ++j)
+      q[j] = std::clamp(std::nearbyint(activations ? v[j] * inv : v[j] / s), -127.0f, 127.0f);
     return static_cast<double>(s);
   };
   std::vector<float> y(m * out);
   std::vector<double> qx, qw;
   for (int64_t r = 0; r < m; ++r) {
     double sx = 1;
-    if (quantize_x) sx = quantize(&x[r * in], in, qx);
+    if (quantize_x) sx = quantize(&x[r * in], in, qx, true);
     for (int64_t n = 0; n < out; ++n) {
-      const double sw = quantize(&w[n * in], in, qw);
+      const double sw = quantize(&w[n * in], in, qw, false);
       double acc = 0;
       for (int64_t j = 0; j < in; ++j) acc += (quantize_x ? qx[j] : x[r * in + j]) * qw[j];
       y[r * out + n] = static_cast<float>(acc * sx * sw + b[n]);

@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 
@@ -29,12 +30,16 @@ namespace {
 // and the activations are read once per band (6 times for its widest layer).
 constexpr int64_t kBandRows = 512;
 
+// Rows whose largest magnitude is below this quantize to zeros (scale 1).
+constexpr float kTinyRow = 448.0f * std::numeric_limits<float>::min();
+
 // y[r, j] (+)= act(acc[r, j] · row_scale[r] + bias[j]) for rows [0, m) and
 // columns [0, n): the end of every quantized product. acc has `ld_acc`
 // floats between rows, y `ld_y` elements (f32, or bf16 when bf16_out).
 void finish_rows(const float* acc, int64_t ld_acc, int64_t m, int64_t n, const float* row_scale,
                  const float* bias, Activation act, bool accumulate, void* y, int64_t ld_y,
                  bool bf16_out) {
+  XDIT_CHECK(!(accumulate && bf16_out), "a quantized linear accumulates into f32 outputs only");
 #pragma omp parallel
   {
     thread_local AlignedVector<float> row;
@@ -181,7 +186,9 @@ Segment quantize_rows(const Tensor& weight, WeightFormat format) {
       finite = false;
       continue;
     }
-    const float scale = amax > 0 ? amax / top : 1.0f;
+    // (A row below 448 · FLT_MIN would make its scale, or 1 / scale, not
+    // finite: it is all zeros at this precision.)
+    const float scale = amax > kTinyRow ? amax / top : 1.0f;
     uint8_t* dst = s.bytes.data() + static_cast<size_t>(r) * s.row_bytes;
     std::memcpy(dst, &scale, sizeof(float));
     for (int64_t j = 0; j < in; ++j) {
@@ -313,7 +320,7 @@ class Int8Gemm : public QuantizedGemm {
           std::memset(dst, 0, static_cast<size_t>(in_));
           continue;
         }
-        const float scale = amax > 0 ? amax / 127.0f : 1.0f, inv = 1.0f / scale;
+        const float scale = amax > kTinyRow ? amax / 127.0f : 1.0f, inv = 1.0f / scale;
         scales[r] = scale;
         for (int64_t j = 0; j < in_; ++j)
           dst[j] = static_cast<int8_t>(std::clamp(std::nearbyint(v[j] * inv), -127.0f, 127.0f));
