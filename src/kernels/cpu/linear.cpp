@@ -118,6 +118,17 @@ struct Linear::Impl {
   std::unique_ptr<cpu::QuantizedGemm> quant;
 
   bool amx() const { return !amx_packed.empty(); }
+  // Inputs, compute type, activation and bias (of `out` values, set before).
+  void set_up(int64_t inputs, ComputeType type, Activation a, const Tensor& b) {
+    in = inputs;
+    ct = type;
+    act = a;
+    src_dt = type == ComputeType::kBF16 ? dt::bf16 : dt::f32;
+    if (!b.defined()) return;
+    XDIT_CHECK(b.numel() == out, "linear bias has ", b.numel(), " values, expected ", out);
+    bias = b.to_vector();
+    has_bias = true;
+  }
   std::vector<float> bias;
   bool has_bias = false;
 #ifdef XDIT_HAVE_CUDA
@@ -199,16 +210,7 @@ Linear::Linear(const std::vector<Tensor>& parts, const Tensor& bias, ComputeType
                parts[0].dim(1), " inputs, got ", shape_str(p.shape()));
     im.out += p.dim(0);
   }
-  im.in = parts[0].dim(1);
-  im.ct = ct;
-  im.act = act;
-  im.src_dt = ct == ComputeType::kBF16 ? dt::bf16 : dt::f32;
-  if (bias.defined()) {
-    XDIT_CHECK(bias.numel() == im.out, "linear bias has ", bias.numel(), " values, expected ",
-               im.out);
-    im.bias = bias.to_vector();
-    im.has_bias = true;
-  }
+  im.set_up(parts[0].dim(1), ct, act, bias);
 #ifdef XDIT_HAVE_CUDA
   if (on_cuda()) {
     const Tensor w = stacked().to(DType::kF32);
@@ -281,16 +283,7 @@ Linear::Linear(const std::vector<BlockRows>& parts, const Tensor& bias, ComputeT
   XDIT_CHECK(!parts.empty(), "linear: no weight");
   Impl& im = *impl_;
   for (const BlockRows& p : parts) im.out += p.rows;
-  im.in = parts[0].cols;
-  im.ct = ct;
-  im.act = act;
-  im.src_dt = ct == ComputeType::kBF16 ? dt::bf16 : dt::f32;
-  if (bias.defined()) {
-    XDIT_CHECK(bias.numel() == im.out, "linear bias has ", bias.numel(), " values, expected ",
-               im.out);
-    im.bias = bias.to_vector();
-    im.has_bias = true;
-  }
+  im.set_up(parts[0].cols, ct, act, bias);
 #ifdef XDIT_HAVE_CUDA
   if (on_cuda()) {  // decoded whole: the device keeps the expanded weight
     std::vector<float> w(static_cast<size_t>(im.in * im.out));
