@@ -340,18 +340,15 @@ class Int8Gemm : public QuantizedGemm {
 }  // namespace
 
 bool cpu_has_int8_dot() {
-  switch (dnnl::get_effective_cpu_isa()) {
-    case dnnl::cpu_isa::avx2_vnni:
-    case dnnl::cpu_isa::avx2_vnni_2:
-    case dnnl::cpu_isa::avx512_core_vnni:
-    case dnnl::cpu_isa::avx512_core_bf16:
-    case dnnl::cpu_isa::avx512_core_fp16:
-    case dnnl::cpu_isa::avx512_core_amx:
-    case dnnl::cpu_isa::avx512_core_amx_fp16:
-      return true;
-    default:
-      return false;
-  }
+  // oneDNN's ISA values are bit sets, each level a superset of the ones it
+  // extends (dnnl_types.h): AVX2-VNNI's bits, or AVX-512-VNNI's, are in
+  // every later level (AVX-512-bf16, AMX, and those of newer releases).
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto has = [isa](dnnl::cpu_isa level) {
+    const auto bits = static_cast<unsigned>(level);
+    return (isa & bits) == bits;
+  };
+  return has(dnnl::cpu_isa::avx2_vnni) || has(dnnl::cpu_isa::avx512_core_vnni);
 }
 
 float e4m3_to_f32(uint8_t v) {
