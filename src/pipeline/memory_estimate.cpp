@@ -61,7 +61,9 @@ MemoryEstimate estimate_memory(const models::DiTSpec& c, int64_t parameters, con
   }
   // Tensor parallelism leaves modulation and embeddings whole: the split
   // share is a lower bound, as the estimate is meant to be.
-  e.transformer = static_cast<double>(parameters) * wb / std::max(1, q.pipeline_stages) /
+  const double tb =
+      q.transformer_bytes_per_parameter > 0 ? std::min(q.transformer_bytes_per_parameter, wb) : wb;
+  e.transformer = static_cast<double>(parameters) * tb / std::max(1, q.pipeline_stages) /
                   std::max(1, q.tensor_parallel);
   const double vsf = static_cast<double>(q.vae_scale_factor);
   const double h = static_cast<double>(q.run_height) / vsf,

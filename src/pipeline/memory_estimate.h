@@ -24,6 +24,9 @@ struct MemoryQuery {
   int64_t text_tokens = 0;                // T5 sequence length (FLUX: also the text stream's)
   bool cfg = true;                        // classifier-free guidance doubles the batch
   DType dtype = DType::kBF16;
+  // Bytes the transformer's layers keep per parameter when not the compute
+  // type's (quantized weights: a GGUF's blocks, --weights_dtype); 0: dtype's.
+  double transformer_bytes_per_parameter = 0;
   const models::T5Config* t5 = nullptr;          // the T5 encoder, when it runs
   const models::ClipTextConfig* clip = nullptr;  // FLUX's CLIP (77 tokens), when it runs
   const models::VaeConfig* vae = nullptr;        // the VAE decoder, when it runs

@@ -238,6 +238,14 @@ MemoryQuery Pipeline::memory_query(int64_t prompts, int64_t height, int64_t widt
   q.run_width = q.out_width = width;
   q.cfg = cfg;
   q.dtype = dtype_;
+  // Quantized layers: int8 / fp8 keep a byte a weight (and a scale a row);
+  // a single-file checkpoint's matrices keep their stored bytes.
+  if (weights_format_ != kernels::WeightFormat::kCompute)
+    q.transformer_bytes_per_parameter = 1.0;
+  else if (weights_ && dynamic_cast<const io::WeightStore*>(weights_.get()) == nullptr &&
+           family_->parameter_count() > 0)
+    q.transformer_bytes_per_parameter = static_cast<double>(weights_->stored_bytes()) /
+                                        static_cast<double>(family_->parameter_count());
   q.vae_scale_factor = vae_scale_factor();
   q.text_streamed = !keep_text_encoder_ && !device_.cuda();
   q.one_shot = one_shot_;

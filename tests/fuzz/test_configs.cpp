@@ -216,6 +216,13 @@ TEST(MemoryEstimate, GrowsWithTheRequestAndRefusesWhatCannotFit) {
   auto pp = q;
   pp.pipeline_stages = 4;
   EXPECT_NEAR(pipeline::estimate_memory(c, pp).transformer, base.transformer / 4, 1);
+  // Quantized layers (a GGUF's Q8_0 blocks: 34 bytes a 32 weights; int8):
+  // their bytes a parameter, never above the compute type's.
+  auto q8 = q;
+  q8.transformer_bytes_per_parameter = 34.0 / 32;
+  EXPECT_NEAR(pipeline::estimate_memory(c, q8).transformer, base.transformer * 17 / 32, 1);
+  q8.transformer_bytes_per_parameter = 8;
+  EXPECT_NEAR(pipeline::estimate_memory(c, q8).transformer, base.transformer, 1);
   pipeline::MemoryEstimate absurd;
   absurd.denoise = 1e18;
   const std::string msg = test::error_message([&] { pipeline::check_memory(absurd); });
