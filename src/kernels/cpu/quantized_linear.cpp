@@ -65,6 +65,17 @@ void finish_rows(const float* acc, int64_t ld_acc, int64_t m, int64_t n, const f
   }
 }
 
+// The largest |v[j]| of a row, or NaN when the row holds a NaN or ±Inf
+// (the scale every row quantization starts from).
+float largest_magnitude(const float* v, int64_t n) {
+  float amax = 0, probe = 0;  // probe: NaN once a value is NaN or ±Inf
+  for (int64_t j = 0; j < n; ++j) {
+    amax = std::max(amax, std::fabs(v[j]));
+    probe += v[j] * 0.0f;
+  }
+  return std::isnan(probe) ? probe : amax;
+}
+
 // One part of a block-quantized weight: its own copy of the bytes.
 struct Segment {
   AlignedVector<uint8_t> bytes;
@@ -177,12 +188,8 @@ Segment quantize_rows(const Tensor& weight, WeightFormat format) {
 #pragma omp parallel for schedule(static) reduction(&& : finite)
   for (int64_t r = 0; r < out; ++r) {
     const float* v = w + r * in;
-    float amax = 0, probe = 0;  // probe: NaN once a value is NaN or ±Inf
-    for (int64_t j = 0; j < in; ++j) {
-      amax = std::max(amax, std::fabs(v[j]));
-      probe += v[j] * 0.0f;
-    }
-    if (std::isnan(probe)) {
+    const float amax = largest_magnitude(v, in);
+    if (std::isnan(amax)) {
       finite = false;
       continue;
     }
@@ -309,13 +316,9 @@ class Int8Gemm : public QuantizedGemm {
         else
           convert_to_f32(static_cast<const uint16_t*>(x) + r * in_, DType::kBF16, row.data(),
                          static_cast<size_t>(in_));
-        float amax = 0, probe = 0;  // probe: NaN once a value is NaN or ±Inf
-        for (int64_t j = 0; j < in_; ++j) {
-          amax = std::max(amax, std::fabs(v[j]));
-          probe += v[j] * 0.0f;
-        }
+        const float amax = largest_magnitude(v, in_);
         int8_t* dst = q + r * in_;
-        if (!std::isfinite(amax) || std::isnan(probe)) {
+        if (std::isnan(amax)) {
           scales[r] = std::nanf("");
           std::memset(dst, 0, static_cast<size_t>(in_));
           continue;
