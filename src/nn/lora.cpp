@@ -227,11 +227,18 @@ std::vector<LoraAdapter> match_lora_adapters(const std::vector<LoraUse>& loras,
 
 LoraWeights::LoraWeights(const io::WeightStore& base, std::vector<LoraUse> loras,
                          const std::string& component, bool ignore_unmatched, DType merged)
+    : LoraWeights(
+          base,
+          [&base](const std::string& n) -> std::optional<Shape> {
+            if (!base.has(n)) return std::nullopt;
+            return base.shape(n);
+          },
+          std::move(loras), component, ignore_unmatched, merged) {}
+
+LoraWeights::LoraWeights(const io::WeightSource& base, const WeightShapes& shape_of,
+                         std::vector<LoraUse> loras, const std::string& component,
+                         bool ignore_unmatched, DType merged)
     : base_(base), merged_(merged), loras_(std::move(loras)) {
-  const auto shape_of = [&](const std::string& n) -> std::optional<Shape> {
-    if (!base_.has(n)) return std::nullopt;
-    return base_.shape(n);
-  };
   for (LoraAdapter& a : match_lora_adapters(loras_, component, shape_of, ignore_unmatched))
     adapters_[a.weight].push_back(std::move(a));
 }
@@ -292,6 +299,13 @@ Tensor LoraWeights::read_slice(const std::string& name, const Shape& expected, i
   if (adapters_.count(name) == 0) return base_.get_slice(name, expected, dim, begin, count);
   return merged(name, base_.get_slice(name, expected, dim, begin, count), dim == 0 ? begin : 0,
                 dim == 1 ? begin : 0);
+}
+
+std::optional<io::QuantizedRows> LoraWeights::read_quantized(const std::string& name,
+                                                             const Shape& expected,
+                                                             const Shape& share) const {
+  if (adapters_.count(name) != 0) return std::nullopt;
+  return base_.quantized(name, expected, share);
 }
 
 }  // namespace xdit::nn

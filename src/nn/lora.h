@@ -128,6 +128,11 @@ class LoraWeights : public io::WeightSource {
   // bf16 weight is; f32 otherwise).
   LoraWeights(const io::WeightStore& base, std::vector<LoraUse> loras, const std::string& component,
               bool ignore_unmatched = false, DType merged = DType::kF32);
+  // Over any source (a single-file checkpoint's), whose weights' shapes
+  // `shape_of` gives.
+  LoraWeights(const io::WeightSource& base, const WeightShapes& shape_of, std::vector<LoraUse> loras,
+              const std::string& component, bool ignore_unmatched = false,
+              DType merged = DType::kF32);
   bool has(const std::string& name) const override { return base_.has(name); }
   size_t stored_bytes() const override { return base_.stored_bytes(); }
   void drop_pages(const std::string& name) const override { base_.drop_pages(name); }
@@ -138,6 +143,10 @@ class LoraWeights : public io::WeightSource {
   Tensor read(const std::string& name, const Shape& expected) const override;
   Tensor read_slice(const std::string& name, const Shape& expected, int dim, int64_t begin,
                     int64_t count) const override;
+  // A weight no LoRA adapts stays in the blocks the base keeps it in; an
+  // adapted one is merged in floating point.
+  std::optional<io::QuantizedRows> read_quantized(const std::string& name, const Shape& expected,
+                                                  const Shape& share) const override;
 
  private:
   // w [rows, cols] (any float dtype) + factor · B[r0 …]·A[…, c0 …] for
@@ -145,7 +154,7 @@ class LoraWeights : public io::WeightSource {
   // f32 a band of rows at a time and written as merged_.
   Tensor merged(const std::string& name, const Tensor& w, int64_t r0, int64_t c0) const;
 
-  const io::WeightStore& base_;
+  const io::WeightSource& base_;
   DType merged_;
   std::vector<LoraUse> loras_;
   std::map<std::string, std::vector<LoraAdapter>> adapters_;  // by weight name

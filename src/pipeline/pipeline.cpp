@@ -10,6 +10,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "models/flux_checkpoint.h"
+#include "models/original_checkpoint.h"
+#include "models/sd3_checkpoint.h"
 #include "parallel/calibrate.h"
 #include "parallel/vae_bands.h"
 #include "pipeline/denoiser.h"
@@ -69,9 +71,9 @@ void Pipeline::set_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched) 
   XDIT_CHECK(!lora_base_, "set_loras once per pipeline");
   if (loras.empty()) return;
   const auto* store = dynamic_cast<const io::WeightStore*>(weights_.get());
-  XDIT_CHECK(store != nullptr,
-             "LoRAs merge into a model folder's weights only (not yet a --transformer file's): "
-             "apply them beside it as side paths (--lora_mode side)");
+  const auto* file = dynamic_cast<const models::OriginalCheckpointWeights*>(weights_.get());
+  XDIT_CHECK(store != nullptr || file != nullptr, "set_loras over a model folder's weights or a "
+             "--transformer file's only");
   XDIT_CHECK(!text_opened_, "set_loras before the first plan opens the text encoders");
   std::vector<std::string> adaptable = family_->lora_text_components();
   adaptable.insert(adaptable.begin(), "transformer");
@@ -98,9 +100,15 @@ void Pipeline::set_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched) 
   std::vector<LoraRef> refs;
   for (const nn::LoraUse& l : loras) refs.push_back({l.file->path(), l.scale});
   const std::string label = lora_list_label(refs);
-  auto merged =
-      std::make_unique<nn::LoraWeights>(*store, std::move(loras), "transformer", ignore_unmatched,
-                                        dtype_ == DType::kBF16 ? DType::kBF16 : DType::kF32);
+  // A --transformer file's adapted matrices are merged in floating point;
+  // the others keep the blocks they are stored in.
+  const DType merged_type = dtype_ == DType::kBF16 ? DType::kBF16 : DType::kF32;
+  auto merged = store != nullptr
+                    ? std::make_unique<nn::LoraWeights>(*store, std::move(loras), "transformer",
+                                                        ignore_unmatched, merged_type)
+                    : std::make_unique<nn::LoraWeights>(
+                          *file, [file](const std::string& n) { return file->shape(n); },
+                          std::move(loras), "transformer", ignore_unmatched, merged_type);
   XDIT_INFO("LoRA ", label, ": ", merged->adapted(), " transformer weights adapted");
   lora_base_ = std::move(weights_);
   weights_ = std::move(merged);
@@ -110,16 +118,35 @@ void Pipeline::set_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched) 
 void Pipeline::set_transformer_file(const std::string& path) {
   XDIT_CHECK(!transformer_ && !lora_base_ && (weights_ || transformer_file_needed_),
              "set_transformer_file before set_loras and the load");
-  XDIT_CHECK(folder_ && folder_->pipeline_class() == "FluxPipeline", "--transformer ", path,
-             ": single-file checkpoints of FLUX.1 only so far; this model's transformer is read "
-             "from its folder");
+  const std::string cls = folder_ ? folder_->pipeline_class() : "";
+  const bool flux = cls == "FluxPipeline", sd3 = cls == "StableDiffusion3Pipeline";
+  XDIT_CHECK(flux || sd3, "--transformer ", path,
+             ": single-file checkpoints of FLUX.1 and SD3 / SD3.5 only so far; this model's "
+             "transformer is read from its folder");
   const io::WeightSpecs specs = family_->weight_specs({});
-  Shape mlp;
-  for (const auto& [name, shape] : specs)
+  // The widths and the block count the original layout's fused tensors need.
+  Shape q, mlp;
+  int64_t last_block = -1;
+  for (const auto& [name, shape] : specs) {
+    if (name == "transformer_blocks.0.attn.to_q.weight") q = shape;
     if (name == "single_transformer_blocks.0.proj_mlp.weight") mlp = shape;
-  XDIT_CHECK(!mlp.empty(), "--transformer: the model has no single-stream blocks");
-  auto source = std::make_unique<models::FluxCheckpointWeights>(
-      std::make_shared<io::CheckpointFile>(path), spec().hidden, mlp[0]);
+    if (name.rfind("transformer_blocks.", 0) == 0)
+      last_block = std::max<int64_t>(last_block, std::stoll(name.substr(19)));
+  }
+  XDIT_CHECK(!q.empty() && (sd3 || !mlp.empty()), "--transformer: the model has no ",
+             q.empty() ? "joint blocks" : "single-stream blocks");
+  const int64_t inner = q[0], mlp_hidden = flux ? mlp[0] : 0;
+  models::OriginalRowMap map;
+  if (flux)
+    map = [inner, mlp_hidden](const std::string& n) {
+      return models::flux_original_rows(n, inner, mlp_hidden);
+    };
+  else
+    map = [inner, last_block](const std::string& n) {
+      return models::sd3_original_rows(n, inner, last_block);
+    };
+  auto source = std::make_unique<models::OriginalCheckpointWeights>(
+      std::make_shared<io::CheckpointFile>(path), flux ? "FLUX.1" : "SD3", std::move(map));
   source->check_shapes(specs);  // the config against the file, before any weight is read
   weights_ = std::move(source);
 }

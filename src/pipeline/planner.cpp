@@ -9,7 +9,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "models/flux_checkpoint.h"
+#include "models/original_checkpoint.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/resolution.h"
 
@@ -243,7 +243,7 @@ MemoryQuery Pipeline::memory_query(int64_t prompts, int64_t height, int64_t widt
   // a single-file checkpoint's matrices keep their stored bytes.
   if (weights_format_ != kernels::WeightFormat::kCompute)
     q.transformer_bytes_per_parameter = 1.0;
-  else if (dynamic_cast<const models::FluxCheckpointWeights*>(weights_.get()) != nullptr &&
+  else if (dynamic_cast<const models::OriginalCheckpointWeights*>(weights_.get()) != nullptr &&
            family_->parameter_count() > 0)
     q.transformer_bytes_per_parameter = static_cast<double>(weights_->stored_bytes()) /
                                         static_cast<double>(family_->parameter_count());

@@ -74,8 +74,10 @@ TEST_F(CliTransformer, BadFilesAreOneLineBeforeAnyWeightLoads) {
   fs::resize_file(cut, fs::file_size(cut) / 2);
   expect_error("--transformer '" + cut.string() + "'", "cut.gguf");
   expect_error("--transformer '" + gguf("rows.json") + "'", "a GGUF (.gguf) or safetensors");
-  expect_error("--transformer '" + gguf("flux_tiny_q8_0.gguf") + "'", "FLUX.1 only so far",
-               "sd3-tiny");
+  expect_error("--transformer '" + gguf("flux_tiny_q8_0.gguf") + "'",
+               "a checkpoint of another model?", "sd3-tiny");
+  expect_error("--transformer '" + gguf("flux_tiny_q8_0.gguf") + "'",
+               "FLUX.1 and SD3 / SD3.5 only so far", "pixart-alpha-tiny");
 }
 
 }  // namespace

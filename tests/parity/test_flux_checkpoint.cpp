@@ -16,6 +16,7 @@
 #include "io/weights.h"
 #include "lora_request.h"
 #include "models/flux_checkpoint.h"
+#include "nn/lora.h"
 #include "pipeline/pipeline.h"
 #include "test_util.h"
 
@@ -46,6 +47,13 @@ std::string data(const std::string& name) {
   return std::string(XDIT_TEST_DATA) + "/flux_checkpoint/" + name;
 }
 
+models::OriginalCheckpointWeights flux_file(std::shared_ptr<const io::CheckpointFile> file,
+                                            int64_t inner, int64_t mlp) {
+  return models::OriginalCheckpointWeights(
+      std::move(file), "FLUX.1",
+      [inner, mlp](const std::string& n) { return models::flux_original_rows(n, inner, mlp); });
+}
+
 // The tiny FLUX.1 as a GGUF of the original layout
 // (tools/goldens/make_flux_gguf.py): in BF16 it gives every weight of the
 // diffusers folder bit for bit; in Q8_0 within the quantization's step.
@@ -56,8 +64,7 @@ TEST(FluxCheckpoint, GgufOfTheOriginalLayoutIsTheFoldersWeights) {
   for (const char* file : {"flux_tiny_bf16.gguf", "flux_tiny_q8_0.gguf"}) {
     SCOPED_TRACE(file);
     const bool exact = std::string(file).find("bf16") != std::string::npos;
-    const models::FluxCheckpointWeights w(std::make_shared<io::CheckpointFile>(data(file)), inner,
-                                          mlp);
+    const auto w = flux_file(std::make_shared<io::CheckpointFile>(data(file)), inner, mlp);
     int quantized = 0;
     for (const std::string& name : folder.names()) {
       SCOPED_TRACE(name);
@@ -109,15 +116,42 @@ TEST(FluxCheckpoint, ImageFromGgufIsDiffusers) {
   EXPECT_EQ(image("flux_tiny_bf16.gguf"), base);
   EXPECT_EQ(image("flux_tiny_bf16.safetensors"), base);  // a single-file safetensors
   EXPECT_NE(q8, base);                                   // (Q8_0 rounds the weights)
-  // Another model's folder, or a file of another kind: one line.
+  // A family without single-file support, another model's file, or a file
+  // of another kind: one line.
+  const std::string pixart = test::error_message([&] {
+    pipeline::Pipeline(std::string(XDIT_MODELS) + "/pixart-alpha-tiny", DType::kF32)
+        .set_transformer_file(data("flux_tiny_q8_0.gguf"));
+  });
+  EXPECT_NE(pixart.find("FLUX.1 and SD3 / SD3.5 only so far"), std::string::npos) << pixart;
   const std::string sd3 = test::error_message([&] {
     pipeline::Pipeline(std::string(XDIT_MODELS) + "/sd3-tiny", DType::kF32)
         .set_transformer_file(data("flux_tiny_q8_0.gguf"));
   });
-  EXPECT_NE(sd3.find("FLUX.1 only so far"), std::string::npos) << sd3;
+  EXPECT_NE(sd3.find("a checkpoint of another model?"), std::string::npos) << sd3;
+  EXPECT_EQ(sd3.find('\n'), std::string::npos) << sd3;
   const std::string st = test::error_message(
       [&] { pipeline::Pipeline(folder, DType::kF32).set_transformer_file(data("rows.json")); });
   EXPECT_NE(st.find("a GGUF (.gguf) or safetensors"), std::string::npos) << st;
+}
+
+// A LoRA merged into a --transformer file's weights: from the BF16 GGUF
+// (the folder's values) the image of the folder with the same LoRA merged,
+// exactly (diffusers' image: tests/parity/test_lora.cpp).
+TEST(FluxCheckpoint, LoraMergesIntoTheFile) {
+  const std::string folder = std::string(XDIT_MODELS) + "/flux-schnell-tiny";
+  const auto lora = [] {
+    return std::vector<nn::LoraUse>{
+        {std::make_shared<nn::LoraFile>(std::string(XDIT_TEST_DATA) + "/lora/flux_a.safetensors"),
+         0.7}};
+  };
+  const pipeline::ImageRequest r = test::flux_lora_request();
+  pipeline::Pipeline file(folder, DType::kF32), want(folder, DType::kF32), plain(folder, DType::kF32);
+  file.set_transformer_file(data("flux_tiny_bf16.gguf"));
+  file.set_loras(lora());
+  want.set_loras(lora());
+  const auto got = file.generate(r).rgb;
+  EXPECT_EQ(got, want.generate(r).rgb);
+  EXPECT_NE(got, plain.generate(r).rgb);  // the LoRA changes the picture
 }
 
 // A folder with the transformer's config but not its weights (a GGUF
@@ -148,7 +182,7 @@ TEST(FluxCheckpoint, FolderWithoutTransformerWeightsTakesTheFile) {
 TEST(FluxCheckpoint, BadCheckpointsAreOneLine) {
   const io::WeightStore folder(std::string(XDIT_MODELS) + "/flux-schnell-tiny/transformer");
   const auto file = std::make_shared<io::GgufFile>(data("flux_tiny_q8_0.gguf"));
-  const models::FluxCheckpointWeights wider(std::make_shared<io::CheckpointFile>(file), 64, 256);
+  const auto wider = flux_file(std::make_shared<io::CheckpointFile>(file), 64, 256);
   const std::string name = "single_transformer_blocks.0.proj_mlp.weight";
   const std::string e = test::error_message([&] { wider.get(name, folder.shape(name)); });
   EXPECT_NE(e.find("a checkpoint of another width?"), std::string::npos) << e;
@@ -160,7 +194,7 @@ TEST(FluxCheckpoint, BadCheckpointsAreOneLine) {
   ASSERT_EQ(t.type, io::GgmlType::kQ8_0);
   const uint16_t nan = 0x7E00;  // f16 NaN as the first block's scale
   std::memcpy(bytes->data() + file->offset_of(t), &nan, 2);
-  const models::FluxCheckpointWeights broken(
+  const auto broken = flux_file(
       std::make_shared<io::CheckpointFile>(std::make_shared<io::GgufFile>(
           std::shared_ptr<const void>(bytes, bytes->data()), bytes->size(), "nan.gguf")),
       folder.shape("x_embedder.weight")[0],
