@@ -14,11 +14,16 @@ Stages, each saving under --work so that a later one can run alone (--stage):
              the pictures: L1 + a small KL term; its scaling_factor is 1 / the
              standard deviation of the latents it then gives
   latents    every picture through the VAE encoder (the posterior mean)
+  text       the T5 encoder alone, from random weights, on a regression: a
+             one-cross-attention readout of its outputs predicts each
+             picture's colours on a 16 x 16 layout (text_pretrain.py), so its
+             tokens bind each colour to its role; --work/text_encoder_init
   dit        the PixArtTransformer2DModel with the DDPM objective (linear
              betas 1e-4 .. 0.02 over 1000 steps, as the scheduler config),
              predicting v (--prediction; epsilon weighs the high-noise
-             steps that set the layout by their tiny SNR), jointly with a small T5 encoder trained from
-             random initialisation; 10 % of the captions are replaced by ""
+             steps that set the layout by their tiny SNR), jointly with the
+             T5 encoder from the text stage (--t5-lr-scale times the
+             learning rate; random weights if that stage did not run); 10 % of the captions are replaced by ""
              (what the pipeline encodes as the negative prompt) so that
              classifier-free guidance works; EMA weights are saved, and
              every --checkpoint-every steps under --work/ckpt-STEP
@@ -46,6 +51,7 @@ import torch  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import card  # noqa: E402
 import grammar  # noqa: E402
+import text_pretrain  # noqa: E402
 
 # The scheduler as the PixArt-alpha hub folders ship it (as tools/goldens/make_pixart.py).
 SCHEDULER = dict(algorithm_type="dpmsolver++", beta_end=0.02, beta_schedule="linear",
@@ -316,10 +322,19 @@ def train_dit(a):
     ids, mask = tokenize(tok, [r["caption"] for r in records[:n]])
     null_ids, null_mask = tokenize(tok, [""])
     torch.manual_seed(a.seed)
-    t5 = make_t5(a, len(tok)).train()
+    t5 = make_t5(a, len(tok))
+    init = os.path.join(a.work, "text_encoder_init")
+    pretrained = os.path.isdir(init)
+    if pretrained:  # the text stage's encoder
+        from transformers import T5EncoderModel
+        t5 = T5EncoderModel.from_pretrained(init)
+    t5.train()
     model = make_transformer(a).train()
     params = list(model.parameters()) + list(t5.parameters())
-    opt = torch.optim.AdamW(params, lr=a.dit_lr, weight_decay=0.0, betas=(0.9, 0.99))
+    t5_scale = a.t5_lr_scale if pretrained else 1.0
+    opt = torch.optim.AdamW([{"params": list(model.parameters()), "scale": 1.0},
+                             {"params": list(t5.parameters()), "scale": t5_scale}],
+                            lr=a.dit_lr, weight_decay=0.0, betas=(0.9, 0.99))
     ema = Ema([model, t5], a.ema)
     betas = torch.linspace(SCHEDULER["beta_start"], SCHEDULER["beta_end"], 1000, dtype=torch.float64)
     abar = torch.cumprod(1 - betas, 0).float()
@@ -360,7 +375,7 @@ def train_dit(a):
         warm = min(1.0, step / a.warmup)
         cos = 0.5 * (1 + math.cos(math.pi * step / a.dit_steps))
         for g in opt.param_groups:
-            g["lr"] = a.dit_lr * warm * (0.1 + 0.9 * cos)
+            g["lr"] = a.dit_lr * g["scale"] * warm * (0.1 + 0.9 * cos)
         opt.step()
         ema.update()
         avg = loss.item() if avg is None else 0.99 * avg + 0.01 * loss.item()
@@ -382,7 +397,7 @@ def train_dit(a):
     log_stage(a.work, "dit", steps=a.dit_steps, batch=a.dit_batch, pictures=n,
               seconds=round(time.time() - t0),
               cpu_seconds_per_thread=round((time.process_time() - c0) / a.threads),
-              final_loss=round(avg, 5),
+              final_loss=round(avg, 5), t5_from_text_stage=pretrained, t5_lr_scale=t5_scale,
               transformer_parameters=sum(p.numel() for p in model.parameters()),
               t5_parameters=sum(p.numel() for p in t5.parameters()))
 
@@ -482,7 +497,7 @@ def main():
     ap.add_argument("--work", default="out/demo_train")
     ap.add_argument("--out", default="models/demo-shapes")
     ap.add_argument("--stage", default="all",
-                    choices=["all", "tokenizer", "vae", "latents", "dit", "save", "bench"])
+                    choices=["all", "tokenizer", "vae", "latents", "text", "dit", "save", "bench"])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--log-every", type=int, default=50)
@@ -497,6 +512,11 @@ def main():
     ap.add_argument("--vae-kl", type=float, default=1e-6)
     ap.add_argument("--t5-dim", type=int, default=128)
     ap.add_argument("--t5-layers", type=int, default=2)
+    ap.add_argument("--text-steps", type=int, default=1500)
+    ap.add_argument("--text-batch", type=int, default=128)
+    ap.add_argument("--text-lr", type=float, default=1e-3)
+    ap.add_argument("--t5-lr-scale", type=float, default=0.2,
+                    help="the T5's learning rate in the dit stage over the transformer's")
     ap.add_argument("--dit-layers", type=int, default=6)
     ap.add_argument("--dit-heads", type=int, default=4,
                     help="divisible by the Ulysses and tensor-parallel degrees the tests run (2, 4)")
@@ -521,6 +541,8 @@ def main():
     if a.stage == "bench":
         return bench(a)
     stages = {"tokenizer": train_tokenizer, "vae": train_vae, "latents": encode_latents,
+              "text": lambda a: text_pretrain.train_text(a, make_t5, load_tokenizer(a), tokenize,
+                                                         log_stage),
               "dit": train_dit, "save": save_folder}
     for name, fn in stages.items():
         if a.stage in ("all", name):
