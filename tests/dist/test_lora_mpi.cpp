@@ -6,7 +6,7 @@
 // with true CFG.
 #include <gtest/gtest.h>
 
-#include "core/rng.h"
+#include "dist/flux_request.h"
 #include "dist/layouts.h"
 #include "dist/world.h"
 #include "nn/lora.h"
@@ -41,18 +41,8 @@ std::vector<nn::LoraUse> loras(Files files) {
 }
 
 pipeline::LatentRequest request(const pipeline::Pipeline& p) {
-  pipeline::LatentRequest r;
-  TorchGenerator g(7);
-  for (models::Conditioning* c : {&r.cond, &r.uncond}) {
-    c->set(models::kText, g.randn({1, 7, p.text_width()}));
-    c->set(models::kPooled, g.randn({1, p.family().pooled_width()}));
-  }
-  r.height = 56;  // 7 patch rows: uneven over 2 and 4 ranks
-  r.width = 40;
-  r.true_cfg_scale = 2.5;
+  pipeline::LatentRequest r = test::flux_true_cfg_request(p, 7, 4, 11);
   r.guidance_scale = 3.5;
-  r.num_inference_steps = 4;
-  r.seed = 11;
   return r;
 }
 

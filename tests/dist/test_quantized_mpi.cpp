@@ -12,7 +12,7 @@
 // is near, not equal to, the serial int8 run.
 #include <gtest/gtest.h>
 
-#include "core/rng.h"
+#include "dist/flux_request.h"
 #include "dist/layouts.h"
 #include "dist/world.h"
 #include "kernels/linear.h"
@@ -36,18 +36,7 @@ void quantize(pipeline::Pipeline& p, Weights w) {
 }
 
 pipeline::LatentRequest request(const pipeline::Pipeline& p) {
-  pipeline::LatentRequest r;
-  TorchGenerator g(5);
-  for (models::Conditioning* c : {&r.cond, &r.uncond}) {
-    c->set(models::kText, g.randn({1, 7, p.text_width()}));
-    c->set(models::kPooled, g.randn({1, p.family().pooled_width()}));
-  }
-  r.height = 56;  // 7 patch rows: uneven over 2 and 4 ranks
-  r.width = 40;
-  r.true_cfg_scale = 2.5;
-  r.num_inference_steps = 3;
-  r.seed = 13;
-  return r;
+  return test::flux_true_cfg_request(p, 5, 3, 13);
 }
 
 const std::string& model() {
