@@ -21,8 +21,10 @@
 # --rounds N runs each row's pair N times, xdit and PyTorch alternated, and
 # keeps each side's best: on a shared host whose speed changes every few
 # seconds, one pair can land on two different states (default 1).
-# LIST is a comma-separated subset of pixart512,pixart1024,vae1024,t5,t5prompt,flux1024,sd3_1024
-# (default: all). --device cuda (or cuda:N) runs both sides on the GPU: the
+# LIST is a comma-separated subset of pixart512,pixart1024,vae1024,t5,t5prompt,flux1024,sd3_1024,
+# flux1024_q8_0,flux1024_int8 (default: all). The quantized rows (issue 45): xdit keeping the FLUX
+# blocks' weights in Q8_0 blocks against diffusers running the same Q8_0 blocks through its GGUF
+# layers; xdit's --weights_dtype int8 against PyTorch's bf16 forward (no int8 path in diffusers). --device cuda (or cuda:N) runs both sides on the GPU: the
 # pixart and flux rows only (default pixart1024,flux1024), each xdit row
 # with its model FLOP utilisation against the cuBLASLt peak of the same run. The Python side lives in a venv (default bench/.venv,
 # or $XDIT_BENCH_VENV) made from bench/requirements.txt when it is missing.
@@ -69,7 +71,7 @@ case "$isa" in
 esac
 [[ -z "$isa" || "$device" == cpu ]] || { echo "compare.sh: --isa applies to --device cpu" >&2; exit 2; }
 if [[ "$device" == cpu ]]; then
-  rows="${rows:-pixart512,pixart1024,vae1024,t5,t5prompt,flux1024,sd3_1024}"
+  rows="${rows:-pixart512,pixart1024,vae1024,t5,t5prompt,flux1024,sd3_1024,flux1024_q8_0,flux1024_int8}"
 else
   rows="${rows:-pixart1024,flux1024}"
 fi
@@ -83,9 +85,9 @@ if ! "$venv/bin/python" -c 'import torch, diffusers, transformers' 2>/dev/null; 
 fi
 
 # One row of each side: prints "seconds" (xdit: "seconds isa") or fails.
-xdit_row() {  # WHAT RES [NAME: the row of that name, when the benchmark prints several]
+xdit_row() {  # WHAT RES [NAME: the row of that name, when the benchmark prints several] [WEIGHTS]
   "$xdit" bench "$1" --resolutions "$2" --dtypes "$dtype" --threads "$threads" --warmup "$warmup" \
-    --repeat "$repeat" --device "$device" --json |
+    --repeat "$repeat" --device "$device" ${4:+--weights "$4"} --json |
     "$venv/bin/python" -c 'import json,sys
 rows = [json.loads(l) for l in sys.stdin if l.strip()]
 r = next(r for r in rows if sys.argv[1] in ("", r["name"]))
@@ -114,7 +116,9 @@ for row in "${list[@]}"; do
     t5prompt) label="PixArt prompt (20 tok) + negative"; x=(t5 512 t5_xxl_pixart_cfg); t="t5:20" ;;
     flux1024) label="FLUX.1 2+4 blocks, 1024 px"; x=(flux 1024); t="flux:1024" ;;
     sd3_1024) label="SD3.5-large 3 blocks, CFG, 1024"; x=(sd3 1024); t="sd3:1024" ;;
-    *) echo "compare.sh: unknown row '$row' (pixart512, pixart1024, vae1024, t5, t5prompt, flux1024, sd3_1024)" >&2; exit 2 ;;
+    flux1024_q8_0) label="FLUX.1 2+4, 1024, Q8_0 both"; x=(flux 1024 flux_2+4_blocks_q8_0 q8_0); t="flux_q8_0:1024" ;;
+    flux1024_int8) label="FLUX.1 2+4, 1024, int8 v bf16"; x=(flux 1024 flux_2+4_blocks_int8 int8); t="flux:1024" ;;
+    *) echo "compare.sh: unknown row '$row' (pixart512, pixart1024, vae1024, t5, t5prompt, flux1024, sd3_1024, flux1024_q8_0, flux1024_int8)" >&2; exit 2 ;;
   esac
   xs="" ts=""
   for ((i = 0; i < rounds; i++)); do

@@ -11,6 +11,10 @@ inputs as src/app/bench.cpp:
   flux     a FLUX.1 forward at full width (3072, 24 heads x 128, guidance
            embedding, 512 T5 tokens) and reduced depth (2 double + 4 single
            blocks) at RES px: (RES/16)^2 image tokens, batch 1
+  flux_q8_0  the same with the blocks' linear layers in GGUF Q8_0 (gguf-py's
+           quantizer) as diffusers runs a GGUF file: its GGUFLinear
+           dequantizes each weight at every forward and multiplies in the
+           compute dtype (GGUFQuantizationConfig)
 
 Each row: warm-up runs, then the best of --repeat timed runs under
 torch.inference_mode(), one JSON object per line on stdout. --device cuda runs
@@ -158,13 +162,35 @@ def sd3_row(res, warmup, repeat):
             "seconds": best_time(step, warmup, repeat)}
 
 
-def flux_row(res, warmup, repeat):
+def gguf_q8_0(model):
+    """The blocks' linear layers as diffusers' GGUFLinear over Q8_0 blocks
+    (what from_single_file builds from a Q8_0 GGUF file)."""
+    import gguf
+    from diffusers.quantizers.gguf.utils import GGUFLinear, GGUFParameter
+    for block in list(model.transformer_blocks) + list(model.single_transformer_blocks):
+        for name, lin in list(block.named_modules()):
+            if not isinstance(lin, torch.nn.Linear) or lin.in_features % 32:
+                continue
+            q = GGUFLinear(lin.in_features, lin.out_features, lin.bias is not None,
+                           compute_dtype=DTYPE)
+            blocks = gguf.quants.quantize(lin.weight.float().numpy(), gguf.GGMLQuantizationType.Q8_0)
+            q.weight = GGUFParameter(torch.from_numpy(blocks),
+                                     quant_type=gguf.GGMLQuantizationType.Q8_0)
+            q.bias = lin.bias
+            parent, _, leaf = name.rpartition(".")
+            setattr(block.get_submodule(parent) if parent else block, leaf, q)
+    return model
+
+
+def flux_row(res, warmup, repeat, q8_0=False):
     from diffusers import FluxTransformer2DModel
 
     torch.set_default_dtype(DTYPE)
     model = FluxTransformer2DModel(num_layers=2, num_single_layers=4,
                                    guidance_embeds=True).to(DEVICE).eval()
     torch.set_default_dtype(torch.float32)
+    if q8_0:
+        model = gguf_q8_0(model)
     g = torch.Generator().manual_seed(9)
     side = res // 16
     tokens = 512
@@ -185,14 +211,15 @@ def flux_row(res, warmup, repeat):
         model(hidden_states=x, encoder_hidden_states=text, pooled_projections=pooled,
               timestep=ts, guidance=gs, img_ids=img_ids, txt_ids=txt_ids, return_dict=False)
 
-    return {"name": "flux_2+4_blocks", "resolution": res, "text_tokens": tokens,
+    return {"name": "flux_2+4_blocks" + ("_q8_0" if q8_0 else ""), "resolution": res,
+            "text_tokens": tokens,
             "seconds": best_time(step, warmup, repeat)}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("rows", nargs="+", help="pixart:RES, vae:RES, t5[:N], flux:RES or sd3:RES")
+    ap.add_argument("rows", nargs="+", help="pixart:RES, vae:RES, t5[:N], flux:RES, flux_q8_0:RES or sd3:RES")
     ap.add_argument("--threads", type=int, required=True)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=1)
@@ -224,12 +251,12 @@ def main():
                 r = vae_row(int(res), a.warmup, a.repeat)
             elif what == "t5":
                 r = t5_row(int(res or 0), a.warmup, a.repeat)
-            elif what == "flux":
-                r = flux_row(int(res), a.warmup, a.repeat)
+            elif what in ("flux", "flux_q8_0"):
+                r = flux_row(int(res), a.warmup, a.repeat, q8_0=what == "flux_q8_0")
             elif what == "sd3":
                 r = sd3_row(int(res), a.warmup, a.repeat)
             else:
-                sys.exit(f"torch_bench.py: unknown row '{row}' (pixart:RES, vae:RES, t5[:N], flux:RES or sd3:RES)")
+                sys.exit(f"torch_bench.py: unknown row '{row}' (pixart:RES, vae:RES, t5[:N], flux:RES, flux_q8_0:RES or sd3:RES)")
         r.update(versions, threads=a.threads, dtype=a.dtype, compiled=COMPILE,
                  isa=torch.backends.cpu.get_cpu_capability(),
                  gpu=torch.cuda.get_device_name() if DEVICE != "cpu" else None)
