@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds, and runs the main job: `xdit generate` from a
-# prompt to a PNG on the tiny PixArt-α model that ships in models/ (random
-# weights: the picture is noise; it shows the whole pipeline end to end).
-# Extra arguments are passed to `xdit generate` (e.g. --model DIR for a real one).
+# Installs dependencies, builds, and runs the main job: `xdit generate` from
+# prompts to PNGs on the demo model that ships in models/demo-shapes (issue
+# 40: coloured circles, squares and triangles from captions of one grammar,
+# trained on the project's own synthetic pictures; tools/demo_model/).
+# With arguments, runs `xdit generate ARGUMENTS` instead (e.g. --model DIR
+# --prompt "…" -o out/mine.png for a PixArt, FLUX.1 or SD3 folder of yours).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 bash scripts/build.sh
 mkdir -p out
-./build/xdit generate --model models/pixart-alpha-tiny \
-  --prompt "a red fox in the snow" --num_inference_steps 20 --guidance_scale 4.5 --seed 42 \
-  --output out/fox.png "$@"
+if [[ $# -gt 0 ]]; then
+  exec ./build/xdit generate "$@"
+fi
+./build/xdit generate --model models/demo-shapes \
+  --prompt "a large red circle on the left on a blue background" \
+  --prompt "a small yellow triangle at the top and a large white square at the bottom on a black background" \
+  --seed 42 --output out/demo.png
+echo "run.sh: wrote out/demo_0.png and out/demo_1.png (256 x 256 pixels): the two captions, drawn"

@@ -22,7 +22,9 @@ std::function<int()> add_tokenize(CLI::App& app);
 // Shared by the subcommands.
 // The built-in model: the tiny random-weight PixArt-α (its pictures are
 // noise) until the demo model of issue 40 draws what it is asked.
-inline constexpr const char* kDefaultModel = "pixart-alpha-tiny";
+// The demo model (issue 40; tools/demo_model/) and a caption of its grammar.
+inline constexpr const char* kDefaultModel = "demo-shapes";
+inline constexpr const char* kDefaultPrompt = "a large red circle on the left on a blue background";
 std::string default_model_dir();
 std::string seconds(double s);  // "0.41 s"
 

@@ -50,7 +50,7 @@ std::string default_model_dir() {
                             exe.parent_path() / "../models" / kDefaultModel,
                             fs::path(XDIT_SOURCE_MODELS) / kDefaultModel})
     if (fs::is_directory(p)) return fs::weakly_canonical(p).string();
-  XDIT_FAIL("no --model given and the built-in tiny model ", kDefaultModel,
+  XDIT_FAIL("no --model given and the built-in demo model ", kDefaultModel,
             " was not found (looked next to the binary and in ", XDIT_SOURCE_MODELS, ")");
 }
 
@@ -275,14 +275,16 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
   const DType dtype = parse_compute_dtype(o.dtype);
   XDIT_CHECK(o.prompt_embeds.empty() || o.prompts.empty(),
              "pass either --prompt or --prompt_embeds, not both");
-  XDIT_CHECK(!o.prompt_embeds.empty() || !o.prompts.empty(),
-             "nothing to generate: pass --prompt \"...\"");
   if (o.model.empty()) {
     o.model = default_model_dir();
-    XDIT_WARN("no --model given: using the built-in tiny PixArt model ", kDefaultModel,
-              " (random weights, its picture is noise); pass --model with a PixArt-α/Σ, FLUX.1 "
-              "or SD3 diffusers folder for real images");
+    if (o.prompts.empty() && o.prompt_embeds.empty()) o.prompts = {kDefaultPrompt};
+    XDIT_WARN("no --model given: using the built-in demo model ", kDefaultModel,
+              " (coloured shapes from captions such as \"", kDefaultPrompt,
+              "\"; tools/demo_model/README.md); pass --model with a PixArt-α/Σ, FLUX.1 or SD3 "
+              "diffusers folder for other pictures");
   }
+  XDIT_CHECK(!o.prompt_embeds.empty() || !o.prompts.empty(),
+             "nothing to generate: pass --prompt \"...\"");
   std::vector<io::OutputFile> outputs;
   auto reserve = [&](size_t n) {
     if (writer)
@@ -470,9 +472,12 @@ std::function<int()> add_generate(CLI::App& app) {
   g->add_option(
       "--model", o->model,
       "diffusers PixArt-α/Σ, FLUX.1 or SD3/3.5 pipeline folder, or a Hugging Face repo id "
-      "ORG/NAME[@REVISION] in the local cache (default: the built-in tiny model)");
+      "ORG/NAME[@REVISION] in the local cache (default: the built-in demo model, "
+      "models/demo-shapes)");
   o->weights.add_to(g);
-  g->add_option("--prompt", o->prompts, "prompt; repeat for a batch (one image each)")
+  g->add_option("--prompt", o->prompts,
+                "prompt; repeat for a batch (one image each); without --model it defaults to "
+                "the demo model's \"a large red circle on the left on a blue background\"")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   g->add_option("--negative_prompt,--negative-prompt", o->negative_prompt,
                 "negative prompt (PixArt: default empty; FLUX: turns on true CFG with "

@@ -110,8 +110,8 @@ int run_serve(ServeOptions& o, const CLI::App& command) {
   const DType dtype = parse_compute_dtype(o.dtype);
   if (o.model.empty()) {
     o.model = default_model_dir();
-    XDIT_WARN("no --model given: serving the built-in tiny PixArt model ", kDefaultModel,
-              " (random weights)");
+    XDIT_WARN("no --model given: serving the built-in demo model ", kDefaultModel,
+              " (coloured shapes from captions such as \"", kDefaultPrompt, "\")");
   }
   const io::ModelRef model = io::resolve_model(o.model);
   check_files_agree(w, model.folder);

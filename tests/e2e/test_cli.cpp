@@ -254,14 +254,26 @@ TEST_F(Cli, SeveralPromptsWriteOneFileEach) {
   EXPECT_EQ(io::read_png(path("out_1.png")).text["prompt"], "a blue bird");
 }
 
+// Neither --model nor --prompt: the demo model (models/demo-shapes) draws
+// its default caption at its own size (test_demo_model.cpp checks what it
+// draws); a prompt of one's own goes to the same model.
 TEST_F(Cli, BuiltInModelWhenNoModelIsGiven) {
-  Result r = xdit(
-      "generate --prompt 'x' --height 32 --width 32 --num_inference_steps 1 "
-      "--no_resolution_binning -o '" +
-      path("out.png") + "'");
+  Result r = xdit("generate --num_inference_steps 2 -o '" + path("out.png") + "'");
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.err.find("built-in tiny PixArt model"), std::string::npos) << r.err;
-  EXPECT_EQ(io::read_png(path("out.png")).width, 32);
+  EXPECT_NE(r.err.find("built-in demo model demo-shapes"), std::string::npos) << r.err;
+  io::PngImage png = io::read_png(path("out.png"));
+  EXPECT_EQ(png.width, 256);
+  EXPECT_EQ(png.height, 256);
+  EXPECT_EQ(png.text["prompt"], "a large red circle on the left on a blue background");
+  EXPECT_NE(png.text["model"].find("demo-shapes"), std::string::npos);
+  r = xdit(
+      "generate --prompt 'a small white square at the top on a black background' --height 32 "
+      "--width 32 --num_inference_steps 1 --no_resolution_binning -o '" +
+      path("own.png") + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  png = io::read_png(path("own.png"));
+  EXPECT_EQ(png.width, 32);
+  EXPECT_EQ(png.text["prompt"], "a small white square at the top on a black background");
 }
 
 TEST_F(Cli, LongPromptIsTruncatedWithAWarning) {

@@ -110,8 +110,8 @@ class DemoModel : public ::testing::Test {
     model_ = std::string(XDIT_MODELS) + "/demo-shapes";
     if (!fs::exists(model_ + "/model_index.json"))
       GTEST_SKIP() << model_
-                   << " is not committed yet (issue 40: the training runs so far drew 0 of the 24 "
-                      "held-out captions; tools/demo_model/README.md)";
+                   << " is missing (tools/demo_model/README.md trains it; the repository ships "
+                      "it)";
     dir_ = test::make_test_dir("xdit_demo_");
   }
   void TearDown() override { fs::remove_all(dir_); }

@@ -29,10 +29,11 @@ def write_card(a):
                                 text=True).stdout.strip()
     except OSError:
         commit = "unknown"
-    v, d = log.get("vae", {}), log.get("dit", {})
+    v, d, t = log.get("vae", {}), log.get("dit", {}), log.get("text", {})
     # One line per distinct command (a --stage all run logs every stage with the same one).
     commands = "\n".join(dict.fromkeys(f"    {log[k]['command']}"
-                                        for k in ("tokenizer", "vae", "latents", "dit") if k in log))
+                                        for k in ("tokenizer", "vae", "latents", "text", "dit")
+                                        if k in log))
     card = f"""# demo-shapes
 
 A small PixArt-alpha model of xdit's own (issue 40): it draws one or two
@@ -50,8 +51,8 @@ pixels (the transformer's sample_size 32 through the VAE's factor 8).
   patch {a.patch_size}, caption_channels {a.t5_dim}, out_channels 4 ({a.prediction}, no learned
   sigma), no micro-conditions; {d.get('transformer_parameters', '?')} parameters.
 - text_encoder: T5EncoderModel (v1.1 style, gated-gelu), d_model {a.t5_dim}, {a.t5_layers} layers,
-  trained from random initialisation jointly with the transformer;
-  {d.get('t5_parameters', '?')} parameters.
+  {"trained from random initialisation first alone, to predict each picture's 16 x 16 colour layout through a one-cross-attention readout (the text stage, tools/demo_model/text_pretrain.py), then" if d.get('t5_from_text_stage') else "trained from random initialisation"}
+  jointly with the transformer; {d.get('t5_parameters', '?')} parameters.
 - tokenizer: a unigram SentencePiece model (`spiece.model`) trained on the
   grammar's sentences, every word one piece, T5's special ids.
 - vae: AutoencoderKL, block_out_channels {a.vae_channels}, 4 latent channels, 8x
@@ -75,6 +76,7 @@ position) triples; `tools/demo_model/heldout.json` lists the 24 test captions.
 | data | {data.get('count', '?')} pictures | {data.get('seconds', '?')} s | |
 | VAE | {v.get('steps', '?')} x {v.get('batch', '?')} ({v.get('crop', '?')} px crops) | {v.get('seconds', '?')} s ({v.get('cpu_seconds_per_thread', '?')} s CPU per thread) | L1 {v.get('final_l1_crops', '?')} (full pictures {v.get('final_l1_full', '?')}) |
 | latents | {log.get('latents', {}).get('pictures', '?')} pictures | {log.get('latents', {}).get('seconds', '?')} s | |
+| text (T5 alone) | {t.get('steps', '-')} x {t.get('batch', '-')} | {t.get('seconds', '-')} s ({t.get('cpu_seconds_per_thread', '-')} s CPU per thread) | MSE {t.get('final_loss', '-')} (held-out layouts {t.get('heldout_layouts_pass', '-')}) |
 | transformer + T5 | {d.get('steps', '?')} x {d.get('batch', '?')} | {d.get('seconds', '?')} s ({d.get('cpu_seconds_per_thread', '?')} s CPU per thread) | MSE {d.get('final_loss', '?')} |
 
 Versions: torch {torch.__version__}, diffusers {diffusers.__version__}, transformers

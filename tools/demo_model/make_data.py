@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Draws the demo model's synthetic captioned data set (issue 40).
 
-    python3 tools/demo_model/make_data.py --out out/demo_data --count 12000
+    python3 tools/demo_model/make_data.py --out out/demo_data --count 20000
     python3 tools/demo_model/make_data.py --heldout-only   # rewrite heldout.json only
 
 Each picture is SIZE x SIZE RGB (256 by default: the transformer's
@@ -162,7 +162,7 @@ def write_heldout():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="out/demo_data")
-    ap.add_argument("--count", type=int, default=12000)
+    ap.add_argument("--count", type=int, default=20000)
     ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--two-object-fraction", type=float, default=0.5)

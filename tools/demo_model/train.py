@@ -3,7 +3,7 @@
 PixArt-alpha folder (model_index.json, scheduler, text_encoder, tokenizer,
 transformer, vae) with a model card.
 
-    python3 tools/demo_model/make_data.py --out out/demo_data --count 12000
+    python3 tools/demo_model/make_data.py --out out/demo_data --count 20000
     python3 tools/demo_model/train.py --data out/demo_data --work out/demo_train \\
         --out models/demo-shapes
 
@@ -511,7 +511,7 @@ def main():
     ap.add_argument("--vae-lr", type=float, default=1e-3)
     ap.add_argument("--vae-kl", type=float, default=1e-6)
     ap.add_argument("--t5-dim", type=int, default=128)
-    ap.add_argument("--t5-layers", type=int, default=2)
+    ap.add_argument("--t5-layers", type=int, default=4)
     ap.add_argument("--text-steps", type=int, default=1500)
     ap.add_argument("--text-batch", type=int, default=128)
     ap.add_argument("--text-lr", type=float, default=1e-3)
@@ -520,17 +520,17 @@ def main():
     ap.add_argument("--dit-layers", type=int, default=6)
     ap.add_argument("--dit-heads", type=int, default=4,
                     help="divisible by the Ulysses and tensor-parallel degrees the tests run (2, 4)")
-    ap.add_argument("--dit-head-dim", type=int, default=40)
-    ap.add_argument("--patch-size", type=int, default=4)
+    ap.add_argument("--dit-head-dim", type=int, default=32)
+    ap.add_argument("--patch-size", type=int, default=2)
     ap.add_argument("--pixart-init", type=int, default=1, help="1: PixArt-alpha's initialisation")
-    ap.add_argument("--dit-steps", type=int, default=3000)
+    ap.add_argument("--dit-steps", type=int, default=4000)
     ap.add_argument("--prediction", default="v_prediction", choices=["v_prediction", "epsilon"])
     ap.add_argument("--checkpoint-every", type=int, default=0)
     ap.add_argument("--resume", help="a checkpoint's state.pt: go on from its step")
     ap.add_argument("--t-power", type=float, default=1.0,
                     help="training timesteps 1000 u^p: 1 uniform, 0.5 three quarters above 500")
     ap.add_argument("--dit-batch", type=int, default=32)
-    ap.add_argument("--dit-lr", type=float, default=5e-4)
+    ap.add_argument("--dit-lr", type=float, default=1e-3)
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--ema", type=float, default=0.999)
     ap.add_argument("--cfg-dropout", type=float, default=0.1)
