@@ -13,7 +13,7 @@ OriginalCheckpointWeights::OriginalCheckpointWeights(std::shared_ptr<const io::C
     : file_(std::move(file)), model_(std::move(model)), map_(std::move(map)) {}
 
 const io::GgufTensor* OriginalCheckpointWeights::find(const std::string& original,
-                                                  std::string* stored_name) const {
+                                                      std::string* stored_name) const {
   for (const std::string& n : {original, "model.diffusion_model." + original})
     if (const auto it = file_->tensors().find(n); it != file_->tensors().end()) {
       if (stored_name != nullptr) *stored_name = n;
@@ -51,8 +51,8 @@ void OriginalCheckpointWeights::check_shapes(const io::WeightSpecs& specs) const
     XDIT_CHECK(t != nullptr, file_->kind(), " file ", file_->path(), " has no ",
                rows ? rows->name : name, ", which the model's ", name,
                " needs (a checkpoint of another model?)");
-    XDIT_CHECK(this->shape(name) == shape, file_->kind(), " file ", file_->path(), ": ", rows->name, " is ",
-               shape_str(t->shape), ", which does not give the model's ", name, " ",
+    XDIT_CHECK(this->shape(name) == shape, file_->kind(), " file ", file_->path(), ": ", rows->name,
+               " is ", shape_str(t->shape), ", which does not give the model's ", name, " ",
                shape_str(shape), " (the config and the checkpoint disagree)");
   }
 }
@@ -66,7 +66,8 @@ std::optional<Shape> OriginalCheckpointWeights::shape(const std::string& name) c
   return s;
 }
 
-OriginalCheckpointWeights::Located OriginalCheckpointWeights::locate(const std::string& name) const {
+OriginalCheckpointWeights::Located OriginalCheckpointWeights::locate(
+    const std::string& name) const {
   const auto rows = map_(name);
   const io::GgufTensor* t = rows ? find(rows->name) : nullptr;
   XDIT_CHECK(t != nullptr, file_->kind(), " file ", file_->path(), " has no ",
@@ -108,7 +109,7 @@ std::optional<io::QuantizedRows> OriginalCheckpointWeights::read_quantized(
 }
 
 Tensor OriginalCheckpointWeights::read(const std::string& name,
-                                   const Shape& /*expected: get() checks*/) const {
+                                       const Shape& /*expected: get() checks*/) const {
   const Located l = locate(name);
   const io::GgufTensor* t = l.tensor;
   const int64_t count = l.count, cols = l.cols, values = count * cols;

@@ -130,9 +130,9 @@ class LoraWeights : public io::WeightSource {
               bool ignore_unmatched = false, DType merged = DType::kF32);
   // Over any source (a single-file checkpoint's), whose weights' shapes
   // `shape_of` gives.
-  LoraWeights(const io::WeightSource& base, const WeightShapes& shape_of, std::vector<LoraUse> loras,
-              const std::string& component, bool ignore_unmatched = false,
-              DType merged = DType::kF32);
+  LoraWeights(const io::WeightSource& base, const WeightShapes& shape_of,
+              std::vector<LoraUse> loras, const std::string& component,
+              bool ignore_unmatched = false, DType merged = DType::kF32);
   bool has(const std::string& name) const override { return base_.has(name); }
   size_t stored_bytes() const override { return base_.stored_bytes(); }
   void drop_pages(const std::string& name) const override { base_.drop_pages(name); }

@@ -72,7 +72,8 @@ void Pipeline::set_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched) 
   if (loras.empty()) return;
   const auto* store = dynamic_cast<const io::WeightStore*>(weights_.get());
   const auto* file = dynamic_cast<const models::OriginalCheckpointWeights*>(weights_.get());
-  XDIT_CHECK(store != nullptr || file != nullptr, "set_loras over a model folder's weights or a "
+  XDIT_CHECK(store != nullptr || file != nullptr,
+             "set_loras over a model folder's weights or a "
              "--transformer file's only");
   XDIT_CHECK(!text_opened_, "set_loras before the first plan opens the text encoders");
   std::vector<std::string> adaptable = family_->lora_text_components();

@@ -145,7 +145,8 @@ TEST(FluxCheckpoint, LoraMergesIntoTheFile) {
          0.7}};
   };
   const pipeline::ImageRequest r = test::flux_lora_request();
-  pipeline::Pipeline file(folder, DType::kF32), want(folder, DType::kF32), plain(folder, DType::kF32);
+  pipeline::Pipeline file(folder, DType::kF32), want(folder, DType::kF32),
+      plain(folder, DType::kF32);
   file.set_transformer_file(data("flux_tiny_bf16.gguf"));
   file.set_loras(lora());
   want.set_loras(lora());
@@ -194,11 +195,11 @@ TEST(FluxCheckpoint, BadCheckpointsAreOneLine) {
   ASSERT_EQ(t.type, io::GgmlType::kQ8_0);
   const uint16_t nan = 0x7E00;  // f16 NaN as the first block's scale
   std::memcpy(bytes->data() + file->offset_of(t), &nan, 2);
-  const auto broken = flux_file(
-      std::make_shared<io::CheckpointFile>(std::make_shared<io::GgufFile>(
-          std::shared_ptr<const void>(bytes, bytes->data()), bytes->size(), "nan.gguf")),
-      folder.shape("x_embedder.weight")[0],
-      folder.shape("single_transformer_blocks.0.proj_mlp.weight")[0]);
+  const auto broken =
+      flux_file(std::make_shared<io::CheckpointFile>(std::make_shared<io::GgufFile>(
+                    std::shared_ptr<const void>(bytes, bytes->data()), bytes->size(), "nan.gguf")),
+                folder.shape("x_embedder.weight")[0],
+                folder.shape("single_transformer_blocks.0.proj_mlp.weight")[0]);
   const std::string p = "single_transformer_blocks.0.proj_out.weight";
   // Dequantized (get) or kept in blocks (quantized, what layers take).
   for (const std::string& n :

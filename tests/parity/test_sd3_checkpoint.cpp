@@ -65,15 +65,17 @@ TEST(Sd3Checkpoint, OriginalLayoutGivesTheFoldersWeights) {
     }
   }
   // Names SD3 has not, or a block past the last.
-  for (const char* n : {"transformer_blocks.0.attn.norm_q.bias", "single_transformer_blocks.0.proj_out.weight",
-                        "transformer_blocks.3.attn.to_q.weight", "x_embedder.weight"})
+  for (const char* n :
+       {"transformer_blocks.0.attn.norm_q.bias", "single_transformer_blocks.0.proj_out.weight",
+        "transformer_blocks.3.attn.to_q.weight", "x_embedder.weight"})
     EXPECT_FALSE(models::sd3_original_rows(n, inner, last).has_value()) << n;
   // The last block's context modulation and the final one: halves swapped.
-  EXPECT_TRUE(models::sd3_original_rows("transformer_blocks.2.norm1_context.linear.bias", inner, last)
-                  ->swap_halves);
-  EXPECT_FALSE(models::sd3_original_rows("transformer_blocks.1.norm1_context.linear.bias", inner,
-                                         last)
-                   ->swap_halves);
+  EXPECT_TRUE(
+      models::sd3_original_rows("transformer_blocks.2.norm1_context.linear.bias", inner, last)
+          ->swap_halves);
+  EXPECT_FALSE(
+      models::sd3_original_rows("transformer_blocks.1.norm1_context.linear.bias", inner, last)
+          ->swap_halves);
   EXPECT_TRUE(models::sd3_original_rows("norm_out.linear.weight", inner, last)->swap_halves);
 }
 
