@@ -14,6 +14,7 @@
 
 #include "io/safetensors.h"
 #include "kernels/linear.h"
+#include "lora_request.h"
 #include "nn/lora.h"
 #include "pipeline/pipeline.h"
 #include "test_util.h"
@@ -112,13 +113,7 @@ TEST_P(LoraFamily, ImagesAreDiffusers) {
       r.guidance_scale = 5.0;
       r.seed = 1;
     } else {
-      r.prompts = {"Two cats, sitting on a mat!"};
-      r.negative_prompt = "blurry";
-      r.height = 40;
-      r.width = 56;
-      r.guidance_scale = 4.0;
-      r.max_sequence_length = 24;
-      r.seed = 5;
+      r = test::sd35_lora_request();
     }
     const pipeline::ImageResult out = pipe.generate(r);
     ASSERT_EQ(out.rgb.size(), 1u);
