@@ -565,8 +565,10 @@ TEST_F(Cli, TokenizePrintsTransformersIdsAsJson) {
       EXPECT_EQ(j["truncated"], i == 16u) << i;
       EXPECT_EQ(j["tokens"].size(), 77u);
     }
-  // T5 (the built-in PixArt folder) at a given length: EOS last, then padding.
-  const io::Json t = tokenize("--prompt 'a red fox in the snow' --max_sequence_length 12");
+  // T5 (the tiny PixArt folder) at a given length: EOS last, then padding.
+  const io::Json t = tokenize("--model '" + std::string(XDIT_MODELS) +
+                              "/pixart-alpha-tiny' --prompt 'a red fox in the snow' "
+                              "--max_sequence_length 12");
   EXPECT_EQ(t["kind"], "t5");
   ASSERT_EQ(t["ids"].size(), 12u);
   const int64_t n = t["length"].get<int64_t>();
