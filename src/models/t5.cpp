@@ -12,6 +12,7 @@ namespace xdit::models {
 
 struct T5Encoder::Block {
   Tensor ln0, ln1;
+  Tensor rel_bias;  // UMT5: this block's [num_buckets, heads] table, host
   kernels::Linear qkv, wi;
   nn::RowParallelLinear o, wo;  // row-parallel: they all-reduce their own partial sums
 };
@@ -52,6 +53,10 @@ std::unique_ptr<T5Encoder::Block> T5Encoder::load_block(const io::WeightSource& 
   b->ln0 = nn::load_param(w, p + "0.layer_norm.weight", {d});
   b->ln1 = nn::load_param(w, p + "1.layer_norm.weight", {d});
   const std::string sa = p + "0.SelfAttention.";
+  if (cfg.bias_per_block)
+    b->rel_bias = w.get(sa + "relative_attention_bias.weight",
+                        {cfg.relative_attention_num_buckets, cfg.num_heads})
+                      .to(DType::kF32);
   b->qkv = nn::load_fused_linear(w, {sa + "q", sa + "k", sa + "v"}, d, {inner, inner, inner}, false,
                                  ct_, tp_);
   b->o = nn::RowParallelLinear(w, sa + "o", inner, d, false, ct_, tp_);
@@ -76,13 +81,24 @@ void T5Encoder::log_share(const io::WeightSource& w, size_t before) const {
 
 T5Encoder::~T5Encoder() = default;
 
+void T5Encoder::fill_bias(const Tensor& table, const std::vector<int64_t>& bucket, int64_t S,
+                          std::vector<float>& bias) const {
+  const int64_t H = heads_, h0 = tp_.begin(cfg_.num_heads);
+  bias.resize(static_cast<size_t>(H * S * S));
+  const float* t = table.data<float>();
+  for (int64_t hh = 0; hh < H; ++hh)
+    for (int64_t q = 0; q < S; ++q)
+      for (int64_t k = 0; k < S; ++k)
+        bias[static_cast<size_t>((hh * S + q) * S + k)] =
+            t[bucket[static_cast<size_t>(k - q + S - 1)] * cfg_.num_heads + h0 + hh];
+}
+
 Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask,
                          int64_t B, int64_t S) {
   DeviceScope scope(device_);
   const T5Config& c = cfg_;
-  // Under tensor parallelism: this rank's heads [h0, h0 + H) and d_ff / T units.
+  // Under tensor parallelism: this rank's H heads and d_ff / T units.
   const int64_t d = c.d_model, H = heads_, inner = H * c.d_kv, M = B * S, F = c.d_ff / tp_.size;
-  const int64_t h0 = tp_.begin(c.num_heads);
   XDIT_CHECK(static_cast<int64_t>(ids.size()) == M &&
                  (mask.empty() || static_cast<int64_t>(mask.size()) == M),
              "T5 encode: ids and mask must hold batch x seq values");
@@ -100,20 +116,14 @@ Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint
                    embedding_.dtype(), rows + t * d, static_cast<size_t>(d));
   }
   staged.upload();
-  // Relative-position bias [H, S, S] from block 0's table, shared by all blocks.
-  std::vector<float> bias(static_cast<size_t>(H * S * S));
-  {
-    std::vector<int64_t> bucket(static_cast<size_t>(2 * S - 1));
-    for (int64_t rp = -(S - 1); rp <= S - 1; ++rp)
-      bucket[static_cast<size_t>(rp + S - 1)] = t5_relative_bucket(
-          rp, c.relative_attention_num_buckets, c.relative_attention_max_distance);
-    const float* table = rel_bias_.data<float>();
-    for (int64_t hh = 0; hh < H; ++hh)
-      for (int64_t q = 0; q < S; ++q)
-        for (int64_t k = 0; k < S; ++k)
-          bias[static_cast<size_t>((hh * S + q) * S + k)] =
-              table[bucket[static_cast<size_t>(k - q + S - 1)] * c.num_heads + h0 + hh];
-  }
+  // Relative-position bias [H, S, S]: block 0's table for all blocks (T5),
+  // or each block's own (UMT5), made again for each block.
+  std::vector<int64_t> bucket(static_cast<size_t>(2 * S - 1));
+  for (int64_t rp = -(S - 1); rp <= S - 1; ++rp)
+    bucket[static_cast<size_t>(rp + S - 1)] =
+        t5_relative_bucket(rp, c.relative_attention_num_buckets, c.relative_attention_max_distance);
+  std::vector<float> bias;
+  fill_bias(rel_bias_, bucket, S, bias);
   const float* bias_here = nn::on_current_device(bias, bias_keep_);
   const uint8_t* mask_here = nn::on_current_device(mask, mask_keep_);
   const float eps = static_cast<float>(c.layer_norm_epsilon);
@@ -131,6 +141,10 @@ Tensor T5Encoder::encode(const std::vector<int32_t>& ids, const std::vector<uint
       built = load_block(*streamed_, i);
     }
     const Block* blk = built ? built.get() : blocks_[static_cast<size_t>(i)].get();
+    if (c.bias_per_block && i > 0) {
+      fill_bias(blk->rel_bias, bucket, S, bias);
+      bias_here = nn::on_current_device(bias, bias_keep_);
+    }
     kernels::rms_norm(h, n, M, d, eps, blk->ln0.data<float>());
     blk->qkv.forward(n, M, qkv);
     kernels::AttentionArgs a =

@@ -2,6 +2,8 @@
 // embedding, blocks of RMSNorm → self-attention with the relative-position
 // bias of block 0 (no 1/√d scaling) → residual, RMSNorm → gated-GELU (T5 v1.1)
 // or ReLU feed-forward → residual, final RMSNorm. No biases anywhere.
+// UMT5 (UMT5EncoderModel, Wan's text encoder) is the same but for one thing:
+// every block has its own relative-position bias table.
 #pragma once
 
 #include <memory>
@@ -25,7 +27,8 @@ struct T5Config {
   int64_t num_heads = 64;
   int64_t relative_attention_num_buckets = 32;
   int64_t relative_attention_max_distance = 128;
-  bool gated_gelu = true;  // feed_forward_proj "gated-gelu"; false: "relu"
+  bool gated_gelu = true;       // feed_forward_proj "gated-gelu"; false: "relu"
+  bool bias_per_block = false;  // model_type "umt5": each block its own bias table
   double layer_norm_epsilon = 1e-6;
 
   // Reads transformers' text_encoder/config.json, bounding every size;
@@ -66,6 +69,10 @@ class T5Encoder {
  private:
   struct Block;
   std::unique_ptr<Block> load_block(const io::WeightSource& w, int64_t i) const;
+  // The [heads_, S, S] position bias of this rank's heads from a [num_buckets,
+  // num_heads] table, with `bucket` the table row of each (key − query + S − 1).
+  void fill_bias(const Tensor& table, const std::vector<int64_t>& bucket, int64_t S,
+                 std::vector<float>& bias) const;
   // The log line of a split encoder: the bytes this rank read of the weights.
   void log_share(const io::WeightSource& w, size_t before) const;
   T5Config cfg_;
@@ -73,7 +80,7 @@ class T5Encoder {
   nn::TensorParallel tp_;
   int64_t heads_;     // this rank's
   Tensor embedding_;  // [vocab, d_model], as stored (may be a view of the file)
-  Tensor rel_bias_;   // [num_buckets, heads], host (the bias table is made on the host)
+  Tensor rel_bias_;   // block 0's [num_buckets, heads], host (the bias is made on the host)
   std::vector<std::unique_ptr<Block>> blocks_;  // empty when not resident
   const io::WeightSource* streamed_ = nullptr;  // the blocks' weights when not resident
   size_t streamed_before_ = 0;  // the source's loaded bytes before this encoder read any

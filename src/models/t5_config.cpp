@@ -35,6 +35,7 @@ T5Config T5Config::from_json(const io::Json& j, const std::string& w) {
   XDIT_CHECK(ff == "gated-gelu" || ff == "relu", w, ": feed_forward_proj \"", ff,
              "\" is not supported (gated-gelu or relu)");
   c.gated_gelu = ff == "gated-gelu";
+  c.bias_per_block = io::string_or(j, "model_type", "t5", w) == "umt5";
   return c;
 }
 
@@ -46,10 +47,11 @@ io::WeightSpecs T5Config::weight_specs(const std::string& embedding_name) const 
   const int64_t d = d_model, inner = num_heads * d_kv;
   io::WeightSpecs s;
   s.emplace_back(embedding_name, Shape{vocab_size, d});
-  s.emplace_back("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
-                 Shape{relative_attention_num_buckets, num_heads});
   for (int64_t i = 0; i < num_layers; ++i) {
     const std::string p = "encoder.block." + std::to_string(i) + ".layer.";
+    if (i == 0 || bias_per_block)
+      s.emplace_back(p + "0.SelfAttention.relative_attention_bias.weight",
+                     Shape{relative_attention_num_buckets, num_heads});
     s.emplace_back(p + "0.layer_norm.weight", Shape{d});
     s.emplace_back(p + "1.layer_norm.weight", Shape{d});
     const std::string sa = p + "0.SelfAttention.";

@@ -249,14 +249,17 @@ TEST(TensorParallel, PixArtBf16StaysCloseToWhole) {
       3e-2);
 }
 
-// T5 v1.1 (gated GELU) and the ReLU variant, with and without the padding
-// mask, from random weights; T splits the 4 heads and d_ff = 28.
+// T5 v1.1 (gated GELU), the ReLU variant and UMT5 (a bias table per block),
+// with and without the padding mask, from random weights; T splits the 4
+// heads and d_ff = 28.
 TEST(TensorParallel, T5EncoderSplitOverTheWorldEqualsWhole) {
   ParallelConfig pc;
   pc.tensor_parallel_degree = world().size();
   Mesh mesh(pc, world());
-  for (bool gated : {true, false}) {
+  for (const char* variant : {"gated-gelu", "relu", "umt5"}) {
+    const bool gated = std::string(variant) != "relu";
     models::T5Config c;
+    c.bias_per_block = std::string(variant) == "umt5";
     c.vocab_size = 50;
     c.d_model = 20;
     c.d_kv = 6;
@@ -275,7 +278,7 @@ TEST(TensorParallel, T5EncoderSplitOverTheWorldEqualsWhole) {
       EXPECT_LE(test::rel_max_err(split.encode(ids, m, 2, 7).to_vector(),
                                   whole.encode(ids, m, 2, 7).to_vector()),
                 1e-4)
-          << (gated ? "gated-gelu" : "relu") << (m.empty() ? ", no mask" : ", masked");
+          << variant << (m.empty() ? ", no mask" : ", masked");
     // The embedding table (50 x 20) stays whole.
     check_loaded(part_w, whole_w, mesh.tp_group(), 0.2);
   }
