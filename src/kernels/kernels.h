@@ -158,8 +158,8 @@ void guidance_combine(const float* uncond, const float* cond, float g, float* no
 void guidance_add(float* noise, const float* cond, const float* skip, float scale, int64_t n);
 // A step cache's indicator (pipeline/first_block_cache.h, teacache.h), on
 // host memory whatever the current device: r = out − in over n values (out
-// itself where `in` is null) and, when `prev` is given, sums[0] += Σ|r − prev| and sums[1] += Σ|prev| (accumulated in
-// double).
+// itself where `in` is null) and, when `prev` is given, sums[0] += Σ|r − prev| and sums[1] +=
+// Σ|prev| (accumulated in double).
 void residual_change(const float* out, const float* in, const float* prev, float* r, int64_t n,
                      double sums[2]);
 // TaylorSeer (diffusers' hooks/taylorseer_cache.py, TaylorSeerState): the
@@ -184,6 +184,20 @@ struct DpmUpdate {
 };
 void dpm_solver_step(const float* model_output, float* sample, float* cur, const float* prev,
                      int64_t items, int64_t n, int64_t hist_stride, const DpmUpdate& k);
+// UniPC multistep (predict_x0), per value: x0 = xa·x + xb·model_output;
+// the corrector (when `correct`) xc = ca·last + cb·m0 − cg·(cr·(m1 − m0)·c_inv_r
+// [c_second] + cl·(x0 − m0)), else xc = x; the predictor x ← pa·xc + pb·x0
+// − pg·(0.5·(m0 − x0)·p_inv_r) [p_second]; then last ← xc and m1 ← x0 (the
+// caller swaps cur and prev after the step). m0 is the last step's x0 (cur),
+// m1 the one before (prev). Runs and strides as dpm_solver_step.
+struct UniPcUpdate {
+  float xa = 1, xb = 0;
+  bool correct = false, c_second = false, p_second = false;
+  float ca = 0, cb = 0, cg = 0, cr = 0, c_inv_r = 0, cl = 0;
+  float pa = 0, pb = 0, pg = 0, p_inv_r = 0;
+};
+void unipc_step(const float* model_output, float* sample, const float* cur, float* prev,
+                float* last, int64_t items, int64_t n, int64_t hist_stride, const UniPcUpdate& k);
 
 // Layout changes: rows [r0, r0 + rows) of x [B, C, H, W] → y [B, rows, W, C];
 // and x [B, HW, C] → y [B, C, HW].

@@ -46,24 +46,28 @@ SchedulerConfig SchedulerConfig::from_json(const io::Json& j, const std::string&
   const std::string cls = io::string_or(j, "_class_name", "DPMSolverMultistepScheduler", where);
   if (cls == "DPMSolverMultistepScheduler") return DPMSolverConfig::from_json(j, where);
   if (cls == "FlowMatchEulerDiscreteScheduler") return FlowMatchConfig::from_json(j, where);
+  if (cls == "UniPCMultistepScheduler") return UniPCConfig::from_json(j, where);
   XDIT_FAIL(where, ": scheduler ", cls,
-            " is not supported yet (xdit implements DPMSolverMultistepScheduler and "
-            "FlowMatchEulerDiscreteScheduler)");
+            " is not supported yet (xdit implements DPMSolverMultistepScheduler, "
+            "FlowMatchEulerDiscreteScheduler and UniPCMultistepScheduler)");
 }
 
 std::unique_ptr<Scheduler> SchedulerConfig::make() const {
   if (const auto* d = dpm_solver()) return std::make_unique<DPMSolverMultistep>(*d);
+  if (const auto* u = unipc()) return std::make_unique<UniPCMultistep>(*u);
   return std::make_unique<FlowMatchEuler>(*flow_match());
 }
 
 std::string SchedulerConfig::class_name() const {
-  return dpm_solver() != nullptr ? "DPMSolverMultistepScheduler"
-                                 : "FlowMatchEulerDiscreteScheduler";
+  if (dpm_solver() != nullptr) return "DPMSolverMultistepScheduler";
+  if (unipc() != nullptr) return "UniPCMultistepScheduler";
+  return "FlowMatchEulerDiscreteScheduler";
 }
 
 int64_t SchedulerConfig::num_train_timesteps() const {
-  return dpm_solver() != nullptr ? dpm_solver()->num_train_timesteps
-                                 : flow_match()->num_train_timesteps;
+  if (const auto* d = dpm_solver()) return d->num_train_timesteps;
+  if (const auto* u = unipc()) return u->num_train_timesteps;
+  return flow_match()->num_train_timesteps;
 }
 
 }  // namespace xdit::schedulers

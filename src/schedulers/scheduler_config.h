@@ -11,6 +11,7 @@
 #include "schedulers/dpm_solver.h"
 #include "schedulers/flow_match.h"
 #include "schedulers/scheduler.h"
+#include "schedulers/unipc.h"
 
 namespace xdit::schedulers {
 
@@ -20,6 +21,7 @@ class SchedulerConfig {
   SchedulerConfig() = default;                              // DPM-Solver++ with diffusers' defaults
   SchedulerConfig(DPMSolverConfig c) : v_(std::move(c)) {}  // NOLINT(runtime/explicit)
   SchedulerConfig(FlowMatchConfig c) : v_(std::move(c)) {}  // NOLINT(runtime/explicit)
+  SchedulerConfig(UniPCConfig c) : v_(std::move(c)) {}      // NOLINT(runtime/explicit)
   // Dispatches on _class_name; an unknown class is refused naming it.
   static SchedulerConfig from_json(const io::Json& j, const std::string& where);
   std::unique_ptr<Scheduler> make() const;
@@ -28,9 +30,10 @@ class SchedulerConfig {
   int64_t num_train_timesteps() const;
   const DPMSolverConfig* dpm_solver() const { return std::get_if<DPMSolverConfig>(&v_); }
   const FlowMatchConfig* flow_match() const { return std::get_if<FlowMatchConfig>(&v_); }
+  const UniPCConfig* unipc() const { return std::get_if<UniPCConfig>(&v_); }
 
  private:
-  std::variant<DPMSolverConfig, FlowMatchConfig> v_;
+  std::variant<DPMSolverConfig, FlowMatchConfig, UniPCConfig> v_;
 };
 
 }  // namespace xdit::schedulers

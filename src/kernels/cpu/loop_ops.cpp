@@ -97,4 +97,38 @@ void dpm_solver_step(const float* model_output, float* sample, float* cur, const
   }
 }
 
+namespace {
+
+// One value of unipc_step (kernels.h); the CUDA kernel computes the same.
+float unipc_value(float x, float mo, float m0, float* m1, float* last, const UniPcUpdate& k) {
+  const float x0 = k.xa * x + k.xb * mo;
+  float xc = x;
+  if (k.correct) {
+    float corr = k.cl * (x0 - m0);
+    if (k.c_second) corr = k.cr * ((*m1 - m0) * k.c_inv_r) + corr;
+    xc = (k.ca * *last + k.cb * m0) - k.cg * corr;
+  }
+  float out = k.pa * xc + k.pb * x0;
+  if (k.p_second) out = out - k.pg * (0.5f * ((m0 - x0) * k.p_inv_r));
+  *last = xc;
+  *m1 = x0;
+  return out;
+}
+
+}  // namespace
+
+void unipc_step(const float* model_output, float* sample, const float* cur, float* prev,
+                float* last, int64_t items, int64_t n, int64_t hist_stride, const UniPcUpdate& k) {
+  XDIT_CUDA_OP(unipc_step(model_output, sample, cur, prev, last, items, n, hist_stride, k));
+#pragma omp parallel for if (items * n > kGrain)
+  for (int64_t it = 0; it < items; ++it) {
+    const float* mo = model_output + it * n;
+    float* x = sample + it * n;
+    const float* c = cur + it * hist_stride;
+    float* p = prev + it * hist_stride;
+    float* l = last + it * hist_stride;
+    for (int64_t j = 0; j < n; ++j) x[j] = unipc_value(x[j], mo[j], c[j], p + j, l + j, k);
+  }
+}
+
 }  // namespace xdit::kernels

@@ -99,6 +99,9 @@ void taylor_predict(const float* factors, const float* coeff, int64_t orders, fl
 void dpm_solver_step(const float* model_output, float* sample, float* cur, const float* prev,
                      int64_t items, int64_t n, int64_t hist_stride, const DpmUpdate& k,
                      Stream s = nullptr);
+void unipc_step(const float* model_output, float* sample, const float* cur, float* prev,
+                float* last, int64_t items, int64_t n, int64_t hist_stride, const UniPcUpdate& k,
+                Stream s = nullptr);
 void nchw_rows_to_nhwc(const float* x, int64_t batch, int64_t channels, int64_t height,
                        int64_t width, int64_t r0, int64_t rows, float* y, Stream s = nullptr);
 void nhwc_to_nchw(const float* x, int64_t batch, int64_t hw, int64_t channels, float* y,
