@@ -224,6 +224,17 @@ void pack_2x2(const float* src, float* dst, int64_t batch, int64_t channels, int
 void qk_norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin, int64_t rows,
                   int64_t heads, int64_t head_dim, float eps, const float* wq, const float* wk,
                   const float* cos, const float* sin);
+// RMSNorm across all heads of a q or k row (Wan: torch.nn.RMSNorm over
+// heads·head_dim), then, with cos non-null, the interleaved rotary embedding
+// of each head as qk_norm_rope. In two steps, so that tensor parallelism can
+// sum the squares of every rank's heads in between: row_sum_squares writes
+// each row's sum of squares of its `width` values (`stride` apart);
+// rms_scale_rope scales x·w·rsqrt(sumsq/total_width + eps) and rotates, row r
+// reading table row r % seq of cos/sin [seq, head_dim].
+void row_sum_squares(const float* x, int64_t rows, int64_t stride, int64_t width, float* sumsq);
+void rms_scale_rope(float* x, int64_t rows, int64_t stride, int64_t width, const float* sumsq,
+                    int64_t total_width, float eps, const float* w, int64_t seq, int64_t head_dim,
+                    const float* cos, const float* sin);
 
 // Sinusoidal timestep embedding (diffusers get_timestep_embedding with
 // max_period 10000): out[n, dim] = [sin | cos] (or [cos | sin] when flip).

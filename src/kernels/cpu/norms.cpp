@@ -464,4 +464,37 @@ void qk_norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin, int
     }
 }
 
+void row_sum_squares(const float* x, int64_t rows, int64_t stride, int64_t width, float* sumsq) {
+  XDIT_CUDA_OP(row_sum_squares(x, rows, stride, width, sumsq));
+#pragma omp parallel for if (rows * width > kGrain)
+  for (int64_t r = 0; r < rows; ++r)
+    sumsq[r] = static_cast<float>(
+        sum_f64(x + r * stride, width, [](float v) { return static_cast<double>(v) * v; }));
+}
+
+void rms_scale_rope(float* x, int64_t rows, int64_t stride, int64_t width, const float* sumsq,
+                    int64_t total_width, float eps, const float* w, int64_t seq, int64_t hd,
+                    const float* cos, const float* sin) {
+  XDIT_CUDA_OP(
+      rms_scale_rope(x, rows, stride, width, sumsq, total_width, eps, w, seq, hd, cos, sin));
+#pragma omp parallel for if (rows * width > kGrain)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = x + r * stride;
+    const float inv = static_cast<float>(
+        1.0 / std::sqrt(static_cast<double>(sumsq[r]) / static_cast<double>(total_width) + eps));
+    for (int64_t i = 0; i < width; ++i) row[i] = w[i] * (row[i] * inv);
+    if (cos == nullptr) continue;
+    const float* cs = cos + (r % seq) * hd;
+    const float* sn = sin + (r % seq) * hd;
+    for (int64_t i = 0; i < width; i += 2) {
+      float* p = row + i;
+      const int64_t j = i % hd;
+      const float a = p[0] * cs[j], b0 = -p[1] * sn[j];
+      const float c = p[1] * cs[j + 1], d = p[0] * sn[j + 1];
+      p[0] = a + b0;
+      p[1] = c + d;
+    }
+  }
+}
+
 }  // namespace xdit::kernels

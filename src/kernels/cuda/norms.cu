@@ -220,6 +220,44 @@ __global__ void qk_norm_rope_kernel(float* __restrict__ qkv, int64_t seq, int64_
   }
 }
 
+// One warp per row: the sum of squares of `width` values.
+__global__ void row_sum_squares_kernel(const float* __restrict__ x, int64_t rows, int64_t stride,
+                                       int64_t width, float* __restrict__ sumsq) {
+  const int lane = threadIdx.x % 32;
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
+  if (r >= rows) return;
+  const float* row = x + r * stride;
+  float ss = 0.f;
+  for (int64_t i = lane; i < width; i += 32) ss += row[i] * row[i];
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if (lane == 0) sumsq[r] = ss;
+}
+
+// One warp per row: scale by w·rsqrt(mean square + eps), then rotate pairs.
+__global__ void rms_scale_rope_kernel(float* __restrict__ x, int64_t rows, int64_t stride,
+                                      int64_t width, const float* __restrict__ sumsq,
+                                      float total_width, float eps, const float* __restrict__ w,
+                                      int64_t seq, int64_t hd, const float* __restrict__ cos,
+                                      const float* __restrict__ sin) {
+  const int lane = threadIdx.x % 32;
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
+  if (r >= rows) return;
+  float* row = x + r * stride;
+  const float inv = rsqrtf(sumsq[r] / total_width + eps);
+  if (cos == nullptr) {
+    for (int64_t i = lane; i < width; i += 32) row[i] = w[i] * (row[i] * inv);
+    return;
+  }
+  const float* cs = cos + (r % seq) * hd;
+  const float* sn = sin + (r % seq) * hd;
+  for (int64_t i = 2 * lane; i + 1 < width; i += 64) {
+    const int64_t j = i % hd;
+    const float x0 = w[i] * (row[i] * inv), x1 = w[i + 1] * (row[i + 1] * inv);
+    row[i] = x0 * cs[j] + -x1 * sn[j];
+    row[i + 1] = x1 * cs[j + 1] + x0 * sn[j + 1];
+  }
+}
+
 }  // namespace
 
 void layer_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps, const float* gamma,
@@ -354,6 +392,25 @@ void qk_norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin, int
   qk_norm_rope_kernel<<<blocks, kThreads, 0, s>>>(qkv, seq, row_begin, rows, heads, head_dim, eps,
                                                   wq, wk, cos, sin, warps);
   xdit::cuda::check_launch("qk_norm_rope");
+}
+
+void row_sum_squares(const float* x, int64_t rows, int64_t stride, int64_t width, float* sumsq,
+                     Stream s) {
+  if (rows == 0) return;
+  const auto blocks = static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32));
+  row_sum_squares_kernel<<<blocks, kThreads, 0, s>>>(x, rows, stride, width, sumsq);
+  xdit::cuda::check_launch("row_sum_squares");
+}
+
+void rms_scale_rope(float* x, int64_t rows, int64_t stride, int64_t width, const float* sumsq,
+                    int64_t total_width, float eps, const float* w, int64_t seq, int64_t head_dim,
+                    const float* cos, const float* sin, Stream s) {
+  if (rows == 0) return;
+  const auto blocks = static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32));
+  rms_scale_rope_kernel<<<blocks, kThreads, 0, s>>>(x, rows, stride, width, sumsq,
+                                                    static_cast<float>(total_width), eps, w, seq,
+                                                    head_dim, cos, sin);
+  xdit::cuda::check_launch("rms_scale_rope");
 }
 
 }  // namespace xdit::kernels::cuda

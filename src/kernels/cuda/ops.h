@@ -111,6 +111,11 @@ void pack_2x2(const float* src, float* dst, int64_t batch, int64_t channels, int
 void qk_norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin, int64_t rows,
                   int64_t heads, int64_t head_dim, float eps, const float* wq, const float* wk,
                   const float* cos, const float* sin, Stream s = nullptr);
+void row_sum_squares(const float* x, int64_t rows, int64_t stride, int64_t width, float* sumsq,
+                     Stream s = nullptr);
+void rms_scale_rope(float* x, int64_t rows, int64_t stride, int64_t width, const float* sumsq,
+                    int64_t total_width, float eps, const float* w, int64_t seq, int64_t head_dim,
+                    const float* cos, const float* sin, Stream s = nullptr);
 
 // Attention (attention.cu): the CPU op's arguments on device pointers. The
 // packed K/V layout is head-major [B, H, kv_len, D], bf16 when bf16 was asked for.
