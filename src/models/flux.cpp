@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "kernels/kernels.h"
 #include "nn/joint_attention.h"
+#include "nn/rope.h"
 
 namespace xdit::models {
 
@@ -139,29 +140,15 @@ Streams FluxTransformer::embed(const DiTInputs& in) {
   kernels::silu(temb, st_.get(static_cast<size_t>(B * D)), B * D);
 
   // Rotary tables [S, head_dim]: text positions 0, image (0, row, col) of the
-  // global grid; per axis 1/θ^(2j/d) in f64, cos and sin in f64, rounded to
-  // f32, each value repeated for its pair.
+  // global grid (nn/rope.h).
   rope_cos_host_.assign(static_cast<size_t>(S * hd), 0.0f);
   rope_sin_host_.assign(static_cast<size_t>(S * hd), 0.0f);
   for (int64_t s = 0; s < S; ++s) {
     const int64_t n = s - L + r0 * gw;  // the token's index in the whole grid
     const double pos[3] = {0.0, s < L ? 0.0 : static_cast<double>(n / gw),
                            s < L ? 0.0 : static_cast<double>(n % gw)};
-    int64_t off = 0;
-    for (int ax = 0; ax < 3; ++ax) {
-      const int64_t d = c.axes_dims_rope[static_cast<size_t>(ax)];
-      for (int64_t jj = 0; jj < d / 2; ++jj) {
-        const double freq =
-            1.0 / std::pow(10000.0, static_cast<double>(2 * jj) / static_cast<double>(d));
-        const double ang = pos[ax] * freq;
-        const auto cv = static_cast<float>(std::cos(ang)), sv = static_cast<float>(std::sin(ang));
-        for (int64_t r = 0; r < 2; ++r) {
-          rope_cos_host_[static_cast<size_t>(s * hd + off + 2 * jj + r)] = cv;
-          rope_sin_host_[static_cast<size_t>(s * hd + off + 2 * jj + r)] = sv;
-        }
-      }
-      off += d;
-    }
+    nn::rope_row(pos, c.axes_dims_rope, 10000.0, rope_cos_host_.data() + s * hd,
+                 rope_sin_host_.data() + s * hd);
   }
 
   rope_cos_ = nn::on_current_device(rope_cos_host_, rope_cos_keep_);

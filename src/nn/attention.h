@@ -57,7 +57,15 @@ AttentionBackend& serial_attention();
 // Scratch shared by every attention layer of a model: layers run one at a
 // time, so one set of buffers (sized on the first step) serves them all.
 struct AttentionScratch {
-  Scratch proj, kv, out;
+  Scratch proj, kv, out, sumsq;
+};
+
+// Rotary tables for one call: cos/sin [seq, head_dim] (each angle repeated
+// for its interleaved pair), row s for the call's s-th token of every batch
+// item. Null: no rotation.
+struct RopeTables {
+  const float* cos = nullptr;
+  const float* sin = nullptr;
 };
 
 class Attention {
@@ -71,15 +79,23 @@ class Attention {
             int64_t head_dim, int64_t kv_dim, bool bias, ComputeType ct,
             const TensorParallel& tp = {});
 
+  // Wan's q/k normalisation: RMSNorm across all heads ("<prefix>.norm_q" and
+  // ".norm_k", weight [heads·head_dim]; under tensor parallelism the squares
+  // of every rank's heads are summed over the group), applied to q and k
+  // after the projections; self-attention then rotates them with the call's
+  // RopeTables. q/k/v travel in f32 then.
+  void set_qk_norm_across_heads(const io::WeightSource& w, const std::string& prefix, float eps);
+
   // x [B, S, dim] → y [B, S, dim]. Cross-attention reads context [B, L, kv_dim]
-  // with an optional key mask [B, L] (0 = padding).
+  // with an optional key mask [B, L] (0 = padding). `rope`: self-attention
+  // with set_qk_norm_across_heads only.
   void forward(const float* x, int64_t batch, int64_t seq, const float* context, int64_t ctx_len,
                const uint8_t* ctx_mask, float* y, AttentionBackend& backend, AttentionSite site,
-               AttentionScratch& scratch) const;
+               AttentionScratch& scratch, const RopeTables& rope = {}) const;
   // The same with x already bf16 (bf16 layers only: see bf16_input()).
   void forward(const uint16_t* x, int64_t batch, int64_t seq, const float* context, int64_t ctx_len,
                const uint8_t* ctx_mask, float* y, AttentionBackend& backend, AttentionSite site,
-               AttentionScratch& scratch) const;
+               AttentionScratch& scratch, const RopeTables& rope = {}) const;
   // Whether the layers that read x compute in bf16, so that x may be bf16.
   bool bf16_input() const { return (cross_ ? q_ : qkv_).is_bf16(); }
 
@@ -88,10 +104,16 @@ class Attention {
   bool cross_ = false, bf16_ = false;
   kernels::Linear qkv_, q_, kv_, out_;
   TensorParallel tp_;
+  Tensor norm_q_, norm_k_;  // this rank's heads' share; empty: no q/k norm
+  float norm_eps_ = 1e-6f;
 
   void run(const void* x, bool x_bf16, int64_t batch, int64_t seq, const float* context,
            int64_t ctx_len, const uint8_t* ctx_mask, float* y, AttentionBackend& backend,
-           AttentionSite site, AttentionScratch& scratch) const;
+           AttentionSite site, AttentionScratch& scratch, const RopeTables& rope) const;
+  // RMSNorm across heads (and rope) of `rows` rows of width heads_·head_dim,
+  // `stride` apart.
+  void norm_rows(float* x, int64_t rows, int64_t stride, int64_t seq, const Tensor& weight,
+                 const RopeTables& rope, AttentionScratch& scratch) const;
 };
 
 }  // namespace xdit::nn
