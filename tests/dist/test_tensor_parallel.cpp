@@ -1,7 +1,8 @@
 // Tensor parallelism under mpirun, model by model: PixArt (self- and
 // cross-attention, micro-conditions), FLUX.1 (double- and single-stream
 // blocks, guidance), SD3.5 (joint blocks, dual attention, qk-norm, the
-// context_pre_only last block) and the T5 encoder, each split over T ranks
+// context_pre_only last block), Wan (q/k RMSNorm across the heads of every
+// rank, 3-D rotary positions over frames) and the T5 encoder, each split over T ranks
 // (T = the world size, and T x Ulysses on 4 ranks) against the whole model
 // on the same random weights and inputs (f32, ≤ 1e-4 relative). Each rank's
 // loaded weight bytes are checked: the shares of all ranks add up to what
@@ -24,6 +25,7 @@
 #include "models/pixart.h"
 #include "models/sd3.h"
 #include "models/t5.h"
+#include "models/wan.h"
 #include "parallel/config.h"
 #include "parallel/usp_attention.h"
 #include "pipeline/model_family.h"
@@ -203,9 +205,30 @@ models::SD3Config sd35() {
   return c;
 }
 
+// 4 heads of 6 (rotary axes 2 / 2 / 2), 3 frames of 3 x 5 patches: the
+// Ulysses split of the 9 frame-major token rows crosses a frame.
+models::WanConfig wan() {
+  models::WanConfig c;
+  c.num_layers = 2;
+  c.num_attention_heads = 4;
+  c.attention_head_dim = 6;
+  c.in_channels = c.out_channels = 4;
+  c.text_dim = 12;
+  c.freq_dim = 16;
+  c.ffn_dim = 20;
+  return c;
+}
+Inputs wan_inputs() {
+  TorchGenerator g(22);
+  Inputs in;
+  in.latents = g.randn({2, 4, 3, 6, 10});
+  in.text = g.randn({2, 5, 12});
+  return in;
+}
+
 // What stays whole, as a share of these small models' weights (their
 // modulation and embeddings are a larger share than at full size).
-constexpr double kPixArtWhole = 0.55, kFluxWhole = 0.55, kSd3Whole = 0.6;
+constexpr double kPixArtWhole = 0.55, kFluxWhole = 0.55, kSd3Whole = 0.6, kWanWhole = 0.6;
 
 TEST(TensorParallel, PixArtSplitOverTheWorldEqualsWhole) {
   check_split<models::PixArtTransformer>(pixart(), pixart_inputs(), world().size(), 1, 5, 2, false,
@@ -230,6 +253,13 @@ TEST(TensorParallel, Sd35SplitOverTheWorldEqualsWhole) {
 TEST(TensorParallel, Sd35Tp2TimesUlysses2EqualsWhole) {
   check_split<models::SD3Transformer>(sd35(), inputs(4, 10, 6, 12, 10), 2, 2, 5, 2, false,
                                       kSd3Whole);
+}
+TEST(TensorParallel, WanSplitOverTheWorldEqualsWhole) {
+  check_split<models::WanTransformer>(wan(), wan_inputs(), world().size(), 1, 9, 2, false,
+                                      kWanWhole);
+}
+TEST(TensorParallel, WanTp2TimesUlysses2EqualsWhole) {
+  check_split<models::WanTransformer>(wan(), wan_inputs(), 2, 2, 9, 2, false, kWanWhole);
 }
 
 // bf16 products: the split sums its shares in f32, so it stays within bf16's rounding.
