@@ -1,0 +1,382 @@
+#include "models/wan_vae.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "kernels/kernels.h"
+#include "nn/layers.h"
+
+namespace xdit::models {
+
+using io::WeightSource;
+
+namespace {
+
+// The decoder's level widths: dims[0] = base·dim_mult[-1], then dim_mult reversed.
+std::vector<int64_t> level_dims(const WanVaeConfig& c) {
+  std::vector<int64_t> d{c.base_dim * c.dim_mult.back()};
+  for (auto it = c.dim_mult.rbegin(); it != c.dim_mult.rend(); ++it) d.push_back(c.base_dim * *it);
+  return d;
+}
+
+enum class UpMode { kNone, k2d, k3d };
+
+// Up block i's input width and mode.
+std::pair<int64_t, UpMode> up_shape(const WanVaeConfig& c, size_t i) {
+  const auto d = level_dims(c);
+  const int64_t in = i > 0 ? d[i] / 2 : d[i];
+  if (i + 1 == c.dim_mult.size()) return {in, UpMode::kNone};
+  // The decoder's temperal_upsample is the encoder's temperal_downsample reversed.
+  const bool time = c.temperal_downsample[c.temperal_downsample.size() - 1 - i];
+  return {in, time ? UpMode::k3d : UpMode::k2d};
+}
+
+}  // namespace
+
+WanVaeConfig WanVaeConfig::from_json(const io::Json& j, const std::string& w) {
+  io::require_object(j, w);
+  WanVaeConfig c;
+  const std::string cls = io::string_or(j, "_class_name", "AutoencoderKLWan", w);
+  XDIT_CHECK(cls == "AutoencoderKLWan", w, ": VAE class ", cls, " is not AutoencoderKLWan");
+  c.base_dim = io::int_in(j, "base_dim", 96, 2, 1 << 12, w);
+  if (j.contains("decoder_base_dim") && !j["decoder_base_dim"].is_null())
+    c.base_dim = io::int_in(j, "decoder_base_dim", c.base_dim, 2, 1 << 12, w);
+  c.z_dim = io::int_in(j, "z_dim", 16, 1, 1 << 12, w);
+  c.dim_mult = io::int_list_in(j, "dim_mult", {1, 2, 4, 4}, 8, 1, 64, w);
+  XDIT_CHECK(c.dim_mult.size() >= 2, w, ": dim_mult needs at least 2 levels");
+  c.num_res_blocks = io::int_in(j, "num_res_blocks", 2, 0, 16, w);
+  c.out_channels = io::int_in(j, "out_channels", 3, 1, 64, w);
+  c.temperal_downsample.clear();
+  if (j.contains("temperal_downsample")) {
+    for (const auto& v : j["temperal_downsample"]) {
+      XDIT_CHECK(v.is_boolean(), w, ": temperal_downsample must hold booleans");
+      c.temperal_downsample.push_back(v.get<bool>());
+    }
+  } else {
+    c.temperal_downsample = {false, true, true};
+  }
+  XDIT_CHECK(c.temperal_downsample.size() + 1 == c.dim_mult.size(), w,
+             ": temperal_downsample needs one value per level but the last (",
+             c.dim_mult.size() - 1, "), found ", c.temperal_downsample.size());
+  for (const auto& d : level_dims(c))
+    XDIT_CHECK(d % 2 == 0, w, ": level width ", d, " must be even (the upsampling halves it)");
+  XDIT_CHECK(!io::bool_or(j, "is_residual", false, w), w,
+             ": is_residual=true (Wan2.2's 48-channel VAE) is not supported yet");
+  XDIT_CHECK(!j.contains("patch_size") || j["patch_size"].is_null(), w,
+             ": patch_size is not supported yet (Wan2.2's VAE)");
+  const auto list = [&](const char* key) {
+    std::vector<double> v;
+    XDIT_CHECK(j.contains(key) && j[key].is_array(), w, ": ", key, " is missing");
+    for (const auto& x : j[key]) {
+      XDIT_CHECK(x.is_number(), w, ": ", key, " must hold numbers");
+      v.push_back(x.get<double>());
+    }
+    XDIT_CHECK(static_cast<int64_t>(v.size()) == c.z_dim, w, ": ", key, " holds ", v.size(),
+               " values for z_dim ", c.z_dim);
+    return v;
+  };
+  c.latents_mean = list("latents_mean");
+  c.latents_std = list("latents_std");
+  for (double s : c.latents_std) XDIT_CHECK(s > 0, w, ": latents_std must be positive");
+  return c;
+}
+
+int64_t WanVaeConfig::temporal_factor() const {
+  int64_t f = 1;
+  for (bool t : temperal_downsample) f *= t ? 2 : 1;
+  return f;
+}
+
+io::WeightSpecs WanVaeConfig::decoder_weight_specs() const {
+  const auto d = level_dims(*this);
+  io::WeightSpecs s;
+  const auto conv = [&](const std::string& p, int64_t in, int64_t out, Shape k) {
+    Shape shape{out, in};
+    shape.insert(shape.end(), k.begin(), k.end());
+    s.emplace_back(p + ".weight", shape);
+    s.emplace_back(p + ".bias", Shape{out});
+  };
+  const auto resnet = [&](const std::string& p, int64_t in, int64_t out) {
+    s.emplace_back(p + ".norm1.gamma", Shape{in, 1, 1, 1});
+    conv(p + ".conv1", in, out, {3, 3, 3});
+    s.emplace_back(p + ".norm2.gamma", Shape{out, 1, 1, 1});
+    conv(p + ".conv2", out, out, {3, 3, 3});
+    if (in != out) conv(p + ".conv_shortcut", in, out, {1, 1, 1});
+  };
+  conv("post_quant_conv", z_dim, z_dim, {1, 1, 1});
+  conv("decoder.conv_in", z_dim, d[0], {3, 3, 3});
+  resnet("decoder.mid_block.resnets.0", d[0], d[0]);
+  s.emplace_back("decoder.mid_block.attentions.0.norm.gamma", Shape{d[0], 1, 1});
+  conv("decoder.mid_block.attentions.0.to_qkv", d[0], 3 * d[0], {1, 1});
+  conv("decoder.mid_block.attentions.0.proj", d[0], d[0], {1, 1});
+  resnet("decoder.mid_block.resnets.1", d[0], d[0]);
+  for (size_t i = 0; i + 1 < d.size(); ++i) {
+    const std::string p = "decoder.up_blocks." + std::to_string(i);
+    auto [in, mode] = up_shape(*this, i);
+    const int64_t out = d[i + 1];
+    for (int64_t r = 0; r <= num_res_blocks; ++r, in = out)
+      resnet(p + ".resnets." + std::to_string(r), in, out);
+    if (mode != UpMode::kNone) conv(p + ".upsamplers.0.resample.1", out, out / 2, {3, 3});
+    if (mode == UpMode::k3d) conv(p + ".upsamplers.0.time_conv", out, 2 * out, {3, 1, 1});
+  }
+  s.emplace_back("decoder.norm_out.gamma", Shape{d.back(), 1, 1, 1});
+  conv("decoder.conv_out", d.back(), out_channels, {3, 3, 3});
+  return s;
+}
+
+// A causal convolution over time (WanCausalConv3d): kernel t = 3 taps over
+// the frame and the two before it (its history: the last two input frames,
+// zeros before the first), or 1. A 3-tap kernel is one 2-D convolution over
+// the three frames' channels stacked oldest first: W'[o, k·in + i] = W[o, i, k].
+struct WanVaeDecoder::Causal {
+  kernels::Conv2d conv;
+  int64_t in = 0, taps = 1;
+  std::vector<Tensor> history;  // at most the last 2 input frames
+
+  Causal(const WeightSource& w, const std::string& p, int64_t in_ch, int64_t out, int64_t kt,
+         int64_t ks, nn::ComputeType ct)
+      : in(in_ch), taps(kt) {
+    Tensor wt = w.get(p + ".weight", {out, in_ch, kt, ks, ks}).to(DType::kF32);
+    Tensor stacked = Tensor::empty({out, kt * in_ch, ks, ks});
+    const float* src = wt.data<float>();
+    float* dst = stacked.data<float>();
+    const int64_t area = ks * ks;
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t i = 0; i < in_ch; ++i)
+        for (int64_t k = 0; k < kt; ++k)
+          std::copy_n(src + ((o * in_ch + i) * kt + k) * area, area,
+                      dst + ((o * kt + k) * in_ch + i) * area);
+    conv = kernels::Conv2d(stacked, w.get(p + ".bias", {out}), ks / 2, ct);
+  }
+  // One frame x [B, h, w, in] → [B, h, w, out].
+  Tensor forward(const Tensor& x) {
+    const int64_t B = x.dim(0), h = x.dim(1), wd = x.dim(2), px = B * h * wd;
+    Tensor y = Tensor::empty({B, h, wd, conv.out_channels()}, DType::kF32, current_device());
+    if (taps == 1) {
+      conv.forward(x.data<float>(), B, h, wd, y.data<float>());
+      return y;
+    }
+    Tensor s = Tensor::zeros({B, h, wd, taps * in}, DType::kF32, current_device());
+    const auto past = static_cast<int64_t>(history.size());
+    for (int64_t k = 0; k < taps; ++k) {
+      const int64_t back = taps - 1 - k;  // frames before x
+      const Tensor* f = back == 0 ? &x : back <= past ? &history[past - back] : nullptr;
+      if (f != nullptr)
+        kernels::copy_rows(s.data<float>() + k * in, taps * in, f->data<float>(), in, px, in);
+    }
+    conv.forward(s.data<float>(), B, h, wd, y.data<float>());
+    history.push_back(x.clone());
+    if (history.size() > 2) history.erase(history.begin());
+    return y;
+  }
+};
+
+struct WanVaeDecoder::Resnet {
+  Tensor g1, g2;
+  std::unique_ptr<Causal> c1, c2, shortcut;
+};
+
+struct WanVaeDecoder::Up {
+  std::vector<std::unique_ptr<Resnet>> resnets;
+  UpMode mode = UpMode::kNone;
+  kernels::Conv2d resample;
+  std::unique_ptr<Causal> time_conv;
+};
+
+namespace {
+
+// WanRMS_norm: F.normalize over the channels · √C · γ (no bias), then SiLU
+// when `silu`: rms_norm with an ε far below any non-zero pixel's mean square.
+Tensor rms(const Tensor& x, const Tensor& gamma, bool silu) {
+  const int64_t C = x.dim(3), rows = x.numel() / C;
+  Tensor y = Tensor::empty(x.shape(), DType::kF32, current_device());
+  kernels::rms_norm(x.data<float>(), y.data<float>(), rows, C, 1e-24f / static_cast<float>(C),
+                    gamma.data<float>());
+  if (silu) kernels::silu(y.data<float>(), y.data<float>(), y.numel());
+  return y;
+}
+
+}  // namespace
+
+WanVaeDecoder::WanVaeDecoder(const WanVaeConfig& cfg, const WeightSource& w, DType compute)
+    : cfg_(cfg), ct_(kernels::resolve_compute_type(compute)) {
+  const nn::LoadStaging staging;
+  const auto d = level_dims(cfg);
+  const auto causal = [&](const std::string& p, int64_t in, int64_t out, int64_t kt, int64_t ks) {
+    return std::make_unique<Causal>(w, p, in, out, kt, ks, ct_);
+  };
+  const auto resnet = [&](const std::string& p, int64_t in, int64_t out) {
+    auto r = std::make_unique<Resnet>();
+    r->g1 = nn::load_param(w, p + ".norm1.gamma", {in, 1, 1, 1}).reshape({in});
+    r->c1 = causal(p + ".conv1", in, out, 3, 3);
+    r->g2 = nn::load_param(w, p + ".norm2.gamma", {out, 1, 1, 1}).reshape({out});
+    r->c2 = causal(p + ".conv2", out, out, 3, 3);
+    if (in != out) r->shortcut = causal(p + ".conv_shortcut", in, out, 1, 1);
+    return r;
+  };
+  const auto conv2d = [&](const std::string& p, int64_t in, int64_t out, int64_t k) {
+    return kernels::Conv2d(w.get(p + ".weight", {out, in, k, k}), w.get(p + ".bias", {out}), k / 2,
+                           ct_);
+  };
+  post_quant_ = kernels::Conv2d(w.get("post_quant_conv.weight", {cfg.z_dim, cfg.z_dim, 1, 1, 1})
+                                    .reshape({cfg.z_dim, cfg.z_dim, 1, 1}),
+                                w.get("post_quant_conv.bias", {cfg.z_dim}), 0, ct_);
+  conv_in_ = causal("decoder.conv_in", cfg.z_dim, d[0], 3, 3);
+  const std::string mid = "decoder.mid_block.";
+  mid_.push_back(resnet(mid + "resnets.0", d[0], d[0]));
+  attn_gamma_ = nn::load_param(w, mid + "attentions.0.norm.gamma", {d[0], 1, 1}).reshape({d[0]});
+  attn_qkv_ = conv2d(mid + "attentions.0.to_qkv", d[0], 3 * d[0], 1);
+  attn_proj_ = conv2d(mid + "attentions.0.proj", d[0], d[0], 1);
+  mid_.push_back(resnet(mid + "resnets.1", d[0], d[0]));
+  for (size_t i = 0; i + 1 < d.size(); ++i) {
+    const std::string p = "decoder.up_blocks." + std::to_string(i);
+    auto [in, mode] = up_shape(cfg, i);
+    const int64_t out = d[i + 1];
+    auto u = std::make_unique<Up>();
+    for (int64_t r = 0; r <= cfg.num_res_blocks; ++r, in = out)
+      u->resnets.push_back(resnet(p + ".resnets." + std::to_string(r), in, out));
+    u->mode = mode;
+    if (mode != UpMode::kNone)
+      u->resample = conv2d(p + ".upsamplers.0.resample.1", out, out / 2, 3);
+    if (mode == UpMode::k3d)
+      u->time_conv = causal(p + ".upsamplers.0.time_conv", out, 2 * out, 3, 1);
+    up_.push_back(std::move(u));
+  }
+  norm_out_ = nn::load_param(w, "decoder.norm_out.gamma", {d.back(), 1, 1, 1}).reshape({d.back()});
+  conv_out_ = causal("decoder.conv_out", d.back(), cfg.out_channels, 3, 3);
+}
+
+WanVaeDecoder::~WanVaeDecoder() = default;
+
+void WanVaeDecoder::resnet(Resnet& r, Frames& x) {
+  for (Tensor& f : x) {
+    const Tensor h = r.shortcut ? r.shortcut->forward(f) : f;
+    Tensor a = r.c1->forward(rms(f, r.g1, true));
+    a = r.c2->forward(rms(a, r.g2, true));
+    kernels::gated_residual_add(a.data<float>(), h.data<float>(), 1, 1, a.numel(), nullptr, 0);
+    f = a;
+  }
+}
+
+void WanVaeDecoder::attention(Frames& x) {
+  for (Tensor& f : x) {
+    const int64_t B = f.dim(0), h = f.dim(1), w = f.dim(2), C = f.dim(3), N = h * w;
+    const Tensor n = rms(f, attn_gamma_, false);
+    Tensor qkv = Tensor::empty({B, h, w, 3 * C}, DType::kF32, current_device());
+    attn_qkv_.forward(n.data<float>(), B, h, w, qkv.data<float>());
+    Tensor o = Tensor::empty({B, h, w, C}, DType::kF32, current_device());
+    kernels::AttentionArgs a;
+    a.q = qkv.data<float>();
+    a.k = a.q + C;
+    a.v = a.q + 2 * C;
+    a.q_stride = a.k_stride = a.v_stride = 3 * C;
+    a.out = o.data<float>();
+    a.out_stride = C;
+    a.batch = B;
+    a.heads = 1;
+    a.q_len = a.kv_len = N;
+    a.head_dim = C;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(C));
+    kernels::attention(a);
+    Tensor y = Tensor::empty({B, h, w, C}, DType::kF32, current_device());
+    attn_proj_.forward(o.data<float>(), B, h, w, y.data<float>());
+    kernels::gated_residual_add(y.data<float>(), f.data<float>(), 1, 1, y.numel(), nullptr, 0);
+    f = y;
+  }
+}
+
+WanVaeDecoder::Frames WanVaeDecoder::up_block(Up& u, Frames x, bool first_chunk) {
+  for (auto& r : u.resnets) resnet(*r, x);
+  if (u.mode == UpMode::kNone) return x;
+  if (u.mode == UpMode::k3d && !first_chunk) {  // each frame → two (channel halves)
+    Frames doubled;
+    for (const Tensor& f : x) {
+      const Tensor t = u.time_conv->forward(f);
+      const int64_t B = f.dim(0), h = f.dim(1), w = f.dim(2), C = f.dim(3);
+      for (int half = 0; half < 2; ++half) {
+        Tensor g = Tensor::empty({B, h, w, C}, DType::kF32, current_device());
+        kernels::copy_rows(g.data<float>(), C, t.data<float>() + half * C, 2 * C, B * h * w, C);
+        doubled.push_back(g);
+      }
+    }
+    x = std::move(doubled);
+  }
+  for (Tensor& f : x) {
+    const int64_t B = f.dim(0), h = f.dim(1), w = f.dim(2), C = f.dim(3);
+    Tensor up = Tensor::empty({B, 2 * h, 2 * w, C}, DType::kF32, current_device());
+    kernels::upsample_nearest2x_nhwc(f.data<float>(), up.data<float>(), B, h, w, C);
+    Tensor y =
+        Tensor::empty({B, 2 * h, 2 * w, u.resample.out_channels()}, DType::kF32, current_device());
+    u.resample.forward(up.data<float>(), B, 2 * h, 2 * w, y.data<float>());
+    f = y;
+  }
+  return x;
+}
+
+Tensor WanVaeDecoder::decode(const Tensor& z_in) {
+  const WanVaeConfig& c = cfg_;
+  XDIT_CHECK(z_in.ndim() == 5 && z_in.dim(1) == c.z_dim, "the Wan VAE decodes latents [B, ",
+             c.z_dim, ", F, h, w], got ", shape_str(z_in.shape()));
+  const Tensor z = z_in.as(DType::kF32, current_device());
+  const int64_t B = z.dim(0), F = z.dim(2), h = z.dim(3), w = z.dim(4), s = c.spatial_factor();
+  const int64_t T = c.frames(F), H = h * s, W = w * s, oc = c.out_channels;
+  // A fresh cache: every causal convolution starts from zeros.
+  const auto reset = [](Causal& k) { k.history.clear(); };
+  reset(*conv_in_);
+  reset(*conv_out_);
+  for (auto& r : mid_) reset(*r->c1), reset(*r->c2);
+  for (auto& u : up_) {
+    for (auto& r : u->resnets) reset(*r->c1), reset(*r->c2);
+    if (u->time_conv) reset(*u->time_conv);
+  }
+  Tensor out = Tensor::empty({B, oc, T, H, W}, DType::kF32, current_device());
+  int64_t t_out = 0;
+  for (int64_t t = 0; t < F; ++t) {
+    // Latent frame t as NHWC [B, h, w, z_dim], through post_quant_conv.
+    // ([B, C, F, h, w] viewed as [B, C, F·h, w]: the frame's rows.)
+    Tensor frame = Tensor::empty({B, h, w, c.z_dim}, DType::kF32, current_device());
+    kernels::nchw_rows_to_nhwc(z.data<float>(), B, c.z_dim, F * h, w, t * h, h,
+                               frame.data<float>());
+    Tensor pq = Tensor::empty({B, h, w, c.z_dim}, DType::kF32, current_device());
+    post_quant_.forward(frame.data<float>(), B, h, w, pq.data<float>());
+    Frames x{conv_in_->forward(pq)};
+    resnet(*mid_[0], x);
+    attention(x);
+    resnet(*mid_[1], x);
+    for (auto& u : up_) x = up_block(*u, std::move(x), t == 0);
+    for (Tensor& f : x) {
+      const Tensor y = conv_out_->forward(rms(f, norm_out_, true));
+      Tensor planar = Tensor::empty({B, oc, H * W}, DType::kF32, current_device());
+      kernels::nhwc_to_nchw(y.data<float>(), B, H * W, oc, planar.data<float>());
+      kernels::copy_rows(out.data<float>() + t_out * H * W, T * H * W, planar.data<float>(), H * W,
+                         B * oc, H * W);
+      ++t_out;
+    }
+  }
+  XDIT_CHECK(t_out == T, "the Wan VAE decoded ", t_out, " frames, expected ", T);
+  Tensor video = out.to_device(Device{});  // clamped to [−1, 1] on the host
+  float* v = video.data<float>();
+  for (int64_t i = 0; i < video.numel(); ++i) v[i] = std::clamp(v[i], -1.0f, 1.0f);
+  return video;
+}
+
+Tensor WanVaeDecoder::decode_latents(const Tensor& latents) {
+  const WanVaeConfig& c = cfg_;
+  XDIT_CHECK(latents.ndim() == 5 && latents.dim(1) == c.z_dim, "Wan latents must be [B, ", c.z_dim,
+             ", F, h, w], got ", shape_str(latents.shape()));
+  // WanPipeline: latents / (1 / latents_std) + latents_mean, in f32.
+  Tensor z = latents.to(DType::kF32).to_device(Device{}).clone();
+  const int64_t B = z.dim(0), per = z.numel() / (B * c.z_dim);
+  float* v = z.data<float>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t ch = 0; ch < c.z_dim; ++ch) {
+      const float inv = 1.0f / static_cast<float>(c.latents_std[static_cast<size_t>(ch)]);
+      const auto mean = static_cast<float>(c.latents_mean[static_cast<size_t>(ch)]);
+      float* p = v + (b * c.z_dim + ch) * per;
+      for (int64_t i = 0; i < per; ++i) p[i] = p[i] / inv + mean;
+    }
+  return decode(z);
+}
+
+}  // namespace xdit::models

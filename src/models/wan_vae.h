@@ -1,0 +1,80 @@
+// AutoencoderKLWan's decoder (diffusers models/autoencoders/autoencoder_kl_wan.py,
+// WanDecoder3d), Wan2.1's video VAE: causal 3-D convolutions over time (each
+// output frame sees its input frame and the two before it, zeros before the
+// video), RMS norms over channels, a single-head attention per frame in the
+// mid block, up blocks with nearest ×2 in space and, where the config says,
+// a time convolution that turns each frame into two. Decoded frame by frame
+// as diffusers does (one latent frame per chunk with each convolution's
+// cache of its last two input frames; the first chunk skips the time
+// upsampling), so latent frame 0 gives 1 frame and each later one 2^k.
+// Computed channels-last (NHWC) on the 2-D convolutions: a 3×3×3 causal
+// convolution is one 3×3 convolution over the three frames' channels stacked.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/json.h"
+#include "io/weights.h"
+#include "kernels/conv.h"
+#include "nn/attention.h"
+
+namespace xdit::models {
+
+struct WanVaeConfig {
+  int64_t base_dim = 96;
+  int64_t z_dim = 16;
+  std::vector<int64_t> dim_mult{1, 2, 4, 4};
+  int64_t num_res_blocks = 2;
+  std::vector<bool> temperal_downsample{false, true, true};
+  std::vector<double> latents_mean, latents_std;  // z_dim values each
+  int64_t out_channels = 3;
+
+  // Reads diffusers' vae/config.json; refuses what this decoder does not
+  // cover (Wan2.2's residual 48-channel VAE, patch_size); throws one line
+  // naming `where` and the key.
+  static WanVaeConfig from_json(const io::Json& j, const std::string& where);
+  int64_t spatial_factor() const { return int64_t{1} << (dim_mult.size() - 1); }
+  int64_t temporal_factor() const;
+  // Frames decoded from `latent_frames`: 1 + temporal_factor · (F − 1).
+  int64_t frames(int64_t latent_frames) const {
+    return 1 + temporal_factor() * (latent_frames - 1);
+  }
+  io::WeightSpecs decoder_weight_specs() const;
+};
+
+class WanVaeDecoder {
+ public:
+  WanVaeDecoder(const WanVaeConfig& cfg, const io::WeightSource& weights, DType compute);
+  ~WanVaeDecoder();
+  const WanVaeConfig& config() const { return cfg_; }
+  // vae.decode(z).sample: z [B, z_dim, F, h, w] → video [B, out_channels,
+  // frames(F), h·s, w·s] clamped to [−1, 1], on the host.
+  Tensor decode(const Tensor& z);
+  // What WanPipeline decodes from the loop's latents: z·latents_std + latents_mean.
+  Tensor decode_latents(const Tensor& latents);
+
+  struct Causal;
+  struct Resnet;
+  struct Up;
+
+ private:
+  // One frame [B, h, w, c] (NHWC) through the decoder's layers.
+  using Frames = std::vector<Tensor>;
+  void resnet(Resnet& r, Frames& x);
+  void attention(Frames& x);
+  Frames up_block(Up& u, Frames x, bool first_chunk);
+  WanVaeConfig cfg_;
+  nn::ComputeType ct_;
+  kernels::Conv2d post_quant_;
+  std::unique_ptr<Causal> conv_in_, conv_out_;
+  std::vector<std::unique_ptr<Resnet>> mid_;
+  Tensor attn_gamma_;
+  kernels::Conv2d attn_qkv_, attn_proj_;
+  std::vector<std::unique_ptr<Up>> up_;
+  Tensor norm_out_;
+};
+
+}  // namespace xdit::models
