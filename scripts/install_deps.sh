@@ -10,6 +10,8 @@ pkgs=(cmake ninja-build g++
       libsentencepiece-dev   # T5 tokenizer (spiece.model)
       libicu-dev             # CLIP tokenizer: NFC, lower-casing, Unicode regex classes
       libspng-dev            # PNG output with text chunks
+      libavformat-dev libavcodec-dev libavutil-dev libswscale-dev  # MP4 output (H.264)
+      ffmpeg                 # ffprobe: the tests open the MP4s with FFmpeg's own tools
       libopenmpi-dev openmpi-bin  # multi-process runtime (mpirun)
       libgtest-dev googletest
       clang libclang-rt-dev  # libFuzzer + sanitizers for the fuzz tests (tests/fuzz/libfuzzer)
