@@ -51,7 +51,7 @@ pixels (the transformer's sample_size 32 through the VAE's factor 8).
   patch {a.patch_size}, caption_channels {a.t5_dim}, out_channels 4 ({a.prediction}, no learned
   sigma), no micro-conditions; {d.get('transformer_parameters', '?')} parameters.
 - text_encoder: T5EncoderModel (v1.1 style, gated-gelu), d_model {a.t5_dim}, {a.t5_layers} layers,
-  {"trained from random initialisation first alone, to predict each picture's 16 x 16 colour layout through a one-cross-attention readout (the text stage, tools/demo_model/text_pretrain.py), then" if d.get('t5_from_text_stage') else "trained from random initialisation"}
+  {"trained from random initialisation first alone, to predict each picture's 16 x 16 layout of colours and shapes through a one-cross-attention readout (the text stage, tools/demo_model/text_pretrain.py), then" if d.get('t5_from_text_stage') else "trained from random initialisation"}
   jointly with the transformer; {d.get('t5_parameters', '?')} parameters.
 - tokenizer: a unigram SentencePiece model (`spiece.model`) trained on the
   grammar's sentences, every word one piece, T5's special ids.
@@ -77,7 +77,7 @@ position) triples; `tools/demo_model/heldout.json` lists the 24 test captions.
 | VAE | {v.get('steps', '?')} x {v.get('batch', '?')} ({v.get('crop', '?')} px crops) | {v.get('seconds', '?')} s ({v.get('cpu_seconds_per_thread', '?')} s CPU per thread) | L1 {v.get('final_l1_crops', '?')} (full pictures {v.get('final_l1_full', '?')}) |
 | latents | {log.get('latents', {}).get('pictures', '?')} pictures | {log.get('latents', {}).get('seconds', '?')} s | |
 | text (T5 alone) | {t.get('steps', '-')} x {t.get('batch', '-')} | {t.get('seconds', '-')} s ({t.get('cpu_seconds_per_thread', '-')} s CPU per thread) | MSE {t.get('final_loss', '-')} (held-out layouts {t.get('heldout_layouts_pass', '-')}) |
-| transformer + T5 | {d.get('steps', '?')} x {d.get('batch', '?')} | {d.get('seconds', '?')} s ({d.get('cpu_seconds_per_thread', '?')} s CPU per thread) | MSE {d.get('final_loss', '?')} |
+| transformer + T5 | {d.get('steps', '?')} x {d.get('batch', '?')} | {d.get('seconds', '?')} s ({d.get('cpu_seconds_per_thread', '?')} s CPU per thread) | MSE {d.get('final_loss', '?')} (trained on it weighted 1 + {d.get('object_weight', 0)} on the objects) |
 
 Versions: torch {torch.__version__}, diffusers {diffusers.__version__}, transformers
 {transformers.__version__}, sentencepiece {sentencepiece.__version__}.

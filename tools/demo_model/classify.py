@@ -17,7 +17,16 @@ says? A plain numeric rule, no learned part, so a C++ test can do the same:
    right where |x - .5| >= |y - .5|, top or bottom otherwise.
 
 A caption passes when the background and every object's colour and position
-match. Usage:
+match (the issue's semantic test, which the C++ test repeats). Reported
+beside it, not part of the pass:
+5. Each object's shape: the circle, square and triangle of the object's area
+   (make_data draws all three with area pi r^2) centred on its pixels'
+   centroid are laid over its pixels; the shape is the one with the highest
+   intersection over union, which is also reported as how well the outline
+   matches (1: exactly; a round blob scores about 0.9 as a circle, 0.85 as a
+   square and 0.7 as a triangle).
+
+Usage:
     python3 tools/demo_model/classify.py PICTURE.png --caption-index I  # from heldout.json
     python3 tools/demo_model/classify.py --validate out/demo_data        # ground truth
 """
@@ -55,9 +64,25 @@ def region(x, y):
     return "at the top" if dy < 0 else "at the bottom"
 
 
+def fit_shape(xs, ys, cx, cy, h, w):
+    """(shape, IoU) of the grammar's shape that best covers the object pixels
+    (xs, ys), each shape of the pixels' area centred on their centroid (cx, cy)."""
+    import make_data
+    mask = np.zeros((h, w), bool)
+    mask[ys, xs] = True
+    r = np.sqrt(len(xs) / (np.pi * h * w))  # fraction of the side, as make_data's radius
+    x, y = np.meshgrid((np.arange(w) + 0.5) / w - cx, (np.arange(h) + 0.5) / h - cy)
+    best = ("", -1.0)
+    for shape in grammar.SHAPES:
+        inside = make_data.sdf(shape, x, y, r) < 0
+        iou = (inside & mask).sum() / max(1, (inside | mask).sum())
+        best = max(best, (shape, float(iou)), key=lambda b: b[1])
+    return best
+
+
 def analyse(img, expected):
     """What the picture shows, read with the expected scene's positions:
-    {"background": name, "objects": [{"color", "position", "pixels"} | None]}."""
+    {"background": name, "objects": [{"color", "position", "pixels", "shape", "iou"} | None]}."""
     img = np.asarray(img, np.float32)[..., :3]
     h, w, _ = img.shape
     b = max(1, int(round(BORDER * min(h, w))))
@@ -81,23 +106,36 @@ def analyse(img, expected):
             objects.append(None)
             continue
         mean = img[ys[sel], xs[sel]].mean(0)
-        objects.append({"color": str(nearest_color(mean)), "position": region(fx[sel].mean(), fy[sel].mean()),
-                        "pixels": n})
+        cx, cy = fx[sel].mean(), fy[sel].mean()
+        shape, iou = fit_shape(xs[sel], ys[sel], cx, cy, h, w)
+        objects.append({"color": str(nearest_color(mean)), "position": region(cx, cy),
+                        "pixels": n, "shape": shape, "iou": round(iou, 3)})
     return {"background": bg, "objects": objects}
 
 
 def check(img, expected):
     """Pass/fail per criterion: {"background": bool, "objects": [{"color": bool,
-    "position": bool}], "pass": bool, "found": analyse(...)}."""
+    "position": bool, "shape": bool}], "pass": bool, "found": analyse(...)};
+    "pass" leaves the shape out (see the module's doc)."""
     found = analyse(img, expected)
     result = {"background": found["background"] == expected["background"], "objects": []}
     for want, got in zip(expected["objects"], found["objects"]):
         result["objects"].append({
             "color": got is not None and got["color"] == want["color"],
-            "position": got is not None and got["position"] == want["position"]})
+            "position": got is not None and got["position"] == want["position"],
+            "shape": got is not None and got["shape"] == want["shape"]})
     result["pass"] = result["background"] and all(o["color"] and o["position"] for o in result["objects"])
     result["found"] = found
     return result
+
+
+def shape_summary(checks):
+    """"shapes s/n, outline IoU m" over check() results: the objects whose
+    shape is the caption's, and the mean IoU of the found objects' outlines."""
+    objs = [o for r in checks for o in r["objects"]]
+    found = [f for r in checks for f in r["found"]["objects"] if f is not None]
+    iou = np.mean([f["iou"] for f in found]) if found else 0.0
+    return f"shapes {sum(o['shape'] for o in objs)}/{len(objs)}, outline IoU {iou:.3f}"
 
 
 def validate(data_dir, limit):
@@ -106,9 +144,10 @@ def validate(data_dir, limit):
     images = np.load(os.path.join(data_dir, "images.npy"), mmap_mode="r")
     records = json.load(open(os.path.join(data_dir, "captions.json")))
     n = min(limit, len(records))
-    failed = [i for i in range(n) if not check(images[i], records[i])["pass"]]
+    checks = [check(images[i], records[i]) for i in range(n)]
+    failed = [i for i in range(n) if not checks[i]["pass"]]
     two = sum(len(records[i]["objects"]) == 2 for i in range(n))
-    print(f"data set: {n - len(failed)}/{n} pass ({two} with two objects)")
+    print(f"data set: {n - len(failed)}/{n} pass ({two} with two objects); {shape_summary(checks)}")
     for i in failed[:10]:
         print("  FAIL", i, records[i]["caption"], check(images[i], records[i])["found"])
     import random

@@ -37,7 +37,7 @@ def reconstruct(vae_dir, data_dir, count, grid):
     n = min(count, len(records))
     # The last pictures: a VAE trained on crops of the first ones may not have seen them.
     idx = list(range(len(records) - n, len(records)))
-    passed, err, shown = 0, 0.0, []
+    passed, err, shown, checks = 0, 0.0, [], []
     with torch.no_grad():
         for i in range(0, n, 16):
             x = np.stack([images[j] for j in idx[i:i + 16]])
@@ -46,10 +46,12 @@ def reconstruct(vae_dir, data_dir, count, grid):
             y = ((y.clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).numpy()
             err += np.abs(y.astype(np.float32) - x).mean() * len(x)
             for k, j in enumerate(idx[i:i + 16]):
-                passed += classify.check(y[k], records[j])["pass"]
+                checks.append(classify.check(y[k], records[j]))
+                passed += checks[-1]["pass"]
             if len(shown) < 6:
                 shown += [np.concatenate([x[k], y[k]], 0) for k in range(min(6 - len(shown), len(x)))]
-    print(f"VAE reconstructions: {passed}/{n} pass classify.py, mean abs error {err / n:.2f} / 255")
+    print(f"VAE reconstructions: {passed}/{n} pass classify.py ({classify.shape_summary(checks)}), "
+          f"mean abs error {err / n:.2f} / 255")
     if grid:
         Image.fromarray(np.concatenate(shown, 1)).save(grid)
 
@@ -74,16 +76,17 @@ def main():
     pipe = PixArtAlphaPipeline.from_pretrained(a.model, torch_dtype=torch.float32)
     pipe.set_progress_bar_config(disable=True)
     scenes = json.load(open(make_data.HELDOUT_PATH))["captions"][:a.limit]
-    passed, pictures = 0, []
+    passed, pictures, checks = 0, [], []
     for i, scene in enumerate(scenes):
         img = pipe(scene["caption"], num_inference_steps=a.steps, guidance_scale=a.guidance,
                    generator=torch.Generator().manual_seed(i), clean_caption=False).images[0]
         arr = np.asarray(img.convert("RGB"))
         r = classify.check(arr, scene)
         passed += r["pass"]
+        checks.append(r)
         pictures.append(arr)
         print(f"{'PASS' if r['pass'] else 'FAIL'} {i:2d} {scene['caption']} -> {r['found']}", flush=True)
-    print(f"{passed}/{len(scenes)} held-out captions drawn as they say")
+    print(f"{passed}/{len(scenes)} held-out captions drawn as they say; {classify.shape_summary(checks)}")
     if a.grid:
         cols = 6
         while len(pictures) % cols:

@@ -17,7 +17,8 @@ No training scene holds a held-out (colour, shape, position) triple
 captions, each with at least one held-out triple, and what classify.py should
 find in a picture of it. Writes, under --out:
   images.npy     uint8 [count, SIZE, SIZE, 3]
-  captions.json  [{"caption", "background", "objects": [...]}] in the same order
+  captions.json  [{"caption", "background", "objects": [...], "places": [[cx, cy, r], ...]}]
+                 in the same order (places: each object's centre and radius as drawn)
   meta.json      the arguments, the distinct captions and the time it took
   samples/       the first --samples pictures as PNG, for a look
 Deterministic for a given --seed, --count and --size (numpy and random only).
@@ -95,9 +96,10 @@ def place(rnd, obj):
     return cx, cy, r
 
 
-def render(scene, size, rnd):
+def render(scene, size, rnd, places_out=None):
     """The picture of a scene (uint8 [size, size, 3]). Two objects are placed
-    again until they are at least 3 pixels apart."""
+    again until they are at least 3 pixels apart; each object's (cx, cy, r)
+    is appended to places_out when given."""
     c = (np.arange(size, dtype=np.float32) + 0.5) / size
     x, y = np.meshgrid(c, c)
     px = 1.0 / size
@@ -108,12 +110,29 @@ def render(scene, size, rnd):
             break
     else:
         raise RuntimeError(f"cannot place {scene}")
+    if places_out is not None:
+        places_out.extend([float(v) for v in p] for p in places)
     img = np.empty((size, size, 3), np.float32)
     img[:] = shade(rnd, scene["background"])
     for o, d in zip(scene["objects"], dists):
         cover = np.clip(0.5 - d / px, 0, 1)[..., None]  # pixel coverage: anti-aliased edge
         img = img * (1 - cover) + shade(rnd, o["color"]) * cover
     return np.round(img).astype(np.uint8)
+
+
+def shape_coverage(scene, places, size):
+    """Where each kind of shape is: float32 [size, size, 3], the pixels'
+    coverage by a circle, a square and a triangle (grammar.SHAPES' order) of
+    the scene placed at `places` (render's places_out). The training reads it
+    at the text stage's and the latents' resolution."""
+    c = (np.arange(size, dtype=np.float32) + 0.5) / size
+    x, y = np.meshgrid(c, c)
+    out = np.zeros((size, size, len(grammar.SHAPES)), np.float32)
+    for o, (cx, cy, r) in zip(scene["objects"], places):
+        d = sdf(o["shape"], x - cx, y - cy, r)
+        k = grammar.SHAPES.index(o["shape"])
+        out[..., k] = np.maximum(out[..., k], np.clip(0.5 - d * size, 0, 1))
+    return out
 
 
 def heldout_scenes():
@@ -184,8 +203,9 @@ def main():
         scene = grammar.random_scene(rnd, rnd.random() < a.two_object_fraction)
         cap = grammar.caption(scene)
         assert cap not in heldout_captions
-        images[i] = render(scene, a.size, rnd)
-        records.append(dict(caption=cap, **scene))
+        places = []
+        images[i] = render(scene, a.size, rnd, places)
+        records.append(dict(caption=cap, **scene, places=[[round(v, 6) for v in p] for p in places]))
         if i < a.samples:
             from PIL import Image
             Image.fromarray(images[i]).save(os.path.join(a.out, "samples", f"{i:04d}.png"))
