@@ -113,15 +113,17 @@ std::vector<uint8_t> encode_mp4(const std::vector<std::vector<uint8_t>>& frames,
   const AVCodec* codec = find_h264();
   XDIT_CHECK(codec != nullptr, "video: this FFmpeg build has no H.264 encoder");
 
-  AVFormatContext* raw = nullptr;
-  check(avformat_alloc_output_context2(&raw, nullptr, "mp4", nullptr), "opening the MP4 muxer");
-  Owned<AVFormatContext> oc(raw);
+  // The output first: the muxer (destroyed before it) may still reach it.
   Memory mem;
   constexpr int kBuffer = 1 << 16;
   auto* buffer = static_cast<unsigned char*>(av_malloc(kBuffer));
   XDIT_CHECK(buffer != nullptr, "video: out of memory");
   Owned<AVIOContext> io(avio_alloc_context(buffer, kBuffer, 1, &mem, nullptr, write_packet, seek));
+  if (io == nullptr) av_free(buffer);
   XDIT_CHECK(io != nullptr, "video: out of memory");
+  AVFormatContext* raw = nullptr;
+  check(avformat_alloc_output_context2(&raw, nullptr, "mp4", nullptr), "opening the MP4 muxer");
+  Owned<AVFormatContext> oc(raw);
   io->seekable = AVIO_SEEKABLE_NORMAL;  // the muxer rewrites the header at the end
   oc->pb = io.get();
   oc->flags |= AVFMT_FLAG_CUSTOM_IO;
@@ -129,6 +131,7 @@ std::vector<uint8_t> encode_mp4(const std::vector<std::vector<uint8_t>>& frames,
   AVStream* st = avformat_new_stream(oc.get(), nullptr);
   XDIT_CHECK(st != nullptr, "video: out of memory");
   Owned<AVCodecContext> cc(avcodec_alloc_context3(codec));
+  XDIT_CHECK(cc != nullptr, "video: out of memory");
   cc->width = static_cast<int>(width);
   cc->height = static_cast<int>(height);
   cc->time_base = AVRational{1, fps};
@@ -161,11 +164,12 @@ std::vector<uint8_t> encode_mp4(const std::vector<std::vector<uint8_t>>& frames,
       SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, nullptr, nullptr, nullptr));
   XDIT_CHECK(sws != nullptr, "video: no RGB → yuv420p conversion");
   Owned<AVFrame> frame(av_frame_alloc());
+  Owned<AVPacket> pkt(av_packet_alloc());
+  XDIT_CHECK(frame != nullptr && pkt != nullptr, "video: out of memory");
   frame->format = cc->pix_fmt;
   frame->width = cc->width;
   frame->height = cc->height;
   check(av_frame_get_buffer(frame.get(), 0), "allocating a frame");
-  Owned<AVPacket> pkt(av_packet_alloc());
   const auto drain = [&] {
     for (;;) {
       const int r = avcodec_receive_packet(cc.get(), pkt.get());
@@ -226,10 +230,13 @@ VideoInfo read_video(const std::string& path, bool decode_frames) {
   Owned<AVCodecContext> dc;
   Owned<SwsContext> sws;
   Owned<AVFrame> frame(av_frame_alloc());
+  Owned<AVPacket> pkt(av_packet_alloc());
+  XDIT_CHECK(frame != nullptr && pkt != nullptr, "video: out of memory");
   if (decode_frames) {
     const AVCodec* codec = avcodec_find_decoder(st->codecpar->codec_id);
     XDIT_CHECK(codec != nullptr, "video: no decoder for ", info.codec);
     dc.reset(avcodec_alloc_context3(codec));
+    XDIT_CHECK(dc != nullptr, "video: out of memory");
     check(avcodec_parameters_to_context(dc.get(), st->codecpar), "setting the decoder");
     check(avcodec_open2(dc.get(), codec, nullptr), "opening the decoder");
   }
@@ -243,6 +250,7 @@ VideoInfo read_video(const std::string& path, bool decode_frames) {
             frame->width, frame->height, static_cast<AVPixelFormat>(frame->format), frame->width,
             frame->height, AV_PIX_FMT_RGB24, SWS_BICUBIC | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT,
             nullptr, nullptr, nullptr));
+      XDIT_CHECK(sws != nullptr, "video: no conversion of the decoded frames to RGB");
       std::vector<uint8_t> rgb(static_cast<size_t>(frame->width * frame->height * 3));
       uint8_t* dst[1] = {rgb.data()};
       const int stride[1] = {frame->width * 3};
@@ -250,7 +258,6 @@ VideoInfo read_video(const std::string& path, bool decode_frames) {
       info.rgb.push_back(std::move(rgb));
     }
   };
-  Owned<AVPacket> pkt(av_packet_alloc());
   while (av_read_frame(ic.get(), pkt.get()) >= 0) {
     if (pkt->stream_index == vs) {
       ++info.frames;

@@ -103,19 +103,25 @@ Streams WanTransformer::embed(const DiTInputs& in) {
     patch_proj_.forward(cols, B * N, s.x.data<float>());
   }
 
-  // Rotary tables for the call's tokens: (frame, row, column) of the whole video.
-  const std::vector<int64_t> axes = c.rope_axes();
-  rope_cos_host_.assign(static_cast<size_t>(N * hd), 0.0f);
-  rope_sin_host_.assign(static_cast<size_t>(N * hd), 0.0f);
-  for (int64_t t = 0; t < N; ++t) {
-    const int64_t tr = r0 + t / gw;  // the token's row of the frame-major grid
-    const double pos[3] = {static_cast<double>(tr / gh), static_cast<double>(tr % gh),
-                           static_cast<double>(t % gw)};
-    nn::rope_row(pos, axes, 10000.0, rope_cos_host_.data() + t * hd,
-                 rope_sin_host_.data() + t * hd);
+  // Rotary tables for the call's tokens: (frame, row, column) of the whole
+  // video; the same for every step of a request, so made again only when
+  // the grid or the rows change.
+  const std::vector<int64_t> key{gh, gw, r0, r1};
+  if (key != rope_key_) {
+    const std::vector<int64_t> axes = c.rope_axes();
+    rope_cos_host_.assign(static_cast<size_t>(N * hd), 0.0f);
+    rope_sin_host_.assign(static_cast<size_t>(N * hd), 0.0f);
+    for (int64_t t = 0; t < N; ++t) {
+      const int64_t tr = r0 + t / gw;  // the token's row of the frame-major grid
+      const double pos[3] = {static_cast<double>(tr / gh), static_cast<double>(tr % gh),
+                             static_cast<double>(t % gw)};
+      nn::rope_row(pos, axes, 10000.0, rope_cos_host_.data() + t * hd,
+                   rope_sin_host_.data() + t * hd);
+    }
+    rope_.cos = nn::on_current_device(rope_cos_host_, rope_cos_keep_);
+    rope_.sin = nn::on_current_device(rope_sin_host_, rope_sin_keep_);
+    rope_key_ = key;
   }
-  rope_.cos = nn::on_current_device(rope_cos_host_, rope_cos_keep_);
-  rope_.sin = nn::on_current_device(rope_sin_host_, rope_sin_keep_);
 
   // Timestep: sinusoid (cos first) → MLP → temb [B, d]; SiLU → time_proj → t6 [B, 6d].
   float* temb = temb_.get(static_cast<size_t>(B * d));

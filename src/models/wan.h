@@ -85,6 +85,7 @@ class WanTransformer : public DiT {
   std::vector<float> rope_cos_host_, rope_sin_host_;
   Tensor rope_cos_keep_, rope_sin_keep_;
   nn::RopeTables rope_;
+  std::vector<int64_t> rope_key_;  // the grid and rows the tables are for
   // temb_ [B, d] and t6_ [B, 6d]: the embedded timestep and its 6-way projection.
   nn::Scratch temb_, t6_, mod_, fin_, tproj_, act_, slab_, cols_;
   nn::Scratch norm_, tmp_, ffh_, text_, text_tmp_;

@@ -204,7 +204,9 @@ WanVaeDecoder::WanVaeDecoder(const WanVaeConfig& cfg, const WeightSource& w, DTy
   const nn::LoadStaging staging;
   const auto d = level_dims(cfg);
   const auto causal = [&](const std::string& p, int64_t in, int64_t out, int64_t kt, int64_t ks) {
-    return std::make_unique<Causal>(w, p, in, out, kt, ks, ct_);
+    auto k = std::make_unique<Causal>(w, p, in, out, kt, ks, ct_);
+    causals_.push_back(k.get());
+    return k;
   };
   const auto resnet = [&](const std::string& p, int64_t in, int64_t out) {
     auto r = std::make_unique<Resnet>();
@@ -318,18 +320,13 @@ Tensor WanVaeDecoder::decode(const Tensor& z_in) {
   const WanVaeConfig& c = cfg_;
   XDIT_CHECK(z_in.ndim() == 5 && z_in.dim(1) == c.z_dim, "the Wan VAE decodes latents [B, ",
              c.z_dim, ", F, h, w], got ", shape_str(z_in.shape()));
+  XDIT_CHECK(z_in.dim(0) >= 1 && z_in.dim(2) >= 1 && z_in.dim(3) >= 1 && z_in.dim(4) >= 1,
+             "the Wan VAE decodes at least one latent frame of at least 1x1, got ",
+             shape_str(z_in.shape()));
   const Tensor z = z_in.as(DType::kF32, current_device());
   const int64_t B = z.dim(0), F = z.dim(2), h = z.dim(3), w = z.dim(4), s = c.spatial_factor();
   const int64_t T = c.frames(F), H = h * s, W = w * s, oc = c.out_channels;
-  // A fresh cache: every causal convolution starts from zeros.
-  const auto reset = [](Causal& k) { k.history.clear(); };
-  reset(*conv_in_);
-  reset(*conv_out_);
-  for (auto& r : mid_) reset(*r->c1), reset(*r->c2);
-  for (auto& u : up_) {
-    for (auto& r : u->resnets) reset(*r->c1), reset(*r->c2);
-    if (u->time_conv) reset(*u->time_conv);
-  }
+  for (Causal* k : causals_) k->history.clear();  // a fresh cache: zeros before the video
   Tensor out = Tensor::empty({B, oc, T, H, W}, DType::kF32, current_device());
   int64_t t_out = 0;
   for (int64_t t = 0; t < F; ++t) {
@@ -365,16 +362,14 @@ Tensor WanVaeDecoder::decode_latents(const Tensor& latents) {
   const WanVaeConfig& c = cfg_;
   XDIT_CHECK(latents.ndim() == 5 && latents.dim(1) == c.z_dim, "Wan latents must be [B, ", c.z_dim,
              ", F, h, w], got ", shape_str(latents.shape()));
-  // WanPipeline: latents / (1 / latents_std) + latents_mean, in f32.
-  Tensor z = latents.to(DType::kF32).to_device(Device{}).clone();
+  // WanPipeline: latents / (1 / latents_std) + latents_mean per channel, in f32.
+  Tensor z = latents.as(DType::kF32, current_device()).clone();
   const int64_t B = z.dim(0), per = z.numel() / (B * c.z_dim);
-  float* v = z.data<float>();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t ch = 0; ch < c.z_dim; ++ch) {
-      const float inv = 1.0f / static_cast<float>(c.latents_std[static_cast<size_t>(ch)]);
-      const auto mean = static_cast<float>(c.latents_mean[static_cast<size_t>(ch)]);
-      float* p = v + (b * c.z_dim + ch) * per;
-      for (int64_t i = 0; i < per; ++i) p[i] = p[i] / inv + mean;
+      float* p = z.data<float>() + (b * c.z_dim + ch) * per;
+      kernels::affine_div(p, p, per, 1.0f / static_cast<float>(c.latents_std[size_t(ch)]),
+                          static_cast<float>(c.latents_mean[size_t(ch)]));
     }
   return decode(z);
 }

@@ -56,11 +56,10 @@ class WanVaeDecoder {
   // What WanPipeline decodes from the loop's latents: z·latents_std + latents_mean.
   Tensor decode_latents(const Tensor& latents);
 
+ private:
   struct Causal;
   struct Resnet;
   struct Up;
-
- private:
   // One frame [B, h, w, c] (NHWC) through the decoder's layers.
   using Frames = std::vector<Tensor>;
   void resnet(Resnet& r, Frames& x);
@@ -75,6 +74,7 @@ class WanVaeDecoder {
   kernels::Conv2d attn_qkv_, attn_proj_;
   std::vector<std::unique_ptr<Up>> up_;
   Tensor norm_out_;
+  std::vector<Causal*> causals_;  // every causal convolution, its history cleared per decode
 };
 
 }  // namespace xdit::models

@@ -32,15 +32,21 @@ void append_utf8(std::string& out, uint32_t cp) {
   u.toUTF8String(out);
 }
 
-// The bytes of the UTF-8 sequence starting at s[i] (1 for a stray byte).
+// The bytes of the UTF-8 sequence starting at s[i]: 1 for a stray byte, or
+// for a lead byte whose continuation bytes are missing (then the next byte
+// starts a character of its own, as Python's decoding with errors="replace"
+// leaves it).
 size_t sequence_length(const std::string& s, size_t i) {
   const auto b = static_cast<unsigned char>(s[i]);
-  const size_t n = b < 0x80           ? 1
-                   : (b >> 5) == 0x6  ? 2
-                   : (b >> 4) == 0xE  ? 3
-                   : (b >> 3) == 0x1E ? 4
-                                      : 1;
-  return i + n <= s.size() ? n : 1;
+  const size_t n = b < 0x80                   ? 1
+                   : (b >= 0xC2 && b <= 0xDF) ? 2
+                   : (b >= 0xE0 && b <= 0xEF) ? 3
+                   : (b >= 0xF0 && b <= 0xF4) ? 4
+                                              : 1;
+  if (i + n > s.size()) return 1;
+  for (size_t k = 1; k < n; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 1;
+  return n;
 }
 
 // A numeric reference's text (html._replace_charref); `digits` may be long.

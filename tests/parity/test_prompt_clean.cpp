@@ -24,6 +24,10 @@ TEST(PromptClean, HtmlUnescapeLeavesPlainTextAlone) {
   EXPECT_EQ(html_unescape("plain text, no ampersand"), "plain text, no ampersand");
   EXPECT_EQ(html_unescape("&amp;amp;"), "&amp;");  // once
   EXPECT_EQ(html_unescape(""), "");
+  // A lead byte without its continuation is a character of its own: the
+  // reference after it stays whole (Python, decoding with errors="replace").
+  EXPECT_EQ(html_unescape("&amp\xC3&lt;"), "&\xC3<");
+  EXPECT_EQ(html_unescape("&\xE2\x82;"), "&\xE2\x82;");
 }
 
 }  // namespace

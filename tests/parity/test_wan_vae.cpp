@@ -34,6 +34,30 @@ TEST(WanVae, DecodeMatchesDiffusers) {
   EXPECT_EQ(dec.decode(g["z"]).to_vector(), video.to_vector());
 }
 
+// WanPipeline's de-normalisation: latents / (1 / std) + mean per channel.
+TEST(WanVae, DecodeLatentsDenormalisesPerChannel) {
+  const WanVaeConfig c = tiny();
+  io::WeightStore w(kDir + "/vae");
+  WanVaeDecoder dec(c, w, DType::kF32);
+  auto g = io::read_safetensors_f32(kDir + "/wan_vae_decode.safetensors");
+  const Tensor& lat = g["z"];
+  Tensor z = lat.clone();
+  const int64_t per = z.numel() / c.z_dim;
+  for (int64_t ch = 0; ch < c.z_dim; ++ch)
+    for (int64_t i = 0; i < per; ++i) {
+      float& v = z.data<float>()[ch * per + i];
+      v = v / (1.0f / static_cast<float>(c.latents_std[ch])) +
+          static_cast<float>(c.latents_mean[ch]);
+    }
+  EXPECT_EQ(dec.decode_latents(lat).to_vector(), dec.decode(z).to_vector());
+  try {
+    dec.decode(Tensor::zeros({1, c.z_dim, 0, 4, 6}));
+    FAIL() << "accepted no frames";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at least one latent frame"), std::string::npos);
+  }
+}
+
 TEST(WanVae, FramesAndFactors) {
   const WanVaeConfig c = tiny();
   EXPECT_EQ(c.spatial_factor(), 8);
