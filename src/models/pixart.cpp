@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/memory.h"
 #include "kernels/kernels.h"
+#include "models/ada_single.h"
 
 namespace xdit::models {
 
@@ -265,41 +266,26 @@ void PixArtTransformer::run_blocks_as(Streams& s, int64_t b0, int64_t b1) {
 }
 
 Tensor PixArtTransformer::block_modulated_input(int64_t b, const Streams& s) {
-  const int64_t B = geometry().batch, d = cfg_.hidden(), N = geometry().tokens(), ms = 6 * d;
-  // ada_norm_single: norm1(h) · (1 + scale_msa) + shift_msa, the block's
-  // scale_shift_table + the embedded timestep.
-  float* m6 = mod_.get(static_cast<size_t>(2 * B * ms));
-  kernels::add_rows(t6_.get(static_cast<size_t>(B * ms)), ms,
-                    blocks_[static_cast<size_t>(b - stage_.block_begin)]->table.data<float>(), 0,
-                    m6, ms, B, ms);
-  Tensor m = Tensor::empty({B, N, d}, DType::kF32, current_device());
-  kernels::layer_norm_modulate(s.x.data<float>(), m.data<float>(), B, N, d,
-                               static_cast<float>(cfg_.norm_eps), m6, m6 + d, ms);
-  return m;
+  const int64_t d = cfg_.hidden();
+  return ada_single_modulated_input(
+      s.x.data<float>(), blocks_[static_cast<size_t>(b - stage_.block_begin)]->table.data<float>(),
+      t6_.get(static_cast<size_t>(geometry().batch * 6 * d)), geometry().batch, geometry().tokens(),
+      d, static_cast<float>(cfg_.norm_eps), mod_);
 }
 
 Tensor PixArtTransformer::finalize(const Streams& s) {
   XDIT_CHECK(stage_.last, "only the last pipeline stage has the output layer");
-  const PixArtConfig& c = cfg_;
-  const int64_t B = geometry().batch, d = c.hidden(), p = c.patch_size, N = geometry().tokens();
+  const auto& c = cfg_;
+  const int64_t B = geometry().batch, d = c.hidden(), N = geometry().tokens();
   XDIT_CHECK(s.x.numel() == B * N * d, "PixArt streams must be [", B, ", ", N, ", ", d, "]");
-  const float eps = static_cast<float>(c.norm_eps);
-  float* nrm = norm_.get(static_cast<size_t>(B * N * d));
-  // Final layer: shift, scale = scale_shift_table + embedded_timestep.
-  float* fin = fin_.get(static_cast<size_t>(B * 2 * d));
-  const float* ot = out_table_.data<float>();
-  const float* emb = emb_.get(static_cast<size_t>(B * d));
-  for (int half = 0; half < 2; ++half)
-    kernels::add_rows(emb, d, ot + half * d, 0, fin + half * d, 2 * d, B, d);
-  kernels::layer_norm_modulate(s.x.data<float>(), nrm, B, N, d, eps, fin, fin + d, 2 * d);
-  const int64_t po = p * p * c.out_channels;
-  float* patches = ffh_.get(static_cast<size_t>(B * N * std::max(po, 4 * d)));
-  proj_out_.forward(nrm, B * N, patches);
-  Tensor out = Tensor::empty({B, c.out_channels, geometry().rows * p, geometry().width},
-                             DType::kF32, current_device());
-  kernels::unpatchify(patches, B, c.out_channels, geometry().rows, geometry().grid_width, p,
-                      out.data<float>());
-  return out;
+  const FinalLayer f{out_table_.data<float>(),
+                     emb_.get(static_cast<size_t>(B * d)),
+                     &proj_out_,
+                     c.out_channels,
+                     c.patch_size,
+                     static_cast<float>(cfg_.norm_eps)};
+  return ada_single_final(f, s.x.data<float>(), B, geometry().rows, geometry().grid_width,
+                          geometry().width, d, fin_, norm_, slab_);
 }
 
 }  // namespace xdit::models

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "kernels/kernels.h"
+#include "models/ada_single.h"
 #include "nn/rope.h"
 
 namespace xdit::models {
@@ -183,38 +184,26 @@ void WanTransformer::run_blocks(Streams& s, int64_t b0, int64_t b1) {
 }
 
 Tensor WanTransformer::block_modulated_input(int64_t b, const Streams& s) {
-  const int64_t B = geometry().batch, d = cfg_.hidden(), N = geometry().tokens(), ms = 6 * d;
-  float* m = mod_.get(static_cast<size_t>(B * ms));
-  kernels::add_rows(t6_.get(static_cast<size_t>(B * ms)), ms,
-                    blocks_[static_cast<size_t>(b - stage_.block_begin)]->table.data<float>(), 0, m,
-                    ms, B, ms);
-  Tensor out = Tensor::empty({B, N, d}, DType::kF32, current_device());
-  kernels::layer_norm_modulate(s.x.data<float>(), out.data<float>(), B, N, d,
-                               static_cast<float>(cfg_.eps), m, m + d, ms);
-  return out;
+  const int64_t d = cfg_.hidden();
+  return ada_single_modulated_input(
+      s.x.data<float>(), blocks_[static_cast<size_t>(b - stage_.block_begin)]->table.data<float>(),
+      t6_.get(static_cast<size_t>(geometry().batch * 6 * d)), geometry().batch, geometry().tokens(),
+      d, static_cast<float>(cfg_.eps), mod_);
 }
 
 Tensor WanTransformer::finalize(const Streams& s) {
   XDIT_CHECK(stage_.last, "only the last pipeline stage has the output layer");
-  const WanConfig& c = cfg_;
-  const int64_t B = geometry().batch, d = c.hidden(), p = c.patch_h, N = geometry().tokens();
+  const auto& c = cfg_;
+  const int64_t B = geometry().batch, d = c.hidden(), N = geometry().tokens();
   XDIT_CHECK(s.x.numel() == B * N * d, "Wan streams must be [", B, ", ", N, ", ", d, "]");
-  // shift, scale = scale_shift_table + temb.
-  float* fin = fin_.get(static_cast<size_t>(B * 2 * d));
-  const float* temb = temb_.get(static_cast<size_t>(B * d));
-  for (int half = 0; half < 2; ++half)
-    kernels::add_rows(temb, d, out_table_.data<float>() + half * d, 0, fin + half * d, 2 * d, B, d);
-  float* nrm = norm_.get(static_cast<size_t>(B * N * d));
-  kernels::layer_norm_modulate(s.x.data<float>(), nrm, B, N, d, static_cast<float>(c.eps), fin,
-                               fin + d, 2 * d);
-  const int64_t po = p * p * c.out_channels;
-  float* patches = ffh_.get(static_cast<size_t>(B * N * std::max(po, c.ffn_dim)));
-  proj_out_.forward(nrm, B * N, patches);
-  Tensor out = Tensor::empty({B, c.out_channels, geometry().rows * p, geometry().width},
-                             DType::kF32, current_device());
-  kernels::unpatchify(patches, B, c.out_channels, geometry().rows, geometry().grid_width, p,
-                      out.data<float>());
-  return out;
+  const FinalLayer f{out_table_.data<float>(),
+                     temb_.get(static_cast<size_t>(B * d)),
+                     &proj_out_,
+                     c.out_channels,
+                     c.patch_h,
+                     static_cast<float>(cfg_.eps)};
+  return ada_single_final(f, s.x.data<float>(), B, geometry().rows, geometry().grid_width,
+                          geometry().width, d, fin_, norm_, slab_);
 }
 
 }  // namespace xdit::models

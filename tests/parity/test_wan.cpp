@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <map>
 #include <set>
 
 #include "core/error.h"
@@ -24,19 +25,26 @@ WanConfig tiny_config() {
   return WanConfig::from_json(io::read_json_file(kDir + "/transformer/config.json"), "wan");
 }
 
+// The golden's inputs as a call takes them, and its output.
+struct Golden {
+  std::map<std::string, Tensor> g = io::read_safetensors_f32(kDir + "/wan_forward.safetensors");
+  Conditioning cond;
+  DiTInputs in;
+  Golden() {
+    in.latents = &g["latents"];
+    in.timesteps = g["timesteps"].to_vector();
+    cond.set(kText, g["text"]);
+    in.cond = &cond;
+  }
+};
+
 double forward_error(DType dtype) {
   io::WeightStore w(kDir + "/transformer");
   WanTransformer model(tiny_config(), w, dtype);
-  auto g = io::read_safetensors_f32(kDir + "/wan_forward.safetensors");
-  DiTInputs in;
-  in.latents = &g["latents"];
-  in.timesteps = g["timesteps"].to_vector();
-  Conditioning cond;
-  cond.set(kText, g["text"]);
-  in.cond = &cond;
-  const Tensor out = model.forward(in);
-  EXPECT_EQ(out.numel(), g["out"].numel());
-  return test::rel_max_err(out.to_vector(), g["out"].to_vector());
+  Golden g;
+  const Tensor out = model.forward(g.in);
+  EXPECT_EQ(out.numel(), g.g["out"].numel());
+  return test::rel_max_err(out.to_vector(), g.g["out"].to_vector());
 }
 
 TEST(Wan, ForwardMatchesDiffusers) {
@@ -87,15 +95,9 @@ TEST(Wan, TooManyFramesForTheRotaryTableIsNamed) {
   c.rope_max_seq_len = 2;  // the golden's 3 frames no longer fit
   io::WeightStore w(kDir + "/transformer");
   WanTransformer model(c, w, DType::kF32);
-  auto g = io::read_safetensors_f32(kDir + "/wan_forward.safetensors");
-  DiTInputs in;
-  in.latents = &g["latents"];
-  in.timesteps = g["timesteps"].to_vector();
-  Conditioning cond;
-  cond.set(kText, g["text"]);
-  in.cond = &cond;
+  Golden g;
   try {
-    model.forward(in);
+    model.forward(g.in);
     FAIL() << "accepted 3 frames with a 2-position table";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("rotary table covers 2"), std::string::npos) << e.what();
