@@ -11,120 +11,6 @@ namespace xdit::models {
 
 using io::WeightSource;
 
-namespace {
-
-// The decoder's level widths: dims[0] = base·dim_mult[-1], then dim_mult reversed.
-std::vector<int64_t> level_dims(const WanVaeConfig& c) {
-  std::vector<int64_t> d{c.base_dim * c.dim_mult.back()};
-  for (auto it = c.dim_mult.rbegin(); it != c.dim_mult.rend(); ++it) d.push_back(c.base_dim * *it);
-  return d;
-}
-
-enum class UpMode { kNone, k2d, k3d };
-
-// Up block i's input width and mode.
-std::pair<int64_t, UpMode> up_shape(const WanVaeConfig& c, size_t i) {
-  const auto d = level_dims(c);
-  const int64_t in = i > 0 ? d[i] / 2 : d[i];
-  if (i + 1 == c.dim_mult.size()) return {in, UpMode::kNone};
-  // The decoder's temperal_upsample is the encoder's temperal_downsample reversed.
-  const bool time = c.temperal_downsample[c.temperal_downsample.size() - 1 - i];
-  return {in, time ? UpMode::k3d : UpMode::k2d};
-}
-
-}  // namespace
-
-WanVaeConfig WanVaeConfig::from_json(const io::Json& j, const std::string& w) {
-  io::require_object(j, w);
-  WanVaeConfig c;
-  const std::string cls = io::string_or(j, "_class_name", "AutoencoderKLWan", w);
-  XDIT_CHECK(cls == "AutoencoderKLWan", w, ": VAE class ", cls, " is not AutoencoderKLWan");
-  c.base_dim = io::int_in(j, "base_dim", 96, 2, 1 << 12, w);
-  if (j.contains("decoder_base_dim") && !j["decoder_base_dim"].is_null())
-    c.base_dim = io::int_in(j, "decoder_base_dim", c.base_dim, 2, 1 << 12, w);
-  c.z_dim = io::int_in(j, "z_dim", 16, 1, 1 << 12, w);
-  c.dim_mult = io::int_list_in(j, "dim_mult", {1, 2, 4, 4}, 8, 1, 64, w);
-  XDIT_CHECK(c.dim_mult.size() >= 2, w, ": dim_mult needs at least 2 levels");
-  c.num_res_blocks = io::int_in(j, "num_res_blocks", 2, 0, 16, w);
-  c.out_channels = io::int_in(j, "out_channels", 3, 1, 64, w);
-  c.temperal_downsample.clear();
-  if (j.contains("temperal_downsample")) {
-    for (const auto& v : j["temperal_downsample"]) {
-      XDIT_CHECK(v.is_boolean(), w, ": temperal_downsample must hold booleans");
-      c.temperal_downsample.push_back(v.get<bool>());
-    }
-  } else {
-    c.temperal_downsample = {false, true, true};
-  }
-  XDIT_CHECK(c.temperal_downsample.size() + 1 == c.dim_mult.size(), w,
-             ": temperal_downsample needs one value per level but the last (",
-             c.dim_mult.size() - 1, "), found ", c.temperal_downsample.size());
-  for (const auto& d : level_dims(c))
-    XDIT_CHECK(d % 2 == 0, w, ": level width ", d, " must be even (the upsampling halves it)");
-  XDIT_CHECK(!io::bool_or(j, "is_residual", false, w), w,
-             ": is_residual=true (Wan2.2's 48-channel VAE) is not supported yet");
-  XDIT_CHECK(!j.contains("patch_size") || j["patch_size"].is_null(), w,
-             ": patch_size is not supported yet (Wan2.2's VAE)");
-  const auto list = [&](const char* key) {
-    std::vector<double> v;
-    XDIT_CHECK(j.contains(key) && j[key].is_array(), w, ": ", key, " is missing");
-    for (const auto& x : j[key]) {
-      XDIT_CHECK(x.is_number(), w, ": ", key, " must hold numbers");
-      v.push_back(x.get<double>());
-    }
-    XDIT_CHECK(static_cast<int64_t>(v.size()) == c.z_dim, w, ": ", key, " holds ", v.size(),
-               " values for z_dim ", c.z_dim);
-    return v;
-  };
-  c.latents_mean = list("latents_mean");
-  c.latents_std = list("latents_std");
-  for (double s : c.latents_std) XDIT_CHECK(s > 0, w, ": latents_std must be positive");
-  return c;
-}
-
-int64_t WanVaeConfig::temporal_factor() const {
-  int64_t f = 1;
-  for (bool t : temperal_downsample) f *= t ? 2 : 1;
-  return f;
-}
-
-io::WeightSpecs WanVaeConfig::decoder_weight_specs() const {
-  const auto d = level_dims(*this);
-  io::WeightSpecs s;
-  const auto conv = [&](const std::string& p, int64_t in, int64_t out, Shape k) {
-    Shape shape{out, in};
-    shape.insert(shape.end(), k.begin(), k.end());
-    s.emplace_back(p + ".weight", shape);
-    s.emplace_back(p + ".bias", Shape{out});
-  };
-  const auto resnet = [&](const std::string& p, int64_t in, int64_t out) {
-    s.emplace_back(p + ".norm1.gamma", Shape{in, 1, 1, 1});
-    conv(p + ".conv1", in, out, {3, 3, 3});
-    s.emplace_back(p + ".norm2.gamma", Shape{out, 1, 1, 1});
-    conv(p + ".conv2", out, out, {3, 3, 3});
-    if (in != out) conv(p + ".conv_shortcut", in, out, {1, 1, 1});
-  };
-  conv("post_quant_conv", z_dim, z_dim, {1, 1, 1});
-  conv("decoder.conv_in", z_dim, d[0], {3, 3, 3});
-  resnet("decoder.mid_block.resnets.0", d[0], d[0]);
-  s.emplace_back("decoder.mid_block.attentions.0.norm.gamma", Shape{d[0], 1, 1});
-  conv("decoder.mid_block.attentions.0.to_qkv", d[0], 3 * d[0], {1, 1});
-  conv("decoder.mid_block.attentions.0.proj", d[0], d[0], {1, 1});
-  resnet("decoder.mid_block.resnets.1", d[0], d[0]);
-  for (size_t i = 0; i + 1 < d.size(); ++i) {
-    const std::string p = "decoder.up_blocks." + std::to_string(i);
-    auto [in, mode] = up_shape(*this, i);
-    const int64_t out = d[i + 1];
-    for (int64_t r = 0; r <= num_res_blocks; ++r, in = out)
-      resnet(p + ".resnets." + std::to_string(r), in, out);
-    if (mode != UpMode::kNone) conv(p + ".upsamplers.0.resample.1", out, out / 2, {3, 3});
-    if (mode == UpMode::k3d) conv(p + ".upsamplers.0.time_conv", out, 2 * out, {3, 1, 1});
-  }
-  s.emplace_back("decoder.norm_out.gamma", Shape{d.back(), 1, 1, 1});
-  conv("decoder.conv_out", d.back(), out_channels, {3, 3, 3});
-  return s;
-}
-
 // A causal convolution over time (WanCausalConv3d): kernel t = 3 taps over
 // the frame and the two before it (its history: the last two input frames,
 // zeros before the first), or 1. A 3-tap kernel is one 2-D convolution over
@@ -179,7 +65,7 @@ struct WanVaeDecoder::Resnet {
 
 struct WanVaeDecoder::Up {
   std::vector<std::unique_ptr<Resnet>> resnets;
-  UpMode mode = UpMode::kNone;
+  WanVaeConfig::UpMode mode = WanVaeConfig::UpMode::kNone;
   kernels::Conv2d resample;
   std::unique_ptr<Causal> time_conv;
 };
@@ -202,7 +88,7 @@ Tensor rms(const Tensor& x, const Tensor& gamma, bool silu) {
 WanVaeDecoder::WanVaeDecoder(const WanVaeConfig& cfg, const WeightSource& w, DType compute)
     : cfg_(cfg), ct_(kernels::resolve_compute_type(compute)) {
   const nn::LoadStaging staging;
-  const auto d = level_dims(cfg);
+  const auto d = cfg.level_dims();
   const auto causal = [&](const std::string& p, int64_t in, int64_t out, int64_t kt, int64_t ks) {
     auto k = std::make_unique<Causal>(w, p, in, out, kt, ks, ct_);
     causals_.push_back(k.get());
@@ -233,15 +119,15 @@ WanVaeDecoder::WanVaeDecoder(const WanVaeConfig& cfg, const WeightSource& w, DTy
   mid_.push_back(resnet(mid + "resnets.1", d[0], d[0]));
   for (size_t i = 0; i + 1 < d.size(); ++i) {
     const std::string p = "decoder.up_blocks." + std::to_string(i);
-    auto [in, mode] = up_shape(cfg, i);
+    auto [in, mode] = cfg.up_block(i);
     const int64_t out = d[i + 1];
     auto u = std::make_unique<Up>();
     for (int64_t r = 0; r <= cfg.num_res_blocks; ++r, in = out)
       u->resnets.push_back(resnet(p + ".resnets." + std::to_string(r), in, out));
     u->mode = mode;
-    if (mode != UpMode::kNone)
+    if (mode != WanVaeConfig::UpMode::kNone)
       u->resample = conv2d(p + ".upsamplers.0.resample.1", out, out / 2, 3);
-    if (mode == UpMode::k3d)
+    if (mode == WanVaeConfig::UpMode::k3d)
       u->time_conv = causal(p + ".upsamplers.0.time_conv", out, 2 * out, 3, 1);
     up_.push_back(std::move(u));
   }
@@ -290,8 +176,8 @@ void WanVaeDecoder::attention(Frames& x) {
 
 WanVaeDecoder::Frames WanVaeDecoder::up_block(Up& u, Frames x, bool first_chunk) {
   for (auto& r : u.resnets) resnet(*r, x);
-  if (u.mode == UpMode::kNone) return x;
-  if (u.mode == UpMode::k3d && !first_chunk) {  // each frame → two (channel halves)
+  if (u.mode == WanVaeConfig::UpMode::kNone) return x;
+  if (u.mode == WanVaeConfig::UpMode::k3d && !first_chunk) {  // each frame → two (channel halves)
     Frames doubled;
     for (const Tensor& f : x) {
       const Tensor t = u.time_conv->forward(f);

@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -43,6 +44,12 @@ struct WanVaeConfig {
     return 1 + temporal_factor() * (latent_frames - 1);
   }
   io::WeightSpecs decoder_weight_specs() const;
+  // The decoder's level widths: base·dim_mult[-1], then base·dim_mult reversed.
+  std::vector<int64_t> level_dims() const;
+  // Up block i's input width and what it upsamples (the decoder's
+  // temperal_upsample is temperal_downsample reversed).
+  enum class UpMode { kNone, k2d, k3d };
+  std::pair<int64_t, UpMode> up_block(size_t i) const;
 };
 
 class WanVaeDecoder {

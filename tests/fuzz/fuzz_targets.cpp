@@ -16,6 +16,8 @@
 #include "models/sd3.h"
 #include "models/t5.h"
 #include "models/vae.h"
+#include "models/wan.h"
+#include "models/wan_vae.h"
 #include "pipeline/memory_estimate.h"
 #include "schedulers/scheduler_config.h"
 #include "serve/http_server.h"
@@ -108,6 +110,17 @@ void config_bytes(const uint8_t* data, size_t size) {
     c.decoder_parameter_count();
     c.decoder_flops(1, 16, 24);
     c.scale_factor();
+  });
+  guarded([&] {
+    const auto c = models::WanConfig::from_json(j, "transformer/config.json");
+    c.weight_specs({0, c.num_layers / 2, true, false});
+    c.parameter_count();
+    c.rope_axes();
+  });
+  guarded([&] {
+    const auto c = models::WanVaeConfig::from_json(j, "vae/config.json");
+    c.decoder_weight_specs();
+    c.frames(21);
   });
   guarded([&] {
     const auto cfg = schedulers::SchedulerConfig::from_json(j, "scheduler/scheduler_config.json");
