@@ -97,7 +97,7 @@ void UniPCMultistep::set_timesteps(int64_t steps, const TimestepHints& hints) {
 
 namespace {
 
-// α, σ and λ = log α − log σ of a flow sigma (α = 1 − σ), in f64.
+// λ = log α − log σ of a flow sigma σ (α = 1 − σ), in f64.
 double lambda_of(double sigma) {
   return std::log(1.0 - sigma) - std::log(sigma);
 }
