@@ -22,6 +22,8 @@ from diffusers import FlowMatchEulerDiscreteScheduler
 from diffusers.pipelines.flux.pipeline_flux import calculate_shift
 from safetensors.torch import save_file
 
+import scheduler_trajectory  # beside this script
+
 OUT = sys.argv[1] if len(sys.argv) > 1 else "tests/data"
 g = torch.Generator().manual_seed(5)
 
@@ -56,17 +58,7 @@ for k, (cfg, steps, seq, sig) in enumerate(FM_CASES):
         kw["mu"] = mu
     s.set_timesteps(steps if sigmas is None else None, **kw)
     x = torch.randn(1, 16, 3, 5, generator=g)
-    tensors[f"case{k}.timesteps"] = s.timesteps.float()
-    tensors[f"case{k}.sigmas"] = s.sigmas.float()
-    tensors[f"case{k}.sample0"] = x.clone()
-    outs, samples = [], []
-    for t in s.timesteps:
-        m = torch.randn(x.shape, generator=g)
-        x = s.step(m, t, x, return_dict=False)[0]
-        outs.append(m)
-        samples.append(x.clone())
-    tensors[f"case{k}.model_outputs"] = torch.stack(outs)
-    tensors[f"case{k}.samples"] = torch.stack(samples)
+    scheduler_trajectory.record(tensors, f"case{k}", s, x, g)
     meta[f"case{k}"] = json.dumps(dict(s.config, _class_name=type(s).__name__))
     meta[f"case{k}.steps"] = str(steps)
     meta[f"case{k}.image_seq_len"] = str(seq)

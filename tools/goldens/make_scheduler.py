@@ -18,6 +18,8 @@ import torch
 from diffusers import DPMSolverMultistepScheduler
 from safetensors.torch import save_file
 
+import scheduler_trajectory  # beside this script
+
 OUT = sys.argv[1] if len(sys.argv) > 1 else "tests/data"
 BASE = dict(algorithm_type="dpmsolver++", beta_end=0.02, beta_schedule="linear", beta_start=0.0001,
             lower_order_final=True, num_train_timesteps=1000, prediction_type="epsilon",
@@ -44,17 +46,7 @@ for k, (cfg, steps) in enumerate(CASES):
     s = DPMSolverMultistepScheduler(**cfg)
     s.set_timesteps(steps)
     x = torch.randn(2, 3, 5, 7, generator=g)
-    tensors[f"case{k}.timesteps"] = s.timesteps.float()
-    tensors[f"case{k}.sigmas"] = s.sigmas.float()
-    tensors[f"case{k}.sample0"] = x.clone()
-    outs, samples = [], []
-    for t in s.timesteps:
-        m = torch.randn(x.shape, generator=g)
-        x = s.step(m, t, x, return_dict=False)[0]
-        outs.append(m)
-        samples.append(x.clone())
-    tensors[f"case{k}.model_outputs"] = torch.stack(outs)
-    tensors[f"case{k}.samples"] = torch.stack(samples)
+    scheduler_trajectory.record(tensors, f"case{k}", s, x, g)
     meta[f"case{k}"] = json.dumps(dict(s.config))
 meta["cases"] = str(len(CASES))
 meta["torch"] = torch.__version__

@@ -20,6 +20,8 @@ import torch
 from diffusers import UniPCMultistepScheduler
 from safetensors.torch import save_file
 
+import scheduler_trajectory  # beside this script
+
 OUT = sys.argv[1] if len(sys.argv) > 1 else "tests/data"
 g = torch.Generator().manual_seed(46)
 
@@ -55,17 +57,7 @@ for k, (cfg, steps, shape, sig) in enumerate(CASES):
     else:
         s.set_timesteps(steps)
     x = torch.randn(*shape, generator=g)
-    tensors[f"case{k}.timesteps"] = s.timesteps.float()
-    tensors[f"case{k}.sigmas"] = s.sigmas.float()
-    tensors[f"case{k}.sample0"] = x.clone()
-    outs, samples = [], []
-    for t in s.timesteps:
-        m = torch.randn(x.shape, generator=g)
-        x = s.step(m, t, x, return_dict=False)[0]
-        outs.append(m)
-        samples.append(x.clone())
-    tensors[f"case{k}.model_outputs"] = torch.stack(outs)
-    tensors[f"case{k}.samples"] = torch.stack(samples)
+    scheduler_trajectory.record(tensors, f"case{k}", s, x, g)
     assert torch.isfinite(tensors[f"case{k}.samples"]).all(), k
     meta[f"case{k}"] = json.dumps(dict(s.config, _class_name=type(s).__name__))
     meta[f"case{k}.steps"] = str(steps)
