@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "tokenizers/python_text.h"
+
 namespace xdit::tokenizers {
 
 namespace {
@@ -138,14 +140,10 @@ std::string html_unescape(const std::string& s) {
 
 std::string wan_prompt_clean(const std::string& text) {
   const icu::UnicodeString u = icu::UnicodeString::fromUTF8(html_unescape(html_unescape(text)));
-  // str.strip(): str.isspace() is Unicode White_Space plus U+001C … U+001F;
-  // the run collapsing uses the `regex` module's \s (diffusers imports regex
-  // as re there), White_Space alone.
+  // str.strip() (Python's white space); the run collapsing uses the `regex`
+  // module's \s (diffusers imports regex as re there): White_Space alone.
   const auto white = [](UChar32 c) { return u_hasBinaryProperty(c, UCHAR_WHITE_SPACE) != 0; };
-  const auto space = [&](UChar32 c) { return white(c) || (c >= 0x1C && c <= 0x1F); };
-  int32_t b = 0, e = u.length();
-  while (b < e && space(u.char32At(b))) b = u.moveIndex32(b, 1);
-  while (e > b && space(u.char32At(u.moveIndex32(e, -1)))) e = u.moveIndex32(e, -1);
+  const auto [b, e] = python_strip_range(u);
   icu::UnicodeString collapsed;
   bool in_run = false;
   for (int32_t i = b; i < e; i = u.moveIndex32(i, 1)) {

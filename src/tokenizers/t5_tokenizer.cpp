@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "io/file.h"
 #include "io/json.h"
+#include "tokenizers/python_text.h"
 
 namespace xdit::tokenizers {
 
@@ -82,13 +83,7 @@ std::string lower_strip(const std::string& text) {
   // which ICU's root-locale lower-casing implements too.
   icu::UnicodeString u = icu::UnicodeString::fromUTF8(text);
   u.toLower(icu::Locale::getRoot());
-  // str.strip(): str.isspace() is Unicode White_Space plus U+001C … U+001F.
-  const auto space = [](UChar32 c) {
-    return u_hasBinaryProperty(c, UCHAR_WHITE_SPACE) || (c >= 0x1C && c <= 0x1F);
-  };
-  int32_t b = 0, e = u.length();
-  while (b < e && space(u.char32At(b))) b = u.moveIndex32(b, 1);
-  while (e > b && space(u.char32At(u.moveIndex32(e, -1)))) e = u.moveIndex32(e, -1);
+  const auto [b, e] = python_strip_range(u);  // str.strip()
   std::string out;
   u.tempSubStringBetween(b, e).toUTF8String(out);
   return out;
