@@ -436,6 +436,22 @@ void group_norm_apply_nhwc_bf16(const float* x, uint16_t* y, int64_t batch, int6
                       count, y_batch_stride);
 }
 
+namespace {
+// The interleaved rotary embedding of `width` values of whole heads of hd:
+// (x0, x1) → (x0·cos − x1·sin, x1·cos + x0·sin) with each head's table row
+// cs/sn [hd], each product rounded before the sum as torch computes it.
+void rotate_pairs(float* x, int64_t width, int64_t hd, const float* cs, const float* sn) {
+  for (int64_t i = 0; i < width; i += 2) {
+    float* p = x + i;
+    const int64_t j = i % hd;
+    const float a = p[0] * cs[j], b0 = -p[1] * sn[j];
+    const float c = p[1] * cs[j + 1], d = p[0] * sn[j + 1];
+    p[0] = a + b0;
+    p[1] = c + d;
+  }
+}
+}  // namespace
+
 void qk_norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin, int64_t rows,
                   int64_t H, int64_t hd, float eps, const float* wq, const float* wk,
                   const float* cos, const float* sin) {
@@ -452,14 +468,7 @@ void qk_norm_rope(float* qkv, int64_t batch, int64_t seq, int64_t row_begin, int
         for (int64_t h = 0; h < H; ++h)
           rms_norm_row(x + h * hd, x + h * hd, hd, eps, part == 0 ? wq : wk);
         if (cos == nullptr) continue;  // RMSNorm only (SD3)
-        for (int64_t h = 0; h < H; ++h)
-          for (int64_t i = 0; i < hd; i += 2) {
-            float* p = x + h * hd + i;
-            const float a = p[0] * cs[i], b0 = -p[1] * sn[i];
-            const float c = p[1] * cs[i + 1], d = p[0] * sn[i + 1];
-            p[0] = a + b0;
-            p[1] = c + d;
-          }
+        rotate_pairs(x, D, hd, cs, sn);
       }
     }
 }
@@ -486,14 +495,7 @@ void rms_scale_rope(float* x, int64_t rows, int64_t stride, int64_t width, const
     if (cos == nullptr) continue;
     const float* cs = cos + (r % seq) * hd;
     const float* sn = sin + (r % seq) * hd;
-    for (int64_t i = 0; i < width; i += 2) {
-      float* p = row + i;
-      const int64_t j = i % hd;
-      const float a = p[0] * cs[j], b0 = -p[1] * sn[j];
-      const float c = p[1] * cs[j + 1], d = p[0] * sn[j + 1];
-      p[0] = a + b0;
-      p[1] = c + d;
-    }
+    rotate_pairs(row, width, hd, cs, sn);
   }
 }
 
