@@ -19,6 +19,7 @@ struct WanVaeDecoder::Causal {
   kernels::Conv2d conv;
   int64_t in = 0, taps = 1;
   std::vector<Tensor> history;  // at most the last 2 input frames
+  Tensor stacked;               // the frames' channels stacked, reused while the size holds
 
   Causal(const WeightSource& w, const std::string& p, int64_t in_ch, int64_t out, int64_t kt,
          int64_t ks, nn::ComputeType ct)
@@ -43,15 +44,19 @@ struct WanVaeDecoder::Causal {
       conv.forward(x.data<float>(), B, h, wd, y.data<float>());
       return y;
     }
-    Tensor s = Tensor::zeros({B, h, wd, taps * in}, DType::kF32, current_device());
+    const Shape shape{B, h, wd, taps * in};
+    if (stacked.shape() != shape || stacked.device() != current_device())
+      stacked = Tensor::empty(shape, DType::kF32, current_device());
     const auto past = static_cast<int64_t>(history.size());
+    // Zeros stand for the frames before the video (only the first two frames lack some).
+    if (past < taps - 1) kernels::zero_bytes(stacked.raw(), stacked.nbytes());
     for (int64_t k = 0; k < taps; ++k) {
       const int64_t back = taps - 1 - k;  // frames before x
       const Tensor* f = back == 0 ? &x : back <= past ? &history[past - back] : nullptr;
       if (f != nullptr)
-        kernels::copy_rows(s.data<float>() + k * in, taps * in, f->data<float>(), in, px, in);
+        kernels::copy_rows(stacked.data<float>() + k * in, taps * in, f->data<float>(), in, px, in);
     }
-    conv.forward(s.data<float>(), B, h, wd, y.data<float>());
+    conv.forward(stacked.data<float>(), B, h, wd, y.data<float>());
     history.push_back(x.clone());
     if (history.size() > 2) history.erase(history.begin());
     return y;
