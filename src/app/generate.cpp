@@ -15,6 +15,7 @@
 
 #include "app/cache_options.h"
 #include "app/commands.h"
+#include "app/frame_writer.h"
 #include "app/lora_options.h"
 #include "app/parallel_options.h"
 #include "app/png_metadata.h"
@@ -111,6 +112,8 @@ struct GenerateOptions {
   std::vector<std::string> prompts;
   // Steps and guidance: the model's defaults until given (resolved by validate).
   int64_t height = 0, width = 0, steps = pipeline::kDefaultSteps, max_sequence_length = 0;
+  int64_t num_frames = 0;  // the model's default
+  int fps = 0;             // the model's default
   double guidance = pipeline::kDefaultGuidance, true_cfg = 1.0;
   pipeline::SkipLayerGuidance slg;  // SD3
   CacheOptions cache;
@@ -175,28 +178,6 @@ std::map<std::string, std::string> png_text(const pipeline::PlanFields& p, const
   m.cache = cache;
   m.lora = p.loras.empty() ? pipe.lora_label() : pipeline::lora_list_label(p.loras);
   return png_metadata(m);
-}
-
-// The writer: each prompt's frames as PNG files, prompt-major, named by
-// io::output_paths (one frame per prompt: out.png, or out_0.png, out_1.png,
-// …; several: out_f0000.png, … or out_1_f0002.png, …). `outputs` were
-// reserved for one frame per prompt; more frames are reserved here.
-void write_frames(std::vector<io::OutputFile>& outputs, const std::string& path,
-                  const pipeline::ImageResult& res,
-                  const std::function<std::map<std::string, std::string>(size_t)>& text_of) {
-  if (res.frames > 1) {
-    outputs.clear();
-    for (const auto& p : io::output_paths(path, res.rgb.size() / res.frames, res.frames))
-      outputs.emplace_back(p);
-  }
-  for (size_t i = 0; i < res.rgb.size(); ++i) {
-    const auto prompt = i / static_cast<size_t>(res.frames);
-    auto text = text_of(prompt);
-    if (res.frames > 1)
-      text["frame"] =
-          std::to_string(i % static_cast<size_t>(res.frames)) + " of " + std::to_string(res.frames);
-    io::write_png(outputs.at(i), res.width, res.height, res.rgb[i], text);
-  }
 }
 
 // Every rank's trace events into one Chrome-trace file, written by rank 0
@@ -272,6 +253,10 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
              o.output_type, "'");
   const bool latent_out = o.output_type == "latent";
   if (o.output.empty()) o.output = latent_out ? "latents.safetensors" : "xdit.png";
+  const bool mp4 = is_mp4_path(o.output);
+  XDIT_CHECK(!(mp4 && latent_out), "--output ", o.output,
+             ": --output_type latent writes a safetensors file, not an MP4");
+  if (mp4) check_mp4_encoder(o.output);
   const DType dtype = parse_compute_dtype(o.dtype);
   XDIT_CHECK(o.prompt_embeds.empty() || o.prompts.empty(),
              "pass either --prompt or --prompt_embeds, not both");
@@ -300,6 +285,7 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
   check_files_agree(w, model.folder,
                     {{"--latents file", o.latents}, {"--prompt_embeds file", o.prompt_embeds}});
   pipeline::Pipeline pipe(model.folder, dtype);  // the family from model_index.json
+  const int fps = o.fps > 0 ? o.fps : pipe.family().default_fps();
   pipe.set_mesh(&mesh);
   pipe.set_device(device);  // the transformer on a GPU; refuses what has no CUDA path yet
   pipe.set_one_shot(true);  // one run: the transformer goes before the VAE decodes
@@ -332,6 +318,7 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
   r.negative_prompt = o.negative_prompt;
   r.height = o.height;
   r.width = o.width;
+  r.num_frames = o.num_frames;
   r.num_inference_steps = o.steps;
   r.guidance_scale = o.guidance;
   r.true_cfg_scale = o.true_cfg;
@@ -350,6 +337,7 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
     XDIT_INFO(pipe.family().name(), ": ", plan->num_inference_steps, " steps, guidance_scale ",
               plan->guidance_scale, ", max_sequence_length ", plan->max_sequence_length,
               " (T5 tokens)");
+    if (mp4) check_mp4_size(o.output, plan->width, plan->height);
     trace_at_end.parallel = parallel_label(o.par.config, plan->num_inference_steps);
     if (!o.par.config.serial()) XDIT_INFO("parallel: ", trace_at_end.parallel);
     if (plan->resize_back)
@@ -360,9 +348,10 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
     // The layout as it ran (the weights --patch_weights auto / dynamic chose).
     trace_at_end.parallel =
         parallel_label(mesh.config(), plan->num_inference_steps, pipe.token_rows(*plan));
-    const auto paths = io::output_paths(o.output, res.rgb.size() / res.frames, res.frames);
+    const auto paths =
+        io::output_paths(o.output, res.rgb.size() / res.frames, mp4 ? 1 : res.frames);
     if (writer)
-      write_frames(outputs, o.output, res, [&](size_t i) {
+      write_frames(outputs, o.output, res, fps, [&](size_t i) {
         return png_text(*plan, o, o.prompts[i], model, pipe, mesh.config(), res.cache);
       });
     XDIT_INFO("text encoding ", seconds(res.text_seconds), ", denoising ",
@@ -390,6 +379,7 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
     req.latents = r.latents;
     req.height = r.height;
     req.width = r.width;
+    req.num_frames = r.num_frames;
     req.num_inference_steps = r.num_inference_steps;
     req.guidance_scale = r.guidance_scale;
     req.true_cfg_scale = r.true_cfg_scale;
@@ -406,6 +396,7 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
               " (T5 tokens)");
   }
   const pipeline::Plan& plan = *planned;
+  if (mp4) check_mp4_size(o.output, plan->width, plan->height);
   trace_at_end.parallel = parallel_label(o.par.config, plan->num_inference_steps);
   if (!o.par.config.serial()) XDIT_INFO("parallel: ", trace_at_end.parallel);
   const auto t0 = Clock::now();
@@ -447,13 +438,13 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
   pipe.release_transformer();
   pipeline::ImageResult res;
   res.rgb = models::image_to_rgb8(pipe.decode_latents(latents));  // prompt-major frames
-  res.frames = latents.dim(2);
+  res.frames = static_cast<int64_t>(res.rgb.size()) / latents.dim(0);
   res.width = plan->width;
   res.height = plan->height;
   res.cache = pipe.cache_summary();
-  const auto paths = io::output_paths(o.output, res.rgb.size() / res.frames, res.frames);
+  const auto paths = io::output_paths(o.output, res.rgb.size() / res.frames, mp4 ? 1 : res.frames);
   if (!writer) return 0;
-  write_frames(outputs, o.output, res, [&](size_t i) {
+  write_frames(outputs, o.output, res, fps, [&](size_t i) {
     return png_text(*plan, o, o.prompts.empty() ? "(prompt embeddings)" : o.prompts[i], model, pipe,
                     mesh.config(), res.cache);
   });
@@ -490,6 +481,13 @@ std::function<int()> add_generate(CLI::App& app) {
                 "safetensors with initial 'latents' (default: drawn from --seed)");
   g->add_option("--height", o->height, "image height in pixels (default: the model's)");
   g->add_option("--width", o->width, "image width in pixels (default: the model's)");
+  g->add_option("--fps", o->fps,
+                "frames per second of an .mp4 output (default: the model's, Wan 16)")
+      ->check(at_least(1, ""));
+  g->add_option("--num_frames,--num-frames", o->num_frames,
+                "video frames per prompt (default: the model's, Wan 81; Wan takes 4k + 1 and "
+                "rounds others down to one, as diffusers does; image models 1)")
+      ->check(at_least(1, ""));
   g->add_option("--num_inference_steps,--num-inference-steps", o->steps,
                 "denoising steps (default: PixArt 20, FLUX.1 [dev] and SD3 28, [schnell] 4)")
       ->check(at_least(0, "(0: the initial noise, with --output_type latent)"));

@@ -17,6 +17,7 @@
 #include "models/clip.h"
 #include "models/t5.h"
 #include "models/vae.h"
+#include "models/wan_vae.h"
 #include "pipeline/pipeline.h"
 #include "tokenizers/clip_tokenizer.h"
 #include "tokenizers/t5_tokenizer.h"
@@ -138,19 +139,36 @@ int run_info(InfoOptions o) {
           << tok.model_max_length() << " tokens per prompt\n";
     }
   }
-  const char* vae_dir = family.component(Kind::kAutoencoderKL);
+  const Kind vae_kind = family.vae_kind();
+  const char* vae_dir = family.component(vae_kind);
+  std::optional<models::WanVaeConfig> wan_vae;
   if (std::filesystem::is_directory(f.root() + "/" + vae_dir)) {
     const std::string where = f.component(vae_dir) + "/config.json";
-    vae = models::VaeConfig::from_json(f.component_config(vae_dir, "config.json"), where);
+    const io::Json cfg = f.component_config(vae_dir, "config.json");
     io::WeightStore w(f.component(vae_dir));
-    out << vae_dir << ":" << std::string(std::max<size_t>(1, 13 - std::strlen(vae_dir)), ' ')
-        << "AutoencoderKL, blocks";
-    for (int64_t ch : vae->block_out_channels) out << " " << ch;
-    out << ", " << vae->latent_channels << " latent channels, scale factor " << vae->scale_factor()
-        << ", scaling " << vae->scaling_factor;
-    if (vae->shift_factor != 0) out << ", shift " << vae->shift_factor;
-    out << "\n"
-        << "              " << count(vae->decoder_parameter_count()) << " decoder parameters of "
+    const std::string label = std::string(vae_dir) + ":" +
+                              std::string(std::max<size_t>(1, 13 - std::strlen(vae_dir)), ' ');
+    int64_t decoder_parameters = 0;
+    if (vae_kind == Kind::kAutoencoderKLWan) {
+      wan_vae = models::WanVaeConfig::from_json(cfg, where);
+      out << label << "AutoencoderKLWan, base " << wan_vae->base_dim << " x";
+      for (int64_t m : wan_vae->dim_mult) out << " " << m;
+      out << ", " << wan_vae->z_dim << " latent channels, scale factor "
+          << wan_vae->spatial_factor() << " (space) x " << wan_vae->temporal_factor()
+          << " (time)\n";
+      for (const auto& [name, shape] : wan_vae->decoder_weight_specs())
+        decoder_parameters += shape_numel(shape);
+    } else {
+      vae = models::VaeConfig::from_json(cfg, where);
+      out << label << "AutoencoderKL, blocks";
+      for (int64_t ch : vae->block_out_channels) out << " " << ch;
+      out << ", " << vae->latent_channels << " latent channels, scale factor "
+          << vae->scale_factor() << ", scaling " << vae->scaling_factor;
+      if (vae->shift_factor != 0) out << ", shift " << vae->shift_factor;
+      out << "\n";
+      decoder_parameters = vae->decoder_parameter_count();
+    }
+    out << "              " << count(decoder_parameters) << " decoder parameters of "
         << count(w.parameter_count()) << ", stored " << join(w.dtypes()) << "\n";
   }
   out << "scheduler:    " << pipe.scheduler_config().class_name() << "\n";
@@ -159,8 +177,10 @@ int run_info(InfoOptions o) {
   // Memory estimate: the same one generate checks requests against.
   const int64_t vsf = pipe.vae_scale_factor();
   q.prompts = o.batch;
-  q.run_height = q.out_height = o.height ? o.height : family.default_size(vsf);
-  q.run_width = q.out_width = o.width ? o.width : family.default_size(vsf);
+  q.run_height = q.out_height = o.height ? o.height : family.default_height(vsf);
+  q.run_width = q.out_width = o.width ? o.width : family.default_width(vsf);
+  q.frames = family.default_frames();
+  q.latent_frames = (q.frames - 1) / pipe.vae_factors().temporal + 1;
   q.text_tokens = max_len;
   q.dtype = dt;
   q.vae_scale_factor = vsf;
@@ -168,13 +188,16 @@ int run_info(InfoOptions o) {
   q.t5 = t5 ? &*t5 : nullptr;
   q.clip = clip ? &*clip : nullptr;
   q.vae = vae ? &*vae : nullptr;
+  q.wan_vae = wan_vae ? &*wan_vae : nullptr;
   const pipeline::MemoryEstimate e =
       pipeline::estimate_memory(family.spec(), family.parameter_count(), q);
   std::string source;
   const size_t avail = available_memory_bytes(&source);
   out << "memory (estimate, --dtype " << o.dtype << ", " << q.run_width << "x" << q.run_height
-      << ", " << o.batch << " image(s)" << (q.cfg ? ", CFG" : "") << "): " << e.describe()
-      << "; peak about " << human_size(e.peak()) << " (text encoders freed after encoding)";
+      << (q.frames > 1 ? ", " + std::to_string(q.frames) + " frames" : std::string()) << ", "
+      << o.batch << (q.frames > 1 ? " video(s)" : " image(s)") << (q.cfg ? ", CFG" : "")
+      << "): " << e.describe() << "; peak about " << human_size(e.peak())
+      << " (text encoders freed after encoding)";
   if (avail > 0) out << "; available " << human_size(static_cast<double>(avail));
   out << "\n";
   out << "cpu:          " << kernels::cpu_isa_level_name(kernels::cpu_isa()) << " kernels (oneDNN "

@@ -130,9 +130,9 @@ int run_serve(ServeOptions& o, const CLI::App& command) {
   try {
     first = pipe.plan(fallback);
   } catch (const Error& e) {
-    const int64_t side = pipe.family().default_size(pipe.vae_scale_factor());
-    XDIT_FAIL("this model cannot serve its default request (", side, "x", side,
-              ") on this parallel layout: ", e.what());
+    const int64_t vsf = pipe.vae_scale_factor();
+    XDIT_FAIL("this model cannot serve its default request (", pipe.family().default_width(vsf),
+              "x", pipe.family().default_height(vsf), ") on this parallel layout: ", e.what());
   }
   pipe.load();
   pipe.set_weights_resident(true);

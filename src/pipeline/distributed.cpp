@@ -117,8 +117,8 @@ namespace {
 Tensor batch_latents(const Pipeline& pipe, const Plan& plan) {
   if (plan->latents.defined()) return plan->latents;
   const int64_t vsf = pipe.vae_scale_factor();
-  return initial_noise(plan.batch(), pipe.spec().latent_channels, 1, plan->run_height / vsf,
-                       plan->run_width / vsf, plan->seed);
+  return initial_noise(plan.batch(), pipe.spec().latent_channels, plan->latent_frames,
+                       plan->run_height / vsf, plan->run_width / vsf, plan->seed);
 }
 
 }  // namespace

@@ -42,7 +42,7 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
   int64_t pooled_width() const override { return cfg_.pooled_projection_dim; }
 
   // FluxPipeline: default_sample_size 128 latent pixels.
-  int64_t default_size(int64_t vsf) const override { return 128 * vsf; }
+  int64_t default_height(int64_t vsf) const override { return 128 * vsf; }
   int64_t default_steps() const override { return cfg_.guidance_embeds ? 28 : 4; }
   double default_guidance() const override { return 3.5; }
   bool uses_cfg(double, double true_cfg_scale, bool has_negative) const override {

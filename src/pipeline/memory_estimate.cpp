@@ -70,16 +70,17 @@ MemoryEstimate estimate_memory(const models::DiTSpec& c, int64_t parameters, con
                w = static_cast<double>(q.run_width) / vsf;
   const double p = static_cast<double>(c.patch), d = static_cast<double>(c.hidden);
   const double batch = P * (q.cfg && !q.cfg_parallel ? 2 : 1);
+  const double lf = static_cast<double>(q.latent_frames), frames = static_cast<double>(q.frames);
   const double tokens =
-      (h / p) * (w / p) / std::max(1, q.sequence_parallel) + (c.text_stream ? L : 0);
+      lf * (h / p) * (w / p) / std::max(1, q.sequence_parallel) + (c.text_stream ? L : 0);
   // Residual, norm, fused q/k/v, attention output and the 4x MLP hidden
   // layer (about 12 widths per token), the text and the latents with the
   // scheduler's history.
   e.denoise = batch * tokens * d * f * 12 + batch * L * d * f * 2 +
-              P * static_cast<double>(c.latent_channels) * h * w * f * 4 + 2 * q.input_bytes;
+              P * static_cast<double>(c.latent_channels) * lf * h * w * f * 4 + 2 * q.input_bytes;
+  const double H = static_cast<double>(q.run_height), W = static_cast<double>(q.run_width);
   if (q.vae != nullptr) {
     const models::VaeConfig& v = *q.vae;
-    const double H = static_cast<double>(q.run_height), W = static_cast<double>(q.run_width);
     const double top = static_cast<double>(v.block_out_channels.back());
     const double first = static_cast<double>(v.block_out_channels.front());
     // The full-resolution stage holds about four maps of the first block's
@@ -88,8 +89,25 @@ MemoryEstimate estimate_memory(const models::DiTSpec& c, int64_t parameters, con
     e.decode = static_cast<double>(v.decoder_parameter_count()) * wb +
                P * (H * W * first * f * 4 + h * w * top * f * 4) / std::max(1, q.vae_bands);
     const double OH = static_cast<double>(q.out_height), OW = static_cast<double>(q.out_width);
-    e.output =
-        P * (H * W * 3 * f + OH * OW * 3 * f + OH * OW * 3 * 2);  // image, resized, RGB + PNG
+    // Frame by frame: the decoded frames, resized, RGB + PNG.
+    e.output = P * frames * (H * W * 3 * f + OH * OW * 3 * f + OH * OW * 3 * 2);
+  }
+  if (q.wan_vae != nullptr) {
+    const models::WanVaeConfig& v = *q.wan_vae;
+    double params = 0;
+    for (const auto& [name, shape] : v.decoder_weight_specs())
+      params += static_cast<double>(shape_numel(shape));
+    const std::vector<int64_t> dims = v.level_dims();
+    const double first = static_cast<double>(dims.back()), top = static_cast<double>(dims.front());
+    const double tf = static_cast<double>(v.temporal_factor());
+    // One latent frame at a time: its output frames at full resolution with
+    // about six maps of the last level's channels (a causal convolution's
+    // three stacked frames among them), every convolution's two-frame
+    // history, and the mid block's attention over one frame's latent pixels.
+    e.decode = params * wb + P * (tf * H * W * first * f * 6 + H * W * first * f * 2 * 8 +
+                                  h * w * top * f * 4 + h * w * h * w * f);
+    // The video [P, 3, F, H, W], its frames reordered, RGB + the encoded file.
+    e.output = P * frames * H * W * 3 * (f + f + 2);
   }
   return e;
 }

@@ -14,6 +14,7 @@
 #include "models/pixart.h"
 #include "models/t5.h"
 #include "models/vae.h"
+#include "models/wan_vae.h"
 
 namespace xdit::pipeline {
 
@@ -21,15 +22,17 @@ struct MemoryQuery {
   int64_t prompts = 1;
   int64_t run_height = 0, run_width = 0;  // pixels the model runs at
   int64_t out_height = 0, out_width = 0;  // pixels written (after the binning resize)
+  int64_t frames = 1, latent_frames = 1;  // per prompt: written, and of the latents
   int64_t text_tokens = 0;                // T5 sequence length (FLUX: also the text stream's)
   bool cfg = true;                        // classifier-free guidance doubles the batch
   DType dtype = DType::kBF16;
   // Bytes the transformer's layers keep per parameter when not the compute
   // type's (quantized weights: a GGUF's blocks, --weights_dtype); 0: dtype's.
   double transformer_bytes_per_parameter = 0;
-  const models::T5Config* t5 = nullptr;          // the T5 encoder, when it runs
-  const models::ClipTextConfig* clip = nullptr;  // FLUX's CLIP (77 tokens), when it runs
-  const models::VaeConfig* vae = nullptr;        // the VAE decoder, when it runs
+  const models::T5Config* t5 = nullptr;           // the T5 encoder, when it runs
+  const models::ClipTextConfig* clip = nullptr;   // FLUX's CLIP (77 tokens), when it runs
+  const models::VaeConfig* vae = nullptr;         // the VAE decoder, when it runs
+  const models::WanVaeConfig* wan_vae = nullptr;  // or Wan's video decoder
   int64_t vae_scale_factor = 8;
   // This rank's share under a parallel layout.
   int data_parallel = 1, sequence_parallel = 1, pipeline_stages = 1;

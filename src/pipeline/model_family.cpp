@@ -21,6 +21,7 @@ const std::vector<Registered>& registry() {
       {"PixArtSigmaPipeline", make_pixart_family},
       {"FluxPipeline", make_flux_family},
       {"StableDiffusion3Pipeline", make_sd3_family},
+      {"WanPipeline", make_wan_family},
   };
   return rows;
 }
@@ -37,12 +38,11 @@ const std::vector<std::string>& ModelFamily::supported_pipelines() {
 }
 
 std::vector<ModelFamily::Component> ModelFamily::components() const {
-  // Every family so far keeps diffusers' transformer, AutoencoderKL and
-  // scheduler folders; a family that differs overrides text_components()
-  // and, when it comes, a hook for these.
+  // Every family so far keeps diffusers' transformer, vae and scheduler
+  // folders; its text side and its VAE's kind are its own.
   std::vector<Component> v = {{"transformer", ComponentKind::kTransformer}};
   for (const Component& c : text_components()) v.push_back(c);
-  v.push_back({"vae", ComponentKind::kAutoencoderKL});
+  v.push_back({"vae", vae_kind()});
   v.push_back({"scheduler", ComponentKind::kScheduler});
   return v;
 }
@@ -55,7 +55,8 @@ const char* ModelFamily::component(ComponentKind kind) const {
 
 bool ModelFamily::has_weights(ComponentKind kind) {
   return kind == ComponentKind::kTransformer || kind == ComponentKind::kT5Encoder ||
-         kind == ComponentKind::kClipEncoder || kind == ComponentKind::kAutoencoderKL;
+         kind == ComponentKind::kClipEncoder || kind == ComponentKind::kAutoencoderKL ||
+         kind == ComponentKind::kAutoencoderKLWan;
 }
 
 std::unique_ptr<ModelFamily> ModelFamily::from_folder(const io::ModelFolder& folder) {

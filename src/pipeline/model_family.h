@@ -51,7 +51,14 @@ class ModelFamily {
   virtual int64_t pooled_width() const { return 0; }  // 0: no pooled embedding
 
   // diffusers' defaults.
-  virtual int64_t default_size(int64_t vae_scale_factor) const = 0;  // pixels, both sides
+  virtual int64_t default_height(int64_t vae_scale_factor) const = 0;  // pixels
+  virtual int64_t default_width(int64_t vae_scale_factor) const {
+    return default_height(vae_scale_factor);
+  }
+  // Frames per prompt (an image model: 1; Wan 81), and a video's frames
+  // per second (Wan2.1: 16).
+  virtual int64_t default_frames() const { return 1; }
+  virtual int default_fps() const { return 16; }
   virtual int64_t default_steps() const = 0;
   virtual double default_guidance() const = 0;
   // Whether a request asks for classifier-free guidance, and its scale.
@@ -129,6 +136,7 @@ class ModelFamily {
     kT5Tokenizer,
     kClipTokenizer,
     kAutoencoderKL,
+    kAutoencoderKLWan,
     kScheduler,
   };
   struct Component {
@@ -142,6 +150,8 @@ class ModelFamily {
   static bool has_weights(ComponentKind kind);
   // The text side's part of components().
   virtual std::vector<Component> text_components() const = 0;
+  // The kind of its "vae" component.
+  virtual ComponentKind vae_kind() const { return ComponentKind::kAutoencoderKL; }
 
   // The text side: open_text reads the tokenizer(s) and encoder configs and
   // checks the weight headers (cheap); encode builds the encoders on first use.
@@ -266,10 +276,12 @@ class ConfigFamily : public ModelFamily {
   Config cfg_;
 };
 
-// The family of a PixArt, FLUX or SD3 folder (pixart_family.cpp, flux_family.cpp,
-// sd3_family.cpp), as the registry (model_family.cpp) makes it.
+// The family of a PixArt, FLUX, SD3 or Wan folder (pixart_family.cpp,
+// flux_family.cpp, sd3_family.cpp, wan_family.cpp), as the registry
+// (model_family.cpp) makes it.
 std::unique_ptr<ModelFamily> make_pixart_family(const io::ModelFolder& folder);
 std::unique_ptr<ModelFamily> make_flux_family(const io::ModelFolder& folder);
 std::unique_ptr<ModelFamily> make_sd3_family(const io::ModelFolder& folder);
+std::unique_ptr<ModelFamily> make_wan_family(const io::ModelFolder& folder);
 
 }  // namespace xdit::pipeline

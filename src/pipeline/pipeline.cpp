@@ -12,6 +12,7 @@
 #include "models/flux_checkpoint.h"
 #include "models/original_checkpoint.h"
 #include "models/sd3_checkpoint.h"
+#include "models/vae.h"
 #include "parallel/calibrate.h"
 #include "parallel/vae_bands.h"
 #include "pipeline/denoiser.h"
@@ -184,7 +185,7 @@ int Pipeline::text_parallel() const {
 }
 
 bool Pipeline::vae_in_bands(int64_t latent_rows) const {
-  if (mesh_ == nullptr) return false;
+  if (mesh_ == nullptr || (decoder_ && !decoder_->decodes_in_bands())) return false;
   const auto& pc = mesh_->config();
   if (pc.use_parallel_vae.has_value() || pc.patch_parallel_degree > 1 || device_.cuda())
     return pc.parallel_vae();
@@ -201,18 +202,14 @@ int64_t Pipeline::token_rows(const PlanFields& p) const {
   if (p.latents.defined())  // [P, C, F, h, w], or [P, C, h, w]
     return p.latents.ndim() == 5 ? p.latents.dim(2) * (p.latents.dim(3) / patch)
                                  : p.latents.dim(2) / patch;
-  return p.run_height / vae_scale_factor() / patch;
+  return p.latent_frames * (p.run_height / vae_scale_factor() / patch);
 }
 
-int64_t Pipeline::vae_scale_factor() const {
-  if (vae_cfg_) return vae_cfg_->scale_factor();
-  if (!folder_) return kVaeScaleFactor;
-  const std::string cfg = folder_->root() + "/" +
-                          family_->component(ModelFamily::ComponentKind::kAutoencoderKL) +
-                          "/config.json";
-  if (std::filesystem::is_regular_file(cfg))
-    return models::VaeConfig::from_json(io::read_json_file(cfg), cfg).scale_factor();
-  return kVaeScaleFactor;
+LatentDecoder::Factors Pipeline::vae_factors() const {
+  if (decoder_) return decoder_->factors();
+  if (!folder_) return {kVaeScaleFactor, 1};
+  return LatentDecoder::read_factors(*folder_, family_->vae_kind(),
+                                     family_->component(family_->vae_kind()));
 }
 
 bool Pipeline::uses_cfg(const LatentRequest& r) const {
@@ -368,7 +365,8 @@ Tensor Pipeline::generate_latents(const Plan& plan,
   const int64_t vsf = vae_scale_factor();
   const int64_t h = r.run_height / vsf, w = r.run_width / vsf, C = spec().latent_channels;
   // [P, C, F, h, w]: the plan gave given latents their frame axis.
-  Tensor latents = r.latents.defined() ? r.latents : initial_noise(P, C, 1, h, w, r.seed);
+  Tensor latents =
+      r.latents.defined() ? r.latents : initial_noise(P, C, r.latent_frames, h, w, r.seed);
   const auto sched = sched_cfg_.make();
   if (r.num_inference_steps == 0) return latents;
   sched->set_timesteps(r.num_inference_steps,
@@ -467,30 +465,6 @@ PromptEmbeddings Pipeline::encode_prompts(const Plan& plan) {
   return family_->encode(*plan, dtype_);
 }
 
-Tensor Pipeline::decode_latents(const Tensor& latents) {
-  XDIT_CHECK(vae_cfg_, "decode_latents before a plan with images opened the VAE");
-  XDIT_CHECK(latents.ndim() == 5, "decode_latents takes latents [B, C, F, h, w], got ",
-             shape_str(latents.shape()));
-  const int64_t B = latents.dim(0), C = latents.dim(1), F = latents.dim(2), h = latents.dim(3),
-                w = latents.dim(4);
-  if (F == 1) return decode_frame(latents.reshape({B, C, h, w}));
-  // Frame by frame through the image decoder, into [B·F, 3, H, W].
-  Tensor out, frame = Tensor::empty({B, C, h, w});
-  const int64_t plane = h * w;
-  for (int64_t f = 0; f < F; ++f) {
-    for (int64_t bc = 0; bc < B * C; ++bc)
-      std::memcpy(frame.data<float>() + bc * plane, latents.data<float>() + (bc * F + f) * plane,
-                  static_cast<size_t>(plane) * 4);
-    const Tensor image = decode_frame(frame);
-    if (!out.defined()) out = Tensor::empty({B * F, image.dim(1), image.dim(2), image.dim(3)});
-    const int64_t per = image.numel() / B;
-    for (int64_t b = 0; b < B; ++b)
-      std::memcpy(out.data<float>() + (b * F + f) * per, image.data<float>() + b * per,
-                  static_cast<size_t>(per) * 4);
-  }
-  return out;
-}
-
 namespace {
 
 // Images [N, 3, H, W] each of one flat colour: what a decoder with zeroed
@@ -518,27 +492,29 @@ void warn_if_uniform(const Tensor& image, const char* component) {
 
 }  // namespace
 
-Tensor Pipeline::decode_frame(const Tensor& latents) {
+Tensor Pipeline::decode_latents(const Tensor& latents) {
+  XDIT_CHECK(decoder_, "decode_latents before a plan with images opened the VAE");
+  XDIT_CHECK(latents.ndim() == 5, "decode_latents takes latents [B, C, F, h, w], got ",
+             shape_str(latents.shape()));
   // On a CUDA device the decoder's weights and activations live there; the
-  // image comes back to the host.
+  // frames come back to the host.
   DeviceScope scope(device_);
-  if (!vae_) vae_ = std::make_unique<models::VaeDecoder>(*vae_cfg_, *vae_weights_, dtype_);
   Tensor image;
-  if (vae_in_bands(latents.dim(2))) {
+  if (vae_in_bands(latents.dim(3))) {
     // Every rank of the replica decodes its band of latent rows; every one
     // returns the whole image.
-    const std::vector<int64_t> rows = mesh_->config().vae_rows(latents.dim(2));
+    const std::vector<int64_t> rows = mesh_->config().vae_rows(latents.dim(3));
     if (!told_vae_bands_)
       XDIT_INFO("VAE decoder in ", rows.size(), " row bands over the ranks of each replica");
     told_vae_bands_ = true;
     parallel::VaeBands bands(*mesh_->model_groups().replica, mesh_->replica_group(), rows);
-    image = vae_->decode_latents(latents, &bands);
+    image = decoder_->decode(latents, dtype_, &bands);
   } else {
-    image = vae_->decode_latents(latents);
+    image = decoder_->decode(latents, dtype_, nullptr);
   }
-  check_finite_output(image, "VAE decoder",
-                      family_->component(ModelFamily::ComponentKind::kAutoencoderKL));
-  warn_if_uniform(image, family_->component(ModelFamily::ComponentKind::kAutoencoderKL));
+  const char* vae = family_->component(family_->vae_kind());
+  check_finite_output(image, "VAE decoder", vae);
+  warn_if_uniform(image, vae);
   return image;
 }
 
@@ -566,7 +542,7 @@ ImageResult Pipeline::generate(const Plan& plan,
   Tensor image = decode_latents(latents);
   if (plan->resize_back) image = resize_and_crop(image, plan->height, plan->width);
   out.rgb = models::image_to_rgb8(image);  // [P·F, 3, H, W]: prompt-major frames
-  out.frames = latents.dim(2);
+  out.frames = image.dim(0) / latents.dim(0);
   out.height = image.dim(2);
   out.width = image.dim(3);
   const auto t3 = Clock::now();

@@ -23,13 +23,13 @@
 #include "io/model_folder.h"
 #include "io/weights.h"
 #include "models/dit.h"
-#include "models/vae.h"
 #include "nn/lora.h"
 #include "nn/lora_side.h"
 #include "parallel/config.h"
 #include "parallel/pipefusion_attention.h"
 #include "parallel/runtime.h"
 #include "pipeline/denoiser.h"
+#include "pipeline/latent_decoder.h"
 #include "pipeline/memory_estimate.h"
 #include "pipeline/model_family.h"
 #include "pipeline/plan.h"
@@ -45,6 +45,7 @@ class Pipeline {
   // No side may exceed this (a bound that keeps every size product in 64
   // bits; the memory estimate refuses far smaller sizes on real machines).
   static constexpr int64_t kMaxImageSide = int64_t{1} << 20;
+  static constexpr int64_t kMaxFrames = int64_t{1} << 16;  // per prompt, likewise
 
   Pipeline(const std::string& folder, DType dtype);
   // A transformer-only pipeline (prompt embeddings → latents) from a family,
@@ -57,8 +58,10 @@ class Pipeline {
   models::DiTSpec spec() const { return family_->spec(); }
   int64_t text_width() const { return family_->text_width(); }
   const io::ModelFolder& folder() const;
-  // Pixels per latent pixel: from vae/config.json, 8 without a VAE.
-  int64_t vae_scale_factor() const;
+  // Pixels per latent pixel and frames per latent frame: from
+  // vae/config.json, {8, 1} without a VAE.
+  LatentDecoder::Factors vae_factors() const;
+  int64_t vae_scale_factor() const { return vae_factors().spatial; }
   // The token rows (frames × patch rows) a plan's latents make.
   int64_t token_rows(const PlanFields& p) const;
   const schedulers::SchedulerConfig& scheduler_config() const { return sched_cfg_; }
@@ -89,9 +92,10 @@ class Pipeline {
   }
   // Tokenizes and encodes a plan's prompts (and the negative prompt under CFG).
   PromptEmbeddings encode_prompts(const Plan& plan);
-  // Decodes latents [B, C, F, h, w] frame by frame to images in [−1, 1],
-  // [B·F, 3, H, W]: batch item b's frame f at b·F + f (an image: [B, 3, H, W]);
-  // after a plan with Output::kImages has opened the VAE.
+  // Decodes latents [B, C, F, h, w] to frames in [−1, 1], [B·F', 3, H, W]:
+  // batch item b's frame f at b·F' + f (an image: [B, 3, H, W]; F' = F for
+  // an image VAE, Wan's: 1 + 4·(F − 1)); after a plan with Output::kImages
+  // has opened the VAE.
   Tensor decode_latents(const Tensor& latents);
   // The whole pipeline: encode, denoise, decode, resize back from the bin.
   ImageResult generate(const Plan& plan, const std::function<void(const StepEvent&)>& on_step = {});
@@ -205,8 +209,6 @@ class Pipeline {
   // would otherwise decode the whole image on shared cores (a CUDA rank has
   // its own GPU: whole, as in xDiT).
   bool vae_in_bands(int64_t latent_rows) const;
-  // One frame's latents [B, C, h, w] → images [B, 3, H, W].
-  Tensor decode_frame(const Tensor& latents);
   // The loop's inputs: the batch's conditioning ([uncond; cond] under CFG,
   // one half under CFG parallel), and the prompt half alone for SD3's
   // skip-layer guidance call.
@@ -228,9 +230,13 @@ class Pipeline {
   // (FLUX) floors to the latent grid with a warning; PixArt refuses a size
   // off its grid with `hint`.
   void settle_size(int64_t& height, int64_t& width, const char* hint) const;
-  // The layout against the model at this size, and the prompts against the
-  // data-parallel groups.
-  void check_mesh(int64_t height, bool cfg, int64_t prompts) const;
+  // The layout against the model at this size and frame count, and the
+  // prompts against the data-parallel groups.
+  void check_mesh(int64_t height, int64_t latent_frames, bool cfg, int64_t prompts) const;
+  // A request's frame count (0: the family's default) against the model, a
+  // video VAE's count rounded as diffusers does, or the frames given latents
+  // [P, C, F, h, w] decode to; fills num_frames and latent_frames.
+  void settle_frames(int64_t asked, const Tensor& given, PlanFields& f) const;
   // Initial latents against the batch and the run size; the finite check
   // (after the embeddings', as before) returns them in f32.
   void check_latents_shape(const Tensor& latents, int64_t prompts, int64_t height,
@@ -249,8 +255,9 @@ class Pipeline {
   // request_lora_targets()'s transformer part, at load (collective over the
   // PipeFusion stages).
   void note_request_lora_targets();
-  // The memory query for `prompts` images at height x width px on this mesh.
-  MemoryQuery memory_query(int64_t prompts, int64_t height, int64_t width, bool cfg) const;
+  // The memory query for a plan's `prompts` images (its frames) at its run
+  // size on this mesh.
+  MemoryQuery memory_query(int64_t prompts, const PlanFields& f) const;
   // The estimate of `q` against the memory left (weights already loaded not
   // counted again); throws when it cannot fit.
   void check_request_memory(const MemoryQuery& q) const;
@@ -275,9 +282,7 @@ class Pipeline {
   std::map<std::string, std::set<std::string>> lora_targets_;  // request_lora_targets()
   std::unique_ptr<models::DiT> transformer_;
   // The VAE, opened by a plan with Output::kImages, built on first use.
-  std::unique_ptr<models::VaeConfig> vae_cfg_;
-  std::unique_ptr<io::WeightStore> vae_weights_;
-  std::unique_ptr<models::VaeDecoder> vae_;
+  std::unique_ptr<LatentDecoder> decoder_;
   bool text_opened_ = false;
   bool told_vae_bands_ = false;  // the decoder's bands logged once
   bool keep_text_encoder_ = false;

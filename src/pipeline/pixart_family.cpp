@@ -33,7 +33,7 @@ class PixArtFamily : public ConfigFamily<models::PixArtConfig, models::PixArtTra
   }
   int64_t text_width() const override { return cfg_.caption_channels; }
 
-  int64_t default_size(int64_t vsf) const override { return cfg_.sample_size * vsf; }
+  int64_t default_height(int64_t vsf) const override { return cfg_.sample_size * vsf; }
   int64_t default_steps() const override { return 20; }
   double default_guidance() const override { return 4.5; }
   bool bins_resolution() const override { return true; }

@@ -43,6 +43,9 @@ struct PlanFields {
   // (the aspect-ratio bin under PixArt's binning, else the same).
   int64_t height = 0, width = 0;
   int64_t run_height = 0, run_width = 0;
+  // Frames per prompt: written (diffusers' num_frames) and of the latents
+  // (the VAE's temporal compression: Wan's 81 frames are 21 latent frames).
+  int64_t num_frames = 1, latent_frames = 1;
   int64_t num_inference_steps = 0;
   double guidance_scale = 0;
   double true_cfg_scale = 1.0;

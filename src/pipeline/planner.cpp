@@ -17,8 +17,8 @@ namespace xdit::pipeline {
 
 void Pipeline::settle_size(int64_t& height, int64_t& width, const char* hint) const {
   const int64_t vsf = vae_scale_factor(), unit = vsf * spec().patch;
-  if (height == 0) height = family_->default_size(vsf);
-  if (width == 0) width = family_->default_size(vsf);
+  if (height == 0) height = family_->default_height(vsf);
+  if (width == 0) width = family_->default_width(vsf);
   check_size(height, width);
   const int64_t most = family_->max_side(vsf);
   XDIT_CHECK(most == 0 || (height <= most && width <= most), "height ", height, " and width ",
@@ -40,18 +40,51 @@ void Pipeline::settle_size(int64_t& height, int64_t& width, const char* hint) co
             " (VAE factor ", vsf, " x patch size ", spec().patch, ")", hint);
 }
 
-void Pipeline::check_mesh(int64_t height, bool cfg, int64_t prompts) const {
+void Pipeline::check_mesh(int64_t height, int64_t latent_frames, bool cfg, int64_t prompts) const {
   if (mesh_ == nullptr) return;
   const auto s = spec();
   const auto& pc = mesh_->config();
   // A batch split over the data-parallel groups needs a prompt for each; a
   // server's round gives each group a request of its own instead.
   if (!request_per_replica_) pc.validate_prompts(static_cast<size_t>(prompts));
-  pc.validate_request(s.heads, height / vae_scale_factor() / s.patch, cfg,
+  // Token rows: frames × patch rows, the unit of every row split.
+  pc.validate_request(s.heads, latent_frames * (height / vae_scale_factor() / s.patch), cfg,
                       family_->pooled_width() > 0 ? "a negative prompt and --true_cfg_scale > 1"
                                                   : "--guidance_scale > 1");
   family_->check_tensor_parallel(pc.tensor_parallel_degree);
+  if (decoder_ && !decoder_->decodes_in_bands()) {
+    XDIT_CHECK(pc.use_parallel_vae != std::optional<bool>(true),
+               "--use_parallel_vae: ", family_->name(),
+               "'s VAE decodes whole on each rank (no row bands yet)");
+    return;
+  }
   if (pc.parallel_vae()) pc.vae_rows(height / vae_scale_factor());  // throws when too thin
+}
+
+void Pipeline::settle_frames(int64_t asked, const Tensor& given, PlanFields& f) const {
+  const LatentDecoder::Factors factors = vae_factors();
+  const int64_t tf = factors.temporal;
+  if (given.defined()) {  // [P, C, F, h, w]: F latent frames
+    f.latent_frames = given.dim(2);
+    f.num_frames = 1 + tf * (f.latent_frames - 1);
+    XDIT_CHECK(asked == 0 || asked == f.num_frames, "num_frames ", asked,
+               " does not match the given latents' ", f.latent_frames, " latent frames (",
+               f.num_frames, " frames)");
+    return;
+  }
+  int64_t n = asked == 0 ? family_->default_frames() : asked;
+  XDIT_CHECK(n >= 1, "num_frames must be at least 1, got ", n);
+  XDIT_CHECK(n == 1 || spec().video, family_->name(), " makes images: num_frames must be 1, got ",
+             n);
+  XDIT_CHECK(n <= kMaxFrames, "num_frames must be at most ", kMaxFrames, ", got ", n);
+  if (tf > 1 && n % tf != 1) {
+    const int64_t rounded = n / tf * tf + 1;
+    XDIT_WARN("num_frames ", n, ": num_frames - 1 must be divisible by ", tf, "; using ", rounded,
+              " as diffusers does");
+    n = rounded;
+  }
+  f.num_frames = n;
+  f.latent_frames = (n - 1) / tf + 1;
 }
 
 Plan Pipeline::plan(const LatentRequest& r, Output out) {
@@ -81,21 +114,22 @@ Plan Pipeline::plan(const LatentRequest& r, Output out) {
   family_->check_embeddings({f.cond, f.uncond}, f.cfg, f.guidance_scale);
   const int64_t P = f.cond.batch();
   const Tensor given = with_frame_axis(r.latents);  // 4-D: one frame
-  check_limits(f.num_inference_steps, P, given.defined() && given.ndim() == 5 ? given.dim(2) : 1,
-               f.height, f.width);
-  check_mesh(f.run_height, f.cfg, P);
+  if (given.defined()) models::check_latents(spec(), family_->name(), given.shape());
+  if (out == Output::kImages) open_vae();
+  settle_frames(r.num_frames, given, f);
+  check_limits(f.num_inference_steps, P, f.num_frames, f.height, f.width);
+  check_mesh(f.run_height, f.latent_frames, f.cfg, P);
   check_skip_layer_guidance(f.skip_layer_guidance, f.cfg);
   check_latents_shape(given, P, f.run_height, f.run_width);
   family_->check_embeddings_finite({f.cond, f.uncond});
   f.latents = finite_latents(given);
-  if (out == Output::kImages) open_vae();
-  MemoryQuery q = memory_query(P, f.run_height, f.run_width, f.cfg);
+  MemoryQuery q = memory_query(P, f);
   q.text_tokens = f.cond.at(models::kText).dim(1);
   for (const models::Conditioning* c : {&f.cond, &f.uncond})
     for (const auto& [name, t] : c->tensors())
       q.input_bytes += 4.0 * static_cast<double>(t.numel());
   if (given.defined()) q.input_bytes += 4.0 * static_cast<double>(given.numel());
-  if (out == Output::kImages) q.vae = vae_cfg_.get();
+  if (out == Output::kImages) decoder_->describe(q);
   check_request_memory(q);
   return Plan(std::move(f));
 }
@@ -118,16 +152,9 @@ Tensor Pipeline::finite_latents(const Tensor& latents) {
 }
 
 void Pipeline::open_vae() {
-  if (vae_cfg_) return;
-  const char* vae = family_->component(ModelFamily::ComponentKind::kAutoencoderKL);
-  const std::string dir = folder().component(vae);
-  vae_cfg_ = std::make_unique<models::VaeConfig>(models::VaeConfig::from_json(
-      folder().component_config(vae, "config.json"), dir + "/config.json"));
-  XDIT_CHECK(vae_cfg_->latent_channels == spec().latent_channels, "VAE latent_channels ",
-             vae_cfg_->latent_channels, " does not match the transformer's ",
-             spec().latent_channels, " latent channels");
-  vae_weights_ = std::make_unique<io::WeightStore>(dir);
-  vae_weights_->check_shapes(vae_cfg_->decoder_weight_specs());
+  if (decoder_) return;
+  const ModelFamily::ComponentKind kind = family_->vae_kind();
+  decoder_ = LatentDecoder::open(folder(), kind, family_->component(kind), spec().latent_channels);
 }
 
 CacheSettings Pipeline::checked_cache(const CacheSettings& c) const {
@@ -232,12 +259,17 @@ void Pipeline::check_request_memory(const MemoryQuery& q) const {
   check_memory(e, comm::local_process_count());
 }
 
-MemoryQuery Pipeline::memory_query(int64_t prompts, int64_t height, int64_t width, bool cfg) const {
+MemoryQuery Pipeline::memory_query(int64_t prompts, const PlanFields& f) const {
+  const int64_t height = f.run_height;
   MemoryQuery q;
   q.prompts = prompts;
-  q.run_height = q.out_height = height;
-  q.run_width = q.out_width = width;
-  q.cfg = cfg;
+  q.run_height = height;
+  q.run_width = f.run_width;
+  q.out_height = f.height;
+  q.out_width = f.width;
+  q.frames = f.num_frames;
+  q.latent_frames = f.latent_frames;
+  q.cfg = f.cfg;
   q.dtype = dtype_;
   // Quantized layers: int8 / fp8 keep a byte a weight (and a scale a row);
   // a single-file checkpoint's matrices keep their stored bytes.
@@ -276,13 +308,14 @@ Plan Pipeline::plan(const ImageRequest& r, Output out) {
   else  // the latents of 0 steps are the initial noise
     XDIT_CHECK(f.num_inference_steps >= 0, "num_inference_steps must be >= 0");
   const Tensor given = with_frame_axis(r.latents);  // 4-D: one frame
-  const int64_t frames = given.defined() && given.ndim() == 5 ? given.dim(2) : 1;
+  if (given.defined()) models::check_latents(spec(), family_->name(), given.shape());
+  settle_frames(r.num_frames, given, f);
   const int64_t vsf = vae_scale_factor();
-  f.height = r.height == 0 ? family_->default_size(vsf) : r.height;
-  f.width = r.width == 0 ? family_->default_size(vsf) : r.width;
+  f.height = r.height == 0 ? family_->default_height(vsf) : r.height;
+  f.width = r.width == 0 ? family_->default_width(vsf) : r.width;
   // A service's limits first: a request over them costs nothing more.
-  check_limits(f.num_inference_steps, static_cast<int64_t>(f.prompts.size()), frames, f.height,
-               f.width);
+  check_limits(f.num_inference_steps, static_cast<int64_t>(f.prompts.size()), f.num_frames,
+               f.height, f.width);
   check_steps(f.num_inference_steps);
   f.guidance_scale =
       r.guidance_scale == kDefaultGuidance ? family_->default_guidance() : r.guidance_scale;
@@ -304,7 +337,7 @@ Plan Pipeline::plan(const ImageRequest& r, Output out) {
   check_size(f.height, f.width);
   if (family_->bins_resolution() && r.resolution_binning) {
     std::tie(f.run_height, f.run_width) = classify_height_width_bin(
-        f.height, f.width, bin_table_for_sample_size(family_->default_size(1)));
+        f.height, f.width, bin_table_for_sample_size(family_->default_height(1)));
     f.resize_back = true;
   } else {
     settle_size(f.height, f.width,
@@ -312,8 +345,8 @@ Plan Pipeline::plan(const ImageRequest& r, Output out) {
     f.run_height = f.height;
     f.run_width = f.width;
   }
-  check_limits(f.num_inference_steps, static_cast<int64_t>(f.prompts.size()), frames, f.run_height,
-               f.run_width);
+  check_limits(f.num_inference_steps, static_cast<int64_t>(f.prompts.size()), f.num_frames,
+               f.run_height, f.run_width);
   f.skip_layer_guidance = r.skip_layer_guidance;
   f.cache = checked_cache(r.cache);
   f.loras = checked_request_loras(r.loras);
@@ -322,18 +355,16 @@ Plan Pipeline::plan(const ImageRequest& r, Output out) {
   // The size the model runs at against the mesh, before any encoding.
   f.cfg = family_->uses_cfg(f.guidance_scale, f.true_cfg_scale, f.negative_prompt.has_value());
   const auto P = static_cast<int64_t>(f.prompts.size());
-  check_mesh(f.run_height, f.cfg, P);
+  check_mesh(f.run_height, f.latent_frames, f.cfg, P);
   check_skip_layer_guidance(f.skip_layer_guidance, f.cfg);
   check_latents_shape(given, P, f.run_height, f.run_width);
   f.latents = finite_latents(given);
   // Everything the request will hold, up to the resized PNGs, against the
   // memory this machine has left.
-  MemoryQuery q = memory_query(P, f.run_height, f.run_width, f.cfg);
-  q.out_height = f.height;
-  q.out_width = f.width;
+  MemoryQuery q = memory_query(P, f);
   q.text_tokens = f.max_sequence_length;
   family_->describe_text(q);
-  if (out == Output::kImages) q.vae = vae_cfg_.get();
+  if (out == Output::kImages) decoder_->describe(q);
   check_request_memory(q);
   return Plan(std::move(f));
 }

@@ -61,6 +61,9 @@ struct LatentRequest {
   Tensor latents;
   int64_t height = 0;  // pixels; 0 = the model's default
   int64_t width = 0;
+  // Frames per prompt (a video model's; 0 = the model's default, or the
+  // frames the given latents decode to).
+  int64_t num_frames = 0;
   int64_t num_inference_steps = kDefaultSteps;
   // diffusers' guidance_scale: classifier-free guidance for PixArt, the
   // embedded guidance of FLUX.1 [dev].
@@ -78,6 +81,10 @@ struct ImageRequest {
   std::vector<std::string> prompts;            // one image per prompt
   std::optional<std::string> negative_prompt;  // PixArt: "" when absent, as diffusers
   int64_t height = 0, width = 0;               // pixels; 0 = the model's default
+  // Frames per prompt: 0 = the model's default (an image model: 1, Wan 81,
+  // or what given latents decode to). A video VAE's count (Wan: 4k + 1) is
+  // rounded down to one as diffusers does, with a warning.
+  int64_t num_frames = 0;
   int64_t num_inference_steps = kDefaultSteps;
   double guidance_scale = kDefaultGuidance;
   double true_cfg_scale = 1.0;
@@ -89,7 +96,7 @@ struct ImageRequest {
   int64_t max_sequence_length =
       0;  // 0 = the model's default (PixArt-α 120, Σ 300, FLUX 512, SD3 256)
   // Initial latents [P, C, F, h, w] (or [P, C, h, w]: one frame) at the size
-  // the model runs at; undefined = drawn from the seed.
+  // the model runs at, F latent frames; undefined = drawn from the seed.
   Tensor latents;
 };
 

@@ -43,7 +43,7 @@ class SD3Family : public ConfigFamily<models::SD3Config, models::SD3Transformer>
   int64_t text_width() const override { return cfg_.joint_attention_dim; }
   int64_t pooled_width() const override { return cfg_.pooled_projection_dim; }
 
-  int64_t default_size(int64_t vsf) const override { return cfg_.sample_size * vsf; }
+  int64_t default_height(int64_t vsf) const override { return cfg_.sample_size * vsf; }
   int64_t default_steps() const override { return 28; }
   double default_guidance() const override { return 7.0; }
   bool skips_layers() const override { return true; }

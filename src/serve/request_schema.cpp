@@ -13,7 +13,8 @@ namespace {
 
 // Bounds that hold for every model; the pipeline then checks the request
 // against the model, the layout and the memory left (Pipeline::validate).
-constexpr double kMaxSide = 16384;  // px: larger is refused here, not by the allocator
+constexpr double kMaxSide = 16384;    // px: larger is refused here, not by the allocator
+constexpr double kMaxFrames = 65536;  // per prompt (pipeline::Pipeline::kMaxFrames)
 constexpr double kMaxPromptBytes = 16384;
 constexpr double kMaxSteps = 1000;
 constexpr double kMaxImages = 10;  // OpenAI's limit on n
@@ -105,6 +106,9 @@ std::vector<Field> make_generate_fields() {
                     "image height in px (default: the model's)"),
        number_field("width", FieldType::kInteger, 1, kMaxSide,
                     "image width in px (default: the model's)"),
+       number_field("num_frames", FieldType::kInteger, 1, kMaxFrames,
+                    "video frames per prompt (default: the model's; Wan: 4k + 1, others rounded "
+                    "down to one as diffusers does); each frame answered as a PNG"),
        string_field("save_disk_path", false,
                     "a folder under the server's --output_dir, named relative to it (\"\" is "
                     "that folder; '..', absolute paths, NUL bytes and symbolic links are "
@@ -305,6 +309,7 @@ ServeRequest parse_request(Endpoint e, const std::string& body) {
     if (has("cfg")) r.guidance_scale = j["cfg"].get<double>();
     if (has("height")) r.height = integer(j["height"]);
     if (has("width")) r.width = integer(j["width"]);
+    if (has("num_frames")) r.num_frames = integer(j["num_frames"]);
     if (has("save_disk_path")) out.save_disk_path = j["save_disk_path"].get<std::string>();
   } else {
     if (has("guidance_scale")) r.guidance_scale = j["guidance_scale"].get<double>();

@@ -1,7 +1,8 @@
 // The whole denoising loop under mpirun, for every tiny model (PixArt-α with
 // micro-conditions, PixArt-Σ, FLUX.1 [dev] with guidance and true CFG,
 // FLUX.1 [schnell] without CFG, SD3 and SD3.5 with CFG — the latter with dual
-// attention and qk-norm) and every parallel layout the world size
+// attention and qk-norm —, Wan2.1 with CFG over 9 frames, whose token rows
+// cross frames) and every parallel layout the world size
 // allows — CFG, Ulysses, Ring, USP, their combinations with CFG, data
 // parallel, PipeFusion alone (full warm-up: exact) and with Ulysses / Ring —
 // against the serial run of the same request in the same process (f32,
@@ -54,10 +55,15 @@ pipeline::LatentRequest request(const pipeline::Pipeline& p, int64_t rows = 0) {
   TorchGenerator g(3);
   const bool pooled = p.family().pooled_width() > 0;  // FLUX, SD3
   const bool flux = p.family().name().find("FLUX") != std::string::npos;
+  const bool video = p.spec().video;
   const int64_t L = pooled ? 6 : 9;
   r.cond.set(models::kText, g.randn({2, L, p.text_width()}));
   r.uncond.set(models::kText, g.randn({2, L, p.text_width()}));
-  if (pooled) {
+  if (video) {  // Wan: 9 frames (3 latent frames) of 3 x 5 patches: 9 token rows
+    r.num_frames = 9;
+    r.height = 48;
+    r.width = 80;
+  } else if (pooled) {
     r.cond.set(models::kPooled, g.randn({2, p.family().pooled_width()}));
     r.uncond.set(models::kPooled, g.randn({2, p.family().pooled_width()}));
     r.height = 64;
@@ -74,7 +80,14 @@ pipeline::LatentRequest request(const pipeline::Pipeline& p, int64_t rows = 0) {
   if (flux && p.family().embeds_guidance()) r.true_cfg_scale = 2.5;  // dev: true CFG
   if (flux && !p.family().embeds_guidance())                         // schnell: no CFG, no guidance
     r.uncond = {};
-  if (rows > 0) r.height = rows * (pooled ? 8 : 16);  // the tiny VAEs: factor 4 (FLUX, SD3), 8
+  // The tiny VAEs: factor 4 (FLUX, SD3), 8; Wan: `rows` latent frames of one
+  // patch row each.
+  if (rows > 0 && video) {
+    r.height = 16;
+    r.num_frames = 4 * (rows - 1) + 1;
+  } else if (rows > 0) {
+    r.height = rows * (pooled ? 8 : 16);
+  }
   r.num_inference_steps = 3;
   if (!flux || p.family().embeds_guidance()) r.guidance_scale = 3.5;
   r.seed = 11;
@@ -294,7 +307,7 @@ TEST_P(ParallelLoop, PipeFusionTimesRingWith7RowsFullWarmup) {
 
 INSTANTIATE_TEST_SUITE_P(Models, ParallelLoop,
                          testing::Values("pixart-alpha", "pixart-sigma", "flux-dev", "flux-schnell",
-                                         "sd3", "sd35"),
+                                         "sd3", "sd35", "wan21"),
                          test::model_param_name);
 
 // The parallel methods on GPU memory: every rank takes its local rank's GPU

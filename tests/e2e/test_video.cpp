@@ -6,9 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "cli_util.h"
 #include "core/error.h"
@@ -120,6 +123,61 @@ TEST(Video, BadInputIsOneLineAndLeavesNoFile) {
   EXPECT_NE(error_of({std::vector<uint8_t>(10)}, kW, kH, 16).find("holds 10 bytes"),
             std::string::npos);
   EXPECT_FALSE(std::filesystem::exists(path)) << "a failed write leaves no file";
+  std::filesystem::remove_all(dir);
+}
+
+// xdit generate --output NAME.mp4 on the tiny Wan2.1 folder: one H.264 MP4
+// of the rounded frame count at the requested size, which ffprobe opens, with
+// the run's parameters in the container; PNG output writes one file per frame.
+TEST(Video, GenerateWritesAnMp4ThatFfprobeOpens) {
+  if (h264_encoder().empty()) GTEST_SKIP() << "this FFmpeg build has no H.264 encoder";
+  if (std::system("ffprobe -version > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "ffprobe (Debian's ffmpeg package) is not installed";
+  const auto dir = test::make_test_dir("xdit_video_");
+  const std::string path = (dir / "fox.mp4").string();
+  const std::string run = std::string("env XDIT_QUIET=1 OMP_NUM_THREADS=1 '") + XDIT_BINARY +
+                          "' generate --model '" + XDIT_MODELS +
+                          "/wan21-tiny' --prompt 'a fox' --height 48 --width 80 "
+                          "--num_inference_steps 2 --max_sequence_length 8 --dtype f32 ";
+  auto r = test::run_command(run + "--num_frames 8 --fps 12 -o '" + path + "'",
+                             (dir / "run.err").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("using 9 as diffusers does"), std::string::npos) << r.err;
+  const std::string json = (dir / "probe.json").string();
+  r = test::run_command(
+      "ffprobe -v error -select_streams v:0 -count_frames -show_entries "
+      "stream=codec_name,width,height,nb_read_frames,pix_fmt,r_frame_rate:format_tags -of json "
+      "-o '" +
+          json + "' '" + path + "'",
+      (dir / "probe.err").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::ifstream in(json);
+  const auto j = nlohmann::json::parse(in);
+  const auto& v = j.at("streams").at(0);
+  EXPECT_EQ(v.at("codec_name"), "h264");
+  EXPECT_EQ(v.at("pix_fmt"), "yuv420p");
+  EXPECT_EQ(v.at("width"), 80);
+  EXPECT_EQ(v.at("height"), 48);
+  EXPECT_EQ(v.at("nb_read_frames"), "9");
+  EXPECT_EQ(v.at("r_frame_rate"), "12/1");
+  const auto& tags = j.at("format").at("tags");
+  EXPECT_EQ(tags.at("prompt"), "a fox");
+  EXPECT_EQ(tags.at("frames"), "9");
+  // PNG output: one file per frame.
+  r = test::run_command(run + "--num_frames 5 -o '" + (dir / "fox.png").string() + "'",
+                        (dir / "png.err").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (int f = 0; f < 5; ++f)
+    EXPECT_TRUE(std::filesystem::exists(dir / ("fox_f000" + std::to_string(f) + ".png"))) << f;
+  EXPECT_FALSE(std::filesystem::exists(dir / "fox_f0005.png"));
+  // An odd size cannot be H.264: refused before any work, no file left.
+  r = test::run_command(std::string("env XDIT_QUIET=1 '") + XDIT_BINARY + "' generate --model '" +
+                            XDIT_MODELS + "/pixart-alpha-tiny' --prompt x --height 61 -o '" +
+                            (dir / "odd.mp4").string() + "'",
+                        (dir / "odd.err").string());
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("H.264 needs even sides"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "odd.mp4"));
   std::filesystem::remove_all(dir);
 }
 

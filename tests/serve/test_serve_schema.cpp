@@ -151,6 +151,8 @@ json plan_json() {
           {"width", 120},
           {"run_height", 192},
           {"run_width", 128},
+          {"num_frames", 13},
+          {"latent_frames", 4},
           {"num_inference_steps", 3},
           {"guidance_scale", 2.25},
           {"true_cfg_scale", 3.5},
@@ -203,6 +205,8 @@ TEST(ServeSchema, EveryPlanFieldCrossesRanks) {
   EXPECT_EQ(b->width, 120);
   EXPECT_EQ(b->run_height, 192);
   EXPECT_EQ(b->run_width, 128);
+  EXPECT_EQ(b->num_frames, 13);
+  EXPECT_EQ(b->latent_frames, 4);
   EXPECT_EQ(b->num_inference_steps, 3);
   EXPECT_EQ(b->guidance_scale, 2.25);
   EXPECT_EQ(b->true_cfg_scale, 3.5);
@@ -223,7 +227,7 @@ TEST(ServeSchema, EveryPlanFieldCrossesRanks) {
   EXPECT_EQ(b->output, pipeline::Output::kLatents);
   // The fields compared above are the table's rows, all of them.
   EXPECT_EQ(pipeline::Plan::field_count(), want.size());
-  EXPECT_EQ(pipeline::Plan::field_count(), 24u);
+  EXPECT_EQ(pipeline::Plan::field_count(), 26u);
   // A field missing from the JSON is an error, not a default.
   json partial = want;
   partial.erase("seed");

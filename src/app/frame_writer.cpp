@@ -1,0 +1,61 @@
+#include "app/frame_writer.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "core/error.h"
+#include "io/png.h"
+#include "io/video.h"
+
+namespace xdit::app {
+
+bool is_mp4_path(const std::string& path) {
+  if (path.size() < 4) return false;
+  std::string ext = path.substr(path.size() - 4);
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return ext == ".mp4";
+}
+
+void check_mp4_encoder(const std::string& path) {
+  XDIT_CHECK(!io::h264_encoder().empty(), "--output ", path,
+             ": this FFmpeg build has no H.264 encoder (libx264 or another); write PNG frames "
+             "instead (--output NAME.png)");
+}
+
+void check_mp4_size(const std::string& path, int64_t width, int64_t height) {
+  XDIT_CHECK(width % 2 == 0 && height % 2 == 0, "--output ", path, ": H.264 needs even sides, ",
+             width, "x", height,
+             " has an odd one (choose an even --width and --height, or PNG "
+             "output)");
+}
+
+void write_frames(std::vector<io::OutputFile>& outputs, const std::string& path,
+                  const pipeline::ImageResult& res, int fps,
+                  const std::function<std::map<std::string, std::string>(size_t)>& text_of) {
+  const auto frames = static_cast<size_t>(res.frames);
+  const size_t prompts = res.rgb.size() / frames;
+  if (is_mp4_path(path)) {
+    for (size_t p = 0; p < prompts; ++p) {
+      const std::vector<std::vector<uint8_t>> clip(
+          res.rgb.begin() + static_cast<long>(p * frames),
+          res.rgb.begin() + static_cast<long>((p + 1) * frames));
+      auto meta = text_of(p);
+      meta["frames"] = std::to_string(frames);
+      meta["fps"] = std::to_string(fps);
+      io::write_mp4(outputs.at(p), clip, res.width, res.height, fps, meta);
+    }
+    return;
+  }
+  if (frames > 1) {
+    outputs.clear();
+    for (const auto& p : io::output_paths(path, prompts, res.frames)) outputs.emplace_back(p);
+  }
+  for (size_t i = 0; i < res.rgb.size(); ++i) {
+    auto text = text_of(i / frames);
+    if (frames > 1) text["frame"] = std::to_string(i % frames) + " of " + std::to_string(frames);
+    io::write_png(outputs.at(i), res.width, res.height, res.rgb[i], text);
+  }
+}
+
+}  // namespace xdit::app

@@ -1,0 +1,34 @@
+// The writer of xdit generate's images and videos: per prompt its frames as
+// one H.264 MP4 (an output named *.mp4) or as PNG files, each with the run's
+// parameters (the PNG text chunks; the MP4 container's metadata).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "io/file.h"
+#include "pipeline/request.h"
+
+namespace xdit::app {
+
+// Whether `path` names an MP4 file (".mp4", any case).
+bool is_mp4_path(const std::string& path);
+// Before any work: an MP4 output needs an H.264 encoder in this FFmpeg
+// build; one line otherwise.
+void check_mp4_encoder(const std::string& path);
+// Before the run, with the size it writes: H.264 in yuv420p needs even sides.
+void check_mp4_size(const std::string& path, int64_t width, int64_t height);
+
+// Writes `res` to `outputs`, which were reserved for one file per prompt
+// (io::output_paths(path, prompts)). An MP4 path: each prompt's frames as one
+// video at `fps`. A PNG path: one frame per prompt into those files, several
+// as one PNG per frame (out_f0000.png, … or out_1_f0002.png; reserved here),
+// each with a `frame` text chunk. `text_of(p)`: prompt p's parameters.
+void write_frames(std::vector<io::OutputFile>& outputs, const std::string& path,
+                  const pipeline::ImageResult& res, int fps,
+                  const std::function<std::map<std::string, std::string>(size_t)>& text_of);
+
+}  // namespace xdit::app

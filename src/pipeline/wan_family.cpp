@@ -1,0 +1,104 @@
+// Wan2.1 text-to-video (diffusers WanPipeline): UMT5 over prompts cleaned as
+// the pipeline cleans them (html.unescape twice, whitespace collapsed; no
+// ftfy), padded to max_sequence_length (512) with the states after each
+// text's real length set to zero and no mask for the transformer's
+// cross-attention; classifier-free guidance from guidance_scale > 1 (5 by
+// default) with the negative prompt "" when none is given, each half its own
+// transformer call (cache contexts "cond" and "uncond"); 480 × 832 px, 81
+// frames (4k + 1), 50 steps of UniPC with flow sigmas; AutoencoderKLWan.
+#include "core/error.h"
+#include "models/t5.h"
+#include "models/wan.h"
+#include "pipeline/model_family.h"
+#include "pipeline/text_encoding.h"
+#include "tokenizers/prompt_clean.h"
+#include "tokenizers/t5_tokenizer.h"
+
+namespace xdit::pipeline {
+
+namespace {
+
+class WanFamily : public ConfigFamily<models::WanConfig, models::WanTransformer> {
+ public:
+  explicit WanFamily(const models::WanConfig& cfg) : ConfigFamily(cfg) {}
+
+  std::string name() const override { return "Wan2.1"; }
+  std::vector<std::string> lora_text_components() const override { return {"text_encoder"}; }
+  std::string describe() const override {
+    const auto& c = cfg_;
+    return detail::concat("WanTransformer3DModel, ", c.num_layers, " blocks, hidden ", c.hidden(),
+                          " (", c.num_attention_heads, " heads x ", c.attention_head_dim,
+                          "), patch ", c.patch_t, "x", c.patch_h, "x", c.patch_w, ", text ",
+                          c.text_dim, ", feed-forward ", c.ffn_dim);
+  }
+  int64_t text_width() const override { return cfg_.text_dim; }
+  // The text alone: the cross-attention takes no mask.
+  std::vector<EmbeddingName> embedding_names() const override {
+    return {{models::kText, "prompt_embeds", true}};
+  }
+
+  int64_t default_height(int64_t /*vsf*/) const override { return 480; }
+  int64_t default_width(int64_t /*vsf*/) const override { return 832; }
+  int64_t default_frames() const override { return 81; }
+  int64_t default_steps() const override { return 50; }
+  double default_guidance() const override { return 5.0; }
+  bool cfg_calls_apart() const override { return true; }
+  ComponentKind vae_kind() const override { return ComponentKind::kAutoencoderKLWan; }
+
+  void open_text(const io::ModelFolder& folder) override {
+    if (!tokenizer_)
+      tokenizer_ = std::make_unique<tokenizers::T5Tokenizer>(folder.component("tokenizer"));
+    if (!t5_cfg_) open_t5_encoder(folder, "text_encoder", cfg_.text_dim);
+  }
+  std::vector<Component> text_components() const override {
+    return {{"text_encoder", ComponentKind::kT5Encoder},
+            {"tokenizer", ComponentKind::kT5Tokenizer}};
+  }
+  int64_t default_max_sequence_length() const override { return 512; }
+  int64_t max_sequence_limit() const override { return tokenizer_->model_max_length(); }
+
+  PromptEmbeddings encode(const PlanFields& r, DType dtype) override {
+    XDIT_CHECK(tokenizer_ && t5_cfg_, "encode before the text side was opened");
+    std::vector<T5Texts> lists = prompt_lists(r, r.cfg);
+    for (T5Texts& list : lists)
+      for (std::string& text : list.texts) text = tokenizers::wan_prompt_clean(text);
+    // Masked through UMT5, so every text's states past its real length are
+    // zero, as WanPipeline's trim and zero padding leave them; the
+    // transformer takes no mask.
+    auto enc = encode_t5(*tokenizer_, t5_encoder(dtype), lists, r.max_sequence_length,
+                         /*lower_strip=*/false, /*masked=*/true);
+    PromptEmbeddings e;
+    e.cond.set(models::kText, std::move(enc[0].first));
+    if (r.cfg) e.uncond.set(models::kText, std::move(enc[1].first));
+    return e;
+  }
+  void drop_text_encoders() override { t5_.reset(); }
+  void describe_text(MemoryQuery& q) const override { q.t5 = t5_cfg_.get(); }
+
+ private:
+  std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelFamily> make_wan_family(const io::ModelFolder& folder) {
+  const io::Json& index = folder.model_index();
+  // (An absent component is saved as [null, null].)
+  const bool expert_2 = index.contains("transformer_2") && index["transformer_2"].is_array() &&
+                        !index["transformer_2"].empty() && !index["transformer_2"][0].is_null();
+  const bool boundary = index.contains("boundary_ratio") && !index["boundary_ratio"].is_null();
+  XDIT_CHECK(!expert_2 && !boundary, folder.root(),
+             "/model_index.json: Wan2.2's two experts (transformer_2, boundary_ratio) are not "
+             "supported yet; Wan2.1 folders are");
+  XDIT_CHECK(!(index.contains("expand_timesteps") && index["expand_timesteps"].is_boolean() &&
+               index["expand_timesteps"].get<bool>()),
+             folder.root(),
+             "/model_index.json: Wan2.2 TI2V's per-token timesteps (expand_timesteps) are not "
+             "supported yet; Wan2.1 folders are");
+  const std::string tdir = folder.component("transformer");
+  const auto cfg = models::WanConfig::from_json(
+      folder.component_config("transformer", "config.json"), tdir + "/config.json");
+  return std::make_unique<WanFamily>(cfg);
+}
+
+}  // namespace xdit::pipeline
