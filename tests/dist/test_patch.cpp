@@ -47,6 +47,12 @@ pipeline::LatentRequest request(const pipeline::Pipeline& p) {
   r.height = pooled ? 64 : 128;
   r.width = pooled ? 40 : 96;
   r.num_inference_steps = 6;
+  if (p.spec().video) {  // Wan: 9 frames (3 latent frames) of 3 x 5 patches, 20 steps
+    r.num_frames = 9;
+    r.height = 48;
+    r.width = 80;
+    r.num_inference_steps = 20;
+  }
   r.seed = 5;
   return r;
 }
@@ -75,21 +81,26 @@ class Patch : public testing::TestWithParam<std::string> {
   }
 };
 
-// Measured (f32, latents after 6 steps, PSNR against the serial run; at 2 /
+// Measured (f32, latents after 6 steps (Wan: 20), PSNR against the serial run; at 2 /
 // 4 ranks): displaced, never refreshed, naive —
 //   pixart-sigma 53.7 / 50.8, 53.1 / 50.1, 35.9 / 30.2
 //   pixart-alpha 52.2 / 49.7, 51.8 / 49.4, 32.5 / 26.7
 //   flux-dev     35.4 / 32.0, 26.0 / 22.7, 27.3 / 21.4
 //   sd35         47.0 / 43.8, 41.0 / 38.1, 39.5 / 35.6
+//   wan21        33.6 / 31.3, 27.8 / 25.0, 42.4 / 35.4  (9 frames, 20 steps)
 // Each bound sits between the displaced run and the forgetful one. (PixArt's
 // gap is small: its tiny model's attention across bands moves the result
 // little, so the warm-up's K/V stay good; the stale-K/V mechanism shows on
-// the joint-attention models.)
+// the joint-attention models. Wan's tiny model moves so far per step that
+// K/V a step old cost more than leaving the other bands out: naive patch is
+// closer there, and its refresh only shows over 20 steps — at 6 the
+// displaced and forgetful runs differ by under 1 dB.)
 const std::map<std::string, std::map<int, double>> kMinPsnrDb = {
     {"pixart-sigma", {{2, 53.4}, {4, 50.45}}},
     {"pixart-alpha", {{2, 52.0}, {4, 49.55}}},
     {"flux-dev", {{2, 30.0}, {4, 27.0}}},
-    {"sd35", {{2, 44.0}, {4, 41.0}}}};
+    {"sd35", {{2, 44.0}, {4, 41.0}}},
+    {"wan21", {{2, 31.0}, {4, 28.5}}}};
 
 TEST_P(Patch, DisplacedStaysCloseAndAForgetfulRunDoesNot) {
   const auto& bounds = kMinPsnrDb.at(GetParam());
@@ -101,7 +112,7 @@ TEST_P(Patch, DisplacedStaysCloseAndAForgetfulRunDoesNot) {
   const double naive = test::psnr(run(patch("naive")), want);
   if (world().rank() == 0)
     std::printf(
-        "%s patch %d, warm-up 1/6: displaced %.1f dB, never refreshed %.1f dB, naive "
+        "%s patch %d, warm-up 1: displaced %.1f dB, never refreshed %.1f dB, naive "
         "%.1f dB\n",
         GetParam().c_str(), world().size(), good, bad, naive);
   const double bound = bounds.at(world().size());
@@ -111,7 +122,8 @@ TEST_P(Patch, DisplacedStaysCloseAndAForgetfulRunDoesNot) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Patch,
-                         testing::Values("pixart-sigma", "pixart-alpha", "flux-dev", "sd35"),
+                         testing::Values("pixart-sigma", "pixart-alpha", "flux-dev", "sd35",
+                                         "wan21"),
                          test::model_param_name);
 
 // A second request on the same pipeline starts from fresh K/V: nothing of the
