@@ -41,6 +41,10 @@ pipeline::LatentRequest request(const pipeline::Pipeline& p) {
   }
   r.height = pooled ? 56 : 112;  // 7 patch rows: uneven over 2 and 4 ranks
   r.width = pooled ? 40 : 80;
+  if (p.spec().video) {  // Wan: 9 frames (3 latent frames) of 3 patch rows: 9 token rows
+    r.num_frames = 9;
+    r.height = 48;
+  }
   if (flux && p.family().embeds_guidance()) r.true_cfg_scale = 2.5;
   if (!flux || p.family().embeds_guidance()) r.guidance_scale = 3.5;
   r.num_inference_steps = 6;
@@ -88,6 +92,9 @@ class CachedLoop : public testing::TestWithParam<std::string> {
       GTEST_SKIP() << GetParam() << " runs this request without CFG: nothing for CFG parallel";
     if (pc.pipefusion_parallel_degree > serial.spec().blocks)
       GTEST_SKIP() << GetParam() << " has fewer blocks than PipeFusion stages";
+    if (bound > 0 && serial.spec().video)  // (0.31 to 0.84 relative: no bound says anything)
+      GTEST_SKIP() << "the tiny Wan model moves too far in each of 6 steps for K/V a step "
+                      "old; test_patch measures its stale methods over 20 steps";
     if (serial.spec().heads % (pc.ulysses_degree * pc.tensor_parallel_degree) != 0)
       GTEST_SKIP() << GetParam() << "'s " << serial.spec().heads << " heads do not divide by "
                    << pc.ulysses_degree * pc.tensor_parallel_degree;
@@ -123,9 +130,9 @@ class CachedLoop : public testing::TestWithParam<std::string> {
       serial_indicator = serial.cache_report().stats.indicator;
       count_skips(serial.cache_report().stats);
     } else {
-      const Tensor noise = pipeline::initial_noise(2, serial.spec().latent_channels, 1,
-                                                   req.height / serial.vae_scale_factor(),
-                                                   req.width / serial.vae_scale_factor(), req.seed);
+      const Tensor noise = pipeline::initial_noise(
+          2, serial.spec().latent_channels, serial.plan(req)->latent_frames,
+          req.height / serial.vae_scale_factor(), req.width / serial.vae_scale_factor(), req.seed);
       std::vector<float> all;
       for (int64_t k = 0; k < 2; ++k) {
         auto one = req;
@@ -328,7 +335,8 @@ TEST_P(CachedLoop, TeaCachePatchDisplaced2StaleIsBounded) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CachedLoop,
-                         testing::Values("pixart-alpha", "flux-dev", "flux-schnell", "sd3"));
+                         testing::Values("pixart-alpha", "flux-dev", "flux-schnell", "sd3",
+                                         "wan21"));
 
 }  // namespace
 }  // namespace xdit
