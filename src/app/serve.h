@@ -45,7 +45,7 @@ struct ServeOptions {
                                  kDefaultMaxBatch};
   static constexpr int64_t kDefaultMaxPixels = 2048 * 2048;
   static constexpr int64_t kDefaultMaxSteps = 100;
-  static constexpr int64_t kDefaultMaxFrames = 1;
+  static constexpr int64_t kDefaultMaxFrames = 161;  // twice Wan's 81, 10 s at 16 fps
   static constexpr int64_t kDefaultMaxBatch = 4;
 };
 

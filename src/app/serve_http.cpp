@@ -33,6 +33,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "io/png.h"
+#include "io/video.h"
 #include "serve/http_server.h"
 #include "serve/job_queue.h"
 #include "serve/metrics.h"
@@ -248,6 +249,10 @@ class Server {
         sr.image.loras.push_back({files[i], sr.loras[i].second});
       std::lock_guard<std::mutex> lock(validator_mu_);
       plan.emplace(validator_.plan(sr.image));  // model, size, layout and memory: before the queue
+      if ((*plan)->num_frames > 1 && e == serve::Endpoint::kGenerate)
+        XDIT_CHECK(!io::h264_encoder().empty(),
+                   "this server's FFmpeg has no H.264 encoder for a video answer: ask for "
+                   "num_frames 1, or use /v1/images/generations (a PNG per frame)");
     } catch (const serve::BadRequest& b) {
       return serve::error_response(b.status(), b.what(), b.field());
     } catch (const Error& err) {
@@ -292,15 +297,33 @@ class Server {
     }
     char took[32];
     std::snprintf(took, sizeof took, "%.2f sec", elapsed);
-    json body = {{"message", "Image generated successfully"},
-                 {"elapsed_time", took},
-                 {"parallel", r->parallel}};
+    // A video (several frames) is answered as one H.264 MP4.
+    const bool video = r->plan.num_frames > 1;
+    std::vector<uint8_t> file = pngs[0];
+    if (video) {
+      const int fps = validator_.family().default_fps();
+      auto meta = png_text(r->plan, r->parallel, r->cache);
+      meta["frames"] = std::to_string(r->rgb.size());
+      meta["fps"] = std::to_string(fps);
+      try {
+        file = io::encode_mp4(r->rgb, r->width, r->height, fps, meta);
+      } catch (const Error& err) {
+        return serve::error_response(500, err.what());
+      }
+    }
+    json body = {
+        {"message", video ? "Video generated successfully" : "Image generated successfully"},
+        {"elapsed_time", took},
+        {"parallel", r->parallel},
+        {"num_frames", r->plan.num_frames},
+        {"format", video ? "mp4" : "png"}};
     if (!r->cache.empty()) body["cache"] = r->cache;
     if (asked.save_disk_path) {
       // Under --output_dir, links refused, written exclusively and renamed
       // into place (serve/output_root.h).
       try {
-        body["output"] = o_.output_root->write(*asked.save_disk_path, pngs[0]);
+        body["output"] =
+            o_.output_root->write(*asked.save_disk_path, file, video ? ".mp4" : ".png");
       } catch (const serve::BadRequest& b) {
         return serve::error_response(b.status(), b.what(), b.field());
       } catch (const Error& err) {
@@ -308,7 +331,7 @@ class Server {
       }
       body["save_to_disk"] = true;
     } else {
-      body["output"] = serve::base64_encode(pngs[0]);
+      body["output"] = serve::base64_encode(file);
       body["save_to_disk"] = false;
     }
     return serve::json_response(200, body);

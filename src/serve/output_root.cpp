@@ -113,11 +113,12 @@ void OutputRoot::check(const std::string& relative) const {
   ::close(open_folder(relative));
 }
 
-std::string OutputRoot::write(const std::string& relative,
-                              const std::vector<uint8_t>& bytes) const {
+std::string OutputRoot::write(const std::string& relative, const std::vector<uint8_t>& bytes,
+                              const std::string& extension) const {
   const int dir = open_folder(relative);
   const std::string name = "xdit_" + std::to_string(std::time(nullptr)) + "_" +
-                           std::to_string(::getpid()) + "_" + std::to_string(written_++) + ".png";
+                           std::to_string(::getpid()) + "_" + std::to_string(written_++) +
+                           extension;
   std::filesystem::path shown = std::filesystem::path(path_);
   for (const std::string& part : components(relative)) shown /= part;
   shown /= name;

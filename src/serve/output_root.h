@@ -30,11 +30,12 @@ class OutputRoot {
   void check(const std::string& relative) const;
 
   // Writes `bytes` into that folder under a fresh name
-  // (xdit_<unix time>_<pid>_<n>.png), created exclusively and renamed into
+  // (xdit_<unix time>_<pid>_<n><extension>), created exclusively and renamed into
   // place (io::write_file_at); returns the path written (the root's path
   // joined with the relative one). The folders are walked again, links
   // refused: BadRequest as check(); a write error throws xdit::Error.
-  std::string write(const std::string& relative, const std::vector<uint8_t>& bytes) const;
+  std::string write(const std::string& relative, const std::vector<uint8_t>& bytes,
+                    const std::string& extension = ".png") const;
 
  private:
   int open_folder(const std::string& relative) const;  // a new descriptor; the caller closes it

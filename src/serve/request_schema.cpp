@@ -447,13 +447,19 @@ json openapi() {
   json gen = json::object();
   gen["message"] = typed("string");
   gen["elapsed_time"] = typed("string", "seconds, e.g. \"1.23 sec\"");
-  gen["output"] = typed("string", "the PNG in base64, or its path when save_disk_path was given");
+  gen["output"] = typed("string",
+                        "the PNG (a video: the H.264 MP4) in base64, or its path when "
+                        "save_disk_path was given");
   gen["save_to_disk"] = typed("boolean");
   gen["parallel"] = typed("string",
                           "the layout that made the image: method, degrees, warm-up, patches, "
                           "sync mode, and exact / stale / approximate");
-  schemas["GenerateResponse"] =
-      object_schema({"message", "elapsed_time", "output", "save_to_disk", "parallel"}, gen);
+  gen["num_frames"] = typed("integer", "frames made (an image: 1)");
+  gen["format"] = typed("string", "png, or mp4 for a video");
+  gen["format"]["enum"] = json::array({"png", "mp4"});
+  schemas["GenerateResponse"] = object_schema(
+      {"message", "elapsed_time", "output", "save_to_disk", "parallel", "num_frames", "format"},
+      gen);
   json item = json::object();
   item["b64_json"] = typed("string", "a PNG in base64");
   json data = typed("array");

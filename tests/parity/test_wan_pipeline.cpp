@@ -134,6 +134,16 @@ TEST(WanPipeline, BadRequestsAreOneLine) {
   odd.width = 50;
   EXPECT_NE(test::error_message([&] { pipe.plan(odd); }).find("multiples of 16"),
             std::string::npos);
+  // A service's --max_frames counts the frames as rounded.
+  pipeline::RequestLimits limits;
+  limits.max_frames = 5;
+  pipe.set_request_limits(limits);
+  EXPECT_EQ(pipe.plan(small(7))->num_frames, 5);
+  EXPECT_NE(test::error_message([&] {
+              pipe.plan(small(8));
+            }).find("9 frames per image are over this server's limit of 5 (--max_frames)"),
+            std::string::npos);
+  pipe.set_request_limits({});
   // An absurd video is refused by the memory estimate before anything loads.
   pipeline::ImageRequest huge = small(4001);
   huge.height = 1280;

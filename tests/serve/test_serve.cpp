@@ -11,6 +11,7 @@
 #include <atomic>
 #include <thread>
 
+#include "io/video.h"
 #include "serve_util.h"
 #include "test_util.h"
 
@@ -102,6 +103,50 @@ TEST_F(Serve, GenerateEndpointEqualsXditGenerate) {
       c, "/generate", json{{"prompt", "x"}, {"save_disk_path", "no/such/dir"}}.dump());
   EXPECT_EQ(nowhere.status, 400);
   EXPECT_EQ(nowhere.body["error"]["param"], "save_disk_path");
+  EXPECT_EQ(s.stop().code, 0);
+}
+
+// A video model's /generate answer is one H.264 MP4 of the frames (base64,
+// or a .mp4 under --output_dir), with num_frames and format; the frame count
+// is rounded as diffusers rounds it.
+TEST_F(Serve, VideoAnswersAreMp4) {
+  if (io::h264_encoder().empty()) GTEST_SKIP() << "this FFmpeg build has no H.264 encoder";
+  const std::string model = "--model '" + kModels + "/wan21-tiny' --dtype f32";
+  test::ServeProcess s(model + " --output_dir '" + dir_.string() + "'", dir_);
+  ASSERT_TRUE(s.listening()) << s.log();
+  auto c = s.client();
+  const json ask = {{"prompt", "a fox"}, {"num_frames", 8}, {"num_inference_steps", 2},
+                    {"height", 48},      {"width", 80},     {"seed", 3}};
+  const test::Reply r = test::post_json(c, "/generate", ask.dump());
+  ASSERT_EQ(r.status, 200) << r.body.dump();
+  EXPECT_EQ(r.body["message"], "Video generated successfully");
+  EXPECT_EQ(r.body["format"], "mp4");
+  EXPECT_EQ(r.body["num_frames"], 9);
+  const std::vector<uint8_t> mp4 = test::base64_decode(r.body["output"]);
+  const fs::path file = dir_ / "answer.mp4";
+  std::ofstream(file, std::ios::binary)
+      .write(reinterpret_cast<const char*>(mp4.data()), static_cast<std::streamsize>(mp4.size()));
+  const io::VideoInfo v = io::read_video(file.string());
+  EXPECT_EQ(v.codec, "h264");
+  EXPECT_EQ(v.width, 80);
+  EXPECT_EQ(v.height, 48);
+  EXPECT_EQ(v.frames, 9);
+  EXPECT_EQ(v.fps, 16);
+  EXPECT_EQ(v.metadata.at("prompt"), "a fox");
+  json saved_ask = ask;
+  saved_ask["save_disk_path"] = "";
+  const test::Reply saved = test::post_json(c, "/generate", saved_ask.dump());
+  ASSERT_EQ(saved.status, 200) << saved.body.dump();
+  const std::string path = saved.body["output"];
+  EXPECT_EQ(fs::path(path).extension(), ".mp4");
+  EXPECT_EQ(io::read_video(path).frames, 9);
+  // One frame of the video model: a PNG.
+  json one = ask;
+  one["num_frames"] = 1;
+  const test::Reply still = test::post_json(c, "/generate", one.dump());
+  ASSERT_EQ(still.status, 200) << still.body.dump();
+  EXPECT_EQ(still.body["format"], "png");
+  EXPECT_EQ(test::png_of_base64(still.body["output"]).width, 80);
   EXPECT_EQ(s.stop().code, 0);
 }
 
