@@ -107,8 +107,9 @@ int run_info(InfoOptions o) {
     if (kind == Kind::kT5Encoder) {
       t5 = models::T5Config::from_json(j, where);
       // SD3 and FLUX: the CLIP of text_encoder / text_encoder_2 counts too.
-      out << label << "T5 encoder, " << t5->num_layers << " layers, d_model " << t5->d_model << ", "
-          << t5->num_heads << " heads, " << (t5->gated_gelu ? "gated-gelu" : "relu");
+      out << label << (t5->bias_per_block ? "UMT5" : "T5") << " encoder, " << t5->num_layers
+          << " layers, d_model " << t5->d_model << ", " << t5->num_heads << " heads, "
+          << (t5->gated_gelu ? "gated-gelu" : "relu");
     } else {
       const auto c = models::ClipTextConfig::from_json(j, where);
       if (!clip || c.parameter_count() > clip->parameter_count()) clip = c;  // the larger one
