@@ -15,6 +15,10 @@ inputs as src/app/bench.cpp:
            quantizer) as diffusers runs a GGUF file: its GGUFLinear
            dequantizes each weight at every forward and multiplies in the
            compute dtype (GGUFQuantizationConfig)
+  wan      a Wan2.1-T2V-1.3B step at full width (12 heads x 128, ffn 8960,
+           512 text tokens, CFG batch 2) and reduced depth (3 blocks) on a
+           RES p clip (RES x RES*832/480 px) of 9 frames (3 latent frames)
+  wan_vae  AutoencoderKLWan's decoder (Wan2.1's) on those 3 latent frames
 
 Each row: warm-up runs, then the best of --repeat timed runs under
 torch.inference_mode(), one JSON object per line on stdout. --device cuda runs
@@ -100,6 +104,42 @@ def vae_row(res, warmup, repeat):
     z = torch.randn(1, 4, res // 8, res // 8, generator=torch.Generator().manual_seed(1))
     z = z.to(DTYPE)
     return {"name": "vae_decoder", "resolution": res,
+            "seconds": best_time(lambda: vae.decode(z, return_dict=False), warmup, repeat)}
+
+
+def wan_width(res):
+    return (res * 832 // 480 + 8) // 16 * 16
+
+
+def wan_row(res, warmup, repeat):
+    from diffusers import WanTransformer3DModel
+
+    torch.set_default_dtype(DTYPE)
+    model = WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=12,
+                                  attention_head_dim=128, in_channels=16, out_channels=16,
+                                  text_dim=4096, freq_dim=256, ffn_dim=8960, num_layers=3,
+                                  cross_attn_norm=True, qk_norm="rms_norm_across_heads",
+                                  eps=1e-6).eval()
+    torch.set_default_dtype(torch.float32)
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(2, 16, 3, res // 8, wan_width(res) // 8, generator=g).to(DTYPE)
+    text = torch.randn(2, 512, 4096, generator=g).to(DTYPE)
+    t = torch.tensor([500, 500])
+
+    def step():
+        model(hidden_states=x, timestep=t, encoder_hidden_states=text, return_dict=False)
+
+    return {"name": "wan21_1_3b_3_blocks", "resolution": res, "width": wan_width(res),
+            "seconds": best_time(step, warmup, repeat)}
+
+
+def wan_vae_row(res, warmup, repeat):
+    from diffusers import AutoencoderKLWan
+
+    vae = AutoencoderKLWan().to(DTYPE).eval()  # Wan2.1's: base 96, dim_mult 1 2 4 4
+    z = torch.randn(1, 16, 3, res // 8, wan_width(res) // 8,
+                    generator=torch.Generator().manual_seed(2)).to(DTYPE)
+    return {"name": "wan_vae_decoder", "resolution": res, "width": wan_width(res),
             "seconds": best_time(lambda: vae.decode(z, return_dict=False), warmup, repeat)}
 
 
@@ -219,7 +259,7 @@ def flux_row(res, warmup, repeat, q8_0=False):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("rows", nargs="+", help="pixart:RES, vae:RES, t5[:N], flux:RES, flux_q8_0:RES or sd3:RES")
+    ap.add_argument("rows", nargs="+", help="pixart:RES, vae:RES, t5[:N], flux:RES, flux_q8_0:RES, sd3:RES, wan:RES or wan_vae:RES")
     ap.add_argument("--threads", type=int, required=True)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=1)
@@ -255,8 +295,12 @@ def main():
                 r = flux_row(int(res), a.warmup, a.repeat, q8_0=what == "flux_q8_0")
             elif what == "sd3":
                 r = sd3_row(int(res), a.warmup, a.repeat)
+            elif what == "wan":
+                r = wan_row(int(res), a.warmup, a.repeat)
+            elif what == "wan_vae":
+                r = wan_vae_row(int(res), a.warmup, a.repeat)
             else:
-                sys.exit(f"torch_bench.py: unknown row '{row}' (pixart:RES, vae:RES, t5[:N], flux:RES, flux_q8_0:RES or sd3:RES)")
+                sys.exit(f"torch_bench.py: unknown row '{row}' (pixart:RES, vae:RES, t5[:N], flux:RES, flux_q8_0:RES, sd3:RES, wan:RES or wan_vae:RES)")
         r.update(versions, threads=a.threads, dtype=a.dtype, compiled=COMPILE,
                  isa=torch.backends.cpu.get_cpu_capability(),
                  gpu=torch.cuda.get_device_name() if DEVICE != "cpu" else None)

@@ -49,10 +49,11 @@ int run_bench(const BenchOptions& o) {
              "yet)");
   XDIT_CHECK(
       o.what == "transformer" || o.what == "attention" || o.what == "t5" || o.what == "vae" ||
-          o.what == "flux" || o.what == "sd3" || o.what == "parallel" || o.what == "tensor" ||
-          o.what == "all",
+          o.what == "flux" || o.what == "sd3" || o.what == "wan" || o.what == "wan_vae" ||
+          o.what == "parallel" || o.what == "tensor" || o.what == "all",
       "unknown benchmark '", o.what,
-      "': transformer, attention, t5, vae, flux, sd3, parallel, tensor, cache, lora, serve or all");
+      "': transformer, attention, t5, vae, flux, sd3, wan, wan_vae, parallel, tensor, cache, lora, "
+      "serve or all");
   if (!o.row.empty()) {  // child: WHAT:RES:DTYPE[:LAYOUT]
     std::vector<std::string> f;
     std::stringstream ss(o.row);
@@ -68,6 +69,8 @@ int run_bench(const BenchOptions& o) {
         : what == "flux"                         ? run_flux_row(res, dt, o.warmup, o.repeat,
                                                                 f.size() > 3 && f[3] == "tensor", o.weights.at(0))
         : what == "sd3"                          ? run_sd3_row(res, dt, o.warmup, o.repeat)
+        : what == "wan"                          ? run_wan_row(res, dt, o.warmup, o.repeat)
+        : what == "wan_vae"                      ? run_wan_vae_row(res, dt, o.warmup, o.repeat)
         : what == "parallel" && f.at(3) == "vae" ? run_parallel_vae_row(res, dt, o.warmup, o.repeat)
         : what == "parallel" && f.at(3).rfind("pipefusion", 0) == 0
             ? run_pipefusion_row(res, dt, row_integer(f.at(3).substr(11), "the patch count"))
@@ -115,6 +118,11 @@ int run_bench(const BenchOptions& o) {
   if (all || o.what == "sd3")
     for (const auto& dt : o.dtypes)
       rows.push_back({"sd3", *std::max_element(o.resolutions.begin(), o.resolutions.end()), dt});
+  // Wan: RES p clips (480: 480 x 832), not in `all` (minutes a row on a few cores).
+  for (const char* wan : {"wan", "wan_vae"})
+    if (o.what == wan)
+      for (const auto& dt : o.dtypes)
+        for (int64_t res : o.resolutions) rows.push_back({wan, res, dt});
   if (!o.json)
     std::cout << "full-size components, random weights; ratio = achieved FLOP/s / GEMM peak "
                  "measured in the same "
@@ -165,10 +173,10 @@ std::function<int()> add_bench(CLI::App& app) {
   auto o = std::make_shared<bench::BenchOptions>();
   CLI::App* b =
       app.add_subcommand("bench", "benchmarks against the GEMM peak measured in the same run");
-  b->add_option(
-       "what", o->what,
-       "benchmark: transformer, attention, t5, vae, flux, sd3, parallel, tensor, cache, lora "
-       "(step caches on --model), serve (load on xdit serve) or all")
+  b->add_option("what", o->what,
+                "benchmark: transformer, attention, t5, vae, flux, sd3, wan, wan_vae, parallel, "
+                "tensor, cache, lora "
+                "(step caches on --model), serve (load on xdit serve) or all")
       ->capture_default_str();
   b->add_option("--resolutions", o->resolutions, "image sizes in pixels")
       ->delimiter(',')

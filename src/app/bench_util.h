@@ -110,6 +110,10 @@ nlohmann::json run_flux_row(int64_t res, const std::string& dt_name, int warmup,
                             bool tensor = false, const std::string& weights = "bf16");
 nlohmann::json run_sd3_row(int64_t res, const std::string& dt_name, int warmup, int repeat);
 
+// bench_wan.cpp
+nlohmann::json run_wan_row(int64_t res, const std::string& dt_name, int warmup, int repeat);
+nlohmann::json run_wan_vae_row(int64_t res, const std::string& dt_name, int warmup, int repeat);
+
 // bench_attention.cpp
 nlohmann::json run_attention_row(int64_t res, const std::string& dt_name, int warmup, int repeat);
 
