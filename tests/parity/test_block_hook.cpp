@@ -2,8 +2,8 @@
 // hooks see the boundaries they ask for and nothing else, a skipped range
 // plus the residual it would have added gives the full forward back, a hook
 // that observes changes nothing, and the base's skipped blocks (SD3's
-// skip-layer guidance) equal a hook that skips the same block. On the three
-// tiny families, random non-square inputs, f32.
+// skip-layer guidance) equal a hook that skips the same block. On the four
+// tiny families (Wan over 3 frames), random non-square inputs, f32.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -40,7 +40,7 @@ std::unique_ptr<Case> make_case(const std::string& name) {
   const DiTSpec s = c->model->spec();
   const int64_t B = 2;
   TorchGenerator gen(7);
-  c->latents = gen.randn({B, s.latent_channels, 1, 10, 6});
+  c->latents = gen.randn({B, s.latent_channels, s.video ? 3 : 1, 10, 6});  // Wan: 3 frames
   c->in.latents = &c->latents;
   // The family's conditioning as a request of 80 x 48 px makes it.
   c->cond.set(kText, gen.randn({B, 7, c->family->text_width()}));
@@ -53,7 +53,8 @@ std::unique_ptr<Case> make_case(const std::string& name) {
   return c;
 }
 
-const std::vector<std::string> kModels = {"pixart-alpha-tiny", "flux-dev-tiny", "sd3-tiny"};
+const std::vector<std::string> kModels = {"pixart-alpha-tiny", "flux-dev-tiny", "sd3-tiny",
+                                          "wan21-tiny"};
 
 // Records what it is shown; optionally keeps x at boundaries.
 struct Recorder : BlockHook {

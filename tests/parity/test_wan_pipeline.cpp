@@ -13,7 +13,10 @@
 
 #include "core/error.h"
 #include "io/json.h"
+#include "models/wan.h"
+#include "models/wan_vae.h"
 #include "pipeline/denoiser.h"
+#include "pipeline/memory_estimate.h"
 #include "pipeline/pipeline.h"
 #include "pipeline_goldens.h"
 #include "test_util.h"
@@ -149,6 +152,34 @@ TEST(WanPipeline, BadRequestsAreOneLine) {
   huge.height = 1280;
   huge.width = 1280;
   EXPECT_NE(test::error_message([&] { pipe.plan(huge); }).find("of memory"), std::string::npos);
+}
+
+// The estimate a 480p, 81-frame Wan2.1-1.3B request is checked against
+// before anything loads counts every frame: 21 latent frames of 30 x 52
+// tokens in the loop, 81 frames out of the VAE.
+TEST(WanPipeline, MemoryEstimateCountsEveryFrame) {
+  const models::WanConfig cfg = models::WanConfig::t2v_1_3b();
+  models::WanVaeConfig vae;
+  pipeline::MemoryQuery q;
+  q.run_height = q.out_height = 480;
+  q.run_width = q.out_width = 832;
+  q.text_tokens = 512;
+  q.wan_vae = &vae;
+  const pipeline::MemoryEstimate one =
+      pipeline::estimate_memory(cfg.spec(), cfg.parameter_count(), q);
+  q.frames = 81;
+  q.latent_frames = 21;
+  const pipeline::MemoryEstimate clip =
+      pipeline::estimate_memory(cfg.spec(), cfg.parameter_count(), q);
+  EXPECT_NEAR(clip.transformer, 2.0 * static_cast<double>(cfg.parameter_count()), 1.0);  // bf16
+  // 2 x 32760 tokens x 1536 wide, about 12 widths a token in f32: over 4 GB.
+  EXPECT_GT(clip.denoise, 4e9);
+  EXPECT_GT(clip.denoise, 15 * one.denoise);
+  EXPECT_GT(clip.output, 80 * one.output);
+  // The decoder streams one latent frame at a time: its working set does
+  // not grow with the clip (the frames it writes are `output`).
+  EXPECT_EQ(clip.decode, one.decode);
+  EXPECT_LT(clip.peak(), 64e9);
 }
 
 TEST(WanPipeline, ImageModelsRefuseFrames) {
