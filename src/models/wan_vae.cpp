@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "core/error.h"
 #include "kernels/kernels.h"
@@ -36,29 +37,43 @@ struct WanVaeDecoder::Causal {
                       dst + ((o * kt + k) * in_ch + i) * area);
     conv = kernels::Conv2d(stacked, w.get(p + ".bias", {out}), ks / 2, ct);
   }
-  // One frame x [B, h, w, in] → [B, h, w, out].
-  Tensor forward(const Tensor& x) {
+  // One frame x [B, h, w, in] → [B, h, w, out]; on `dec`'s band (with halo
+  // rows) when it decodes one.
+  Tensor forward(const Tensor& x, WanVaeDecoder& dec) {
     const int64_t B = x.dim(0), h = x.dim(1), wd = x.dim(2), px = B * h * wd;
-    Tensor y = Tensor::empty({B, h, wd, conv.out_channels()}, DType::kF32, current_device());
-    if (taps == 1) {
-      conv.forward(x.data<float>(), B, h, wd, y.data<float>());
-      return y;
-    }
-    const Shape shape{B, h, wd, taps * in};
-    if (stacked.shape() != shape || stacked.device() != current_device())
-      stacked = Tensor::empty(shape, DType::kF32, current_device());
     const auto past = static_cast<int64_t>(history.size());
-    // Zeros stand for the frames before the video (only the first two frames lack some).
-    if (past < taps - 1) kernels::zero_bytes(stacked.raw(), stacked.nbytes());
-    for (int64_t k = 0; k < taps; ++k) {
-      const int64_t back = taps - 1 - k;  // frames before x
-      const Tensor* f = back == 0 ? &x : back <= past ? &history[past - back] : nullptr;
-      if (f != nullptr)
-        kernels::copy_rows(stacked.data<float>() + k * in, taps * in, f->data<float>(), in, px, in);
+    Tensor y;
+    if (dec.bands_ != nullptr && conv.halo() > 0) {
+      std::vector<const Tensor*> parts;
+      for (int64_t k = 0; k < taps; ++k) {
+        const int64_t back = taps - 1 - k;  // frames before x; null: before the video
+        parts.push_back(back == 0 ? &x : back <= past ? &history[past - back] : nullptr);
+      }
+      y = dec.banded_conv(conv, parts, in);
+    } else {
+      y = Tensor::empty({B, h, wd, conv.out_channels()}, DType::kF32, current_device());
+      if (taps == 1) {
+        conv.forward(x.data<float>(), B, h, wd, y.data<float>());
+        return y;
+      }
+      const Shape shape{B, h, wd, taps * in};
+      if (stacked.shape() != shape || stacked.device() != current_device())
+        stacked = Tensor::empty(shape, DType::kF32, current_device());
+      // Zeros stand for the frames before the video (only the first two frames lack some).
+      if (past < taps - 1) kernels::zero_bytes(stacked.raw(), stacked.nbytes());
+      for (int64_t k = 0; k < taps; ++k) {
+        const int64_t back = taps - 1 - k;  // frames before x
+        const Tensor* f = back == 0 ? &x : back <= past ? &history[past - back] : nullptr;
+        if (f != nullptr)
+          kernels::copy_rows(stacked.data<float>() + k * in, taps * in, f->data<float>(), in, px,
+                             in);
+      }
+      conv.forward(stacked.data<float>(), B, h, wd, y.data<float>());
     }
-    conv.forward(stacked.data<float>(), B, h, wd, y.data<float>());
-    history.push_back(x.clone());
-    if (history.size() > 2) history.erase(history.begin());
+    if (taps > 1) {
+      history.push_back(x.clone());
+      if (history.size() > 2) history.erase(history.begin());
+    }
     return y;
   }
 };
@@ -144,9 +159,9 @@ WanVaeDecoder::~WanVaeDecoder() = default;
 
 void WanVaeDecoder::resnet(Resnet& r, Frames& x) {
   for (Tensor& f : x) {
-    const Tensor h = r.shortcut ? r.shortcut->forward(f) : f;
-    Tensor a = r.c1->forward(rms(f, r.g1, true));
-    a = r.c2->forward(rms(a, r.g2, true));
+    const Tensor h = r.shortcut ? r.shortcut->forward(f, *this) : f;
+    Tensor a = r.c1->forward(rms(f, r.g1, true), *this);
+    a = r.c2->forward(rms(a, r.g2, true), *this);
     kernels::gated_residual_add(a.data<float>(), h.data<float>(), 1, 1, a.numel(), nullptr, 0);
     f = a;
   }
@@ -171,7 +186,16 @@ void WanVaeDecoder::attention(Frames& x) {
     a.q_len = a.kv_len = N;
     a.head_dim = C;
     a.scale = 1.0f / std::sqrt(static_cast<float>(C));
-    kernels::attention(a);
+    if (bands_ != nullptr) {  // over every band's tokens of this frame
+      nn::AttentionBackend& attn = bands_->attention();
+      std::vector<int64_t> tokens;
+      for (const int64_t r : bands_->rows()) tokens.push_back(r * w);
+      attn.set_sequence_split(tokens);
+      attn.attend(a, nn::AttentionSite{});
+      attn.release_buffers();
+    } else {
+      kernels::attention(a);
+    }
     Tensor y = Tensor::empty({B, h, w, C}, DType::kF32, current_device());
     attn_proj_.forward(o.data<float>(), B, h, w, y.data<float>());
     kernels::gated_residual_add(y.data<float>(), f.data<float>(), 1, 1, y.numel(), nullptr, 0);
@@ -185,7 +209,7 @@ WanVaeDecoder::Frames WanVaeDecoder::up_block(Up& u, Frames x, bool first_chunk)
   if (u.mode == WanVaeConfig::UpMode::k3d && !first_chunk) {  // each frame → two (channel halves)
     Frames doubled;
     for (const Tensor& f : x) {
-      const Tensor t = u.time_conv->forward(f);
+      const Tensor t = u.time_conv->forward(f, *this);
       const int64_t B = f.dim(0), h = f.dim(1), w = f.dim(2), C = f.dim(3);
       for (int half = 0; half < 2; ++half) {
         Tensor g = Tensor::empty({B, h, w, C}, DType::kF32, current_device());
@@ -199,6 +223,10 @@ WanVaeDecoder::Frames WanVaeDecoder::up_block(Up& u, Frames x, bool first_chunk)
     const int64_t B = f.dim(0), h = f.dim(1), w = f.dim(2), C = f.dim(3);
     Tensor up = Tensor::empty({B, 2 * h, 2 * w, C}, DType::kF32, current_device());
     kernels::upsample_nearest2x_nhwc(f.data<float>(), up.data<float>(), B, h, w, C);
+    if (bands_ != nullptr) {
+      f = banded_conv(u.resample, {&up}, C);
+      continue;
+    }
     Tensor y =
         Tensor::empty({B, 2 * h, 2 * w, u.resample.out_channels()}, DType::kF32, current_device());
     u.resample.forward(up.data<float>(), B, 2 * h, 2 * w, y.data<float>());
@@ -207,7 +235,39 @@ WanVaeDecoder::Frames WanVaeDecoder::up_block(Up& u, Frames x, bool first_chunk)
   return x;
 }
 
-Tensor WanVaeDecoder::decode(const Tensor& z_in) {
+Tensor WanVaeDecoder::banded_conv(const kernels::Conv2d& conv,
+                                  const std::vector<const Tensor*>& parts, int64_t in) {
+  const Tensor* any = nullptr;
+  for (const Tensor* p : parts) any = any != nullptr ? any : p;
+  const int64_t B = any->dim(0), h = any->dim(1), w = any->dim(2), halo = conv.halo();
+  const int64_t C = static_cast<int64_t>(parts.size()) * in, item = (h + 2 * halo) * w * C;
+  const int64_t n = B * item;
+  if (halo_f32_.numel() < n) halo_f32_ = Tensor::empty({n}, DType::kF32, current_device());
+  float* buf = halo_f32_.data<float>();
+  bool gaps = false;
+  for (const Tensor* p : parts) gaps = gaps || p == nullptr;
+  if (gaps) kernels::zero_bytes(buf, static_cast<size_t>(n) * 4);  // frames before the video
+  for (int64_t b = 0; b < B; ++b)
+    for (size_t k = 0; k < parts.size(); ++k)
+      if (parts[k] != nullptr)
+        kernels::copy_rows(buf + b * item + halo * w * C + static_cast<int64_t>(k) * in, C,
+                           parts[k]->data<float>() + b * h * w * in, in, h * w, in);
+  const void* x = buf;
+  size_t row_bytes = static_cast<size_t>(w * C) * 4;
+  if (conv.is_bf16()) {  // the halo rows travel in the layer's input type
+    if (halo_bf16_.numel() * 2 < n) halo_bf16_ = Tensor::empty({(n + 1) / 2}, DType::kF32);
+    auto* b16 = reinterpret_cast<uint16_t*>(halo_bf16_.data<float>());
+    kernels::to_bf16_array(buf, b16, n);
+    x = b16;
+    row_bytes /= 2;
+  }
+  bands_->exchange_halos(const_cast<void*>(x), B, h, halo, row_bytes);
+  Tensor y = Tensor::empty({B, h, w, conv.out_channels()}, DType::kF32, current_device());
+  conv.forward_halo(x, B, h, w, y.data<float>());
+  return y;
+}
+
+Tensor WanVaeDecoder::decode(const Tensor& z_in, nn::RowBands* bands) {
   const WanVaeConfig& c = cfg_;
   XDIT_CHECK(z_in.ndim() == 5 && z_in.dim(1) == c.z_dim, "the Wan VAE decodes latents [B, ",
              c.z_dim, ", F, h, w], got ", shape_str(z_in.shape()));
@@ -217,26 +277,40 @@ Tensor WanVaeDecoder::decode(const Tensor& z_in) {
   const Tensor z = z_in.as(DType::kF32, current_device());
   const int64_t B = z.dim(0), F = z.dim(2), h = z.dim(3), w = z.dim(4), s = c.spatial_factor();
   const int64_t T = c.frames(F), H = h * s, W = w * s, oc = c.out_channels;
+  // This rank's latent rows [r0, r1) of every frame (all of them without bands).
+  int64_t r0 = 0, r1 = h;
+  if (bands != nullptr) {
+    XDIT_CHECK(bands->total_rows() == h, "Wan VAE bands cover ", bands->total_rows(),
+               " latent rows, the latents have ", h);
+    std::tie(r0, r1) = bands->my_rows();
+  }
+  const int64_t rows = r1 - r0;
+  struct Unset {  // the bands belong to this call
+    nn::RowBands*& b;
+    ~Unset() { b = nullptr; }
+  } unset{bands_};
+  bands_ = bands;
   for (Causal* k : causals_) k->history.clear();  // a fresh cache: zeros before the video
   Tensor out = Tensor::empty({B, oc, T, H, W}, DType::kF32, current_device());
   int64_t t_out = 0;
   for (int64_t t = 0; t < F; ++t) {
-    // Latent frame t as NHWC [B, h, w, z_dim], through post_quant_conv.
-    // ([B, C, F, h, w] viewed as [B, C, F·h, w]: the frame's rows.)
-    Tensor frame = Tensor::empty({B, h, w, c.z_dim}, DType::kF32, current_device());
-    kernels::nchw_rows_to_nhwc(z.data<float>(), B, c.z_dim, F * h, w, t * h, h,
+    // Latent frame t's rows [r0, r1) as NHWC [B, rows, w, z_dim], through
+    // post_quant_conv. ([B, C, F, h, w] viewed as [B, C, F·h, w].)
+    Tensor frame = Tensor::empty({B, rows, w, c.z_dim}, DType::kF32, current_device());
+    kernels::nchw_rows_to_nhwc(z.data<float>(), B, c.z_dim, F * h, w, t * h + r0, rows,
                                frame.data<float>());
-    Tensor pq = Tensor::empty({B, h, w, c.z_dim}, DType::kF32, current_device());
-    post_quant_.forward(frame.data<float>(), B, h, w, pq.data<float>());
-    Frames x{conv_in_->forward(pq)};
+    Tensor pq = Tensor::empty({B, rows, w, c.z_dim}, DType::kF32, current_device());
+    post_quant_.forward(frame.data<float>(), B, rows, w, pq.data<float>());
+    Frames x{conv_in_->forward(pq, *this)};
     resnet(*mid_[0], x);
     attention(x);
     resnet(*mid_[1], x);
     for (auto& u : up_) x = up_block(*u, std::move(x), t == 0);
     for (Tensor& f : x) {
-      const Tensor y = conv_out_->forward(rms(f, norm_out_, true));
-      Tensor planar = Tensor::empty({B, oc, H * W}, DType::kF32, current_device());
-      kernels::nhwc_to_nchw(y.data<float>(), B, H * W, oc, planar.data<float>());
+      const Tensor y = conv_out_->forward(rms(f, norm_out_, true), *this);
+      Tensor planar = Tensor::empty({B, oc, rows * s, W}, DType::kF32, current_device());
+      kernels::nhwc_to_nchw(y.data<float>(), B, rows * s * W, oc, planar.data<float>());
+      if (bands != nullptr) planar = bands->gather(planar.to_device(Device{}));  // [B, oc, H, W]
       kernels::copy_rows(out.data<float>() + t_out * H * W, T * H * W, planar.data<float>(), H * W,
                          B * oc, H * W);
       ++t_out;
@@ -249,7 +323,7 @@ Tensor WanVaeDecoder::decode(const Tensor& z_in) {
   return video;
 }
 
-Tensor WanVaeDecoder::decode_latents(const Tensor& latents) {
+Tensor WanVaeDecoder::decode_latents(const Tensor& latents, nn::RowBands* bands) {
   const WanVaeConfig& c = cfg_;
   XDIT_CHECK(latents.ndim() == 5 && latents.dim(1) == c.z_dim, "Wan latents must be [B, ", c.z_dim,
              ", F, h, w], got ", shape_str(latents.shape()));
@@ -262,7 +336,7 @@ Tensor WanVaeDecoder::decode_latents(const Tensor& latents) {
       kernels::affine_div(p, p, per, 1.0f / static_cast<float>(c.latents_std[size_t(ch)]),
                           static_cast<float>(c.latents_mean[size_t(ch)]));
     }
-  return decode(z);
+  return decode(z, bands);
 }
 
 }  // namespace xdit::models

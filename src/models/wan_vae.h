@@ -21,6 +21,7 @@
 #include "io/weights.h"
 #include "kernels/conv.h"
 #include "nn/attention.h"
+#include "nn/row_bands.h"
 
 namespace xdit::models {
 
@@ -58,10 +59,16 @@ class WanVaeDecoder {
   ~WanVaeDecoder();
   const WanVaeConfig& config() const { return cfg_; }
   // vae.decode(z).sample: z [B, z_dim, F, h, w] → video [B, out_channels,
-  // frames(F), h·s, w·s] clamped to [−1, 1], on the host.
-  Tensor decode(const Tensor& z);
+  // frames(F), h·s, w·s] clamped to [−1, 1], on the host. With `bands` (the
+  // patch-parallel decoder) this rank decodes its band of latent rows of
+  // every frame: each 3×3 convolution takes a halo row from the neighbouring
+  // bands (the causal history is per band: every rank walks the same frames),
+  // the RMS norms are per pixel, the mid block's attention runs over every
+  // band's tokens, and each output frame is gathered, so every rank returns
+  // the whole video. Every rank passes the whole of z.
+  Tensor decode(const Tensor& z, nn::RowBands* bands = nullptr);
   // What WanPipeline decodes from the loop's latents: z·latents_std + latents_mean.
-  Tensor decode_latents(const Tensor& latents);
+  Tensor decode_latents(const Tensor& latents, nn::RowBands* bands = nullptr);
 
  private:
   struct Causal;
@@ -72,6 +79,10 @@ class WanVaeDecoder {
   void resnet(Resnet& r, Frames& x);
   void attention(Frames& x);
   Frames up_block(Up& u, Frames x, bool first_chunk);
+  // conv over `parts` [B, rows, w, in] each (null: zeros) stacked along the
+  // channels, on this band with its halo rows from the neighbours.
+  Tensor banded_conv(const kernels::Conv2d& conv, const std::vector<const Tensor*>& parts,
+                     int64_t in);
   WanVaeConfig cfg_;
   nn::ComputeType ct_;
   kernels::Conv2d post_quant_;
@@ -81,7 +92,9 @@ class WanVaeDecoder {
   kernels::Conv2d attn_qkv_, attn_proj_;
   std::vector<std::unique_ptr<Up>> up_;
   Tensor norm_out_;
-  std::vector<Causal*> causals_;  // every causal convolution, its history cleared per decode
+  std::vector<Causal*> causals_;   // every causal convolution, its history cleared per decode
+  nn::RowBands* bands_ = nullptr;  // the decode's bands (null: the whole frame)
+  Tensor halo_f32_, halo_bf16_;    // a banded convolution's input with its halo rows
 };
 
 }  // namespace xdit::models

@@ -21,7 +21,6 @@ class ImageVae : public LatentDecoder {
     weights_.check_shapes(cfg_.decoder_weight_specs());
   }
   Factors factors() const override { return {cfg_.scale_factor(), 1}; }
-  bool decodes_in_bands() const override { return true; }
   void describe(MemoryQuery& q) const override { q.vae = &cfg_; }
 
   Tensor decode(const Tensor& latents, DType dtype, nn::RowBands* bands) override {
@@ -53,21 +52,20 @@ class ImageVae : public LatentDecoder {
 };
 
 // AutoencoderKLWan: the whole video through the causal decoder, which keeps
-// only its convolutions' last frames between latent frames.
+// only its convolutions' last frames between latent frames; in row bands
+// over a replica's ranks, every frame's band with its halo rows.
 class WanVae : public LatentDecoder {
  public:
   WanVae(models::WanVaeConfig cfg, const std::string& dir) : cfg_(std::move(cfg)), weights_(dir) {
     weights_.check_shapes(cfg_.decoder_weight_specs());
   }
   Factors factors() const override { return {cfg_.spatial_factor(), cfg_.temporal_factor()}; }
-  bool decodes_in_bands() const override { return false; }
   void describe(MemoryQuery& q) const override { q.wan_vae = &cfg_; }
 
   Tensor decode(const Tensor& latents, DType dtype, nn::RowBands* bands) override {
-    XDIT_CHECK(bands == nullptr, "the Wan VAE decodes whole on each rank");
     if (!vae_) vae_ = std::make_unique<models::WanVaeDecoder>(cfg_, weights_, dtype);
     // [B, 3, F', H, W] → [B·F', 3, H, W].
-    const Tensor video = vae_->decode_latents(latents);
+    const Tensor video = vae_->decode_latents(latents, bands);
     const int64_t B = video.dim(0), ch = video.dim(1), F = video.dim(2),
                   plane = video.dim(3) * video.dim(4);
     Tensor out = Tensor::empty({B * F, ch, video.dim(3), video.dim(4)});

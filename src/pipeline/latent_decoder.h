@@ -1,9 +1,9 @@
 // The VAE decoder a family names (ModelFamily::ComponentKind), behind one
 // seam: latents [B, C, F, h, w] → frames [B·F', 3, H, W] in [−1, 1], batch
 // item b's frame f at b·F' + f. diffusers' AutoencoderKL decodes a video
-// frame by frame (F' = F) and may split its rows over a replica's ranks
-// (parallel::VaeBands); AutoencoderKLWan, Wan's causal video decoder, turns
-// latent frame 0 into one frame and each later one into `temporal` frames.
+// frame by frame (F' = F); AutoencoderKLWan, Wan's causal video decoder,
+// turns latent frame 0 into one frame and each later one into `temporal`
+// frames. Either may split its rows over a replica's ranks (parallel::VaeBands).
 #pragma once
 
 #include <cstdint>
@@ -42,11 +42,9 @@ class LatentDecoder {
   int64_t frames(int64_t latent_frames) const {
     return 1 + factors().temporal * (latent_frames - 1);
   }
-  // Whether it can decode in row bands over a replica's ranks.
-  virtual bool decodes_in_bands() const = 0;
   // latents [B, C, F, h, w] → [B·F', 3, H, W]; the weights are read on the
   // first call, in `dtype` on the current device. `bands`: this rank's band
-  // (decodes_in_bands only); every rank returns the whole.
+  // of latent rows (the patch-parallel VAE); every rank returns the whole.
   virtual Tensor decode(const Tensor& latents, DType dtype, nn::RowBands* bands) = 0;
   // Its part of a request's memory estimate.
   virtual void describe(MemoryQuery& q) const = 0;

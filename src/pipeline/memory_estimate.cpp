@@ -104,8 +104,12 @@ MemoryEstimate estimate_memory(const models::DiTSpec& c, int64_t parameters, con
     // about six maps of the last level's channels (a causal convolution's
     // three stacked frames among them), every convolution's two-frame
     // history, and the mid block's attention over one frame's latent pixels.
-    e.decode = params * wb + P * (tf * H * W * first * f * 6 + H * W * first * f * 2 * 8 +
-                                  h * w * top * f * 4 + h * w * h * w * f);
+    // A band of the patch-parallel decoder holds its share (the attention's
+    // scores too: its rows against every band's keys).
+    e.decode = params * wb + P *
+                                 (tf * H * W * first * f * 6 + H * W * first * f * 2 * 8 +
+                                  h * w * top * f * 4 + h * w * h * w * f) /
+                                 std::max(1, q.vae_bands);
     // The video [P, 3, F, H, W], its frames reordered, RGB + the encoded file.
     e.output = P * frames * H * W * 3 * (f + f + 2);
   }

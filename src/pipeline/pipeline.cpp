@@ -185,7 +185,7 @@ int Pipeline::text_parallel() const {
 }
 
 bool Pipeline::vae_in_bands(int64_t latent_rows) const {
-  if (mesh_ == nullptr || (decoder_ && !decoder_->decodes_in_bands())) return false;
+  if (mesh_ == nullptr) return false;
   const auto& pc = mesh_->config();
   if (pc.use_parallel_vae.has_value() || pc.patch_parallel_degree > 1 || device_.cuda())
     return pc.parallel_vae();

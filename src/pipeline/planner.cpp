@@ -52,12 +52,6 @@ void Pipeline::check_mesh(int64_t height, int64_t latent_frames, bool cfg, int64
                       family_->pooled_width() > 0 ? "a negative prompt and --true_cfg_scale > 1"
                                                   : "--guidance_scale > 1");
   family_->check_tensor_parallel(pc.tensor_parallel_degree);
-  if (decoder_ && !decoder_->decodes_in_bands()) {
-    XDIT_CHECK(pc.use_parallel_vae != std::optional<bool>(true),
-               "--use_parallel_vae: ", family_->name(),
-               "'s VAE decodes whole on each rank (no row bands yet)");
-    return;
-  }
   if (pc.parallel_vae()) pc.vae_rows(height / vae_scale_factor());  // throws when too thin
 }
 
