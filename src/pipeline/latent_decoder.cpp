@@ -14,20 +14,40 @@ namespace {
 
 using Kind = ModelFamily::ComponentKind;
 
-// diffusers' AutoencoderKL: each frame alone through the 2-D decoder.
-class ImageVae : public LatentDecoder {
+// A decoder model of config Config from a component's folder: the weight
+// headers checked against the config when opened, the model built on the
+// first decode.
+template <class Config, class Model>
+class FolderDecoder : public LatentDecoder {
  public:
-  ImageVae(models::VaeConfig cfg, const std::string& dir) : cfg_(std::move(cfg)), weights_(dir) {
+  FolderDecoder(Config cfg, const std::string& dir) : cfg_(std::move(cfg)), weights_(dir) {
     weights_.check_shapes(cfg_.decoder_weight_specs());
   }
+
+ protected:
+  Model& model(DType dtype) {
+    if (!model_) model_ = std::make_unique<Model>(cfg_, weights_, dtype);
+    return *model_;
+  }
+  Config cfg_;
+
+ private:
+  io::WeightStore weights_;
+  std::unique_ptr<Model> model_;
+};
+
+// diffusers' AutoencoderKL: each frame alone through the 2-D decoder.
+class ImageVae : public FolderDecoder<models::VaeConfig, models::VaeDecoder> {
+ public:
+  using FolderDecoder::FolderDecoder;
   Factors factors() const override { return {cfg_.scale_factor(), 1}; }
   void describe(MemoryQuery& q) const override { q.vae = &cfg_; }
 
   Tensor decode(const Tensor& latents, DType dtype, nn::RowBands* bands) override {
-    if (!vae_) vae_ = std::make_unique<models::VaeDecoder>(cfg_, weights_, dtype);
+    models::VaeDecoder& vae = model(dtype);
     const int64_t B = latents.dim(0), C = latents.dim(1), F = latents.dim(2), h = latents.dim(3),
                   w = latents.dim(4);
-    if (F == 1) return vae_->decode_latents(latents.reshape({B, C, h, w}), bands);
+    if (F == 1) return vae.decode_latents(latents.reshape({B, C, h, w}), bands);
     // Frame by frame, into [B·F, 3, H, W].
     Tensor out, frame = Tensor::empty({B, C, h, w});
     const int64_t plane = h * w;
@@ -35,7 +55,7 @@ class ImageVae : public LatentDecoder {
       for (int64_t bc = 0; bc < B * C; ++bc)
         std::memcpy(frame.data<float>() + bc * plane, latents.data<float>() + (bc * F + f) * plane,
                     static_cast<size_t>(plane) * 4);
-      const Tensor image = vae_->decode_latents(frame, bands);
+      const Tensor image = vae.decode_latents(frame, bands);
       if (!out.defined()) out = Tensor::empty({B * F, image.dim(1), image.dim(2), image.dim(3)});
       const int64_t per = image.numel() / B;
       for (int64_t b = 0; b < B; ++b)
@@ -44,28 +64,20 @@ class ImageVae : public LatentDecoder {
     }
     return out;
   }
-
- private:
-  models::VaeConfig cfg_;
-  io::WeightStore weights_;
-  std::unique_ptr<models::VaeDecoder> vae_;
 };
 
 // AutoencoderKLWan: the whole video through the causal decoder, which keeps
 // only its convolutions' last frames between latent frames; in row bands
 // over a replica's ranks, every frame's band with its halo rows.
-class WanVae : public LatentDecoder {
+class WanVae : public FolderDecoder<models::WanVaeConfig, models::WanVaeDecoder> {
  public:
-  WanVae(models::WanVaeConfig cfg, const std::string& dir) : cfg_(std::move(cfg)), weights_(dir) {
-    weights_.check_shapes(cfg_.decoder_weight_specs());
-  }
+  using FolderDecoder::FolderDecoder;
   Factors factors() const override { return {cfg_.spatial_factor(), cfg_.temporal_factor()}; }
   void describe(MemoryQuery& q) const override { q.wan_vae = &cfg_; }
 
   Tensor decode(const Tensor& latents, DType dtype, nn::RowBands* bands) override {
-    if (!vae_) vae_ = std::make_unique<models::WanVaeDecoder>(cfg_, weights_, dtype);
     // [B, 3, F', H, W] → [B·F', 3, H, W].
-    const Tensor video = vae_->decode_latents(latents, bands);
+    const Tensor video = model(dtype).decode_latents(latents, bands);
     const int64_t B = video.dim(0), ch = video.dim(1), F = video.dim(2),
                   plane = video.dim(3) * video.dim(4);
     Tensor out = Tensor::empty({B * F, ch, video.dim(3), video.dim(4)});
@@ -77,11 +89,6 @@ class WanVae : public LatentDecoder {
                       static_cast<size_t>(plane) * 4);
     return out;
   }
-
- private:
-  models::WanVaeConfig cfg_;
-  io::WeightStore weights_;
-  std::unique_ptr<models::WanVaeDecoder> vae_;
 };
 
 }  // namespace
