@@ -80,11 +80,12 @@ pipeline::LatentRequest request(const pipeline::Pipeline& p, int64_t rows = 0) {
   if (flux && p.family().embeds_guidance()) r.true_cfg_scale = 2.5;  // dev: true CFG
   if (flux && !p.family().embeds_guidance())                         // schnell: no CFG, no guidance
     r.uncond = {};
-  // The tiny VAEs: factor 4 (FLUX, SD3), 8; Wan: `rows` latent frames of one
-  // patch row each.
+  // The tiny VAEs: factor 4 (FLUX, SD3), 8; Wan: frames of 3 patch rows (6
+  // latent rows, enough for the VAE's bands over 4 ranks), ⌈rows / 3⌉ of them:
+  // an odd count of token rows, 7 → 9, 14 → 15.
   if (rows > 0 && video) {
-    r.height = 16;
-    r.num_frames = 4 * (rows - 1) + 1;
+    r.height = 48;
+    r.num_frames = 4 * ((rows + 2) / 3 - 1) + 1;
   } else if (rows > 0) {
     r.height = rows * (pooled ? 8 : 16);
   }
