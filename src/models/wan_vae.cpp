@@ -252,7 +252,7 @@ Tensor WanVaeDecoder::banded_conv(const kernels::Conv2d& conv,
       if (parts[k] != nullptr)
         kernels::copy_rows(buf + b * item + halo * w * C + static_cast<int64_t>(k) * in, C,
                            parts[k]->data<float>() + b * h * w * in, in, h * w, in);
-  const void* x = buf;
+  void* x = buf;
   size_t row_bytes = static_cast<size_t>(w * C) * 4;
   if (conv.is_bf16()) {  // the halo rows travel in the layer's input type
     if (halo_bf16_.numel() * 2 < n) halo_bf16_ = Tensor::empty({(n + 1) / 2}, DType::kF32);
@@ -261,7 +261,7 @@ Tensor WanVaeDecoder::banded_conv(const kernels::Conv2d& conv,
     x = b16;
     row_bytes /= 2;
   }
-  bands_->exchange_halos(const_cast<void*>(x), B, h, halo, row_bytes);
+  bands_->exchange_halos(x, B, h, halo, row_bytes);
   Tensor y = Tensor::empty({B, h, w, conv.out_channels()}, DType::kF32, current_device());
   conv.forward_halo(x, B, h, w, y.data<float>());
   return y;
