@@ -284,10 +284,14 @@ class Server {
     if (r->status != 200) return serve::error_response(r->status, r->message, r->field);
     const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
     const serve::ServeRequest& asked = job->request();
-    std::vector<std::vector<uint8_t>> pngs;  // one per frame, prompt-major (an image: per prompt)
-    for (const auto& rgb : r->rgb)
-      pngs.push_back(
-          io::encode_png(r->width, r->height, rgb, png_text(r->plan, r->parallel, r->cache)));
+    // A video (several frames) on /generate is answered as one H.264 MP4;
+    // otherwise a PNG per frame, prompt-major (an image: per prompt).
+    const bool video = e == serve::Endpoint::kGenerate && r->plan.num_frames > 1;
+    std::vector<std::vector<uint8_t>> pngs;
+    if (!video)
+      for (const auto& rgb : r->rgb)
+        pngs.push_back(
+            io::encode_png(r->width, r->height, rgb, png_text(r->plan, r->parallel, r->cache)));
     if (e == serve::Endpoint::kImages) {
       json data = json::array();
       for (const auto& png : pngs) data.push_back({{"b64_json", serve::base64_encode(png)}});
@@ -297,10 +301,10 @@ class Server {
     }
     char took[32];
     std::snprintf(took, sizeof took, "%.2f sec", elapsed);
-    // A video (several frames) is answered as one H.264 MP4.
-    const bool video = r->plan.num_frames > 1;
-    std::vector<uint8_t> file = pngs[0];
-    if (video) {
+    std::vector<uint8_t> file;
+    if (!video) {
+      file = pngs[0];
+    } else {
       const int fps = validator_.family().default_fps();
       auto meta = png_text(r->plan, r->parallel, r->cache);
       meta["frames"] = std::to_string(r->rgb.size());
