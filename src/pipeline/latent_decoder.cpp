@@ -98,25 +98,20 @@ std::unique_ptr<LatentDecoder> LatentDecoder::open(const io::ModelFolder& folder
                                                    int64_t latent_channels) {
   const std::string dir = folder.component(component), where = dir + "/config.json";
   const io::Json cfg = folder.component_config(component, "config.json");
-  int64_t channels = 0;
-  std::unique_ptr<LatentDecoder> d;
+  const auto check_channels = [&](const char* key, int64_t channels) {
+    XDIT_CHECK(channels == latent_channels, "VAE ", key, " ", channels,
+               " does not match the transformer's ", latent_channels, " latent channels (", where,
+               ")");
+  };
   if (kind == Kind::kAutoencoderKLWan) {
     models::WanVaeConfig c = models::WanVaeConfig::from_json(cfg, where);
-    channels = c.z_dim;
-    XDIT_CHECK(channels == latent_channels, "VAE z_dim ", channels,
-               " does not match the transformer's ", latent_channels, " latent channels (", where,
-               ")");
-    d = std::make_unique<WanVae>(std::move(c), dir);
-  } else {
-    XDIT_CHECK(kind == Kind::kAutoencoderKL, "component ", component, " is not a VAE");
-    models::VaeConfig c = models::VaeConfig::from_json(cfg, where);
-    channels = c.latent_channels;
-    XDIT_CHECK(channels == latent_channels, "VAE latent_channels ", channels,
-               " does not match the transformer's ", latent_channels, " latent channels (", where,
-               ")");
-    d = std::make_unique<ImageVae>(std::move(c), dir);
+    check_channels("z_dim", c.z_dim);
+    return std::make_unique<WanVae>(std::move(c), dir);
   }
-  return d;
+  XDIT_CHECK(kind == Kind::kAutoencoderKL, "component ", component, " is not a VAE");
+  models::VaeConfig c = models::VaeConfig::from_json(cfg, where);
+  check_channels("latent_channels", c.latent_channels);
+  return std::make_unique<ImageVae>(std::move(c), dir);
 }
 
 LatentDecoder::Factors LatentDecoder::read_factors(const io::ModelFolder& folder, Kind kind,

@@ -38,10 +38,6 @@ class LatentDecoder {
                               const std::string& component);
 
   virtual Factors factors() const = 0;
-  // Frames decoded from `latent_frames` latent frames.
-  int64_t frames(int64_t latent_frames) const {
-    return 1 + factors().temporal * (latent_frames - 1);
-  }
   // latents [B, C, F, h, w] → [B·F', 3, H, W]; the weights are read on the
   // first call, in `dtype` on the current device. `bands`: this rank's band
   // of latent rows (the patch-parallel VAE); every rank returns the whole.
