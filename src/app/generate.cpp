@@ -115,6 +115,7 @@ struct GenerateOptions {
   int64_t num_frames = 0;  // the model's default
   int fps = 0;             // the model's default
   double guidance = pipeline::kDefaultGuidance, true_cfg = 1.0;
+  double guidance_2 = pipeline::kDefaultGuidance;
   pipeline::SkipLayerGuidance slg;  // SD3
   CacheOptions cache;
   LoraOptions lora;
@@ -167,6 +168,7 @@ std::map<std::string, std::string> png_text(const pipeline::PlanFields& p, const
   m.height = p.height;
   m.max_sequence_length = p.max_sequence_length;
   m.guidance = p.guidance_scale;
+  m.guidance_2 = p.guidance_scale_2;
   m.true_cfg = p.true_cfg_scale;
   m.slg = p.skip_layer_guidance;
   m.model = model.from_cache() ? model.id : model.folder;
@@ -321,6 +323,7 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
   r.num_frames = o.num_frames;
   r.num_inference_steps = o.steps;
   r.guidance_scale = o.guidance;
+  r.guidance_scale_2 = o.guidance_2;
   r.true_cfg_scale = o.true_cfg;
   r.skip_layer_guidance = o.slg;
   r.cache = o.cache.settings();
@@ -382,6 +385,7 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
     req.num_frames = r.num_frames;
     req.num_inference_steps = r.num_inference_steps;
     req.guidance_scale = r.guidance_scale;
+    req.guidance_scale_2 = r.guidance_scale_2;
     req.true_cfg_scale = r.true_cfg_scale;
     req.skip_layer_guidance = r.skip_layer_guidance;
     req.cache = r.cache;
@@ -421,6 +425,8 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
         {{"seed", std::to_string(plan->seed)},
          {"steps", std::to_string(plan->num_inference_steps)},
          {"guidance_scale", std::to_string(plan->guidance_scale)},
+         {"guidance_scale_2",
+          plan->guidance_scale_2 > 0 ? std::to_string(plan->guidance_scale_2) : ""},
          {"height", std::to_string(plan->height)},
          {"width", std::to_string(plan->width)},
          {"model", model.from_cache() ? model.id : model.folder},
@@ -494,6 +500,10 @@ std::function<int()> add_generate(CLI::App& app) {
   g->add_option("--guidance_scale,--guidance-scale", o->guidance,
                 "PixArt, SD3: classifier-free guidance scale (default 4.5, 7); FLUX.1 [dev]: "
                 "the embedded guidance (default 3.5)")
+      ->check(finite_number());
+  g->add_option("--guidance_scale_2,--guidance-scale-2", o->guidance_2,
+                "Wan2.2: the second expert's (transformer_2's) guidance scale (default: "
+                "--guidance_scale)")
       ->check(finite_number());
   g->add_option("--true_cfg_scale,--true-cfg-scale", o->true_cfg,
                 "FLUX: classifier-free guidance with --negative_prompt when > 1")

@@ -352,6 +352,7 @@ class Server {
     m.width = r.width;
     m.height = r.height;
     m.guidance = r.guidance_scale;
+    m.guidance_2 = r.guidance_scale_2;
     m.model = model_id_;
     m.parallel = parallel;
     m.cache = cache;

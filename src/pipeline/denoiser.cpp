@@ -116,7 +116,12 @@ Tensor Denoiser::noise_prediction(const Tensor& out, int64_t r0, int64_t r1, Ten
   return guided_noise(all, li_.prompts, latents_.dim(1), li_.cfg, li_.cfg_scale);
 }
 
-Tensor Denoiser::run(Tensor latents) {
+Tensor Denoiser::run(Tensor latents, int64_t begin, int64_t end) {
+  const auto n = static_cast<int64_t>(sched_.timesteps().size());
+  begin_ = begin;
+  end_ = end < 0 ? n : end;
+  XDIT_CHECK(0 <= begin_ && begin_ <= end_ && end_ <= n, "the denoising loop's steps [", begin,
+             ", ", end, ") are not within the scheduler's ", n);
   const int64_t p = model_.spec().patch;
   XDIT_CHECK(latents.ndim() == 5 && latents.dim(3) % p == 0 && latents.dim(4) % p == 0,
              "the denoising loop takes latents [P, C, F, h, w] with h and w multiples of ", p,
@@ -143,14 +148,14 @@ Tensor Denoiser::step_loop() {
   const auto n = static_cast<int64_t>(ts.size());
   const SlowRank slow =
       rt_.mesh() != nullptr ? SlowRank::from_env(rt_.mesh()->world().rank()) : SlowRank{};
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = begin_; i < end_; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    const StepInfo info{i, n, ts[static_cast<size_t>(i)]};
+    const StepInfo info{i - begin_, end_ - begin_, ts[static_cast<size_t>(i)]};
     for (StepHook* h : hooks_) h->before_step(info);
     // Each step: the split may move between steps (--patch_weights dynamic).
     std::tie(row0_, row1_) = rt_.my_rows(0, token_rows_);
     const Tensor& model_in = model_input();
-    rt_.begin_step(i, n);
+    rt_.begin_step(i - begin_, end_ - begin_);
     Tensor out;
     {
       trace::Span span("step " + std::to_string(i), "compute");

@@ -80,15 +80,21 @@ class StepHook {
 };
 
 // The app's progress callback as a step hook.
+// A run of several parts (Wan2.2's experts, each a Denoiser run of its
+// steps) counts them as one: `offset` steps before this part, `total` in all
+// (0: the part's own).
 class ProgressHook : public StepHook {
  public:
-  explicit ProgressHook(std::function<void(const StepEvent&)> f) : f_(std::move(f)) {}
+  explicit ProgressHook(std::function<void(const StepEvent&)> f, int64_t offset = 0,
+                        int64_t total = 0)
+      : f_(std::move(f)), offset_(offset), total_(total) {}
   void after_step(const StepInfo& s, double seconds) override {
-    if (f_) f_({s.step + 1, s.total, seconds});
+    if (f_) f_({offset_ + s.step + 1, total_ > 0 ? total_ : s.total, seconds});
   }
 
  private:
   std::function<void(const StepEvent&)> f_;
+  int64_t offset_, total_;
 };
 
 // A fault-injection knob for the load-balancing tests, like XDIT_FAULT:
@@ -122,8 +128,12 @@ class Denoiser {
 
   // The loop from `latents` [P, C, F, h, w] (host) to the final latents (host):
   // PipeFusion's pipeline where the runtime's method is PipeFusion, the
-  // per-step loop otherwise.
-  Tensor run(Tensor latents);
+  // per-step loop otherwise. Over steps [begin, end) of the scheduler's
+  // timesteps (end −1: to the last), which the scheduler continues from its
+  // state: one expert's part of a Wan2.2 run. Hooks and the stale-K/V
+  // methods' warm-up see the part as a run of its own (StepInfo's step from
+  // 0, of end − begin).
+  Tensor run(Tensor latents, int64_t begin = 0, int64_t end = -1);
   const PipeFusionStats& pipefusion_stats() const { return pf_stats_; }
 
   // For hooks: the loop's inputs, its current latents, the timesteps, and a
@@ -159,6 +169,7 @@ class Denoiser {
   Device device_;
   Tensor latents_, model_in_;
   int64_t token_rows_ = 0;       // frames × patch rows of the latents
+  int64_t begin_ = 0, end_ = 0;  // the steps this run takes
   int64_t row0_ = 0, row1_ = 0;  // this rank's share of them in the step loop
   std::vector<StepHook*> hooks_;
   PipeFusionStats pf_stats_;

@@ -41,6 +41,7 @@ std::vector<ModelFamily::Component> ModelFamily::components() const {
   // Every family so far keeps diffusers' transformer, vae and scheduler
   // folders; its text side and its VAE's kind are its own.
   std::vector<Component> v = {{"transformer", ComponentKind::kTransformer}};
+  if (boundary_ratio() > 0) v.push_back({"transformer_2", ComponentKind::kTransformer});
   for (const Component& c : text_components()) v.push_back(c);
   v.push_back({"vae", vae_kind()});
   v.push_back({"scheduler", ComponentKind::kScheduler});

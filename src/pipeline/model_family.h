@@ -152,6 +152,11 @@ class ModelFamily {
   virtual std::vector<Component> text_components() const = 0;
   // The kind of its "vae" component.
   virtual ComponentKind vae_kind() const { return ComponentKind::kAutoencoderKL; }
+  // Wan2.2's two experts (diffusers' boundary_ratio): `transformer` runs the
+  // steps whose timestep t >= boundary_ratio × num_train_timesteps at
+  // guidance_scale, `transformer_2` (the same config, its own weights) the
+  // rest at guidance_scale_2; components() lists both. 0: one transformer.
+  virtual double boundary_ratio() const { return 0; }
 
   // The text side: open_text reads the tokenizer(s) and encoder configs and
   // checks the weight headers (cheap); encode builds the encoders on first use.

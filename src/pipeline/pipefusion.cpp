@@ -145,8 +145,9 @@ Tensor Denoiser::pipefusion_loop() {
     XDIT_WARN("--num_pipeline_patch ", requested, " does not fit the ", gh, " token rows: using ",
               M);
   const auto& ts = sched_.timesteps();
-  const int64_t S = static_cast<int64_t>(ts.size());
-  const int64_t warmup = pc.sync_steps(S);  // all of them under --sync_mode full_sync
+  // Steps [b, S) of the scheduler's; the first `warmup` of them run whole.
+  const int64_t b = begin_, S = end_;
+  const int64_t warmup = b + pc.sync_steps(S - b);  // all of them under --sync_mode full_sync
   pf_stats_ = {};
   for (StepHook* hook : hooks_) hook->begin_loop(*this);
 
@@ -207,9 +208,9 @@ Tensor Denoiser::pipefusion_loop() {
   } progress_scope{pipefusion};
   pipefusion->set_progress([&outbox] { outbox.progress(); });
   int msg = 0;                            // message index, the same sequence on every stage
-  for (int64_t i = 0; i < warmup; ++i) {  // warm-up: the whole image, synchronously
+  for (int64_t i = b; i < warmup; ++i) {  // warm-up: the whole image, synchronously
     const auto t0 = std::chrono::steady_clock::now();
-    const StepInfo info{i, S, ts[static_cast<size_t>(i)]};
+    const StepInfo info{i - b, S - b, ts[static_cast<size_t>(i)]};
     for (StepHook* hook : hooks_) hook->before_step(info);
     pipefusion->set_window(gh * gw, 0, gh * gw);
     fill_model_in();
@@ -233,7 +234,7 @@ Tensor Denoiser::pipefusion_loop() {
       finish_rows(out, 0, gh);
     }
     ++msg;
-    if (last) check_finite_latents(latents, i + 1, S);
+    if (last) check_finite_latents(latents, i + 1, static_cast<int64_t>(ts.size()));
     if (P > 1) {  // stage 0 needs the updated latents for the next step
       if (last) outbox.send(latents.clone(), 0, kLatentTag + static_cast<int>(i));
       if (first)
@@ -296,7 +297,7 @@ Tensor Denoiser::pipefusion_loop() {
   });
   for (int64_t i = warmup; i < S; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    const StepInfo info{i, S, ts[static_cast<size_t>(i)]};
+    const StepInfo info{i - b, S - b, ts[static_cast<size_t>(i)]};
     for (StepHook* hook : hooks_) hook->before_step(info);
     for (int64_t j = 0; j < M; ++j) {
       const auto [r0, r1] = patches[static_cast<size_t>(j)];
@@ -342,7 +343,7 @@ Tensor Denoiser::pipefusion_loop() {
       }
       ++msg;
     }
-    if (last) check_finite_latents(latents, i + 1, S);
+    if (last) check_finite_latents(latents, i + 1, static_cast<int64_t>(ts.size()));
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (StepHook* hook : hooks_) hook->after_step(info, sec);
   }

@@ -57,6 +57,11 @@ Pipeline::Pipeline(const std::string& folder, DType dtype) : folder_(folder), dt
   auto store = std::make_unique<io::WeightStore>(transformer);
   store->check_shapes(family_->weight_specs({}));  // the config against the headers
   weights_ = std::move(store);
+  if (family_->boundary_ratio() > 0) {  // Wan2.2's second expert, of the same config
+    auto second = std::make_unique<io::WeightStore>(folder_->component("transformer_2"));
+    second->check_shapes(family_->weight_specs({}));
+    weights_2_ = std::move(second);
+  }
 }
 
 Pipeline::Pipeline(std::unique_ptr<ModelFamily> family, const schedulers::SchedulerConfig& sched,
@@ -71,6 +76,9 @@ void Pipeline::set_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched) 
   XDIT_CHECK(!transformer_ && weights_, "set_loras before the transformer loads");
   XDIT_CHECK(!lora_base_, "set_loras once per pipeline");
   if (loras.empty()) return;
+  XDIT_CHECK(family_->boundary_ratio() == 0, family_->name(),
+             ": LoRAs for a model of two experts (transformer, transformer_2) are not supported "
+             "yet");
   const auto* store = dynamic_cast<const io::WeightStore*>(weights_.get());
   const auto* file = dynamic_cast<const models::OriginalCheckpointWeights*>(weights_.get());
   XDIT_CHECK(store != nullptr || file != nullptr,
@@ -242,13 +250,17 @@ void Pipeline::set_device(Device device) {
 }
 
 void Pipeline::load() {
-  if (transformer_) return;
+  if (!transformer_) load_expert(0);
+}
+
+void Pipeline::load_expert(int expert) {
   check_transformer_weights();
-  XDIT_CHECK(weights_,
+  std::unique_ptr<io::WeightSource>& weights = expert == 0 ? weights_ : weights_2_;
+  XDIT_CHECK(weights,
              "this one-shot pipeline released its transformer after its image; make a "
              "new pipeline for another");
   if (!runtime_) runtime_ = std::make_unique<parallel::ParallelRuntime>(mesh_, spec().patch);
-  if (mesh_ != nullptr && mesh_->config().auto_stage_blocks &&
+  if (!stage_blocks_measured_ && mesh_ != nullptr && mesh_->config().auto_stage_blocks &&
       mesh_->config().pipefusion_parallel_degree > 1 &&
       mesh_->config().attn_layer_num_for_pp.empty()) {
     DeviceScope scope(device_);
@@ -256,17 +268,18 @@ void Pipeline::load() {
         parallel::calibrate_stage_blocks(*mesh_, spec().blocks, spec().hidden, dtype_,
                                          SlowRank::from_env(mesh_->world().rank()).factor);
     mesh_->set_stage_blocks(c.blocks, spec().blocks);
+    stage_blocks_measured_ = true;
     if (mesh_->world().rank() == 0)
       XDIT_INFO("--attn_layer_num_for_pp auto: measured ", c.describe());
   }
   const models::DiTStage stage = runtime_->stage(spec().blocks);
-  const size_t before = weights_->loaded().total;
+  const size_t before = weights->loaded().total;
   {
     // On a CUDA device the layers upload their weights as they are made.
     DeviceScope scope(device_);
     layers_.clear();
     applied_request_loras_ = std::vector<LoraRef>{};  // every side path empty
-    const nn::RecordingWeights recorded(*weights_, layers_);
+    const nn::RecordingWeights recorded(*weights, layers_);
     const nn::LinearRegistry::Recording recording(layers_);
     const kernels::WeightFormatScope format(weights_format_);
     transformer_ = family_->make_transformer(recorded, dtype_, stage);
@@ -275,8 +288,8 @@ void Pipeline::load() {
              human_size(static_cast<double>(linear_weight_bytes())));
   if (stage.tp.split())
     XDIT_INFO("tensor parallel rank ", stage.tp.rank, " of ", stage.tp.size, ": loaded ",
-              human_size(static_cast<double>(weights_->loaded().total - before)), " of the ",
-              human_size(static_cast<double>(weights_->stored_bytes())),
+              human_size(static_cast<double>(weights->loaded().total - before)), " of the ",
+              human_size(static_cast<double>(weights->stored_bytes())),
               " transformer weights (as stored; modulation and embeddings whole)");
   // The layers hold converted copies of their (shares of the) weights: the
   // files' mappings go, and with them the pages loading touched (a
@@ -284,11 +297,12 @@ void Pipeline::load() {
   // matrix), so a rank's resident weights are its shares.
   // The whole model's weight shapes outlive the files: a request's LoRAs
   // are checked against them after the load too.
-  const io::WeightSource* source = lora_base_ ? lora_base_.get() : weights_.get();
+  const io::WeightSource* source = lora_base_ ? lora_base_.get() : weights.get();
   if (const auto* store = dynamic_cast<const io::WeightStore*>(source))
     for (const std::string& name : store->names()) model_shapes_[name] = store->shape(name);
-  weights_.reset();
+  weights.reset();
   lora_base_.reset();
+  expert_ = expert;
   runtime_->set_stale_refresh(stale_refresh_);
   runtime_->attach(*transformer_);
   note_request_lora_targets();  // (collective under PipeFusion)
@@ -309,6 +323,7 @@ void Pipeline::load() {
 
 void Pipeline::release_transformer() {
   transformer_.reset();
+  parked_.reset();
   if (runtime_) runtime_->release();
   release_pooled_buffers();  // before the decoder takes its buffers
 }
@@ -349,96 +364,6 @@ LoopInputs Pipeline::skip_inputs(const PlanFields& r, const LoopInputs& li) cons
   s.batch = s.prompts;
   s.cfg = s.cfg_split = false;
   s.skip_blocks = r.skip_layer_guidance.layers;
-  return s;
-}
-
-Tensor Pipeline::generate_latents(const Plan& plan,
-                                  const std::function<void(const StepEvent&)>& on_step,
-                                  const std::vector<StepHook*>& hooks) {
-  if (plan.has_prompts())
-    return generate_latents(plan.with_embeddings(encode_prompts(plan)), on_step, hooks);
-  const PlanFields& r = *plan;
-  cache_report_ = {};  // (a run that ends early reports no cache)
-  load();
-  apply_request_loras(r.loras);
-  const int64_t P = plan.batch();
-  const int64_t vsf = vae_scale_factor();
-  const int64_t h = r.run_height / vsf, w = r.run_width / vsf, C = spec().latent_channels;
-  // [P, C, F, h, w]: the plan gave given latents their frame axis.
-  Tensor latents =
-      r.latents.defined() ? r.latents : initial_noise(P, C, r.latent_frames, h, w, r.seed);
-  const auto sched = sched_cfg_.make();
-  if (r.num_inference_steps == 0) return latents;
-  sched->set_timesteps(r.num_inference_steps,
-                       family_->timestep_hints(sched_cfg_, r.num_inference_steps, h, w));
-  // latents * init_noise_sigma (1 for DPM-Solver and Flow-Match).
-  LoopInputs li = loop_inputs(r);
-  // The prompt half for skip-layer guidance, made only when it is asked for.
-  std::optional<SkipGuidanceHook> slg;
-  if (r.skip_layer_guidance.on()) slg.emplace(r.skip_layer_guidance, skip_inputs(r, li));
-  Denoiser d(*transformer_, *runtime_, *sched, std::move(li), device_);
-  CalibrationHook calibration;
-  if (mesh_ != nullptr && mesh_->config().auto_weights && runtime_->pipefusion() == nullptr)
-    d.add_hook(&calibration);
-  DynamicBalanceHook balance;  // first: its step time covers every later hook's
-  if (mesh_ != nullptr && mesh_->config().dynamic_weights && runtime_->pipefusion() == nullptr)
-    d.add_hook(&balance);
-  if (slg) d.add_hook(&*slg);
-  const std::unique_ptr<StepCache> cache =
-      r.cache.on() ? make_step_cache(r.cache, cache_setup(r)) : nullptr;
-  // The model keeps no pointer to the run's cache; a caller's block hooks
-  // run before it and stay.
-  struct Unhook {
-    models::DiT& model;
-    std::vector<models::BlockHook*> before;
-    ~Unhook() {
-      model.set_block_hooks(before);
-      model.set_attention_hook(nullptr);
-    }
-  } unhook{*transformer_, transformer_->block_hooks()};
-  if (cache) {
-    d.add_hook(cache.get());
-    std::vector<models::BlockHook*> with = unhook.before;
-    with.push_back(cache.get());
-    transformer_->set_block_hooks(with);
-    transformer_->set_attention_hook(cache->attention_hook());
-  }
-  for (StepHook* hook : hooks) d.add_hook(hook);
-  ProgressHook progress(on_step);
-  d.add_hook(&progress);
-  Tensor out = d.run(std::move(latents));
-  pf_stats_ = d.pipefusion_stats();
-  cache_report_ = cache ? CacheReport{r.cache.label(), cache->stats()} : CacheReport{};
-  if (cache) XDIT_INFO("step cache ", cache_summary());
-  return out;
-}
-
-std::string Pipeline::cache_summary() const {
-  return cache_report_.label.empty() ? ""
-                                     : cache_report_.label + ": " + cache_report_.stats.summary();
-}
-
-CacheSetup Pipeline::cache_setup(const PlanFields& r) const {
-  CacheSetup s;
-  s.model = transformer_->name();
-  s.blocks = spec().blocks;
-  s.stage = transformer_->stage();
-  s.token_rows = token_rows(r);
-  const bool cfg_split = r.cfg && mesh_ != nullptr && mesh_->config().use_cfg_parallel;
-  // The CFG halves decide apart where the family's diffusers pipeline calls
-  // them apart (FLUX.1's true CFG); a batched pair decides once, over both
-  // halves, which under CFG parallel live on the two CFG groups.
-  const bool apart = family_->cfg_calls_apart();
-  s.contexts = r.cfg && apart && !cfg_split ? 2 : 1;
-  if (mesh_ != nullptr) {
-    s.sum_groups = {&mesh_->sp_group()};
-    s.agree_groups = {&mesh_->sp_group(), &mesh_->tp_group()};
-    s.stage_group = &mesh_->pp_group();
-    if (cfg_split && !apart) {
-      s.sum_groups.push_back(&mesh_->cfg_group());
-      s.agree_groups.push_back(&mesh_->cfg_group());
-    }
-  }
   return s;
 }
 

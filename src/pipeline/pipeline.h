@@ -165,7 +165,13 @@ class Pipeline {
   void set_one_shot(bool one_shot) { one_shot_ = one_shot; }
   void release_transformer();
   // The loaded transformer (null before load()): block hooks attach here.
+  // Wan2.2's two experts: load() loads `transformer`; a run loads
+  // `transformer_2` when its first step needs it — after freeing the first
+  // under one-shot, else keeping both (a block hook set here follows the
+  // run to the other).
   models::DiT* transformer() const { return transformer_.get(); }
+  // The experts loaded now (0, 1 or 2; 1 for a model of one transformer once loaded).
+  int resident_experts() const { return (transformer_ ? 1 : 0) + (parked_ ? 1 : 0); }
 
   // The weights are held resident by another pipeline of this process
   // (xdit serve's validator checks requests while the serving pipeline
@@ -226,6 +232,10 @@ class Pipeline {
                     int64_t width) const;
   void check_steps(int64_t steps) const;
   void check_guidance(double guidance_scale, double true_cfg_scale) const;
+  // The second expert's guidance as asked (kDefaultGuidance: guidance_scale,
+  // as diffusers defaults it); 0 for a model of one transformer, which
+  // refuses one given.
+  double second_guidance(double asked, double guidance_scale) const;
   // Applies the family's default size, and for families that floor sizes
   // (FLUX) floors to the latent grid with a warning; PixArt refuses a size
   // off its grid with `hint`.
@@ -244,6 +254,19 @@ class Pipeline {
   static Tensor finite_latents(const Tensor& latents);
   // The VAE's config and weight headers, opened and checked once.
   void open_vae();
+  // Loads expert `expert` (0: transformer, 1: transformer_2) into transformer_.
+  void load_expert(int expert);
+  // One expert's part of a run: steps [begin, end) at its guidance scale.
+  struct ExpertPart {
+    int64_t begin = 0, end = 0;
+    int expert = 0;
+    double guidance_scale = 0;
+  };
+  // The run's parts over the scheduler's timesteps `ts` (one for a model of
+  // one transformer).
+  std::vector<ExpertPart> expert_parts(const PlanFields& r, const std::vector<float>& ts) const;
+  // Makes `expert` transformer_: the loaded other swapped in, or loaded.
+  void use_expert(int expert);
   void check_skip_layer_guidance(const SkipLayerGuidance& s, bool cfg) const;
   // A request's step cache checked against the model, its defaults filled.
   CacheSettings checked_cache(const CacheSettings& c) const;
@@ -281,6 +304,12 @@ class Pipeline {
   std::map<std::string, Shape> model_shapes_;  // the transformer's weights, kept by load()
   std::map<std::string, std::set<std::string>> lora_targets_;  // request_lora_targets()
   std::unique_ptr<models::DiT> transformer_;
+  // Wan2.2: transformer_2's weights until that expert loads; which expert
+  // transformer_ is, and the other one while both stay loaded.
+  std::unique_ptr<io::WeightSource> weights_2_;
+  int expert_ = 0, parked_expert_ = 0;
+  std::unique_ptr<models::DiT> parked_;
+  bool stage_blocks_measured_ = false;  // --attn_layer_num_for_pp auto, once
   // The VAE, opened by a plan with Output::kImages, built on first use.
   std::unique_ptr<LatentDecoder> decoder_;
   bool text_opened_ = false;
@@ -331,6 +360,10 @@ class Pipeline {
  private:
   // Where a run's step cache sits and whom it agrees with.
   CacheSetup cache_setup(const PlanFields& r) const;
+  // One expert's part of a run (denoise_run.cpp), its cache's counts added to `report`.
+  Tensor run_part(const PlanFields& r, LoopInputs li, schedulers::Scheduler& sched,
+                  const ExpertPart& part, Tensor latents, const std::vector<StepHook*>& hooks,
+                  CacheReport& report, ProgressHook progress);
   CacheReport cache_report_;
 };
 

@@ -104,6 +104,7 @@ Plan Pipeline::plan(const LatentRequest& r, Output out) {
   XDIT_CHECK(f.num_inference_steps >= 0, "num_inference_steps must be >= 0");
   check_steps(f.num_inference_steps);
   check_guidance(f.guidance_scale, f.true_cfg_scale);
+  f.guidance_scale_2 = second_guidance(r.guidance_scale_2, f.guidance_scale);
   f.cfg = family_->uses_cfg(f.guidance_scale, f.true_cfg_scale, !f.uncond.empty());
   family_->check_embeddings({f.cond, f.uncond}, f.cfg, f.guidance_scale);
   const int64_t P = f.cond.batch();
@@ -223,6 +224,18 @@ void Pipeline::check_guidance(double g, double true_cfg) const {
              "true_cfg_scale must be a finite number >= 0, got ", true_cfg);
 }
 
+double Pipeline::second_guidance(double asked, double guidance_scale) const {
+  const bool experts = family_->boundary_ratio() > 0;
+  if (asked == kDefaultGuidance) return experts ? guidance_scale : 0;
+  XDIT_CHECK(experts,
+             "guidance_scale_2 is the second expert's guidance (Wan2.2's "
+             "transformer_2); ",
+             family_->name(), " has one transformer");
+  XDIT_CHECK(std::isfinite(asked) && asked >= 0,
+             "guidance_scale_2 must be a finite number >= 0, got ", asked);
+  return asked;
+}
+
 void Pipeline::check_request_memory(const MemoryQuery& q) const {
   MemoryEstimate e = estimate_memory(spec(), family_->parameter_count(), q);
   if (transformer_ || weights_resident_) e.transformer = 0;  // already resident
@@ -315,6 +328,7 @@ Plan Pipeline::plan(const ImageRequest& r, Output out) {
       r.guidance_scale == kDefaultGuidance ? family_->default_guidance() : r.guidance_scale;
   f.true_cfg_scale = r.true_cfg_scale;
   check_guidance(f.guidance_scale, f.true_cfg_scale);
+  f.guidance_scale_2 = second_guidance(r.guidance_scale_2, f.guidance_scale);
   family_->warn_unused(r.guidance_scale, r.true_cfg_scale, r.negative_prompt.has_value());
   // Text side and VAE: configs and weight headers.
   if (!text_opened_) {

@@ -68,6 +68,10 @@ struct LatentRequest {
   // diffusers' guidance_scale: classifier-free guidance for PixArt, the
   // embedded guidance of FLUX.1 [dev].
   double guidance_scale = kDefaultGuidance;
+  // Wan2.2: the second expert's (transformer_2's) guidance scale; the
+  // default is guidance_scale. Classifier-free guidance is on by
+  // guidance_scale alone, as in diffusers.
+  double guidance_scale_2 = kDefaultGuidance;
   // FLUX: classifier-free guidance with the negative embeddings when > 1.
   double true_cfg_scale = 1.0;
   SkipLayerGuidance skip_layer_guidance;  // SD3
@@ -87,6 +91,7 @@ struct ImageRequest {
   int64_t num_frames = 0;
   int64_t num_inference_steps = kDefaultSteps;
   double guidance_scale = kDefaultGuidance;
+  double guidance_scale_2 = kDefaultGuidance;  // Wan2.2's second expert
   double true_cfg_scale = 1.0;
   SkipLayerGuidance skip_layer_guidance;  // SD3
   CacheSettings cache;                    // a step cache (none by default)

@@ -66,6 +66,9 @@ std::vector<nn::LoraUse> Pipeline::request_lora_uses(const std::vector<LoraRef>&
 
 std::vector<LoraRef> Pipeline::checked_request_loras(const std::vector<LoraRef>& loras) {
   if (loras.empty()) return {};
+  XDIT_CHECK(family_->boundary_ratio() == 0, family_->name(),
+             ": LoRAs for a model of two experts (transformer, transformer_2) are not supported "
+             "yet");
   XDIT_CHECK(!device_.cuda(),
              "a request's LoRAs run as side paths on the CPU only so far; on a CUDA device give "
              "them at start (--lora)");

@@ -16,6 +16,20 @@ std::string CacheStats::summary() const {
   return o.str();
 }
 
+void CacheStats::append(const CacheStats& part) {
+  steps += part.steps;
+  full_steps += part.full_steps;
+  blocks += part.blocks;
+  blocks_run += part.blocks_run;
+  unit = part.unit;
+  if (full.size() < part.full.size()) full.resize(part.full.size());
+  if (indicator.size() < part.indicator.size()) indicator.resize(part.indicator.size());
+  for (size_t c = 0; c < part.full.size(); ++c)
+    full[c].insert(full[c].end(), part.full[c].begin(), part.full[c].end());
+  for (size_t c = 0; c < part.indicator.size(); ++c)
+    indicator[c].insert(indicator[c].end(), part.indicator[c].begin(), part.indicator[c].end());
+}
+
 std::unique_ptr<StepCache> make_step_cache(const CacheSettings& s, const CacheSetup& setup) {
   const CacheSettings r = s.resolved();
   r.validate();

@@ -55,6 +55,9 @@ struct CacheStats {
   std::vector<std::vector<double>> indicator;
   // "6 of 10 steps in full, 34 of 57 blocks run".
   std::string summary() const;
+  // A later part of the run (Wan2.2's second expert, with a cache of its
+  // own) added: its counts, and its steps after these.
+  void append(const CacheStats& part);
 };
 
 class StepCache : public models::BlockHook, public StepHook {

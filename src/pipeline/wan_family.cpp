@@ -1,4 +1,4 @@
-// Wan2.1 text-to-video (diffusers WanPipeline): UMT5 over prompts cleaned as
+// Wan2.1 and Wan2.2 text-to-video (diffusers WanPipeline): UMT5 over prompts cleaned as
 // the pipeline cleans them (html.unescape twice, whitespace collapsed; no
 // ftfy), padded to max_sequence_length (512) with the states after each
 // text's real length set to zero and no mask for the transformer's
@@ -6,7 +6,10 @@
 // default) with the negative prompt "" when none is given, each half its own
 // transformer call (cache contexts "cond" and "uncond"); 480 × 832 px, 81
 // frames (4k + 1), 50 steps of UniPC with flow sigmas; AutoencoderKLWan.
+// Wan2.2 T2V-A14B: two experts (transformer_2, boundary_ratio), switched by
+// the Pipeline.
 #include "core/error.h"
+#include "core/log.h"
 #include "models/t5.h"
 #include "models/wan.h"
 #include "pipeline/model_family.h"
@@ -20,16 +23,19 @@ namespace {
 
 class WanFamily : public ConfigFamily<models::WanConfig, models::WanTransformer> {
  public:
-  explicit WanFamily(const models::WanConfig& cfg) : ConfigFamily(cfg) {}
+  WanFamily(const models::WanConfig& cfg, double boundary_ratio)
+      : ConfigFamily(cfg), boundary_ratio_(boundary_ratio) {}
 
-  std::string name() const override { return "Wan2.1"; }
+  std::string name() const override { return boundary_ratio_ > 0 ? "Wan2.2" : "Wan2.1"; }
+  double boundary_ratio() const override { return boundary_ratio_; }
   std::vector<std::string> lora_text_components() const override { return {"text_encoder"}; }
   std::string describe() const override {
     const auto& c = cfg_;
-    return detail::concat("WanTransformer3DModel, ", c.num_layers, " blocks, hidden ", c.hidden(),
-                          " (", c.num_attention_heads, " heads x ", c.attention_head_dim,
-                          "), patch ", c.patch_t, "x", c.patch_h, "x", c.patch_w, ", text ",
-                          c.text_dim, ", feed-forward ", c.ffn_dim);
+    return detail::concat(
+        boundary_ratio_ > 0 ? "two WanTransformer3DModel experts, " : "WanTransformer3DModel, ",
+        c.num_layers, " blocks, hidden ", c.hidden(), " (", c.num_attention_heads, " heads x ",
+        c.attention_head_dim, "), patch ", c.patch_t, "x", c.patch_h, "x", c.patch_w, ", text ",
+        c.text_dim, ", feed-forward ", c.ffn_dim);
   }
   int64_t text_width() const override { return cfg_.text_dim; }
   // The text alone: the cross-attention takes no mask.
@@ -77,7 +83,15 @@ class WanFamily : public ConfigFamily<models::WanConfig, models::WanTransformer>
 
  private:
   std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_;
+  double boundary_ratio_;
 };
+
+// A config as its model is made of it: the bookkeeping keys (class, version,
+// the path it was saved from) left out.
+io::Json model_config(io::Json j) {
+  for (const char* k : {"_class_name", "_diffusers_version", "_name_or_path"}) j.erase(k);
+  return j;
+}
 
 }  // namespace
 
@@ -86,19 +100,36 @@ std::unique_ptr<ModelFamily> make_wan_family(const io::ModelFolder& folder) {
   // (An absent component is saved as [null, null].)
   const bool expert_2 = index.contains("transformer_2") && index["transformer_2"].is_array() &&
                         !index["transformer_2"].empty() && !index["transformer_2"][0].is_null();
-  const bool boundary = index.contains("boundary_ratio") && !index["boundary_ratio"].is_null();
-  XDIT_CHECK(!expert_2 && !boundary, folder.root(),
-             "/model_index.json: Wan2.2's two experts (transformer_2, boundary_ratio) are not "
-             "supported yet; Wan2.1 folders are");
+  double boundary = 0;
+  if (index.contains("boundary_ratio") && !index["boundary_ratio"].is_null()) {
+    const io::Json& b = index["boundary_ratio"];
+    XDIT_CHECK(b.is_number() && b.get<double>() > 0 && b.get<double>() <= 1, folder.root(),
+               "/model_index.json: boundary_ratio must be a number in (0, 1], got ", b.dump());
+    boundary = b.get<double>();
+    XDIT_CHECK(expert_2, folder.root(), "/model_index.json: boundary_ratio ", boundary,
+               " switches to a second expert, but the folder names no transformer_2");
+  } else if (expert_2) {
+    XDIT_WARN(folder.root(),
+              "/model_index.json: transformer_2 is never used without a boundary_ratio (as in "
+              "diffusers); the transformer runs every step");
+  }
   XDIT_CHECK(!(index.contains("expand_timesteps") && index["expand_timesteps"].is_boolean() &&
                index["expand_timesteps"].get<bool>()),
              folder.root(),
              "/model_index.json: Wan2.2 TI2V's per-token timesteps (expand_timesteps) are not "
-             "supported yet; Wan2.1 folders are");
+             "supported yet; Wan2.1 and Wan2.2 T2V folders are");
   const std::string tdir = folder.component("transformer");
-  const auto cfg = models::WanConfig::from_json(
-      folder.component_config("transformer", "config.json"), tdir + "/config.json");
-  return std::make_unique<WanFamily>(cfg);
+  const io::Json config = folder.component_config("transformer", "config.json");
+  const auto cfg = models::WanConfig::from_json(config, tdir + "/config.json");
+  if (boundary > 0) {
+    // The Pipeline builds both experts from one config.
+    const io::Json config_2 = folder.component_config("transformer_2", "config.json");
+    models::WanConfig::from_json(config_2, folder.component("transformer_2") + "/config.json");
+    XDIT_CHECK(model_config(config) == model_config(config_2), folder.root(),
+               "/transformer_2/config.json differs from transformer/config.json: xdit runs two "
+               "experts of one architecture (as Wan2.2's)");
+  }
+  return std::make_unique<WanFamily>(cfg, boundary);
 }
 
 }  // namespace xdit::pipeline

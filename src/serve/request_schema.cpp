@@ -106,9 +106,12 @@ std::vector<Field> make_generate_fields() {
                     "image height in px (default: the model's)"),
        number_field("width", FieldType::kInteger, 1, kMaxSide,
                     "image width in px (default: the model's)"),
+       number_field("guidance_scale_2", FieldType::kNumber, 0, kMaxGuidance,
+                    "Wan2.2: the second expert's (transformer_2's) guidance scale (default: "
+                    "cfg)"),
        number_field("num_frames", FieldType::kInteger, 1, kMaxFrames,
                     "video frames per prompt (default: the model's; Wan: 4k + 1, others rounded "
-                    "down to one as diffusers does); each frame answered as a PNG"),
+                    "down to one as diffusers does); a video answers as one MP4"),
        string_field("save_disk_path", false,
                     "a folder under the server's --output_dir, named relative to it (\"\" is "
                     "that folder; '..', absolute paths, NUL bytes and symbolic links are "
@@ -307,6 +310,7 @@ ServeRequest parse_request(Endpoint e, const std::string& body) {
       out.loras.emplace_back(l["name"].get<std::string>(), l.value("scale", 1.0));
   if (e == Endpoint::kGenerate) {
     if (has("cfg")) r.guidance_scale = j["cfg"].get<double>();
+    if (has("guidance_scale_2")) r.guidance_scale_2 = j["guidance_scale_2"].get<double>();
     if (has("height")) r.height = integer(j["height"]);
     if (has("width")) r.width = integer(j["width"]);
     if (has("num_frames")) r.num_frames = integer(j["num_frames"]);

@@ -191,29 +191,5 @@ TEST(WanPipeline, ImageModelsRefuseFrames) {
   EXPECT_EQ(pipe.plan(r)->latent_frames, 1);
 }
 
-// Wan2.2's folders (two experts, or TI2V's per-token timesteps) are refused
-// by name until they are supported.
-TEST(WanPipeline, Wan22FoldersAreRefusedByName) {
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("xdit_wan22_" + std::to_string(::getpid())))
-          .string();
-  std::filesystem::remove_all(dir);
-  std::filesystem::copy(kModel, dir, std::filesystem::copy_options::recursive);
-  io::Json index = io::read_json_file(dir + "/model_index.json");
-  index["boundary_ratio"] = 0.875;
-  std::ofstream(dir + "/model_index.json") << index.dump();
-  EXPECT_NE(test::error_message([&] {
-              pipeline::Pipeline p(dir, DType::kF32);
-            }).find("Wan2.2's two experts (transformer_2, boundary_ratio)"),
-            std::string::npos);
-  index.erase("boundary_ratio");
-  index["expand_timesteps"] = true;
-  std::ofstream(dir + "/model_index.json") << index.dump();
-  EXPECT_NE(
-      test::error_message([&] { pipeline::Pipeline p(dir, DType::kF32); }).find("expand_timesteps"),
-      std::string::npos);
-  std::filesystem::remove_all(dir);
-}
-
 }  // namespace
 }  // namespace xdit

@@ -155,6 +155,7 @@ json plan_json() {
           {"latent_frames", 4},
           {"num_inference_steps", 3},
           {"guidance_scale", 2.25},
+          {"guidance_scale_2", 1.75},
           {"true_cfg_scale", 3.5},
           {"skip_layer_guidance.layers", {7, 8, 9}},
           {"skip_layer_guidance.scale", 1.5},
@@ -209,6 +210,7 @@ TEST(ServeSchema, EveryPlanFieldCrossesRanks) {
   EXPECT_EQ(b->latent_frames, 4);
   EXPECT_EQ(b->num_inference_steps, 3);
   EXPECT_EQ(b->guidance_scale, 2.25);
+  EXPECT_EQ(b->guidance_scale_2, 1.75);
   EXPECT_EQ(b->true_cfg_scale, 3.5);
   EXPECT_EQ(b->skip_layer_guidance.layers, (std::vector<int64_t>{7, 8, 9}));
   EXPECT_EQ(b->skip_layer_guidance.scale, 1.5);
@@ -227,7 +229,7 @@ TEST(ServeSchema, EveryPlanFieldCrossesRanks) {
   EXPECT_EQ(b->output, pipeline::Output::kLatents);
   // The fields compared above are the table's rows, all of them.
   EXPECT_EQ(pipeline::Plan::field_count(), want.size());
-  EXPECT_EQ(pipeline::Plan::field_count(), 26u);
+  EXPECT_EQ(pipeline::Plan::field_count(), 27u);
   // A field missing from the JSON is an error, not a default.
   json partial = want;
   partial.erase("seed");
