@@ -2,7 +2,8 @@
 // micro-conditions, PixArt-Σ, FLUX.1 [dev] with guidance and true CFG,
 // FLUX.1 [schnell] without CFG, SD3 and SD3.5 with CFG — the latter with dual
 // attention and qk-norm —, Wan2.1 with CFG over 9 frames, whose token rows
-// cross frames) and every parallel layout the world size
+// cross frames, and Wan2.2 whose second expert takes over after the first of
+// the 3 steps: the stale-K/V methods warm up again on it) and every parallel layout the world size
 // allows — CFG, Ulysses, Ring, USP, their combinations with CFG, data
 // parallel, PipeFusion alone (full warm-up: exact) and with Ulysses / Ring —
 // against the serial run of the same request in the same process (f32,
@@ -308,7 +309,7 @@ TEST_P(ParallelLoop, PipeFusionTimesRingWith7RowsFullWarmup) {
 
 INSTANTIATE_TEST_SUITE_P(Models, ParallelLoop,
                          testing::Values("pixart-alpha", "pixart-sigma", "flux-dev", "flux-schnell",
-                                         "sd3", "sd35", "wan21"),
+                                         "sd3", "sd35", "wan21", "wan22"),
                          test::model_param_name);
 
 // The parallel methods on GPU memory: every rank takes its local rank's GPU
