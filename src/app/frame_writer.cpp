@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "io/png.h"
 #include "io/video.h"
 
@@ -17,10 +18,14 @@ bool is_mp4_path(const std::string& path) {
   return ext == ".mp4";
 }
 
-void check_mp4_encoder(const std::string& path) {
-  XDIT_CHECK(!io::h264_encoder().empty(), "--output ", path,
-             ": this FFmpeg build has no H.264 encoder (libx264 or another); write PNG frames "
-             "instead (--output NAME.png)");
+std::string mp4_or_png_frames(const std::string& path) {
+  if (!io::h264_encoder().empty()) return path;
+  const std::string png = path.substr(0, path.size() - 4) + ".png";
+  XDIT_WARN("--output ", path,
+            ": this FFmpeg build has no H.264 encoder (libx264 or another): writing PNG frames "
+            "instead, ",
+            png, " numbered per frame");
+  return png;
 }
 
 void check_mp4_size(const std::string& path, int64_t width, int64_t height) {

@@ -16,9 +16,10 @@ namespace xdit::app {
 
 // Whether `path` names an MP4 file (".mp4", any case).
 bool is_mp4_path(const std::string& path);
-// Before any work: an MP4 output needs an H.264 encoder in this FFmpeg
-// build; one line otherwise.
-void check_mp4_encoder(const std::string& path);
+// Before any work: the path an MP4 output is written to — itself, or where
+// this FFmpeg build has no H.264 encoder, NAME.png (PNG frames NAME_f0000.png,
+// …), said in one line.
+std::string mp4_or_png_frames(const std::string& path);
 // Before the run, with the size it writes: H.264 in yuv420p needs even sides.
 void check_mp4_size(const std::string& path, int64_t width, int64_t height);
 

@@ -255,10 +255,10 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
              o.output_type, "'");
   const bool latent_out = o.output_type == "latent";
   if (o.output.empty()) o.output = latent_out ? "latents.safetensors" : "xdit.png";
-  const bool mp4 = is_mp4_path(o.output);
-  XDIT_CHECK(!(mp4 && latent_out), "--output ", o.output,
+  XDIT_CHECK(!(is_mp4_path(o.output) && latent_out), "--output ", o.output,
              ": --output_type latent writes a safetensors file, not an MP4");
-  if (mp4) check_mp4_encoder(o.output);
+  if (is_mp4_path(o.output)) o.output = mp4_or_png_frames(o.output);
+  const bool mp4 = is_mp4_path(o.output);
   const DType dtype = parse_compute_dtype(o.dtype);
   XDIT_CHECK(o.prompt_embeds.empty() || o.prompts.empty(),
              "pass either --prompt or --prompt_embeds, not both");
@@ -338,8 +338,11 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
     r.resolution_binning = !o.no_binning;
     const pipeline::Plan plan = pipe.plan(r, output);
     XDIT_INFO(pipe.family().name(), ": ", plan->num_inference_steps, " steps, guidance_scale ",
-              plan->guidance_scale, ", max_sequence_length ", plan->max_sequence_length,
-              " (T5 tokens)");
+              plan->guidance_scale,
+              plan->guidance_scale_2 > 0
+                  ? ", guidance_scale_2 " + detail::concat(plan->guidance_scale_2)
+                  : std::string(),
+              ", max_sequence_length ", plan->max_sequence_length, " (T5 tokens)");
     if (mp4) check_mp4_size(o.output, plan->width, plan->height);
     trace_at_end.parallel = parallel_label(o.par.config, plan->num_inference_steps);
     if (!o.par.config.serial()) XDIT_INFO("parallel: ", trace_at_end.parallel);

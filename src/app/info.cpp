@@ -88,6 +88,16 @@ int run_info(InfoOptions o) {
   out << "transformer:  " << family.describe() << "\n"
       << "              " << count(tp) << " parameters, stored " << join(tw.dtypes()) << " ("
       << human_size(static_cast<double>(tw.stored_bytes())) << ")\n";
+  if (family.boundary_ratio() > 0) {
+    const double boundary = family.boundary_ratio() *
+                            static_cast<double>(pipe.scheduler_config().num_train_timesteps());
+    io::WeightStore tw2(f.component("transformer_2"));
+    out << "transformer_2: the low-noise expert, " << count(tw2.parameter_count())
+        << " parameters, stored " << join(tw2.dtypes()) << " ("
+        << human_size(static_cast<double>(tw2.stored_bytes())) << "): the steps with t < "
+        << boundary << " (transformer: t >= " << boundary
+        << "), at --guidance_scale_2; generate holds one expert at a time\n";
+  }
   pipeline::MemoryQuery q;
   std::optional<models::T5Config> t5;
   std::optional<models::ClipTextConfig> clip;

@@ -10,6 +10,7 @@ extern "C" {
 }
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -43,6 +44,13 @@ void quiet_ffmpeg() {
 
 const AVCodec* find_h264() {
   quiet_ffmpeg();
+  // XDIT_H264_ENCODER names the encoder (libopenh264, h264_vaapi, …); "none"
+  // takes none, as a build without one (the fallback to PNG frames).
+  if (const char* name = std::getenv("XDIT_H264_ENCODER"); name != nullptr && *name != '\0') {
+    if (std::string(name) == "none") return nullptr;
+    const AVCodec* c = avcodec_find_encoder_by_name(name);
+    return c != nullptr && c->id == AV_CODEC_ID_H264 ? c : nullptr;
+  }
   if (const AVCodec* c = avcodec_find_encoder_by_name("libx264")) return c;
   return avcodec_find_encoder(AV_CODEC_ID_H264);
 }

@@ -13,7 +13,8 @@ namespace xdit::io {
 
 class OutputFile;
 
-// The H.264 encoder this FFmpeg build has (libx264 first), or "" when none.
+// The H.264 encoder this FFmpeg build has (libx264 first; the environment's
+// XDIT_H264_ENCODER names another, or "none"), or "" when none.
 std::string h264_encoder();
 
 // frames: each width·height·3 RGB bytes, row-major. H.264 needs even sides;

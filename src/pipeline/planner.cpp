@@ -238,7 +238,11 @@ double Pipeline::second_guidance(double asked, double guidance_scale) const {
 
 void Pipeline::check_request_memory(const MemoryQuery& q) const {
   MemoryEstimate e = estimate_memory(spec(), family_->parameter_count(), q);
-  if (transformer_ || weights_resident_) e.transformer = 0;  // already resident
+  // Wan2.2's two experts both stay loaded, unless one-shot frees the first
+  // before the second loads; those already resident are not counted again.
+  const int experts = family_->boundary_ratio() > 0 && !one_shot_ ? 2 : 1;
+  const int resident = weights_resident_ ? experts : std::min(experts, resident_experts());
+  e.transformer *= experts - resident;
   if (device_.cuda()) {
     // Everything but the scheduler runs on the GPU: the text encoders (freed
     // before the transformer loads, unless kept), then the transformer with

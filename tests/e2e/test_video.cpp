@@ -181,5 +181,58 @@ TEST(Video, GenerateWritesAnMp4ThatFfprobeOpens) {
   std::filesystem::remove_all(dir);
 }
 
+// Without an H.264 encoder (XDIT_H264_ENCODER=none stands in for such an
+// FFmpeg build) an .mp4 output falls back to PNG frames, said in one line,
+// and no .mp4 file is left.
+TEST(Video, NoEncoderFallsBackToPngFrames) {
+  const auto dir = test::make_test_dir("xdit_video_nocodec_");
+  const std::string run = std::string("env XDIT_H264_ENCODER=none OMP_NUM_THREADS=1 '") +
+                          XDIT_BINARY + "' generate --model '" + XDIT_MODELS +
+                          "/wan21-tiny' --prompt 'a fox' --height 32 --width 48 "
+                          "--num_inference_steps 1 --max_sequence_length 8 --dtype f32 "
+                          "--num_frames 5 -o '" +
+                          (dir / "fox.mp4").string() + "'";
+  const auto r = test::run_command(run, (dir / "run.err").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("has no H.264 encoder (libx264 or another): writing PNG frames instead"),
+            std::string::npos)
+      << r.err;
+  for (int f = 0; f < 5; ++f)
+    EXPECT_TRUE(std::filesystem::exists(dir / ("fox_f000" + std::to_string(f) + ".png"))) << f;
+  EXPECT_FALSE(std::filesystem::exists(dir / "fox.mp4"));
+  std::filesystem::remove_all(dir);
+}
+
+// Wan2.2's two experts from the command line: --guidance_scale_2 reaches
+// the run and the container's metadata.
+TEST(Video, Wan22GuidanceScale2InTheMp4) {
+  if (h264_encoder().empty()) GTEST_SKIP() << "this FFmpeg build has no H.264 encoder";
+  if (std::system("ffprobe -version > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "ffprobe (Debian's ffmpeg package) is not installed";
+  const auto dir = test::make_test_dir("xdit_video_wan22_");
+  const std::string path = (dir / "fox.mp4").string();
+  auto r = test::run_command(std::string("env OMP_NUM_THREADS=1 '") + XDIT_BINARY +
+                                 "' generate --model '" + XDIT_MODELS +
+                                 "/wan22-tiny' --prompt 'a fox' --height 32 --width 48 "
+                                 "--num_inference_steps 4 --max_sequence_length 8 --dtype f32 "
+                                 "--num_frames 5 --guidance_scale_2 2.5 -o '" +
+                                 path + "'",
+                             (dir / "run.err").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("guidance_scale_2 2.5"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("loading transformer_2 (the low-noise expert)"), std::string::npos) << r.err;
+  const std::string tag = (dir / "tag.txt").string();
+  r = test::run_command(
+      "ffprobe -v error -show_entries format_tags=guidance_scale_2 -of "
+      "default=nw=1:nk=1 -o '" +
+          tag + "' '" + path + "'",
+      (dir / "probe.err").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::string value;
+  std::ifstream(tag) >> value;
+  EXPECT_EQ(value, "2.500000");
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace xdit::io
