@@ -86,6 +86,7 @@ struct WanVaeDecoder::Resnet {
 struct WanVaeDecoder::Up {
   std::vector<std::unique_ptr<Resnet>> resnets;
   WanVaeConfig::UpMode mode = WanVaeConfig::UpMode::kNone;
+  bool shortcut = false;  // Wan2.2: DupUp3D of the block's input added to its output
   kernels::Conv2d resample;
   std::unique_ptr<Causal> time_conv;
 };
@@ -101,6 +102,28 @@ Tensor rms(const Tensor& x, const Tensor& gamma, bool silu) {
                     gamma.data<float>());
   if (silu) kernels::silu(y.data<float>(), y.data<float>(), y.numel());
   return y;
+}
+
+// DupUp3D, Wan2.2's up-block shortcut, added to y: input frame x [B, h, w,
+// in] spreads into `ft` frames [B, 2h, 2w, out] (ft = 2 where the block
+// doubles time); copy a's channel o at pixel (2r + i, 2c + j) is x's channel
+// (o·S + 4a + 2i + j) / (out·S / in) at (r, c), S = 4·ft. (A reshape in
+// diffusers: repeat_interleave over the channels, then the copies' axes
+// moved beside time and the two pixel axes.)
+void add_dup_up(const Tensor& x, int64_t a, int64_t ft, Tensor& y) {
+  const int64_t B = x.dim(0), h = x.dim(1), w = x.dim(2), in = x.dim(3), out = y.dim(3);
+  const int64_t S = 4 * ft, repeats = out * S / in;
+  const float* xs = x.data<float>();
+  float* ys = y.data<float>();
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t r = 0; r < 2 * h; ++r)
+      for (int64_t c = 0; c < 2 * w; ++c) {
+        const float* src = xs + ((b * h + r / 2) * w + c / 2) * in;
+        float* dst = ys + ((b * 2 * h + r) * 2 * w + c) * out;
+        const int64_t offset = 4 * a + 2 * (r % 2) + c % 2;
+        for (int64_t o = 0; o < out; ++o) dst[o] += src[(o * S + offset) / repeats];
+      }
 }
 
 }  // namespace
@@ -145,10 +168,12 @@ WanVaeDecoder::WanVaeDecoder(const WanVaeConfig& cfg, const WeightSource& w, DTy
     for (int64_t r = 0; r <= cfg.num_res_blocks; ++r, in = out)
       u->resnets.push_back(resnet(p + ".resnets." + std::to_string(r), in, out));
     u->mode = mode;
+    u->shortcut = cfg.residual && mode != WanVaeConfig::UpMode::kNone;
+    const std::string up = p + (cfg.residual ? ".upsampler" : ".upsamplers.0");
     if (mode != WanVaeConfig::UpMode::kNone)
-      u->resample = conv2d(p + ".upsamplers.0.resample.1", out, out / 2, 3);
+      u->resample = conv2d(up + ".resample.1", out, cfg.residual ? out : out / 2, 3);
     if (mode == WanVaeConfig::UpMode::k3d)
-      u->time_conv = causal(p + ".upsamplers.0.time_conv", out, 2 * out, 3, 1);
+      u->time_conv = causal(up + ".time_conv", out, 2 * out, 3, 1);
     up_.push_back(std::move(u));
   }
   norm_out_ = nn::load_param(w, "decoder.norm_out.gamma", {d.back(), 1, 1, 1}).reshape({d.back()});
@@ -204,6 +229,9 @@ void WanVaeDecoder::attention(Frames& x) {
 }
 
 WanVaeDecoder::Frames WanVaeDecoder::up_block(Up& u, Frames x, bool first_chunk) {
+  Frames input;
+  if (u.shortcut)
+    for (const Tensor& f : x) input.push_back(f.clone());
   for (auto& r : u.resnets) resnet(*r, x);
   if (u.mode == WanVaeConfig::UpMode::kNone) return x;
   if (u.mode == WanVaeConfig::UpMode::k3d && !first_chunk) {  // each frame → two (channel halves)
@@ -232,7 +260,39 @@ WanVaeDecoder::Frames WanVaeDecoder::up_block(Up& u, Frames x, bool first_chunk)
     u.resample.forward(up.data<float>(), B, 2 * h, 2 * w, y.data<float>());
     f = y;
   }
+  if (u.shortcut) {
+    // Each input frame's ft copies in order; the first chunk keeps only the
+    // last (its time was not upsampled).
+    const int64_t ft = u.mode == WanVaeConfig::UpMode::k3d ? 2 : 1, skip = first_chunk ? ft - 1 : 0;
+    XDIT_CHECK(static_cast<int64_t>(input.size()) * ft - skip == static_cast<int64_t>(x.size()),
+               "Wan VAE: an up block's shortcut gives ", input.size() * ft - skip,
+               " frames for its ", x.size());
+    int64_t k = 0;
+    for (const Tensor& f : input)
+      for (int64_t a = 0; a < ft; ++a, ++k)
+        if (k >= skip) add_dup_up(f, a, ft, x[static_cast<size_t>(k - skip)]);
+  }
   return x;
+}
+
+Tensor WanVaeDecoder::unpatchify(const Tensor& planar) const {
+  const int64_t p = cfg_.patch;
+  if (p == 1) return planar;
+  // out[b, c, y·p + r, x·p + q] = in[b, c·p² + q·p + r, y, x] (diffusers'
+  // unpatchify: the channel's patch offsets are (column, row)).
+  const int64_t B = planar.dim(0), C = planar.dim(1) / (p * p), h = planar.dim(2),
+                w = planar.dim(3);
+  Tensor out = Tensor::empty({B, C, h * p, w * p});
+  const float* src = planar.data<float>();
+  float* dst = out.data<float>();
+#pragma omp parallel for collapse(2)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t y = 0; y < h * p; ++y)
+        for (int64_t x = 0; x < w * p; ++x)
+          dst[((b * C + c) * h * p + y) * w * p + x] =
+              src[((b * C * p * p + c * p * p + (x % p) * p + y % p) * h + y / p) * w + x / p];
+  return out;
 }
 
 Tensor WanVaeDecoder::banded_conv(const kernels::Conv2d& conv,
@@ -275,8 +335,11 @@ Tensor WanVaeDecoder::decode(const Tensor& z_in, nn::RowBands* bands) {
              "the Wan VAE decodes at least one latent frame of at least 1x1, got ",
              shape_str(z_in.shape()));
   const Tensor z = z_in.as(DType::kF32, current_device());
-  const int64_t B = z.dim(0), F = z.dim(2), h = z.dim(3), w = z.dim(4), s = c.spatial_factor();
-  const int64_t T = c.frames(F), H = h * s, W = w * s, oc = c.out_channels;
+  // s: conv_out's pixels per latent pixel; each is patch × patch video pixels.
+  const int64_t B = z.dim(0), F = z.dim(2), h = z.dim(3), w = z.dim(4),
+                s = c.spatial_factor() / c.patch;
+  const int64_t T = c.frames(F), H = h * c.spatial_factor(), W = w * c.spatial_factor(),
+                oc = c.out_channels, vc = c.video_channels();
   // This rank's latent rows [r0, r1) of every frame (all of them without bands).
   int64_t r0 = 0, r1 = h;
   if (bands != nullptr) {
@@ -291,7 +354,7 @@ Tensor WanVaeDecoder::decode(const Tensor& z_in, nn::RowBands* bands) {
   } unset{bands_};
   bands_ = bands;
   for (Causal* k : causals_) k->history.clear();  // a fresh cache: zeros before the video
-  Tensor out = Tensor::empty({B, oc, T, H, W}, DType::kF32, current_device());
+  Tensor out = Tensor::empty({B, vc, T, H, W}, DType::kF32, current_device());
   int64_t t_out = 0;
   for (int64_t t = 0; t < F; ++t) {
     // Latent frame t's rows [r0, r1) as NHWC [B, rows, w, z_dim], through
@@ -308,11 +371,13 @@ Tensor WanVaeDecoder::decode(const Tensor& z_in, nn::RowBands* bands) {
     for (auto& u : up_) x = up_block(*u, std::move(x), t == 0);
     for (Tensor& f : x) {
       const Tensor y = conv_out_->forward(rms(f, norm_out_, true), *this);
-      Tensor planar = Tensor::empty({B, oc, rows * s, W}, DType::kF32, current_device());
-      kernels::nhwc_to_nchw(y.data<float>(), B, rows * s * W, oc, planar.data<float>());
-      if (bands != nullptr) planar = bands->gather(planar.to_device(Device{}));  // [B, oc, H, W]
+      Tensor planar = Tensor::empty({B, oc, rows * s, w * s}, DType::kF32, current_device());
+      kernels::nhwc_to_nchw(y.data<float>(), B, rows * s * w * s, oc, planar.data<float>());
+      if (bands != nullptr)
+        planar = bands->gather(planar.to_device(Device{}));  // [B, oc, h·s, w·s]
+      planar = unpatchify(planar);                           // [B, vc, H, W]
       kernels::copy_rows(out.data<float>() + t_out * H * W, T * H * W, planar.data<float>(), H * W,
-                         B * oc, H * W);
+                         B * vc, H * W);
       ++t_out;
     }
   }

@@ -13,7 +13,7 @@ std::vector<int64_t> WanVaeConfig::level_dims() const {
 
 std::pair<int64_t, WanVaeConfig::UpMode> WanVaeConfig::up_block(size_t i) const {
   const auto d = level_dims();
-  const int64_t in = i > 0 ? d[i] / 2 : d[i];
+  const int64_t in = i > 0 && !residual ? d[i] / 2 : d[i];
   if (i + 1 == dim_mult.size()) return {in, UpMode::kNone};
   // The decoder's temperal_upsample is the encoder's temperal_downsample reversed.
   const bool time = temperal_downsample[temperal_downsample.size() - 1 - i];
@@ -45,12 +45,25 @@ WanVaeConfig WanVaeConfig::from_json(const io::Json& j, const std::string& w) {
   XDIT_CHECK(c.temperal_downsample.size() + 1 == c.dim_mult.size(), w,
              ": temperal_downsample needs one value per level but the last (",
              c.dim_mult.size() - 1, "), found ", c.temperal_downsample.size());
-  for (const auto& d : c.level_dims())
-    XDIT_CHECK(d % 2 == 0, w, ": level width ", d, " must be even (the upsampling halves it)");
-  XDIT_CHECK(!io::bool_or(j, "is_residual", false, w), w,
-             ": is_residual=true (Wan2.2's 48-channel VAE) is not supported yet");
-  XDIT_CHECK(!j.contains("patch_size") || j["patch_size"].is_null(), w,
-             ": patch_size is not supported yet (Wan2.2's VAE)");
+  c.residual = io::bool_or(j, "is_residual", false, w);
+  const auto d = c.level_dims();
+  if (!c.residual)
+    for (const int64_t l : d)
+      XDIT_CHECK(l % 2 == 0, w, ": level width ", l, " must be even (the upsampling halves it)");
+  for (size_t i = 0; c.residual && i + 2 < d.size(); ++i) {
+    // DupUp3D spreads the block's input channels over 2 × 2 pixels (× 2 frames).
+    const int64_t spread = d[i + 1] * 4 * (c.up_block(i).second == UpMode::k3d ? 2 : 1);
+    XDIT_CHECK(spread % d[i] == 0, w, ": up block ", i, "'s shortcut spreads ", d[i],
+               " channels over ", spread, " values, not a multiple");
+  }
+  if (j.contains("patch_size") && !j["patch_size"].is_null())
+    c.patch = io::int_in(j, "patch_size", 1, 1, 8, w);
+  XDIT_CHECK(c.out_channels % (c.patch * c.patch) == 0, w, ": out_channels ", c.out_channels,
+             " are not the video's channels × patch_size² (", c.patch, "²)");
+  if (j.contains("scale_factor_spatial") && !j["scale_factor_spatial"].is_null())
+    XDIT_CHECK(io::int_in(j, "scale_factor_spatial", 8, 1, 1 << 10, w) == c.spatial_factor(), w,
+               ": scale_factor_spatial ", j["scale_factor_spatial"].dump(), " is not the ",
+               c.spatial_factor(), " its levels and patch_size make");
   const auto list = [&](const char* key) {
     std::vector<double> v;
     XDIT_CHECK(j.contains(key) && j[key].is_array(), w, ": ", key, " is missing");
@@ -103,8 +116,10 @@ io::WeightSpecs WanVaeConfig::decoder_weight_specs() const {
     const int64_t out = d[i + 1];
     for (int64_t r = 0; r <= num_res_blocks; ++r, in = out)
       resnet(p + ".resnets." + std::to_string(r), in, out);
-    if (mode != UpMode::kNone) conv(p + ".upsamplers.0.resample.1", out, out / 2, {3, 3});
-    if (mode == UpMode::k3d) conv(p + ".upsamplers.0.time_conv", out, 2 * out, {3, 1, 1});
+    // Wan2.2's residual blocks keep the width through their `upsampler`.
+    const std::string up = p + (residual ? ".upsampler" : ".upsamplers.0");
+    if (mode != UpMode::kNone) conv(up + ".resample.1", out, residual ? out : out / 2, {3, 3});
+    if (mode == UpMode::k3d) conv(up + ".time_conv", out, 2 * out, {3, 1, 1});
   }
   s.emplace_back("decoder.norm_out.gamma", Shape{d.back(), 1, 1, 1});
   conv("decoder.conv_out", d.back(), out_channels, {3, 3, 3});

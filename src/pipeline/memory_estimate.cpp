@@ -100,6 +100,9 @@ MemoryEstimate estimate_memory(const models::DiTSpec& c, int64_t parameters, con
     const std::vector<int64_t> dims = v.level_dims();
     const double first = static_cast<double>(dims.back()), top = static_cast<double>(dims.front());
     const double tf = static_cast<double>(v.temporal_factor());
+    // Wan2.2's last level runs at a patch² of the pixels (conv_out's
+    // channels are patch × patch pixels each).
+    const double pp = static_cast<double>(v.patch * v.patch);
     // One latent frame at a time: its output frames at full resolution with
     // about six maps of the last level's channels (a causal convolution's
     // three stacked frames among them), every convolution's two-frame
@@ -107,7 +110,7 @@ MemoryEstimate estimate_memory(const models::DiTSpec& c, int64_t parameters, con
     // A band of the patch-parallel decoder holds its share (the attention's
     // scores too: its rows against every band's keys).
     e.decode = params * wb + P *
-                                 (tf * H * W * first * f * 6 + H * W * first * f * 2 * 8 +
+                                 ((tf * H * W * first * f * 6 + H * W * first * f * 2 * 8) / pp +
                                   h * w * top * f * 4 + h * w * h * w * f) /
                                  std::max(1, q.vae_bands);
     // The video [P, 3, F, H, W], its frames reordered, RGB + the encoded file.

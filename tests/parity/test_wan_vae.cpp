@@ -94,8 +94,16 @@ TEST(WanVae, UnsupportedConfigsAreRefusedByName) {
     return std::string("(accepted)");
   };
   EXPECT_EQ(error_of(""), "(accepted)");
-  EXPECT_NE(error_of(R"(, "is_residual": true)").find("is_residual"), std::string::npos);
-  EXPECT_NE(error_of(R"(, "patch_size": 2)").find("patch_size"), std::string::npos);
+  // Wan2.2's residual VAE: conv_out's channels must be whole patches, the
+  // stated spatial factor the one its levels and patch make.
+  EXPECT_EQ(error_of(R"(, "is_residual": true)"), "(accepted)");
+  EXPECT_NE(error_of(R"(, "patch_size": 2)").find("out_channels 3 are not the video's channels"),
+            std::string::npos);
+  EXPECT_EQ(error_of(R"(, "patch_size": 2, "out_channels": 12, "scale_factor_spatial": 16)"),
+            "(accepted)");
+  EXPECT_NE(error_of(R"(, "patch_size": 2, "out_channels": 12, "scale_factor_spatial": 8)")
+                .find("scale_factor_spatial 8 is not the 16"),
+            std::string::npos);
   EXPECT_NE(error_of(R"(, "temperal_downsample": [true])").find("temperal_downsample"),
             std::string::npos);
   EXPECT_NE(error_of(R"(, "latents_std": [1, 0])").find("latents_std"), std::string::npos);
