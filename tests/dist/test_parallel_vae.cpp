@@ -80,8 +80,12 @@ TEST(ParallelVae, EqualsTheSerialDecoderForEveryBandCountAndHeight) {
 // video; bf16 layers: about as close to the f32 video as the serial bf16 one
 // (within 1.5 times its error: the bands' convolutions may pick other
 // algorithms, whose bf16 roundings differ, and nine causal frames carry them).
-TEST(ParallelVae, WanVideoDecoderEqualsTheSerialOneForEveryBandCount) {
-  const std::string dir = std::string(XDIT_TEST_DATA) + "/wan/vae";
+// Wan2.1's VAE and Wan2.2's (residual up blocks with their pixel-local
+// shortcuts, 16x space, conv_out's patches unpatchified after the gather).
+class ParallelWanVae : public testing::TestWithParam<std::string> {};
+
+TEST_P(ParallelWanVae, VideoDecoderEqualsTheSerialOneForEveryBandCount) {
+  const std::string dir = std::string(XDIT_TEST_DATA) + "/" + GetParam() + "/vae";
   const auto cfg = models::WanVaeConfig::from_json(io::read_json_file(dir + "/config.json"), dir);
   io::WeightStore weights(dir);
   models::WanVaeDecoder f32(cfg, weights, DType::kF32);
@@ -113,6 +117,8 @@ TEST(ParallelVae, WanVideoDecoderEqualsTheSerialOneForEveryBandCount) {
       });
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Versions, ParallelWanVae, testing::Values("wan", "wan22"));
 
 // Uneven bands (a slower rank takes fewer rows): one row against the rest.
 TEST(ParallelVae, WeightedBandsEqualTheSerialDecoder) {
