@@ -104,6 +104,9 @@ class ModelFamily {
   // FLUX: sizes floor to a multiple of 16 with a warning, as diffusers does;
   // PixArt refuses them.
   virtual bool floors_size() const { return false; }
+  // Wan: sizes must be multiples of this (WanPipeline.check_inputs: 16)
+  // before any flooring to the VAE × patch grid; 0: no such rule.
+  virtual int64_t size_multiple() const { return 0; }
   virtual schedulers::TimestepHints timestep_hints(const schedulers::SchedulerConfig&,
                                                    int64_t /*steps*/, int64_t /*latent_h*/,
                                                    int64_t /*latent_w*/) const {

@@ -24,6 +24,10 @@ void Pipeline::settle_size(int64_t& height, int64_t& width, const char* hint) co
   XDIT_CHECK(most == 0 || (height <= most && width <= most), "height ", height, " and width ",
              width, " must be at most ", most, " px for this model (its position table covers ",
              most / unit, " patches of ", unit, " px per side)");
+  if (const int64_t m = family_->size_multiple(); m > 0)
+    XDIT_CHECK(height % m == 0 && width % m == 0, "height ", height, " and width ", width,
+               " must be multiples of ", m, " for ", family_->name(), " (as diffusers checks)",
+               hint);
   if (height % unit == 0 && width % unit == 0) return;
   if (family_->floors_size()) {
     const int64_t h = height / unit * unit, w = width / unit * unit;

@@ -7,7 +7,10 @@
 // transformer call (cache contexts "cond" and "uncond"); 480 × 832 px, 81
 // frames (4k + 1), 50 steps of UniPC with flow sigmas; AutoencoderKLWan.
 // Wan2.2 T2V-A14B: two experts (transformer_2, boundary_ratio), switched by
-// the Pipeline.
+// the Pipeline. Wan2.2 TI2V-5B (expand_timesteps): the residual 48-channel
+// VAE (16× in space, so sizes floor to multiples of 32 with a warning, as
+// diffusers does) and a timestep per token — all equal without an image, so
+// the transformer takes the step's one timestep; 24 frames per second.
 #include "core/error.h"
 #include "core/log.h"
 #include "models/t5.h"
@@ -23,10 +26,12 @@ namespace {
 
 class WanFamily : public ConfigFamily<models::WanConfig, models::WanTransformer> {
  public:
-  WanFamily(const models::WanConfig& cfg, double boundary_ratio)
-      : ConfigFamily(cfg), boundary_ratio_(boundary_ratio) {}
+  WanFamily(const models::WanConfig& cfg, double boundary_ratio, bool ti2v)
+      : ConfigFamily(cfg), boundary_ratio_(boundary_ratio), ti2v_(ti2v) {}
 
-  std::string name() const override { return boundary_ratio_ > 0 ? "Wan2.2" : "Wan2.1"; }
+  std::string name() const override {
+    return ti2v_ ? "Wan2.2 TI2V" : boundary_ratio_ > 0 ? "Wan2.2" : "Wan2.1";
+  }
   double boundary_ratio() const override { return boundary_ratio_; }
   std::vector<std::string> lora_text_components() const override { return {"text_encoder"}; }
   std::string describe() const override {
@@ -46,6 +51,9 @@ class WanFamily : public ConfigFamily<models::WanConfig, models::WanTransformer>
   int64_t default_height(int64_t /*vsf*/) const override { return 480; }
   int64_t default_width(int64_t /*vsf*/) const override { return 832; }
   int64_t default_frames() const override { return 81; }
+  int default_fps() const override { return ti2v_ ? 24 : 16; }
+  bool floors_size() const override { return true; }
+  int64_t size_multiple() const override { return 16; }
   int64_t default_steps() const override { return 50; }
   double default_guidance() const override { return 5.0; }
   bool cfg_calls_apart() const override { return true; }
@@ -84,6 +92,7 @@ class WanFamily : public ConfigFamily<models::WanConfig, models::WanTransformer>
  private:
   std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_;
   double boundary_ratio_;
+  bool ti2v_;
 };
 
 // A config as its model is made of it: the bookkeeping keys (class, version,
@@ -113,11 +122,8 @@ std::unique_ptr<ModelFamily> make_wan_family(const io::ModelFolder& folder) {
               "/model_index.json: transformer_2 is never used without a boundary_ratio (as in "
               "diffusers); the transformer runs every step");
   }
-  XDIT_CHECK(!(index.contains("expand_timesteps") && index["expand_timesteps"].is_boolean() &&
-               index["expand_timesteps"].get<bool>()),
-             folder.root(),
-             "/model_index.json: Wan2.2 TI2V's per-token timesteps (expand_timesteps) are not "
-             "supported yet; Wan2.1 and Wan2.2 T2V folders are");
+  const bool ti2v = index.contains("expand_timesteps") && index["expand_timesteps"].is_boolean() &&
+                    index["expand_timesteps"].get<bool>();
   const std::string tdir = folder.component("transformer");
   const io::Json config = folder.component_config("transformer", "config.json");
   const auto cfg = models::WanConfig::from_json(config, tdir + "/config.json");
@@ -129,7 +135,7 @@ std::unique_ptr<ModelFamily> make_wan_family(const io::ModelFolder& folder) {
                "/transformer_2/config.json differs from transformer/config.json: xdit runs two "
                "experts of one architecture (as Wan2.2's)");
   }
-  return std::make_unique<WanFamily>(cfg, boundary);
+  return std::make_unique<WanFamily>(cfg, boundary, ti2v);
 }
 
 }  // namespace xdit::pipeline

@@ -2,8 +2,9 @@
 // micro-conditions, PixArt-Σ, FLUX.1 [dev] with guidance and true CFG,
 // FLUX.1 [schnell] without CFG, SD3 and SD3.5 with CFG — the latter with dual
 // attention and qk-norm —, Wan2.1 with CFG over 9 frames, whose token rows
-// cross frames, and Wan2.2 whose second expert takes over after the first of
-// the 3 steps: the stale-K/V methods warm up again on it) and every parallel layout the world size
+// cross frames, Wan2.2 whose second expert takes over after the first of
+// the 3 steps: the stale-K/V methods warm up again on it, and Wan2.2 TI2V
+// with its 48 channels) and every parallel layout the world size
 // allows — CFG, Ulysses, Ring, USP, their combinations with CFG, data
 // parallel, PipeFusion alone (full warm-up: exact) and with Ulysses / Ring —
 // against the serial run of the same request in the same process (f32,
@@ -60,10 +61,12 @@ pipeline::LatentRequest request(const pipeline::Pipeline& p, int64_t rows = 0) {
   const int64_t L = pooled ? 6 : 9;
   r.cond.set(models::kText, g.randn({2, L, p.text_width()}));
   r.uncond.set(models::kText, g.randn({2, L, p.text_width()}));
+  // Wan's pixels per token: 16 (TI2V's VAE: 32).
+  const int64_t unit = p.vae_scale_factor() * p.spec().patch;
   if (video) {  // Wan: 9 frames (3 latent frames) of 3 x 5 patches: 9 token rows
     r.num_frames = 9;
-    r.height = 48;
-    r.width = 80;
+    r.height = 3 * unit;
+    r.width = 5 * unit;
   } else if (pooled) {
     r.cond.set(models::kPooled, g.randn({2, p.family().pooled_width()}));
     r.uncond.set(models::kPooled, g.randn({2, p.family().pooled_width()}));
@@ -85,7 +88,7 @@ pipeline::LatentRequest request(const pipeline::Pipeline& p, int64_t rows = 0) {
   // latent rows, enough for the VAE's bands over 4 ranks), ⌈rows / 3⌉ of them:
   // an odd count of token rows, 7 → 9, 14 → 15.
   if (rows > 0 && video) {
-    r.height = 48;
+    r.height = 3 * unit;
     r.num_frames = 4 * ((rows + 2) / 3 - 1) + 1;
   } else if (rows > 0) {
     r.height = rows * (pooled ? 8 : 16);
@@ -309,7 +312,7 @@ TEST_P(ParallelLoop, PipeFusionTimesRingWith7RowsFullWarmup) {
 
 INSTANTIATE_TEST_SUITE_P(Models, ParallelLoop,
                          testing::Values("pixart-alpha", "pixart-sigma", "flux-dev", "flux-schnell",
-                                         "sd3", "sd35", "wan21", "wan22"),
+                                         "sd3", "sd35", "wan21", "wan22", "wan22-ti2v"),
                          test::model_param_name);
 
 // The parallel methods on GPU memory: every rank takes its local rank's GPU

@@ -5,6 +5,8 @@
 // guidance_scale_2 left to its default, a run without CFG, and a one-step run
 // that never needs the second expert. Then when each expert loads (and is
 // freed under one-shot), step caches over the switch, and the folder checks.
+// And TI2V-5B's text-to-video (make_wan22_ti2v_pipeline.py): the residual
+// 48-channel VAE at 16x, sizes floored to 32, a timestep per token.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -210,12 +212,6 @@ TEST(Wan22Pipeline, BadFoldersAndRequestsAreOneLine) {
     EXPECT_EQ(p.family().name(), "Wan2.1");
     EXPECT_EQ(p.family().boundary_ratio(), 0.0);
   }
-  // TI2V's per-token timesteps are refused by name until they are supported.
-  std::filesystem::remove_all(dir);
-  dir = edited_folder([](io::Json& j) { j["expand_timesteps"] = true; }, "ti2v");
-  EXPECT_NE(
-      test::error_message([&] { pipeline::Pipeline p(dir, DType::kF32); }).find("expand_timesteps"),
-      std::string::npos);
   std::filesystem::remove_all(dir);
   // guidance_scale_2: the second expert's; negative or NaN refused.
   pipeline::Pipeline pipe(kModel, DType::kF32);
@@ -233,6 +229,49 @@ TEST(Wan22Pipeline, BadFoldersAndRequestsAreOneLine) {
   pipeline::ImageRequest plain = small(2);
   plain.guidance_scale_2 = pipeline::kDefaultGuidance;
   EXPECT_EQ(one.plan(plain)->guidance_scale_2, 0.0);
+}
+
+TEST(Wan22Pipeline, Ti2vMatchesDiffusers) {
+  pipeline::Pipeline pipe(std::string(XDIT_MODELS) + "/wan22-ti2v-tiny", DType::kF32);
+  pipe.set_keep_text_encoder(true);
+  EXPECT_EQ(pipe.family().name(), "Wan2.2 TI2V");
+  EXPECT_EQ(pipe.family().default_fps(), 24);
+  EXPECT_EQ(pipe.vae_factors().spatial, 16);
+  EXPECT_EQ(pipe.vae_factors().temporal, 4);
+  EXPECT_EQ(pipe.spec().latent_channels, 48);
+  test::for_each_pipeline_case("wan22_ti2v", [&](const std::string& c, const io::Json& m,
+                                                 std::map<std::string, Tensor>& g) {
+    pipeline::ImageRequest r = test::image_request(m);
+    r.num_frames = m["num_frames"].get<int64_t>();
+    const pipeline::Plan plan = pipe.plan(r);
+    const Tensor& video = g[c + ".video"];
+    // A height off the 32 px grid (16 x the patch) floors, as diffusers does.
+    EXPECT_EQ(plan->run_height, video.dim(3));
+    EXPECT_EQ(plan->run_width, video.dim(4));
+    const Tensor& init = g[c + ".initial_latents"];
+    EXPECT_EQ(
+        pipeline::initial_noise(1, 48, plan->latent_frames, init.dim(3), init.dim(4), plan->seed)
+            .to_vector(),
+        init.to_vector());
+    const Tensor latents = pipe.generate_latents(plan);
+    ASSERT_EQ(latents.shape(), g[c + ".latents"].shape());
+    EXPECT_LE(test::rel_max_err(latents.to_vector(), g[c + ".latents"].to_vector()), 1e-4);
+    const pipeline::ImageResult out = pipe.generate(plan);
+    ASSERT_EQ(out.frames, video.dim(2));
+    ASSERT_EQ(out.height, video.dim(3));
+    ASSERT_EQ(out.width, video.dim(4));
+    for (int64_t f = 0; f < out.frames; ++f)
+      EXPECT_LE(test::worst_pixel_difference(out.rgb[static_cast<size_t>(f)],
+                                             frame_of(video, f).data(), video.dim(3), video.dim(4)),
+                1)
+          << "frame " << f << ": largest per-pixel difference (of 255)";
+  });
+  // Sizes must still be multiples of 16 (WanPipeline.check_inputs).
+  pipeline::ImageRequest odd = small(1);
+  odd.guidance_scale_2 = pipeline::kDefaultGuidance;
+  odd.height = 40;
+  EXPECT_NE(test::error_message([&] { pipe.plan(odd); }).find("must be multiples of 16"),
+            std::string::npos);
 }
 
 }  // namespace
