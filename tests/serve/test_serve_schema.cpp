@@ -64,7 +64,12 @@ TEST(ServeSchema, OmittedFieldsKeepThePipelineDefaults) {
   const pipeline::ImageRequest d;
   EXPECT_EQ(r.image.num_inference_steps, pipeline::kDefaultSteps);
   EXPECT_EQ(r.image.guidance_scale, pipeline::kDefaultGuidance);
+  EXPECT_EQ(r.image.guidance_scale_2, pipeline::kDefaultGuidance);
   EXPECT_EQ(r.image.height, 0);
+  // Wan2.2's second expert's guidance, beside cfg.
+  EXPECT_DOUBLE_EQ(parse_request(Endpoint::kGenerate, R"({"prompt": "x", "guidance_scale_2": 2.5})")
+                       .image.guidance_scale_2,
+                   2.5);
   EXPECT_EQ(r.image.seed, d.seed);
   EXPECT_FALSE(r.image.negative_prompt.has_value());
   // null reads as absent
@@ -126,6 +131,7 @@ TEST(ServeSchema, EveryMalformedClassIsRefusedNamingTheField) {
   EXPECT_EQ(refusal(g, R"({"prompt": "x", "num_inference_steps": 0})"),
             P(400, "num_inference_steps"));
   EXPECT_EQ(refusal(o, R"({"prompt": "x", "guidance_scale": -1})"), P(400, "guidance_scale"));
+  EXPECT_EQ(refusal(g, R"({"prompt": "x", "guidance_scale_2": -1})"), P(400, "guidance_scale_2"));
   // unknown fields (each endpoint's own: cfg is /generate's, n is OpenAI's)
   EXPECT_EQ(refusal(g, R"({"prompt": "x", "steps": 3})"), P(400, "steps"));
   EXPECT_EQ(refusal(g, R"({"prompt": "x", "n": 2})"), P(400, "n"));
