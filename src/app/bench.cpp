@@ -47,13 +47,13 @@ int run_bench(const BenchOptions& o) {
              ": --device ", g_device.str(),
              " runs the transformer and flux benchmarks only (the other rows have no GPU form "
              "yet)");
-  XDIT_CHECK(
-      o.what == "transformer" || o.what == "attention" || o.what == "t5" || o.what == "vae" ||
-          o.what == "flux" || o.what == "sd3" || o.what == "wan" || o.what == "wan_vae" ||
-          o.what == "parallel" || o.what == "tensor" || o.what == "all",
-      "unknown benchmark '", o.what,
-      "': transformer, attention, t5, vae, flux, sd3, wan, wan_vae, parallel, tensor, cache, lora, "
-      "serve or all");
+  XDIT_CHECK(o.what == "transformer" || o.what == "attention" || o.what == "t5" ||
+                 o.what == "vae" || o.what == "flux" || o.what == "sd3" || o.what == "wan" ||
+                 o.what == "wan_vae" || o.what == "parallel" || o.what == "tensor" ||
+                 o.what == "wan_parallel" || o.what == "all",
+             "unknown benchmark '", o.what,
+             "': transformer, attention, t5, vae, flux, sd3, wan, wan_vae, wan_parallel, parallel, "
+             "tensor, cache, lora, serve or all");
   if (!o.row.empty()) {  // child: WHAT:RES:DTYPE[:LAYOUT]
     std::vector<std::string> f;
     std::stringstream ss(o.row);
@@ -63,14 +63,14 @@ int run_bench(const BenchOptions& o) {
     const std::string& dt = f[2];
     const int64_t res = row_integer(f[1], "RES");
     nlohmann::json r =
-        what == "t5"                             ? run_t5_row(res, dt, o.warmup, o.repeat)
-        : what == "vae"                          ? run_vae_row(res, dt, o.warmup, o.repeat)
-        : what == "attention"                    ? run_attention_row(res, dt, o.warmup, o.repeat)
-        : what == "flux"                         ? run_flux_row(res, dt, o.warmup, o.repeat,
-                                                                f.size() > 3 && f[3] == "tensor", o.weights.at(0))
-        : what == "sd3"                          ? run_sd3_row(res, dt, o.warmup, o.repeat)
-        : what == "wan"                          ? run_wan_row(res, dt, o.warmup, o.repeat)
-        : what == "wan_vae"                      ? run_wan_vae_row(res, dt, o.warmup, o.repeat)
+        what == "t5"          ? run_t5_row(res, dt, o.warmup, o.repeat)
+        : what == "vae"       ? run_vae_row(res, dt, o.warmup, o.repeat)
+        : what == "attention" ? run_attention_row(res, dt, o.warmup, o.repeat)
+        : what == "flux"      ? run_flux_row(res, dt, o.warmup, o.repeat,
+                                             f.size() > 3 && f[3] == "tensor", o.weights.at(0))
+        : what == "sd3"       ? run_sd3_row(res, dt, o.warmup, o.repeat)
+        : what == "wan"       ? run_wan_row(res, dt, o.warmup, o.repeat, f.size() > 3 ? f[3] : "")
+        : what == "wan_vae"   ? run_wan_vae_row(res, dt, o.warmup, o.repeat)
         : what == "parallel" && f.at(3) == "vae" ? run_parallel_vae_row(res, dt, o.warmup, o.repeat)
         : what == "parallel" && f.at(3).rfind("pipefusion", 0) == 0
             ? run_pipefusion_row(res, dt, row_integer(f.at(3).substr(11), "the patch count"))
@@ -80,6 +80,7 @@ int run_bench(const BenchOptions& o) {
     return 0;
   }
   if (o.what == "parallel") return run_parallel_bench(o);
+  if (o.what == "wan_parallel") return run_wan_parallel_bench(o);
   if (o.what == "tensor") return run_tensor_bench(o);
   for (const auto& dt : o.dtypes) {
     const DType t = parse_dtype(dt);

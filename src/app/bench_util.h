@@ -111,7 +111,10 @@ nlohmann::json run_flux_row(int64_t res, const std::string& dt_name, int warmup,
 nlohmann::json run_sd3_row(int64_t res, const std::string& dt_name, int warmup, int repeat);
 
 // bench_wan.cpp
-nlohmann::json run_wan_row(int64_t res, const std::string& dt_name, int warmup, int repeat);
+// `layout` "ulysses" or "ring": on 2 ranks (run_wan_parallel_bench's rows).
+nlohmann::json run_wan_row(int64_t res, const std::string& dt_name, int warmup, int repeat,
+                           const std::string& layout = "");
+int run_wan_parallel_bench(const BenchOptions& o);
 nlohmann::json run_wan_vae_row(int64_t res, const std::string& dt_name, int warmup, int repeat);
 
 // bench_attention.cpp

@@ -6,14 +6,26 @@
 //    frames), per block and extrapolated by FLOPs to 30 blocks and to 81
 //    frames (21 latent frames: attention grows with the square);
 //  - wan_vae: AutoencoderKLWan's decoder (base 96, dim_mult 1 2 4 4) decoding
-//    the same 3 latent frames into 9 frames.
+//    the same 3 latent frames into 9 frames;
+//  - wan_parallel: the wan step on 2 ranks x 1 thread with Ulysses 2 and
+//    Ring 2 over the video tokens, against 1 rank x 2 threads.
+#include <omp.h>
+
+#include <algorithm>
+#include <iomanip>
+#include <iostream>
+#include <optional>
 #include <string>
 
 #include "app/bench_util.h"
+#include "app/startup.h"
+#include "core/error.h"
 #include "core/rng.h"
 #include "io/weights.h"
 #include "models/wan.h"
 #include "models/wan_vae.h"
+#include "parallel/config.h"
+#include "parallel/runtime.h"
 
 namespace xdit::app::bench {
 
@@ -73,7 +85,8 @@ double wan_vae_flops(const models::WanVaeConfig& c, int64_t F, int64_t h, int64_
 
 }  // namespace
 
-nlohmann::json run_wan_row(int64_t res, const std::string& dt_name, int warmup, int repeat) {
+nlohmann::json run_wan_row(int64_t res, const std::string& dt_name, int warmup, int repeat,
+                           const std::string& layout) {
   const DType dtype = parse_dtype(dt_name);
   const double peak = gemm_peak(dtype);
   const models::WanConfig cfg = models::WanConfig::t2v_1_3b();
@@ -91,11 +104,50 @@ nlohmann::json run_wan_row(int64_t res, const std::string& dt_name, int warmup, 
   models::WanConfig reduced = cfg;
   reduced.num_layers = 3;
   io::RandomWeights weights(6);
-  models::WanTransformer model(reduced, weights, dtype);
+  // Two ranks: the pipeline's runtime splits the token rows (frames × patch
+  // rows) and gathers the outputs, as a Ulysses 2 or Ring 2 run does.
+  std::optional<parallel::Mesh> mesh;
+  if (!layout.empty()) {
+    XDIT_CHECK(world().size() == 2, "bench wan's parallel rows run on 2 ranks");
+    parallel::ParallelConfig pc;
+    if (layout == "ulysses")
+      pc.ulysses_degree = 2;
+    else if (layout == "ring")
+      pc.ring_degree = 2;
+    else
+      XDIT_FAIL("bench wan: unknown layout '", layout, "': ulysses or ring");
+    mesh.emplace(pc, world());
+  }
+  parallel::ParallelRuntime rt(mesh ? &*mesh : nullptr, cfg.patch_h);
+  models::WanTransformer model(reduced, weights, dtype, rt.stage(reduced.num_layers));
+  rt.attach(model);
+  rt.set_grid_width(w / cfg.patch_w);
+  const int64_t rows = kLatentFrames * (h / cfg.patch_h);
+  std::tie(in.row_begin, in.row_end) = rt.my_rows(0, rows);
   const double flops = wan_flops(reduced, B, N, kText);
-  nlohmann::json r = timed_row("wan21_1_3b_3_blocks", res, dt_name, flops, dtype, peak, warmup,
-                               repeat, [&] { model.forward(in); });
+  const auto groups = [&mesh] {  // each group once (a degree-2 layout's may be one)
+    std::vector<comm::Communicator*> g;
+    for (comm::Communicator* c : {&mesh->sp_group(), &mesh->ulysses_group(), &mesh->ring_group()})
+      if (std::find(g.begin(), g.end(), c) == g.end()) g.push_back(c);
+    return g;
+  };
+  if (mesh)
+    for (comm::Communicator* c : groups()) c->stats() = {};
+  nlohmann::json r =
+      timed_row("wan21_1_3b_3_blocks", res, dt_name, flops, dtype, peak, warmup, repeat, [&] {
+        if (mesh) mesh->world().barrier();
+        rt.gather(model.forward(in), false, 0, rows);
+      });
   const double t = r["seconds"].get<double>();
+  if (mesh) {
+    r["layout"] = layout;
+    r["ranks"] = 2;
+    r["threads"] = omp_get_max_threads();
+    // Per step (the counters cover the warm-up and the repeats alike).
+    double sent = 0;
+    for (comm::Communicator* c : groups()) sent += static_cast<double>(c->stats().bytes_sent);
+    r["comm_bytes_per_step"] = sent / (warmup + std::max(1, repeat));
+  }
   r["width"] = wan_width(res);
   r["latent_frames"] = kLatentFrames;
   r["video_tokens"] = N;
@@ -127,6 +179,38 @@ nlohmann::json run_wan_vae_row(int64_t res, const std::string& dt_name, int warm
   r["width"] = wan_width(res);
   r["frames"] = cfg.frames(kLatentFrames);
   return r;
+}
+
+// 1 rank x 2 threads against 2 ranks x 1 thread (Ulysses 2, Ring 2) on the
+// same two cores: the efficiency of the split on this machine.
+int run_wan_parallel_bench(const BenchOptions& o) {
+  XDIT_CHECK(world().size() == 1,
+             "run `xdit bench wan_parallel` itself without mpirun: it starts mpirun for its rows");
+  const int64_t res = *std::max_element(o.resolutions.begin(), o.resolutions.end());
+  const std::string dt = o.dtypes.front();
+  nlohmann::json base = run_child("wan", res, dt, o, "", 2);
+  const double t1 = base["seconds"].get<double>();
+  if (o.json) std::cout << base.dump() << std::endl;
+  if (!o.json)
+    std::cout << "Wan2.1-1.3B step (3 blocks, CFG, " << kLatentFrames << " latent frames) at "
+              << res << "p, " << dt << ": 1 rank x 2 threads against 2 ranks x 1 thread\n"
+              << std::left << std::setw(22) << "serial (1x2 threads)" << std::right << std::setw(10)
+              << std::fixed << std::setprecision(2) << t1 << " s   1.00\n";
+  for (const char* layout : {"ulysses", "ring"}) {
+    nlohmann::json r = run_child("wan", res, dt, o, layout, 1);
+    const double t = r["seconds"].get<double>();
+    r["speedup"] = t1 / t;
+    r["efficiency"] = t1 / t;  // the same two cores either way
+    if (o.json) {
+      std::cout << r.dump() << std::endl;
+      continue;
+    }
+    std::cout << std::left << std::setw(22) << (std::string(layout) + " 2 (2x1)") << std::right
+              << std::setw(10) << t << " s   " << t1 / t << "  ("
+              << human(r["comm_bytes_per_step"].get<double>(), "B") << " sent per rank)"
+              << std::endl;
+  }
+  return 0;
 }
 
 }  // namespace xdit::app::bench
