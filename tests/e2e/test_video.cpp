@@ -234,5 +234,32 @@ TEST(Video, Wan22GuidanceScale2InTheMp4) {
   std::filesystem::remove_all(dir);
 }
 
+// xdit bench wan_parallel: the serial row, then Ulysses 2 and Ring 2 on two
+// ranks (mpirun, started by the bench), each with its efficiency.
+TEST(Video, BenchWanParallelRowsRun) {
+  if (std::system("mpirun --version > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "mpirun (OpenMPI) is not installed";
+  const auto dir = test::make_test_dir("xdit_bench_wan_");
+  const std::string rows_file = (dir / "rows.json").string();
+  const auto r = test::run_command(std::string("sh -c \"env XDIT_QUIET=1 '") + XDIT_BINARY +
+                                       "' bench wan_parallel --resolutions 32 --dtypes f32 "
+                                       "--warmup 0 --json > '" +
+                                       rows_file + "'\"",
+                                   (dir / "run.err").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::vector<nlohmann::json> rows = test::json_lines(rows_file);
+  ASSERT_EQ(rows.size(), 3u) << r.err;
+  EXPECT_FALSE(rows[0].contains("layout"));
+  EXPECT_EQ(rows[1]["layout"], "ulysses");
+  EXPECT_EQ(rows[2]["layout"], "ring");
+  for (size_t i = 1; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i]["ranks"], 2);
+    EXPECT_EQ(rows[i]["video_tokens"], rows[0]["video_tokens"]);
+    EXPECT_GT(rows[i]["efficiency"].get<double>(), 0.0);
+    EXPECT_GT(rows[i]["comm_bytes_per_step"].get<double>(), 0.0) << "the split sends its shares";
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace xdit::io
