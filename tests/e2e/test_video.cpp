@@ -211,7 +211,7 @@ TEST(Video, Wan22GuidanceScale2InTheMp4) {
     GTEST_SKIP() << "ffprobe (Debian's ffmpeg package) is not installed";
   const auto dir = test::make_test_dir("xdit_video_wan22_");
   const std::string path = (dir / "fox.mp4").string();
-  auto r = test::run_command(std::string("env OMP_NUM_THREADS=1 '") + XDIT_BINARY +
+  auto r = test::run_command(std::string("env -u XDIT_QUIET OMP_NUM_THREADS=1 '") + XDIT_BINARY +
                                  "' generate --model '" + XDIT_MODELS +
                                  "/wan22-tiny' --prompt 'a fox' --height 32 --width 48 "
                                  "--num_inference_steps 4 --max_sequence_length 8 --dtype f32 "
