@@ -32,21 +32,6 @@ constexpr const char* kSplit =
     R"(<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|)"
     R"([^\p{White_Space}\p{L}\p{N}]+)";
 
-// GPT-2's bytes_to_unicode: printable bytes map to themselves, the others to
-// U+0100 onwards in byte order. Returned as the UTF-8 text of each byte.
-const std::vector<std::string>& byte_symbols() {
-  static const std::vector<std::string> table = [] {
-    std::vector<std::string> t(256);
-    int next = 256;
-    for (int b = 0; b < 256; ++b) {
-      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-      icu::UnicodeString(static_cast<UChar32>(printable ? b : next++)).toUTF8String(t[b]);
-    }
-    return t;
-  }();
-  return table;
-}
-
 std::string utf8(const icu::UnicodeString& u) {
   std::string s;
   u.toUTF8String(s);
@@ -102,16 +87,12 @@ ClipTokenizer::ClipTokenizer(const std::string& folder) : regex_(std::make_uniqu
     XDIT_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 &&
                    id.get<int64_t>() < std::numeric_limits<int32_t>::max(),
                vocab_path, ": the id of \"", token, "\" is not a non-negative integer");
-    const auto i = static_cast<int32_t>(id.get<int64_t>());
-    vocab_[token] = i;
-    if (static_cast<size_t>(i) >= id_to_token_.size())
-      id_to_token_.resize(static_cast<size_t>(i) + 1);
-    id_to_token_[static_cast<size_t>(i)] = token;
+    bpe_.add_token(token, static_cast<int32_t>(id.get<int64_t>()));
   }
 
   std::istringstream in(io::read_small_file(merges_path, io::kMaxJsonFileBytes, "tokenizer file"));
   std::string line;
-  int64_t line_no = 0, rank = 0;
+  int64_t line_no = 0;
   while (std::getline(in, line)) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -120,11 +101,8 @@ ClipTokenizer::ClipTokenizer(const std::string& folder) : regex_(std::make_uniqu
     XDIT_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < line.size() &&
                    line.find(' ', sp + 1) == std::string::npos,
                merges_path, " line ", line_no, ": \"", line, "\" is not two symbols");
-    const std::string a = line.substr(0, sp), b = line.substr(sp + 1);
-    for (const std::string& s : {a, b, a + b})
-      XDIT_CHECK(vocab_.count(s) != 0, merges_path, " line ", line_no, ": \"", s,
-                 "\" is not in vocab.json");
-    merge_rank_.emplace(line, static_cast<int32_t>(rank++));
+    bpe_.add_merge(line.substr(0, sp), line.substr(sp + 1),
+                   merges_path + " line " + std::to_string(line_no));
   }
   XDIT_CHECK(!in.bad(), "cannot read ", merges_path);
 
@@ -151,25 +129,18 @@ ClipTokenizer::ClipTokenizer(const std::string& folder) : regex_(std::make_uniqu
         token_text(cfg, key, token_text(map, key, fallback, map_path), cfg_path);
     for (const AddedToken& t : added_)
       if (t.content == text) return t.id;
-    const auto it = vocab_.find(text);
-    XDIT_CHECK(it != vocab_.end(), folder, ": the ", key, " \"", text,
+    const int32_t id = bpe_.find(text);
+    XDIT_CHECK(id >= 0, folder, ": the ", key, " \"", text,
                "\" is neither in vocab.json nor in added_tokens_decoder");
-    added_.push_back({text, it->second, false});
-    return it->second;
+    added_.push_back({text, id, false});
+    return id;
   };
   bos_ = special("bos_token", "<|startoftext|>");
   eos_ = special("eos_token", "<|endoftext|>");
   unk_ = special("unk_token", "<|endoftext|>");
   pad_ = special("pad_token", "<|endoftext|>");
-  for (const AddedToken& t : added_) {
-    if (static_cast<size_t>(t.id) >= id_to_token_.size())
-      id_to_token_.resize(static_cast<size_t>(t.id) + 1);
-    id_to_token_[static_cast<size_t>(t.id)] = t.content;
-  }
-  // Longest first, so that one added token containing another wins.
-  std::stable_sort(added_.begin(), added_.end(), [](const AddedToken& x, const AddedToken& y) {
-    return x.content.size() > y.content.size();
-  });
+  for (const AddedToken& t : added_) bpe_.note_piece(t.id, t.content);
+  longest_first(added_);  // one added token containing another wins
 
   UErrorCode st = U_ZERO_ERROR;
   UParseError pe;
@@ -179,58 +150,28 @@ ClipTokenizer::ClipTokenizer(const std::string& folder) : regex_(std::make_uniqu
 
 ClipTokenizer::~ClipTokenizer() = default;
 
-// Splits `text` at the added tokens of this pass (normalized ones on
-// normalized text, the others on raw text), leftmost and longest first; the
-// text between them goes on to the next stage.
-void ClipTokenizer::split_added(const std::string& text, bool normalized_pass,
-                                std::vector<int32_t>& out) const {
-  size_t start = 0, i = 0;
-  const auto flush = [&](size_t end) {
-    if (end <= start) return;
-    const std::string part = text.substr(start, end - start);
-    if (normalized_pass) {
-      encode_plain(part, out);
-    } else {
-      // Normalization: NFC, white space runs → " ", lower case per character.
-      UErrorCode st = U_ZERO_ERROR;
-      const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(st);
-      XDIT_CHECK(U_SUCCESS(st), "ICU has no NFC normalizer: ", u_errorName(st));
-      const icu::UnicodeString n = nfc->normalize(icu::UnicodeString::fromUTF8(part), st);
-      XDIT_CHECK(U_SUCCESS(st), "ICU cannot normalize the prompt: ", u_errorName(st));
-      icu::UnicodeString norm;
-      bool in_space = false;
-      for (int32_t k = 0; k < n.length();) {
-        const UChar32 c = n.char32At(k);
-        k += U16_LENGTH(c);
-        if (u_hasBinaryProperty(c, UCHAR_WHITE_SPACE)) {
-          if (!in_space) norm.append(static_cast<UChar>(' '));
-          in_space = true;
-          continue;
-        }
-        in_space = false;
-        icu::UnicodeString one(c);
-        norm.append(one.toLower(icu::Locale::getRoot()));
-      }
-      split_added(utf8(norm), true, out);
-    }
-  };
-  while (i < text.size()) {
-    const AddedToken* hit = nullptr;
-    for (const AddedToken& t : added_)
-      if (t.normalized == normalized_pass && text.compare(i, t.content.size(), t.content) == 0) {
-        hit = &t;
-        break;
-      }
-    if (hit == nullptr) {
-      ++i;
+// Normalization: NFC, white space runs → " ", lower case per character.
+std::string ClipTokenizer::normalize(const std::string& text) const {
+  UErrorCode st = U_ZERO_ERROR;
+  const icu::Normalizer2* nfc = icu::Normalizer2::getNFCInstance(st);
+  XDIT_CHECK(U_SUCCESS(st), "ICU has no NFC normalizer: ", u_errorName(st));
+  const icu::UnicodeString n = nfc->normalize(icu::UnicodeString::fromUTF8(text), st);
+  XDIT_CHECK(U_SUCCESS(st), "ICU cannot normalize the prompt: ", u_errorName(st));
+  icu::UnicodeString norm;
+  bool in_space = false;
+  for (int32_t k = 0; k < n.length();) {
+    const UChar32 c = n.char32At(k);
+    k += U16_LENGTH(c);
+    if (u_hasBinaryProperty(c, UCHAR_WHITE_SPACE)) {
+      if (!in_space) norm.append(static_cast<UChar>(' '));
+      in_space = true;
       continue;
     }
-    flush(i);
-    out.push_back(hit->id);
-    i += hit->content.size();
-    start = i;
+    in_space = false;
+    icu::UnicodeString one(c);
+    norm.append(one.toLower(icu::Locale::getRoot()));
   }
-  flush(text.size());
+  return utf8(norm);
 }
 
 // Pre-tokenizer and BPE on normalized text without added tokens.
@@ -239,55 +180,21 @@ void ClipTokenizer::encode_plain(const std::string& text, std::vector<int32_t>& 
   const icu::UnicodeString u = icu::UnicodeString::fromUTF8(text);
   std::unique_ptr<icu::RegexMatcher> m(regex_->split->matcher(u, st));
   XDIT_CHECK(U_SUCCESS(st), "ICU regex matcher: ", u_errorName(st));
-  while (m->find(st) && U_SUCCESS(st)) bpe(utf8(m->group(st)), out);
+  while (m->find(st) && U_SUCCESS(st)) bpe_.encode(utf8(m->group(st)), "</w>", unk_, out);
   XDIT_CHECK(U_SUCCESS(st), "ICU regex: ", u_errorName(st));
 }
 
-void ClipTokenizer::bpe(const std::string& piece, std::vector<int32_t>& out) const {
-  const auto& table = byte_symbols();
-  std::vector<std::string> sym;
-  sym.reserve(piece.size());
-  for (const unsigned char b : piece) sym.push_back(table[b]);
-  if (sym.empty()) return;
-  sym.back() += "</w>";
-  // Merge the lowest-ranked adjacent pair everywhere (left to right), again
-  // until no pair has a merge. A trained merge list ranks a pair above the
-  // merges that made its parts, so this equals the tokenizers library's
-  // heap order.
-  while (sym.size() > 1) {
-    int32_t best = std::numeric_limits<int32_t>::max();
-    std::string key;
-    for (size_t k = 0; k + 1 < sym.size(); ++k) {
-      key.assign(sym[k]).append(" ").append(sym[k + 1]);
-      const auto it = merge_rank_.find(key);
-      if (it != merge_rank_.end() && it->second < best) best = it->second;
-    }
-    if (best == std::numeric_limits<int32_t>::max()) break;
-    std::vector<std::string> next;
-    next.reserve(sym.size());
-    for (size_t k = 0; k < sym.size(); ++k) {
-      if (k + 1 < sym.size()) {
-        key.assign(sym[k]).append(" ").append(sym[k + 1]);
-        const auto it = merge_rank_.find(key);
-        if (it != merge_rank_.end() && it->second == best) {
-          next.push_back(sym[k] + sym[k + 1]);
-          ++k;
-          continue;
-        }
-      }
-      next.push_back(sym[k]);
-    }
-    sym.swap(next);
-  }
-  for (const std::string& s : sym) {
-    const auto it = vocab_.find(s);
-    out.push_back(it != vocab_.end() ? it->second : unk_);
-  }
-}
-
 std::vector<int32_t> ClipTokenizer::tokenize(const std::string& text) const {
+  // Added tokens on the raw text, then (normalized) on each stretch between.
   std::vector<int32_t> out;
-  split_added(text, false, out);
+  split_at_added(
+      added_, text, false,
+      [&](const std::string& raw) {
+        split_at_added(
+            added_, normalize(raw), true, [&](const std::string& n) { encode_plain(n, out); },
+            out);
+      },
+      out);
   return out;
 }
 
@@ -311,10 +218,7 @@ Tokens ClipTokenizer::encode(const std::string& text, int64_t max_length) const 
 std::vector<std::string> ClipTokenizer::pieces(const std::vector<int32_t>& ids) const {
   std::vector<std::string> out;
   out.reserve(ids.size());
-  for (const int32_t id : ids)
-    out.push_back(id >= 0 && static_cast<size_t>(id) < id_to_token_.size()
-                      ? id_to_token_[static_cast<size_t>(id)]
-                      : std::string("<?>"));
+  for (const int32_t id : ids) out.push_back(bpe_.piece(id));
   return out;
 }
 

@@ -18,9 +18,8 @@
 //   - BOS + at most N − 2 tokens + EOS, then padding with the folder's pad
 //     token (<|endoftext|> for CLIP-L / FLUX, "!" for SD3's tokenizer_2).
 //
-// No Debian package implements this tokenizer (libsentencepiece is a
-// different algorithm), so the BPE is written here; ICU provides NFC, case
-// mapping and the Unicode classes of the regex.
+// The BPE is byte_bpe.h's (written here: no Debian package implements it);
+// ICU provides NFC, case mapping and the Unicode classes of the regex.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tokenizers/byte_bpe.h"
 #include "tokenizers/tokens.h"
 
 namespace xdit::tokenizers {
@@ -51,23 +51,16 @@ class ClipTokenizer {
   int32_t bos_id() const { return bos_; }
   int32_t eos_id() const { return eos_; }
   int32_t pad_id() const { return pad_; }
-  int32_t vocab_size() const { return static_cast<int32_t>(id_to_token_.size()); }
+  int32_t vocab_size() const { return static_cast<int32_t>(bpe_.size()); }
 
  private:
-  struct AddedToken {
-    std::string content;
-    int32_t id;
-    bool normalized;
-  };
   struct Regex;  // ICU pattern objects
 
-  void split_added(const std::string& text, bool normalized_pass, std::vector<int32_t>& out) const;
+  // Normalization of a stretch without the raw pass's added tokens.
+  std::string normalize(const std::string& text) const;
   void encode_plain(const std::string& text, std::vector<int32_t>& out) const;
-  void bpe(const std::string& piece, std::vector<int32_t>& out) const;
 
-  std::unordered_map<std::string, int32_t> vocab_;
-  std::vector<std::string> id_to_token_;
-  std::unordered_map<std::string, int32_t> merge_rank_;  // "a b" → rank
+  ByteBpe bpe_;
   std::vector<AddedToken> added_;
   int32_t bos_ = -1, eos_ = -1, pad_ = -1, unk_ = -1;
   int64_t model_max_length_ = 77;
