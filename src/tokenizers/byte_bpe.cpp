@@ -95,8 +95,8 @@ void ByteBpe::encode(const std::string& piece, const std::string& suffix, int32_
   }
 }
 
-void split_at_added(const std::vector<AddedToken>& added, const std::string& text,
-                    bool normalized, const std::function<void(const std::string&)>& plain,
+void split_at_added(const std::vector<AddedToken>& added, const std::string& text, bool normalized,
+                    const std::function<void(const std::string&)>& plain,
                     std::vector<int32_t>& out) {
   size_t start = 0, i = 0;
   const auto flush = [&](size_t end) {

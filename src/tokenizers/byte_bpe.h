@@ -59,8 +59,8 @@ struct AddedToken {
 // Splits `text` at the added tokens of one pass (`normalized`: those marked
 // so; `added` longest first, so that one containing another wins), leftmost
 // first: each hit's id goes to `out`, each stretch between them to `plain`.
-void split_at_added(const std::vector<AddedToken>& added, const std::string& text,
-                    bool normalized, const std::function<void(const std::string&)>& plain,
+void split_at_added(const std::vector<AddedToken>& added, const std::string& text, bool normalized,
+                    const std::function<void(const std::string&)>& plain,
                     std::vector<int32_t>& out);
 
 // Sorts added tokens longest first (stable).

@@ -191,8 +191,7 @@ std::vector<int32_t> ClipTokenizer::tokenize(const std::string& text) const {
       added_, text, false,
       [&](const std::string& raw) {
         split_at_added(
-            added_, normalize(raw), true, [&](const std::string& n) { encode_plain(n, out); },
-            out);
+            added_, normalize(raw), true, [&](const std::string& n) { encode_plain(n, out); }, out);
       },
       out);
   return out;
