@@ -1,13 +1,16 @@
 // xdit tokenize: a prompt's token ids and mask from one of a model folder's
 // tokenizers, as JSON, to see where and why a prompt was cut.
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
 #include "core/error.h"
+#include "io/json.h"
 #include "io/model_ref.h"
 #include "tokenizers/clip_tokenizer.h"
+#include "tokenizers/qwen_tokenizer.h"
 #include "tokenizers/t5_tokenizer.h"
 
 namespace xdit::app {
@@ -24,17 +27,32 @@ int run_tokenize(const TokenizeOptions& o) {
   const std::string dir = ref.folder + "/" + o.tokenizer;
   namespace fs = std::filesystem;
   XDIT_CHECK(fs::is_directory(dir), ref.describe(), " has no ", o.tokenizer, "/ folder");
-  const bool clip =
-      fs::is_regular_file(dir + "/vocab.json") || fs::is_regular_file(dir + "/merges.txt");
-  const bool t5 = fs::is_regular_file(dir + "/spiece.model");
-  XDIT_CHECK(clip || t5, dir,
+  // Qwen2's folders name their class (and may hold vocab.json + merges.txt too).
+  bool qwen = false;
+  if (fs::is_regular_file(dir + "/tokenizer_config.json")) {
+    const io::Json cfg = io::read_json_file(dir + "/tokenizer_config.json");
+    qwen = cfg.is_object() && cfg.contains("tokenizer_class") &&
+           cfg["tokenizer_class"].is_string() &&
+           cfg["tokenizer_class"].get<std::string>().rfind("Qwen2Tokenizer", 0) == 0;
+  }
+  const bool clip = !qwen && (fs::is_regular_file(dir + "/vocab.json") ||
+                              fs::is_regular_file(dir + "/merges.txt"));
+  const bool t5 = !qwen && fs::is_regular_file(dir + "/spiece.model");
+  XDIT_CHECK(qwen || clip || t5, dir,
              " is not a tokenizer folder xdit reads (no vocab.json + merges.txt for CLIP, no "
-             "spiece.model for T5)");
+             "spiece.model for T5, no tokenizer_config.json naming Qwen2Tokenizer)");
   tokenizers::Tokens t;
   std::vector<std::string> pieces;
   int64_t max_length = o.max_length;
   std::string kind;
-  if (clip) {
+  if (qwen) {
+    const tokenizers::QwenTokenizer tok(dir);
+    // No padding asked: the prompt's own length (Qwen2 adds no special tokens).
+    if (max_length == 0) max_length = std::max<int64_t>(1, tok.tokenize(o.prompt).size());
+    t = tok.encode(o.prompt, max_length);
+    pieces = tok.pieces(t.ids);
+    kind = "qwen2";
+  } else if (clip) {
     const tokenizers::ClipTokenizer tok(dir);
     if (max_length == 0) max_length = tok.model_max_length();
     t = tok.encode(o.prompt, max_length);
@@ -78,7 +96,8 @@ std::function<int()> add_tokenize(CLI::App& app) {
       ->capture_default_str();
   t->add_option("--prompt", o->prompt, "the text to tokenize")->required();
   t->add_option("--max_sequence_length,--max-length", o->max_length,
-                "padded length (default: the tokenizer's model_max_length: 77 for CLIP)")
+                "padded length (default: the tokenizer's model_max_length: 77 for CLIP; Qwen2: the "
+                "prompt's own length)")
       ->check(CLI::Range(int64_t{2}, int64_t{1} << 16));
   return [o] { return run_tokenize(*o); };
 }
