@@ -1,0 +1,120 @@
+// The decoder-LLM text encoders against transformers
+// (tools/goldens/make_qwen_encoder.py): tiny random Qwen3Model (q/k norms)
+// and Qwen2Model (q/k/v biases), 4 query heads over 2 key/value heads, on
+// two right-padded prompts: every entry of output_hidden_states — the
+// embeddings, each layer's output, the last one normed — within 1e-4 of the
+// largest value (f32). Then their weight lists, and configs refused by name.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "core/error.h"
+#include "io/json.h"
+#include "io/safetensors.h"
+#include "io/weights.h"
+#include "models/qwen_text.h"
+#include "test_util.h"
+
+namespace xdit::models {
+namespace {
+
+const std::string kDir = std::string(XDIT_TEST_DATA) + "/qwen";
+
+class QwenEncoder : public testing::TestWithParam<std::string> {
+ protected:
+  QwenTextConfig config(const io::WeightSource& w) const {
+    const std::string dir = kDir + "/" + GetParam();
+    QwenTextConfig c = QwenTextConfig::from_json(io::read_json_file(dir + "/config.json"), dir);
+    c.locate(w, dir);
+    return c;
+  }
+};
+
+TEST_P(QwenEncoder, EveryHiddenStateMatchesTransformers) {
+  io::WeightStore w(kDir + "/" + GetParam());
+  const QwenTextConfig c = config(w);
+  EXPECT_EQ(c.qk_norm, GetParam() == "qwen3");
+  EXPECT_EQ(c.qkv_bias, GetParam() == "qwen2");
+  EXPECT_EQ(c.num_kv_heads, 2);
+  auto g = io::read_safetensors_f32(kDir + "/qwen_encoder.safetensors");
+  const Tensor& ids_t = g["ids"];
+  const int64_t B = ids_t.dim(0), S = ids_t.dim(1);
+  std::vector<int32_t> ids;
+  std::vector<uint8_t> mask;
+  for (float v : ids_t.to_vector()) ids.push_back(static_cast<int32_t>(v));
+  for (float v : g["mask"].to_vector()) mask.push_back(static_cast<uint8_t>(v));
+  QwenTextEncoder enc(c, w, DType::kF32);
+  for (int64_t k = 0; k <= c.num_layers; ++k) {
+    const Tensor want = g[GetParam() + ".hidden_states." + std::to_string(k)];
+    const Tensor got = enc.encode(ids, mask, B, S, k, k == c.num_layers);
+    ASSERT_EQ(got.shape(), want.shape());
+    EXPECT_LE(test::rel_max_err(got.to_vector(), want.to_vector()), 1e-4) << "hidden_states " << k;
+  }
+  // Built with fewer layers (what a pipeline taking an earlier one builds),
+  // and streamed a layer at a time: the same states.
+  QwenTextEncoder two(c, w, DType::kF32, 2);
+  EXPECT_EQ(two.encode(ids, mask, B, S, 2, false).to_vector(),
+            enc.encode(ids, mask, B, S, 2, false).to_vector());
+  QwenTextEncoder streamed(c, w, DType::kF32, -1, {}, false);
+  EXPECT_EQ(streamed.encode(ids, mask, B, S, c.num_layers, true).to_vector(),
+            enc.encode(ids, mask, B, S, c.num_layers, true).to_vector());
+  // bf16 layers stay close.
+  QwenTextEncoder half(c, w, DType::kBF16);
+  EXPECT_LE(test::rel_max_err(
+                half.encode(ids, mask, B, S, c.num_layers, true).to_vector(),
+                g[GetParam() + ".hidden_states." + std::to_string(c.num_layers)].to_vector()),
+            0.05);
+}
+
+TEST_P(QwenEncoder, WeightListEqualsTheFile) {
+  io::WeightStore w(kDir + "/" + GetParam());
+  const QwenTextConfig c = config(w);
+  const std::vector<std::string> names = w.names();
+  std::set<std::string> listed, stored(names.begin(), names.end());
+  for (const auto& [name, shape] : c.weight_specs()) {
+    listed.insert(name);
+    ASSERT_TRUE(w.has(name)) << name;
+    EXPECT_EQ(w.shape(name), shape) << name;
+  }
+  EXPECT_EQ(listed, stored);
+  EXPECT_EQ(c.parameter_count(), w.parameter_count());
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, QwenEncoder, testing::Values("qwen3", "qwen2"));
+
+TEST(QwenEncoderConfig, UnsupportedConfigsAreRefusedByName) {
+  const auto error_of = [](const std::string& text) {
+    return test::error_message(
+        [&] { QwenTextConfig::from_json(io::parse_json_text(text, "c"), "text_encoder"); });
+  };
+  EXPECT_NE(error_of(R"({"model_type": "llama"})").find("model_type \"llama\""), std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type": "qwen3", "num_attention_heads": 6,
+                         "num_key_value_heads": 4, "head_dim": 8})")
+                .find("not a multiple of num_key_value_heads"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"model_type": "qwen2", "hidden_act": "gelu"})").find("hidden_act"),
+            std::string::npos);
+  // Qwen2.5-VL: the language model's sizes from text_config.
+  const QwenTextConfig vl = QwenTextConfig::from_json(
+      io::parse_json_text(R"({"model_type": "qwen2_5_vl", "text_config": {"hidden_size": 64,
+          "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 5,
+          "rope_theta": 1000000.0}})",
+                          "c"),
+      "vl");
+  EXPECT_EQ(vl.hidden_size, 64);
+  EXPECT_EQ(vl.head_dim, 16);
+  EXPECT_EQ(vl.num_layers, 5);
+  EXPECT_TRUE(vl.qkv_bias);
+  // Tensor parallelism names the GQA groups a degree would split.
+  const QwenTextConfig q3 = QwenTextConfig::qwen3_4b();
+  nn::TensorParallel tp;
+  tp.size = 16;
+  io::RandomWeights none(1);
+  EXPECT_NE(test::error_message([&] {
+              QwenTextEncoder e(q3, none, DType::kBF16, 0, tp);
+            }).find("key/value heads (GQA groups of 4 query heads)"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace xdit::models

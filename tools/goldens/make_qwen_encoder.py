@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Tiny decoder-LLM text encoders as the 2025 image pipelines call them:
+transformers' Qwen3Model (Z-Image's text encoder: q/k norms, no attention
+bias) and Qwen2Model (the language model of Qwen-Image's Qwen2.5-VL: q/k/v
+biases), random weights, on two prompts of the Qwen tokenizer of
+tests/data/qwen/tokenizer (make_qwen_tokenizer.py), right-padded, with the
+attention mask — GQA (4 query heads over 2 key/value heads), RoPE, RMSNorm,
+SwiGLU, a causal mask.
+
+    python3 tools/goldens/make_qwen_encoder.py   # from the repository root
+
+Writes tests/data/qwen/qwen3/ and tests/data/qwen/qwen2/ (config.json,
+model.safetensors as save_pretrained writes them) and
+tests/data/qwen/qwen_encoder.safetensors: ids and mask [2, 12] and, per model,
+every entry of output_hidden_states: L + 1 of them, the embeddings, then each
+layer's output, the last one after the final norm (it equals
+last_hidden_state). So Z-Image's hidden_states[-2] is the output of layer
+L − 1, without the norm, and Qwen-Image's hidden_states[-1] the normed last.
+"""
+import os
+
+import torch
+import transformers
+from safetensors.torch import save_file
+from transformers import AutoTokenizer, Qwen2Config, Qwen2Model, Qwen3Config, Qwen3Model
+
+OUT = "tests/data/qwen"
+PROMPTS = ["<|im_start|>user\na red fox in the snow<|im_end|>", "two cats"]
+
+
+def randomize(model, seed):
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            else:
+                p.copy_(0.2 * torch.randn_like(p))
+    return model.eval()
+
+
+def main():
+    tok = AutoTokenizer.from_pretrained(os.path.join(OUT, "tokenizer"))
+    enc = tok(PROMPTS, padding=True, return_tensors="pt")
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    vocab = len(tok)
+    common = dict(vocab_size=vocab, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+                  num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6,
+                  max_position_embeddings=128, tie_word_embeddings=False)
+    models = {
+        "qwen3": randomize(Qwen3Model(Qwen3Config(head_dim=8, rope_theta=1000000.0, **common)), 3),
+        "qwen2": randomize(Qwen2Model(Qwen2Config(rope_theta=10000.0, **common)), 2),
+    }
+    # (as f32: the C++ reader takes float tensors; the ids are small integers)
+    tensors = {"ids": ids.to(torch.float32).contiguous(), "mask": mask.to(torch.float32).contiguous()}
+    for name, model in models.items():
+        model.save_pretrained(os.path.join(OUT, name), safe_serialization=True)
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        hs = out.hidden_states
+        print(name, len(hs), "entries; last == last_hidden_state:",
+              torch.equal(hs[-1], out.last_hidden_state))
+        for i, h in enumerate(hs):
+            tensors[f"{name}.hidden_states.{i}"] = h.contiguous()
+    save_file(tensors, os.path.join(OUT, "qwen_encoder.safetensors"),
+              metadata={"torch": torch.__version__, "transformers": transformers.__version__,
+                        "prompts": "\n---\n".join(PROMPTS)})
+    print(ids.tolist(), mask.tolist())
+
+
+if __name__ == "__main__":
+    main()
