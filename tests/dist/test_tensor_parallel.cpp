@@ -2,7 +2,8 @@
 // cross-attention, micro-conditions), FLUX.1 (double- and single-stream
 // blocks, guidance), SD3.5 (joint blocks, dual attention, qk-norm, the
 // context_pre_only last block), Wan (q/k RMSNorm across the heads of every
-// rank, 3-D rotary positions over frames) and the T5 encoder, each split over T ranks
+// rank, 3-D rotary positions over frames), the T5 encoder and the decoder-LLM
+// text encoders (Qwen2 / Qwen3: whole GQA groups per rank), each split over T ranks
 // (T = the world size, and T x Ulysses on 4 ranks) against the whole model
 // on the same random weights and inputs (f32, ≤ 1e-4 relative). Each rank's
 // loaded weight bytes are checked: the shares of all ranks add up to what
@@ -23,6 +24,7 @@
 #include "io/weights.h"
 #include "models/flux.h"
 #include "models/pixart.h"
+#include "models/qwen_text.h"
 #include "models/sd3.h"
 #include "models/t5.h"
 #include "models/wan.h"
@@ -311,6 +313,42 @@ TEST(TensorParallel, T5EncoderSplitOverTheWorldEqualsWhole) {
           << variant << (m.empty() ? ", no mask" : ", masked");
     // The embedding table (50 x 20) stays whole.
     check_loaded(part_w, whole_w, mesh.tp_group(), 0.2);
+  }
+}
+
+// The decoder-LLM text encoders (Qwen3 with q/k norms, Qwen2 with q/k/v
+// biases), 8 query heads over 4 key/value heads: T ranks each take whole GQA
+// groups and a share of the SwiGLU units, right-padded prompts, the states
+// after the last layer (normed) and after the first.
+TEST(TensorParallel, QwenTextEncoderSplitOverTheWorldEqualsWhole) {
+  ParallelConfig pc;
+  pc.tensor_parallel_degree = world().size();
+  if (4 % world().size() != 0)
+    GTEST_SKIP() << "4 key/value heads do not split " << world().size() << " ways";
+  Mesh mesh(pc, world());
+  for (const char* type : {"qwen3", "qwen2"}) {
+    models::QwenTextConfig c;
+    c.model_type = type;
+    c.qk_norm = std::string(type) == "qwen3";
+    c.qkv_bias = !c.qk_norm;
+    c.vocab_size = 40;
+    c.hidden_size = 24;
+    c.intermediate_size = 32;
+    c.num_layers = 2;
+    c.num_heads = 8;
+    c.num_kv_heads = 4;
+    c.head_dim = 6;
+    io::RandomWeights whole_w(11), part_w(11);
+    models::QwenTextEncoder whole(c, whole_w, DType::kF32);
+    models::QwenTextEncoder split(c, part_w, DType::kF32, -1,
+                                  nn::TensorParallel::of(mesh.tp_group()));
+    const std::vector<int32_t> ids{3, 17, 22, 8, 1, 0, 5, 9, 12, 33, 2, 1, 0, 0};
+    const std::vector<uint8_t> mask{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0};
+    for (const int64_t after : {int64_t{1}, c.num_layers})
+      EXPECT_LE(test::rel_max_err(split.encode(ids, mask, 2, 7, after, after == 2).to_vector(),
+                                  whole.encode(ids, mask, 2, 7, after, after == 2).to_vector()),
+                1e-4)
+          << type << " after " << after << " layers";
   }
 }
 
