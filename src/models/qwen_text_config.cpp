@@ -41,6 +41,19 @@ QwenTextConfig QwenTextConfig::from_json(const io::Json& top, const std::string&
   c.rope_theta = io::number_or(rope != nullptr ? *rope : j, "rope_theta",
                                io::number_or(j, "rope_theta", 1000000.0, w), w);
   XDIT_CHECK(c.rope_theta > 1, w, ": rope_theta must be > 1");
+  // Qwen2.5-VL's multimodal RoPE: sections of the frequencies for the
+  // (time, row, column) positions, which a text-only prompt makes equal —
+  // the 1-D RoPE, provided the sections cover the head's frequencies.
+  const io::Json* scaling = rope != nullptr ? rope
+                            : j.contains("rope_scaling") && j["rope_scaling"].is_object()
+                                ? &j["rope_scaling"]
+                                : nullptr;
+  if (scaling != nullptr && scaling->contains("mrope_section")) {
+    int64_t sum = 0;
+    for (const int64_t v : io::int_list_in(*scaling, "mrope_section", {}, 8, 0, kSize, w)) sum += v;
+    XDIT_CHECK(sum == c.head_dim / 2, w, ": mrope_section covers ", sum, " frequencies, head_dim ",
+               c.head_dim, " has ", c.head_dim / 2);
+  }
   const std::string act = io::string_or(j, "hidden_act", "silu", w);
   XDIT_CHECK(act == "silu", w, ": hidden_act \"", act, "\" is not supported (silu)");
   c.qk_norm = type == "qwen3";

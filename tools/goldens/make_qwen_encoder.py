@@ -9,7 +9,11 @@ SwiGLU, a causal mask.
 
     python3 tools/goldens/make_qwen_encoder.py   # from the repository root
 
-Writes tests/data/qwen/qwen3/ and tests/data/qwen/qwen2/ (config.json,
+Also the whole Qwen2_5_VLForConditionalGeneration (Qwen-Image's text
+encoder, with a tiny vision tower) called on text alone; its padding rows
+take other positions there (get_rope_index), so only the real tokens compare.
+
+Writes tests/data/qwen/qwen3/, qwen2/ and qwen2_5_vl/ (config.json,
 model.safetensors as save_pretrained writes them) and
 tests/data/qwen/qwen_encoder.safetensors: ids and mask [2, 12] and, per model,
 every entry of output_hidden_states: L + 1 of them, the embeddings, then each
@@ -22,7 +26,8 @@ import os
 import torch
 import transformers
 from safetensors.torch import save_file
-from transformers import AutoTokenizer, Qwen2Config, Qwen2Model, Qwen3Config, Qwen3Model
+from transformers import (AutoTokenizer, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration,
+                          Qwen2Config, Qwen2Model, Qwen3Config, Qwen3Model)
 
 OUT = "tests/data/qwen"
 PROMPTS = ["<|im_start|>user\na red fox in the snow<|im_end|>", "two cats"]
@@ -50,6 +55,16 @@ def main():
     models = {
         "qwen3": randomize(Qwen3Model(Qwen3Config(head_dim=8, rope_theta=1000000.0, **common)), 3),
         "qwen2": randomize(Qwen2Model(Qwen2Config(rope_theta=10000.0, **common)), 2),
+        # Qwen-Image's kind: the whole Qwen2.5-VL (a tiny vision tower beside),
+        # called on text alone as the pipeline calls it; its multimodal RoPE
+        # sections (2, 1, 1 of the 4 frequencies) all see the text position.
+        "qwen2_5_vl": randomize(Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(
+            text_config=dict(rope_parameters=dict(rope_type="default", mrope_section=[2, 1, 1],
+                                                  rope_theta=1000000.0), **common),
+            vision_config=dict(depth=1, hidden_size=16, intermediate_size=16, num_heads=2,
+                               out_hidden_size=32, patch_size=2, spatial_merge_size=1,
+                               temporal_patch_size=1, fullatt_block_indexes=[0],
+                               window_size=4))), 5),
     }
     # (as f32: the C++ reader takes float tensors; the ids are small integers)
     tensors = {"ids": ids.to(torch.float32).contiguous(), "mask": mask.to(torch.float32).contiguous()}
@@ -58,8 +73,9 @@ def main():
         with torch.no_grad():
             out = model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
         hs = out.hidden_states
+        last = getattr(out, "last_hidden_state", None)
         print(name, len(hs), "entries; last == last_hidden_state:",
-              torch.equal(hs[-1], out.last_hidden_state))
+              last is None or torch.equal(hs[-1], last))
         for i, h in enumerate(hs):
             tensors[f"{name}.hidden_states.{i}"] = h.contiguous()
     save_file(tensors, os.path.join(OUT, "qwen_encoder.safetensors"),
