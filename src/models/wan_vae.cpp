@@ -384,7 +384,9 @@ Tensor WanVaeDecoder::decode(const Tensor& z_in, nn::RowBands* bands) {
   XDIT_CHECK(t_out == T, "the Wan VAE decoded ", t_out, " frames, expected ", T);
   Tensor video = out.to_device(Device{});  // clamped to [−1, 1] on the host
   float* v = video.data<float>();
-  for (int64_t i = 0; i < video.numel(); ++i) v[i] = std::clamp(v[i], -1.0f, 1.0f);
+  const int64_t n = video.numel();
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) v[i] = std::clamp(v[i], -1.0f, 1.0f);
   return video;
 }
 

@@ -216,8 +216,11 @@ int64_t Pipeline::token_rows(const PlanFields& p) const {
 LatentDecoder::Factors Pipeline::vae_factors() const {
   if (decoder_) return decoder_->factors();
   if (!folder_) return {kVaeScaleFactor, 1};
-  return LatentDecoder::read_factors(*folder_, family_->vae_kind(),
-                                     family_->component(family_->vae_kind()));
+  // Read once: every plan asks (the folder's VAE config does not change).
+  if (!factors_)
+    factors_ = LatentDecoder::read_factors(*folder_, family_->vae_kind(),
+                                           family_->component(family_->vae_kind()));
+  return *factors_;
 }
 
 bool Pipeline::uses_cfg(const LatentRequest& r) const {

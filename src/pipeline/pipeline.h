@@ -310,8 +310,10 @@ class Pipeline {
   int expert_ = 0, parked_expert_ = 0;
   std::unique_ptr<models::DiT> parked_;
   bool stage_blocks_measured_ = false;  // --attn_layer_num_for_pp auto, once
-  // The VAE, opened by a plan with Output::kImages, built on first use.
+  // The VAE, opened by a plan with Output::kImages, built on first use;
+  // its factors as read from its config before that.
   std::unique_ptr<LatentDecoder> decoder_;
+  mutable std::optional<LatentDecoder::Factors> factors_;
   bool text_opened_ = false;
   bool told_vae_bands_ = false;  // the decoder's bands logged once
   bool keep_text_encoder_ = false;
