@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <limits>
+#include <sstream>
 
 #include "core/error.h"
+#include "io/file.h"
 
 namespace xdit::tokenizers {
 
@@ -126,6 +128,67 @@ void longest_first(std::vector<AddedToken>& added) {
   std::stable_sort(added.begin(), added.end(), [](const AddedToken& x, const AddedToken& y) {
     return x.content.size() > y.content.size();
   });
+}
+
+void read_vocab_json(ByteBpe& bpe, const std::string& path) {
+  const io::Json vocab = io::read_json_file(path);
+  XDIT_CHECK(vocab.is_object() && !vocab.empty(), path,
+             " must be a JSON object mapping tokens to ids");
+  for (const auto& [token, id] : vocab.items()) {
+    XDIT_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 &&
+                   id.get<int64_t>() < std::numeric_limits<int32_t>::max(),
+               path, ": the id of \"", token, "\" is not a non-negative integer");
+    bpe.add_token(token, static_cast<int32_t>(id.get<int64_t>()));
+  }
+}
+
+void read_merges_txt(ByteBpe& bpe, const std::string& path) {
+  std::istringstream in(io::read_small_file(path, io::kMaxJsonFileBytes, "tokenizer file"));
+  std::string line;
+  int64_t line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if ((line_no == 1 && line.rfind("#version", 0) == 0) || line.empty()) continue;
+    const size_t sp = line.find(' ');
+    XDIT_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < line.size() &&
+                   line.find(' ', sp + 1) == std::string::npos,
+               path, " line ", line_no, ": \"", line, "\" is not two symbols");
+    bpe.add_merge(line.substr(0, sp), line.substr(sp + 1),
+                  path + " line " + std::to_string(line_no));
+  }
+  XDIT_CHECK(!in.bad(), "cannot read ", path);
+}
+
+std::vector<AddedToken> added_tokens_decoder(const io::Json& cfg, const std::string& where,
+                                             bool normalized) {
+  std::vector<AddedToken> added;
+  if (!cfg.contains("added_tokens_decoder") || cfg["added_tokens_decoder"].is_null()) return added;
+  const io::Json& dec = cfg["added_tokens_decoder"];
+  XDIT_CHECK(dec.is_object(), where, ": added_tokens_decoder must be an object");
+  for (const auto& [key, t] : dec.items()) {
+    XDIT_CHECK(t.is_object() && t.contains("content") && t["content"].is_string(), where,
+               ": added_tokens_decoder[\"", key, "\"] has no \"content\"");
+    int32_t id = -1;
+    try {
+      id = static_cast<int32_t>(std::stol(key));
+    } catch (const std::exception&) {
+    }
+    XDIT_CHECK(id >= 0, where, ": added_tokens_decoder key \"", key, "\" is not an id");
+    added.push_back(
+        {t["content"].get<std::string>(), id, io::bool_or(t, "normalized", normalized, where)});
+  }
+  return added;
+}
+
+std::string special_token_text(const io::Json& j, const std::string& key,
+                               const std::string& fallback, const std::string& where) {
+  if (!j.is_object() || !j.contains(key) || j[key].is_null()) return fallback;
+  const io::Json& v = j[key];
+  if (v.is_string()) return v.get<std::string>();
+  XDIT_CHECK(v.is_object() && v.contains("content") && v["content"].is_string(), where, ": ", key,
+             " must be a string or an object with \"content\"");
+  return v["content"].get<std::string>();
 }
 
 }  // namespace xdit::tokenizers

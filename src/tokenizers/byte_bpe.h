@@ -12,6 +12,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "io/json.h"
+
 namespace xdit::tokenizers {
 
 // GPT-2's bytes_to_unicode: printable bytes map to themselves, the others to
@@ -65,5 +67,18 @@ void split_at_added(const std::vector<AddedToken>& added, const std::string& tex
 
 // Sorts added tokens longest first (stable).
 void longest_first(std::vector<AddedToken>& added);
+
+// The files of a transformers tokenizer folder, each throwing one line
+// naming the file: vocab.json (tokens → ids) into `bpe`; merges.txt ("a b"
+// a line, a "#version" first line skipped) into `bpe`'s merges;
+// tokenizer_config.json's added_tokens_decoder (none when absent), an entry
+// without "normalized" taking `normalized`; a special token's text (a
+// string or an object with "content"; `fallback` when absent or null).
+void read_vocab_json(ByteBpe& bpe, const std::string& path);
+void read_merges_txt(ByteBpe& bpe, const std::string& path);
+std::vector<AddedToken> added_tokens_decoder(const io::Json& cfg, const std::string& where,
+                                             bool normalized);
+std::string special_token_text(const io::Json& j, const std::string& key,
+                               const std::string& fallback, const std::string& where);
 
 }  // namespace xdit::tokenizers

@@ -38,18 +38,6 @@ std::string utf8(const icu::UnicodeString& u) {
   return s;
 }
 
-// A special token's text from tokenizer_config.json / special_tokens_map.json:
-// a string, or an object with "content".
-std::string token_text(const io::Json& j, const std::string& key, const std::string& fallback,
-                       const std::string& where) {
-  if (!j.is_object() || !j.contains(key) || j[key].is_null()) return fallback;
-  const io::Json& v = j[key];
-  if (v.is_string()) return v.get<std::string>();
-  XDIT_CHECK(v.is_object() && v.contains("content") && v["content"].is_string(), where, ": ", key,
-             " must be a string or an object with \"content\"");
-  return v["content"].get<std::string>();
-}
-
 }  // namespace
 
 ClipTokenizer::ClipTokenizer(const std::string& folder) : regex_(std::make_unique<Regex>()) {
@@ -80,53 +68,14 @@ ClipTokenizer::ClipTokenizer(const std::string& folder) : regex_(std::make_uniqu
     io::require_object(map, map_path);
   }
 
-  const io::Json vocab = io::read_json_file(vocab_path);
-  XDIT_CHECK(vocab.is_object() && !vocab.empty(), vocab_path,
-             " must be a JSON object mapping tokens to ids");
-  for (const auto& [token, id] : vocab.items()) {
-    XDIT_CHECK(id.is_number_integer() && id.get<int64_t>() >= 0 &&
-                   id.get<int64_t>() < std::numeric_limits<int32_t>::max(),
-               vocab_path, ": the id of \"", token, "\" is not a non-negative integer");
-    bpe_.add_token(token, static_cast<int32_t>(id.get<int64_t>()));
-  }
-
-  std::istringstream in(io::read_small_file(merges_path, io::kMaxJsonFileBytes, "tokenizer file"));
-  std::string line;
-  int64_t line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if ((line_no == 1 && line.rfind("#version", 0) == 0) || line.empty()) continue;
-    const size_t sp = line.find(' ');
-    XDIT_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < line.size() &&
-                   line.find(' ', sp + 1) == std::string::npos,
-               merges_path, " line ", line_no, ": \"", line, "\" is not two symbols");
-    bpe_.add_merge(line.substr(0, sp), line.substr(sp + 1),
-                   merges_path + " line " + std::to_string(line_no));
-  }
-  XDIT_CHECK(!in.bad(), "cannot read ", merges_path);
-
+  read_vocab_json(bpe_, vocab_path);
+  read_merges_txt(bpe_, merges_path);
   // Added tokens: the folder's added_tokens_decoder, then the special tokens
   // (transformers registers them too, not normalized unless listed).
-  if (cfg.contains("added_tokens_decoder") && !cfg["added_tokens_decoder"].is_null()) {
-    const io::Json& dec = cfg["added_tokens_decoder"];
-    XDIT_CHECK(dec.is_object(), cfg_path, ": added_tokens_decoder must be an object");
-    for (const auto& [key, t] : dec.items()) {
-      XDIT_CHECK(t.is_object() && t.contains("content") && t["content"].is_string(), cfg_path,
-                 ": added_tokens_decoder[\"", key, "\"] has no \"content\"");
-      int32_t id = -1;
-      try {
-        id = static_cast<int32_t>(std::stol(key));
-      } catch (const std::exception&) {
-      }
-      XDIT_CHECK(id >= 0, cfg_path, ": added_tokens_decoder key \"", key, "\" is not an id");
-      added_.push_back(
-          {t["content"].get<std::string>(), id, io::bool_or(t, "normalized", true, cfg_path)});
-    }
-  }
+  added_ = added_tokens_decoder(cfg, cfg_path, true);
   const auto special = [&](const char* key, const char* fallback) {
     const std::string text =
-        token_text(cfg, key, token_text(map, key, fallback, map_path), cfg_path);
+        special_token_text(cfg, key, special_token_text(map, key, fallback, map_path), cfg_path);
     for (const AddedToken& t : added_)
       if (t.content == text) return t.id;
     const int32_t id = bpe_.find(text);

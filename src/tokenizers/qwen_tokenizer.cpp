@@ -60,17 +60,6 @@ int32_t checked_id(const io::Json& v, const std::string& what, const std::string
   return static_cast<int32_t>(v.get<int64_t>());
 }
 
-// A special token's text in tokenizer_config.json: a string, an object with
-// "content", or null (none).
-std::string token_text(const io::Json& j, const char* key, const std::string& where) {
-  if (!j.contains(key) || j[key].is_null()) return "";
-  const io::Json& v = j[key];
-  if (v.is_string()) return v.get<std::string>();
-  XDIT_CHECK(v.is_object() && v.contains("content") && v["content"].is_string(), where, ": ", key,
-             " must be a string or an object with \"content\"");
-  return v["content"].get<std::string>();
-}
-
 }  // namespace
 
 QwenTokenizer::QwenTokenizer(const std::string& folder) : regex_(std::make_unique<Regex>()) {
@@ -94,27 +83,12 @@ QwenTokenizer::QwenTokenizer(const std::string& folder) : regex_(std::make_uniqu
     read_vocab_and_merges(folder);
   // tokenizer_config.json's added tokens (where tokenizer.json named none
   // of them, or there is no tokenizer.json).
-  if (cfg.contains("added_tokens_decoder") && !cfg["added_tokens_decoder"].is_null()) {
-    const io::Json& dec = cfg["added_tokens_decoder"];
-    XDIT_CHECK(dec.is_object(), cfg_path, ": added_tokens_decoder must be an object");
-    for (const auto& [key, t] : dec.items()) {
-      XDIT_CHECK(t.is_object() && t.contains("content") && t["content"].is_string(), cfg_path,
-                 ": added_tokens_decoder[\"", key, "\"] has no \"content\"");
-      int32_t id = -1;
-      try {
-        id = static_cast<int32_t>(std::stol(key));
-      } catch (const std::exception&) {
-      }
-      XDIT_CHECK(id >= 0, cfg_path, ": added_tokens_decoder key \"", key, "\" is not an id");
-      const std::string content = t["content"].get<std::string>();
-      if (added_id(content) < 0)
-        added_.push_back({content, id, io::bool_or(t, "normalized", false, cfg_path)});
-    }
-  }
+  for (const AddedToken& t : added_tokens_decoder(cfg, cfg_path, false))
+    if (added_id(t.content) < 0) added_.push_back(t);
   for (const AddedToken& t : added_) bpe_.note_piece(t.id, t.content);
   longest_first(added_);
   const auto special = [&](const char* key) {
-    const std::string text = token_text(cfg, key, cfg_path);
+    const std::string text = special_token_text(cfg, key, "", cfg_path);
     if (text.empty()) return -1;
     int32_t id = added_id(text);
     if (id < 0) id = bpe_.find(text);
@@ -205,25 +179,8 @@ void QwenTokenizer::read_vocab_and_merges(const std::string& folder) {
   const std::string vocab_path = folder + "/vocab.json", merges_path = folder + "/merges.txt";
   XDIT_CHECK(fs::is_regular_file(vocab_path) && fs::is_regular_file(merges_path), folder,
              ": a Qwen2 tokenizer folder has tokenizer.json, or vocab.json and merges.txt");
-  const io::Json vocab = io::read_json_file(vocab_path);
-  XDIT_CHECK(vocab.is_object() && !vocab.empty(), vocab_path,
-             " must be a JSON object mapping tokens to ids");
-  for (const auto& [token, id] : vocab.items())
-    bpe_.add_token(token, checked_id(id, "\"" + token + "\"", vocab_path));
-  std::istringstream in(io::read_small_file(merges_path, io::kMaxJsonFileBytes, "tokenizer file"));
-  std::string line;
-  int64_t line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if ((line_no == 1 && line.rfind("#version", 0) == 0) || line.empty()) continue;
-    const size_t sp = line.find(' ');
-    XDIT_CHECK(sp != std::string::npos && sp > 0 && sp + 1 < line.size() &&
-                   line.find(' ', sp + 1) == std::string::npos,
-               merges_path, " line ", line_no, ": \"", line, "\" is not two symbols");
-    bpe_.add_merge(line.substr(0, sp), line.substr(sp + 1),
-                   merges_path + " line " + std::to_string(line_no));
-  }
+  read_vocab_json(bpe_, vocab_path);
+  read_merges_txt(bpe_, merges_path);
 }
 
 int32_t QwenTokenizer::added_id(const std::string& content) const {

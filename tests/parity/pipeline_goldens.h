@@ -1,4 +1,5 @@
-// The whole-pipeline goldens of tools/goldens/make_flux.py and make_sd3.py:
+// The whole-pipeline goldens of tools/goldens/make_flux.py, make_sd3.py and
+// the Wan scripts:
 // tests/data/goldens/<stem>_pipeline.safetensors holds, per case, tensors
 // named "caseK.*" and the request as JSON in the metadata key "caseK".
 #pragma once
@@ -12,6 +13,7 @@
 #include "io/json.h"
 #include "io/safetensors.h"
 #include "pipeline/request.h"
+#include "test_util.h"
 
 namespace xdit::test {
 
@@ -44,6 +46,26 @@ inline pipeline::ImageRequest image_request(const io::Json& m) {
   r.seed = m["seed"].get<uint64_t>();
   r.max_sequence_length = m["max_sequence_length"].get<int64_t>();
   return r;
+}
+
+// A video pipeline's frames (ImageResult: prompt 0's frames) against
+// diffusers' video [1, 3, F, H, W] in [-1, 1]: the count, the size, and each
+// frame within 1/255.
+inline void expect_video_frames(const pipeline::ImageResult& out, const Tensor& video) {
+  ASSERT_EQ(out.frames, video.dim(2));
+  ASSERT_EQ(out.rgb.size(), static_cast<size_t>(video.dim(2)));
+  ASSERT_EQ(out.height, video.dim(3));
+  ASSERT_EQ(out.width, video.dim(4));
+  const int64_t F = video.dim(2), plane = video.dim(3) * video.dim(4);
+  for (int64_t f = 0; f < F; ++f) {
+    std::vector<float> frame(static_cast<size_t>(3 * plane));  // frame f as [3, H, W]
+    for (int64_t c = 0; c < 3; ++c)
+      std::copy_n(video.data<float>() + (c * F + f) * plane, plane, frame.begin() + c * plane);
+    EXPECT_LE(worst_pixel_difference(out.rgb[static_cast<size_t>(f)], frame.data(), video.dim(3),
+                                     video.dim(4)),
+              1)
+        << "frame " << f << ": largest per-pixel difference (of 255)";
+  }
 }
 
 }  // namespace xdit::test

@@ -25,15 +25,6 @@ namespace {
 
 const std::string kModel = std::string(XDIT_MODELS) + "/wan22-tiny";
 
-// Frame f of a video [1, 3, F, H, W] as [3, H, W].
-std::vector<float> frame_of(const Tensor& video, int64_t f) {
-  const int64_t F = video.dim(2), plane = video.dim(3) * video.dim(4);
-  std::vector<float> out(static_cast<size_t>(3 * plane));
-  for (int64_t c = 0; c < 3; ++c)
-    std::copy_n(video.data<float>() + (c * F + f) * plane, plane, out.begin() + c * plane);
-  return out;
-}
-
 pipeline::ImageRequest golden_request(const io::Json& m) {
   pipeline::ImageRequest r = test::image_request(m);
   r.num_frames = m["num_frames"].get<int64_t>();
@@ -57,36 +48,31 @@ TEST(Wan22Pipeline, TwoExpertsMatchDiffusers) {
   pipe.set_keep_text_encoder(true);
   EXPECT_EQ(pipe.family().name(), "Wan2.2");
   EXPECT_EQ(pipe.family().boundary_ratio(), 0.875);
-  test::for_each_pipeline_case("wan22", [&](const std::string& c, const io::Json& m,
-                                            std::map<std::string, Tensor>& g) {
-    const pipeline::ImageRequest r = golden_request(m);
-    const pipeline::Plan plan = pipe.plan(r);
-    // guidance_scale_2 defaults to guidance_scale, as in diffusers.
-    EXPECT_EQ(plan->guidance_scale_2, m["guidance_scale_2"].is_null()
-                                          ? m["guidance_scale"].get<double>()
-                                          : m["guidance_scale_2"].get<double>());
-    // The scheduler's integer timesteps decide the switch: diffusers' own.
-    auto sched = pipe.scheduler_config().make();
-    sched->set_timesteps(plan->num_inference_steps, {});
-    EXPECT_EQ(sched->timesteps(), g[c + ".timesteps"].to_vector());
-    ExpertLog log;
-    log.pipe = &pipe;
-    const Tensor latents = pipe.generate_latents(plan, {}, {&log});
-    ASSERT_EQ(latents.shape(), g[c + ".latents"].shape());
-    EXPECT_LE(test::rel_max_err(latents.to_vector(), g[c + ".latents"].to_vector()), 1e-4);
-    // One transformer for the steps with t >= 875, the other after.
-    const std::vector<float> ts = sched->timesteps();
-    for (size_t i = 0; i < ts.size(); ++i)
-      EXPECT_EQ(log.models[i] == log.models[0], ts[i] >= 875.0f) << "step " << i;
-    const pipeline::ImageResult out = pipe.generate(plan);
-    const Tensor& video = g[c + ".video"];
-    ASSERT_EQ(out.frames, video.dim(2));
-    for (int64_t f = 0; f < out.frames; ++f)
-      EXPECT_LE(test::worst_pixel_difference(out.rgb[static_cast<size_t>(f)],
-                                             frame_of(video, f).data(), video.dim(3), video.dim(4)),
-                1)
-          << "frame " << f << ": largest per-pixel difference (of 255)";
-  });
+  test::for_each_pipeline_case(
+      "wan22", [&](const std::string& c, const io::Json& m, std::map<std::string, Tensor>& g) {
+        const pipeline::ImageRequest r = golden_request(m);
+        const pipeline::Plan plan = pipe.plan(r);
+        // guidance_scale_2 defaults to guidance_scale, as in diffusers.
+        EXPECT_EQ(plan->guidance_scale_2, m["guidance_scale_2"].is_null()
+                                              ? m["guidance_scale"].get<double>()
+                                              : m["guidance_scale_2"].get<double>());
+        // The scheduler's integer timesteps decide the switch: diffusers' own.
+        auto sched = pipe.scheduler_config().make();
+        sched->set_timesteps(plan->num_inference_steps, {});
+        EXPECT_EQ(sched->timesteps(), g[c + ".timesteps"].to_vector());
+        ExpertLog log;
+        log.pipe = &pipe;
+        const Tensor latents = pipe.generate_latents(plan, {}, {&log});
+        ASSERT_EQ(latents.shape(), g[c + ".latents"].shape());
+        EXPECT_LE(test::rel_max_err(latents.to_vector(), g[c + ".latents"].to_vector()), 1e-4);
+        // One transformer for the steps with t >= 875, the other after.
+        const std::vector<float> ts = sched->timesteps();
+        for (size_t i = 0; i < ts.size(); ++i)
+          EXPECT_EQ(log.models[i] == log.models[0], ts[i] >= 875.0f) << "step " << i;
+        const pipeline::ImageResult out = pipe.generate(plan);
+        const Tensor& video = g[c + ".video"];
+        test::expect_video_frames(out, video);
+      });
 }
 
 pipeline::ImageRequest small(int64_t steps) {
@@ -239,33 +225,26 @@ TEST(Wan22Pipeline, Ti2vMatchesDiffusers) {
   EXPECT_EQ(pipe.vae_factors().spatial, 16);
   EXPECT_EQ(pipe.vae_factors().temporal, 4);
   EXPECT_EQ(pipe.spec().latent_channels, 48);
-  test::for_each_pipeline_case("wan22_ti2v", [&](const std::string& c, const io::Json& m,
-                                                 std::map<std::string, Tensor>& g) {
-    pipeline::ImageRequest r = test::image_request(m);
-    r.num_frames = m["num_frames"].get<int64_t>();
-    const pipeline::Plan plan = pipe.plan(r);
-    const Tensor& video = g[c + ".video"];
-    // A height off the 32 px grid (16 x the patch) floors, as diffusers does.
-    EXPECT_EQ(plan->run_height, video.dim(3));
-    EXPECT_EQ(plan->run_width, video.dim(4));
-    const Tensor& init = g[c + ".initial_latents"];
-    EXPECT_EQ(
-        pipeline::initial_noise(1, 48, plan->latent_frames, init.dim(3), init.dim(4), plan->seed)
-            .to_vector(),
-        init.to_vector());
-    const Tensor latents = pipe.generate_latents(plan);
-    ASSERT_EQ(latents.shape(), g[c + ".latents"].shape());
-    EXPECT_LE(test::rel_max_err(latents.to_vector(), g[c + ".latents"].to_vector()), 1e-4);
-    const pipeline::ImageResult out = pipe.generate(plan);
-    ASSERT_EQ(out.frames, video.dim(2));
-    ASSERT_EQ(out.height, video.dim(3));
-    ASSERT_EQ(out.width, video.dim(4));
-    for (int64_t f = 0; f < out.frames; ++f)
-      EXPECT_LE(test::worst_pixel_difference(out.rgb[static_cast<size_t>(f)],
-                                             frame_of(video, f).data(), video.dim(3), video.dim(4)),
-                1)
-          << "frame " << f << ": largest per-pixel difference (of 255)";
-  });
+  test::for_each_pipeline_case(
+      "wan22_ti2v", [&](const std::string& c, const io::Json& m, std::map<std::string, Tensor>& g) {
+        pipeline::ImageRequest r = test::image_request(m);
+        r.num_frames = m["num_frames"].get<int64_t>();
+        const pipeline::Plan plan = pipe.plan(r);
+        const Tensor& video = g[c + ".video"];
+        // A height off the 32 px grid (16 x the patch) floors, as diffusers does.
+        EXPECT_EQ(plan->run_height, video.dim(3));
+        EXPECT_EQ(plan->run_width, video.dim(4));
+        const Tensor& init = g[c + ".initial_latents"];
+        EXPECT_EQ(pipeline::initial_noise(1, 48, plan->latent_frames, init.dim(3), init.dim(4),
+                                          plan->seed)
+                      .to_vector(),
+                  init.to_vector());
+        const Tensor latents = pipe.generate_latents(plan);
+        ASSERT_EQ(latents.shape(), g[c + ".latents"].shape());
+        EXPECT_LE(test::rel_max_err(latents.to_vector(), g[c + ".latents"].to_vector()), 1e-4);
+        const pipeline::ImageResult out = pipe.generate(plan);
+        test::expect_video_frames(out, video);
+      });
   // Sizes must still be multiples of 16 (WanPipeline.check_inputs).
   pipeline::ImageRequest odd = small(1);
   odd.guidance_scale_2 = pipeline::kDefaultGuidance;

@@ -28,15 +28,6 @@ using models::kText;
 
 const std::string kModel = std::string(XDIT_MODELS) + "/wan21-tiny";
 
-// Frame f of a video [1, 3, F, H, W] as [3, H, W].
-std::vector<float> frame_of(const Tensor& video, int64_t f) {
-  const int64_t F = video.dim(2), plane = video.dim(3) * video.dim(4);
-  std::vector<float> out(static_cast<size_t>(3 * plane));
-  for (int64_t c = 0; c < 3; ++c)
-    std::copy_n(video.data<float>() + (c * F + f) * plane, plane, out.begin() + c * plane);
-  return out;
-}
-
 TEST(WanPipeline, PromptToVideoMatchesDiffusers) {
   pipeline::Pipeline pipe(kModel, DType::kF32);
   pipe.set_keep_text_encoder(true);
@@ -68,15 +59,7 @@ TEST(WanPipeline, PromptToVideoMatchesDiffusers) {
     // The whole run from the prompt: every frame within 1/255 of diffusers'.
     const pipeline::ImageResult out = pipe.generate(plan);
     const Tensor& video = g[c + ".video"];
-    ASSERT_EQ(out.frames, video.dim(2));
-    ASSERT_EQ(out.rgb.size(), static_cast<size_t>(video.dim(2)));
-    ASSERT_EQ(out.height, video.dim(3));
-    ASSERT_EQ(out.width, video.dim(4));
-    for (int64_t f = 0; f < out.frames; ++f)
-      EXPECT_LE(test::worst_pixel_difference(out.rgb[static_cast<size_t>(f)],
-                                             frame_of(video, f).data(), video.dim(3), video.dim(4)),
-                1)
-          << "frame " << f << ": largest per-pixel difference (of 255)";
+    test::expect_video_frames(out, video);
   });
 }
 
