@@ -98,12 +98,9 @@ class Patch : public testing::TestWithParam<std::string> {
 // closer there, and its refresh only shows over 20 steps — at 6 the
 // displaced and forgetful runs differ by under 1 dB.)
 const std::map<std::string, std::map<int, double>> kMinPsnrDb = {
-    {"pixart-sigma", {{2, 53.4}, {4, 50.45}}},
-    {"pixart-alpha", {{2, 52.0}, {4, 49.55}}},
-    {"flux-dev", {{2, 30.0}, {4, 27.0}}},
-    {"sd35", {{2, 44.0}, {4, 41.0}}},
-    {"wan21", {{2, 31.0}, {4, 28.5}}},
-    {"wan22", {{2, 21.5}, {4, 19.0}}}};
+    {"pixart-sigma", {{2, 53.4}, {4, 50.45}}}, {"pixart-alpha", {{2, 52.0}, {4, 49.55}}},
+    {"flux-dev", {{2, 30.0}, {4, 27.0}}},      {"sd35", {{2, 44.0}, {4, 41.0}}},
+    {"wan21", {{2, 31.0}, {4, 28.5}}},         {"wan22", {{2, 21.5}, {4, 19.0}}}};
 
 TEST_P(Patch, DisplacedStaysCloseAndAForgetfulRunDoesNot) {
   const auto& bounds = kMinPsnrDb.at(GetParam());

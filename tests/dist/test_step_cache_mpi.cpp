@@ -335,8 +335,8 @@ TEST_P(CachedLoop, TeaCachePatchDisplaced2StaleIsBounded) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CachedLoop,
-                         testing::Values("pixart-alpha", "flux-dev", "flux-schnell", "sd3",
-                                         "wan21", "wan22"));
+                         testing::Values("pixart-alpha", "flux-dev", "flux-schnell", "sd3", "wan21",
+                                         "wan22"));
 
 }  // namespace
 }  // namespace xdit
