@@ -339,7 +339,7 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
     const pipeline::Plan plan = pipe.plan(r, output);
     XDIT_INFO(pipe.family().name(), ": ", plan->num_inference_steps, " steps, guidance_scale ",
               plan->guidance_scale,
-              plan->guidance_scale_2 > 0
+              plan->guidance_scale_2 >= 0
                   ? ", guidance_scale_2 " + detail::concat(plan->guidance_scale_2)
                   : std::string(),
               ", max_sequence_length ", plan->max_sequence_length, " (T5 tokens)");
@@ -423,21 +423,21 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
         latents.dim(2) == 1
             ? latents.reshape({latents.dim(0), latents.dim(1), latents.dim(3), latents.dim(4)})
             : latents;
-    io::write_safetensors(
-        outputs.at(0), {{"latents", saved}},
-        {{"seed", std::to_string(plan->seed)},
-         {"steps", std::to_string(plan->num_inference_steps)},
-         {"guidance_scale", std::to_string(plan->guidance_scale)},
-         {"guidance_scale_2",
-          plan->guidance_scale_2 > 0 ? std::to_string(plan->guidance_scale_2) : ""},
-         {"height", std::to_string(plan->height)},
-         {"width", std::to_string(plan->width)},
-         {"model", model.from_cache() ? model.id : model.folder},
-         {"model_revision", model.commit},
-         {"parallel", trace_at_end.parallel},
-         {"cache", pipe.cache_summary()},
-         {"lora", plan->loras.empty() ? pipe.lora_label() : pipeline::lora_list_label(plan->loras)},
-         {"xdit_version", XDIT_VERSION}});
+    std::map<std::string, std::string> meta{
+        {"seed", std::to_string(plan->seed)},
+        {"steps", std::to_string(plan->num_inference_steps)},
+        {"guidance_scale", std::to_string(plan->guidance_scale)},
+        {"height", std::to_string(plan->height)},
+        {"width", std::to_string(plan->width)},
+        {"model", model.from_cache() ? model.id : model.folder},
+        {"model_revision", model.commit},
+        {"parallel", trace_at_end.parallel},
+        {"cache", pipe.cache_summary()},
+        {"lora", plan->loras.empty() ? pipe.lora_label() : pipeline::lora_list_label(plan->loras)},
+        {"xdit_version", XDIT_VERSION}};
+    if (plan->guidance_scale_2 >= 0)  // Wan2.2's second expert
+      meta["guidance_scale_2"] = std::to_string(plan->guidance_scale_2);
+    io::write_safetensors(outputs.at(0), {{"latents", saved}}, meta);
     XDIT_INFO("text encoding ", seconds(text_s), ", denoising ", seconds(denoise_s),
               ", peak memory ", human_size(static_cast<double>(peak_rss_bytes())), " -> ", o.output,
               " ", shape_str(saved.shape()));

@@ -40,7 +40,7 @@ std::map<std::string, std::string> png_metadata(const ImageMetadata& m) {
           {"seed", std::to_string(m.seed)},
           {"num_inference_steps", std::to_string(m.steps)},
           {"guidance_scale", std::to_string(m.guidance)},
-          {"guidance_scale_2", m.guidance_2 > 0 ? std::to_string(m.guidance_2) : ""},
+          {"guidance_scale_2", m.guidance_2 >= 0 ? std::to_string(m.guidance_2) : ""},
           {"true_cfg_scale", m.true_cfg != 1.0 ? std::to_string(m.true_cfg) : ""},
           {"max_sequence_length",
            m.max_sequence_length > 0 ? std::to_string(m.max_sequence_length) : ""},

@@ -19,7 +19,7 @@ struct ImageMetadata {
   uint64_t seed = 0;
   int64_t steps = 0, width = 0, height = 0, max_sequence_length = 0;
   double guidance = 0, true_cfg = 1.0;
-  double guidance_2 = 0;            // Wan2.2's second expert; 0: none
+  double guidance_2 = -1;           // Wan2.2's second expert; < 0: none
   pipeline::SkipLayerGuidance slg;  // SD3
   std::string model;                // the id in the HF cache, or the folder
   std::string model_revision, model_folder, pipeline, dtype, parallel;

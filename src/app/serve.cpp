@@ -134,7 +134,7 @@ int run_serve(ServeOptions& o, const CLI::App& command) {
     XDIT_FAIL("this model cannot serve its default request (", pipe.family().default_width(vsf),
               "x", pipe.family().default_height(vsf), ") on this parallel layout: ", e.what());
   }
-  pipe.load();
+  pipe.load_experts();  // (Wan2.2: both, before any request)
   pipe.set_weights_resident(true);
   // The resident text encoders built now, not by the first request: their
   // layers, like the transformer's, are known to the checks of requests'

@@ -8,6 +8,7 @@
 #include "core/buffer_pool.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "nn/attention.h"
 #include "pipeline/denoiser.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/step_cache.h"
@@ -48,6 +49,10 @@ void Pipeline::use_expert(int expert) {
         // One run per process: the expert done is freed before the next loads.
         release_transformer();
       } else {
+        // Parked: it points at no backend (attach replaces the one it has)
+        // and runs no hooks until it is swapped back in.
+        transformer_->set_attention_backend(&nn::serial_attention());
+        transformer_->set_block_hooks({});
         parked_ = std::move(transformer_);
         parked_expert_ = expert_;
       }
@@ -58,6 +63,14 @@ void Pipeline::use_expert(int expert) {
     load_expert(expert);
   }
   transformer_->set_block_hooks(hooks);
+}
+
+void Pipeline::load_experts() {
+  load();
+  if (family_->boundary_ratio() > 0 && !one_shot_ && !parked_) {
+    use_expert(1);  // loaded, the first parked
+    use_expert(0);
+  }
 }
 
 Tensor Pipeline::generate_latents(const Plan& plan,
@@ -135,7 +148,14 @@ Tensor Pipeline::run_part(const PlanFields& r, LoopInputs li, schedulers::Schedu
   for (StepHook* hook : hooks) d.add_hook(hook);
   d.add_hook(&progress);
   Tensor out = d.run(std::move(latents), part.begin, part.end);
-  pf_stats_ = d.pipefusion_stats();
+  // PipeFusion's counts over the run's parts (micro-steps numbered on).
+  const PipeFusionStats& ps = d.pipefusion_stats();
+  if (part.begin == 0) pf_stats_ = {};
+  const int64_t offset = pf_stats_.last_micro_step;
+  pf_stats_.patch_forwards += ps.patch_forwards;
+  if (pf_stats_.first_micro_step == 0 && ps.first_micro_step > 0)
+    pf_stats_.first_micro_step = offset + ps.first_micro_step;
+  if (ps.last_micro_step > 0) pf_stats_.last_micro_step = offset + ps.last_micro_step;
   if (cache) {
     report.label = r.cache.label();
     report.stats.append(cache->stats());

@@ -259,9 +259,11 @@ void Pipeline::load() {
 void Pipeline::load_expert(int expert) {
   check_transformer_weights();
   std::unique_ptr<io::WeightSource>& weights = expert == 0 ? weights_ : weights_2_;
-  XDIT_CHECK(weights,
-             "this one-shot pipeline released its transformer after its image; make a "
-             "new pipeline for another");
+  XDIT_CHECK(weights, expert == 0
+                          ? "this one-shot pipeline released its transformer after its image; make "
+                            "a new pipeline for another"
+                          : "transformer_2's weights are not open: a one-shot pipeline released "
+                            "them after its video, or it was made without a folder");
   if (!runtime_) runtime_ = std::make_unique<parallel::ParallelRuntime>(mesh_, spec().patch);
   if (!stage_blocks_measured_ && mesh_ != nullptr && mesh_->config().auto_stage_blocks &&
       mesh_->config().pipefusion_parallel_degree > 1 &&

@@ -172,6 +172,10 @@ class Pipeline {
   models::DiT* transformer() const { return transformer_.get(); }
   // The experts loaded now (0, 1 or 2; 1 for a model of one transformer once loaded).
   int resident_experts() const { return (transformer_ ? 1 : 0) + (parked_ ? 1 : 0); }
+  // load(), and a resident (not one-shot) pipeline of two experts loads the
+  // second too (xdit serve: the memory both take is known before the first
+  // request, which then loads nothing).
+  void load_experts();
 
   // The weights are held resident by another pipeline of this process
   // (xdit serve's validator checks requests while the serving pipeline
@@ -233,7 +237,7 @@ class Pipeline {
   void check_steps(int64_t steps) const;
   void check_guidance(double guidance_scale, double true_cfg_scale) const;
   // The second expert's guidance as asked (kDefaultGuidance: guidance_scale,
-  // as diffusers defaults it); 0 for a model of one transformer, which
+  // as diffusers defaults it); −1 for a model of one transformer, which
   // refuses one given.
   double second_guidance(double asked, double guidance_scale) const;
   // Applies the family's default size, and for families that floor sizes

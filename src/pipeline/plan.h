@@ -48,7 +48,7 @@ struct PlanFields {
   int64_t num_frames = 1, latent_frames = 1;
   int64_t num_inference_steps = 0;
   double guidance_scale = 0;
-  double guidance_scale_2 = 0;  // Wan2.2's second expert (0: one transformer)
+  double guidance_scale_2 = -1;  // Wan2.2's second expert (< 0: one transformer)
   double true_cfg_scale = 1.0;
   SkipLayerGuidance skip_layer_guidance;
   CacheSettings cache;         // resolved: the kind's defaults filled in

@@ -230,7 +230,7 @@ void Pipeline::check_guidance(double g, double true_cfg) const {
 
 double Pipeline::second_guidance(double asked, double guidance_scale) const {
   const bool experts = family_->boundary_ratio() > 0;
-  if (asked == kDefaultGuidance) return experts ? guidance_scale : 0;
+  if (asked == kDefaultGuidance) return experts ? guidance_scale : -1;
   XDIT_CHECK(experts,
              "guidance_scale_2 is the second expert's guidance (Wan2.2's "
              "transformer_2); ",

@@ -119,6 +119,16 @@ TEST(Wan22Pipeline, ExpertsLoadWhenFirstNeeded) {
       once.generate_latents(once.plan(small(4), pipeline::Output::kLatents), {}, {&log});
   EXPECT_EQ(log.resident, (std::vector<int>{1, 1, 1, 1}));
   EXPECT_EQ(got.to_vector(), want.to_vector());
+  // A resident pipeline (xdit serve) may load both before any request.
+  pipeline::Pipeline served(kModel, DType::kF32);
+  served.load_experts();
+  EXPECT_EQ(served.resident_experts(), 2);
+  ExpertLog both;
+  both.pipe = &served;
+  EXPECT_EQ(served.generate_latents(served.plan(small(4), pipeline::Output::kLatents), {}, {&both})
+                .to_vector(),
+            want.to_vector());
+  EXPECT_EQ(both.resident, (std::vector<int>{2, 2, 2, 2}));
 }
 
 // A step cache runs on each expert apart (a fresh one at the switch: the
@@ -214,7 +224,11 @@ TEST(Wan22Pipeline, BadFoldersAndRequestsAreOneLine) {
             std::string::npos);
   pipeline::ImageRequest plain = small(2);
   plain.guidance_scale_2 = pipeline::kDefaultGuidance;
-  EXPECT_EQ(one.plan(plain)->guidance_scale_2, 0.0);
+  EXPECT_EQ(one.plan(plain)->guidance_scale_2, -1.0);
+  // An explicit 0 is a scale like any other for the second expert.
+  pipeline::ImageRequest zero = small(2);
+  zero.guidance_scale_2 = 0.0;
+  EXPECT_EQ(pipe.plan(zero)->guidance_scale_2, 0.0);
 }
 
 TEST(Wan22Pipeline, Ti2vMatchesDiffusers) {
