@@ -19,6 +19,8 @@ inputs as src/app/bench.cpp:
            512 text tokens, CFG batch 2) and reduced depth (3 blocks) on a
            RES p clip (RES x RES*832/480 px) of 9 frames (3 latent frames)
   wan_vae  AutoencoderKLWan's decoder (Wan2.1's) on those 3 latent frames
+  qwen_text  Qwen2.5-VL-7B's language model (Qwen-Image's text encoder), 4 of
+           its 28 layers at full width, on one prompt of TOKENS tokens
 
 Each row: warm-up runs, then the best of --repeat timed runs under
 torch.inference_mode(), one JSON object per line on stdout. --device cuda runs
@@ -143,6 +145,26 @@ def wan_vae_row(res, warmup, repeat):
             "seconds": best_time(lambda: vae.decode(z, return_dict=False), warmup, repeat)}
 
 
+def qwen_text_row(tokens, warmup, repeat):
+    """Qwen-Image's text encoder, Qwen2.5-VL-7B's language model, at full
+    width and 4 of its 28 layers (transformers' Qwen2Model: the same layers)
+    on one prompt of `tokens` tokens, with its mask, as the pipeline calls it
+    (output_hidden_states)."""
+    from transformers import Qwen2Config, Qwen2Model
+
+    cfg = Qwen2Config(vocab_size=152064, hidden_size=3584, intermediate_size=18944,
+                      num_hidden_layers=4, num_attention_heads=28, num_key_value_heads=4,
+                      rms_norm_eps=1e-6, rope_theta=1000000.0, use_cache=False)
+    torch.set_default_dtype(DTYPE)
+    model = Qwen2Model(cfg).eval()
+    torch.set_default_dtype(torch.float32)
+    ids = ((torch.arange(tokens) * 7919) % 150000 + 3).unsqueeze(0)
+    mask = torch.ones(1, tokens, dtype=torch.long)
+    return {"name": "qwen2_5_vl_7b_text_4_layers", "resolution": 0, "tokens": tokens,
+            "seconds": best_time(lambda: model(input_ids=ids, attention_mask=mask,
+                                               output_hidden_states=True), warmup, repeat)}
+
+
 def t5_row(prompt_tokens, warmup, repeat):
     """prompt_tokens 0: the encoder on 120 real tokens. Otherwise what
     PixArtAlphaPipeline.encode_prompt runs for a prompt of that many tokens
@@ -259,7 +281,7 @@ def flux_row(res, warmup, repeat, q8_0=False):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("rows", nargs="+", help="pixart:RES, vae:RES, t5[:N], flux:RES, flux_q8_0:RES, sd3:RES, wan:RES or wan_vae:RES")
+    ap.add_argument("rows", nargs="+", help="pixart:RES, vae:RES, t5[:N], flux:RES, flux_q8_0:RES, sd3:RES, wan:RES, wan_vae:RES or qwen_text:TOKENS")
     ap.add_argument("--threads", type=int, required=True)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=1)
@@ -299,8 +321,10 @@ def main():
                 r = wan_row(int(res), a.warmup, a.repeat)
             elif what == "wan_vae":
                 r = wan_vae_row(int(res), a.warmup, a.repeat)
+            elif what == "qwen_text":
+                r = qwen_text_row(int(res), a.warmup, a.repeat)
             else:
-                sys.exit(f"torch_bench.py: unknown row '{row}' (pixart:RES, vae:RES, t5[:N], flux:RES, flux_q8_0:RES, sd3:RES, wan:RES or wan_vae:RES)")
+                sys.exit(f"torch_bench.py: unknown row '{row}' (pixart:RES, vae:RES, t5[:N], flux:RES, flux_q8_0:RES, sd3:RES, wan:RES, wan_vae:RES or qwen_text:TOKENS)")
         r.update(versions, threads=a.threads, dtype=a.dtype, compiled=COMPILE,
                  isa=torch.backends.cpu.get_cpu_capability(),
                  gpu=torch.cuda.get_device_name() if DEVICE != "cpu" else None)

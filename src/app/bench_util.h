@@ -115,6 +115,9 @@ nlohmann::json run_sd3_row(int64_t res, const std::string& dt_name, int warmup, 
 nlohmann::json run_wan_row(int64_t res, const std::string& dt_name, int warmup, int repeat,
                            const std::string& layout = "");
 int run_wan_parallel_bench(const BenchOptions& o);
+// The Qwen2.5-VL-7B text encoder, 4 of 28 layers, on one prompt of `tokens` tokens.
+nlohmann::json run_qwen_text_row(int64_t tokens, const std::string& dt_name, int warmup,
+                                 int repeat);
 nlohmann::json run_wan_vae_row(int64_t res, const std::string& dt_name, int warmup, int repeat);
 
 // bench_attention.cpp
