@@ -14,7 +14,9 @@
 #include "io/safetensors.h"
 #include "io/weights.h"
 #include "models/qwen_text.h"
+#include "pipeline/qwen_prompts.h"
 #include "test_util.h"
+#include "tokenizers/qwen_tokenizer.h"
 
 namespace xdit::models {
 namespace {
@@ -130,6 +132,31 @@ TEST(QwenEncoderConfig, UnsupportedConfigsAreRefusedByName) {
               QwenTextEncoder e(q3, none, DType::kBF16, 0, tp);
             }).find("key/value heads (GQA groups of 4 query heads)"),
             std::string::npos);
+}
+
+// Qwen-Image's prompt encoding against QwenImagePipeline.encode_prompt on
+// the tiny tokenizer and Qwen2.5-VL: the template, the 34 dropped tokens,
+// the real tokens' normed last states, zero padding with its mask, and the
+// cut at max_sequence_length.
+TEST(QwenImagePrompts, MatchDiffusers) {
+  const std::string dir = kDir + "/qwen2_5_vl";
+  io::WeightStore w(dir);
+  QwenTextConfig c = QwenTextConfig::from_json(io::read_json_file(dir + "/config.json"), dir);
+  c.locate(w, dir);
+  QwenTextEncoder enc(c, w, DType::kF32);
+  const tokenizers::QwenTokenizer tok(kDir + "/tokenizer");
+  auto g = io::read_safetensors_f32(kDir + "/qwen_image_prompts.safetensors");
+  const std::vector<std::string> prompts{"a red fox in the snow",
+                                         "Two cats, sitting on a mat! 3 dogs and 12 birds."};
+  for (const auto& [cut, tag] :
+       std::vector<std::pair<int64_t, std::string>>{{1024, ""}, {20, "_cut20"}}) {
+    const pipeline::MaskedEmbeddings e =
+        pipeline::encode_qwen_image_prompts(tok, enc, prompts, cut);
+    ASSERT_EQ(e.embeds.shape(), g["prompt_embeds" + tag].shape()) << tag;
+    EXPECT_LE(test::rel_max_err(e.embeds.to_vector(), g["prompt_embeds" + tag].to_vector()), 1e-4)
+        << tag;
+    EXPECT_EQ(e.mask.to_vector(), g["prompt_embeds_mask" + tag].to_vector()) << tag;
+  }
 }
 
 }  // namespace

@@ -84,5 +84,47 @@ def main():
     print(ids.tolist(), mask.tolist())
 
 
+
+
+def qwen_image_prompts():
+    """QwenImagePipeline.encode_prompt on the tiny tokenizer and Qwen2.5-VL:
+    the system template around each prompt, padding=True, hidden_states[-1]
+    of the real tokens, the first 34 dropped (hard-coded), zero-padded to
+    the longest, then cut at max_sequence_length. Written as
+    qwen_image_prompts.safetensors (prompt_embeds, prompt_embeds_mask, and
+    the same cut at 20)."""
+    import types
+
+    from diffusers import QwenImagePipeline
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    tok = AutoTokenizer.from_pretrained(os.path.join(OUT, "tokenizer"))
+    enc = Qwen2_5_VLForConditionalGeneration.from_pretrained(os.path.join(OUT, "qwen2_5_vl"))
+    fake = types.SimpleNamespace(tokenizer=tok, text_encoder=enc, tokenizer_max_length=1024,
+                                 prompt_template_encode_start_idx=34,
+                                 _execution_device=torch.device("cpu"))
+    fake.prompt_template_encode = (
+        "<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, "
+        "quantity, text, spatial relationships of the objects and background:<|im_end|>\n"
+        "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n")
+    fake._extract_masked_hidden = types.MethodType(QwenImagePipeline._extract_masked_hidden, fake)
+    fake._get_qwen_prompt_embeds = types.MethodType(QwenImagePipeline._get_qwen_prompt_embeds,
+                                                    fake)
+    prompts = ["a red fox in the snow", "Two cats, sitting on a mat! 3 dogs and 12 birds."]
+    out = {}
+    with torch.no_grad():
+        for cut, tag in ((1024, ""), (20, "_cut20")):
+            e, m = QwenImagePipeline.encode_prompt(fake, prompts, max_sequence_length=cut)
+            out["prompt_embeds" + tag] = e.contiguous()
+            # (None when every token is real: all ones)
+            m = torch.ones(e.shape[:2]) if m is None else m.to(torch.float32)
+            out["prompt_embeds_mask" + tag] = m.contiguous()
+    save_file(out, os.path.join(OUT, "qwen_image_prompts.safetensors"),
+              metadata={"torch": torch.__version__, "transformers": transformers.__version__,
+                        "prompts": "\n---\n".join(prompts)})
+    print("qwen-image prompts", {k: tuple(v.shape) for k, v in out.items()})
+
+
 if __name__ == "__main__":
     main()
+    qwen_image_prompts()
