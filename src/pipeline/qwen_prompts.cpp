@@ -57,4 +57,35 @@ MaskedEmbeddings encode_qwen_image_prompts(const tokenizers::QwenTokenizer& toke
   return out;
 }
 
+std::vector<Tensor> encode_z_image_prompts(const tokenizers::QwenTokenizer& tokenizer,
+                                           models::QwenTextEncoder& encoder,
+                                           const std::vector<std::string>& prompts,
+                                           int64_t max_sequence_length) {
+  XDIT_CHECK(!prompts.empty(), "Z-Image: no prompts to encode");
+  const auto B = static_cast<int64_t>(prompts.size());
+  const int64_t S = max_sequence_length, after = encoder.config().num_layers - 1;
+  XDIT_CHECK(encoder.layers() >= after, "Z-Image's text states come after ", after,
+             " layers; the encoder has ", encoder.layers());
+  std::vector<int32_t> ids;
+  std::vector<uint8_t> mask;
+  std::vector<int64_t> lengths;
+  for (const std::string& p : prompts) {
+    const tokenizers::Tokens t =
+        tokenizer.encode("<|im_start|>user\n" + p + "<|im_end|>\n<|im_start|>assistant\n", S);
+    ids.insert(ids.end(), t.ids.begin(), t.ids.end());
+    mask.insert(mask.end(), t.mask.begin(), t.mask.end());
+    lengths.push_back(std::min(t.untruncated, S));
+  }
+  const Tensor h = encoder.encode(ids, mask, B, S, after, false);  // hidden_states[-2]
+  const int64_t d = h.dim(2);
+  std::vector<Tensor> out;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = lengths[static_cast<size_t>(b)];
+    Tensor e = Tensor::empty({n, d});
+    std::copy_n(h.data<float>() + b * S * d, n * d, e.data<float>());
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 }  // namespace xdit::pipeline

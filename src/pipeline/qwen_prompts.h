@@ -12,6 +12,14 @@
 // (hidden_states[-1]) of each prompt's real tokens less the first 34 (the
 // pipeline drops that many, the system part with Qwen's own tokenizer),
 // zero-padded to the longest with a mask, then cut at max_sequence_length.
+//
+// Z-Image (ZImagePipeline._encode_prompt): each prompt as Qwen3's chat
+// template writes one user message with a generation prompt and thinking
+// enabled (which adds no think block):
+//   <|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n
+// padded to max_sequence_length (512) and truncated there, through Qwen3
+// with the padding's mask, the states before the last layer, without the
+// final norm (hidden_states[-2]), of each prompt's real tokens.
 #pragma once
 
 #include <string>
@@ -37,5 +45,14 @@ MaskedEmbeddings encode_qwen_image_prompts(const tokenizers::QwenTokenizer& toke
                                            models::QwenTextEncoder& encoder,
                                            const std::vector<std::string>& prompts,
                                            int64_t max_sequence_length = kQwenImageMaxLength);
+
+constexpr int64_t kZImageMaxLength = 512;
+
+// Per prompt its real tokens' states [tokens, hidden]. `encoder` needs its
+// first num_layers − 1 layers (built with those alone, it runs no more).
+std::vector<Tensor> encode_z_image_prompts(const tokenizers::QwenTokenizer& tokenizer,
+                                           models::QwenTextEncoder& encoder,
+                                           const std::vector<std::string>& prompts,
+                                           int64_t max_sequence_length = kZImageMaxLength);
 
 }  // namespace xdit::pipeline

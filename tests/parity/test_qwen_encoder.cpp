@@ -159,5 +159,35 @@ TEST(QwenImagePrompts, MatchDiffusers) {
   }
 }
 
+// Z-Image's prompt encoding against ZImagePipeline._encode_prompt on the
+// tiny tokenizer (given the part of Qwen3's chat template one user message
+// uses) and Qwen3: padded to max_sequence_length, the states before the last
+// layer without the norm, each prompt's real tokens; the encoder built with
+// those layers alone gives the same.
+TEST(ZImagePrompts, MatchDiffusers) {
+  const std::string dir = kDir + "/qwen3";
+  io::WeightStore w(dir);
+  QwenTextConfig c = QwenTextConfig::from_json(io::read_json_file(dir + "/config.json"), dir);
+  c.locate(w, dir);
+  const tokenizers::QwenTokenizer tok(kDir + "/tokenizer");
+  auto g = io::read_safetensors_f32(kDir + "/z_image_prompts.safetensors");
+  const std::vector<std::string> prompts{"a red fox in the snow", "Two cats, sitting on a mat!"};
+  for (const int64_t layers : {int64_t{-1}, c.num_layers - 1}) {
+    QwenTextEncoder enc(c, w, DType::kF32, layers);
+    const std::vector<Tensor> e = pipeline::encode_z_image_prompts(tok, enc, prompts, 24);
+    ASSERT_EQ(e.size(), 2u);
+    for (size_t i = 0; i < e.size(); ++i) {
+      const Tensor& want = g["embeds" + std::to_string(i)];
+      ASSERT_EQ(e[i].shape(), want.shape()) << i;
+      EXPECT_LE(test::rel_max_err(e[i].to_vector(), want.to_vector()), 1e-4) << i;
+    }
+  }
+  QwenTextEncoder too_few(c, w, DType::kF32, 1);
+  EXPECT_NE(test::error_message([&] {
+              pipeline::encode_z_image_prompts(tok, too_few, prompts, 24);
+            }).find("come after 2 layers; the encoder has 1"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace xdit::models

@@ -125,6 +125,43 @@ def qwen_image_prompts():
     print("qwen-image prompts", {k: tuple(v.shape) for k, v in out.items()})
 
 
+def z_image_prompts():
+    """ZImagePipeline._encode_prompt on the tiny tokenizer and Qwen3: each
+    prompt through the chat template with thinking enabled, padded to
+    max_sequence_length, hidden_states[-2] (no final norm) of its real
+    tokens. The tiny tokenizer gets the part of Qwen3's chat template a
+    single user message with a generation prompt uses (messages, then
+    <|im_start|>assistant, and an empty think block only when thinking is
+    off: Qwen3-4B's enable_thinking=True adds none). Written as
+    z_image_prompts.safetensors (embeds0, embeds1) at max_sequence_length 24."""
+    import types
+
+    from diffusers import ZImagePipeline
+    from transformers import Qwen3Model
+
+    tok = AutoTokenizer.from_pretrained(os.path.join(OUT, "tokenizer"))
+    tok.chat_template = (
+        "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content"
+        " + '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}"
+        "{{- '<|im_start|>assistant\\n' }}{%- if enable_thinking is defined and enable_thinking is"
+        " false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}")
+    enc = Qwen3Model.from_pretrained(os.path.join(OUT, "qwen3"))
+    fake = types.SimpleNamespace(tokenizer=tok, text_encoder=enc,
+                                 _execution_device=torch.device("cpu"))
+    prompts = ["a red fox in the snow", "Two cats, sitting on a mat!"]
+    with torch.no_grad():
+        embeds = ZImagePipeline._encode_prompt(fake, list(prompts), max_sequence_length=24)
+    out = {f"embeds{i}": e.contiguous() for i, e in enumerate(embeds)}
+    save_file(out, os.path.join(OUT, "z_image_prompts.safetensors"),
+              metadata={"torch": torch.__version__, "transformers": transformers.__version__,
+                        "prompts": "\n---\n".join(prompts),
+                        "text0": tok.apply_chat_template([{"role": "user", "content": prompts[0]}],
+                                                         tokenize=False, add_generation_prompt=True,
+                                                         enable_thinking=True)})
+    print("z-image prompts", {k: tuple(v.shape) for k, v in out.items()})
+
+
 if __name__ == "__main__":
     main()
     qwen_image_prompts()
+    z_image_prompts()
