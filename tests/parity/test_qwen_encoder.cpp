@@ -17,6 +17,7 @@
 #include "pipeline/qwen_prompts.h"
 #include "test_util.h"
 #include "tokenizers/qwen_tokenizer.h"
+#include "weight_list.h"
 
 namespace xdit::models {
 namespace {
@@ -84,15 +85,7 @@ TEST_P(QwenEncoder, WeightListEqualsTheFile) {
   io::WeightStore w(kDir + "/" + GetParam());
   const QwenTextConfig c = config(w);
   // (Qwen2.5-VL's file holds its vision tower and lm_head beside.)
-  std::set<std::string> listed, stored;
-  for (const std::string& n : w.names())
-    if (n.rfind(c.prefix, 0) == 0) stored.insert(n);
-  for (const auto& [name, shape] : c.weight_specs()) {
-    listed.insert(name);
-    ASSERT_TRUE(w.has(name)) << name;
-    EXPECT_EQ(w.shape(name), shape) << name;
-  }
-  EXPECT_EQ(listed, stored);
+  test::expect_weight_list(c.weight_specs(), w, {c.prefix});
   if (c.prefix.empty()) {
     EXPECT_EQ(c.parameter_count(), w.parameter_count());
   }

@@ -15,6 +15,7 @@
 #include "io/weights.h"
 #include "models/wan.h"
 #include "test_util.h"
+#include "weight_list.h"
 
 namespace xdit::models {
 namespace {
@@ -60,14 +61,7 @@ TEST(Wan, WeightListEqualsTheFile) {
   EXPECT_EQ(c.rope_axes(), (std::vector<int64_t>{4, 4, 4}));
   EXPECT_TRUE(c.spec().video);
   io::WeightStore w(kDir + "/transformer");
-  std::set<std::string> listed;
-  for (const auto& [name, shape] : c.weight_specs()) {
-    listed.insert(name);
-    ASSERT_TRUE(w.has(name)) << name;
-    EXPECT_EQ(w.get(name, shape).shape(), shape) << name;
-  }
-  const auto names = w.names();
-  EXPECT_EQ(listed, std::set<std::string>(names.begin(), names.end()));
+  test::expect_weight_list(c.weight_specs(), w);
   EXPECT_EQ(WanConfig::t2v_1_3b().rope_axes(), (std::vector<int64_t>{44, 42, 42}));
 }
 

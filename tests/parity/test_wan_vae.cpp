@@ -13,6 +13,7 @@
 #include "io/weights.h"
 #include "models/wan_vae.h"
 #include "test_util.h"
+#include "weight_list.h"
 
 namespace xdit::models {
 namespace {
@@ -68,16 +69,7 @@ TEST(WanVae, FramesAndFactors) {
 
 TEST(WanVae, WeightListEqualsTheDecoderPartOfTheFile) {
   io::WeightStore w(kDir + "/vae");
-  std::set<std::string> listed;
-  for (const auto& [name, shape] : tiny().decoder_weight_specs()) {
-    listed.insert(name);
-    ASSERT_TRUE(w.has(name)) << name;
-    EXPECT_EQ(w.get(name, shape).shape(), shape) << name;
-  }
-  std::set<std::string> decoder;
-  for (const auto& n : w.names())
-    if (n.rfind("decoder.", 0) == 0 || n.rfind("post_quant_conv.", 0) == 0) decoder.insert(n);
-  EXPECT_EQ(listed, decoder);
+  test::expect_weight_list(tiny().decoder_weight_specs(), w, {"decoder.", "post_quant_conv."});
 }
 
 TEST(WanVae, UnsupportedConfigsAreRefusedByName) {

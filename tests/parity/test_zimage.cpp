@@ -10,6 +10,7 @@
 #include "io/weights.h"
 #include "models/zimage_config.h"
 #include "test_util.h"
+#include "weight_list.h"
 
 namespace xdit::models {
 namespace {
@@ -22,14 +23,7 @@ TEST(ZImageConfig, WeightListEqualsTheFile) {
   EXPECT_EQ(c.adaln_dim(), 48);  // min(dim, 256)
   EXPECT_EQ(c.ffn_dim(), 128);
   io::WeightStore w(kDir);
-  std::set<std::string> listed, stored;
-  for (const std::string& n : w.names()) stored.insert(n);
-  for (const auto& [name, shape] : c.weight_specs()) {
-    listed.insert(name);
-    ASSERT_TRUE(w.has(name)) << name;
-    EXPECT_EQ(w.shape(name), shape) << name;
-  }
-  EXPECT_EQ(listed, stored);
+  test::expect_weight_list(c.weight_specs(), w);
   EXPECT_EQ(c.parameter_count(), w.parameter_count());
 }
 
