@@ -29,6 +29,9 @@ void rms_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps, co
 // Gated GELU of a fused [gate | up] projection: x [rows, 2n] →
 // y[r, j] = gelu_tanh(x[r, j]) · x[r, n + j], y [rows, n].
 void gelu_tanh_gate(const float* x, float* y, int64_t rows, int64_t n);
+// SwiGLU of a fused [gate | up] projection: y[r, j] = silu(x[r, j]) ·
+// x[r, n + j] (Qwen's MLP, Z-Image's feed-forward), y [rows, n].
+void silu_gate(const float* x, float* y, int64_t rows, int64_t n);
 
 // GroupNorm over NHWC activations x [B, HW, C] with G groups (statistics per
 // batch and group over HW × C/G values, in f64), affine, optionally followed
@@ -80,6 +83,7 @@ void silu(const float* x, float* y, int64_t n);        // x·sigmoid(x)
 void gelu_erf(const float* x, float* y, int64_t n);    // 0.5x(1+erf(x/√2)), torch's exact GELU
 void quick_gelu(const float* x, float* y, int64_t n);  // x·sigmoid(1.702x), OpenAI CLIP's
 void relu(const float* x, float* y, int64_t n);        // max(x, 0)
+void tanh(const float* x, float* y, int64_t n);        // Z-Image's gates
 
 // Softmax over each row of `cols` values, in place.
 void softmax_rows(float* x, int64_t rows, int64_t cols);

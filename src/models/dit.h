@@ -95,8 +95,10 @@ struct DiTSpec {
   int64_t latent_channels = 0;  // of the latents the loop holds
   int64_t out_channels = 0;     // of the output (PixArt's learned sigma: 2× latent)
   int64_t patch = 1;            // latent pixels per token side
-  // The model's timestep = the scheduler's / this, in f32 (FLUX.1: t / 1000).
+  // The model's timestep = the scheduler's / this, in f32 (FLUX.1: t / 1000);
+  // reversed: (divisor − t) / divisor (Z-Image: 1 − σ).
   double timestep_divisor = 1.0;
+  bool timestep_reversed = false;
   bool text_stream = false;  // joint attention over a text stream that blocks update
   bool video = false;        // takes latents of F > 1 frames (an image model: F = 1)
 };
@@ -148,7 +150,7 @@ class DiT {
   // weights live there and its calls run there.
   Device device() const { return device_; }
   // The text-stream tokens the streams carry for these inputs (0 without one).
-  int64_t stream_text_tokens(const DiTInputs& in) const {
+  virtual int64_t stream_text_tokens(const DiTInputs& in) const {
     const Tensor* text = in.find(kText);
     return spec().text_stream && text != nullptr ? text->dim(1) : 0;
   }

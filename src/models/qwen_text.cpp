@@ -57,6 +57,22 @@ void rope_halves(float* x, int64_t rows, int64_t stride, int64_t heads, int64_t 
 
 }  // namespace
 
+bool qwen_splits(const QwenTextConfig& c, int degree) {
+  return degree > 0 && c.num_heads % degree == 0 && c.num_kv_heads % degree == 0 &&
+         c.intermediate_size % degree == 0;
+}
+
+void check_qwen_tensor_parallel(const QwenTextConfig& c, int degree) {
+  const std::string enc = " of the " + c.model_type + " text encoder";
+  nn::check_divisible(c.num_heads, degree, "attention heads" + enc, "--tensor_parallel_degree");
+  nn::check_divisible(c.num_kv_heads, degree,
+                      "key/value heads (GQA groups of " +
+                          std::to_string(c.num_heads / c.num_kv_heads) + " query heads)" + enc,
+                      "--tensor_parallel_degree");
+  nn::check_divisible(c.intermediate_size, degree, "feed-forward units" + enc,
+                      "--tensor_parallel_degree");
+}
+
 QwenTextEncoder::QwenTextEncoder(const QwenTextConfig& cfg, const io::WeightSource& w,
                                  DType compute, int64_t layers, const nn::TensorParallel& tp,
                                  bool resident)
@@ -188,13 +204,8 @@ Tensor QwenTextEncoder::encode(const std::vector<int32_t>& ids, const std::vecto
     l.o.forward_add(attn, M, h, tmp_);  // h += o(attn)
     kernels::rms_norm(h, n, M, d, eps, l.ln1.data<float>());
     l.gate_up.forward(n, M, ff);
-#pragma omp parallel for
-    for (int64_t r = 0; r < M; ++r) {  // SwiGLU: silu(gate) · up
-      const float* g = ff + r * 2 * ffn_;
-      float* y = ff2 + r * ffn_;
-      for (int64_t k = 0; k < ffn_; ++k) y[k] = g[k] / (1.0f + std::exp(-g[k])) * g[ffn_ + k];
-    }
-    l.down.forward_add(ff2, M, h, tmp_);  // h += down(ff)
+    kernels::silu_gate(ff, ff2, M, ffn_);  // SwiGLU: silu(gate) · up
+    l.down.forward_add(ff2, M, h, tmp_);   // h += down(ff)
   }
   Tensor out = Tensor::empty({B, S, d});
   if (final_norm)

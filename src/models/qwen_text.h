@@ -53,6 +53,12 @@ struct QwenTextConfig {
   double flops(int64_t batch, int64_t seq, int64_t layers) const;
 };
 
+// Tensor parallelism over `degree` ranks: whether every part splits evenly
+// (query heads, key/value heads — whole GQA groups —, feed-forward units),
+// and a check that throws one line naming the part that does not.
+bool qwen_splits(const QwenTextConfig& c, int degree);
+void check_qwen_tensor_parallel(const QwenTextConfig& c, int degree);
+
 class QwenTextEncoder {
  public:
   // Builds the first `layers` layers (−1: all; a pipeline that takes an

@@ -1,11 +1,21 @@
 #include "nn/attention.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/device.h"
 #include "core/error.h"
 
 namespace xdit::nn {
+
+std::vector<uint8_t> text_key_mask(const uint8_t* text_mask, int64_t batch, int64_t text,
+                                   int64_t image) {
+  if (text_mask == nullptr) return {};
+  std::vector<uint8_t> m(static_cast<size_t>(batch * (text + image)), 1);
+  for (int64_t b = 0; b < batch; ++b)
+    std::copy_n(text_mask + b * text, text, m.begin() + b * (text + image));
+  return m;
+}
 
 namespace {
 class SerialAttention : public AttentionBackend {

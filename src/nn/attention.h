@@ -22,7 +22,20 @@ struct AttentionSite {
   // q/k/v are the text stream, the same on every rank; the rest are this
   // rank's image tokens. 0: self-attention over image tokens only.
   int64_t text_tokens = 0;
+  // Which text tokens are keys, per batch item: [batch, text_tokens] bytes on
+  // the host (0 = padding no query attends to; Z-Image's captions of
+  // different lengths). Null: every text token. The call's AttentionArgs
+  // then carry the same mask over the call's keys (key_mask [batch, kv_len]:
+  // the text's, then every image key) for a backend that attends as called;
+  // one that lays the keys out anew builds its own from this.
+  const uint8_t* text_mask = nullptr;
 };
+
+// A key mask over keys laid out per batch item as the `text` text tokens,
+// then `image` image tokens: the text's bytes from `text_mask` ([batch,
+// text]), every image key 1. Empty when text_mask is null (no mask).
+std::vector<uint8_t> text_key_mask(const uint8_t* text_mask, int64_t batch, int64_t text,
+                                   int64_t image);
 
 class AttentionBackend {
  public:
@@ -58,6 +71,8 @@ AttentionBackend& serial_attention();
 // time, so one set of buffers (sized on the first step) serves them all.
 struct AttentionScratch {
   Scratch proj, kv, out, sumsq;
+  std::vector<uint8_t> mask_host;  // a call's key mask (text_key_mask)
+  Tensor mask;                     // its copy on a CUDA device (on_current_device)
 };
 
 // Rotary tables for one call: cos/sin [seq, head_dim] (each angle repeated

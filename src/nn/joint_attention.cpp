@@ -5,10 +5,6 @@
 
 namespace xdit::nn {
 
-namespace {
-constexpr float kEps = 1e-6f;  // FLUX's and SD3's qk RMSNorm
-}  // namespace
-
 JointAttention::JointAttention(const io::WeightSource& w, const std::string& prefix,
                                const JointAttentionConfig& cfg, ComputeType ct,
                                const TensorParallel& tp)
@@ -19,16 +15,18 @@ JointAttention::JointAttention(const io::WeightSource& w, const std::string& pre
       context_out_(cfg.context && !cfg.context_pre_only),
       pre_only_(cfg.pre_only),
       bf16_(ct == ComputeType::kBF16),
-      tp_(tp) {
+      tp_(tp),
+      qk_eps_(cfg.qk_eps) {
   const int64_t D = cfg.dim, inner = cfg.heads * cfg.head_dim, hd = cfg.head_dim;
   const std::string a = prefix + ".";
-  qkv_ = load_fused_linear(w, {a + "to_q", a + "to_k", a + "to_v"}, D, {inner, inner, inner}, true,
-                           ct, tp);
+  qkv_ = load_fused_linear(w, {a + "to_q", a + "to_k", a + "to_v"}, D, {inner, inner, inner},
+                           cfg.bias, ct, tp);
   if (context_)
     qkv_context_ = load_fused_linear(w, {a + "add_q_proj", a + "add_k_proj", a + "add_v_proj"}, D,
-                                     {inner, inner, inner}, true, ct, tp);
-  if (!pre_only_) to_out_ = load_row_linear(w, a + "to_out.0", {inner}, D, true, ct, tp);
-  if (context_out_) to_add_out_ = load_row_linear(w, a + "to_add_out", {inner}, D, true, ct, tp);
+                                     {inner, inner, inner}, cfg.bias, ct, tp);
+  if (!pre_only_) to_out_ = load_row_linear(w, a + "to_out.0", {inner}, D, cfg.bias, ct, tp);
+  if (context_out_)
+    to_add_out_ = load_row_linear(w, a + "to_add_out", {inner}, D, cfg.bias, ct, tp);
   if (cfg.qk_norm) {
     nq_ = load_param(w, a + "norm_q.weight", {hd});
     nk_ = load_param(w, a + "norm_k.weight", {hd});
@@ -42,8 +40,16 @@ JointAttention::JointAttention(const io::WeightSource& w, const std::string& pre
 void JointAttention::norm_rope(float* qkv, const JointCall& call, int64_t row_begin, int64_t rows,
                                const Tensor& wq, const Tensor& wk) const {
   if (!wq.defined()) return;
-  kernels::qk_norm_rope(qkv, call.batch, call.seq(), row_begin, rows, heads_, head_dim_, kEps,
-                        wq.data<float>(), wk.data<float>(), call.rope_cos, call.rope_sin);
+  if (!call.rope_per_item || call.rope_cos == nullptr) {
+    kernels::qk_norm_rope(qkv, call.batch, call.seq(), row_begin, rows, heads_, head_dim_, qk_eps_,
+                          wq.data<float>(), wk.data<float>(), call.rope_cos, call.rope_sin);
+    return;
+  }
+  const int64_t S = call.seq(), table = S * head_dim_;
+  for (int64_t b = 0; b < call.batch; ++b)  // each item its own table
+    kernels::qk_norm_rope(qkv + b * S * 3 * width(), 1, S, row_begin, rows, heads_, head_dim_,
+                          qk_eps_, wq.data<float>(), wk.data<float>(), call.rope_cos + b * table,
+                          call.rope_sin + b * table);
 }
 
 const float* JointAttention::attend(const float* x, const JointCall& call,
@@ -68,7 +74,11 @@ const float* JointAttention::attend(const float* x, const JointCall& call,
   AttentionSite site;
   site.layer = call.layer;
   site.text_tokens = L;
-  backend.attend(fused_qkv_args(qkv, B, S, heads_, head_dim_, out, A, bf16_), site);
+  site.text_mask = call.text_mask;
+  kernels::AttentionArgs args = fused_qkv_args(qkv, B, S, heads_, head_dim_, out, A, bf16_);
+  scratch.mask_host = text_key_mask(call.text_mask, B, L, N);
+  args.key_mask = on_current_device(scratch.mask_host, scratch.mask);
+  backend.attend(args, site);
   return out;
 }
 

@@ -35,6 +35,8 @@ struct JointAttentionConfig {
   // single-stream proj_out over [attention | MLP]).
   bool pre_only = false;
   bool qk_norm = false;  // norm_q / norm_k (and norm_added_q / norm_added_k)
+  float qk_eps = 1e-6f;  // their RMSNorm's eps (FLUX, SD3: 1e-6; Z-Image: 1e-5)
+  bool bias = true;      // the projections' biases (Z-Image: none)
 };
 
 // One call's sequence: per batch item `text` text tokens, then `image`
@@ -44,9 +46,15 @@ struct JointCall {
   int64_t batch = 0, text = 0, image = 0;
   int layer = 0;  // AttentionSite::layer
   // The rotary table [text + image, head_dim] on the current device (null:
-  // no rotation; needs qk_norm, which the rotation is fused with).
+  // no rotation; needs qk_norm, which the rotation is fused with); with
+  // rope_per_item, one such table per batch item ([batch, seq, head_dim]:
+  // Z-Image's image positions follow each item's caption length).
   const float* rope_cos = nullptr;
   const float* rope_sin = nullptr;
+  bool rope_per_item = false;
+  // The text tokens that are keys (AttentionSite::text_mask): [batch, text]
+  // on the host; null: all.
+  const uint8_t* text_mask = nullptr;
   int64_t seq() const { return text + image; }
 };
 
@@ -82,6 +90,7 @@ class JointAttention {
   kernels::Linear qkv_, qkv_context_, to_out_, to_add_out_;
   Tensor nq_, nk_, nq_context_, nk_context_;  // undefined without qk_norm
   TensorParallel tp_;
+  float qk_eps_ = 1e-6f;
 };
 
 // The rest of a single-stream block (FLUX's FluxSingleTransformerBlock),

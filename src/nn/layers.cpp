@@ -310,6 +310,22 @@ void FeedForwardGelu::forward(const uint16_t* x, int64_t m, float* y, float* hid
   tp_.all_reduce(y, m * fc2_.out_features());
 }
 
+FeedForwardSwiGlu::FeedForwardSwiGlu(const io::WeightSource& w, const std::string& gate,
+                                     const std::string& up, const std::string& down, int64_t dim,
+                                     int64_t inner, ComputeType ct, const TensorParallel& tp)
+    : gate_up_(load_fused_linear(w, {gate, up}, dim, {inner, inner}, false, ct, tp)),
+      down_(load_row_linear(w, down, {inner}, dim, false, ct, tp)),
+      tp_(tp) {}
+
+void FeedForwardSwiGlu::forward(const float* x, int64_t m, float* y, float* hidden) const {
+  const int64_t n = inner();
+  float* fused = hidden + m * n;  // [gate | up] rows after the gated product's room
+  gate_up_.forward(x, m, fused);
+  kernels::silu_gate(fused, hidden, m, n);
+  down_.forward(hidden, m, y);
+  tp_.all_reduce(y, m * down_.out_features());
+}
+
 AdaLayerNormContinuous::AdaLayerNormContinuous(const io::WeightSource& w, const std::string& prefix,
                                                int64_t dim, ComputeType ct)
     : linear_(load_linear(w, prefix + ".linear", dim, 2 * dim, true, ct)), dim_(dim) {}

@@ -170,6 +170,25 @@ class FeedForwardGelu {
   TensorParallel tp_;
 };
 
+// A SwiGLU feed-forward without biases: down(silu(gate(x)) · up(x)) —
+// Z-Image's FeedForward (w1, w3, w2), Qwen's MLP (gate_proj, up_proj,
+// down_proj). gate and up run as one fused product; under tensor parallelism
+// both are column-split, down row-split, and forward all-reduces y.
+class FeedForwardSwiGlu {
+ public:
+  FeedForwardSwiGlu() = default;
+  FeedForwardSwiGlu(const io::WeightSource& w, const std::string& gate, const std::string& up,
+                    const std::string& down, int64_t dim, int64_t inner, ComputeType ct,
+                    const TensorParallel& tp = {});
+  // y[m, dim] = ff(x[m, dim]); `hidden` is scratch of m · 3 · inner() floats.
+  void forward(const float* x, int64_t m, float* y, float* hidden) const;
+  int64_t inner() const { return gate_up_.out_features() / 2; }  // this rank's share
+
+ private:
+  kernels::Linear gate_up_, down_;
+  TensorParallel tp_;
+};
+
 // diffusers AdaLayerNormContinuous as FLUX.1 and SD3 end with it (norm_out):
 // linear(SiLU(conditioning)) → [scale | shift] per batch item, then
 // LayerNorm(x) · (1 + scale) + shift, without affine weights, eps 1e-6.

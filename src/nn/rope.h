@@ -12,7 +12,9 @@
 namespace xdit::nn {
 
 // Fills cos[0, Σ dims) and sin[0, Σ dims) for one token at positions pos[a].
+// `f32_angles`: each angle rounded to f32 before its cos and sin (Z-Image's
+// RopeEmbedder: f64 angles cast to float, then torch.polar).
 void rope_row(const double* pos, const std::vector<int64_t>& dims, double theta, float* cos,
-              float* sin);
+              float* sin, bool f32_angles = false);
 
 }  // namespace xdit::nn

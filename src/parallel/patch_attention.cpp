@@ -87,8 +87,8 @@ void PatchAttention::complete(Layer& l) {
               l.share[static_cast<size_t>(p)], l.text + l.offset[static_cast<size_t>(p)]);
 }
 
-void PatchAttention::attend_rows(const kernels::AttentionArgs& args, const Layer& l, int64_t first,
-                                 int64_t count) {
+void PatchAttention::attend_rows(const kernels::AttentionArgs& args, const nn::AttentionSite& site,
+                                 const Layer& l, int64_t first, int64_t count) {
   kernels::AttentionArgs a;
   a.q = args.q;
   a.q_stride = args.q_stride;
@@ -103,6 +103,8 @@ void PatchAttention::attend_rows(const kernels::AttentionArgs& args, const Layer
   a.head_dim = l.head_dim;
   a.scale = args.scale;
   a.bf16 = l.bf16;
+  const std::vector<uint8_t> mask = nn::text_key_mask(site.text_mask, l.batch, l.text, l.total);
+  a.key_mask = nn::on_current_device(mask, mask_);
   if (first == 0 && count == args.q_len) {  // every row: one call
     kernels::attention(a);
     return;
@@ -116,8 +118,9 @@ void PatchAttention::attend(const kernels::AttentionArgs& args, const nn::Attent
     kernels::attention(args);  // cross-attention, or naive: the band alone
     return;
   }
-  XDIT_CHECK(args.key_mask == nullptr && args.bias == nullptr && args.kv_len == args.q_len,
-             "patch-parallel self-attention takes unmasked, unbiased attention");
+  XDIT_CHECK((args.key_mask == nullptr || site.text_mask != nullptr) && args.bias == nullptr &&
+                 args.kv_len == args.q_len,
+             "patch-parallel self-attention takes unbiased attention, masked only in the text");
   // Drive every layer's pending exchange: MPI moves large messages only
   // inside MPI calls, so without this they would wait for their own layer.
   for (auto& [id, other] : layers_)
@@ -202,12 +205,12 @@ void PatchAttention::attend(const kernels::AttentionArgs& args, const nn::Attent
     // The text rows first, while every band (this one too) still holds the
     // previous step's K/V: the same keys on every rank, so the replicated
     // text stream stays equal without any communication.
-    if (text > 0) attend_rows(args, l, 0, text);
+    if (text > 0) attend_rows(args, site, l, 0, text);
     // The other bands' K/V as of the previous step (stored by complete).
     l.store(mine, n, text + l.offset[static_cast<size_t>(me)]);
   }
   const int64_t first = sync ? 0 : text;  // a stale step's text rows are done
-  attend_rows(args, l, first, args.q_len - first);
+  attend_rows(args, site, l, first, args.q_len - first);
   // After a stale step, send this step's K/V on for the next one.
   if (!sync_ && !last_step_) {
     const size_t item = static_cast<size_t>(n * hd) * l.esz, fresh = 2 * B * item;

@@ -51,9 +51,9 @@ class PatchAttention : public nn::AttentionBackend {
   std::vector<int64_t> shares(int64_t mine) const;
   void complete(Layer& l);  // waits for the layer's pending all-gather, stores it
   // Rows [first, first + count) of every batch item's queries against the
-  // layer's whole packed K/V.
-  static void attend_rows(const kernels::AttentionArgs& args, const Layer& l, int64_t first,
-                          int64_t count);
+  // layer's whole packed K/V, its text keys masked by the site's text mask.
+  void attend_rows(const kernels::AttentionArgs& args, const nn::AttentionSite& site,
+                   const Layer& l, int64_t first, int64_t count);
 
   comm::Communicator& group_;
   bool displaced_, full_sync_, refresh_ = true;
@@ -62,6 +62,7 @@ class PatchAttention : public nn::AttentionBackend {
   std::map<int, std::unique_ptr<Layer>> layers_;
   // A sync step's all-gather buffers, shared by every layer (one call at a time).
   nn::Scratch sync_send_, sync_recv_;
+  Tensor mask_;  // a text key mask's copy on a CUDA device
   double wait_seconds_ = 0;
 };
 

@@ -68,8 +68,9 @@ void PipeFusionAttention::store(Buffer& buf, const float* k, const float* v, int
 }
 
 void PipeFusionAttention::attend_buffer(const Buffer& buf, const kernels::AttentionArgs& args,
-                                        const float* q, int64_t q_stride, int64_t q_len, float* out,
-                                        int64_t out_stride) const {
+                                        const nn::AttentionSite& site, const float* q,
+                                        int64_t q_stride, int64_t q_len, float* out,
+                                        int64_t out_stride) {
   kernels::AttentionArgs a;
   a.q = q;
   a.q_stride = q_stride;
@@ -84,6 +85,9 @@ void PipeFusionAttention::attend_buffer(const Buffer& buf, const kernels::Attent
   a.head_dim = buf.head_dim;
   a.scale = args.scale;
   a.bf16 = buf.bf16;
+  const std::vector<uint8_t> mask =
+      nn::text_key_mask(site.text_mask, buf.batch, buf.text, buf.tokens);
+  a.key_mask = nn::on_current_device(mask, mask_);
   kernels::attention(a);
 }
 
@@ -110,7 +114,7 @@ void PipeFusionAttention::attend(const kernels::AttentionArgs& args,
   }
   const int64_t text = site.text_tokens, n = args.q_len - text;
   XDIT_CHECK(total_ > 0 && n == t1_ - t0_ && args.kv_len == args.q_len &&
-                 args.key_mask == nullptr && args.bias == nullptr,
+                 (args.key_mask == nullptr || site.text_mask != nullptr) && args.bias == nullptr,
              "PipeFusion attention called on ", n, " image tokens for the window [", t0_, ", ", t1_,
              ")");
   const bool whole = t0_ == 0 && t1_ == total_;
@@ -123,7 +127,7 @@ void PipeFusionAttention::attend(const kernels::AttentionArgs& args,
           args.v_stride, args.q_len, text + t0_, n);
     buf.filled = buf.filled || whole;
   }
-  attend_buffer(buf, args, args.q, args.q_stride, args.q_len, args.out, args.out_stride);
+  attend_buffer(buf, args, site, args.q, args.q_stride, args.q_len, args.out, args.out_stride);
 }
 
 void PipeFusionAttention::set_sequence_split(std::vector<int64_t> tokens) {
@@ -145,7 +149,7 @@ void PipeFusionAttention::attend_sequence_parallel(const kernels::AttentionArgs&
                                                    const nn::AttentionSite& site) {
   const int u = ulysses_->size(), r = ring_->size();
   const int64_t text = site.text_tokens;
-  check_sequence_parallel_args(args, u, text);
+  check_sequence_parallel_args(args, u, site);
   const int64_t B = args.batch, D = args.head_dim, Hu = args.heads / u, cols = Hu * D;
   const int64_t mine = args.q_len - text;
   // Every SP rank's share of the window (SP rank k = ring · u + ulysses).
@@ -191,7 +195,7 @@ void PipeFusionAttention::attend_sequence_parallel(const kernels::AttentionArgs&
       store_fresh(buf, mine, 0);
       buf.filled = buf.filled || whole;
     }
-    attend_buffer(buf, args, q, cols, S, out, cols);
+    attend_buffer(buf, args, site, q, cols, S, out, cols);
     exchange_->to_tokens(out, args, text);
     return;
   }
@@ -247,7 +251,7 @@ void PipeFusionAttention::attend_sequence_parallel(const kernels::AttentionArgs&
           false);
     mine_kv.filled = mine_kv.filled || whole;
   }
-  attend_buffer(whole_, args, q, cols, S, out, cols);
+  attend_buffer(whole_, args, site, q, cols, S, out, cols);
   exchange_->to_tokens(out, args, text);
 }
 

@@ -89,9 +89,11 @@ class PipeFusionAttention : public nn::AttentionBackend {
   // `batch_tokens` tokens apart) into the buffer's tokens [t, t + n).
   void store(Buffer& buf, const float* k, const float* v, int64_t k_stride, int64_t v_stride,
              int64_t batch_tokens, int64_t t, int64_t n) const;
-  // Attention of q ([B, q_len, H, D] at q_stride) against the whole buffer.
-  void attend_buffer(const Buffer& buf, const kernels::AttentionArgs& args, const float* q,
-                     int64_t q_stride, int64_t q_len, float* out, int64_t out_stride) const;
+  // Attention of q ([B, q_len, H, D] at q_stride) against the whole buffer,
+  // its text keys masked by the site's text mask.
+  void attend_buffer(const Buffer& buf, const kernels::AttentionArgs& args,
+                     const nn::AttentionSite& site, const float* q, int64_t q_stride, int64_t q_len,
+                     float* out, int64_t out_stride);
   std::vector<float> unpack(const Buffer& buf, bool keys) const;
   void attend_sequence_parallel(const kernels::AttentionArgs& args, const nn::AttentionSite& site);
 
@@ -104,6 +106,7 @@ class PipeFusionAttention : public nn::AttentionBackend {
   comm::Communicator* ring_ = nullptr;
   std::unique_ptr<UlyssesExchange> exchange_;
   nn::Scratch kv_mine_, kv_all_, out_;
+  Tensor mask_;   // a text key mask's copy on a CUDA device
   Buffer whole_;  // under Ring: the whole sequence, assembled for one call at a time
 };
 

@@ -13,7 +13,7 @@ UspAttention::UspAttention(comm::Communicator& ulysses, comm::Communicator& ring
 
 void UspAttention::ring_attention(const float* q, const float* k, const float* v, float* out,
                                   int64_t B, int64_t H, int64_t text, int64_t N, int64_t D,
-                                  float scale, bool bf16) {
+                                  float scale, bool bf16, const uint8_t* text_mask) {
   const int r = ring_.size(), me = ring_.rank();
   const int64_t S = text + N, hd = H * D;  // local queries: the text, then my image tokens
   // Uneven shares without Ulysses: this rank's rows are the first of its
@@ -52,9 +52,11 @@ void UspAttention::ring_attention(const float* q, const float* k, const float* v
     a.k = step == 0 ? k : kv;
     a.v = step == 0 ? v : kv + kv_n;
     a.kv_len = step == 0 ? S : N;
-    // Uneven shares: the padding of the block's Ulysses chunks masked out.
-    std::vector<uint8_t> mask;
-    if (!split_.empty()) mask = key_mask(B, step == 0 ? text : 0, (me - step + r) % r);
+    // Uneven shares: the padding of the block's Ulysses chunks masked out;
+    // the text's padding with the local block.
+    const std::vector<uint8_t> mask =
+        key_mask(B, step == 0 ? text : 0, N / ulysses_.size(), (me - step + r) % r,
+                 step == 0 ? text_mask : nullptr);
     a.key_mask = nn::on_current_device(mask, mask_);
     a.out = step == 0 ? out : part;
     a.lse = step == 0 ? lse : lse_part;
@@ -114,9 +116,12 @@ void UspAttention::attention_in_pieces(const kernels::AttentionArgs& a,
     }
 }
 
-void check_sequence_parallel_args(const kernels::AttentionArgs& args, int u, int64_t text) {
-  XDIT_CHECK(args.key_mask == nullptr && args.bias == nullptr && args.kv_len == args.q_len,
-             "sequence-parallel self-attention takes unmasked, unbiased attention");
+void check_sequence_parallel_args(const kernels::AttentionArgs& args, int u,
+                                  const nn::AttentionSite& site) {
+  const int64_t text = site.text_tokens;
+  XDIT_CHECK((args.key_mask == nullptr || site.text_mask != nullptr) && args.bias == nullptr &&
+                 args.kv_len == args.q_len,
+             "sequence-parallel self-attention takes unbiased attention, masked only in the text");
   XDIT_CHECK(text >= 0 && text < args.q_len, "joint attention with ", text,
              " text tokens needs image tokens after them (", args.q_len, " tokens)");
   XDIT_CHECK(args.heads % u == 0, "attention heads ", args.heads,
@@ -226,16 +231,22 @@ void UspAttention::set_sequence_split(std::vector<int64_t> tokens) {
   exchange_.set_counts(std::vector<int64_t>(first, first + u), pad);
 }
 
-std::vector<uint8_t> UspAttention::key_mask(int64_t batch, int64_t text, int ring_rank) const {
+std::vector<uint8_t> UspAttention::key_mask(int64_t batch, int64_t text, int64_t chunk,
+                                            int ring_rank, const uint8_t* text_mask) const {
+  if (split_.empty() && (text_mask == nullptr || text == 0)) return {};
   const int u = ulysses_.size();
-  const int64_t pad = *std::max_element(split_.begin(), split_.end());
-  std::vector<uint8_t> m(static_cast<size_t>(batch * (text + u * pad)), 0);
+  const int64_t keys = text + u * chunk;
+  std::vector<uint8_t> m(static_cast<size_t>(batch * keys), 0);
   for (int64_t b = 0; b < batch; ++b) {
-    uint8_t* row = m.data() + b * (text + u * pad);
-    std::fill(row, row + text, 1);
-    for (int i = 0; i < u; ++i)
-      std::fill(row + text + i * pad,
-                row + text + i * pad + split_[static_cast<size_t>(ring_rank * u + i)], 1);
+    uint8_t* row = m.data() + b * keys;
+    if (text_mask != nullptr)
+      std::copy_n(text_mask + b * text, text, row);
+    else
+      std::fill(row, row + text, 1);
+    for (int i = 0; i < u; ++i) {
+      const int64_t real = split_.empty() ? chunk : split_[static_cast<size_t>(ring_rank * u + i)];
+      std::fill(row + text + i * chunk, row + text + i * chunk + real, 1);
+    }
   }
   return m;
 }
@@ -247,15 +258,14 @@ void UspAttention::attend(const kernels::AttentionArgs& args, const nn::Attentio
     return;
   }
   const int64_t text = site.text_tokens;
-  check_sequence_parallel_args(args, u, text);
+  check_sequence_parallel_args(args, u, site);
   const int64_t B = args.batch, D = args.head_dim, Hu = args.heads / u;
-  const int64_t Nu = exchange_.chunk(args.q_len - text) * u, S = text + Nu;
+  const int64_t P = exchange_.chunk(args.q_len - text), Nu = P * u, S = text + Nu;
   const size_t full = static_cast<size_t>(B * S * Hu * D);
   const float* q = exchange_.to_heads(args, text);
   float* out = out_.get(full);
   if (r == 1) {
-    std::vector<uint8_t> mask;
-    if (!split_.empty()) mask = key_mask(B, text, 0);
+    const std::vector<uint8_t> mask = key_mask(B, text, P, 0, site.text_mask);
     kernels::AttentionArgs a;
     a.q = q;
     a.k = q + full;
@@ -271,7 +281,8 @@ void UspAttention::attend(const kernels::AttentionArgs& args, const nn::Attentio
     a.key_mask = nn::on_current_device(mask, mask_);
     kernels::attention(a);
   } else {
-    ring_attention(q, q + full, q + 2 * full, out, B, Hu, text, Nu, D, args.scale, args.bf16);
+    ring_attention(q, q + full, q + 2 * full, out, B, Hu, text, Nu, D, args.scale, args.bf16,
+                   site.text_mask);
   }
   exchange_.to_tokens(out, args, text);
 }

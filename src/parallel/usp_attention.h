@@ -63,14 +63,19 @@ class UspAttention : public nn::AttentionBackend {
   void release_buffers() override;
 
  private:
-  // Uneven shares: the valid keys [B, text + u·pad] of the block that ring
-  // rank `ring_rank`'s Ulysses group holds after the exchange.
-  std::vector<uint8_t> key_mask(int64_t batch, int64_t text, int ring_rank) const;
+  // The valid keys [B, text + u·chunk] of the block that ring rank
+  // `ring_rank`'s Ulysses group holds after the exchange: the text's from
+  // `text_mask` ([B, text]; null: all), then each Ulysses chunk's real
+  // tokens (uneven shares: the rank's share of the padded chunk). Empty
+  // when every key is valid.
+  std::vector<uint8_t> key_mask(int64_t batch, int64_t text, int64_t chunk, int ring_rank,
+                                const uint8_t* text_mask) const;
   // Exact attention of the local queries ([B, text + N, H, D]) against the
-  // local K/V (text and image) and then the ring's image K/V blocks.
+  // local K/V (text and image) and then the ring's image K/V blocks;
+  // `text_mask` as AttentionSite's.
   void ring_attention(const float* q, const float* k, const float* v, float* out, int64_t batch,
                       int64_t heads, int64_t text, int64_t tokens, int64_t head_dim, float scale,
-                      bool bf16);
+                      bool bf16, const uint8_t* text_mask);
   // On the CPU, while the next block's K/V are in flight: `a` attended per
   // batch item and group of heads (up to kRingPieces groups), `progress`
   // called after each piece, so that MPI moves a large (rendezvous) message
@@ -88,7 +93,9 @@ class UspAttention : public nn::AttentionBackend {
 };
 
 // The checks every sequence-parallel self-attention call shares.
+// A key mask in the arguments only with the site's text mask, whose keys
+// the backend lays out anew.
 void check_sequence_parallel_args(const kernels::AttentionArgs& args, int ulysses_degree,
-                                  int64_t text = 0);
+                                  const nn::AttentionSite& site);
 
 }  // namespace xdit::parallel

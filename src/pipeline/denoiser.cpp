@@ -56,9 +56,12 @@ Tensor guided_noise(const Tensor& out, int64_t P, int64_t C, bool cfg, double gu
 models::DiTInputs LoopInputs::at(const Tensor& latents, double t, int64_t r0, int64_t r1) const {
   models::DiTInputs in;
   in.latents = &latents;
-  // As the pipelines pass it: PixArt the timestep, FLUX t / 1000 in f32.
-  in.timesteps.assign(static_cast<size_t>(batch),
-                      static_cast<float>(t) / static_cast<float>(timestep_divisor));
+  // As the pipelines pass it: PixArt the timestep, FLUX t / 1000 in f32,
+  // Z-Image (1000 − t) / 1000 in f32.
+  const auto div = static_cast<float>(timestep_divisor);
+  const float value =
+      timestep_reversed ? (div - static_cast<float>(t)) / div : static_cast<float>(t) / div;
+  in.timesteps.assign(static_cast<size_t>(batch), value);
   in.cond = &cond;
   in.row_begin = r0;
   in.row_end = r1;

@@ -48,6 +48,7 @@ struct LoopInputs {
   int64_t prompts = 0, batch = 0;
   bool cfg = false, cfg_split = false;
   double cfg_scale = 1.0, timestep_divisor = 1.0;
+  bool timestep_reversed = false;  // models::DiTSpec's
   // The transformer's inputs for token rows [r0, r1) (0, 0: all) at timestep t.
   models::DiTInputs at(const Tensor& latents, double t, int64_t r0, int64_t r1) const;
 };

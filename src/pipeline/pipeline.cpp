@@ -348,6 +348,7 @@ LoopInputs Pipeline::loop_inputs(const PlanFields& r) const {
   li.cfg = r.cfg;
   li.cfg_scale = family_->cfg_scale(r.guidance_scale, r.true_cfg_scale);
   li.timestep_divisor = spec().timestep_divisor;
+  li.timestep_reversed = spec().timestep_reversed;
   // Under CFG parallel each CFG group runs one half: group 0 the negative
   // prompt, group 1 the prompt; the predictions are all-gathered after.
   li.cfg_split = li.cfg && mesh_ != nullptr && mesh_->config().use_cfg_parallel;

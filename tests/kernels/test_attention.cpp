@@ -286,6 +286,16 @@ TEST(Attention, PrepackedKVGivesTheSameResultAsStridedKV) {
     p.out = got.data();
     attention(p);
     EXPECT_EQ(got, want) << (bf16 ? "bf16" : "f32");
+    // A key mask over packed K/V (a text mask under PipeFusion): the same as
+    // over the rows, with a different pattern per batch item.
+    std::vector<uint8_t> mask(static_cast<size_t>(B * Sk), 1);
+    for (int64_t j = 3; j < Sk; j += 4) mask[static_cast<size_t>(j)] = 0;
+    for (int64_t j = 1; j < 9; ++j) mask[static_cast<size_t>((B - 1) * Sk + j)] = 0;
+    a.key_mask = p.key_mask = mask.data();
+    attention(a);
+    attention(p);
+    EXPECT_EQ(got, want) << "masked, " << (bf16 ? "bf16" : "f32");
+    a.key_mask = p.key_mask = nullptr;
     std::vector<float> back(B * Sk * H * D), dense(back.size());
     attention_unpack_kv(kp.data(), B, H, Sk, D, bf16, back.data());
     for (int64_t bt = 0; bt < B * Sk; ++bt)

@@ -353,11 +353,18 @@ TEST(CudaOps, ElementwiseConversionsAndRowOpsMatchTheCpu) {
   }
   kernels::gelu_tanh_gate(f(dx), f(dy), rows, n);
   check("gelu_tanh_gate", {want.begin(), want.begin() + rows * n}, 2e-6f);
+  {
+    DeviceScope cpu(Device{});
+    kernels::silu_gate(x.data(), want.data(), rows, n);
+  }
+  kernels::silu_gate(f(dx), f(dy), rows, n);
+  check("silu_gate", {want.begin(), want.begin() + rows * n}, 2e-6f);
   for (const auto& [name, cpu_op] :
        std::vector<std::pair<const char*, void (*)(const float*, float*, int64_t)>>{
            {"gelu_erf", kernels::gelu_erf},
            {"quick_gelu", kernels::quick_gelu},
-           {"relu", kernels::relu}}) {
+           {"relu", kernels::relu},
+           {"tanh", kernels::tanh}}) {
     {
       DeviceScope cpu(Device{});
       cpu_op(x.data(), want.data(), static_cast<int64_t>(x.size()));

@@ -68,6 +68,25 @@ TEST(Ops, GatedGelu) {
     }
 }
 
+TEST(Ops, SiluGateIsSwiGlu) {
+  const int64_t rows = 5, n = 67;
+  auto x = randn(rows * 2 * n, 23, 3.0f);
+  std::vector<float> y(rows * n);
+  silu_gate(x.data(), y.data(), rows, n);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      const double g = x[r * 2 * n + j], want = g / (1.0 + std::exp(-g)) * x[r * 2 * n + n + j];
+      ASSERT_NEAR(y[r * n + j], want, 1e-5 * (1 + std::fabs(want)));
+    }
+}
+
+TEST(Ops, TanhIsLibmTanh) {
+  auto x = randn(1000, 24, 4.0f);
+  std::vector<float> y(x.size());
+  kernels::tanh(x.data(), y.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y[i], std::tanh(x[i]));
+}
+
 TEST(Ops, Conv2dNhwcAgainstDirectConvolution) {
   for (int64_t k : {1, 3}) {
     const int64_t B = 2, H = 7, W = 9, I = 5, O = 11, pad = k / 2;

@@ -271,16 +271,14 @@ void attention_unpack_kv(const void* src, int64_t B, int64_t H, int64_t total, i
 }
 
 void attention(const AttentionArgs& a) {
-  const bool packed = a.k_packed != nullptr;
   const bool bf16_in = a.q_bf16 != nullptr;
   const bool have_kv =
-      packed ? a.v_packed != nullptr : (bf16_in ? a.k_bf16 && a.v_bf16 : a.k && a.v);
+      a.k_packed != nullptr ? a.v_packed != nullptr : (bf16_in ? a.k_bf16 && a.v_bf16 : a.k && a.v);
   XDIT_CHECK((bf16_in || a.q) && (a.out || a.out_bf16) && have_kv, "attention: null tensor");
   XDIT_CHECK(a.batch > 0 && a.heads > 0 && a.head_dim > 0 && a.q_len >= 0 && a.kv_len > 0,
              "attention: bad sizes");
   XDIT_CHECK(a.scale > 0.0f, "attention: the scale must be positive");
   XDIT_CUDA_OP(attention(a));
-  XDIT_CHECK(!packed || a.key_mask == nullptr, "attention: packed K/V take no key mask");
   if (a.q_len == 0) return;
   const int64_t B = a.batch, H = a.heads, D = a.head_dim, Sq = a.q_len, Sk = a.kv_len;
   const bool bf16 = attention_packs_bf16(a.bf16);
@@ -346,13 +344,14 @@ void attention(const AttentionArgs& a) {
             const int32_t* idx = kept(b) != nullptr ? kept(b) + k0 : nullptr;
             // Token rows [cols, D] → tile [colsp, Dp], padding rows zeroed.
             const auto load = [&](const RowSource& src, const void* src_packed) {
-              if (src_packed != nullptr) {
-                const char* from = static_cast<const char*>(src_packed) +
-                                   static_cast<size_t>(((b * H + h) * Sk + k0) * D) * esz;
+              if (src_packed != nullptr) {  // the head's keys, the kept ones under a mask
+                const char* head = static_cast<const char*>(src_packed) +
+                                   static_cast<size_t>((b * H + h) * Sk * D) * esz;
                 for (int64_t r = 0; r < cols; ++r)
-                  std::memcpy(tile.data() + static_cast<size_t>(r * Dp) * esz,
-                              from + static_cast<size_t>(r * D) * esz,
-                              static_cast<size_t>(D) * esz);
+                  std::memcpy(
+                      tile.data() + static_cast<size_t>(r * Dp) * esz,
+                      head + static_cast<size_t>((idx != nullptr ? idx[r] : k0 + r) * D) * esz,
+                      static_cast<size_t>(D) * esz);
               } else {
                 pack_rows(
                     src.at(b * Sk * src.stride + h * D + (idx != nullptr ? 0 : k0 * src.stride)),

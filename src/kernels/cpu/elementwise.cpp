@@ -101,6 +101,17 @@ void gelu_tanh_gate(const float* x, float* y, int64_t rows, int64_t n) {
   for (int64_t r = 0; r < rows; ++r) gelu_gate_row(x + r * 2 * n, y + r * n, n);
 }
 
+void silu_gate(const float* x, float* y, int64_t rows, int64_t n) {
+  XDIT_CUDA_OP(silu_gate(x, y, rows, n));
+#pragma omp parallel for if (rows * n > kGrain)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* out = y + r * n;
+    silu_range(x + r * 2 * n, out, n);
+    const float* up = x + r * 2 * n + n;
+    for (int64_t j = 0; j < n; ++j) out[j] *= up[j];
+  }
+}
+
 void gelu_tanh(const float* x, float* y, int64_t n) {
   XDIT_CUDA_OP(gelu_tanh(x, y, n));
   parallel_chunks(n, [&](int64_t b, int64_t e) { gelu_tanh_range(x + b, y + b, e - b); });
@@ -109,6 +120,14 @@ void gelu_tanh(const float* x, float* y, int64_t n) {
 void silu(const float* x, float* y, int64_t n) {
   XDIT_CUDA_OP(silu(x, y, n));
   parallel_chunks(n, [&](int64_t b, int64_t e) { silu_range(x + b, y + b, e - b); });
+}
+
+// libm's tanh: a few gates per block and batch item.
+void tanh(const float* x, float* y, int64_t n) {
+  XDIT_CUDA_OP(tanh(x, y, n));
+  parallel_chunks(n, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) y[i] = std::tanh(x[i]);
+  });
 }
 
 // libm's erf: CLIP-G's MLP is the only user, a few million values per prompt.

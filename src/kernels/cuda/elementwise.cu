@@ -21,6 +21,10 @@ __global__ void silu_kernel(const float* __restrict__ x, float* __restrict__ y, 
   XDIT_GRID_LOOP(i, n) y[i] = x[i] / (1.f + expf(-x[i]));
 }
 
+__global__ void tanh_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
+  XDIT_GRID_LOOP(i, n) y[i] = tanhf(x[i]);
+}
+
 __global__ void gelu_erf_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
   XDIT_GRID_LOOP(i, n) y[i] = 0.5f * x[i] * (1.f + erff(x[i] * 0.70710678f));
 }
@@ -39,6 +43,15 @@ __global__ void gelu_gate_kernel(const float* __restrict__ x, float* __restrict_
   XDIT_GRID_LOOP(i, total) {
     const int64_t r = i / n, j = i % n;
     y[i] = gelu_tanh_f(x[r * 2 * n + j]) * x[r * 2 * n + n + j];
+  }
+}
+
+__global__ void silu_gate_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n,
+                                 int64_t total) {
+  XDIT_GRID_LOOP(i, total) {
+    const int64_t r = i / n, j = i % n;
+    const float g = x[r * 2 * n + j];
+    y[i] = g / (1.f + expf(-g)) * x[r * 2 * n + n + j];
   }
 }
 
@@ -158,6 +171,14 @@ void silu(const float* x, float* y, int64_t n, Stream s) {
 
 void gelu_tanh_gate(const float* x, float* y, int64_t rows, int64_t n, Stream s) {
   XDIT_LAUNCH(gelu_gate_kernel, rows * n, s, x, y, n, rows * n);
+}
+
+void silu_gate(const float* x, float* y, int64_t rows, int64_t n, Stream s) {
+  XDIT_LAUNCH(silu_gate_kernel, rows * n, s, x, y, n, rows * n);
+}
+
+void tanh(const float* x, float* y, int64_t n, Stream s) {
+  XDIT_LAUNCH(tanh_kernel, n, s, x, y, n);
 }
 
 void gelu_erf(const float* x, float* y, int64_t n, Stream s) {

@@ -26,6 +26,7 @@ void rms_norm(const float* x, float* y, int64_t rows, int64_t dim, float eps, co
 // Elementwise; y may equal x.
 void gelu_tanh(const float* x, float* y, int64_t n, Stream s = nullptr);
 void silu(const float* x, float* y, int64_t n, Stream s = nullptr);
+void tanh(const float* x, float* y, int64_t n, Stream s = nullptr);
 
 // AdaLN: y[b,t,:] = x[b,t,:] · (1 + scale_b) + shift_b, shift_b = shift + b·mod_stride.
 void modulate(const float* x, float* y, int64_t batch, int64_t tokens, int64_t dim,
@@ -36,6 +37,7 @@ void gated_residual_add(float* h, const float* y, int64_t batch, int64_t tokens,
                         const float* gate, int64_t gate_stride, Stream s = nullptr);
 
 void gelu_tanh_gate(const float* x, float* y, int64_t rows, int64_t n, Stream s = nullptr);
+void silu_gate(const float* x, float* y, int64_t rows, int64_t n, Stream s = nullptr);
 void gelu_erf(const float* x, float* y, int64_t n, Stream s = nullptr);
 void quick_gelu(const float* x, float* y, int64_t n, Stream s = nullptr);
 void relu(const float* x, float* y, int64_t n, Stream s = nullptr);
