@@ -15,11 +15,13 @@
 #include "io/weights.h"
 #include "kernels/kernels.h"
 #include "models/clip.h"
+#include "models/qwen_text.h"
 #include "models/t5.h"
 #include "models/vae.h"
 #include "models/wan_vae.h"
 #include "pipeline/pipeline.h"
 #include "tokenizers/clip_tokenizer.h"
+#include "tokenizers/qwen_tokenizer.h"
 #include "tokenizers/t5_tokenizer.h"
 
 namespace xdit::app {
@@ -101,12 +103,14 @@ int run_info(InfoOptions o) {
   pipeline::MemoryQuery q;
   std::optional<models::T5Config> t5;
   std::optional<models::ClipTextConfig> clip;
+  std::optional<models::QwenTextConfig> qwen;
   std::optional<models::VaeConfig> vae;
   const int64_t max_len = pipe.default_max_sequence_length();
   bool any_encoder = false;
   const auto components = family.components();  // the family says what it has
   for (const auto& [comp, kind] : components) {
-    if (kind != Kind::kT5Encoder && kind != Kind::kClipEncoder) continue;
+    if (kind != Kind::kT5Encoder && kind != Kind::kClipEncoder && kind != Kind::kQwenEncoder)
+      continue;
     if (!std::filesystem::is_directory(f.root() + "/" + comp)) continue;
     any_encoder = true;
     const std::string where = f.component(comp) + "/config.json";
@@ -114,7 +118,12 @@ int run_info(InfoOptions o) {
     io::WeightStore w(f.component(comp));
     const std::string label =
         std::string(comp) + ":" + std::string(std::max<size_t>(1, 15 - std::strlen(comp)), ' ');
-    if (kind == Kind::kT5Encoder) {
+    if (kind == Kind::kQwenEncoder) {
+      qwen = models::QwenTextConfig::from_json(j, where);
+      out << label << qwen->model_type << " decoder LLM, " << qwen->num_layers << " layers, hidden "
+          << qwen->hidden_size << ", " << qwen->num_heads << " heads (" << qwen->num_kv_heads
+          << " key/value), feed-forward " << qwen->intermediate_size;
+    } else if (kind == Kind::kT5Encoder) {
       t5 = models::T5Config::from_json(j, where);
       // SD3 and FLUX: the CLIP of text_encoder / text_encoder_2 counts too.
       out << label << (t5->bias_per_block ? "UMT5" : "T5") << " encoder, " << t5->num_layers
@@ -134,13 +143,20 @@ int run_info(InfoOptions o) {
   }
   if (!any_encoder) out << "text_encoder: (none: generate takes --prompt_embeds)\n";
   for (const auto& [comp, kind] : components) {
-    if (kind != Kind::kT5Tokenizer && kind != Kind::kClipTokenizer) continue;
+    if (kind != Kind::kT5Tokenizer && kind != Kind::kClipTokenizer && kind != Kind::kQwenTokenizer)
+      continue;
     const std::string dir = f.root() + "/" + comp;
-    const char* vocab = kind == Kind::kT5Tokenizer ? "/spiece.model" : "/vocab.json";
+    const char* vocab = kind == Kind::kT5Tokenizer     ? "/spiece.model"
+                        : kind == Kind::kClipTokenizer ? "/vocab.json"
+                                                       : "/tokenizer_config.json";
     if (!std::filesystem::is_regular_file(dir + vocab)) continue;  // embeddings-only folders
     const std::string label =
         std::string(comp) + ":" + std::string(std::max<size_t>(1, 13 - std::strlen(comp)), ' ');
-    if (kind == Kind::kT5Tokenizer) {
+    if (kind == Kind::kQwenTokenizer) {
+      tokenizers::QwenTokenizer tok(dir);
+      out << label << "Qwen2 byte-level BPE, " << tok.vocab_size()
+          << " tokens; max sequence length " << max_len << "\n";
+    } else if (kind == Kind::kT5Tokenizer) {
       tokenizers::T5Tokenizer tok(dir);
       out << label << "SentencePiece, " << tok.vocab_size() << " pieces; max sequence length "
           << max_len << " (the tokenizer takes at most " << tok.model_max_length() << ")\n";
@@ -198,6 +214,8 @@ int run_info(InfoOptions o) {
   q.cfg = family.uses_cfg(family.default_guidance(), 1.0, false);
   q.t5 = t5 ? &*t5 : nullptr;
   q.clip = clip ? &*clip : nullptr;
+  q.qwen = qwen ? &*qwen : nullptr;
+  q.qwen_layers = qwen ? qwen->num_layers - 1 : 0;  // Z-Image's hidden_states[-2]
   q.vae = vae ? &*vae : nullptr;
   q.wan_vae = wan_vae ? &*wan_vae : nullptr;
   const pipeline::MemoryEstimate e =

@@ -51,6 +51,7 @@ ZImageConfig ZImageConfig::from_json(const io::Json& j, const std::string& w) {
   }
   XDIT_CHECK(sum == c.head_dim(), w, ": axes_dims add up to ", sum, ", not the head_dim ",
              c.head_dim());
+  XDIT_CHECK(c.qk_norm, w, ": qk_norm false is not supported (Z-Image's blocks norm q and k)");
   XDIT_CHECK(!j.contains("siglip_feat_dim") || j["siglip_feat_dim"].is_null(), w,
              ": siglip_feat_dim (Z-Image Omni's image conditioning) is not supported");
   return c;
@@ -60,20 +61,12 @@ ZImageConfig ZImageConfig::turbo() {
   return ZImageConfig{};
 }
 
-io::WeightSpecs ZImageConfig::weight_specs() const {
+io::WeightSpecs ZImageConfig::weight_specs(const DiTStage& stage) const {
   const int64_t d = dim, a = adaln_dim(), f = ffn_dim(), hd = head_dim();
+  const int64_t b0 = stage.block_begin, b1 = stage.block_end < 0 ? blocks() : stage.block_end;
   const std::string ps = std::to_string(patch) + "-" + std::to_string(frame_patch);
   const int64_t pix = frame_patch * patch * patch * in_channels;
   io::WeightSpecs s;
-  nn::linear_specs(s, "all_x_embedder." + ps, pix, d, true);
-  nn::linear_specs(s, "all_final_layer." + ps + ".adaLN_modulation.1", a, d, true);
-  nn::linear_specs(s, "all_final_layer." + ps + ".linear", d, pix, true);
-  s.emplace_back("cap_embedder.0.weight", Shape{cap_feat_dim});
-  nn::linear_specs(s, "cap_embedder.1", cap_feat_dim, d, true);
-  s.emplace_back("cap_pad_token", Shape{1, d});
-  s.emplace_back("x_pad_token", Shape{1, d});
-  nn::linear_specs(s, "t_embedder.mlp.0", kAdaLnMax, kTimeHidden, true);
-  nn::linear_specs(s, "t_embedder.mlp.2", kTimeHidden, a, true);
   const auto block = [&](const std::string& p, bool modulated) {
     if (modulated) nn::linear_specs(s, p + ".adaLN_modulation.0", a, 4 * d, true);
     for (const char* m : {"to_q", "to_k", "to_v"})
@@ -89,11 +82,39 @@ io::WeightSpecs ZImageConfig::weight_specs() const {
     nn::linear_specs(s, p + ".feed_forward.w2", f, d, false);
     nn::linear_specs(s, p + ".feed_forward.w3", d, f, false);
   };
-  for (int64_t i = 0; i < n_refiner_layers; ++i) {
-    block("noise_refiner." + std::to_string(i), true);
-    block("context_refiner." + std::to_string(i), false);
+  nn::linear_specs(s, "t_embedder.mlp.0", kAdaLnMax, kTimeHidden, true);
+  nn::linear_specs(s, "t_embedder.mlp.2", kTimeHidden, a, true);
+  if (stage.first) {
+    nn::linear_specs(s, "all_x_embedder." + ps, pix, d, true);
+    s.emplace_back("cap_embedder.0.weight", Shape{cap_feat_dim});
+    nn::linear_specs(s, "cap_embedder.1", cap_feat_dim, d, true);
+    s.emplace_back("cap_pad_token", Shape{1, d});
+    s.emplace_back("x_pad_token", Shape{1, d});
+    for (int64_t i = 0; i < n_refiner_layers; ++i)
+      block("context_refiner." + std::to_string(i), false);
   }
-  for (int64_t i = 0; i < n_layers; ++i) block("layers." + std::to_string(i), true);
+  for (int64_t i = b0; i < b1; ++i)
+    block(i < n_refiner_layers ? "noise_refiner." + std::to_string(i)
+                               : "layers." + std::to_string(i - n_refiner_layers),
+          true);
+  if (stage.last) {
+    nn::linear_specs(s, "all_final_layer." + ps + ".adaLN_modulation.1", a, d, true);
+    nn::linear_specs(s, "all_final_layer." + ps + ".linear", d, pix, true);
+  }
+  return s;
+}
+
+DiTSpec ZImageConfig::spec() const {
+  DiTSpec s;
+  s.blocks = blocks();
+  s.heads = n_heads;
+  s.hidden = dim;
+  s.latent_channels = in_channels;
+  s.out_channels = in_channels;
+  s.patch = patch;
+  s.timestep_divisor = 1000.0;  // ZImagePipeline: (1000 - t) / 1000
+  s.timestep_reversed = true;
+  s.text_stream = true;
   return s;
 }
 

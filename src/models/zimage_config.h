@@ -15,6 +15,7 @@
 
 #include "io/json.h"
 #include "io/weights.h"
+#include "models/dit.h"
 
 namespace xdit::models {
 
@@ -48,8 +49,14 @@ struct ZImageConfig {
   int64_t ffn_dim() const { return static_cast<int64_t>(static_cast<double>(dim) / 3.0 * 8.0); }
   // Tokens after padding n to the sequence multiple.
   static int64_t padded(int64_t n) { return n + (kSeqMultiple - n % kSeqMultiple) % kSeqMultiple; }
-  io::WeightSpecs weight_specs() const;
+  // The flat blocks: the noise refiner's, then the main layers.
+  int64_t blocks() const { return n_refiner_layers + n_layers; }
+  // The weights the model, or a stage of it, reads (the context refiner and
+  // the embedders with the first stage, the final layer with the last).
+  io::WeightSpecs weight_specs(const DiTStage& stage = {}) const;
   int64_t parameter_count() const;
+  // What the loop and the parallel layer need to know (models/dit.h).
+  DiTSpec spec() const;
 };
 
 }  // namespace xdit::models

@@ -52,6 +52,23 @@ MemoryEstimate estimate_memory(const models::DiTSpec& c, int64_t parameters, con
                      n * L * (8 * d + 3 * static_cast<double>(t.d_ff)) * f  // states, q/k/v, ff
                      + static_cast<double>(t.num_heads) * L * L * f;        // position bias
   }
+  if (q.qwen != nullptr) {
+    const models::QwenTextConfig& t = *q.qwen;
+    const double n = P * (q.cfg ? 2 : 1), d = static_cast<double>(t.hidden_size);
+    // The embedding stays whole (as stored, at most f32); the layers split,
+    // and streamed only the one running and the one it replaces are held.
+    const double emb = static_cast<double>(t.vocab_size) * d;
+    double layers = 0;
+    for (const auto& [name, shape] : t.weight_specs(q.qwen_layers))
+      layers += static_cast<double>(shape_numel(shape));
+    layers -= emb;
+    const double per = layers / static_cast<double>(std::max<int64_t>(1, q.qwen_layers));
+    const double held = q.text_streamed ? std::min(layers, 2 * per) : layers;
+    const double heads = static_cast<double>(t.num_heads);
+    e.text_encoder += emb * f + held * wb / std::max(1, q.text_parallel) +
+                      n * L * (10 * d + 3 * static_cast<double>(t.intermediate_size)) * f +
+                      heads * L * L * f;  // the causal mask
+  }
   if (q.clip != nullptr) {
     const models::ClipTextConfig& t = *q.clip;
     const double n = P * (q.cfg ? 2 : 1), d = static_cast<double>(t.hidden_size);

@@ -12,6 +12,7 @@
 #include "models/clip.h"
 #include "models/dit.h"
 #include "models/pixart.h"
+#include "models/qwen_text.h"
 #include "models/t5.h"
 #include "models/vae.h"
 #include "models/wan_vae.h"
@@ -31,6 +32,8 @@ struct MemoryQuery {
   double transformer_bytes_per_parameter = 0;
   const models::T5Config* t5 = nullptr;           // the T5 encoder, when it runs
   const models::ClipTextConfig* clip = nullptr;   // FLUX's CLIP (77 tokens), when it runs
+  const models::QwenTextConfig* qwen = nullptr;   // a decoder-LLM encoder, when it runs
+  int64_t qwen_layers = 0;                        // the layers of it that run
   const models::VaeConfig* vae = nullptr;         // the VAE decoder, when it runs
   const models::WanVaeConfig* wan_vae = nullptr;  // or Wan's video decoder
   int64_t vae_scale_factor = 8;

@@ -22,6 +22,7 @@ const std::vector<Registered>& registry() {
       {"FluxPipeline", make_flux_family},
       {"StableDiffusion3Pipeline", make_sd3_family},
       {"WanPipeline", make_wan_family},
+      {"ZImagePipeline", make_zimage_family},
   };
   return rows;
 }
@@ -56,8 +57,8 @@ const char* ModelFamily::component(ComponentKind kind) const {
 
 bool ModelFamily::has_weights(ComponentKind kind) {
   return kind == ComponentKind::kTransformer || kind == ComponentKind::kT5Encoder ||
-         kind == ComponentKind::kClipEncoder || kind == ComponentKind::kAutoencoderKL ||
-         kind == ComponentKind::kAutoencoderKLWan;
+         kind == ComponentKind::kClipEncoder || kind == ComponentKind::kQwenEncoder ||
+         kind == ComponentKind::kAutoencoderKL || kind == ComponentKind::kAutoencoderKLWan;
 }
 
 std::unique_ptr<ModelFamily> ModelFamily::from_folder(const io::ModelFolder& folder) {
@@ -234,13 +235,33 @@ void ModelFamily::check_embeddings_finite(const PromptEmbeddings& e) const {
 
 void ModelFamily::match_masks(models::Conditioning& uncond, models::Conditioning& cond) {
   const Tensor *um = uncond.find(models::kTextMask), *cm = cond.find(models::kTextMask);
-  if ((um == nullptr) == (cm == nullptr)) return;
-  models::Conditioning& lacking = um == nullptr ? uncond : cond;
-  const Tensor* text = lacking.find(models::kText);
-  if (text == nullptr) return;
-  Tensor ones = Tensor::empty({text->dim(0), text->dim(1)});
-  std::fill(ones.data<float>(), ones.data<float>() + ones.numel(), 1.0f);
-  lacking.set(models::kTextMask, std::move(ones));
+  if ((um == nullptr) != (cm == nullptr)) {
+    models::Conditioning& lacking = um == nullptr ? uncond : cond;
+    if (const Tensor* text = lacking.find(models::kText); text != nullptr) {
+      Tensor ones = Tensor::empty({text->dim(0), text->dim(1)});
+      std::fill(ones.data<float>(), ones.data<float>() + ones.numel(), 1.0f);
+      lacking.set(models::kTextMask, std::move(ones));
+    }
+  }
+  const Tensor *ut = uncond.find(models::kText), *ct = cond.find(models::kText);
+  if (ut == nullptr || ct == nullptr || !uncond.has(models::kTextMask) ||
+      !cond.has(models::kTextMask) || ut->ndim() != 3 || ct->ndim() != 3 ||
+      ut->dim(1) == ct->dim(1))
+    return;
+  // Masked texts of two lengths (Z-Image's prompts and negative prompts):
+  // the shorter zero-padded, masked, to the longer.
+  models::Conditioning& shorter = ut->dim(1) < ct->dim(1) ? uncond : cond;
+  const int64_t L = std::max(ut->dim(1), ct->dim(1));
+  const Tensor text = shorter.at(models::kText).as(DType::kF32, Device{});
+  const Tensor mask = shorter.at(models::kTextMask).as(DType::kF32, Device{});
+  const int64_t B = text.dim(0), l = text.dim(1), d = text.dim(2);
+  Tensor padded = Tensor::zeros({B, L, d}), padded_mask = Tensor::zeros({B, L});
+  for (int64_t b = 0; b < B; ++b) {
+    std::copy_n(text.data<float>() + b * l * d, l * d, padded.data<float>() + b * L * d);
+    std::copy_n(mask.data<float>() + b * l, l, padded_mask.data<float>() + b * L);
+  }
+  shorter.set(models::kText, std::move(padded));
+  shorter.set(models::kTextMask, std::move(padded_mask));
 }
 
 void ModelFamily::set_text_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched) {

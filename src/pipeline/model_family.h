@@ -97,7 +97,8 @@ class ModelFamily {
   // Stops on embeddings holding NaN/Inf, naming the file's tensor.
   void check_embeddings_finite(const PromptEmbeddings& e) const;
   // Under CFG the halves stack as [uncond; cond]: a mask one half lacks is
-  // all ones (every token valid), as the text it masks.
+  // all ones (every token valid), as the text it masks; masked texts of
+  // different lengths are zero-padded, masked, to the longer.
   static void match_masks(models::Conditioning& uncond, models::Conditioning& cond);
   // PixArt: sizes snap to the aspect-ratio bins (and resize back after).
   virtual bool bins_resolution() const { return false; }
@@ -138,6 +139,8 @@ class ModelFamily {
     kClipEncoder,
     kT5Tokenizer,
     kClipTokenizer,
+    kQwenEncoder,    // a decoder LLM (Qwen2, Qwen2.5-VL, Qwen3) as text encoder
+    kQwenTokenizer,  // its byte-level BPE tokenizer
     kAutoencoderKL,
     kAutoencoderKLWan,
     kScheduler,
@@ -182,10 +185,10 @@ class ModelFamily {
   void set_text_resident(bool resident) { text_resident_ = resident; }
   // One line naming the part when the opened T5 encoder cannot split over
   // `degree` ranks (before its weights load).
-  void check_tensor_parallel(int degree) const;
+  virtual void check_tensor_parallel(int degree) const;
   // The most of `ranks` (a divisor of it) that the opened T5 encoder's heads
   // and feed-forward units split over evenly; 1 without a T5 encoder.
-  int text_parallel_degree(int ranks) const;
+  virtual int text_parallel_degree(int ranks) const;
   // The T5 encoder's files once opened (null before): what this process has
   // read of them (`loaded()`: its share under a split) is what tests check.
   const io::WeightStore* t5_weights() const { return t5_weights_.get(); }
@@ -284,12 +287,13 @@ class ConfigFamily : public ModelFamily {
   Config cfg_;
 };
 
-// The family of a PixArt, FLUX, SD3 or Wan folder (pixart_family.cpp,
-// flux_family.cpp, sd3_family.cpp, wan_family.cpp), as the registry
+// The family of a PixArt, FLUX, SD3, Wan or Z-Image folder (pixart_family.cpp,
+// flux_family.cpp, sd3_family.cpp, wan_family.cpp, zimage_family.cpp), as the registry
 // (model_family.cpp) makes it.
 std::unique_ptr<ModelFamily> make_pixart_family(const io::ModelFolder& folder);
 std::unique_ptr<ModelFamily> make_flux_family(const io::ModelFolder& folder);
 std::unique_ptr<ModelFamily> make_sd3_family(const io::ModelFolder& folder);
 std::unique_ptr<ModelFamily> make_wan_family(const io::ModelFolder& folder);
+std::unique_ptr<ModelFamily> make_zimage_family(const io::ModelFolder& folder);
 
 }  // namespace xdit::pipeline

@@ -4,12 +4,12 @@
 // attention and qk-norm —, Wan2.1 with CFG over 9 frames, whose token rows
 // cross frames, Wan2.2 whose second expert takes over after the first of
 // the 3 steps: the stale-K/V methods warm up again on it, and Wan2.2 TI2V
-// with its 48 channels) and every parallel layout the world size
-// allows — CFG, Ulysses, Ring, USP, their combinations with CFG, data
-// parallel, PipeFusion alone (full warm-up: exact) and with Ulysses / Ring —
-// against the serial run of the same request in the same process (f32,
-// ≤ 1e-4 relative). A layout that does not fit the world size or the model
-// skips visibly. The serial runs themselves are checked against diffusers in
+// with its 48 channels, Z-Image with captions of different lengths in one
+// batch — masked text keys in every backend — and image pad tokens) and every parallel layout the
+// world size allows — CFG, Ulysses, Ring, USP, their combinations with CFG, data parallel,
+// PipeFusion alone (full warm-up: exact) and with Ulysses / Ring — against the serial run of the
+// same request in the same process (f32, ≤ 1e-4 relative). A layout that does not fit the world
+// size or the model skips visibly. The serial runs themselves are checked against diffusers in
 // tests/parity. Also: sequence slices of one forward, and the layout errors.
 // On a GPU (ParallelLoopOnGpu, ParallelImagesOnGpu) the same layouts run on
 // GPU memory through the device communicators.
@@ -72,6 +72,20 @@ pipeline::LatentRequest request(const pipeline::Pipeline& p, int64_t rows = 0) {
     r.uncond.set(models::kPooled, g.randn({2, p.family().pooled_width()}));
     r.height = 64;
     r.width = 40;
+  } else if (p.family().name() == "Z-Image") {
+    // Captions of 36 and 9 tokens (padded to 64 and 32: the shorter masked in
+    // the joint attention), negative ones of 1 and 40.
+    const auto prefix = [](std::vector<int64_t> n) {
+      std::vector<float> m(n.size() * 40, 0.0f);
+      for (size_t b = 0; b < n.size(); ++b) std::fill_n(m.begin() + b * 40, n[b], 1.0f);
+      return Tensor::from_vector(m, {static_cast<int64_t>(n.size()), 40});
+    };
+    r.cond.set(models::kText, g.randn({2, 40, p.text_width()}));
+    r.uncond.set(models::kText, g.randn({2, 40, p.text_width()}));
+    r.cond.set(models::kTextMask, prefix({36, 9}));
+    r.uncond.set(models::kTextMask, prefix({1, 40}));
+    r.height = 128;
+    r.width = 96;
   } else {
     r.cond.set(models::kTextMask,
                Tensor::from_vector({1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 0}, {2, 9}));
@@ -91,7 +105,7 @@ pipeline::LatentRequest request(const pipeline::Pipeline& p, int64_t rows = 0) {
     r.height = 3 * unit;
     r.num_frames = 4 * ((rows + 2) / 3 - 1) + 1;
   } else if (rows > 0) {
-    r.height = rows * (pooled ? 8 : 16);
+    r.height = rows * unit;
   }
   r.num_inference_steps = 3;
   if (!flux || p.family().embeds_guidance()) r.guidance_scale = 3.5;
@@ -312,7 +326,7 @@ TEST_P(ParallelLoop, PipeFusionTimesRingWith7RowsFullWarmup) {
 
 INSTANTIATE_TEST_SUITE_P(Models, ParallelLoop,
                          testing::Values("pixart-alpha", "pixart-sigma", "flux-dev", "flux-schnell",
-                                         "sd3", "sd35", "wan21", "wan22", "wan22-ti2v"),
+                                         "sd3", "sd35", "wan21", "wan22", "wan22-ti2v", "zimage"),
                          test::model_param_name);
 
 // The parallel methods on GPU memory: every rank takes its local rank's GPU

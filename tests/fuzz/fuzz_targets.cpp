@@ -13,11 +13,13 @@
 #include "models/clip.h"
 #include "models/flux.h"
 #include "models/pixart.h"
+#include "models/qwen_text.h"
 #include "models/sd3.h"
 #include "models/t5.h"
 #include "models/vae.h"
 #include "models/wan.h"
 #include "models/wan_vae.h"
+#include "models/zimage_config.h"
 #include "pipeline/memory_estimate.h"
 #include "schedulers/scheduler_config.h"
 #include "serve/http_server.h"
@@ -121,6 +123,26 @@ void config_bytes(const uint8_t* data, size_t size) {
     const auto c = models::WanVaeConfig::from_json(j, "vae/config.json");
     c.decoder_weight_specs();
     c.frames(21);
+  });
+  guarded([&] {
+    const auto c = models::ZImageConfig::from_json(j, "transformer/config.json");
+    c.weight_specs({0, c.blocks() / 2, true, false});
+    c.parameter_count();
+    pipeline::MemoryQuery q;
+    q.run_height = q.out_height = q.run_width = q.out_width = 1024;
+    q.text_tokens = 512;
+    pipeline::estimate_memory(c.spec(), c.parameter_count(), q).peak();
+  });
+  guarded([&] {
+    const auto c = models::QwenTextConfig::from_json(j, "text_encoder/config.json");
+    c.weight_specs(c.num_layers - 1);
+    c.parameter_count();
+    c.flops(2, 200, c.num_layers);
+    pipeline::MemoryQuery q;
+    q.qwen = &c;
+    q.qwen_layers = c.num_layers - 1;
+    q.text_tokens = 512;
+    pipeline::estimate_memory(models::ZImageConfig::turbo().spec(), 1000, q).peak();
   });
   guarded([&] {
     const auto cfg = schedulers::SchedulerConfig::from_json(j, "scheduler/scheduler_config.json");

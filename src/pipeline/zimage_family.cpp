@@ -1,0 +1,172 @@
+// Z-Image (diffusers ZImagePipeline; Z-Image-Turbo): each prompt in Qwen3's
+// chat template, padded to max_sequence_length (512), through Qwen3 — the
+// states before its last layer (hidden_states[-2], no final norm) of the
+// prompt's real tokens — as text [B, L, hidden] with a mask (L the longest
+// prompt of the request); classifier-free guidance when guidance_scale > 0,
+// as pos + g·(pos − neg) = neg + (1 + g)·(pos − neg), with the negative
+// prompt "" when none is given, both halves in one transformer call; the
+// model's output negated (inside ZImageTransformer); 1024 × 1024 px (sizes
+// must be multiples of the VAE factor × 2 — 16 —, as the pipeline requires:
+// the Pipeline's own rule); Flow-Match Euler over
+// torch.linspace(1, 1/N, N) in f32, shifted by the scheduler's shift (3 in
+// Z-Image-Turbo's folder; mu where its config shifts dynamically);
+// AutoencoderKL with its scaling and shift factors. Defaults: Z-Image-Turbo's
+// — 9 steps (8 transformer calls: the last σ of a linspace is not 0, as the
+// model card counts) and guidance 0 (off) — rather than the pipeline's
+// signature (50, 5.0), which suit no distilled model.
+#include <algorithm>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "models/qwen_text.h"
+#include "models/zimage.h"
+#include "pipeline/model_family.h"
+#include "pipeline/qwen_prompts.h"
+#include "pipeline/text_encoding.h"
+#include "tokenizers/qwen_tokenizer.h"
+
+namespace xdit::pipeline {
+
+namespace {
+
+// Per half, its prompts' states [n_i, d] as text [B, L, d] and mask [B, L]
+// (zero padding past each prompt's tokens).
+std::pair<Tensor, Tensor> stack_padded(const std::vector<Tensor>& states, int64_t L) {
+  const auto B = static_cast<int64_t>(states.size());
+  const int64_t d = states.front().dim(1);
+  Tensor text = Tensor::zeros({B, L, d}), mask = Tensor::zeros({B, L});
+  for (int64_t b = 0; b < B; ++b) {
+    const Tensor& s = states[static_cast<size_t>(b)];
+    std::copy_n(s.data<float>(), s.numel(), text.data<float>() + b * L * d);
+    std::fill_n(mask.data<float>() + b * L, s.dim(0), 1.0f);
+  }
+  return {std::move(text), std::move(mask)};
+}
+
+class ZImageFamily : public ConfigFamily<models::ZImageConfig, models::ZImageTransformer> {
+ public:
+  using ConfigFamily::ConfigFamily;
+
+  std::string name() const override { return "Z-Image"; }
+  std::string describe() const override {
+    const auto& c = cfg_;
+    return detail::concat("ZImageTransformer2DModel, ", c.n_refiner_layers,
+                          " noise- and context-refiner blocks + ", c.n_layers,
+                          " single-stream blocks, hidden ", c.dim, " (", c.n_heads, " heads x ",
+                          c.head_dim(), "), text ", c.cap_feat_dim, ", RoPE axes ", c.axes_dims[0],
+                          "/", c.axes_dims[1], "/", c.axes_dims[2]);
+  }
+  int64_t text_width() const override { return cfg_.cap_feat_dim; }
+  std::vector<std::string> lora_text_components() const override { return {}; }
+
+  int64_t default_height(int64_t /*vsf*/) const override { return 1024; }
+  int64_t default_steps() const override { return 9; }
+  double default_guidance() const override { return 0.0; }
+  bool uses_cfg(double guidance_scale, double, bool) const override { return guidance_scale > 0; }
+  double cfg_scale(double guidance_scale, double) const override { return 1.0 + guidance_scale; }
+  schedulers::TimestepHints timestep_hints(const schedulers::SchedulerConfig& s, int64_t steps,
+                                           int64_t latent_h, int64_t latent_w) const override {
+    schedulers::TimestepHints h;
+    // torch.linspace(1.0, 1 / N, N) in f32: start + step·i for the first
+    // half, end − step·(N − 1 − i) for the rest, step in f32.
+    const float start = 1.0f, end = static_cast<float>(1.0 / static_cast<double>(steps));
+    const float step = steps > 1 ? (end - start) / static_cast<float>(steps - 1) : 0.0f;
+    for (int64_t i = 0; i < steps; ++i)
+      h.sigmas.push_back(i < steps / 2 ? start + step * static_cast<float>(i)
+                                       : end - step * static_cast<float>(steps - 1 - i));
+    if (s.flow_match() != nullptr) h.mu = s.flow_match()->mu((latent_h / 2) * (latent_w / 2));
+    return h;
+  }
+  void warn_unused(double, double true_cfg_scale, bool neg) const override {
+    if (true_cfg_scale > 1.0)
+      XDIT_WARN("true_cfg_scale has no effect on Z-Image: its guidance is guidance_scale > 0");
+    (void)neg;
+  }
+
+  void open_text(const io::ModelFolder& folder) override {
+    if (!tokenizer_)
+      tokenizer_ = std::make_unique<tokenizers::QwenTokenizer>(folder.component("tokenizer"));
+    if (!qwen_cfg_) {
+      const std::string dir = folder.component("text_encoder");
+      auto c = models::QwenTextConfig::from_json(
+          folder.component_config("text_encoder", "config.json"), dir + "/config.json");
+      XDIT_CHECK(c.hidden_size == cfg_.cap_feat_dim, dir, ": the text encoder's hidden size ",
+                 c.hidden_size, " is not the transformer's cap_feat_dim ", cfg_.cap_feat_dim);
+      XDIT_CHECK(c.num_layers >= 2, dir, ": Z-Image takes the states before the last layer; ",
+                 c.num_layers, " layer is too few");
+      auto w = std::make_unique<io::WeightStore>(dir);
+      c.locate(*w, dir);
+      w->check_shapes(c.weight_specs(c.num_layers - 1));
+      qwen_weights_ = std::move(w);
+      qwen_cfg_ = std::make_unique<models::QwenTextConfig>(c);
+    }
+  }
+  std::vector<Component> text_components() const override {
+    return {{"text_encoder", ComponentKind::kQwenEncoder},
+            {"tokenizer", ComponentKind::kQwenTokenizer}};
+  }
+  int64_t default_max_sequence_length() const override { return kZImageMaxLength; }
+  // The tokenizer's limit, at most 2048 tokens: the encoder's causal mask
+  // is a [heads, S, S] table (32 × 2048² floats: 0.5 GB for Qwen3-4B).
+  int64_t max_sequence_limit() const override {
+    return std::min<int64_t>(tokenizer_->model_max_length(), 2048);
+  }
+  void check_tensor_parallel(int degree) const override {
+    if (qwen_cfg_) models::check_qwen_tensor_parallel(*qwen_cfg_, degree);
+  }
+  int text_parallel_degree(int ranks) const override {
+    if (!qwen_cfg_) return 1;
+    for (int d = ranks; d > 1; --d)
+      if (ranks % d == 0 && models::qwen_splits(*qwen_cfg_, d)) return d;
+    return 1;
+  }
+
+  PromptEmbeddings encode(const PlanFields& r, DType dtype) override {
+    XDIT_CHECK(tokenizer_ && qwen_cfg_, "encode before the text side was opened");
+    if (!qwen_)
+      qwen_ = std::make_unique<models::QwenTextEncoder>(
+          *qwen_cfg_, *qwen_weights_, dtype, qwen_cfg_->num_layers - 1, text_tp_, text_resident_);
+    // Both halves in one encoder call; each half's text padded to the
+    // longest prompt of either, so that the CFG batch stacks.
+    std::vector<std::string> texts = r.prompts;
+    const auto n = static_cast<int64_t>(texts.size());
+    if (r.cfg) texts.resize(2 * texts.size(), r.negative_prompt.value_or(""));
+    const std::vector<Tensor> states =
+        encode_z_image_prompts(*tokenizer_, *qwen_, texts, r.max_sequence_length);
+    int64_t L = 1;
+    for (const Tensor& s : states) L = std::max(L, s.dim(0));
+    PromptEmbeddings e;
+    auto [text, mask] = stack_padded({states.begin(), states.begin() + n}, L);
+    e.cond.set(models::kText, std::move(text));
+    e.cond.set(models::kTextMask, std::move(mask));
+    if (r.cfg) {
+      auto [ut, um] = stack_padded({states.begin() + n, states.end()}, L);
+      e.uncond.set(models::kText, std::move(ut));
+      e.uncond.set(models::kTextMask, std::move(um));
+    }
+    return e;
+  }
+  void drop_text_encoders() override { qwen_.reset(); }
+  void describe_text(MemoryQuery& q) const override {
+    q.qwen = qwen_cfg_.get();
+    q.qwen_layers = qwen_cfg_ ? qwen_cfg_->num_layers - 1 : 0;
+  }
+
+ private:
+  std::unique_ptr<tokenizers::QwenTokenizer> tokenizer_;
+  std::unique_ptr<models::QwenTextConfig> qwen_cfg_;
+  std::unique_ptr<io::WeightStore> qwen_weights_;
+  std::unique_ptr<models::QwenTextEncoder> qwen_;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelFamily> make_zimage_family(const io::ModelFolder& folder) {
+  const std::string tdir = folder.component("transformer");
+  const auto cfg = models::ZImageConfig::from_json(
+      folder.component_config("transformer", "config.json"), tdir + "/config.json");
+  return std::make_unique<ZImageFamily>(cfg);
+}
+
+}  // namespace xdit::pipeline
