@@ -22,11 +22,12 @@
 # keeps each side's best: on a shared host whose speed changes every few
 # seconds, one pair can land on two different states (default 1).
 # LIST is a comma-separated subset of pixart512,pixart1024,vae1024,t5,t5prompt,flux1024,sd3_1024,
-# flux1024_q8_0,flux1024_int8,wan480,wan_vae480,qwen7b200 (default: all but the Wan rows, which
+# flux1024_q8_0,flux1024_int8,wan480,wan_vae480,qwen7b200,zimage1024 (default: all but the Wan rows, which
 # take minutes each on a few cores: a Wan2.1-1.3B step with CFG at full width and 3 blocks on a
 # 480 x 832 clip of 9 frames, and AutoencoderKLWan decoding those 3 latent frames; and
 # qwen7b200: Qwen-Image's text encoder, Qwen2.5-VL-7B's language model at full width and 4 of
-# its 28 layers, on a 200-token prompt). The quantized rows (issue 45): xdit keeping the FLUX
+# its 28 layers, on a 200-token prompt; zimage1024: the Z-Image-Turbo transformer at full width,
+# 1 + 1 refiner blocks and 3 of its 30 layers, on a 1024 px image and a 128-token caption). The quantized rows (issue 45): xdit keeping the FLUX
 # blocks' weights in Q8_0 blocks against diffusers running the same Q8_0 blocks through its GGUF
 # layers; xdit's --weights_dtype int8 against PyTorch's bf16 forward (no int8 path in diffusers). --device cuda (or cuda:N) runs both sides on the GPU: the
 # pixart and flux rows only (default pixart1024,flux1024), each xdit row
@@ -125,7 +126,8 @@ for row in "${list[@]}"; do
     wan480) label="Wan2.1-1.3B 3 blocks, 480p x 9 fr"; x=(wan 480); t="wan:480" ;;
     wan_vae480) label="Wan VAE decode, 480p x 9 frames"; x=(wan_vae 480); t="wan_vae:480" ;;
     qwen7b200) label="Qwen2.5-VL-7B text, 4 layers, 200 tok"; x=(qwen_text 200); t="qwen_text:200" ;;
-    *) echo "compare.sh: unknown row '$row' (pixart512, pixart1024, vae1024, t5, t5prompt, flux1024, sd3_1024, flux1024_q8_0, flux1024_int8, wan480, wan_vae480, qwen7b200)" >&2; exit 2 ;;
+    zimage1024) label="Z-Image 1+1+3 blocks, 1024 px"; x=(zimage 1024); t="zimage:1024" ;;
+    *) echo "compare.sh: unknown row '$row' (pixart512, pixart1024, vae1024, t5, t5prompt, flux1024, sd3_1024, flux1024_q8_0, flux1024_int8, wan480, wan_vae480, qwen7b200, zimage1024)" >&2; exit 2 ;;
   esac
   xs="" ts=""
   for ((i = 0; i < rounds; i++)); do

@@ -165,6 +165,23 @@ def qwen_text_row(tokens, warmup, repeat):
                                                output_hidden_states=True), warmup, repeat)}
 
 
+def zimage_row(res, warmup, repeat):
+    """Z-Image-Turbo's transformer at full width, one noise- and one
+    context-refiner block and 3 of its 30 layers (xdit bench zimage's), on one
+    RES px image and a 128-token caption, as ZImagePipeline calls it."""
+    from diffusers import ZImageTransformer2DModel
+
+    torch.set_default_dtype(DTYPE)
+    model = ZImageTransformer2DModel(n_layers=3, n_refiner_layers=1).eval()
+    torch.set_default_dtype(torch.float32)
+    g = torch.Generator().manual_seed(10)
+    x = [torch.randn(16, 1, res // 8, res // 8, generator=g).to(DTYPE)]
+    cap = [torch.randn(128, 2560, generator=g).to(DTYPE)]
+    t = torch.tensor([0.5], dtype=DTYPE)
+    return {"name": "zimage_1+1+3_blocks", "resolution": res, "text_tokens": 128,
+            "seconds": best_time(lambda: model(x, t, cap, return_dict=False), warmup, repeat)}
+
+
 def t5_row(prompt_tokens, warmup, repeat):
     """prompt_tokens 0: the encoder on 120 real tokens. Otherwise what
     PixArtAlphaPipeline.encode_prompt runs for a prompt of that many tokens
@@ -281,7 +298,7 @@ def flux_row(res, warmup, repeat, q8_0=False):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("rows", nargs="+", help="pixart:RES, vae:RES, t5[:N], flux:RES, flux_q8_0:RES, sd3:RES, wan:RES, wan_vae:RES or qwen_text:TOKENS")
+    ap.add_argument("rows", nargs="+", help="pixart:RES, vae:RES, t5[:N], flux:RES, flux_q8_0:RES, sd3:RES, wan:RES, wan_vae:RES, qwen_text:TOKENS or zimage:RES")
     ap.add_argument("--threads", type=int, required=True)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=1)
@@ -323,8 +340,10 @@ def main():
                 r = wan_vae_row(int(res), a.warmup, a.repeat)
             elif what == "qwen_text":
                 r = qwen_text_row(int(res), a.warmup, a.repeat)
+            elif what == "zimage":
+                r = zimage_row(int(res), a.warmup, a.repeat)
             else:
-                sys.exit(f"torch_bench.py: unknown row '{row}' (pixart:RES, vae:RES, t5[:N], flux:RES, flux_q8_0:RES, sd3:RES, wan:RES, wan_vae:RES or qwen_text:TOKENS)")
+                sys.exit(f"torch_bench.py: unknown row '{row}' (pixart:RES, vae:RES, t5[:N], flux:RES, flux_q8_0:RES, sd3:RES, wan:RES, wan_vae:RES, qwen_text:TOKENS or zimage:RES)")
         r.update(versions, threads=a.threads, dtype=a.dtype, compiled=COMPILE,
                  isa=torch.backends.cpu.get_cpu_capability(),
                  gpu=torch.cuda.get_device_name() if DEVICE != "cpu" else None)

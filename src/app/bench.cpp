@@ -50,10 +50,11 @@ int run_bench(const BenchOptions& o) {
   XDIT_CHECK(o.what == "transformer" || o.what == "attention" || o.what == "t5" ||
                  o.what == "vae" || o.what == "flux" || o.what == "sd3" || o.what == "wan" ||
                  o.what == "wan_vae" || o.what == "parallel" || o.what == "tensor" ||
-                 o.what == "wan_parallel" || o.what == "qwen_text" || o.what == "all",
+                 o.what == "wan_parallel" || o.what == "qwen_text" || o.what == "zimage" ||
+                 o.what == "all",
              "unknown benchmark '", o.what,
              "': transformer, attention, t5, vae, flux, sd3, wan, wan_vae, wan_parallel, "
-             "qwen_text, parallel, tensor, cache, lora, serve or all");
+             "qwen_text, zimage, parallel, tensor, cache, lora, serve or all");
   if (!o.row.empty()) {  // child: WHAT:RES:DTYPE[:LAYOUT]
     std::vector<std::string> f;
     std::stringstream ss(o.row);
@@ -72,6 +73,7 @@ int run_bench(const BenchOptions& o) {
         : what == "wan"       ? run_wan_row(res, dt, o.warmup, o.repeat, f.size() > 3 ? f[3] : "")
         : what == "wan_vae"   ? run_wan_vae_row(res, dt, o.warmup, o.repeat)
         : what == "qwen_text" ? run_qwen_text_row(res, dt, o.warmup, o.repeat)
+        : what == "zimage"    ? run_zimage_row(res, dt, o.warmup, o.repeat)
         : what == "parallel" && f.at(3) == "vae" ? run_parallel_vae_row(res, dt, o.warmup, o.repeat)
         : what == "parallel" && f.at(3).rfind("pipefusion", 0) == 0
             ? run_pipefusion_row(res, dt, row_integer(f.at(3).substr(11), "the patch count"))
@@ -121,8 +123,8 @@ int run_bench(const BenchOptions& o) {
     for (const auto& dt : o.dtypes)
       rows.push_back({"sd3", *std::max_element(o.resolutions.begin(), o.resolutions.end()), dt});
   // Wan: RES p clips (480: 480 x 832), not in `all` (minutes a row on a few cores);
-  // qwen_text: RES tokens.
-  for (const char* what : {"wan", "wan_vae", "qwen_text"})
+  // qwen_text: RES tokens; zimage: RES px (minutes a row as well).
+  for (const char* what : {"wan", "wan_vae", "qwen_text", "zimage"})
     if (o.what == what)
       for (const auto& dt : o.dtypes)
         for (int64_t res : o.resolutions) rows.push_back({what, res, dt});

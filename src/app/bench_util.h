@@ -118,6 +118,8 @@ int run_wan_parallel_bench(const BenchOptions& o);
 // The Qwen2.5-VL-7B text encoder, 4 of 28 layers, on one prompt of `tokens` tokens.
 nlohmann::json run_qwen_text_row(int64_t tokens, const std::string& dt_name, int warmup,
                                  int repeat);
+// Z-Image-Turbo's transformer at full width, 1 + 1 refiner blocks and 3 layers (bench_zimage.cpp).
+nlohmann::json run_zimage_row(int64_t res, const std::string& dt_name, int warmup, int repeat);
 nlohmann::json run_wan_vae_row(int64_t res, const std::string& dt_name, int warmup, int repeat);
 
 // bench_attention.cpp

@@ -336,7 +336,7 @@ TEST_P(CachedLoop, TeaCachePatchDisplaced2StaleIsBounded) {
 
 INSTANTIATE_TEST_SUITE_P(Models, CachedLoop,
                          testing::Values("pixart-alpha", "flux-dev", "flux-schnell", "sd3", "wan21",
-                                         "wan22"));
+                                         "wan22", "zimage"));
 
 }  // namespace
 }  // namespace xdit
