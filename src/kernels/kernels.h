@@ -242,8 +242,10 @@ void rms_scale_rope(float* x, int64_t rows, int64_t stride, int64_t width, const
 
 // Sinusoidal timestep embedding (diffusers get_timestep_embedding with
 // max_period 10000): out[n, dim] = [sin | cos] (or [cos | sin] when flip).
+// `scale` multiplies t·freq after its rounding (diffusers' Timesteps(scale=):
+// Qwen-Image's 1000 on t / 1000).
 void timestep_embedding(const float* t, int64_t n, int64_t dim, bool flip_sin_to_cos,
-                        float downscale_freq_shift, float* out);
+                        float downscale_freq_shift, float* out, float scale = 1.0f);
 
 // 2-D sin-cos position embedding for a gh×gw grid (diffusers
 // get_2d_sincos_pos_embed): out[gh·gw, dim], first half from the column

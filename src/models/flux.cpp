@@ -17,12 +17,6 @@ constexpr float kEps = 1e-6f;  // every LayerNorm and RMSNorm of the model
 
 }  // namespace
 
-struct FluxTransformer::DoubleBlock {
-  kernels::Linear mod, mod_context;  // norm1 / norm1_context: silu(temb) → 6·D
-  nn::JointAttention attn;           // qk RMSNorm and the rotation
-  nn::FeedForwardGelu ff, ff_context;
-};
-
 struct FluxTransformer::SingleBlock {
   kernels::Linear mod;      // norm.linear: silu(temb) → 3·D
   nn::JointAttention attn;  // pre_only: to_q|to_k|to_v over every token, no to_out
@@ -57,14 +51,10 @@ FluxTransformer::FluxTransformer(const FluxConfig& cfg, const io::WeightSource& 
         nn::MlpSilu(w, te + "guidance_embedder", FluxConfig::kTimeProjDim, D, D, ct_);
   text_embedder_ = nn::MlpSilu(w, te + "text_embedder", cfg.pooled_projection_dim, D, D, ct_);
   for (int64_t i = stage_.block_begin; i < std::min(stage_.block_end, cfg.num_layers); ++i) {
-    const std::string p = "transformer_blocks." + std::to_string(i) + ".";
-    auto b = std::make_unique<DoubleBlock>();
-    b->mod = nn::load_linear(w, p + "norm1.linear", D, 6 * D, true, ct_);
-    b->mod_context = nn::load_linear(w, p + "norm1_context.linear", D, 6 * D, true, ct_);
-    b->attn = nn::JointAttention(w, p + "attn", joint, ct_, tp);
-    b->ff = nn::FeedForwardGelu(w, p + "ff", D, 4 * D, ct_, tp);
-    b->ff_context = nn::FeedForwardGelu(w, p + "ff_context", D, 4 * D, ct_, tp);
-    double_.push_back(std::move(b));
+    double_.push_back(std::make_unique<DoubleStreamBlock>(
+        w, "transformer_blocks." + std::to_string(i),
+        DoubleStreamNames{"norm1.linear", "norm1_context.linear", "attn", "ff", "ff_context"},
+        joint, ct_, tp));
   }
   for (int64_t i = std::max(stage_.block_begin, cfg.num_layers) - cfg.num_layers;
        i < stage_.block_end - cfg.num_layers; ++i) {
@@ -171,47 +161,6 @@ Streams FluxTransformer::embed(const DiTInputs& in) {
   return st;
 }
 
-void FluxTransformer::double_block(DoubleBlock& blk, float* X, int layer) {
-  const int64_t B = geometry().batch, L = geometry().text, N = geometry().tokens(), S = L + N,
-                D = cfg_.hidden();
-  float* mod = mod_.get(static_cast<size_t>(B * 12 * D));
-  float* mi = mod;              // image: shift, scale, gate (attention), shift, scale, gate (MLP)
-  float* mc = mod + B * 6 * D;  // text, the same
-  const float* st = st_.get(static_cast<size_t>(B * D));
-  blk.mod.forward(st, B, mi);
-  blk.mod_context.forward(st, B, mc);
-  float* nh = n_.get(static_cast<size_t>(B * S * D));
-  float* tmp = tmp_.get(static_cast<size_t>(B * S * D));
-  float* ffh = ff_.get(static_cast<size_t>(B * S * 4 * D / stage_.tp.size));
-  // Per batch item: text rows [0, L), image rows [L, S) of X, nh, tmp.
-  const auto text = [&](float* p, int64_t b, int64_t width) { return p + b * S * width; };
-  const auto image = [&](float* p, int64_t b, int64_t width) { return p + (b * S + L) * width; };
-  for (int64_t b = 0; b < B; ++b) {
-    kernels::layer_norm_modulate(image(X, b, D), image(nh, b, D), 1, N, D, kEps, mi + b * 6 * D,
-                                 mi + b * 6 * D + D, 0);
-    kernels::layer_norm_modulate(text(X, b, D), text(nh, b, D), 1, L, D, kEps, mc + b * 6 * D,
-                                 mc + b * 6 * D + D, 0);
-  }
-  // diffusers' transformer_blocks.i.attn: (image, text) after to_out / to_add_out.
-  attention_output(layer, 0, tmp, B * S * D,
-                   [&] { blk.attn.forward(nh, joint_call(layer), tmp, *backend_, attn_); });
-  for (int64_t b = 0; b < B; ++b) {
-    kernels::gated_residual_add(text(X, b, D), text(tmp, b, D), 1, L, D, mc + b * 6 * D + 2 * D, 0);
-    kernels::gated_residual_add(image(X, b, D), image(tmp, b, D), 1, N, D, mi + b * 6 * D + 2 * D,
-                                0);
-    // MLPs: image, then text.
-    kernels::layer_norm_modulate(image(X, b, D), image(nh, b, D), 1, N, D, kEps,
-                                 mi + b * 6 * D + 3 * D, mi + b * 6 * D + 4 * D, 0);
-    blk.ff.forward(image(nh, b, D), N, image(tmp, b, D), ffh);
-    kernels::gated_residual_add(image(X, b, D), image(tmp, b, D), 1, N, D, mi + b * 6 * D + 5 * D,
-                                0);
-    kernels::layer_norm_modulate(text(X, b, D), text(nh, b, D), 1, L, D, kEps,
-                                 mc + b * 6 * D + 3 * D, mc + b * 6 * D + 4 * D, 0);
-    blk.ff_context.forward(text(nh, b, D), L, text(tmp, b, D), ffh);
-    kernels::gated_residual_add(text(X, b, D), text(tmp, b, D), 1, L, D, mc + b * 6 * D + 5 * D, 0);
-  }
-}
-
 void FluxTransformer::single_block(SingleBlock& blk, float* X, int layer) {
   const int64_t B = geometry().batch, S = geometry().text + geometry().tokens(), D = cfg_.hidden();
   float* mod = mod_.get(static_cast<size_t>(B * 12 * D));
@@ -241,10 +190,21 @@ void FluxTransformer::single_block(SingleBlock& blk, float* X, int layer) {
 void FluxTransformer::run_blocks(Streams& s, int64_t b0, int64_t b1) {
   const int64_t nl = cfg_.num_layers;
   for (int64_t bi = b0; bi < b1; ++bi) {
-    if (bi < nl)
-      double_block(*double_[static_cast<size_t>(bi - stage_.block_begin)], s.x.data<float>(),
-                   static_cast<int>(bi));
-    else
+    if (bi < nl) {
+      const int layer = static_cast<int>(bi);
+      const DoubleStreamBlock& blk = *double_[static_cast<size_t>(bi - stage_.block_begin)];
+      const int64_t n = geometry().batch * (geometry().text + geometry().tokens()) * cfg_.hidden();
+      blk.forward(
+          s.x.data<float>(), st_.get(static_cast<size_t>(geometry().batch * cfg_.hidden())),
+          geometry().batch, geometry().text, geometry().tokens(),
+          [&](const float* x, float* out) {
+            // diffusers' transformer_blocks.i.attn: (image, text) after to_out / to_add_out.
+            attention_output(layer, 0, out, n, [&] {
+              blk.attention().forward(x, joint_call(layer), out, *backend_, attn_);
+            });
+          },
+          mod_, n_, tmp_, ff_);
+    } else
       single_block(*single_[static_cast<size_t>(bi - std::max(stage_.block_begin, nl))],
                    s.x.data<float>(), static_cast<int>(bi));
   }
@@ -255,16 +215,16 @@ Tensor FluxTransformer::block_modulated_input(int64_t b, const Streams& s) {
                 D = cfg_.hidden(), nl = cfg_.num_layers;
   // norm1 (a double block: shift, scale of the image stream's six) or norm
   // (a single block's three), over the image rows.
-  float* mod = mod_.get(static_cast<size_t>(B * 12 * D));
   const float* st = st_.get(static_cast<size_t>(B * D));
-  int64_t stride = 6 * D;
-  if (b < nl) {
-    double_[static_cast<size_t>(b - stage_.block_begin)]->mod.forward(st, B, mod);
-  } else {
-    single_[static_cast<size_t>(b - std::max(stage_.block_begin, nl))]->mod.forward(st, B, mod);
-    stride = 3 * D;
-  }
   Tensor m = Tensor::empty({B, N, D}, DType::kF32, current_device());
+  if (b < nl) {
+    double_[static_cast<size_t>(b - stage_.block_begin)]->modulated_image(
+        s.x.data<float>(), st, B, L, N, m.data<float>(), mod_);
+    return m;
+  }
+  float* mod = mod_.get(static_cast<size_t>(B * 12 * D));
+  single_[static_cast<size_t>(b - std::max(stage_.block_begin, nl))]->mod.forward(st, B, mod);
+  const int64_t stride = 3 * D;
   for (int64_t i = 0; i < B; ++i)
     kernels::layer_norm_modulate(s.x.data<float>() + (i * S + L) * D, m.data<float>() + i * N * D,
                                  1, N, D, kEps, mod + i * stride, mod + i * stride + D, 0);

@@ -19,6 +19,7 @@
 #include "io/json.h"
 #include "io/weights.h"
 #include "models/dit.h"
+#include "models/double_stream.h"
 #include "nn/attention.h"
 #include "nn/joint_attention.h"
 #include "nn/layers.h"
@@ -78,19 +79,17 @@ class FluxTransformer : public DiT {
   Tensor block_modulated_input(int64_t b, const Streams& s) override;
 
  private:
-  struct DoubleBlock;
   struct SingleBlock;
   // The joint attention's call at flat block `layer`: this call's geometry
   // and rotary tables.
   nn::JointCall joint_call(int layer) const;
-  void double_block(DoubleBlock& blk, float* x, int layer);
   void single_block(SingleBlock& blk, float* x, int layer);
 
   FluxConfig cfg_;
   nn::ComputeType ct_;
   kernels::Linear x_embedder_, context_embedder_;
   nn::MlpSilu timestep_embedder_, guidance_embedder_, text_embedder_;
-  std::vector<std::unique_ptr<DoubleBlock>> double_;  // this stage's, in order
+  std::vector<std::unique_ptr<DoubleStreamBlock>> double_;  // this stage's, in order
   std::vector<std::unique_ptr<SingleBlock>> single_;
   nn::AdaLayerNormContinuous norm_out_;
   kernels::Linear proj_out_;

@@ -214,7 +214,8 @@ Streams ZImageTransformer::embed(const DiTInputs& in) {
         pos[2] = static_cast<double>(n % gw);
       }
       const size_t at = static_cast<size_t>((b * S + s) * hd);
-      nn::rope_row(pos, dims, c.rope_theta, cos_host_.data() + at, sin_host_.data() + at, true);
+      nn::rope_row(pos, dims, c.rope_theta, cos_host_.data() + at, sin_host_.data() + at,
+                   nn::RopeMath::kF32Angles);
     }
   rcos_host_.resize(static_cast<size_t>(B * (P + N) * hd));
   rsin_host_.resize(rcos_host_.size());

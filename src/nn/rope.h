@@ -11,10 +11,15 @@
 
 namespace xdit::nn {
 
+// How a model's diffusers code rounds the angles.
+enum class RopeMath {
+  kF64,        // FLUX, Wan: f64 frequencies and angles, cos/sin rounded to f32
+  kF32Angles,  // Z-Image's RopeEmbedder: f64 angles cast to f32, then torch.polar
+  kF32,        // Qwen-Image's QwenEmbedRope: f32 frequencies, f32 products, polar
+};
+
 // Fills cos[0, Σ dims) and sin[0, Σ dims) for one token at positions pos[a].
-// `f32_angles`: each angle rounded to f32 before its cos and sin (Z-Image's
-// RopeEmbedder: f64 angles cast to float, then torch.polar).
 void rope_row(const double* pos, const std::vector<int64_t>& dims, double theta, float* cos,
-              float* sin, bool f32_angles = false);
+              float* sin, RopeMath math = RopeMath::kF64);
 
 }  // namespace xdit::nn

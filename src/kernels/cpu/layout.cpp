@@ -101,7 +101,7 @@ void host_table(float* out, int64_t n, F compute) {
 }  // namespace
 
 void timestep_embedding(const float* t, int64_t n, int64_t dim, bool flip_sin_to_cos,
-                        float downscale_freq_shift, float* out_table) {
+                        float downscale_freq_shift, float* out_table, float scale) {
   host_table(out_table, n * dim, [&](float* out) {
     // diffusers embeddings.get_timestep_embedding: exponent in f32, exp in f32,
     // t·freq in f32, then sin/cos.
@@ -115,7 +115,7 @@ void timestep_embedding(const float* t, int64_t n, int64_t dim, bool flip_sin_to
     for (int64_t r = 0; r < n; ++r) {
       float* o = out + r * dim;
       for (int64_t i = 0; i < half; ++i) {
-        const float a = t[r] * freq[static_cast<size_t>(i)];
+        const float a = scale * (t[r] * freq[static_cast<size_t>(i)]);
         o[flip_sin_to_cos ? half + i : i] = std::sin(a);
         o[flip_sin_to_cos ? i : half + i] = std::cos(a);
       }
