@@ -114,7 +114,7 @@ struct GenerateOptions {
   int64_t height = 0, width = 0, steps = pipeline::kDefaultSteps, max_sequence_length = 0;
   int64_t num_frames = 0;  // the model's default
   int fps = 0;             // the model's default
-  double guidance = pipeline::kDefaultGuidance, true_cfg = 1.0;
+  double guidance = pipeline::kDefaultGuidance, true_cfg = pipeline::kDefaultGuidance;
   double guidance_2 = pipeline::kDefaultGuidance;
   pipeline::SkipLayerGuidance slg;  // SD3
   CacheOptions cache;
@@ -509,9 +509,9 @@ std::function<int()> add_generate(CLI::App& app) {
                 "--guidance_scale)")
       ->check(finite_number());
   g->add_option("--true_cfg_scale,--true-cfg-scale", o->true_cfg,
-                "FLUX: classifier-free guidance with --negative_prompt when > 1")
-      ->check(finite_number())
-      ->capture_default_str();
+                "FLUX, Qwen-Image: classifier-free guidance with --negative_prompt when > 1 "
+                "(default: the model's, FLUX 1, Qwen-Image 4)")
+      ->check(finite_number());
   g->add_option("--skip_guidance_layers,--skip-guidance-layers", o->slg.layers,
                 "SD3: skip-layer guidance on these blocks, e.g. 7,8,9 (SD3.5-medium's)")
       ->delimiter(',');

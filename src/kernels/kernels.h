@@ -160,6 +160,12 @@ void affine_div(const float* x, float* y, int64_t n, float divisor, float shift)
 void guidance_combine(const float* uncond, const float* cond, float g, float* noise, int64_t n);
 // SD3's skip-layer guidance: noise += (c − skip)·scale.
 void guidance_add(float* noise, const float* cond, const float* skip, float scale, int64_t n);
+// Qwen-Image's true CFG: each token's guided noise rescaled to the norm of
+// its cond prediction — noise *= ‖cond‖ / ‖noise‖ over the token's values,
+// the p × p latent pixels of a patch in every channel. cond and noise are
+// [C, rows, W] (rows and W multiples of p; the norms' sums in f64).
+void cfg_renorm_patches(const float* cond, float* noise, int64_t channels, int64_t rows,
+                        int64_t width, int64_t p);
 // A step cache's indicator (pipeline/first_block_cache.h, teacache.h), on
 // host memory whatever the current device: r = out − in over n values (out
 // itself where `in` is null) and, when `prev` is given, sums[0] += Σ|r − prev| and sums[1] +=

@@ -24,7 +24,11 @@ WanVaeConfig WanVaeConfig::from_json(const io::Json& j, const std::string& w) {
   io::require_object(j, w);
   WanVaeConfig c;
   const std::string cls = io::string_or(j, "_class_name", "AutoencoderKLWan", w);
-  XDIT_CHECK(cls == "AutoencoderKLWan", w, ": VAE class ", cls, " is not AutoencoderKLWan");
+  // Qwen-Image's AutoencoderKLQwenImage is Wan2.1's architecture under its own
+  // names for two keys (input_channels; no residual variant).
+  const bool qwen = cls == "AutoencoderKLQwenImage";
+  XDIT_CHECK(cls == "AutoencoderKLWan" || qwen, w, ": VAE class ", cls,
+             " is not AutoencoderKLWan or AutoencoderKLQwenImage");
   c.base_dim = io::int_in(j, "base_dim", 96, 2, 1 << 12, w);
   if (j.contains("decoder_base_dim") && !j["decoder_base_dim"].is_null())
     c.base_dim = io::int_in(j, "decoder_base_dim", c.base_dim, 2, 1 << 12, w);
@@ -32,7 +36,7 @@ WanVaeConfig WanVaeConfig::from_json(const io::Json& j, const std::string& w) {
   c.dim_mult = io::int_list_in(j, "dim_mult", {1, 2, 4, 4}, 8, 1, 64, w);
   XDIT_CHECK(c.dim_mult.size() >= 2, w, ": dim_mult needs at least 2 levels");
   c.num_res_blocks = io::int_in(j, "num_res_blocks", 2, 0, 16, w);
-  c.out_channels = io::int_in(j, "out_channels", 3, 1, 64, w);
+  c.out_channels = io::int_in(j, qwen ? "input_channels" : "out_channels", 3, 1, 64, w);
   c.temperal_downsample.clear();
   if (j.contains("temperal_downsample")) {
     for (const auto& v : j["temperal_downsample"]) {
@@ -45,7 +49,7 @@ WanVaeConfig WanVaeConfig::from_json(const io::Json& j, const std::string& w) {
   XDIT_CHECK(c.temperal_downsample.size() + 1 == c.dim_mult.size(), w,
              ": temperal_downsample needs one value per level but the last (",
              c.dim_mult.size() - 1, "), found ", c.temperal_downsample.size());
-  c.residual = io::bool_or(j, "is_residual", false, w);
+  c.residual = !qwen && io::bool_or(j, "is_residual", false, w);
   const auto d = c.level_dims();
   if (!c.residual)
     for (const int64_t l : d)

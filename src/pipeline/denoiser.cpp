@@ -32,7 +32,8 @@ void check_finite_latents(const Tensor& latents, int64_t step, int64_t total) {
              "guidance_scale so large that the noise prediction overflows");
 }
 
-Tensor guided_noise(const Tensor& out, int64_t P, int64_t C, bool cfg, double guidance_scale) {
+Tensor guided_noise(const Tensor& out, int64_t P, int64_t C, bool cfg, double guidance_scale,
+                    int64_t renorm_patch) {
   // CFG: uncond + g·(cond − uncond) with out = [uncond P; cond P]; learned
   // sigma: keep the first C of the out_channels. On out's device (ops).
   const int64_t oc = out.dim(1), hw = out.numel() / (out.dim(0) * oc), plane = C * hw;
@@ -45,9 +46,13 @@ Tensor guided_noise(const Tensor& out, int64_t P, int64_t C, bool cfg, double gu
   for (int64_t b = 0; b < P; ++b) {
     const float* cond = ob + (cfg ? P + b : b) * oc * hw;
     float* nb = noise.data<float>() + b * plane;
-    if (cfg)
+    if (cfg) {
       kernels::guidance_combine(ob + b * oc * hw, cond, g, nb, plane);
-    else
+      if (renorm_patch > 0) {
+        const int64_t W = out.dim(out.ndim() - 1);
+        kernels::cfg_renorm_patches(cond, nb, C, hw / W, W, renorm_patch);
+      }
+    } else
       kernels::copy_rows(nb, plane, cond, plane, 1, plane);
   }
   return noise;
@@ -116,7 +121,8 @@ Tensor Denoiser::noise_prediction(const Tensor& out, int64_t r0, int64_t r1, Ten
   Tensor all = rt_.gather(out, li_.cfg_split, r0, r1);
   if (r0 == 0 && r1 == token_rows_) all = framed(all);
   if (gathered != nullptr) *gathered = all;
-  return guided_noise(all, li_.prompts, latents_.dim(1), li_.cfg, li_.cfg_scale);
+  return guided_noise(all, li_.prompts, latents_.dim(1), li_.cfg, li_.cfg_scale,
+                      li_.cfg_renorm_patch);
 }
 
 Tensor Denoiser::run(Tensor latents, int64_t begin, int64_t end) {

@@ -22,8 +22,11 @@ namespace xdit::pipeline {
 // The noise prediction from the transformer output [(2)P, out_channels, ...]
 // (any trailing shape: [F, h, w], or token rows' [rows, w]): classifier-free
 // guidance (when cfg, out = [uncond; cond]) and the first C channels
-// (PixArt's learned sigma), shaped [P, C, ...] like `out`.
-Tensor guided_noise(const Tensor& out, int64_t P, int64_t C, bool cfg, double guidance_scale);
+// (PixArt's learned sigma), shaped [P, C, ...] like `out`. `renorm_patch` p
+// > 0: under CFG each p × p token's guided noise rescaled to its cond
+// prediction's norm (Qwen-Image; kernels::cfg_renorm_patches).
+Tensor guided_noise(const Tensor& out, int64_t P, int64_t C, bool cfg, double guidance_scale,
+                    int64_t renorm_patch = 0);
 
 // Stops the run (throws one line naming the step and the likely causes) when
 // the latents hold NaN or Inf after denoising step `step` of `total`: such
@@ -49,6 +52,7 @@ struct LoopInputs {
   bool cfg = false, cfg_split = false;
   double cfg_scale = 1.0, timestep_divisor = 1.0;
   bool timestep_reversed = false;  // models::DiTSpec's
+  int64_t cfg_renorm_patch = 0;    // ModelFamily::cfg_renorm_patch (guided_noise)
   // The transformer's inputs for token rows [r0, r1) (0, 0: all) at timestep t.
   models::DiTInputs at(const Tensor& latents, double t, int64_t r0, int64_t r1) const;
 };

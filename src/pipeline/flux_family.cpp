@@ -63,18 +63,11 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
   bool floors_size() const override { return true; }
   schedulers::TimestepHints timestep_hints(const schedulers::SchedulerConfig& s, int64_t steps,
                                            int64_t latent_h, int64_t latent_w) const override {
-    schedulers::TimestepHints h;
-    // np.linspace(1.0, 1 / N, N), and mu for the packed image's tokens.
-    for (int64_t i = 0; i < steps; ++i)
-      h.sigmas.push_back(steps > 1 ? 1.0 + static_cast<double>(i) *
-                                               ((1.0 / static_cast<double>(steps) - 1.0) /
-                                                static_cast<double>(steps - 1))
-                                   : 1.0);
-    if (steps > 1) h.sigmas.back() = 1.0 / static_cast<double>(steps);
-    if (s.flow_match() != nullptr) h.mu = s.flow_match()->mu((latent_h / 2) * (latent_w / 2));
-    return h;
+    return linspace_sigmas_with_mu(s, steps, latent_h, latent_w);
   }
-  void warn_unused(double guidance_scale, double true_cfg_scale, bool neg) const override {
+  void warn_unused(double guidance_scale, double asked_true_cfg, bool neg) const override {
+    const double true_cfg_scale =
+        asked_true_cfg == kDefaultGuidance ? default_true_cfg() : asked_true_cfg;
     if (!cfg_.guidance_embeds && guidance_scale != kDefaultGuidance)
       XDIT_WARN(name(), " has no guidance embedding: guidance_scale ", guidance_scale,
                 " has no effect (true CFG: a negative prompt and true_cfg_scale > 1)");

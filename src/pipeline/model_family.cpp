@@ -23,6 +23,7 @@ const std::vector<Registered>& registry() {
       {"StableDiffusion3Pipeline", make_sd3_family},
       {"WanPipeline", make_wan_family},
       {"ZImagePipeline", make_zimage_family},
+      {"QwenImagePipeline", make_qwen_image_family},
   };
   return rows;
 }
@@ -147,6 +148,20 @@ void ModelFamily::open_t5_encoder(const io::ModelFolder& folder, const std::stri
   t5_component_ = component;
   text_stores_[component] = t5_weights_.get();
   text_weights(component, *t5_weights_);  // its LoRAs checked now
+}
+
+schedulers::TimestepHints linspace_sigmas_with_mu(const schedulers::SchedulerConfig& s,
+                                                  int64_t steps, int64_t latent_h,
+                                                  int64_t latent_w) {
+  schedulers::TimestepHints h;
+  for (int64_t i = 0; i < steps; ++i)  // np.linspace: start + i·step, the last exactly 1/N
+    h.sigmas.push_back(steps > 1 ? 1.0 + static_cast<double>(i) *
+                                             ((1.0 / static_cast<double>(steps) - 1.0) /
+                                              static_cast<double>(steps - 1))
+                                 : 1.0);
+  if (steps > 1) h.sigmas.back() = 1.0 / static_cast<double>(steps);
+  if (s.flow_match() != nullptr) h.mu = s.flow_match()->mu((latent_h / 2) * (latent_w / 2));
+  return h;
 }
 
 int ModelFamily::text_parallel_degree(int ranks) const {

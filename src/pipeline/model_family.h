@@ -61,6 +61,8 @@ class ModelFamily {
   virtual int default_fps() const { return 16; }
   virtual int64_t default_steps() const = 0;
   virtual double default_guidance() const = 0;
+  // diffusers' true_cfg_scale default (FluxPipeline 1: off; QwenImagePipeline 4).
+  virtual double default_true_cfg() const { return 1.0; }
   // Whether a request asks for classifier-free guidance, and its scale.
   // Default: classifier-free guidance as PixArt and SD3 ask for it —
   // guidance_scale > 1, with the negative prompt "" when none is given.
@@ -71,6 +73,9 @@ class ModelFamily {
   virtual double cfg_scale(double guidance_scale, double /*true_cfg_scale*/) const {
     return guidance_scale;
   }
+  // Qwen-Image: under CFG each token's guided noise is rescaled to its cond
+  // prediction's norm; the token's side in latent pixels (0: no rescale).
+  virtual int64_t cfg_renorm_patch() const { return 0; }
   // FLUX.1 [dev]: the guidance scale is an input of the model.
   virtual bool embeds_guidance() const { return false; }
   // Whether the family's diffusers pipeline calls the transformer on the
@@ -287,13 +292,22 @@ class ConfigFamily : public ModelFamily {
   Config cfg_;
 };
 
-// The family of a PixArt, FLUX, SD3, Wan or Z-Image folder (pixart_family.cpp,
-// flux_family.cpp, sd3_family.cpp, wan_family.cpp, zimage_family.cpp), as the registry
+// FluxPipeline's and QwenImagePipeline's schedule: np.linspace(1, 1/N, N)
+// in f64, and mu from the packed image's tokens (the scheduler's own
+// base/max sequence lengths and shifts).
+schedulers::TimestepHints linspace_sigmas_with_mu(const schedulers::SchedulerConfig& s,
+                                                  int64_t steps, int64_t latent_h,
+                                                  int64_t latent_w);
+
+// The family of a PixArt, FLUX, SD3, Wan, Z-Image or Qwen-Image folder
+// (pixart_family.cpp, flux_family.cpp, sd3_family.cpp, wan_family.cpp,
+// zimage_family.cpp, qwen_image_family.cpp), as the registry
 // (model_family.cpp) makes it.
 std::unique_ptr<ModelFamily> make_pixart_family(const io::ModelFolder& folder);
 std::unique_ptr<ModelFamily> make_flux_family(const io::ModelFolder& folder);
 std::unique_ptr<ModelFamily> make_sd3_family(const io::ModelFolder& folder);
 std::unique_ptr<ModelFamily> make_wan_family(const io::ModelFolder& folder);
 std::unique_ptr<ModelFamily> make_zimage_family(const io::ModelFolder& folder);
+std::unique_ptr<ModelFamily> make_qwen_image_family(const io::ModelFolder& folder);
 
 }  // namespace xdit::pipeline

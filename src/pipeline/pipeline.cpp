@@ -224,7 +224,11 @@ LatentDecoder::Factors Pipeline::vae_factors() const {
 }
 
 bool Pipeline::uses_cfg(const LatentRequest& r) const {
-  return family_->uses_cfg(r.guidance_scale, r.true_cfg_scale, !r.uncond.empty());
+  // (the defaults resolved as the planner resolves them)
+  return family_->uses_cfg(
+      r.guidance_scale == kDefaultGuidance ? family_->default_guidance() : r.guidance_scale,
+      r.true_cfg_scale == kDefaultGuidance ? family_->default_true_cfg() : r.true_cfg_scale,
+      !r.uncond.empty());
 }
 
 void Pipeline::set_device(Device device) {
@@ -349,6 +353,7 @@ LoopInputs Pipeline::loop_inputs(const PlanFields& r) const {
   li.cfg_scale = family_->cfg_scale(r.guidance_scale, r.true_cfg_scale);
   li.timestep_divisor = spec().timestep_divisor;
   li.timestep_reversed = spec().timestep_reversed;
+  li.cfg_renorm_patch = family_->cfg_renorm_patch();
   // Under CFG parallel each CFG group runs one half: group 0 the negative
   // prompt, group 1 the prompt; the predictions are all-gathered after.
   li.cfg_split = li.cfg && mesh_ != nullptr && mesh_->config().use_cfg_parallel;

@@ -94,7 +94,8 @@ Plan Pipeline::plan(const LatentRequest& r, Output out) {
       r.num_inference_steps == kDefaultSteps ? family_->default_steps() : r.num_inference_steps;
   f.guidance_scale =
       r.guidance_scale == kDefaultGuidance ? family_->default_guidance() : r.guidance_scale;
-  f.true_cfg_scale = r.true_cfg_scale;
+  f.true_cfg_scale =
+      r.true_cfg_scale == kDefaultGuidance ? family_->default_true_cfg() : r.true_cfg_scale;
   f.skip_layer_guidance = r.skip_layer_guidance;
   f.cache = checked_cache(r.cache);
   f.loras = checked_request_loras(r.loras);
@@ -334,7 +335,8 @@ Plan Pipeline::plan(const ImageRequest& r, Output out) {
   check_steps(f.num_inference_steps);
   f.guidance_scale =
       r.guidance_scale == kDefaultGuidance ? family_->default_guidance() : r.guidance_scale;
-  f.true_cfg_scale = r.true_cfg_scale;
+  f.true_cfg_scale =
+      r.true_cfg_scale == kDefaultGuidance ? family_->default_true_cfg() : r.true_cfg_scale;
   check_guidance(f.guidance_scale, f.true_cfg_scale);
   f.guidance_scale_2 = second_guidance(r.guidance_scale_2, f.guidance_scale);
   family_->warn_unused(r.guidance_scale, r.true_cfg_scale, r.negative_prompt.has_value());

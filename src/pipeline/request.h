@@ -72,8 +72,9 @@ struct LatentRequest {
   // default is guidance_scale. Classifier-free guidance is on by
   // guidance_scale alone, as in diffusers.
   double guidance_scale_2 = kDefaultGuidance;
-  // FLUX: classifier-free guidance with the negative embeddings when > 1.
-  double true_cfg_scale = 1.0;
+  // FLUX, Qwen-Image: classifier-free guidance with the negative embeddings
+  // when > 1 (kDefaultGuidance: the model's — FLUX 1, Qwen-Image 4).
+  double true_cfg_scale = kDefaultGuidance;
   SkipLayerGuidance skip_layer_guidance;  // SD3
   CacheSettings cache;                    // a step cache (none by default)
   std::vector<LoraRef> loras;             // per-request LoRAs (none by default)
@@ -92,10 +93,10 @@ struct ImageRequest {
   int64_t num_inference_steps = kDefaultSteps;
   double guidance_scale = kDefaultGuidance;
   double guidance_scale_2 = kDefaultGuidance;  // Wan2.2's second expert
-  double true_cfg_scale = 1.0;
-  SkipLayerGuidance skip_layer_guidance;  // SD3
-  CacheSettings cache;                    // a step cache (none by default)
-  std::vector<LoraRef> loras;             // per-request LoRAs (none by default)
+  double true_cfg_scale = kDefaultGuidance;    // FLUX, Qwen-Image (the model's: 1, 4)
+  SkipLayerGuidance skip_layer_guidance;       // SD3
+  CacheSettings cache;                         // a step cache (none by default)
+  std::vector<LoraRef> loras;                  // per-request LoRAs (none by default)
   uint64_t seed = 42;
   bool resolution_binning = true;  // PixArt
   int64_t max_sequence_length =

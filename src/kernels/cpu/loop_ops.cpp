@@ -27,6 +27,28 @@ void guidance_add(float* noise, const float* c, const float* skip, float scale, 
   for (int64_t i = 0; i < n; ++i) noise[i] += (c[i] - skip[i]) * scale;
 }
 
+void cfg_renorm_patches(const float* cond, float* noise, int64_t C, int64_t rows, int64_t W,
+                        int64_t p) {
+  XDIT_CUDA_OP(cfg_renorm_patches(cond, noise, C, rows, W, p));
+  const int64_t pr = rows / p, pc = W / p, plane = rows * W;
+#pragma omp parallel for collapse(2) if (pr * pc * C * p * p > kGrain)
+  for (int64_t i = 0; i < pr; ++i)
+    for (int64_t j = 0; j < pc; ++j) {
+      double cs = 0, ns = 0;
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t y = 0; y < p; ++y)
+          for (int64_t x = 0; x < p; ++x) {
+            const int64_t at = c * plane + (i * p + y) * W + j * p + x;
+            cs += static_cast<double>(cond[at]) * cond[at];
+            ns += static_cast<double>(noise[at]) * noise[at];
+          }
+      const float scale = static_cast<float>(std::sqrt(cs)) / static_cast<float>(std::sqrt(ns));
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t y = 0; y < p; ++y)
+          for (int64_t x = 0; x < p; ++x) noise[c * plane + (i * p + y) * W + j * p + x] *= scale;
+    }
+}
+
 void residual_change(const float* out, const float* in, const float* prev, float* r, int64_t n,
                      double sums[2]) {
   double diff = 0, ref = 0;

@@ -85,6 +85,26 @@ __global__ void guidance_combine_kernel(const float* u, const float* c, float g,
   XDIT_GRID_LOOP(i, n) noise[i] = __fadd_rn(u[i], __fmul_rn(g, __fsub_rn(c[i], u[i])));
 }
 
+// One thread per token (a p x p patch over every channel).
+__global__ void cfg_renorm_kernel(const float* __restrict__ cond, float* __restrict__ noise,
+                                  int64_t C, int64_t rows, int64_t W, int64_t p, int64_t tokens) {
+  XDIT_GRID_LOOP(t, tokens) {
+    const int64_t pc = W / p, i = t / pc, j = t % pc, plane = rows * W;
+    double cs = 0, ns = 0;
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t y = 0; y < p; ++y)
+        for (int64_t x = 0; x < p; ++x) {
+          const int64_t at = c * plane + (i * p + y) * W + j * p + x;
+          cs += static_cast<double>(cond[at]) * cond[at];
+          ns += static_cast<double>(noise[at]) * noise[at];
+        }
+    const float scale = static_cast<float>(sqrt(cs)) / static_cast<float>(sqrt(ns));
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t y = 0; y < p; ++y)
+        for (int64_t x = 0; x < p; ++x) noise[c * plane + (i * p + y) * W + j * p + x] *= scale;
+  }
+}
+
 __global__ void guidance_add_kernel(float* noise, const float* c, const float* skip, float scale,
                                     int64_t n) {
   XDIT_GRID_LOOP(i, n) noise[i] = __fadd_rn(noise[i], __fmul_rn(__fsub_rn(c[i], skip[i]), scale));
@@ -222,6 +242,12 @@ void guidance_combine(const float* u, const float* c, float g, float* noise, int
 void guidance_add(float* noise, const float* c, const float* skip, float scale, int64_t n,
                   Stream s) {
   XDIT_LAUNCH(guidance_add_kernel, n, s, noise, c, skip, scale, n);
+}
+
+void cfg_renorm_patches(const float* cond, float* noise, int64_t C, int64_t rows, int64_t W,
+                        int64_t p, Stream s) {
+  const int64_t tokens = (rows / p) * (W / p);
+  XDIT_LAUNCH(cfg_renorm_kernel, tokens, s, cond, noise, C, rows, W, p, tokens);
 }
 
 void taylor_update(const float* y, float* f, int64_t have, float delta, int64_t n, Stream s) {

@@ -91,6 +91,8 @@ void guidance_combine(const float* uncond, const float* cond, float g, float* no
                       Stream s = nullptr);
 void guidance_add(float* noise, const float* cond, const float* skip, float scale, int64_t n,
                   Stream s = nullptr);
+void cfg_renorm_patches(const float* cond, float* noise, int64_t channels, int64_t rows,
+                        int64_t width, int64_t p, Stream s = nullptr);
 void flow_euler_step(const float* model_output, float* sample, float dt, int64_t n,
                      Stream s = nullptr);
 // `coeff`: host values (at most 4 orders), passed by value to the kernel.
