@@ -211,11 +211,11 @@ int run_info(InfoOptions o) {
   q.text_tokens = max_len;
   q.dtype = dt;
   q.vae_scale_factor = vsf;
-  q.cfg = family.uses_cfg(family.default_guidance(), 1.0, false);
+  q.cfg = family.uses_cfg(family.default_guidance(), family.default_true_cfg(), false);
   q.t5 = t5 ? &*t5 : nullptr;
   q.clip = clip ? &*clip : nullptr;
   q.qwen = qwen ? &*qwen : nullptr;
-  q.qwen_layers = qwen ? qwen->num_layers - 1 : 0;  // Z-Image's hidden_states[-2]
+  q.qwen_layers = qwen ? family.text_layers_run(qwen->num_layers) : 0;
   q.vae = vae ? &*vae : nullptr;
   q.wan_vae = wan_vae ? &*wan_vae : nullptr;
   const pipeline::MemoryEstimate e =

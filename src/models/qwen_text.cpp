@@ -57,6 +57,18 @@ void rope_halves(float* x, int64_t rows, int64_t stride, int64_t heads, int64_t 
 
 }  // namespace
 
+// (here, not in qwen_text_config.cpp: the config fuzzers link the configs alone)
+void QwenTextConfig::locate(const io::WeightSource& w, const std::string& where) {
+  for (const char* p : {"", "model.", "model.language_model."})
+    if (w.has(std::string(p) + "embed_tokens.weight")) {
+      prefix = p;
+      return;
+    }
+  XDIT_FAIL(where,
+            ": no embed_tokens.weight (nor model.embed_tokens.weight, "
+            "model.language_model.embed_tokens.weight): not a Qwen language model's weights");
+}
+
 bool qwen_splits(const QwenTextConfig& c, int degree) {
   return degree > 0 && c.num_heads % degree == 0 && c.num_kv_heads % degree == 0 &&
          c.intermediate_size % degree == 0;

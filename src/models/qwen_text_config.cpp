@@ -83,17 +83,6 @@ QwenTextConfig QwenTextConfig::qwen3_4b() {
   return c;
 }
 
-void QwenTextConfig::locate(const io::WeightSource& w, const std::string& where) {
-  for (const char* p : {"", "model.", "model.language_model."})
-    if (w.has(std::string(p) + "embed_tokens.weight")) {
-      prefix = p;
-      return;
-    }
-  XDIT_FAIL(where,
-            ": no embed_tokens.weight (nor model.embed_tokens.weight, "
-            "model.language_model.embed_tokens.weight): not a Qwen language model's weights");
-}
-
 io::WeightSpecs QwenTextConfig::weight_specs(int64_t layers) const {
   const int64_t d = hidden_size, q = num_heads * head_dim, kv = num_kv_heads * head_dim;
   io::WeightSpecs s;

@@ -167,14 +167,15 @@ Streams ZImageTransformer::embed(const DiTInputs& in) {
              " timesteps needed");
   const auto [r0, r1] = in.rows(gh);
   const int64_t L = text->dim(1), N = (r1 - r0) * gw, D = c.dim, hd = c.head_dim();
-  XDIT_CHECK(gh < c.axes_lens[1] && gw < c.axes_lens[2], "Z-Image: a ", gh, " x ", gw,
+  XDIT_CHECK(gh <= c.axes_lens[1] && gw <= c.axes_lens[2], "Z-Image: a ", gh, " x ", gw,
              " token grid exceeds the RoPE's ", c.axes_lens[1], " x ", c.axes_lens[2]);
   const std::vector<int64_t> lengths = caption_lengths(in, B, L);
   std::vector<int64_t> cap_len(lengths.size());
   for (size_t b = 0; b < lengths.size(); ++b) cap_len[b] = ZImageConfig::padded(lengths[b]);
   const int64_t Lc = *std::max_element(cap_len.begin(), cap_len.end());
-  XDIT_CHECK(Lc + 1 < c.axes_lens[0], "Z-Image: ", Lc, " caption tokens exceed the RoPE's ",
-             c.axes_lens[0] - 1);
+  // (the image's frame id is Lc + 1: a table row of axes_lens[0])
+  XDIT_CHECK(Lc + 1 < c.axes_lens[0], "Z-Image: ", Lc, " caption tokens (padded) exceed the ",
+             c.axes_lens[0] - 2, " the RoPE's axes_lens[0] allows");
   const int64_t P = ZImageConfig::padded(gh * gw) - gh * gw, T = Lc + P, S = T + N;
   set_geometry({B, T, r1 - r0, gw, W});
 

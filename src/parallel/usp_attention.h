@@ -67,7 +67,7 @@ class UspAttention : public nn::AttentionBackend {
   // `ring_rank`'s Ulysses group holds after the exchange: the text's from
   // `text_mask` ([B, text]; null: all), then each Ulysses chunk's real
   // tokens (uneven shares: the rank's share of the padded chunk). Empty
-  // when every key is valid.
+  // when neither applies (equal shares, no text mask).
   std::vector<uint8_t> key_mask(int64_t batch, int64_t text, int64_t chunk, int ring_rank,
                                 const uint8_t* text_mask) const;
   // Exact attention of the local queries ([B, text + N, H, D]) against the

@@ -49,6 +49,9 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
     return true_cfg_scale > 1.0 && has_negative;
   }
   double cfg_scale(double, double true_cfg_scale) const override { return true_cfg_scale; }
+  const char* cfg_requirement() const override {
+    return "a negative prompt and --true_cfg_scale > 1";
+  }
   bool embeds_guidance() const override { return cfg_.guidance_embeds; }
   bool cfg_calls_apart() const override { return true; }
   // FLUX.1 [dev]: the guidance scale is an input of the model, one per item.

@@ -215,12 +215,15 @@ void ModelFamily::check_embeddings(const PromptEmbeddings& e, bool cfg,
   if (pooled) check_pooled(e.cond.find(models::kPooled), "pooled_prompt_embeds", P, pooled_width());
   if (cfg) {
     const Tensor* neg = e.uncond.find(models::kText);
-    XDIT_CHECK(neg != nullptr, "guidance_scale ", guidance_scale,
-               " > 1 needs negative_prompt_embeds in the embeddings file (or pass "
-               "--guidance_scale 1)");
+    XDIT_CHECK(neg != nullptr, "classifier-free guidance (", cfg_requirement(), "; guidance_scale ",
+               guidance_scale, ") needs negative_prompt_embeds in the embeddings file");
     check_text(*neg, e.uncond.find(models::kTextMask), "negative_prompt_embeds", text_width());
-    XDIT_CHECK(neg->dim(0) == P && neg->dim(1) == text->dim(1), "negative_prompt_embeds ",
-               shape_str(neg->shape()), " must match prompt_embeds ", shape_str(text->shape()));
+    // Masked halves may differ in length (QwenImagePipeline encodes each at
+    // its own): match_masks pads the shorter.
+    const bool masked = e.cond.has(models::kTextMask) && e.uncond.has(models::kTextMask);
+    XDIT_CHECK(neg->dim(0) == P && (masked || neg->dim(1) == text->dim(1)),
+               "negative_prompt_embeds ", shape_str(neg->shape()), " must match prompt_embeds ",
+               shape_str(text->shape()), masked ? " in batch" : "");
     if (pooled)
       check_pooled(e.uncond.find(models::kPooled), "negative_pooled_prompt_embeds", P,
                    pooled_width());

@@ -73,6 +73,11 @@ class ModelFamily {
   virtual double cfg_scale(double guidance_scale, double /*true_cfg_scale*/) const {
     return guidance_scale;
   }
+  // What turns classifier-free guidance on, for messages.
+  virtual const char* cfg_requirement() const { return "--guidance_scale > 1"; }
+  // The layers of a decoder-LLM text encoder of `num_layers` that the
+  // pipeline runs (Z-Image: all but the last).
+  virtual int64_t text_layers_run(int64_t num_layers) const { return num_layers; }
   // Qwen-Image: under CFG each token's guided noise is rescaled to its cond
   // prediction's norm; the token's side in latent pixels (0: no rescale).
   virtual int64_t cfg_renorm_patch() const { return 0; }

@@ -339,8 +339,8 @@ void Pipeline::release_transformer() {
 
 std::pair<models::Conditioning, models::Conditioning> Pipeline::halves(const PlanFields& r) const {
   models::Conditioning uncond = r.uncond, cond = r.cond;
-  ModelFamily::match_masks(uncond, cond);
-  for (models::Conditioning* c : {&uncond, &cond})  // without CFG the negative half is not used
+  if (r.cfg) ModelFamily::match_masks(uncond, cond);  // the halves stack
+  for (models::Conditioning* c : {&uncond, &cond})    // without CFG the negative half is not used
     if (!c->empty() && (c == &cond || r.cfg))
       family_->add_request_conditioning(*c, r.run_height, r.run_width, r.guidance_scale);
   return {std::move(uncond), std::move(cond)};

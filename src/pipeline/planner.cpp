@@ -53,8 +53,7 @@ void Pipeline::check_mesh(int64_t height, int64_t latent_frames, bool cfg, int64
   if (!request_per_replica_) pc.validate_prompts(static_cast<size_t>(prompts));
   // Token rows: frames × patch rows, the unit of every row split.
   pc.validate_request(s.heads, latent_frames * (height / vae_scale_factor() / s.patch), cfg,
-                      family_->pooled_width() > 0 ? "a negative prompt and --true_cfg_scale > 1"
-                                                  : "--guidance_scale > 1");
+                      family_->cfg_requirement());
   family_->check_tensor_parallel(pc.tensor_parallel_degree);
   if (pc.parallel_vae()) pc.vae_rows(height / vae_scale_factor());  // throws when too thin
 }

@@ -2,8 +2,9 @@
 // system template through Qwen2.5-VL — the last layer's normed states of its
 // real tokens less the 34 the template leaves (pipeline/qwen_prompts.h) —
 // as text [B, L, 3584] with a mask; true CFG with a negative prompt and
-// true_cfg_scale > 1 (4 by default), the halves in their own transformer
-// calls (cache contexts "cond" and "uncond"), each token's guided noise
+// true_cfg_scale > 1 (4 by default) — diffusers calls the transformer on
+// each half apart (cache contexts "cond" and "uncond": a step cache decides
+// per half here too); xdit batches them, exactly —, each token's guided noise
 // rescaled to its cond prediction's norm over the 2×2 patch's channels;
 // 1024 × 1024 px, sizes floored to multiples of 16 with a warning as
 // diffusers does; 50 steps of Flow-Match Euler over np.linspace(1, 1/N, N)
@@ -15,15 +16,17 @@
 #include "models/qwen_text.h"
 #include "pipeline/model_family.h"
 #include "pipeline/qwen_prompts.h"
+#include "pipeline/qwen_text_family.h"
 #include "tokenizers/qwen_tokenizer.h"
 
 namespace xdit::pipeline {
 
 namespace {
 
-class QwenImageFamily : public ConfigFamily<models::QwenImageConfig, models::QwenImageTransformer> {
+class QwenImageFamily
+    : public QwenTextFamily<models::QwenImageConfig, models::QwenImageTransformer> {
  public:
-  using ConfigFamily::ConfigFamily;
+  using QwenTextFamily::QwenTextFamily;
 
   std::string name() const override { return "Qwen-Image"; }
   std::string describe() const override {
@@ -35,7 +38,6 @@ class QwenImageFamily : public ConfigFamily<models::QwenImageConfig, models::Qwe
                           ", MSRoPE axes ", a[0], "/", a[1], "/", a[2]);
   }
   int64_t text_width() const override { return cfg_.joint_attention_dim; }
-  std::vector<std::string> lora_text_components() const override { return {}; }
 
   // QwenImagePipeline: default_sample_size 128 latent pixels.
   int64_t default_height(int64_t vsf) const override { return 128 * vsf; }
@@ -46,6 +48,9 @@ class QwenImageFamily : public ConfigFamily<models::QwenImageConfig, models::Qwe
     return true_cfg_scale > 1.0 && has_negative;
   }
   double cfg_scale(double, double true_cfg_scale) const override { return true_cfg_scale; }
+  const char* cfg_requirement() const override {
+    return "a negative prompt and --true_cfg_scale > 1";
+  }
   bool cfg_calls_apart() const override { return true; }
   int64_t cfg_renorm_patch() const override { return 2; }
   bool floors_size() const override { return true; }
@@ -68,53 +73,23 @@ class QwenImageFamily : public ConfigFamily<models::QwenImageConfig, models::Qwe
   }
 
   void open_text(const io::ModelFolder& folder) override {
-    if (!tokenizer_)
-      tokenizer_ = std::make_unique<tokenizers::QwenTokenizer>(folder.component("tokenizer"));
-    if (!qwen_cfg_) {
-      const std::string dir = folder.component("text_encoder");
-      auto c = models::QwenTextConfig::from_json(
-          folder.component_config("text_encoder", "config.json"), dir + "/config.json");
-      XDIT_CHECK(c.hidden_size == cfg_.joint_attention_dim, dir,
-                 ": the text encoder's hidden size ", c.hidden_size,
-                 " is not the transformer's joint_attention_dim ", cfg_.joint_attention_dim);
-      auto w = std::make_unique<io::WeightStore>(dir);
-      c.locate(*w, dir);
-      w->check_shapes(c.weight_specs());
-      qwen_weights_ = std::move(w);
-      qwen_cfg_ = std::make_unique<models::QwenTextConfig>(c);
-    }
-  }
-  std::vector<Component> text_components() const override {
-    return {{"text_encoder", ComponentKind::kQwenEncoder},
-            {"tokenizer", ComponentKind::kQwenTokenizer}};
+    open_qwen_text(folder, cfg_.joint_attention_dim);
   }
   int64_t default_max_sequence_length() const override { return 512; }
   int64_t max_sequence_limit() const override { return kQwenImageMaxLength; }
-  void check_tensor_parallel(int degree) const override {
-    if (qwen_cfg_) models::check_qwen_tensor_parallel(*qwen_cfg_, degree);
-  }
-  int text_parallel_degree(int ranks) const override {
-    if (!qwen_cfg_) return 1;
-    for (int d = ranks; d > 1; --d)
-      if (ranks % d == 0 && models::qwen_splits(*qwen_cfg_, d)) return d;
-    return 1;
-  }
 
   PromptEmbeddings encode(const PlanFields& r, DType dtype) override {
-    XDIT_CHECK(tokenizer_ && qwen_cfg_, "encode before the text side was opened");
-    if (!qwen_)
-      qwen_ = std::make_unique<models::QwenTextEncoder>(*qwen_cfg_, *qwen_weights_, dtype, -1,
-                                                        text_tp_, text_resident_);
+    models::QwenTextEncoder& encoder = qwen_encoder(dtype);
     // Each half padded to its own longest prompt, as the pipeline encodes
     // them apart (the CFG batch pads both to the longer: ModelFamily::match_masks).
     PromptEmbeddings e;
     MaskedEmbeddings cond =
-        encode_qwen_image_prompts(*tokenizer_, *qwen_, r.prompts, r.max_sequence_length);
+        encode_qwen_image_prompts(*tokenizer_, encoder, r.prompts, r.max_sequence_length);
     e.cond.set(models::kText, std::move(cond.embeds));
     e.cond.set(models::kTextMask, std::move(cond.mask));
     if (r.cfg) {
       MaskedEmbeddings neg = encode_qwen_image_prompts(
-          *tokenizer_, *qwen_,
+          *tokenizer_, encoder,
           std::vector<std::string>(r.prompts.size(), r.negative_prompt.value_or("")),
           r.max_sequence_length);
       e.uncond.set(models::kText, std::move(neg.embeds));
@@ -122,17 +97,6 @@ class QwenImageFamily : public ConfigFamily<models::QwenImageConfig, models::Qwe
     }
     return e;
   }
-  void drop_text_encoders() override { qwen_.reset(); }
-  void describe_text(MemoryQuery& q) const override {
-    q.qwen = qwen_cfg_.get();
-    q.qwen_layers = qwen_cfg_ ? qwen_cfg_->num_layers : 0;
-  }
-
- private:
-  std::unique_ptr<tokenizers::QwenTokenizer> tokenizer_;
-  std::unique_ptr<models::QwenTextConfig> qwen_cfg_;
-  std::unique_ptr<io::WeightStore> qwen_weights_;
-  std::unique_ptr<models::QwenTextEncoder> qwen_;
 };
 
 }  // namespace

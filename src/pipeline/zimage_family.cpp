@@ -11,9 +11,8 @@
 // torch.linspace(1, 1/N, N) in f32, shifted by the scheduler's shift (3 in
 // Z-Image-Turbo's folder; mu where its config shifts dynamically);
 // AutoencoderKL with its scaling and shift factors. Defaults: Z-Image-Turbo's
-// — 9 steps (8 transformer calls: the last σ of a linspace is not 0, as the
-// model card counts) and guidance 0 (off) — rather than the pipeline's
-// signature (50, 5.0), which suit no distilled model.
+// (its model card's) — 9 steps and guidance 0 (off) — rather than the
+// pipeline's signature (50, 5.0), which suit no distilled model.
 #include <algorithm>
 #include <filesystem>
 
@@ -23,6 +22,7 @@
 #include "models/zimage.h"
 #include "pipeline/model_family.h"
 #include "pipeline/qwen_prompts.h"
+#include "pipeline/qwen_text_family.h"
 #include "pipeline/text_encoding.h"
 #include "tokenizers/qwen_tokenizer.h"
 
@@ -44,9 +44,9 @@ std::pair<Tensor, Tensor> stack_padded(const std::vector<Tensor>& states, int64_
   return {std::move(text), std::move(mask)};
 }
 
-class ZImageFamily : public ConfigFamily<models::ZImageConfig, models::ZImageTransformer> {
+class ZImageFamily : public QwenTextFamily<models::ZImageConfig, models::ZImageTransformer> {
  public:
-  using ConfigFamily::ConfigFamily;
+  using QwenTextFamily::QwenTextFamily;
 
   std::string name() const override { return "Z-Image"; }
   std::string describe() const override {
@@ -58,13 +58,15 @@ class ZImageFamily : public ConfigFamily<models::ZImageConfig, models::ZImageTra
                           "/", c.axes_dims[1], "/", c.axes_dims[2]);
   }
   int64_t text_width() const override { return cfg_.cap_feat_dim; }
-  std::vector<std::string> lora_text_components() const override { return {}; }
 
   int64_t default_height(int64_t /*vsf*/) const override { return 1024; }
   int64_t default_steps() const override { return 9; }
   double default_guidance() const override { return 0.0; }
   bool uses_cfg(double guidance_scale, double, bool) const override { return guidance_scale > 0; }
   double cfg_scale(double guidance_scale, double) const override { return 1.0 + guidance_scale; }
+  const char* cfg_requirement() const override { return "--guidance_scale > 0"; }
+  // hidden_states[-2]: the states before the last layer.
+  int64_t text_layers_run(int64_t num_layers) const override { return num_layers - 1; }
   schedulers::TimestepHints timestep_hints(const schedulers::SchedulerConfig& s, int64_t steps,
                                            int64_t latent_h, int64_t latent_w) const override {
     schedulers::TimestepHints h;
@@ -78,33 +80,17 @@ class ZImageFamily : public ConfigFamily<models::ZImageConfig, models::ZImageTra
     if (s.flow_match() != nullptr) h.mu = s.flow_match()->mu((latent_h / 2) * (latent_w / 2));
     return h;
   }
-  void warn_unused(double, double true_cfg_scale, bool neg) const override {
+  void warn_unused(double guidance_scale, double true_cfg_scale, bool neg) const override {
     if (true_cfg_scale > 1.0)
       XDIT_WARN("true_cfg_scale has no effect on Z-Image: its guidance is guidance_scale > 0");
-    (void)neg;
+    const double g = guidance_scale == kDefaultGuidance ? default_guidance() : guidance_scale;
+    if (neg && g <= 0)
+      XDIT_WARN("a negative prompt has no effect with guidance_scale ", g,
+                " (Z-Image's CFG needs guidance_scale > 0)");
   }
 
   void open_text(const io::ModelFolder& folder) override {
-    if (!tokenizer_)
-      tokenizer_ = std::make_unique<tokenizers::QwenTokenizer>(folder.component("tokenizer"));
-    if (!qwen_cfg_) {
-      const std::string dir = folder.component("text_encoder");
-      auto c = models::QwenTextConfig::from_json(
-          folder.component_config("text_encoder", "config.json"), dir + "/config.json");
-      XDIT_CHECK(c.hidden_size == cfg_.cap_feat_dim, dir, ": the text encoder's hidden size ",
-                 c.hidden_size, " is not the transformer's cap_feat_dim ", cfg_.cap_feat_dim);
-      XDIT_CHECK(c.num_layers >= 2, dir, ": Z-Image takes the states before the last layer; ",
-                 c.num_layers, " layer is too few");
-      auto w = std::make_unique<io::WeightStore>(dir);
-      c.locate(*w, dir);
-      w->check_shapes(c.weight_specs(c.num_layers - 1));
-      qwen_weights_ = std::move(w);
-      qwen_cfg_ = std::make_unique<models::QwenTextConfig>(c);
-    }
-  }
-  std::vector<Component> text_components() const override {
-    return {{"text_encoder", ComponentKind::kQwenEncoder},
-            {"tokenizer", ComponentKind::kQwenTokenizer}};
+    open_qwen_text(folder, cfg_.cap_feat_dim);
   }
   int64_t default_max_sequence_length() const override { return kZImageMaxLength; }
   // The tokenizer's limit, at most 2048 tokens: the encoder's causal mask
@@ -112,28 +98,16 @@ class ZImageFamily : public ConfigFamily<models::ZImageConfig, models::ZImageTra
   int64_t max_sequence_limit() const override {
     return std::min<int64_t>(tokenizer_->model_max_length(), 2048);
   }
-  void check_tensor_parallel(int degree) const override {
-    if (qwen_cfg_) models::check_qwen_tensor_parallel(*qwen_cfg_, degree);
-  }
-  int text_parallel_degree(int ranks) const override {
-    if (!qwen_cfg_) return 1;
-    for (int d = ranks; d > 1; --d)
-      if (ranks % d == 0 && models::qwen_splits(*qwen_cfg_, d)) return d;
-    return 1;
-  }
 
   PromptEmbeddings encode(const PlanFields& r, DType dtype) override {
-    XDIT_CHECK(tokenizer_ && qwen_cfg_, "encode before the text side was opened");
-    if (!qwen_)
-      qwen_ = std::make_unique<models::QwenTextEncoder>(
-          *qwen_cfg_, *qwen_weights_, dtype, qwen_cfg_->num_layers - 1, text_tp_, text_resident_);
+    models::QwenTextEncoder& encoder = qwen_encoder(dtype);
     // Both halves in one encoder call; each half's text padded to the
     // longest prompt of either, so that the CFG batch stacks.
     std::vector<std::string> texts = r.prompts;
     const auto n = static_cast<int64_t>(texts.size());
     if (r.cfg) texts.resize(2 * texts.size(), r.negative_prompt.value_or(""));
     const std::vector<Tensor> states =
-        encode_z_image_prompts(*tokenizer_, *qwen_, texts, r.max_sequence_length);
+        encode_z_image_prompts(*tokenizer_, encoder, texts, r.max_sequence_length);
     int64_t L = 1;
     for (const Tensor& s : states) L = std::max(L, s.dim(0));
     PromptEmbeddings e;
@@ -147,17 +121,6 @@ class ZImageFamily : public ConfigFamily<models::ZImageConfig, models::ZImageTra
     }
     return e;
   }
-  void drop_text_encoders() override { qwen_.reset(); }
-  void describe_text(MemoryQuery& q) const override {
-    q.qwen = qwen_cfg_.get();
-    q.qwen_layers = qwen_cfg_ ? qwen_cfg_->num_layers - 1 : 0;
-  }
-
- private:
-  std::unique_ptr<tokenizers::QwenTokenizer> tokenizer_;
-  std::unique_ptr<models::QwenTextConfig> qwen_cfg_;
-  std::unique_ptr<io::WeightStore> qwen_weights_;
-  std::unique_ptr<models::QwenTextEncoder> qwen_;
 };
 
 }  // namespace

@@ -326,7 +326,8 @@ TEST_P(ParallelLoop, PipeFusionTimesRingWith7RowsFullWarmup) {
 
 INSTANTIATE_TEST_SUITE_P(Models, ParallelLoop,
                          testing::Values("pixart-alpha", "pixart-sigma", "flux-dev", "flux-schnell",
-                                         "sd3", "sd35", "wan21", "wan22", "wan22-ti2v", "zimage"),
+                                         "sd3", "sd35", "wan21", "wan22", "wan22-ti2v", "zimage",
+                                         "qwen-image"),
                          test::model_param_name);
 
 // The parallel methods on GPU memory: every rank takes its local rank's GPU

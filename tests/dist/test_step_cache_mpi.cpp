@@ -92,9 +92,13 @@ class CachedLoop : public testing::TestWithParam<std::string> {
       GTEST_SKIP() << GetParam() << " runs this request without CFG: nothing for CFG parallel";
     if (pc.pipefusion_parallel_degree > serial.spec().blocks)
       GTEST_SKIP() << GetParam() << " has fewer blocks than PipeFusion stages";
-    if (bound > 0 && serial.spec().video)  // (0.31 to 0.84 relative: no bound says anything)
-      GTEST_SKIP() << "the tiny Wan model moves too far in each of 6 steps for K/V a step "
-                      "old; test_patch measures its stale methods over 20 steps";
+    // (Wan: 0.31 to 0.84 relative; Z-Image, Qwen-Image: 0.13 to 1.05 — no
+    // bound says anything)
+    const std::string family = serial.family().name();
+    if (bound > 0 && (serial.spec().video || family == "Z-Image" || family == "Qwen-Image"))
+      GTEST_SKIP() << "the tiny " << serial.family().name()
+                   << " model moves too far in each of 6 steps for K/V a step old; test_patch "
+                      "measures its stale methods";
     if (serial.spec().heads % (pc.ulysses_degree * pc.tensor_parallel_degree) != 0)
       GTEST_SKIP() << GetParam() << "'s " << serial.spec().heads << " heads do not divide by "
                    << pc.ulysses_degree * pc.tensor_parallel_degree;
@@ -336,7 +340,7 @@ TEST_P(CachedLoop, TeaCachePatchDisplaced2StaleIsBounded) {
 
 INSTANTIATE_TEST_SUITE_P(Models, CachedLoop,
                          testing::Values("pixart-alpha", "flux-dev", "flux-schnell", "sd3", "wan21",
-                                         "wan22", "zimage"));
+                                         "wan22", "zimage", "qwen-image"));
 
 }  // namespace
 }  // namespace xdit

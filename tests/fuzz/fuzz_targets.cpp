@@ -13,6 +13,7 @@
 #include "models/clip.h"
 #include "models/flux.h"
 #include "models/pixart.h"
+#include "models/qwen_image.h"
 #include "models/qwen_text.h"
 #include "models/sd3.h"
 #include "models/t5.h"
@@ -127,6 +128,15 @@ void config_bytes(const uint8_t* data, size_t size) {
   guarded([&] {
     const auto c = models::ZImageConfig::from_json(j, "transformer/config.json");
     c.weight_specs({0, c.blocks() / 2, true, false});
+    c.parameter_count();
+    pipeline::MemoryQuery q;
+    q.run_height = q.out_height = q.run_width = q.out_width = 1024;
+    q.text_tokens = 512;
+    pipeline::estimate_memory(c.spec(), c.parameter_count(), q).peak();
+  });
+  guarded([&] {
+    const auto c = models::QwenImageConfig::from_json(j, "transformer/config.json");
+    c.weight_specs({0, c.num_layers / 2, true, false});
     c.parameter_count();
     pipeline::MemoryQuery q;
     q.run_height = q.out_height = q.run_width = q.out_width = 1024;

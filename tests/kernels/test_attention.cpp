@@ -291,10 +291,12 @@ TEST(Attention, PrepackedKVGivesTheSameResultAsStridedKV) {
     std::vector<uint8_t> mask(static_cast<size_t>(B * Sk), 1);
     for (int64_t j = 3; j < Sk; j += 4) mask[static_cast<size_t>(j)] = 0;
     for (int64_t j = 1; j < 9; ++j) mask[static_cast<size_t>((B - 1) * Sk + j)] = 0;
+    const std::vector<float> unmasked = want;
     a.key_mask = p.key_mask = mask.data();
     attention(a);
     attention(p);
     EXPECT_EQ(got, want) << "masked, " << (bf16 ? "bf16" : "f32");
+    EXPECT_NE(want, unmasked) << "the mask must matter";
     a.key_mask = p.key_mask = nullptr;
     std::vector<float> back(B * Sk * H * D), dense(back.size());
     attention_unpack_kv(kp.data(), B, H, Sk, D, bf16, back.data());

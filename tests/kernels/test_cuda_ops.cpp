@@ -359,6 +359,14 @@ TEST(CudaOps, ElementwiseConversionsAndRowOpsMatchTheCpu) {
   }
   kernels::silu_gate(f(dx), f(dy), rows, n);
   check("silu_gate", {want.begin(), want.begin() + rows * n}, 2e-6f);
+  {  // cfg_renorm_patches over [1, rows, 2n] (2 x 2 patches): cond x, noise x reversed
+    DeviceScope cpu(Device{});
+    std::copy(x.rbegin(), x.rend(), want.begin());
+    kernels::cfg_renorm_patches(x.data(), want.data(), 1, rows, 2 * n, 2);
+  }
+  Tensor dn = on_gpu(std::vector<float>(x.rbegin(), x.rend()));
+  kernels::cfg_renorm_patches(f(dx), f(dn), 1, rows, 2 * n, 2);
+  EXPECT_LT(max_rel_diff(dn.to_vector(), want), 2e-6f) << "cfg_renorm_patches";
   for (const auto& [name, cpu_op] :
        std::vector<std::pair<const char*, void (*)(const float*, float*, int64_t)>>{
            {"gelu_erf", kernels::gelu_erf},

@@ -1,9 +1,8 @@
 // LoRA merging against diffusers' (tools/goldens/make_lora.py): two peft
-// LoRAs on the tiny FLUX.1 [schnell], SD3 and SD3.5 — one with adapter metadata
-// (alpha ≠ rank), one without (alpha = rank), overlapping on to_q — at
-// scales 0.7 and −0.4 give every adapted weight diffusers' fuse_lora gives,
-// whole and as tensor-parallel shares, and diffusers' images; every bad
-// file or setting is one line before a weight is read.
+// LoRAs on the tiny FLUX.1 [schnell], SD3, SD3.5, Z-Image and Qwen-Image — one with adapter
+// metadata (alpha ≠ rank), one without (alpha = rank), overlapping on to_q — at scales 0.7 and −0.4
+// give every adapted weight diffusers' fuse_lora gives, whole and as tensor-parallel shares, and
+// diffusers' images; every bad file or setting is one line before a weight is read.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -12,6 +11,7 @@
 #include <limits>
 #include <map>
 
+#include "io/json.h"
 #include "io/safetensors.h"
 #include "kernels/linear.h"
 #include "lora_request.h"
@@ -28,11 +28,29 @@ std::string data(const std::string& name) {
   return std::string(XDIT_TEST_DATA) + "/lora/" + name;
 }
 
-// The tiny model of a golden family ("flux", "sd3").
+// The tiny model of a golden family ("flux", "sd3", "sd35", "zimage", "qwen_image").
 std::string model_dir(const std::string& family = "flux") {
-  return test::models_dir() + (family == "flux"  ? "/flux-schnell-tiny"
-                               : family == "sd3" ? "/sd3-tiny"
-                                                 : "/sd35-tiny");
+  return test::models_dir() + (family == "flux"         ? "/flux-schnell-tiny"
+                               : family == "sd3"        ? "/sd3-tiny"
+                               : family == "zimage"     ? "/zimage-tiny"
+                               : family == "qwen_image" ? "/qwen-image-tiny"
+                                                        : "/sd35-tiny");
+}
+
+// make_lora.py's FAMILIES[family]["image"] as the images file's metadata records it.
+pipeline::ImageRequest recorded_request(const std::string& family) {
+  io::SafeTensorsFile f(data(family + "_images.safetensors"));
+  const io::Json m = io::parse_json_text(f.metadata().at("request"), "request");
+  pipeline::ImageRequest r;
+  r.prompts = {m["prompt"].get<std::string>()};
+  if (m.contains("negative_prompt")) r.negative_prompt = m["negative_prompt"].get<std::string>();
+  r.height = m["height"].get<int64_t>();
+  r.width = m["width"].get<int64_t>();
+  r.num_inference_steps = m["num_inference_steps"].get<int64_t>();
+  if (m.contains("guidance_scale")) r.guidance_scale = m["guidance_scale"].get<double>();
+  r.max_sequence_length = m["max_sequence_length"].get<int64_t>();
+  r.seed = m["seed"].get<uint64_t>();
+  return r;
 }
 
 std::string transformer_dir() {
@@ -74,10 +92,10 @@ TEST_P(LoraFamily, MergedWeightsAreDiffusers) {
     ++checked;
   }
   EXPECT_GE(checked, 20);
-  // An unadapted weight passes through untouched.
-  const Shape bias{base.shape("proj_out.bias")};  // (both families' final projection)
-  EXPECT_EQ(merged.get("proj_out.bias", bias).to_vector(),
-            base.get("proj_out.bias", bias).to_vector());
+  // An unadapted weight passes through untouched (each family's final projection).
+  const std::string last = family == "zimage" ? "all_final_layer.2-1.linear.bias" : "proj_out.bias";
+  const Shape bias{base.shape(last)};
+  EXPECT_EQ(merged.get(last, bias).to_vector(), base.get(last, bias).to_vector());
 }
 
 // Prompt to image on the tiny FLUX.1 [schnell] and SD3 (CFG) against
@@ -90,7 +108,8 @@ TEST_P(LoraFamily, ImagesAreDiffusers) {
       {"none", {}},
       {"one", {{std::make_shared<nn::LoraFile>(data(family + "_a.safetensors")), 1.0}}},
       {"two", both(0.7, -0.4, family)}};
-  if (family != "sd35")  // the transformer and the CLIP encoders diffusers adapts
+  if (family == "flux" ||
+      family == "sd3")  // the transformer and the CLIP encoders diffusers adapts
     cases["te"] = {{std::make_shared<nn::LoraFile>(data(family + "_te.safetensors")), 0.8}};
   std::map<std::string, std::vector<uint8_t>> got;
   for (const auto& [name, loras] : cases) {
@@ -112,8 +131,10 @@ TEST_P(LoraFamily, ImagesAreDiffusers) {
       r.width = 64;
       r.guidance_scale = 5.0;
       r.seed = 1;
-    } else {
+    } else if (family == "sd35") {
       r = test::sd35_lora_request();
+    } else {
+      r = recorded_request(family);
     }
     const pipeline::ImageResult out = pipe.generate(r);
     ASSERT_EQ(out.rgb.size(), 1u);
@@ -129,7 +150,8 @@ TEST_P(LoraFamily, ImagesAreDiffusers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, LoraFamily, testing::Values("flux", "sd3", "sd35"));
+INSTANTIATE_TEST_SUITE_P(Families, LoraFamily,
+                         testing::Values("flux", "sd3", "sd35", "zimage", "qwen_image"));
 
 // Merged while int8 layers load (--weights_dtype int8 with --lora): the
 // merged weight is the same f32 one (its layer then quantizes it once).

@@ -2,8 +2,9 @@
 """LoRA goldens (issue 44): random LoRAs for the tiny FLUX.1 [schnell] and
 SD3 made with peft, and what diffusers makes of them.
 
-    python3 tools/goldens/make_lora.py   # from the repository root, after make_flux.py
-                                         # and make_sd3.py
+    python3 tools/goldens/make_lora.py [FAMILY ...]   # from the repository root, after
+                                                      # make_flux.py, make_sd3.py and the
+                                                      # Z-Image / Qwen-Image pipeline scripts
 
 Writes tests/data/lora/:
   flux_a.safetensors  peft LoraConfig(r=4, lora_alpha=8) on the attention's
@@ -27,6 +28,9 @@ Writes tests/data/lora/:
                       the image and text streams' projections, b on to_q and
                       the MLP; CFG with a negative prompt), and sd35_* for the
                       tiny SD3.5 (its dual-attention blocks' attn2 included).
+  zimage_*, qwen_image_*: the same for the tiny Z-Image (the refiners' blocks
+                      and the SwiGLU's w1 / w2 / w3 too; no CFG) and Qwen-Image
+                      (both streams' projections and MLPs; true CFG at 4).
   {flux,sd3}_te.safetensors  transformer + CLIP text-encoder LoRA (text_encoder;
                       SD3 also text_encoder_2), r 4, alpha 4; `te` in the images
                       file: it alone at 0.8.
@@ -39,7 +43,7 @@ import os
 import diffusers
 import peft
 import torch
-from diffusers import FluxPipeline, StableDiffusion3Pipeline
+from diffusers import FluxPipeline, QwenImagePipeline, StableDiffusion3Pipeline, ZImagePipeline
 from peft import LoraConfig
 from peft.utils import get_peft_model_state_dict
 from safetensors.torch import save_file
@@ -78,6 +82,26 @@ FAMILIES = {
                              target_modules=["to_q", "to_k", "to_out.0", "add_k_proj"]), True),
             "b": (LoraConfig(r=2, lora_alpha=2, init_lora_weights=False,
                              target_modules=["to_v", "ff.net.2"]), False)}),
+    "zimage": dict(
+        pipeline=ZImagePipeline, model="models/zimage-tiny",
+        image=dict(prompt="a red fox in the snow", height=32, width=48, num_inference_steps=3,
+                   guidance_scale=0.0, max_sequence_length=24, seed=2),
+        configs={  # the refiners' blocks too; w1 / w3: the fused SwiGLU input
+            "a": (LoraConfig(r=4, lora_alpha=8, init_lora_weights=False,
+                             target_modules=["to_q", "to_k", "to_v", "to_out.0", "w1"]), True),
+            "b": (LoraConfig(r=2, lora_alpha=2, init_lora_weights=False,
+                             target_modules=["to_q", "w2", "w3"]), False)}),
+    "qwen_image": dict(
+        pipeline=QwenImagePipeline, model="models/qwen-image-tiny",
+        image=dict(prompt="a red fox in the snow", negative_prompt="blurry", height=32, width=48,
+                   num_inference_steps=3, max_sequence_length=24, seed=3),
+        configs={
+            "a": (LoraConfig(r=4, lora_alpha=6, init_lora_weights=False,
+                             target_modules=["to_q", "to_k", "to_v", "to_out.0", "add_q_proj",
+                                             "add_k_proj", "add_v_proj", "to_add_out"]), True),
+            "b": (LoraConfig(r=2, lora_alpha=2, init_lora_weights=False,
+                             target_modules=["to_q", "img_mlp.net.0.proj", "txt_mlp.net.2"]),
+                  False)}),
 }
 
 
