@@ -81,11 +81,15 @@ TEST(ParallelVae, EqualsTheSerialDecoderForEveryBandCountAndHeight) {
 // (within 1.5 times its error: the bands' convolutions may pick other
 // algorithms, whose bf16 roundings differ, and nine causal frames carry them).
 // Wan2.1's VAE and Wan2.2's (residual up blocks with their pixel-local
-// shortcuts, 16x space, conv_out's patches unpatchified after the gather).
+// shortcuts, 16x space, conv_out's patches unpatchified after the gather),
+// and Qwen-Image's (Wan2.1's under its own class name).
 class ParallelWanVae : public testing::TestWithParam<std::string> {};
 
 TEST_P(ParallelWanVae, VideoDecoderEqualsTheSerialOneForEveryBandCount) {
-  const std::string dir = std::string(XDIT_TEST_DATA) + "/" + GetParam() + "/vae";
+  // (Qwen-Image's AutoencoderKLQwenImage: Wan2.1's decoder, from the tiny pipeline)
+  const std::string dir = GetParam() == "qwen-image"
+                              ? std::string(XDIT_MODELS) + "/qwen-image-tiny/vae"
+                              : std::string(XDIT_TEST_DATA) + "/" + GetParam() + "/vae";
   const auto cfg = models::WanVaeConfig::from_json(io::read_json_file(dir + "/config.json"), dir);
   io::WeightStore weights(dir);
   models::WanVaeDecoder f32(cfg, weights, DType::kF32);
@@ -118,7 +122,8 @@ TEST_P(ParallelWanVae, VideoDecoderEqualsTheSerialOneForEveryBandCount) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Versions, ParallelWanVae, testing::Values("wan", "wan22"));
+INSTANTIATE_TEST_SUITE_P(Versions, ParallelWanVae, testing::Values("wan", "wan22", "qwen-image"),
+                         test::model_param_name);
 
 // Uneven bands (a slower rank takes fewer rows): one row against the rest.
 TEST(ParallelVae, WeightedBandsEqualTheSerialDecoder) {
