@@ -115,6 +115,7 @@ struct GenerateOptions {
   int64_t num_frames = 0;  // the model's default
   int fps = 0;             // the model's default
   double guidance = pipeline::kDefaultGuidance, true_cfg = pipeline::kDefaultGuidance;
+  double cfg_truncation = 1.0, cfg_normalization = 0.0;  // Z-Image
   double guidance_2 = pipeline::kDefaultGuidance;
   pipeline::SkipLayerGuidance slg;  // SD3
   CacheOptions cache;
@@ -325,6 +326,8 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
   r.guidance_scale = o.guidance;
   r.guidance_scale_2 = o.guidance_2;
   r.true_cfg_scale = o.true_cfg;
+  r.cfg_truncation = o.cfg_truncation;
+  r.cfg_normalization = o.cfg_normalization;
   r.skip_layer_guidance = o.slg;
   r.cache = o.cache.settings();
   r.seed = o.seed;
@@ -390,6 +393,8 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
     req.guidance_scale = r.guidance_scale;
     req.guidance_scale_2 = r.guidance_scale_2;
     req.true_cfg_scale = r.true_cfg_scale;
+    req.cfg_truncation = r.cfg_truncation;
+    req.cfg_normalization = r.cfg_normalization;
     req.skip_layer_guidance = r.skip_layer_guidance;
     req.cache = r.cache;
     req.seed = r.seed;
@@ -511,6 +516,14 @@ std::function<int()> add_generate(CLI::App& app) {
   g->add_option("--true_cfg_scale,--true-cfg-scale", o->true_cfg,
                 "FLUX, Qwen-Image: classifier-free guidance with --negative_prompt when > 1 "
                 "(default: the model's, FLUX 1, Qwen-Image 4)")
+      ->check(finite_number());
+  g->add_option("--cfg_truncation,--cfg-truncation", o->cfg_truncation,
+                "Z-Image: classifier-free guidance off at the steps whose (1000 - t) / 1000 "
+                "exceeds this (<= 1; default 1: never)")
+      ->check(finite_number());
+  g->add_option("--cfg_normalization,--cfg-normalization", o->cfg_normalization,
+                "Z-Image: cap each image's guided prediction's norm at this many times its "
+                "conditional prediction's (default 0: off)")
       ->check(finite_number());
   g->add_option("--skip_guidance_layers,--skip-guidance-layers", o->slg.layers,
                 "SD3: skip-layer guidance on these blocks, e.g. 7,8,9 (SD3.5-medium's)")

@@ -73,6 +73,8 @@ class ModelFamily {
   virtual double cfg_scale(double guidance_scale, double /*true_cfg_scale*/) const {
     return guidance_scale;
   }
+  // Z-Image: cfg_truncation and cfg_normalization (ZImagePipeline's).
+  virtual bool has_cfg_limits() const { return false; }
   // What turns classifier-free guidance on, for messages.
   virtual const char* cfg_requirement() const { return "--guidance_scale > 1"; }
   // The layers of a decoder-LLM text encoder of `num_layers` that the

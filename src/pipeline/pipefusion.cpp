@@ -164,8 +164,8 @@ Tensor Denoiser::pipefusion_loop() {
     return li.at(model_in, ts[static_cast<size_t>(step)], r0, r1);
   };
   // The last stage: noise for rows [r0, r1) from the stage output, then the step.
-  auto finish_rows = [&](const Tensor& out, int64_t r0, int64_t r1) {
-    Tensor noise = noise_prediction(out, r0, r1, nullptr);
+  auto finish_rows = [&](const Tensor& out, int64_t r0, int64_t r1, int64_t step) {
+    Tensor noise = noise_prediction(out, r0, r1, nullptr, ts[static_cast<size_t>(step)]);
     Tensor rows = parallel::take_rows(latents, r0 * p, r1 * p);
     sched_.step(noise.data<float>(), rows.data<float>(), latents.shape(), r0 * p, r1 * p);
     parallel::put_rows(latents, rows, r0 * p);
@@ -231,7 +231,7 @@ Tensor Denoiser::pipefusion_loop() {
     if (!last) {
       outbox.send(out, s + 1, kHiddenTag + msg);
     } else {
-      finish_rows(out, 0, gh);
+      finish_rows(out, 0, gh, i);
     }
     ++msg;
     if (last) check_finite_latents(latents, i + 1, static_cast<int64_t>(ts.size()));
@@ -334,7 +334,7 @@ Tensor Denoiser::pipefusion_loop() {
         outbox.send(clock_message(clock), s + 1, kClockTag + msg);
       } else {
         trace::Span span("scheduler patch " + std::to_string(j), "scheduler");
-        Tensor rows = finish_rows(out, r0, r1);
+        Tensor rows = finish_rows(out, r0, r1, i);
         if (P > 1 && i + 1 < S) {
           const int tag = static_cast<int>(i * M + j) + 1024;
           outbox.send(rows, 0, kLatentTag + tag);

@@ -354,6 +354,8 @@ LoopInputs Pipeline::loop_inputs(const PlanFields& r) const {
   li.timestep_divisor = spec().timestep_divisor;
   li.timestep_reversed = spec().timestep_reversed;
   li.cfg_renorm_patch = family_->cfg_renorm_patch();
+  li.cfg_truncation = r.cfg_truncation;
+  li.cfg_normalization = r.cfg_normalization;
   // Under CFG parallel each CFG group runs one half: group 0 the negative
   // prompt, group 1 the prompt; the predictions are all-gathered after.
   li.cfg_split = li.cfg && mesh_ != nullptr && mesh_->config().use_cfg_parallel;

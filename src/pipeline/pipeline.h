@@ -236,6 +236,8 @@ class Pipeline {
                     int64_t width) const;
   void check_steps(int64_t steps) const;
   void check_guidance(double guidance_scale, double true_cfg_scale) const;
+  // Z-Image's cfg_truncation / cfg_normalization: bounds, the family, the layout.
+  void check_cfg_limits(double truncation, double normalization) const;
   // The second expert's guidance as asked (kDefaultGuidance: guidance_scale,
   // as diffusers defaults it); −1 for a model of one transformer, which
   // refuses one given.

@@ -85,6 +85,8 @@ const std::vector<PlanField>& plan_fields() {
       XDIT_PLAN_FIELD(guidance_scale, double),
       XDIT_PLAN_FIELD(guidance_scale_2, double),
       XDIT_PLAN_FIELD(true_cfg_scale, double),
+      XDIT_PLAN_FIELD(cfg_truncation, double),
+      XDIT_PLAN_FIELD(cfg_normalization, double),
       XDIT_PLAN_FIELD(skip_layer_guidance.layers, std::vector<int64_t>),
       XDIT_PLAN_FIELD(skip_layer_guidance.scale, double),
       XDIT_PLAN_FIELD(skip_layer_guidance.start, double),
@@ -131,7 +133,7 @@ const std::vector<PlanField>& plan_fields() {
 // A field added to PlanFields changes its size: add its row above, then the
 // size here (x86-64 with libstdc++, where the size is known).
 #if defined(__GLIBCXX__) && defined(__x86_64__)
-static_assert(sizeof(PlanFields) == 472,
+static_assert(sizeof(PlanFields) == 488,
               "PlanFields changed: give the new field a row in plan_fields()");
 #endif
 

@@ -50,6 +50,7 @@ struct PlanFields {
   double guidance_scale = 0;
   double guidance_scale_2 = -1;  // Wan2.2's second expert (< 0: one transformer)
   double true_cfg_scale = 1.0;
+  double cfg_truncation = 1.0, cfg_normalization = 0.0;  // Z-Image (request.h)
   SkipLayerGuidance skip_layer_guidance;
   CacheSettings cache;         // resolved: the kind's defaults filled in
   std::vector<LoraRef> loras;  // applied beside the weights for this run (checked)

@@ -107,7 +107,10 @@ Plan Pipeline::plan(const LatentRequest& r, Output out) {
   f.run_width = f.width;
   XDIT_CHECK(f.num_inference_steps >= 0, "num_inference_steps must be >= 0");
   check_steps(f.num_inference_steps);
+  f.cfg_truncation = r.cfg_truncation;
+  f.cfg_normalization = r.cfg_normalization;
   check_guidance(f.guidance_scale, f.true_cfg_scale);
+  check_cfg_limits(f.cfg_truncation, f.cfg_normalization);
   f.guidance_scale_2 = second_guidance(r.guidance_scale_2, f.guidance_scale);
   f.cfg = family_->uses_cfg(f.guidance_scale, f.true_cfg_scale, !f.uncond.empty());
   family_->check_embeddings({f.cond, f.uncond}, f.cfg, f.guidance_scale);
@@ -228,6 +231,20 @@ void Pipeline::check_guidance(double g, double true_cfg) const {
              "true_cfg_scale must be a finite number >= 0, got ", true_cfg);
 }
 
+void Pipeline::check_cfg_limits(double truncation, double normalization) const {
+  XDIT_CHECK(std::isfinite(truncation) && truncation >= 0,
+             "cfg_truncation must be a finite number >= 0, got ", truncation);
+  XDIT_CHECK(std::isfinite(normalization) && normalization >= 0,
+             "cfg_normalization must be a finite number >= 0 (0: off), got ", normalization);
+  XDIT_CHECK((truncation == 1.0 && normalization == 0.0) || family_->has_cfg_limits(),
+             "cfg_truncation and cfg_normalization are Z-Image's (ZImagePipeline); ",
+             family_->name(), " has neither");
+  XDIT_CHECK(
+      normalization == 0.0 || mesh_ == nullptr || mesh_->config().pipefusion_parallel_degree == 1,
+      "cfg_normalization needs each step's whole image: not with PipeFusion, whose "
+      "steps after the warm-up finish a patch at a time");
+}
+
 double Pipeline::second_guidance(double asked, double guidance_scale) const {
   const bool experts = family_->boundary_ratio() > 0;
   if (asked == kDefaultGuidance) return experts ? guidance_scale : -1;
@@ -336,7 +353,10 @@ Plan Pipeline::plan(const ImageRequest& r, Output out) {
       r.guidance_scale == kDefaultGuidance ? family_->default_guidance() : r.guidance_scale;
   f.true_cfg_scale =
       r.true_cfg_scale == kDefaultGuidance ? family_->default_true_cfg() : r.true_cfg_scale;
+  f.cfg_truncation = r.cfg_truncation;
+  f.cfg_normalization = r.cfg_normalization;
   check_guidance(f.guidance_scale, f.true_cfg_scale);
+  check_cfg_limits(f.cfg_truncation, f.cfg_normalization);
   f.guidance_scale_2 = second_guidance(r.guidance_scale_2, f.guidance_scale);
   family_->warn_unused(r.guidance_scale, r.true_cfg_scale, r.negative_prompt.has_value());
   // Text side and VAE: configs and weight headers.

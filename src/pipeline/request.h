@@ -75,6 +75,11 @@ struct LatentRequest {
   // FLUX, Qwen-Image: classifier-free guidance with the negative embeddings
   // when > 1 (kDefaultGuidance: the model's — FLUX 1, Qwen-Image 4).
   double true_cfg_scale = kDefaultGuidance;
+  // Z-Image (ZImagePipeline's cfg_truncation, cfg_normalization): CFG off at
+  // the steps whose (1000 − t) / 1000 exceeds cfg_truncation (≤ 1; above 1:
+  // never); cfg_normalization > 0 caps each image's guided prediction's norm
+  // at that many times its cond prediction's.
+  double cfg_truncation = 1.0, cfg_normalization = 0.0;
   SkipLayerGuidance skip_layer_guidance;  // SD3
   CacheSettings cache;                    // a step cache (none by default)
   std::vector<LoraRef> loras;             // per-request LoRAs (none by default)
@@ -92,11 +97,12 @@ struct ImageRequest {
   int64_t num_frames = 0;
   int64_t num_inference_steps = kDefaultSteps;
   double guidance_scale = kDefaultGuidance;
-  double guidance_scale_2 = kDefaultGuidance;  // Wan2.2's second expert
-  double true_cfg_scale = kDefaultGuidance;    // FLUX, Qwen-Image (the model's: 1, 4)
-  SkipLayerGuidance skip_layer_guidance;       // SD3
-  CacheSettings cache;                         // a step cache (none by default)
-  std::vector<LoraRef> loras;                  // per-request LoRAs (none by default)
+  double guidance_scale_2 = kDefaultGuidance;            // Wan2.2's second expert
+  double true_cfg_scale = kDefaultGuidance;              // FLUX, Qwen-Image (the model's: 1, 4)
+  double cfg_truncation = 1.0, cfg_normalization = 0.0;  // Z-Image (LatentRequest's)
+  SkipLayerGuidance skip_layer_guidance;                 // SD3
+  CacheSettings cache;                                   // a step cache (none by default)
+  std::vector<LoraRef> loras;                            // per-request LoRAs (none by default)
   uint64_t seed = 42;
   bool resolution_binning = true;  // PixArt
   int64_t max_sequence_length =

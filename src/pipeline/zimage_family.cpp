@@ -65,6 +65,7 @@ class ZImageFamily : public QwenTextFamily<models::ZImageConfig, models::ZImageT
   bool uses_cfg(double guidance_scale, double, bool) const override { return guidance_scale > 0; }
   double cfg_scale(double guidance_scale, double) const override { return 1.0 + guidance_scale; }
   const char* cfg_requirement() const override { return "--guidance_scale > 0"; }
+  bool has_cfg_limits() const override { return true; }
   // hidden_states[-2]: the states before the last layer.
   int64_t text_layers_run(int64_t num_layers) const override { return num_layers - 1; }
   schedulers::TimestepHints timestep_hints(const schedulers::SchedulerConfig& s, int64_t steps,

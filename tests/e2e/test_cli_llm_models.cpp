@@ -53,10 +53,24 @@ TEST_F(CliZImage, GenerateWritesTheLibrarysImageWithAndWithoutCfg) {
   pipeline::ImageRequest cfg = fox(1.5);
   cfg.negative_prompt = "blurry";
   EXPECT_EQ(io::read_png(out()).rgb, library_image("zimage-tiny", cfg));
+  // ZImagePipeline's cfg_truncation and cfg_normalization, from the flags.
+  std::filesystem::remove(out());
+  r = generate(
+      "--guidance_scale 1.5 --negative_prompt 'blurry' --cfg_truncation 0.2 "
+      "--cfg_normalization 1.05");
+  ASSERT_EQ(r.code, 0) << r.err;
+  cfg.cfg_truncation = 0.2;
+  cfg.cfg_normalization = 1.05;
+  const std::vector<uint8_t> limited = library_image("zimage-tiny", cfg);
+  EXPECT_EQ(io::read_png(out()).rgb, limited);
+  cfg.cfg_truncation = 1.0;
+  cfg.cfg_normalization = 0.0;
+  EXPECT_NE(limited, library_image("zimage-tiny", cfg)) << "the options must change the image";
 }
 
-TEST_F(CliZImage, ASizeOffTheGridIsOneLine) {
+TEST_F(CliZImage, ASizeOffTheGridAndAnotherFamilysOptionAreOneLine) {
   expect_error("--height 36", "multiples of 8");  // (this VAE: 4 x the patch 2)
+  expect_error("--cfg_truncation 0.5", "are Z-Image's", "flux-schnell-tiny");
 }
 
 TEST(CliLlmModels, InfoDescribesTheQwenTextSide) {

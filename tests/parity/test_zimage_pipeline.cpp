@@ -4,8 +4,9 @@
 // (within 1e-4) and the image (within 1/255): without CFG (guidance 0, as
 // Z-Image-Turbo runs), with CFG and a negative prompt shorter than the
 // prompt, and with two prompts of different lengths and the default
-// negative prompt "" (four captions of four lengths in one call). Then the
-// family's defaults and its checks.
+// negative prompt "" (four captions of four lengths in one call), and with
+// ZImagePipeline's cfg_truncation and cfg_normalization. Then the family's
+// defaults and its checks.
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -23,6 +24,8 @@ pipeline::ImageRequest golden_request(const io::Json& m) {
   if (m["prompt"].is_array()) one["prompt"] = m["prompt"][0];
   pipeline::ImageRequest r = test::image_request(one);
   if (m["prompt"].is_array()) r.prompts = m["prompt"].get<std::vector<std::string>>();
+  if (m.contains("cfg_truncation")) r.cfg_truncation = m["cfg_truncation"].get<double>();
+  if (m.contains("cfg_normalization")) r.cfg_normalization = m["cfg_normalization"].get<double>();
   return r;
 }
 
@@ -52,6 +55,20 @@ TEST(ZImagePipeline, PromptToImageMatchesDiffusers) {
                     1)
               << "image " << b << ": largest per-pixel difference (of 255)";
       });
+}
+
+TEST(ZImagePipeline, CfgLimitsAreZImagesAndBounded) {
+  pipeline::ImageRequest r;
+  r.prompts = {"a fox"};
+  r.cfg_normalization = -1;
+  pipeline::Pipeline z(kModel, DType::kF32);
+  EXPECT_NE(test::error_message([&] { z.plan(r); }).find("cfg_normalization must be"),
+            std::string::npos);
+  r.cfg_normalization = 0;
+  r.cfg_truncation = 0.5;
+  EXPECT_EQ(test::error_message([&] { z.plan(r); }), "(no error)");
+  pipeline::Pipeline flux(std::string(XDIT_MODELS) + "/flux-schnell-tiny", DType::kF32);
+  EXPECT_NE(test::error_message([&] { flux.plan(r); }).find("are Z-Image's"), std::string::npos);
 }
 
 TEST(ZImagePipeline, TurboDefaultsAndSizeRule) {

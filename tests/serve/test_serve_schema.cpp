@@ -163,6 +163,8 @@ json plan_json() {
           {"guidance_scale", 2.25},
           {"guidance_scale_2", 1.75},
           {"true_cfg_scale", 3.5},
+          {"cfg_truncation", 0.625},
+          {"cfg_normalization", 1.25},
           {"skip_layer_guidance.layers", {7, 8, 9}},
           {"skip_layer_guidance.scale", 1.5},
           {"skip_layer_guidance.start", 0.125},
@@ -218,6 +220,8 @@ TEST(ServeSchema, EveryPlanFieldCrossesRanks) {
   EXPECT_EQ(b->guidance_scale, 2.25);
   EXPECT_EQ(b->guidance_scale_2, 1.75);
   EXPECT_EQ(b->true_cfg_scale, 3.5);
+  EXPECT_EQ(b->cfg_truncation, 0.625);
+  EXPECT_EQ(b->cfg_normalization, 1.25);
   EXPECT_EQ(b->skip_layer_guidance.layers, (std::vector<int64_t>{7, 8, 9}));
   EXPECT_EQ(b->skip_layer_guidance.scale, 1.5);
   EXPECT_EQ(b->skip_layer_guidance.start, 0.125);
@@ -235,7 +239,7 @@ TEST(ServeSchema, EveryPlanFieldCrossesRanks) {
   EXPECT_EQ(b->output, pipeline::Output::kLatents);
   // The fields compared above are the table's rows, all of them.
   EXPECT_EQ(pipeline::Plan::field_count(), want.size());
-  EXPECT_EQ(pipeline::Plan::field_count(), 27u);
+  EXPECT_EQ(pipeline::Plan::field_count(), 29u);
   // A field missing from the JSON is an error, not a default.
   json partial = want;
   partial.erase("seed");

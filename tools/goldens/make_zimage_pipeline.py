@@ -18,7 +18,9 @@ the metadata; "prompt" a string or a list), initial_latents [B, 16, H/4, W/4],
 the final latents and the image [B, 3, H, W] in [-1, 1]. The cases: no CFG
 (guidance 0, Turbo's way), CFG with a negative prompt whose text is shorter
 than the prompt's, CFG with two prompts of different lengths and the default
-negative prompt "", and cfg_normalization off throughout (the default).
+negative prompt "", and CFG with cfg_truncation 0.2 (the last two of four
+steps without CFG) and cfg_normalization 1.05 (ZImagePipeline's options;
+off in the other cases, as by default).
 """
 import json
 import os
@@ -48,7 +50,10 @@ CASES = [
     ("a red fox in the snow", None, 64, 48, 4, 0.0, 0, 24),
     ("Two cats, sitting on a mat under the warm afternoon sun!", "blurry", 32, 64, 3, 2.5, 7, 40),
     (["an astronaut riding a horse on the moon", "a cat"], None, 48, 48, 3, 1.5, 3, 24),
+    ("a lighthouse at dusk", "fog", 32, 32, 4, 3.0, 9, 24),  # + cfg_truncation, cfg_normalization
 ]
+# Per case: ZImagePipeline's cfg_truncation and cfg_normalization (defaults 1.0, False).
+LIMITS = {3: (0.2, 1.05)}  # t_norm 0, .1, .25, .5: the last two steps without CFG
 
 
 def main():
@@ -69,6 +74,7 @@ def main():
     tensors, meta = {}, dict(VERSIONS)
     for k, (prompt, neg, h, w, steps, g, seed, msl) in enumerate(CASES):
         n = len(prompt) if isinstance(prompt, list) else 1
+        trunc, norm = LIMITS.get(k, (1.0, False))
         with torch.no_grad():
             init = torch.randn(n, 16, h // vsf, w // vsf,
                                generator=torch.Generator().manual_seed(seed))
@@ -76,6 +82,7 @@ def main():
             final = pipe(prompt=list(prompt) if isinstance(prompt, list) else prompt,
                          negative_prompt=neg, height=h, width=w,
                          num_inference_steps=steps, guidance_scale=g, max_sequence_length=msl,
+                         cfg_truncation=trunc, cfg_normalization=norm,
                          generator=torch.Generator().manual_seed(seed),
                          output_type="latent").images
             z = final / vae.config.scaling_factor + vae.config.shift_factor
@@ -84,7 +91,8 @@ def main():
                         f"case{k}.image": image.contiguous()})
         meta[f"case{k}"] = json.dumps(dict(
             prompt=prompt, negative_prompt=neg, height=h, width=w, steps=steps,
-            guidance_scale=g, seed=seed, max_sequence_length=msl))
+            guidance_scale=g, seed=seed, max_sequence_length=msl, cfg_truncation=trunc,
+            cfg_normalization=float(norm)))
         print(k, tuple(final.shape), tuple(image.shape), float(image.abs().mean()))
     meta["cases"] = str(len(CASES))
     save_file(tensors, os.path.join(GOLDENS, "zimage_pipeline.safetensors"), metadata=meta)
