@@ -109,6 +109,15 @@ std::vector<Field> make_generate_fields() {
        number_field("guidance_scale_2", FieldType::kNumber, 0, kMaxGuidance,
                     "Wan2.2: the second expert's (transformer_2's) guidance scale (default: "
                     "cfg)"),
+       number_field("true_cfg_scale", FieldType::kNumber, 0, kMaxGuidance,
+                    "FLUX.1, Qwen-Image: classifier-free guidance with negative_prompt when > 1 "
+                    "(default: the model's, FLUX.1 1, Qwen-Image 4)"),
+       number_field("cfg_truncation", FieldType::kNumber, 0, kMaxGuidance,
+                    "Z-Image: classifier-free guidance off at the steps whose (1000 - t) / 1000 "
+                    "exceeds this (default 1: never)"),
+       number_field("cfg_normalization", FieldType::kNumber, 0, kMaxGuidance,
+                    "Z-Image: each image's guided prediction's norm capped at this many times "
+                    "its conditional prediction's (default 0: off)"),
        number_field("num_frames", FieldType::kInteger, 1, kMaxFrames,
                     "video frames per prompt (default: the model's; Wan: 4k + 1, others rounded "
                     "down to one as diffusers does); a video answers as one MP4"),
@@ -311,6 +320,9 @@ ServeRequest parse_request(Endpoint e, const std::string& body) {
   if (e == Endpoint::kGenerate) {
     if (has("cfg")) r.guidance_scale = j["cfg"].get<double>();
     if (has("guidance_scale_2")) r.guidance_scale_2 = j["guidance_scale_2"].get<double>();
+    if (has("true_cfg_scale")) r.true_cfg_scale = j["true_cfg_scale"].get<double>();
+    if (has("cfg_truncation")) r.cfg_truncation = j["cfg_truncation"].get<double>();
+    if (has("cfg_normalization")) r.cfg_normalization = j["cfg_normalization"].get<double>();
     if (has("height")) r.height = integer(j["height"]);
     if (has("width")) r.width = integer(j["width"]);
     if (has("num_frames")) r.num_frames = integer(j["num_frames"]);
