@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "models/flux.h"
+#include "models/rope_axes.h"
 #include "nn/weight_specs.h"
 
 namespace xdit::models {
@@ -37,15 +38,7 @@ FluxConfig FluxConfig::from_json(const io::Json& j, const std::string& w) {
   c.joint_attention_dim = io::int_in(j, "joint_attention_dim", 4096, 1, kWide, w);
   c.pooled_projection_dim = io::int_in(j, "pooled_projection_dim", 768, 1, kWide, w);
   c.guidance_embeds = io::bool_or(j, "guidance_embeds", false, w);
-  c.axes_dims_rope = io::int_list_in(j, "axes_dims_rope", {16, 56, 56}, 3, 2, kSize, w);
-  XDIT_CHECK(c.axes_dims_rope.size() == 3, w, ": axes_dims_rope must list 3 axes");
-  int64_t sum = 0;
-  for (const int64_t d : c.axes_dims_rope) {
-    XDIT_CHECK(d % 2 == 0, w, ": axes_dims_rope entries must be even, found ", d);
-    sum += d;
-  }
-  XDIT_CHECK(sum == c.attention_head_dim, w, ": axes_dims_rope add up to ", sum,
-             ", not attention_head_dim ", c.attention_head_dim);
+  c.axes_dims_rope = read_rope_axes(j, "axes_dims_rope", {16, 56, 56}, c.attention_head_dim, w);
   return c;
 }
 

@@ -2,6 +2,7 @@
 // (QwenImageTransformer2DModel), bounded and checked, and the weights it implies.
 #include "core/error.h"
 #include "models/qwen_image.h"
+#include "models/rope_axes.h"
 #include "nn/weight_specs.h"
 
 namespace xdit::models {
@@ -33,15 +34,7 @@ QwenImageConfig QwenImageConfig::from_json(const io::Json& j, const std::string&
        {"guidance_embeds", "zero_cond_t", "use_additional_t_cond", "use_layer3d_rope"})
     XDIT_CHECK(!io::bool_or(j, key, false, w), w, ": ", key,
                " true is not supported (xdit runs Qwen-Image's text-to-image transformer)");
-  c.axes_dims_rope = io::int_list_in(j, "axes_dims_rope", {16, 56, 56}, 3, 2, kSize, w);
-  XDIT_CHECK(c.axes_dims_rope.size() == 3, w, ": axes_dims_rope must list 3 axes");
-  int64_t sum = 0;
-  for (const int64_t d : c.axes_dims_rope) {
-    XDIT_CHECK(d % 2 == 0, w, ": axes_dims_rope entries must be even, found ", d);
-    sum += d;
-  }
-  XDIT_CHECK(sum == c.attention_head_dim, w, ": axes_dims_rope add up to ", sum,
-             ", not attention_head_dim ", c.attention_head_dim);
+  c.axes_dims_rope = read_rope_axes(j, "axes_dims_rope", {16, 56, 56}, c.attention_head_dim, w);
   return c;
 }
 

@@ -1,6 +1,7 @@
 #include "models/zimage_config.h"
 
 #include "core/error.h"
+#include "models/rope_axes.h"
 #include "nn/weight_specs.h"
 
 namespace xdit::models {
@@ -40,17 +41,9 @@ ZImageConfig ZImageConfig::from_json(const io::Json& j, const std::string& w) {
   XDIT_CHECK(c.rope_theta > 1, w, ": rope_theta must be > 1");
   c.t_scale = io::number_or(j, "t_scale", 1000.0, w);
   XDIT_CHECK(c.t_scale > 0, w, ": t_scale must be > 0");
-  c.axes_dims = io::int_list_in(j, "axes_dims", c.axes_dims, 3, 2, kSize, w);
+  c.axes_dims = read_rope_axes(j, "axes_dims", c.axes_dims, c.head_dim(), w);
   c.axes_lens = io::int_list_in(j, "axes_lens", c.axes_lens, 3, 1, 1 << 20, w);
-  XDIT_CHECK(c.axes_dims.size() == 3 && c.axes_lens.size() == 3, w,
-             ": axes_dims and axes_lens need 3 values (caption/frame, row, column)");
-  int64_t sum = 0;
-  for (const int64_t d : c.axes_dims) {
-    XDIT_CHECK(d % 2 == 0, w, ": axes_dims ", d, " must be even (rotated pairs)");
-    sum += d;
-  }
-  XDIT_CHECK(sum == c.head_dim(), w, ": axes_dims add up to ", sum, ", not the head_dim ",
-             c.head_dim());
+  XDIT_CHECK(c.axes_lens.size() == 3, w, ": axes_lens needs 3 values (caption/frame, row, column)");
   XDIT_CHECK(c.qk_norm, w, ": qk_norm false is not supported (Z-Image's blocks norm q and k)");
   XDIT_CHECK(!j.contains("siglip_feat_dim") || j["siglip_feat_dim"].is_null(), w,
              ": siglip_feat_dim (Z-Image Omni's image conditioning) is not supported");

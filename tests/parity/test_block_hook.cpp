@@ -54,7 +54,7 @@ std::unique_ptr<Case> make_case(const std::string& name) {
 }
 
 const std::vector<std::string> kModels = {"pixart-alpha-tiny", "flux-dev-tiny", "sd3-tiny",
-                                          "wan21-tiny", "zimage-tiny", "qwen-image-tiny"};
+                                          "wan21-tiny",        "zimage-tiny",   "qwen-image-tiny"};
 
 // Records what it is shown; optionally keeps x at boundaries.
 struct Recorder : BlockHook {
