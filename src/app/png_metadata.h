@@ -12,8 +12,8 @@
 namespace xdit::app {
 
 // The values a run used (defaults resolved). What a caller leaves empty,
-// at its default (true_cfg 1, max_sequence_length 0) or off (slg) is left
-// out of the file.
+// at 1 (true_cfg: FLUX.1's default; Qwen-Image's 4 is written), at 0
+// (max_sequence_length) or off (slg) is left out of the file.
 struct ImageMetadata {
   std::string prompt, negative_prompt;
   uint64_t seed = 0;
