@@ -170,6 +170,8 @@ std::map<std::string, std::string> png_text(const pipeline::PlanFields& p, const
   m.max_sequence_length = p.max_sequence_length;
   m.guidance = p.guidance_scale;
   m.guidance_2 = p.guidance_scale_2;
+  m.cfg_truncation = p.cfg_truncation;
+  m.cfg_normalization = p.cfg_normalization;
   m.true_cfg = p.true_cfg_scale;
   m.slg = p.skip_layer_guidance;
   m.model = model.from_cache() ? model.id : model.folder;
@@ -523,7 +525,7 @@ std::function<int()> add_generate(CLI::App& app) {
       ->check(finite_number());
   g->add_option("--cfg_normalization,--cfg-normalization", o->cfg_normalization,
                 "Z-Image: cap each image's guided prediction's norm at this many times its "
-                "conditional prediction's (default 0: off)")
+                "conditional prediction's (default 0: off; diffusers' True is 1)")
       ->check(finite_number());
   g->add_option("--skip_guidance_layers,--skip-guidance-layers", o->slg.layers,
                 "SD3: skip-layer guidance on these blocks, e.g. 7,8,9 (SD3.5-medium's)")

@@ -19,9 +19,10 @@ struct ImageMetadata {
   uint64_t seed = 0;
   int64_t steps = 0, width = 0, height = 0, max_sequence_length = 0;
   double guidance = 0, true_cfg = 1.0;
-  double guidance_2 = -1;           // Wan2.2's second expert; < 0: none
-  pipeline::SkipLayerGuidance slg;  // SD3
-  std::string model;                // the id in the HF cache, or the folder
+  double guidance_2 = -1;                                // Wan2.2's second expert; < 0: none
+  double cfg_truncation = 1.0, cfg_normalization = 0.0;  // Z-Image's, at their defaults
+  pipeline::SkipLayerGuidance slg;                       // SD3
+  std::string model;                                     // the id in the HF cache, or the folder
   std::string model_revision, model_folder, pipeline, dtype, parallel;
   // The step cache and what it did (ImageResult::cache); empty: none.
   std::string cache;

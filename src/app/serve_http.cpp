@@ -353,6 +353,9 @@ class Server {
     m.height = r.height;
     m.guidance = r.guidance_scale;
     m.guidance_2 = r.guidance_scale_2;
+    m.true_cfg = r.true_cfg_scale;
+    m.cfg_truncation = r.cfg_truncation;
+    m.cfg_normalization = r.cfg_normalization;
     m.model = model_id_;
     m.parallel = parallel;
     m.cache = cache;

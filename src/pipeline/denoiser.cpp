@@ -74,7 +74,10 @@ Tensor guided_noise(const Tensor& out, int64_t P, int64_t C, bool cfg, double gu
         const int64_t W = out.dim(out.ndim() - 1);
         kernels::cfg_renorm_patches(cond, nb, C, hw / W, W, renorm_patch);
       }
-      if (norm_cap > 0) cap_norm(cond, nb, plane, norm_cap);
+      if (norm_cap > 0) {
+        XDIT_CHECK(!out.device().cuda(), "cfg_normalization runs on the CPU only so far");
+        cap_norm(cond, nb, plane, norm_cap);
+      }
     } else
       kernels::copy_rows(nb, plane, cond, plane, 1, plane);
   }

@@ -169,6 +169,7 @@ class Denoiser {
   Tensor pipefusion_loop();
   // The SP shares of token rows [r0, r1) and the CFG halves gathered, then
   // guidance; shaped as the latents when the rows are all of them.
+  // (`t`: the step's timestep, for Z-Image's cfg_truncation)
   Tensor noise_prediction(const Tensor& out, int64_t r0, int64_t r1, Tensor* gathered, double t);
   // A gathered output over all token rows, [B, C, F·h, w], as [B, C, F, h, w] (a view).
   Tensor framed(const Tensor& whole) const;

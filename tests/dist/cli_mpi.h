@@ -1,6 +1,7 @@
 // The fixture of the mpirun end-to-end tests (test_cli_mpi*.cpp): `xdit`
 // run directly or on N ranks with a hard time limit, mpirun's MPMD form,
-// and the check that parallel runs write the serial run's pixels.
+// and the check that parallel runs write the serial run's pixels. A target
+// including it defines MPIEXEC (and the tests' XDIT_BINARY, XDIT_MODELS).
 #pragma once
 
 #include <gtest/gtest.h>

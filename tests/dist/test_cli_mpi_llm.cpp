@@ -31,6 +31,22 @@ TEST_F(CliMpi, ZImageParallelRunsWriteTheSerialImages) {
                                     {2, "--tensor_parallel_degree 2"},
                                     {4, "--use_cfg_parallel --ulysses_degree 2"},
                                     {4, "--tensor_parallel_degree 2 --ring_degree 2"}});
+  // ZImagePipeline's cfg_truncation and cfg_normalization: each step's whole
+  // image on every layout but PipeFusion, which refuses the norm cap.
+  const auto limited = [&](const std::string& out, const std::string& extra) {
+    return zimage(out, "--cfg_truncation 0.2 --cfg_normalization 1.05 " + extra);
+  };
+  expect_serial_pixels(limited,
+                       Runs{{2, "--use_cfg_parallel"},
+                            {2, "--ulysses_degree 2"},
+                            {2, "--data_parallel_degree 2"},
+                            {4, "--use_cfg_parallel --ring_degree 2"}},
+                       "limited_");
+  const test::Result r =
+      run(2, limited("x.png", "--pipefusion_parallel_degree 2 --warmup_steps 1"));
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("cfg_normalization needs each step's whole image"), std::string::npos)
+      << r.err;
 }
 
 TEST_F(CliMpi, QwenImageParallelRunsWriteTheSerialImages) {

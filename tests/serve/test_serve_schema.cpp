@@ -67,21 +67,20 @@ TEST(ServeSchema, OmittedFieldsKeepThePipelineDefaults) {
   EXPECT_EQ(r.image.guidance_scale_2, pipeline::kDefaultGuidance);
   EXPECT_EQ(r.image.height, 0);
   // Wan2.2's second expert's guidance, beside cfg.
-  {  // true CFG (FLUX.1, Qwen-Image) and Z-Image's CFG limits
-    const auto t = parse_request(
-        Endpoint::kGenerate,
-        R"({"prompt": "x", "true_cfg_scale": 4.5, "cfg_truncation": 0.25, "cfg_normalization": 1.5})");
-    EXPECT_EQ(t.image.true_cfg_scale, 4.5);
-    EXPECT_EQ(t.image.cfg_truncation, 0.25);
-    EXPECT_EQ(t.image.cfg_normalization, 1.5);
-    const auto d = parse_request(Endpoint::kGenerate, R"({"prompt": "x"})");
-    EXPECT_EQ(d.image.true_cfg_scale, pipeline::kDefaultGuidance);  // the model's
-    EXPECT_EQ(d.image.cfg_truncation, 1.0);
-    EXPECT_EQ(d.image.cfg_normalization, 0.0);
-  }
   EXPECT_DOUBLE_EQ(parse_request(Endpoint::kGenerate, R"({"prompt": "x", "guidance_scale_2": 2.5})")
                        .image.guidance_scale_2,
                    2.5);
+  // True CFG (FLUX.1, Qwen-Image) and Z-Image's CFG limits: the model's
+  // default, or as given.
+  EXPECT_EQ(r.image.true_cfg_scale, pipeline::kDefaultGuidance);
+  EXPECT_EQ(r.image.cfg_truncation, 1.0);
+  EXPECT_EQ(r.image.cfg_normalization, 0.0);
+  const auto limits =
+      parse_request(Endpoint::kGenerate, R"({"prompt": "x", "true_cfg_scale": 4.5, )"
+                                         R"("cfg_truncation": 0.25, "cfg_normalization": 1.5})");
+  EXPECT_EQ(limits.image.true_cfg_scale, 4.5);
+  EXPECT_EQ(limits.image.cfg_truncation, 0.25);
+  EXPECT_EQ(limits.image.cfg_normalization, 1.5);
   EXPECT_EQ(r.image.seed, d.seed);
   EXPECT_FALSE(r.image.negative_prompt.has_value());
   // null reads as absent
