@@ -67,4 +67,17 @@ void DoubleStreamBlock::modulated_image(const float* X, const float* st, int64_t
                                  mod + i * 6 * D, mod + i * 6 * D + D, 0);
 }
 
+Tensor packed_output(const nn::AdaLayerNormContinuous& norm_out, const kernels::Linear& proj_out,
+                     const float* st, const float* x, int64_t B, int64_t L, int64_t N, int64_t D,
+                     int64_t C, int64_t rows, int64_t W, nn::Scratch& normed, nn::Scratch& mod,
+                     nn::Scratch& packed) {
+  float* nh = normed.get(static_cast<size_t>(B * (L + N) * D));
+  norm_out.forward(st, B, x, L + N, L, N, nh, mod.get(static_cast<size_t>(B * 12 * D)));
+  float* p = packed.get(static_cast<size_t>(B * N * 4 * C));
+  proj_out.forward(nh, B * N, p);
+  Tensor out = Tensor::empty({B, C, 2 * rows, W}, DType::kF32, current_device());
+  kernels::pack_2x2(p, out.data<float>(), B, C, 2 * rows, W, 0, rows, false);
+  return out;
+}
+
 }  // namespace xdit::models

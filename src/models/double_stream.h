@@ -10,6 +10,7 @@
 #include <functional>
 #include <string>
 
+#include "core/tensor.h"
 #include "io/weights.h"
 #include "kernels/linear.h"
 #include "nn/joint_attention.h"
@@ -51,5 +52,14 @@ class DoubleStreamBlock {
   nn::JointAttention attn_;
   nn::FeedForwardGelu ff_, ff_context_;
 };
+
+// The output layer FLUX.1 and Qwen-Image share: norm_out (AdaLN-continuous
+// on `st` = SiLU(temb) [B, D]) over the image rows of streams `x` [B, L + N,
+// D], proj_out to the 2×2-packed channels, unpacked into [B, C, 2·rows, W]
+// (`rows` patch rows, W latent columns). Scratch: the model's.
+Tensor packed_output(const nn::AdaLayerNormContinuous& norm_out, const kernels::Linear& proj_out,
+                     const float* st, const float* x, int64_t B, int64_t L, int64_t N, int64_t D,
+                     int64_t C, int64_t rows, int64_t W, nn::Scratch& normed, nn::Scratch& mod,
+                     nn::Scratch& packed);
 
 }  // namespace xdit::models

@@ -238,16 +238,8 @@ Tensor FluxTransformer::finalize(const Streams& s) {
   const int64_t C = cfg_.latent_channels();
   XDIT_CHECK(s.x.numel() == B * S * D, "FLUX streams must be [", B, ", ", S, ", ", D, "]");
   // norm_out on the image rows (AdaLN-continuous: [scale, shift]), proj_out.
-  float* nh = n_.get(static_cast<size_t>(B * S * D));
-  norm_out_.forward(st_.get(static_cast<size_t>(B * D)), B, s.x.data<float>(), S, L, N, nh,
-                    mod_.get(static_cast<size_t>(B * 12 * D)));
-  float* packed = x_.get(static_cast<size_t>(B * N * 4 * C));
-  proj_out_.forward(nh, B * N, packed);
-  Tensor out =
-      Tensor::empty({B, C, 2 * geometry().rows, geometry().width}, DType::kF32, current_device());
-  kernels::pack_2x2(packed, out.data<float>(), B, C, 2 * geometry().rows, geometry().width, 0,
-                    geometry().rows, false);
-  return out;
+  return packed_output(norm_out_, proj_out_, st_.get(static_cast<size_t>(B * D)), s.x.data<float>(),
+                       B, L, N, D, C, geometry().rows, geometry().width, n_, mod_, x_);
 }
 
 }  // namespace xdit::models

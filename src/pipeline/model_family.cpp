@@ -166,9 +166,8 @@ schedulers::TimestepHints linspace_sigmas_with_mu(const schedulers::SchedulerCon
 
 int ModelFamily::text_parallel_degree(int ranks) const {
   if (!t5_cfg_) return 1;
-  for (int d = ranks; d > 1; --d)
-    if (ranks % d == 0 && t5_cfg_->num_heads % d == 0 && t5_cfg_->d_ff % d == 0) return d;
-  return 1;
+  return largest_split_degree(
+      ranks, [&](int d) { return t5_cfg_->num_heads % d == 0 && t5_cfg_->d_ff % d == 0; });
 }
 
 }  // namespace xdit::pipeline

@@ -195,11 +195,12 @@ class ModelFamily {
   // (models::T5Encoder's `resident`), for a pipeline that frees it after one
   // encoding; set before the encoder is first built.
   void set_text_resident(bool resident) { text_resident_ = resident; }
-  // One line naming the part when the opened T5 encoder cannot split over
-  // `degree` ranks (before its weights load).
+  // One line naming the part when the opened T5 encoder (a Qwen family's:
+  // its Qwen encoder) cannot split over `degree` ranks (before its weights load).
   virtual void check_tensor_parallel(int degree) const;
   // The most of `ranks` (a divisor of it) that the opened T5 encoder's heads
-  // and feed-forward units split over evenly; 1 without a T5 encoder.
+  // and feed-forward units split over evenly (a Qwen family's: its Qwen
+  // encoder's, by whole GQA groups); 1 without such an encoder.
   virtual int text_parallel_degree(int ranks) const;
   // The T5 encoder's files once opened (null before): what this process has
   // read of them (`loaded()`: its share under a split) is what tests check.
@@ -298,6 +299,15 @@ class ConfigFamily : public ModelFamily {
  protected:
   Config cfg_;
 };
+
+// The largest divisor d > 1 of `ranks` with splits(d) (a text encoder's
+// tensor-parallel degree over a replica); 1 when none.
+template <class Splits>
+int largest_split_degree(int ranks, Splits splits) {
+  for (int d = ranks; d > 1; --d)
+    if (ranks % d == 0 && splits(d)) return d;
+  return 1;
+}
 
 // FluxPipeline's and QwenImagePipeline's schedule: np.linspace(1, 1/N, N)
 // in f64, and mu from the packed image's tokens (the scheduler's own

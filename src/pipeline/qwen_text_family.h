@@ -34,9 +34,7 @@ class QwenTextFamily : public ConfigFamily<Config, Transformer> {
   }
   int text_parallel_degree(int ranks) const override {
     if (!qwen_cfg_) return 1;
-    for (int d = ranks; d > 1; --d)
-      if (ranks % d == 0 && models::qwen_splits(*qwen_cfg_, d)) return d;
-    return 1;
+    return largest_split_degree(ranks, [&](int d) { return models::qwen_splits(*qwen_cfg_, d); });
   }
   void drop_text_encoders() override { qwen_.reset(); }
   void describe_text(MemoryQuery& q) const override {
