@@ -21,6 +21,7 @@
 #include "core/rng.h"
 #include "io/gguf_quants.h"
 #include "io/weights.h"
+#include "kernels/cpu/q8_0_gemm.h"
 #include "kernels/linear.h"
 #include "models/flux.h"
 #include "models/pixart.h"
@@ -186,7 +187,10 @@ nlohmann::json run_flux_row(int64_t res, const std::string& dt_name, int warmup,
   reduced.num_single_layers = 4;
   io::RandomWeights random(4);
   RandomQ8_0Weights q8_0(4);
-  const bool blocks = weights_kind == "q8_0";
+  // q8_0: as a bf16 layer runs them (kernels/cpu/q8_0_gemm.h: integers on
+  // AVX-512-VNNI without AMX); q8_0_decoded: decoded into bf16 regardless.
+  const bool blocks = weights_kind == "q8_0" || weights_kind == "q8_0_decoded";
+  kernels::cpu::set_q8_0_int8_dot(weights_kind != "q8_0_decoded");
   const io::WeightSource& weights = blocks ? static_cast<const io::WeightSource&>(q8_0) : random;
   XDIT_CHECK(!(tensor && g_device.cuda()), "bench flux: the tensor-parallel row runs on the CPU");
   XDIT_CHECK(weights_kind == "bf16" || !g_device.cuda(), "bench flux --weights ", weights_kind,
@@ -201,6 +205,7 @@ nlohmann::json run_flux_row(int64_t res, const std::string& dt_name, int warmup,
   recording.reset();
   format.reset();
   scope.reset();
+  kernels::cpu::set_q8_0_int8_dot(true);
   size_t layer_bytes = 0;
   for (const nn::LinearOrigin& l : layers.layers()) layer_bytes += l.weight_bytes;
   const double flops = flux_flops(reduced, N, kFluxText), full = flux_flops(cfg, N, kFluxText);

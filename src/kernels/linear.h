@@ -31,6 +31,9 @@ struct BlockRows {
   size_t row_bytes = 0;
   std::function<void(const uint8_t* row, float* dst)> decode_row;
   std::string format;  // "Q8_0" (implementation(), logs)
+  // ggml's Q8_0 blocks (f16 scale, 32 int8 codes): a bf16 layer may
+  // multiply them as integers (kernels/cpu/q8_0_gemm.h).
+  bool q8_0 = false;
 };
 
 // How a layer built from float weights keeps them (--weights_dtype):
@@ -79,7 +82,9 @@ class Linear {
   // A layer whose weight stays block-quantized: the rows of `parts`
   // stacked, each part's bytes copied (the file's pages may go), decoded
   // into the compute type a band of rows at a time inside every product —
-  // the layer's memory is the blocks' size, not the expanded weight's.
+  // the layer's memory is the blocks' size, not the expanded weight's. A
+  // bf16 layer of Q8_0 parts alone runs as integers instead where the CPU
+  // has AVX-512-VNNI without AMX (kernels/cpu/q8_0_gemm.h).
   Linear(const std::vector<BlockRows>& parts, const Tensor& bias, ComputeType ct, Activation act);
   Linear(Linear&&) noexcept;
   Linear& operator=(Linear&&) noexcept;

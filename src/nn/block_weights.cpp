@@ -21,6 +21,7 @@ kernels::BlockRows decoded_as(const io::QuantizedRows& q, int64_t cols) {
     io::dequantize_blocks(t, row, blocks, dst);
   };
   b.format = io::ggml_type_name(t);
+  b.q8_0 = t == io::GgmlType::kQ8_0;
   return b;
 }
 }  // namespace

@@ -21,40 +21,17 @@
 #include "kernels/linear.h"
 #include "kernels/reference.h"
 #include "nn/block_weights.h"
+#include "kernels/q8_0_blocks.h"
 #include "test_util.h"
 
 namespace xdit::kernels {
 namespace {
 
-// `rows` rows of `cols` / 32 random Q8_0 blocks (f16 scale, 32 int8).
-std::vector<uint8_t> random_q8_0(int64_t rows, int64_t cols, uint64_t seed) {
-  const int64_t blocks = rows * cols / 32;
-  std::vector<uint8_t> b(static_cast<size_t>(blocks * 34));
-  const auto scales = test::randn(blocks, seed, 0.004f);
-  const auto values = test::randn(blocks * 32, seed + 1, 50.0f);
-  for (int64_t i = 0; i < blocks; ++i) {
-    const uint16_t d = f32_to_f16(std::fabs(scales[i]) + 1e-3f);
-    std::memcpy(&b[i * 34], &d, 2);
-    for (int j = 0; j < 32; ++j)
-      b[i * 34 + 2 + j] = static_cast<uint8_t>(
-          static_cast<int8_t>(std::clamp(std::nearbyint(values[i * 32 + j]), -127.0f, 127.0f)));
-  }
-  return b;
-}
-
-io::QuantizedRows q8_rows(const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols) {
-  return {io::GgmlType::kQ8_0, rows, cols, bytes.data(), static_cast<size_t>(cols / 32 * 34), {}};
-}
-
-Tensor decoded(const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols) {
-  Tensor t = Tensor::empty({rows, cols});
-  io::dequantize_blocks(io::GgmlType::kQ8_0, bytes.data(), rows * cols / 32, t.data<float>());
-  return t;
-}
-
+// (Decoded in bf16 too: Q8_0's integer route is test_q8_0_gemm.cpp's.)
 TEST(QuantizedLinear, BlocksGiveTheLayerOfTheirDecodedWeight) {
   const int64_t in = 96, out = 1100;  // 3 blocks a row; 3 bands of 512 rows, the last short
   const auto bytes = random_q8_0(out, in, 1);
+  const DecodedQ8_0 decode;
   const Tensor w = decoded(bytes, out, in);
   const Tensor b = Tensor::from_vector(test::randn(out, 2), {out});
   for (const ComputeType ct : {ComputeType::kF32, ComputeType::kBF16}) {

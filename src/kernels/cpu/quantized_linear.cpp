@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/cpu/q8_0_gemm.h"
 #include "kernels/kernels.h"
 
 namespace xdit::kernels::cpu {
@@ -392,6 +393,8 @@ uint8_t f32_to_e4m3(float v) {
 
 std::unique_ptr<QuantizedGemm> make_block_gemm(const std::vector<BlockRows>& parts, int64_t in,
                                                ComputeType ct) {
+  if (ct == ComputeType::kBF16 && q8_0_int8_dot_applies(parts))
+    return make_q8_0_int8_gemm(parts, in);
   std::vector<Segment> segments;
   for (const BlockRows& p : parts) {
     XDIT_CHECK(p.cols == in, "block-quantized linear parts must have the same ", in,

@@ -1,0 +1,54 @@
+// Random Q8_0 rows for the quantized-linear tests: ggml's block layout
+// (f16 scale, 32 int8 codes), the QuantizedRows a GGUF gives, and their values.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+#include "io/gguf.h"
+#include "io/gguf_quants.h"
+#include "io/weights.h"
+#include "kernels/cpu/q8_0_gemm.h"
+#include "test_util.h"
+
+namespace xdit::kernels {
+
+// `rows` rows of `cols` / 32 random Q8_0 blocks (f16 scale, 32 int8).
+inline std::vector<uint8_t> random_q8_0(int64_t rows, int64_t cols, uint64_t seed) {
+  const int64_t blocks = rows * cols / 32;
+  std::vector<uint8_t> b(static_cast<size_t>(blocks * 34));
+  const auto scales = test::randn(blocks, seed, 0.004f);
+  const auto values = test::randn(blocks * 32, seed + 1, 50.0f);
+  for (int64_t i = 0; i < blocks; ++i) {
+    const uint16_t d = f32_to_f16(std::fabs(scales[i]) + 1e-3f);
+    std::memcpy(&b[i * 34], &d, 2);
+    for (int j = 0; j < 32; ++j)
+      b[i * 34 + 2 + j] = static_cast<uint8_t>(
+          static_cast<int8_t>(std::clamp(std::nearbyint(values[i * 32 + j]), -127.0f, 127.0f)));
+  }
+  return b;
+}
+
+inline io::QuantizedRows q8_rows(const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols) {
+  return {io::GgmlType::kQ8_0, rows, cols, bytes.data(), static_cast<size_t>(cols / 32 * 34), {}};
+}
+
+inline Tensor decoded(const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols) {
+  Tensor t = Tensor::empty({rows, cols});
+  io::dequantize_blocks(io::GgmlType::kQ8_0, bytes.data(), rows * cols / 32, t.data<float>());
+  return t;
+}
+
+// While one lives, new bf16 Q8_0 layers decode their blocks.
+struct DecodedQ8_0 {
+  DecodedQ8_0() { cpu::set_q8_0_int8_dot(false); }
+  ~DecodedQ8_0() { cpu::set_q8_0_int8_dot(true); }
+  DecodedQ8_0(const DecodedQ8_0&) = delete;
+  DecodedQ8_0& operator=(const DecodedQ8_0&) = delete;
+};
+
+}  // namespace xdit::kernels
