@@ -112,17 +112,25 @@ inline int worst_pixel_difference(const std::vector<uint8_t>& rgb, const float* 
   return worst;
 }
 
+// diffusers' output_type "np" ([H, W, 3] in [0, 1], n values) as 8-bit pixels.
+inline std::vector<uint8_t> np_image_rgb8(const float* hwc, size_t n) {
+  std::vector<uint8_t> rgb(n);
+  for (size_t i = 0; i < n; ++i) rgb[i] = static_cast<uint8_t>(std::nearbyint(hwc[i] * 255.0f));
+  return rgb;
+}
+
 // The largest difference (of 255) between 8-bit RGB images, one after
 // another, and diffusers' output_type "np" of them ([B, H, W, 3] in [0, 1]).
 inline int worst_pixel_difference(const std::vector<std::vector<uint8_t>>& images,
                                   const float* bhwc) {
   int worst = 0;
   size_t off = 0;
-  for (const auto& img : images)
-    for (uint8_t px : img) {
-      const int ref = static_cast<int>(std::nearbyint(bhwc[off++] * 255.0f));
-      worst = std::max(worst, std::abs(ref - static_cast<int>(px)));
-    }
+  for (const auto& img : images) {
+    const std::vector<uint8_t> ref = np_image_rgb8(bhwc + off, img.size());
+    off += img.size();
+    for (size_t i = 0; i < img.size(); ++i)
+      worst = std::max(worst, std::abs(static_cast<int>(ref[i]) - static_cast<int>(img[i])));
+  }
   return worst;
 }
 

@@ -213,6 +213,36 @@ TEST(Q8_0Gemm, NonFiniteActivationsGiveNaNRowsOnly) {
       EXPECT_EQ(std::isnan(y[r * n + c]), r == 1 || r == 2) << r << "," << c;
 }
 
+// Tensor parallelism's row-parallel layers: each rank takes whole blocks
+// of the inputs (nn::column_shares) and the partial products are summed.
+// The activations' blocks are quantized alike wherever they go, so the
+// shares add up to the whole layer (unlike per-token int8, whose scale
+// depends on the share).
+TEST(Q8_0Gemm, ColumnSharesSumToTheWholeLayer) {
+  SKIP_WITHOUT_VNNI();
+  const int64_t k = 192, n = 45, m = 11;
+  const auto w = random_q8_0(n, k, 15);
+  const Linear whole({nn::block_rows(q8_rows(w, n, k), 0, n)}, Tensor(), ComputeType::kBF16,
+                     Activation::kNone);
+  const auto x = activations(m, k, 16);
+  std::vector<float> want(m * n), sum(m * n, 0.0f);
+  whole.forward(x.data(), m, want.data());
+  // Two ranks' shares: blocks {0, 3, 4} and {1, 2, 5} of each row.
+  const std::vector<std::vector<std::pair<int64_t, int64_t>>> shares = {
+      {{0, 32}, {96, 64}}, {{32, 64}, {160, 32}}};
+  for (const auto& share : shares) {
+    std::vector<uint8_t> bytes;
+    const Linear part({nn::column_shares(q8_rows(w, n, k), share, "w", 2, bytes)}, Tensor(),
+                      ComputeType::kBF16, Activation::kNone);
+    std::vector<float> xs;
+    for (int64_t r = 0; r < m; ++r)
+      for (const auto& [begin, count] : share)
+        xs.insert(xs.end(), x.begin() + r * k + begin, x.begin() + r * k + begin + count);
+    part.forward(xs.data(), m, sum.data(), /*accumulate=*/true);
+  }
+  EXPECT_LT(test::rel_max_err(sum, want), 1e-6);
+}
+
 // The integer route is bf16 layers of Q8_0 parts alone; it stays within
 // the activations' quantization error of the decoded layer.
 TEST(Q8_0Gemm, OnlyBf16Q8_0LayersRunAsIntegersNearTheDecodedLayer) {
