@@ -132,7 +132,7 @@ int run_bench(const BenchOptions& o) {
     std::cout << "full-size components, random weights; ratio = achieved FLOP/s / GEMM peak "
                  "measured in the same "
                  "process\n"
-              << std::left << std::setw(24) << "benchmark" << std::setw(7) << "res" << std::setw(6)
+              << std::left << std::setw(30) << "benchmark" << std::setw(7) << "res" << std::setw(6)
               << "dtype" << std::right << std::setw(10) << "seconds" << std::setw(12) << "FLOPs"
               << std::setw(14) << "FLOP/s" << std::setw(14) << "GEMM peak" << std::setw(7)
               << "ratio" << std::setw(11) << "peak RSS" << std::endl;
@@ -146,7 +146,7 @@ int run_bench(const BenchOptions& o) {
     }
     const std::string res = row.what == "t5" ? std::to_string(r["tokens"].get<int64_t>()) + "t"
                                              : std::to_string(row.res);
-    std::cout << std::left << std::setw(24) << r["name"].get<std::string>() << std::setw(7) << res
+    std::cout << std::left << std::setw(30) << r["name"].get<std::string>() << std::setw(7) << res
               << std::setw(6) << row.dt << std::right << std::setw(10) << std::fixed
               << std::setprecision(2) << r["seconds"].get<double>() << std::setw(12)
               << human(r["flops"].get<double>(), "") << std::setw(14)
