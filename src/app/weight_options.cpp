@@ -14,9 +14,10 @@ void WeightOptions::add_to(CLI::App* app) {
                   "single-file safetensors of that layout (F32/F16/BF16)");
   app->add_option("--weights_dtype", weights_dtype,
                   "keep the transformer's float weights as int8 (per output channel, run on the "
-                  "CPU's int8 dot products against activations quantized per token) or fp8 "
-                  "(e4m3, decoded into the compute type); default: as --dtype")
-      ->check(CLI::IsMember({"int8", "fp8"}));
+                  "CPU's int8 dot products against activations quantized per token), fp8 "
+                  "(e4m3, decoded into the compute type) or q8_0 (GGUF's Q8_0 blocks, as a Q8_0 "
+                  "GGUF file's matrices run); default: as --dtype")
+      ->check(CLI::IsMember({"int8", "fp8", "q8_0"}));
 }
 
 void WeightOptions::apply(pipeline::Pipeline& pipe, const Device& device) const {

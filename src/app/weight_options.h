@@ -12,7 +12,7 @@ namespace xdit::app {
 
 struct WeightOptions {
   std::string transformer;    // a single-file checkpoint of the transformer
-  std::string weights_dtype;  // "", int8, fp8 (kernels::WeightFormat)
+  std::string weights_dtype;  // "", int8, fp8, q8_0 (kernels::WeightFormat)
   void add_to(CLI::App* app);
   // Before the load: the file checked against the config, the format set
   // (refused in one line on a CUDA device).

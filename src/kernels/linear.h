@@ -44,9 +44,13 @@ struct BlockRows {
 //             AVX2-VNNI); where the CPU has none, decoded into the compute
 //             type a band of rows at a time (said once);
 //   kFp8:     e4m3 with a scale per output channel, decoded into the
-//             compute type a band of rows at a time.
-enum class WeightFormat { kCompute, kInt8, kFp8 };
-WeightFormat parse_weight_format(const std::string& name);  // "", "int8", "fp8"
+//             compute type a band of rows at a time;
+//   kQ8_0:    ggml's Q8_0 blocks (a f16 scale per 32 inputs, ggml's
+//             quantizer), as a GGUF Q8_0 file's matrices run (the BlockRows
+//             constructor below); a layer whose inputs are not whole blocks
+//             keeps its weight in the compute type, as the GGUF files do.
+enum class WeightFormat { kCompute, kInt8, kFp8, kQ8_0 };
+WeightFormat parse_weight_format(const std::string& name);  // "", "int8", "fp8", "q8_0"
 const char* weight_format_name(WeightFormat f);
 
 // While one lives, the layers built from float weights on this thread keep

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <new>
+#include <optional>
 #include <stdexcept>
 
 #include "core/aligned.h"
@@ -222,6 +223,19 @@ kernels::Linear load_row_linear(const io::WeightSource& w, const std::string& pr
                        static_cast<size_t>(share));
     }
     c += share;
+  }
+  // --weights_dtype q8_0 quantizes this share: its blocks are the whole
+  // weight's (the serial layer's) only where it is whole blocks of them,
+  // as a GGUF's shares must be (column_shares); a weight that is not whole
+  // blocks is kept as computed, as the serial layer keeps it.
+  std::optional<kernels::WeightFormatScope> as_computed;
+  if (kernels::WeightFormatScope::current() == kernels::WeightFormat::kQ8_0) {
+    if (whole % 32 != 0) as_computed.emplace(kernels::WeightFormat::kCompute);
+    for (const auto& [begin, count] : origin.cols)
+      XDIT_CHECK(whole % 32 != 0 || (begin % 32 == 0 && count % 32 == 0), "tensor parallel degree ",
+                 tp.size, " splits ", wn, " at input ", begin, " (a share of ", count,
+                 " inputs), which cuts its q8_0 blocks of 32 values; choose a degree whose "
+                 "shares are whole blocks, or another --weights_dtype");
   }
   kernels::Linear l(weight, add_bias ? w.get_slice(bn, {out}, 0, 0, out) : Tensor(), ct);
   drop_pages(w, prefix, add_bias);

@@ -124,7 +124,7 @@ class Pipeline {
   // before set_loras and the load; checked against the config in one line.
   void set_transformer_file(const std::string& path);
   // How the transformer's layers keep weights stored as floats
-  // (--weights_dtype: int8, fp8; kernels::WeightFormat). Set before load().
+  // (--weights_dtype: int8, fp8, q8_0; kernels::WeightFormat). Set before load().
   void set_weights_format(kernels::WeightFormat f);
   // Throws one line when the folder holds no transformer weights and no
   // file was given (set_transformer_file): called by load(), and by the

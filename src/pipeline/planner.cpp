@@ -303,10 +303,12 @@ MemoryQuery Pipeline::memory_query(int64_t prompts, const PlanFields& f) const {
   q.latent_frames = f.latent_frames;
   q.cfg = f.cfg;
   q.dtype = dtype_;
-  // Quantized layers: int8 / fp8 keep a byte a weight (and a scale a row);
-  // a single-file checkpoint's matrices keep their stored bytes.
+  // Quantized layers: int8 / fp8 keep a byte a weight (and a scale a row),
+  // q8_0 34 bytes a 32; a single-file checkpoint's matrices keep their
+  // stored bytes.
   if (weights_format_ != kernels::WeightFormat::kCompute)
-    q.transformer_bytes_per_parameter = 1.0;
+    q.transformer_bytes_per_parameter =
+        weights_format_ == kernels::WeightFormat::kQ8_0 ? 34.0 / 32.0 : 1.0;
   else if (dynamic_cast<const models::OriginalCheckpointWeights*>(weights_.get()) != nullptr &&
            family_->parameter_count() > 0)
     q.transformer_bytes_per_parameter = static_cast<double>(weights_->stored_bytes()) /

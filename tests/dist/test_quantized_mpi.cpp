@@ -7,7 +7,8 @@
 // sum exactly and each token's activations are quantized alike however the
 // tokens are split). Tensor parallelism splits a Q8_0 weight only by whole
 // blocks: the tiny model's 32-input shares of 16 are refused in one line on
-// every rank; int8 under tensor parallelism quantizes each rank's share of
+// every rank (from a GGUF, and with --weights_dtype q8_0, which quantizes
+// each share); int8 under tensor parallelism quantizes each rank's share of
 // a row-parallel weight (and of its activations) at its own scales, so it
 // is near, not equal to, the serial int8 run. In bf16 on AVX-512-VNNI
 // without AMX the Q8_0 layers multiply as integers against Q8_0
@@ -31,15 +32,18 @@ using parallel::ParallelConfig;
 using test::world;
 using namespace test::layouts;
 
-// kGgufQ8_0Integers: the Q8_0 GGUF in bf16 (its layers as integers).
-enum class Weights { kGgufQ8_0, kInt8, kGgufQ8_0Integers };
+// kGgufQ8_0Integers: the Q8_0 GGUF in bf16 (its layers as integers);
+// kQ8_0: --weights_dtype q8_0 (the folder's weights quantized at load).
+enum class Weights { kGgufQ8_0, kInt8, kGgufQ8_0Integers, kQ8_0 };
 
 DType dtype(Weights w) {
   return w == Weights::kGgufQ8_0Integers ? DType::kBF16 : DType::kF32;
 }
 
 void quantize(pipeline::Pipeline& p, Weights w) {
-  if (w != Weights::kInt8)
+  if (w == Weights::kQ8_0)
+    p.set_weights_format(kernels::WeightFormat::kQ8_0);
+  else if (w != Weights::kInt8)
     p.set_transformer_file(std::string(XDIT_TEST_DATA) + "/flux_checkpoint/flux_tiny_q8_0.gguf");
   else
     p.set_weights_format(kernels::WeightFormat::kInt8);
@@ -85,6 +89,7 @@ void check(const ParallelConfig& pc, Weights w) {
     GTEST_SKIP() << "this CPU (or ONEDNN_MAX_CPU_ISA) runs no Q8_0 layer as integers "
                     "(AVX-512-VNNI + bf16 without AMX)";
   SCOPED_TRACE(pc.describe() + (w == Weights::kInt8 ? " int8" : " Q8_0") +
+               (w == Weights::kQ8_0 ? " at load" : "") +
                (w == Weights::kGgufQ8_0Integers ? " as integers, bf16" : ""));
   const Serial s = serial(w);
   const Tensor &want = s.want, &plain = s.plain;
@@ -102,9 +107,10 @@ void check(const ParallelConfig& pc, Weights w) {
                                           plain.to_vector()),
                  serial_error = test::rel_max_err(want.to_vector(), plain.to_vector()),
                  error = test::rel_max_err(got.to_vector(), plain.to_vector());
-    std::printf("%s, Q8_0 as integers in bf16: %.2e from the float run (serial %.2e; the float "
-                "weights' ring run %.2e)\n",
-                pc.describe().c_str(), error, serial_error, ring);
+    std::printf(
+        "%s, Q8_0 as integers in bf16: %.2e from the float run (serial %.2e; the float "
+        "weights' ring run %.2e)\n",
+        pc.describe().c_str(), error, serial_error, ring);
     EXPECT_LE(error, 2 * serial_error + ring);
     return;
   }
@@ -116,11 +122,13 @@ TEST(QuantizedMpi, CfgParallel) {
   check(layout(1, true, 1, 1), Weights::kGgufQ8_0);
   check(layout(1, true, 1, 1), Weights::kInt8);
   check(layout(1, true, 1, 1), Weights::kGgufQ8_0Integers);
+  check(layout(1, true, 1, 1), Weights::kQ8_0);
 }
 TEST(QuantizedMpi, Ulysses2) {
   check(layout(1, false, 2, 1), Weights::kGgufQ8_0);
   check(layout(1, false, 2, 1), Weights::kInt8);
   check(layout(1, false, 2, 1), Weights::kGgufQ8_0Integers);
+  check(layout(1, false, 2, 1), Weights::kQ8_0);
 }
 TEST(QuantizedMpi, Ring2) {
   check(layout(1, false, 1, 2), Weights::kGgufQ8_0);
@@ -131,6 +139,7 @@ TEST(QuantizedMpi, PipeFusion2FullWarmup) {
   check(layout(1, false, 1, 1, 2, 2, 3), Weights::kGgufQ8_0);
   check(layout(1, false, 1, 1, 2, 2, 3), Weights::kInt8);
   check(layout(1, false, 1, 1, 2, 2, 3), Weights::kGgufQ8_0Integers);
+  check(layout(1, false, 1, 1, 2, 2, 3), Weights::kQ8_0);
 }
 TEST(QuantizedMpi, UlyssesTimesRing) {
   check(layout(1, false, 2, 2), Weights::kGgufQ8_0);
@@ -149,6 +158,11 @@ TEST(QuantizedMpi, TensorParallelRefusesSplitsThatCutBlocks) {
   const std::string e = test::error_message([&] { parallel_run(c, Weights::kGgufQ8_0, req); });
   EXPECT_NE(e.find("cuts its Q8_0 blocks of 32 values"), std::string::npos) << e;
   EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  // --weights_dtype q8_0 quantizes each share: one that is not whole blocks
+  // of the weight's would not be the serial run's blocks.
+  const std::string at_load = test::error_message([&] { parallel_run(c, Weights::kQ8_0, req); });
+  EXPECT_NE(at_load.find("cuts its q8_0 blocks of 32 values"), std::string::npos) << at_load;
+  EXPECT_EQ(at_load.find('\n'), std::string::npos) << at_load;
 }
 
 TEST(QuantizedMpi, TensorParallelInt8IsNearTheSerialInt8Run) {

@@ -54,12 +54,17 @@ TEST_F(CliTransformer, GgufGivesTheLibrarysImage) {
   EXPECT_EQ(io::read_png(out()).rgb, library_image(gguf("flux_tiny_q8_0.gguf")));
 }
 
-// --weights_dtype int8 and a single-file safetensors (= the folder): the
-// library's images.
+// --weights_dtype int8 and q8_0, and a single-file safetensors (= the
+// folder): the library's images.
 TEST_F(CliTransformer, WeightsDtypeAndSafetensorsGiveTheLibrarysImages) {
   test::CommandResult r = generate("--weights_dtype int8");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(io::read_png(out()).rgb, library_image("", kernels::WeightFormat::kInt8));
+  r = generate("--weights_dtype q8_0");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto q8_0 = library_image("", kernels::WeightFormat::kQ8_0);
+  EXPECT_EQ(io::read_png(out()).rgb, q8_0);
+  EXPECT_NE(q8_0, library_image(""));
   r = generate("--transformer '" + gguf("flux_tiny_bf16.safetensors") + "'");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(io::read_png(out()).rgb, library_image(""));

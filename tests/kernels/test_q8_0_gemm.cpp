@@ -24,8 +24,8 @@ namespace {
 
 using cpu::q8_0_int8_dot_available;
 
-#define SKIP_WITHOUT_VNNI()                                                                 \
-  if (!q8_0_int8_dot_available())                                                           \
+#define SKIP_WITHOUT_VNNI()                                                                   \
+  if (!q8_0_int8_dot_available())                                                             \
   GTEST_SKIP() << "this CPU (or ONEDNN_MAX_CPU_ISA) has no AVX-512-VNNI + bf16 without AMX: " \
                   "Q8_0 layers decode their blocks (tested in test_quantized_linear.cpp)"
 
@@ -135,8 +135,8 @@ TEST(Q8_0Gemm, LayerIsTheBlockDotProducts) {
     int64_t k;
     std::vector<int64_t> parts;
   };
-  for (const Case& c : {Case{32, {1}}, Case{96, {17}}, Case{64, {23, 40}}, Case{3072, {50}},
-                        Case{160, {1100}}}) {
+  for (const Case& c :
+       {Case{32, {1}}, Case{96, {17}}, Case{64, {23, 40}}, Case{3072, {50}}, Case{160, {1100}}}) {
     int64_t n = 0;
     std::vector<uint8_t> all;
     std::vector<std::vector<uint8_t>> bytes;
@@ -228,8 +228,8 @@ TEST(Q8_0Gemm, ColumnSharesSumToTheWholeLayer) {
   std::vector<float> want(m * n), sum(m * n, 0.0f);
   whole.forward(x.data(), m, want.data());
   // Two ranks' shares: blocks {0, 3, 4} and {1, 2, 5} of each row.
-  const std::vector<std::vector<std::pair<int64_t, int64_t>>> shares = {
-      {{0, 32}, {96, 64}}, {{32, 64}, {160, 32}}};
+  const std::vector<std::vector<std::pair<int64_t, int64_t>>> shares = {{{0, 32}, {96, 64}},
+                                                                        {{32, 64}, {160, 32}}};
   for (const auto& share : shares) {
     std::vector<uint8_t> bytes;
     const Linear part({nn::column_shares(q8_rows(w, n, k), share, "w", 2, bytes)}, Tensor(),
@@ -273,10 +273,11 @@ TEST(Q8_0Gemm, OnlyBf16Q8_0LayersRunAsIntegersNearTheDecodedLayer) {
   const double err_on = test::rel_max_err(y_on, exact), err_off = test::rel_max_err(y_off, exact);
   EXPECT_GT(err_on, 0.0);  // the activations were quantized
   EXPECT_LT(err_on, 1e-2);
-  std::printf("Q8_0 %lldx%lld -> %lld: integer route %.2e, decoded bf16 %.2e (largest error / "
-              "largest value, against f32)\n",
-              static_cast<long long>(m), static_cast<long long>(k), static_cast<long long>(n),
-              err_on, err_off);
+  std::printf(
+      "Q8_0 %lldx%lld -> %lld: integer route %.2e, decoded bf16 %.2e (largest error / "
+      "largest value, against f32)\n",
+      static_cast<long long>(m), static_cast<long long>(k), static_cast<long long>(n), err_on,
+      err_off);
 }
 
 }  // namespace

@@ -19,9 +19,9 @@
 #include "kernels/cpu/quantized_linear.h"
 #include "kernels/kernels.h"
 #include "kernels/linear.h"
+#include "kernels/q8_0_blocks.h"
 #include "kernels/reference.h"
 #include "nn/block_weights.h"
-#include "kernels/q8_0_blocks.h"
 #include "test_util.h"
 
 namespace xdit::kernels {
@@ -235,7 +235,47 @@ TEST(QuantizedLinear, Fp8IsItsDecodedWeight) {
   EXPECT_GT(test::rel_max_err(y, plain), 1e-4);  // it is quantized
 }
 
+// --weights_dtype q8_0: the layer a GGUF Q8_0 matrix of the weight makes
+// (ggml's quantizer; the same route, integers or decoded), bit for bit, in
+// f32 and bf16; a layer whose inputs are not whole blocks keeps its
+// weight as computed; NaN in a weight is one line.
+TEST(QuantizedLinear, Q8_0WeightsAreTheGgufBlocksLayer) {
+  const int64_t in = 96, out = 50, m = 7;
+  const auto wv = test::randn(out * in, 16, 0.3f);
+  const Tensor w = Tensor::from_vector(wv, {out, in});
+  std::vector<uint8_t> blocks(out * in / 32 * 34);
+  io::quantize_q8_0(wv.data(), out * in / 32, blocks.data());
+  const auto x = test::randn(m * in, 17);
+  for (const ComputeType ct : {ComputeType::kF32, ComputeType::kBF16}) {
+    if (ct == ComputeType::kBF16 && !cpu_has_bf16()) continue;
+    const Linear gguf({nn::block_rows(q8_rows(blocks, out, in), 0, out)}, Tensor(), ct,
+                      Activation::kNone);
+    const WeightFormatScope scope(WeightFormat::kQ8_0);
+    const Linear lin(w, Tensor(), ct);
+    EXPECT_EQ(lin.implementation(m), gguf.implementation(m));
+    EXPECT_EQ(lin.weight_bytes(), gguf.weight_bytes());
+    std::vector<float> y(m * out), want(m * out);
+    lin.forward(x.data(), m, y.data());
+    gguf.forward(x.data(), m, want.data());
+    EXPECT_EQ(y, want) << (ct == ComputeType::kF32 ? "f32" : "bf16");
+  }
+  const Tensor odd_w = Tensor::from_vector(test::randn(5 * 40, 18), {5, 40});
+  const Linear as_computed(odd_w, Tensor(), ComputeType::kF32);
+  const WeightFormatScope scope(WeightFormat::kQ8_0);
+  const Linear odd(odd_w, Tensor(), ComputeType::kF32);
+  EXPECT_EQ(odd.implementation(3), as_computed.implementation(3));
+  EXPECT_EQ(odd.weight_bytes(), as_computed.weight_bytes());
+  auto bad = wv;
+  bad[77] = std::nanf("");
+  const std::string e = test::error_message([&] {
+    Linear(Tensor::from_vector(bad, {out, in}), Tensor(), ComputeType::kF32);
+  });
+  EXPECT_NE(e.find("NaN or Inf"), std::string::npos) << e;
+}
+
 TEST(QuantizedLinear, WeightFormatNames) {
+  EXPECT_EQ(parse_weight_format("q8_0"), WeightFormat::kQ8_0);
+  EXPECT_EQ(weight_format_name(WeightFormat::kQ8_0), std::string("q8_0"));
   EXPECT_EQ(parse_weight_format("int8"), WeightFormat::kInt8);
   EXPECT_EQ(parse_weight_format("fp8"), WeightFormat::kFp8);
   EXPECT_EQ(parse_weight_format(""), WeightFormat::kCompute);

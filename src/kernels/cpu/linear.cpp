@@ -55,7 +55,8 @@ WeightFormat parse_weight_format(const std::string& name) {
   if (name.empty() || name == "bf16" || name == "f32") return WeightFormat::kCompute;
   if (name == "int8") return WeightFormat::kInt8;
   if (name == "fp8") return WeightFormat::kFp8;
-  XDIT_FAIL("unknown weights dtype '", name, "' (int8, fp8, or as computed: bf16 / f32)");
+  if (name == "q8_0") return WeightFormat::kQ8_0;
+  XDIT_FAIL("unknown weights dtype '", name, "' (int8, fp8, q8_0, or as computed: bf16 / f32)");
 }
 
 const char* weight_format_name(WeightFormat f) {
@@ -64,6 +65,8 @@ const char* weight_format_name(WeightFormat f) {
       return "int8";
     case WeightFormat::kFp8:
       return "fp8";
+    case WeightFormat::kQ8_0:
+      return "q8_0";
     default:
       return "as computed";
   }
@@ -221,7 +224,8 @@ Linear::Linear(const std::vector<Tensor>& parts, const Tensor& bias, ComputeType
     return;
   }
 #endif
-  if (const WeightFormat f = WeightFormatScope::current(); f != WeightFormat::kCompute) {
+  if (const WeightFormat f = WeightFormatScope::current();
+      f != WeightFormat::kCompute && !(f == WeightFormat::kQ8_0 && im.in % 32 != 0)) {
     im.quant = cpu::make_quantized_gemm(stacked(), f, ct);
     XDIT_DEBUG("linear ", im.in, " -> ", im.out, ": ", weight_format_name(f), " weights");
     return;

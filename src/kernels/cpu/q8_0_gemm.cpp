@@ -23,14 +23,14 @@ namespace xdit::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kGroup = 32;       // values per Q8_0 block
-constexpr int64_t kGroupBytes = 34;  // its f16 scale and 32 codes
-constexpr int64_t kLanes = 16;       // output channels per panel: one vector of int32 sums
-constexpr int64_t kSteps = kGroup / 4;              // vpdpbusd steps per block (4 inputs each)
-constexpr int64_t kPanelBlock = kGroup * kLanes;    // code bytes of one block of a panel
-constexpr int kTileRows = 4;                        // rows per tile
-constexpr int kTilePanels = 3;                      // panels per tile (48 outputs)
-constexpr int64_t kRowChunk = 64;                   // rows of a work item, one panel set
+constexpr int64_t kGroup = 32;          // values per Q8_0 block
+constexpr int64_t kGroupBytes = 34;     // its f16 scale and 32 codes
+constexpr int64_t kLanes = 16;          // output channels per panel: one vector of int32 sums
+constexpr int64_t kSteps = kGroup / 4;  // vpdpbusd steps per block (4 inputs each)
+constexpr int64_t kPanelBlock = kGroup * kLanes;  // code bytes of one block of a panel
+constexpr int kTileRows = 4;                      // rows per tile
+constexpr int kTilePanels = 3;                    // panels per tile (48 outputs)
+constexpr int64_t kRowChunk = 64;                 // rows of a work item, one panel set
 
 std::atomic<bool> int8_dot_on{true};
 
@@ -88,8 +88,7 @@ XDIT_VNNI_TARGET void tile(const Operands& o, int64_t r, int64_t p) {
     for (int i = 0; i < R; ++i) {
       const __m512 dx = _mm512_set1_ps(o.d[(r + i) * groups + g]);
       for (int z = 0; z < P; ++z)
-        f[i][z] =
-            _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][z]), _mm512_mul_ps(sw[z], dx), f[i][z]);
+        f[i][z] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][z]), _mm512_mul_ps(sw[z], dx), f[i][z]);
     }
   }
   for (int i = 0; i < R; ++i) {
@@ -123,8 +122,7 @@ constexpr TileFn kTiles[kTileRows][kTilePanels] = {
 };
 
 // One block of 32 values (two vectors) → codes, d, comp (the header's rule).
-XDIT_VNNI_TARGET void quantize_block(__m512 v0, __m512 v1, int8_t* codes, float* d,
-                                     int32_t* comp) {
+XDIT_VNNI_TARGET void quantize_block(__m512 v0, __m512 v1, int8_t* codes, float* d, int32_t* comp) {
   const __m512 zero = _mm512_setzero_ps();
   // v · 0 is 0 for finite v and NaN for NaN or ±Inf.
   const bool finite = _mm512_cmp_ps_mask(_mm512_mul_ps(v0, zero), zero, _CMP_EQ_OQ) == 0xffff &&
@@ -135,8 +133,7 @@ XDIT_VNNI_TARGET void quantize_block(__m512 v0, __m512 v1, int8_t* codes, float*
     std::memset(codes, 0, kGroup);
     return;
   }
-  const float amax =
-      _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
   const float scale = amax / 127.0f, inverse = scale != 0 ? 1.0f / scale : 0.0f;
   const __m512 iv = _mm512_set1_ps(inverse);
   // vcvtps2dq rounds to nearest even (the default MXCSR mode, nearbyint's).
@@ -208,9 +205,9 @@ class Q8_0Int8Gemm : public QuantizedGemm {
     grow_discarding(d, static_cast<size_t>(m * groups_));
     grow_discarding(comp, static_cast<size_t>(m * groups_));
     quantize_q8_0_activations(x, x_f32, m, in_, codes.data(), d.data(), comp.data());
-    const Operands o{codes.data(), d.data(), comp.data(), codes_.data(), scales_.data(),
-                     in_,          groups_,  m,           out_,          bias,
-                     act,          accumulate, bf16_out,  y};
+    const Operands o{
+        codes.data(), d.data(), comp.data(), codes_.data(), scales_.data(), in_, groups_, m,
+        out_,         bias,     act,         accumulate,    bf16_out,       y};
     const int64_t panel_sets = (panels_ + kTilePanels - 1) / kTilePanels;
     const int64_t chunks = (m + kRowChunk - 1) / kRowChunk;
     // Dynamic: on a shared host one core often runs behind the other.
@@ -227,7 +224,9 @@ class Q8_0Int8Gemm : public QuantizedGemm {
     }
   }
 
-  std::string implementation(int64_t) const override { return "xdit:q8_0-int8(avx512-vnni)"; }
+  std::string implementation(int64_t) const override {
+    return "xdit:q8_0-int8(avx512-vnni)";
+  }
   size_t weight_bytes() const override {
     return codes_.size() + scales_.size() * sizeof(uint16_t);
   }
@@ -269,9 +268,8 @@ void set_q8_0_int8_dot(bool on) {
 
 bool q8_0_int8_dot_applies(const std::vector<BlockRows>& parts) {
   if (!q8_0_int8_dot_available()) return false;
-  return std::all_of(parts.begin(), parts.end(), [](const BlockRows& p) {
-    return p.q8_0 && p.cols % kGroup == 0;
-  });
+  return std::all_of(parts.begin(), parts.end(),
+                     [](const BlockRows& p) { return p.q8_0 && p.cols % kGroup == 0; });
 }
 
 std::unique_ptr<QuantizedGemm> make_q8_0_int8_gemm(const std::vector<BlockRows>& parts,

@@ -33,8 +33,7 @@ bool q8_0_int8_dot_applies(const std::vector<BlockRows>& parts);
 // The stacked Q8_0 rows of `parts` (`in` values each, a multiple of 32),
 // repacked for vpdpbusd in the same bytes (f16 scales, codes + 128 as u8).
 // Needs AVX-512-VNNI (q8_0_int8_dot_available, ignoring the switch).
-std::unique_ptr<QuantizedGemm> make_q8_0_int8_gemm(const std::vector<BlockRows>& parts,
-                                                   int64_t in);
+std::unique_ptr<QuantizedGemm> make_q8_0_int8_gemm(const std::vector<BlockRows>& parts, int64_t in);
 
 // Rows of x (f32, or bf16 when !x_f32) as Q8_0 activations: per block of
 // 32 values d = max |x| / 127 (f32, not rounded to f16) and codes

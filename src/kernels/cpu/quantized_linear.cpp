@@ -14,6 +14,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "io/gguf_quants.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/cpu/q8_0_gemm.h"
@@ -341,6 +342,34 @@ class Int8Gemm : public QuantizedGemm {
   mutable std::map<int64_t, Prim> prims_;
 };
 
+// The weight as ggml's Q8_0 blocks (io::quantize_q8_0, gguf-py's byte for
+// byte), then the layer a GGUF Q8_0 matrix makes (make_block_gemm).
+std::unique_ptr<QuantizedGemm> make_q8_0_blocks_gemm(const Tensor& weight, ComputeType ct) {
+  Tensor keep;
+  const float* w = f32_rows(weight, keep);
+  const int64_t out = weight.dim(0), in = weight.dim(1), blocks = in / 32;
+  XDIT_CHECK(in % 32 == 0, "a ", out, " x ", in, " weight is not whole Q8_0 blocks of 32 inputs");
+  bool finite = true;
+#pragma omp parallel for schedule(static) reduction(&& : finite)
+  for (int64_t r = 0; r < out; ++r)
+    finite = finite && !std::isnan(largest_magnitude(w + r * in, in));
+  XDIT_CHECK(finite, "a ", out, " x ", in,
+             " weight holds NaN or Inf: it cannot be quantized to q8_0");
+  AlignedVector<uint8_t> bytes(static_cast<size_t>(out * blocks * 34));
+  io::quantize_q8_0(w, out * blocks, bytes.data());
+  BlockRows rows;
+  rows.data = bytes.data();
+  rows.rows = out;
+  rows.cols = in;
+  rows.row_bytes = static_cast<size_t>(blocks * 34);
+  rows.decode_row = [blocks](const uint8_t* row, float* dst) {
+    io::dequantize_blocks(io::GgmlType::kQ8_0, row, blocks, dst);
+  };
+  rows.format = "Q8_0";
+  rows.q8_0 = true;
+  return make_block_gemm({rows}, in, ct);
+}
+
 }  // namespace
 
 bool cpu_has_int8_dot() {
@@ -413,6 +442,7 @@ std::unique_ptr<QuantizedGemm> make_block_gemm(const std::vector<BlockRows>& par
 std::unique_ptr<QuantizedGemm> make_quantized_gemm(const Tensor& weight, WeightFormat format,
                                                    ComputeType ct) {
   XDIT_CHECK(format != WeightFormat::kCompute, "make_quantized_gemm: no quantized format");
+  if (format == WeightFormat::kQ8_0) return make_q8_0_blocks_gemm(weight, ct);
   if (format == WeightFormat::kInt8 && cpu_has_int8_dot())
     return std::make_unique<Int8Gemm>(weight);
   if (format == WeightFormat::kInt8) {

@@ -31,8 +31,9 @@ class QuantizedGemm {
 std::unique_ptr<QuantizedGemm> make_block_gemm(const std::vector<BlockRows>& parts, int64_t in,
                                                ComputeType ct);
 
-// A float weight [out, in] (any float dtype) quantized per output channel:
-// int8 (kInt8) or e4m3 (kFp8).
+// A float weight [out, in] (any float dtype) quantized per output channel,
+// int8 (kInt8) or e4m3 (kFp8), or into Q8_0 blocks (kQ8_0: `in` a multiple
+// of 32), run as make_block_gemm runs a GGUF's.
 std::unique_ptr<QuantizedGemm> make_quantized_gemm(const Tensor& weight, WeightFormat format,
                                                    ComputeType ct);
 
