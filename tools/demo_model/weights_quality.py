@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Quality of xdit's quantized weights on real pictures (issues 40 and 45):
 draws heldout.json's 24 captions with the demo model with its weights as
-computed (bf16, the reference) and kept as int8 and fp8
+computed (bf16, the reference) and kept as int8, fp8 and Q8_0
 (`--weights_dtype`), prints a markdown table of the PSNR against the bf16
 pictures (mean and worst of the 24) and the semantic score (classify.py),
 and writes the first captions' pictures side by side (one row a caption:
-bf16 | int8 | fp8).
+bf16 | int8 | fp8 | q8_0).
 
     python3 tools/demo_model/weights_quality.py --xdit build/xdit --grid docs/images/demo_weights.png
 """
@@ -26,7 +26,8 @@ import make_data  # noqa: E402
 
 FORMATS = [("bf16 (the reference)", "--dtype bf16"),
            ("int8 (`--weights_dtype int8`)", "--dtype bf16 --weights_dtype int8"),
-           ("fp8 e4m3 (`--weights_dtype fp8`)", "--dtype bf16 --weights_dtype fp8")]
+           ("fp8 e4m3 (`--weights_dtype fp8`)", "--dtype bf16 --weights_dtype fp8"),
+           ("Q8_0 (`--weights_dtype q8_0`)", "--dtype bf16 --weights_dtype q8_0")]
 
 
 def main():
