@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "models/flux.h"
+#include "models/flux_checkpoint.h"
 #include "pipeline/model_family.h"
 #include "pipeline/text_encoding.h"
 
@@ -22,6 +23,13 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
   using ConfigFamily::ConfigFamily;
 
   bool runs_on_cuda() const override { return true; }
+  std::optional<OriginalLayout> original_layout(const io::WeightSpecs& specs) const override {
+    const Shape& q = spec_shape(specs, "transformer_blocks.0.attn.to_q.weight");
+    const Shape& mlp = spec_shape(specs, "single_transformer_blocks.0.proj_mlp.weight");
+    return OriginalLayout{"FLUX.1", [inner = q[0], mlp_hidden = mlp[0]](const std::string& n) {
+                            return models::flux_original_rows(n, inner, mlp_hidden);
+                          }};
+  }
   std::vector<std::string> lora_text_components() const override {
     return {"text_encoder", "text_encoder_2"};
   }

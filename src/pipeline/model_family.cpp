@@ -301,4 +301,10 @@ const io::WeightSource& ModelFamily::text_weights(const std::string& component,
   return *merged;
 }
 
+const Shape& ModelFamily::spec_shape(const io::WeightSpecs& specs, const std::string& name) {
+  for (const auto& [n, shape] : specs)
+    if (n == name) return shape;
+  XDIT_FAIL("--transformer: the model has no ", name, " (its original layout needs it)");
+}
+
 }  // namespace xdit::pipeline

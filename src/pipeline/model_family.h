@@ -8,6 +8,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "io/model_folder.h"
 #include "io/weights.h"
 #include "models/dit.h"
+#include "models/original_checkpoint.h"
 #include "models/pixart.h"
 #include "models/t5.h"
 #include "nn/lora.h"
@@ -130,6 +132,22 @@ class ModelFamily {
   virtual int64_t max_side(int64_t /*vae_scale_factor*/) const { return 0; }
   // SD3: skip-layer guidance (a third call that skips blocks).
   virtual bool skips_layers() const { return false; }
+  // A single-file checkpoint of the model's original layout
+  // (--transformer FILE: a GGUF or safetensors file as people download
+  // them): the model's name in messages and the map of its diffusers
+  // weights to the file's tensors (models/original_checkpoint.h), from the
+  // transformer's `specs`; none where the family reads its transformer from
+  // its folder only.
+  struct OriginalLayout {
+    std::string model;  // "FLUX.1"
+    models::OriginalRowMap map;
+  };
+  virtual std::optional<OriginalLayout> original_layout(const io::WeightSpecs& /*specs*/) const {
+    return std::nullopt;
+  }
+  // The shape of weight `name` in `specs`; one line when the model has not
+  // that weight (an original layout's widths are read from them).
+  static const Shape& spec_shape(const io::WeightSpecs& specs, const std::string& name);
   // Whether the pipeline runs on the CUDA backend: its transformer, text
   // encoders and VAE use only the op set (kernels.h, Linear, Conv2d,
   // Scratch), no host loops over activations.

@@ -9,9 +9,7 @@
 #include "core/buffer_pool.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "models/flux_checkpoint.h"
 #include "models/original_checkpoint.h"
-#include "models/sd3_checkpoint.h"
 #include "models/vae.h"
 #include "parallel/calibrate.h"
 #include "parallel/vae_bands.h"
@@ -128,35 +126,13 @@ void Pipeline::set_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched) 
 void Pipeline::set_transformer_file(const std::string& path) {
   XDIT_CHECK(!transformer_ && !lora_base_ && (weights_ || transformer_file_needed_),
              "set_transformer_file before set_loras and the load");
-  const std::string cls = folder_ ? folder_->pipeline_class() : "";
-  const bool flux = cls == "FluxPipeline", sd3 = cls == "StableDiffusion3Pipeline";
-  XDIT_CHECK(flux || sd3, "--transformer ", path,
-             ": single-file checkpoints of FLUX.1 and SD3 / SD3.5 only so far; this model's "
-             "transformer is read from its folder");
   const io::WeightSpecs specs = family_->weight_specs({});
-  // The widths and the block count the original layout's fused tensors need.
-  Shape q, mlp;
-  int64_t last_block = -1;
-  for (const auto& [name, shape] : specs) {
-    if (name == "transformer_blocks.0.attn.to_q.weight") q = shape;
-    if (name == "single_transformer_blocks.0.proj_mlp.weight") mlp = shape;
-    if (name.rfind("transformer_blocks.", 0) == 0)
-      last_block = std::max<int64_t>(last_block, std::stoll(name.substr(19)));
-  }
-  XDIT_CHECK(!q.empty() && (sd3 || !mlp.empty()), "--transformer: the model has no ",
-             q.empty() ? "joint blocks" : "single-stream blocks");
-  const int64_t inner = q[0], mlp_hidden = flux ? mlp[0] : 0;
-  models::OriginalRowMap map;
-  if (flux)
-    map = [inner, mlp_hidden](const std::string& n) {
-      return models::flux_original_rows(n, inner, mlp_hidden);
-    };
-  else
-    map = [inner, last_block](const std::string& n) {
-      return models::sd3_original_rows(n, inner, last_block);
-    };
+  std::optional<ModelFamily::OriginalLayout> layout = family_->original_layout(specs);
+  XDIT_CHECK(layout.has_value(), "--transformer ", path,
+             ": single-file checkpoints of FLUX.1, SD3 / SD3.5 and Z-Image only so far; ",
+             family_->name(), "'s transformer is read from its folder");
   auto source = std::make_unique<models::OriginalCheckpointWeights>(
-      std::make_shared<io::CheckpointFile>(path), flux ? "FLUX.1" : "SD3", std::move(map));
+      std::make_shared<io::CheckpointFile>(path), layout->model, std::move(layout->map));
   source->check_shapes(specs);  // the config against the file, before any weight is read
   weights_ = std::move(source);
 }

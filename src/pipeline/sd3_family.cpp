@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "models/sd3.h"
+#include "models/sd3_checkpoint.h"
 #include "pipeline/model_family.h"
 #include "pipeline/text_encoding.h"
 
@@ -24,6 +25,16 @@ class SD3Family : public ConfigFamily<models::SD3Config, models::SD3Transformer>
   using ConfigFamily::ConfigFamily;
 
   bool runs_on_cuda() const override { return true; }
+  std::optional<OriginalLayout> original_layout(const io::WeightSpecs& specs) const override {
+    const Shape& q = spec_shape(specs, "transformer_blocks.0.attn.to_q.weight");
+    int64_t last_block = -1;  // the last joint block's context stream ends the model
+    for (const auto& [name, shape] : specs)
+      if (name.rfind("transformer_blocks.", 0) == 0)
+        last_block = std::max<int64_t>(last_block, std::stoll(name.substr(19)));
+    return OriginalLayout{"SD3", [inner = q[0], last_block](const std::string& n) {
+                            return models::sd3_original_rows(n, inner, last_block);
+                          }};
+  }
   std::vector<std::string> lora_text_components() const override {
     return {"text_encoder", "text_encoder_2", "text_encoder_3"};
   }

@@ -20,6 +20,7 @@
 #include "core/log.h"
 #include "models/qwen_text.h"
 #include "models/zimage.h"
+#include "models/zimage_checkpoint.h"
 #include "pipeline/model_family.h"
 #include "pipeline/qwen_prompts.h"
 #include "pipeline/qwen_text_family.h"
@@ -66,6 +67,11 @@ class ZImageFamily : public QwenTextFamily<models::ZImageConfig, models::ZImageT
   double cfg_scale(double guidance_scale, double) const override { return 1.0 + guidance_scale; }
   const char* cfg_requirement() const override { return "--guidance_scale > 0"; }
   bool has_cfg_limits() const override { return true; }
+  std::optional<OriginalLayout> original_layout(const io::WeightSpecs& specs) const override {
+    const int64_t dim = spec_shape(specs, "x_pad_token")[1];
+    return OriginalLayout{
+        "Z-Image", [dim](const std::string& n) { return models::zimage_original_rows(n, dim); }};
+  }
   // hidden_states[-2]: the states before the last layer.
   int64_t text_layers_run(int64_t num_layers) const override { return num_layers - 1; }
   schedulers::TimestepHints timestep_hints(const schedulers::SchedulerConfig& s, int64_t steps,

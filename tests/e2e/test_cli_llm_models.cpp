@@ -1,6 +1,7 @@
 // xdit generate end to end on the decoder-LLM pipelines' tiny folders
 // (Z-Image, Qwen-Image): the PNG is the library's image of the same request
-// (tests/parity: = diffusers'), with and without CFG;
+// (tests/parity: = diffusers'), with and without CFG, and from a Z-Image
+// GGUF (--transformer);
 // `xdit info` describes the Qwen text encoder and tokenizer; sizes refused
 // (Z-Image) or floored (Qwen-Image) as diffusers does.
 #include <gtest/gtest.h>
@@ -25,8 +26,11 @@ class CliZImage : public test::GenerateCli {
                     "--num_inference_steps 3 --seed 4 --max_sequence_length 24 --dtype f32") {}
 };
 
-std::vector<uint8_t> library_image(const std::string& model, pipeline::ImageRequest r) {
+// `transformer`: a --transformer file.
+std::vector<uint8_t> library_image(const std::string& model, pipeline::ImageRequest r,
+                                   const std::string& transformer = "") {
   pipeline::Pipeline pipe(std::string(XDIT_MODELS) + "/" + model, DType::kF32);
+  if (!transformer.empty()) pipe.set_transformer_file(transformer);
   return pipe.generate(r).rgb.at(0);
 }
 
@@ -66,6 +70,18 @@ TEST_F(CliZImage, GenerateWritesTheLibrarysImageWithAndWithoutCfg) {
   cfg.cfg_truncation = 1.0;
   cfg.cfg_normalization = 0.0;
   EXPECT_NE(limited, library_image("zimage-tiny", cfg)) << "the options must change the image";
+}
+
+// --transformer: a Z-Image GGUF of the original layout
+// (tests/parity/test_zimage_checkpoint.cpp: = diffusers' image of it).
+TEST_F(CliZImage, TransformerFromAGgufWritesTheLibrarysImage) {
+  const std::string gguf = std::string(XDIT_TEST_DATA) + "/zimage_checkpoint/zimage_tiny_q8_0.gguf";
+  const test::CommandResult r = generate("--transformer '" + gguf + "'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::vector<uint8_t> want =
+      library_image("zimage-tiny", fox(pipeline::kDefaultGuidance), gguf);
+  EXPECT_EQ(io::read_png(out()).rgb, want);
+  EXPECT_NE(want, library_image("zimage-tiny", fox(pipeline::kDefaultGuidance)));
 }
 
 TEST_F(CliZImage, ASizeOffTheGridAndAnotherFamilysOptionAreOneLine) {
