@@ -9,9 +9,9 @@ void WeightOptions::add_to(CLI::App* app) {
   app->add_option("--transformer", transformer,
                   "the transformer's weights from one file instead of --model's folder (whose "
                   "configs and other components are still used): a GGUF of FLUX.1's, SD3 / "
-                  "SD3.5's or Z-Image's original layout, as the community's GGUF files (F32/F16/"
-                  "BF16, Q8_0, Q4_0/1, Q5_0/1, Q4_K, Q5_K, Q6_K; quantized matrices stay "
-                  "quantized in memory), or a single-file safetensors of that layout "
+                  "SD3.5's, Z-Image's, Qwen-Image's or Wan's layout, as the community's GGUF files "
+                  "(F32/F16/BF16, Q8_0, Q4_0/1, Q5_0/1, Q4_K, Q5_K, Q6_K; quantized matrices "
+                  "stay quantized in memory), or a single-file safetensors of that layout "
                   "(F32/F16/BF16)");
   app->add_option("--weights_dtype", weights_dtype,
                   "keep the transformer's float weights as int8 (per output channel, run on the "

@@ -236,7 +236,9 @@ void GgufFile::parse() {
     XDIT_CHECK(!p.name.empty() && p.name.size() <= 256, "GGUF file ", path_,
                " is malformed: tensor ", i, "'s name is ", p.name.size(), " bytes");
     const auto n_dims = c.get<uint32_t>("tensor dimensions");
-    XDIT_CHECK(n_dims >= 1 && n_dims <= 4, "GGUF file ", path_, " is malformed: ", p.name, " has ",
+    // ggml itself holds at most 4; the community's Wan files store the 3-D
+    // patch convolution's weight with its 5 (ComfyUI-GGUF and gguf-py read them).
+    XDIT_CHECK(n_dims >= 1 && n_dims <= 5, "GGUF file ", path_, " is malformed: ", p.name, " has ",
                n_dims, " dimensions");
     Shape dims(n_dims);
     for (auto& d : dims) {

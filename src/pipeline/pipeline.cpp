@@ -128,9 +128,10 @@ void Pipeline::set_transformer_file(const std::string& path) {
              "set_transformer_file before set_loras and the load");
   const io::WeightSpecs specs = family_->weight_specs({});
   std::optional<ModelFamily::OriginalLayout> layout = family_->original_layout(specs);
-  XDIT_CHECK(layout.has_value(), "--transformer ", path,
-             ": single-file checkpoints of FLUX.1, SD3 / SD3.5 and Z-Image only so far; ",
-             family_->name(), "'s transformer is read from its folder");
+  XDIT_CHECK(
+      layout.has_value(), "--transformer ", path,
+      ": single-file checkpoints of FLUX.1, SD3 / SD3.5, Z-Image, Qwen-Image and Wan only so far; ",
+      family_->name(), "'s transformer is read from its folder");
   auto source = std::make_unique<models::OriginalCheckpointWeights>(
       std::make_shared<io::CheckpointFile>(path), layout->model, std::move(layout->map));
   source->check_shapes(specs);  // the config against the file, before any weight is read

@@ -53,6 +53,13 @@ class QwenImageFamily
   }
   bool cfg_calls_apart() const override { return true; }
   int64_t cfg_renorm_patch() const override { return 2; }
+  // The community's Qwen-Image GGUF files keep diffusers' names (diffusers
+  // reads them with an identity mapping).
+  std::optional<OriginalLayout> original_layout(const io::WeightSpecs&) const override {
+    return OriginalLayout{"Qwen-Image", [](const std::string& n) {
+                            return std::optional<models::OriginalRows>(models::OriginalRows{n});
+                          }};
+  }
   bool floors_size() const override { return true; }
   ComponentKind vae_kind() const override { return ComponentKind::kAutoencoderKLWan; }
   schedulers::TimestepHints timestep_hints(const schedulers::SchedulerConfig& s, int64_t steps,

@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "models/t5.h"
 #include "models/wan.h"
+#include "models/wan_checkpoint.h"
 #include "pipeline/model_family.h"
 #include "pipeline/text_encoding.h"
 #include "tokenizers/prompt_clean.h"
@@ -33,6 +34,12 @@ class WanFamily : public ConfigFamily<models::WanConfig, models::WanTransformer>
     return ti2v_ ? "Wan2.2 TI2V" : boundary_ratio_ > 0 ? "Wan2.2" : "Wan2.1";
   }
   double boundary_ratio() const override { return boundary_ratio_; }
+  std::optional<OriginalLayout> original_layout(const io::WeightSpecs&) const override {
+    XDIT_CHECK(boundary_ratio_ == 0, "--transformer: ", name(),
+               "'s two experts (transformer, transformer_2) are two files; one --transformer "
+               "file is not supported yet: use the folder's weights");
+    return OriginalLayout{name(), models::wan_original_rows};
+  }
   std::vector<std::string> lora_text_components() const override { return {"text_encoder"}; }
   std::string describe() const override {
     const auto& c = cfg_;

@@ -82,7 +82,7 @@ TEST_F(CliTransformer, BadFilesAreOneLineBeforeAnyWeightLoads) {
   expect_error("--transformer '" + gguf("flux_tiny_q8_0.gguf") + "'",
                "a checkpoint of another model?", "sd3-tiny");
   expect_error("--transformer '" + gguf("flux_tiny_q8_0.gguf") + "'",
-               "FLUX.1, SD3 / SD3.5 and Z-Image only so far", "pixart-alpha-tiny");
+               "FLUX.1, SD3 / SD3.5, Z-Image, Qwen-Image and Wan only so far", "pixart-alpha-tiny");
 }
 
 }  // namespace

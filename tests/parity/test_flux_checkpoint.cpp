@@ -122,7 +122,9 @@ TEST(FluxCheckpoint, ImageFromGgufIsDiffusers) {
     pipeline::Pipeline(std::string(XDIT_MODELS) + "/pixart-alpha-tiny", DType::kF32)
         .set_transformer_file(data("flux_tiny_q8_0.gguf"));
   });
-  EXPECT_NE(pixart.find("FLUX.1, SD3 / SD3.5 and Z-Image only so far"), std::string::npos) << pixart;
+  EXPECT_NE(pixart.find("FLUX.1, SD3 / SD3.5, Z-Image, Qwen-Image and Wan only so far"),
+            std::string::npos)
+      << pixart;
   const std::string sd3 = test::error_message([&] {
     pipeline::Pipeline(std::string(XDIT_MODELS) + "/sd3-tiny", DType::kF32)
         .set_transformer_file(data("flux_tiny_q8_0.gguf"));
