@@ -11,7 +11,9 @@
 //  - sd3: an SD3.5-large step with CFG at full width (2432, 38 heads x 64,
 //    333 text tokens) and reduced depth (3 blocks, the last context_pre_only),
 //    per block and extrapolated to 38.
+#include <cstring>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -114,11 +116,13 @@ double flux_flops(const models::FluxConfig& c, int64_t N, int64_t L) {
   return f + 2.0 * N * D * c.in_channels;  // proj_out
 }
 
-// Random weights whose matrices of whole 32-value rows are handed over as
-// Q8_0 blocks (ggml's quantizer): a GGUF Q8_0 checkpoint's layers.
-class RandomQ8_0Weights : public io::WeightSource {
+// Random weights whose matrices of whole blocks are handed over as blocks:
+// Q8_0 (ggml's quantizer of the values) or Q4_K (random blocks with finite
+// scales: a speed row's values need not mean anything) — a GGUF
+// checkpoint's layers.
+class RandomBlockWeights : public io::WeightSource {
  public:
-  explicit RandomQ8_0Weights(uint64_t seed) : base_(seed) {}
+  RandomBlockWeights(uint64_t seed, io::GgmlType type) : base_(seed), type_(type) {}
   bool has(const std::string&) const override { return true; }
   size_t stored_bytes() const override { return loaded().total; }
 
@@ -128,20 +132,33 @@ class RandomQ8_0Weights : public io::WeightSource {
   }
   std::optional<io::QuantizedRows> read_quantized(const std::string& name, const Shape& expected,
                                                   const Shape& /*share*/) const override {
-    if (expected.size() != 2 || expected[1] % 32 != 0) return std::nullopt;
-    const Tensor f = base_.get(name, expected).to(DType::kF32);
-    auto bytes = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(f.numel() / 32 * 34));
-    io::quantize_q8_0(f.data<float>(), f.numel() / 32, bytes->data());
-    return io::QuantizedRows{io::GgmlType::kQ8_0,
+    const int64_t values = io::ggml_block_values(type_), bytes_per = io::ggml_block_bytes(type_);
+    if (expected.size() != 2 || expected[1] % values != 0) return std::nullopt;
+    const int64_t blocks = expected[0] * expected[1] / values;
+    auto bytes = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(blocks * bytes_per));
+    if (type_ == io::GgmlType::kQ8_0) {
+      const Tensor f = base_.get(name, expected).to(DType::kF32);
+      io::quantize_q8_0(f.data<float>(), blocks, bytes->data());
+    } else {
+      std::mt19937_64 rng(std::hash<std::string>{}(name));
+      for (auto& b : *bytes) b = static_cast<uint8_t>(rng());
+      const uint16_t d = f32_to_f16(1e-3f);  // d and dmin of every block
+      for (int64_t i = 0; i < blocks; ++i) {
+        std::memcpy(bytes->data() + i * bytes_per, &d, 2);
+        std::memcpy(bytes->data() + i * bytes_per + 2, &d, 2);
+      }
+    }
+    return io::QuantizedRows{type_,
                              expected[0],
                              expected[1],
                              bytes->data(),
-                             static_cast<size_t>(expected[1] / 32 * 34),
+                             static_cast<size_t>(expected[1] / values * bytes_per),
                              bytes};
   }
 
  private:
   io::RandomWeights base_;
+  io::GgmlType type_;
 };
 
 }  // namespace
@@ -186,12 +203,18 @@ nlohmann::json run_flux_row(int64_t res, const std::string& dt_name, int warmup,
   reduced.num_layers = 2;
   reduced.num_single_layers = 4;
   io::RandomWeights random(4);
-  RandomQ8_0Weights q8_0(4);
-  // q8_0: as a bf16 layer runs them (kernels/cpu/q8_0_gemm.h: integers on
-  // AVX-512-VNNI without AMX); q8_0_decoded: decoded into bf16 regardless.
-  const bool blocks = weights_kind == "q8_0" || weights_kind == "q8_0_decoded";
-  kernels::cpu::set_q8_0_int8_dot(weights_kind != "q8_0_decoded");
-  const io::WeightSource& weights = blocks ? static_cast<const io::WeightSource&>(q8_0) : random;
+  // q8_0, q4_k: as a bf16 layer runs them (kernels/cpu/q8_0_gemm.h:
+  // integers on AVX-512-VNNI without AMX); *_decoded: decoded into bf16.
+  const bool decoded = weights_kind.size() > 8 &&
+                       weights_kind.compare(weights_kind.size() - 8, 8, "_decoded") == 0;
+  const std::string block_kind = decoded ? weights_kind.substr(0, weights_kind.size() - 8)
+                                         : weights_kind;
+  const bool blocks = block_kind == "q8_0" || block_kind == "q4_k";
+  kernels::cpu::set_block_int8_dot(!decoded);
+  RandomBlockWeights block_weights(
+      4, block_kind == "q4_k" ? io::GgmlType::kQ4_K : io::GgmlType::kQ8_0);
+  const io::WeightSource& weights =
+      blocks ? static_cast<const io::WeightSource&>(block_weights) : random;
   XDIT_CHECK(!(tensor && g_device.cuda()), "bench flux: the tensor-parallel row runs on the CPU");
   XDIT_CHECK(weights_kind == "bf16" || !g_device.cuda(), "bench flux --weights ", weights_kind,
              ": the CPU only so far");
@@ -205,7 +228,7 @@ nlohmann::json run_flux_row(int64_t res, const std::string& dt_name, int warmup,
   recording.reset();
   format.reset();
   scope.reset();
-  kernels::cpu::set_q8_0_int8_dot(true);
+  kernels::cpu::set_block_int8_dot(true);
   size_t layer_bytes = 0;
   for (const nn::LinearOrigin& l : layers.layers()) layer_bytes += l.weight_bytes;
   const double flops = flux_flops(reduced, N, kFluxText), full = flux_flops(cfg, N, kFluxText);

@@ -54,10 +54,9 @@ void q8_0_blocks(const uint8_t* src, int64_t blocks, float* dst) {
   }
 }
 
-// The K-quants' 8 six-bit (scale, min) pairs in 12 bytes: pairs 0–3 in the
-// low 6 bits of bytes 0–3 (scales) and 4–7 (mins); pairs 4–7 in the nibbles
-// of bytes 8–11 with their top 2 bits in the top bits of bytes 0–7.
-void scale_min(const uint8_t* s, int j, int& sc, int& m) {
+}  // namespace
+
+void k_scale_min(const uint8_t* s, int j, int& sc, int& m) {
   if (j < 4) {
     sc = s[j] & 63;
     m = s[j + 4] & 63;
@@ -66,6 +65,8 @@ void scale_min(const uint8_t* s, int j, int& sc, int& m) {
     m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
   }
 }
+
+namespace {
 
 // 256-value blocks of 8 sub-blocks of 32: d, dmin (f16), the 12 bytes of
 // scales and mins, for Q5_K 32 bytes of fifth bits, then 128 bytes of
@@ -84,8 +85,8 @@ void k_nibble_blocks(const uint8_t* src, int64_t blocks, float* dst) {
     float* y = dst + b * 256;
     for (int i = 0; i < 4; ++i) {
       int sc0, m0, sc1, m1;
-      scale_min(scales, 2 * i, sc0, m0);
-      scale_min(scales, 2 * i + 1, sc1, m1);
+      k_scale_min(scales, 2 * i, sc0, m0);
+      k_scale_min(scales, 2 * i + 1, sc1, m1);
       const float d0 = d * static_cast<float>(sc0), n0 = dmin * static_cast<float>(m0);
       const float d1 = d * static_cast<float>(sc1), n1 = dmin * static_cast<float>(m1);
       for (int l = 0; l < 32; ++l) {

@@ -18,6 +18,11 @@ namespace xdit::io {
 // values at `dst`.
 void dequantize_blocks(GgmlType t, const uint8_t* src, int64_t blocks, float* dst);
 
+// The K-quants' 8 six-bit (scale, min) pairs in 12 bytes: pairs 0–3 in the
+// low 6 bits of bytes 0–3 (scales) and 4–7 (mins); pairs 4–7 in the nibbles
+// of bytes 8–11 with their top 2 bits in the top bits of bytes 0–7. Pair j.
+void k_scale_min(const uint8_t* s, int j, int& sc, int& m);
+
 // `blocks` blocks of 32 f32 values → Q8_0 as ggml's reference quantizer
 // (and gguf-py's) makes them: d = max|x| / 127 rounded to f16, q = x / d
 // rounded half away from zero (0 for an all-zero block).

@@ -31,9 +31,11 @@ struct BlockRows {
   size_t row_bytes = 0;
   std::function<void(const uint8_t* row, float* dst)> decode_row;
   std::string format;  // "Q8_0" (implementation(), logs)
-  // ggml's Q8_0 blocks (f16 scale, 32 int8 codes): a bf16 layer may
-  // multiply them as integers (kernels/cpu/q8_0_gemm.h).
-  bool q8_0 = false;
+  // The ggml blocks a bf16 layer may multiply as integers
+  // (kernels/cpu/q8_0_gemm.h): Q8_0 (f16 scale, 32 int8 codes) and Q4_K
+  // (256-value blocks of 8 × 32 nibbles with 6-bit scales and mins).
+  enum class Code { kOther, kQ8_0, kQ4_K };
+  Code code = Code::kOther;
 };
 
 // How a layer built from float weights keeps them (--weights_dtype):

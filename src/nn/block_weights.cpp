@@ -21,7 +21,9 @@ kernels::BlockRows decoded_as(const io::QuantizedRows& q, int64_t cols) {
     io::dequantize_blocks(t, row, blocks, dst);
   };
   b.format = io::ggml_type_name(t);
-  b.q8_0 = t == io::GgmlType::kQ8_0;
+  b.code = t == io::GgmlType::kQ8_0   ? kernels::BlockRows::Code::kQ8_0
+           : t == io::GgmlType::kQ4_K ? kernels::BlockRows::Code::kQ4_K
+                                      : kernels::BlockRows::Code::kOther;
   return b;
 }
 }  // namespace

@@ -85,7 +85,7 @@ Tensor parallel_run(const ParallelConfig& pc, Weights w, const pipeline::LatentR
 void check(const ParallelConfig& pc, Weights w) {
   if (pc.world() != world().size())
     GTEST_SKIP() << pc.describe() << " needs " << pc.world() << " ranks, not " << world().size();
-  if (w == Weights::kGgufQ8_0Integers && !kernels::cpu::q8_0_int8_dot_available())
+  if (w == Weights::kGgufQ8_0Integers && !kernels::cpu::cpu_runs_block_int8_dot())
     GTEST_SKIP() << "this CPU (or ONEDNN_MAX_CPU_ISA) runs no Q8_0 layer as integers "
                     "(AVX-512-VNNI + bf16 without AMX)";
   SCOPED_TRACE(pc.describe() + (w == Weights::kInt8 ? " int8" : " Q8_0") +

@@ -46,7 +46,7 @@ TEST_P(WeightsDtype, QuantizedImageIsWithin30DbOfTheFloatOne) {
       "%s: PSNR against the float weights' image: int8 %.1f dB, fp8 %.1f dB, q8_0 %.1f dB (%s); "
       "layer weights %zu / %zu / %zu / %zu bytes\n",
       GetParam().c_str(), p8, pf, pq,
-      kernels::cpu::q8_0_int8_dot_available() ? "as integers" : "decoded", float_bytes, int8_bytes,
+      kernels::cpu::cpu_runs_block_int8_dot() ? "as integers" : "decoded", float_bytes, int8_bytes,
       fp8_bytes, q8_0_bytes);
   RecordProperty("psnr_int8_db", std::to_string(p8));
   RecordProperty("psnr_fp8_db", std::to_string(pf));

@@ -1,10 +1,11 @@
-// Random Q8_0 rows for the quantized-linear tests: ggml's block layout
+// Random Q8_0 and Q4_K rows for the quantized-linear tests: ggml's block layout
 // (f16 scale, 32 int8 codes), the QuantizedRows a GGUF gives, and their values.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "core/dtype.h"
@@ -33,22 +34,50 @@ inline std::vector<uint8_t> random_q8_0(int64_t rows, int64_t cols, uint64_t see
   return b;
 }
 
+// `rows` rows of `cols` / 256 random Q4_K blocks: d and dmin finite and
+// small, random 6-bit scales and mins, random nibbles.
+inline std::vector<uint8_t> random_q4_k(int64_t rows, int64_t cols, uint64_t seed) {
+  const int64_t blocks = rows * cols / 256;
+  std::vector<uint8_t> b(static_cast<size_t>(blocks * 144));
+  std::mt19937_64 rng(seed);
+  for (auto& x : b) x = static_cast<uint8_t>(rng());
+  const auto scales = test::randn(2 * blocks, seed + 1, 0.002f);
+  for (int64_t i = 0; i < blocks; ++i)
+    for (int h = 0; h < 2; ++h) {
+      const uint16_t d = f32_to_f16(std::fabs(scales[2 * i + h]) + 1e-4f);
+      std::memcpy(&b[i * 144 + 2 * h], &d, 2);
+    }
+  return b;
+}
+
+inline io::QuantizedRows q4_k_rows(const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols) {
+  return {io::GgmlType::kQ4_K, rows, cols, bytes.data(), static_cast<size_t>(cols / 256 * 144), {}};
+}
+
 inline io::QuantizedRows q8_rows(const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols) {
   return {io::GgmlType::kQ8_0, rows, cols, bytes.data(), static_cast<size_t>(cols / 32 * 34), {}};
 }
 
-inline Tensor decoded(const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols) {
+inline Tensor decoded(const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols,
+                      io::GgmlType type = io::GgmlType::kQ8_0) {
   Tensor t = Tensor::empty({rows, cols});
-  io::dequantize_blocks(io::GgmlType::kQ8_0, bytes.data(), rows * cols / 32, t.data<float>());
+  io::dequantize_blocks(type, bytes.data(), rows * cols / io::ggml_block_values(type),
+                        t.data<float>());
   return t;
 }
 
-// While one lives, new bf16 Q8_0 layers decode their blocks.
+// While one lives, new bf16 Q8_0 / Q4_K layers decode their blocks (or,
+// `integers`, run as integers where the CPU can); the switch as it was after.
 struct DecodedQ8_0 {
-  DecodedQ8_0() { cpu::set_q8_0_int8_dot(false); }
-  ~DecodedQ8_0() { cpu::set_q8_0_int8_dot(true); }
+  explicit DecodedQ8_0(bool integers = false) : previous_(cpu::block_int8_dot_on()) {
+    cpu::set_block_int8_dot(integers);
+  }
+  ~DecodedQ8_0() { cpu::set_block_int8_dot(previous_); }
   DecodedQ8_0(const DecodedQ8_0&) = delete;
   DecodedQ8_0& operator=(const DecodedQ8_0&) = delete;
+
+ private:
+  bool previous_;
 };
 
 }  // namespace xdit::kernels

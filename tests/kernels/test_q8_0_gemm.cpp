@@ -22,10 +22,10 @@
 namespace xdit::kernels {
 namespace {
 
-using cpu::q8_0_int8_dot_available;
+using cpu::cpu_runs_block_int8_dot;
 
 #define SKIP_WITHOUT_VNNI()                                                                   \
-  if (!q8_0_int8_dot_available())                                                             \
+  if (!cpu_runs_block_int8_dot())                                                             \
   GTEST_SKIP() << "this CPU (or ONEDNN_MAX_CPU_ISA) has no AVX-512-VNNI + bf16 without AMX: " \
                   "Q8_0 layers decode their blocks (tested in test_quantized_linear.cpp)"
 
@@ -75,6 +75,16 @@ TEST(Q8_0Gemm, ActivationsAreGgmlQ8_0Blocks) {
     EXPECT_EQ(comp[b], -128 * sum);
   }
   EXPECT_EQ(d[1], 0.0f);  // the zero block
+  // A block below 127 · FLT_MIN (1 / d would overflow) counts as zeros.
+  std::vector<float> tiny(32, 1e-38f);
+  tiny[5] = -2e-38f;
+  std::vector<int8_t> tiny_codes(32, 1);
+  float tiny_d = 1;
+  int32_t tiny_comp = 1;
+  cpu::quantize_q8_0_activations(tiny.data(), true, 1, 32, tiny_codes.data(), &tiny_d, &tiny_comp);
+  EXPECT_EQ(tiny_d, 0.0f);
+  EXPECT_EQ(tiny_comp, 0);
+  EXPECT_EQ(tiny_codes, std::vector<int8_t>(32, 0));
   // bf16 rows: the same as their f32 values.
   std::vector<uint16_t> x16(m * k);
   std::vector<float> back(m * k);

@@ -11,6 +11,7 @@
 
 #include "io/safetensors.h"
 #include "kernels/cpu/q8_0_gemm.h"
+#include "kernels/q8_0_blocks.h"
 #include "lora_request.h"
 #include "pipeline/pipeline.h"
 #include "test_util.h"
@@ -25,18 +26,19 @@ struct Case {
 
 // The image of `c`'s GGUF in bf16, its Q8_0 layers as integers or decoded.
 std::vector<uint8_t> draw(const Case& c, bool integers) {
-  kernels::cpu::set_q8_0_int8_dot(integers);
   pipeline::Pipeline pipe(std::string(XDIT_MODELS) + "/" + c.model, DType::kBF16);
-  pipe.set_transformer_file(std::string(XDIT_TEST_DATA) + "/" + c.gguf);
-  pipe.load();  // the layers choose their route as they are made
-  kernels::cpu::set_q8_0_int8_dot(true);
+  {
+    const kernels::DecodedQ8_0 route(integers);
+    pipe.set_transformer_file(std::string(XDIT_TEST_DATA) + "/" + c.gguf);
+    pipe.load();  // the layers choose their route as they are made
+  }
   return pipe.generate(c.request).rgb.at(0);
 }
 
 class Q8_0Images : public testing::TestWithParam<Case> {};
 
 TEST_P(Q8_0Images, IntegerRouteIsWithin30DbOfDiffusers) {
-  if (!kernels::cpu::q8_0_int8_dot_available())
+  if (!kernels::cpu::cpu_runs_block_int8_dot())
     GTEST_SKIP() << "this CPU (or ONEDNN_MAX_CPU_ISA) has no AVX-512-VNNI + bf16 without AMX: "
                     "its Q8_0 layers decode their blocks";
   const Case& c = GetParam();

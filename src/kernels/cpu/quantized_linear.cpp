@@ -366,7 +366,7 @@ std::unique_ptr<QuantizedGemm> make_q8_0_blocks_gemm(const Tensor& weight, Compu
     io::dequantize_blocks(io::GgmlType::kQ8_0, row, blocks, dst);
   };
   rows.format = "Q8_0";
-  rows.q8_0 = true;
+  rows.code = BlockRows::Code::kQ8_0;
   return make_block_gemm({rows}, in, ct);
 }
 
@@ -422,8 +422,8 @@ uint8_t f32_to_e4m3(float v) {
 
 std::unique_ptr<QuantizedGemm> make_block_gemm(const std::vector<BlockRows>& parts, int64_t in,
                                                ComputeType ct) {
-  if (ct == ComputeType::kBF16 && q8_0_int8_dot_applies(parts))
-    return make_q8_0_int8_gemm(parts, in);
+  if (ct == ComputeType::kBF16)
+    if (auto integers = make_block_int8_gemm(parts, in)) return integers;
   std::vector<Segment> segments;
   for (const BlockRows& p : parts) {
     XDIT_CHECK(p.cols == in, "block-quantized linear parts must have the same ", in,

@@ -25,9 +25,9 @@ class QuantizedGemm {
   virtual size_t weight_bytes() const = 0;
 };
 
-// The stacked rows of `parts` (bytes copied), `in` values each: Q8_0 parts
-// of a bf16 layer as integers where q8_0_int8_dot_applies
-// (kernels/cpu/q8_0_gemm.h), otherwise decoded a band at a time.
+// The stacked rows of `parts` (bytes copied), `in` values each: Q8_0 or
+// Q4_K parts of a bf16 layer as integers where make_block_int8_gemm takes
+// them (kernels/cpu/q8_0_gemm.h), otherwise decoded a band at a time.
 std::unique_ptr<QuantizedGemm> make_block_gemm(const std::vector<BlockRows>& parts, int64_t in,
                                                ComputeType ct);
 
