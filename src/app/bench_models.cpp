@@ -205,10 +205,10 @@ nlohmann::json run_flux_row(int64_t res, const std::string& dt_name, int warmup,
   io::RandomWeights random(4);
   // q8_0, q4_k: as a bf16 layer runs them (kernels/cpu/q8_0_gemm.h:
   // integers on AVX-512-VNNI without AMX); *_decoded: decoded into bf16.
-  const bool decoded = weights_kind.size() > 8 &&
-                       weights_kind.compare(weights_kind.size() - 8, 8, "_decoded") == 0;
-  const std::string block_kind = decoded ? weights_kind.substr(0, weights_kind.size() - 8)
-                                         : weights_kind;
+  const bool decoded =
+      weights_kind.size() > 8 && weights_kind.compare(weights_kind.size() - 8, 8, "_decoded") == 0;
+  const std::string block_kind =
+      decoded ? weights_kind.substr(0, weights_kind.size() - 8) : weights_kind;
   const bool blocks = block_kind == "q8_0" || block_kind == "q4_k";
   kernels::cpu::set_block_int8_dot(!decoded);
   RandomBlockWeights block_weights(

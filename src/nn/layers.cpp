@@ -232,8 +232,9 @@ kernels::Linear load_row_linear(const io::WeightSource& w, const std::string& pr
   if (kernels::WeightFormatScope::current() == kernels::WeightFormat::kQ8_0) {
     if (whole % 32 != 0) as_computed.emplace(kernels::WeightFormat::kCompute);
     for (const auto& [begin, count] : origin.cols)
-      XDIT_CHECK(!tp.split() || whole % 32 != 0 || (begin % 32 == 0 && count % 32 == 0), "tensor parallel degree ",
-                 tp.size, " splits ", wn, " at input ", begin, " (a share of ", count,
+      XDIT_CHECK(!tp.split() || whole % 32 != 0 || (begin % 32 == 0 && count % 32 == 0),
+                 "tensor parallel degree ", tp.size, " splits ", wn, " at input ", begin,
+                 " (a share of ", count,
                  " inputs), which cuts its q8_0 blocks of 32 values; choose a degree whose "
                  "shares are whole blocks, or another --weights_dtype");
   }

@@ -22,7 +22,7 @@ namespace xdit::kernels {
 namespace {
 
 #define SKIP_WITHOUT_VNNI()                                                                   \
-  if (!cpu::cpu_runs_block_int8_dot())                                                     \
+  if (!cpu::cpu_runs_block_int8_dot())                                                        \
   GTEST_SKIP() << "this CPU (or ONEDNN_MAX_CPU_ISA) has no AVX-512-VNNI + bf16 without AMX: " \
                   "Q4_K layers decode their blocks (tested in test_quantized_linear.cpp)"
 
@@ -45,7 +45,9 @@ std::vector<double> reference(const std::vector<float>& x, int64_t m, int64_t k,
           dot += static_cast<double>(w[c * k + g * 32 + j]) * codes[r * k + g * 32 + j];
         acc += d[r * groups + g] * dot;
       }
-      if (gelu) acc = 0.5 * acc * (1.0 + std::tanh(0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)));
+      if (gelu)
+        acc =
+            0.5 * acc * (1.0 + std::tanh(0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)));
       y[r * n + c] = acc;
     }
   return y;
@@ -86,7 +88,8 @@ TEST(Q4_KGemm, LayerIsTheSubBlockDotProducts) {
     ASSERT_EQ(plain.implementation(3), "xdit:q4_k-int8(avx512-vnni)");
     // Nibbles, bytes of scales and mins, d and dmin: 4.625 bits a weight (rows padded to 16).
     const size_t padded = static_cast<size_t>((n + 15) / 16 * 16);
-    EXPECT_EQ(plain.weight_bytes(), padded * c.k / 2 + padded * c.k / 32 * 2 + padded * c.k / 256 * 4);
+    EXPECT_EQ(plain.weight_bytes(),
+              padded * c.k / 2 + padded * c.k / 32 * 2 + padded * c.k / 256 * 4);
     for (const int64_t m : {1, 3, 6, 70}) {
       SCOPED_TRACE(testing::Message() << "k=" << c.k << " n=" << n << " m=" << m);
       const auto x = test::randn(m * c.k, 50 + m);
@@ -108,6 +111,31 @@ TEST(Q4_KGemm, LayerIsTheSubBlockDotProducts) {
       EXPECT_LT(rel_err(acc, want_acc), 1e-5);
     }
   }
+}
+
+// Tensor parallelism's row-parallel shares (whole 256-value blocks) sum to
+// the whole layer: each sub-block is quantized alike wherever it goes.
+TEST(Q4_KGemm, ColumnSharesSumToTheWholeLayer) {
+  SKIP_WITHOUT_VNNI();
+  const int64_t k = 768, n = 21, m = 9;
+  const auto w = random_q4_k(n, k, 40);
+  const Linear whole({nn::block_rows(q4_k_rows(w, n, k), 0, n)}, Tensor(), ComputeType::kBF16,
+                     Activation::kNone);
+  const auto x = test::randn(m * k, 41);
+  std::vector<float> want(m * n), sum(m * n, 0.0f);
+  whole.forward(x.data(), m, want.data());
+  for (const auto& share : std::vector<std::vector<std::pair<int64_t, int64_t>>>{
+           {{0, 256}, {512, 256}}, {{256, 256}}}) {
+    std::vector<uint8_t> bytes;
+    const Linear part({nn::column_shares(q4_k_rows(w, n, k), share, "w", 2, bytes)}, Tensor(),
+                      ComputeType::kBF16, Activation::kNone);
+    std::vector<float> xs;
+    for (int64_t r = 0; r < m; ++r)
+      for (const auto& [begin, count] : share)
+        xs.insert(xs.end(), x.begin() + r * k + begin, x.begin() + r * k + begin + count);
+    part.forward(xs.data(), m, sum.data(), /*accumulate=*/true);
+  }
+  EXPECT_LT(test::rel_max_err(sum, want), 1e-5);
 }
 
 // gguf-py's Q4_K tensor (tests/data/gguf/types.gguf), near its decoded
@@ -134,7 +162,8 @@ TEST(Q4_KGemm, GgufPysTensorIsNearItsDecodedLayerAndMixedPartsDecode) {
     const auto q8 = random_q8_0(3, in, 7);
     const Linear mixed({nn::block_rows(q, 0, out), nn::block_rows(q8_rows(q8, 3, in), 0, 3)},
                        Tensor(), ComputeType::kBF16, Activation::kNone);
-    EXPECT_NE(mixed.implementation(5).find("decode("), std::string::npos) << mixed.implementation(5);
+    EXPECT_NE(mixed.implementation(5).find("decode("), std::string::npos)
+        << mixed.implementation(5);
   }
   EXPECT_GE(found, 1);
 }

@@ -65,8 +65,7 @@ XDIT_VNNI_TARGET void tile(const Operands& o, int64_t r, int64_t p) {
     for (int64_t j = 0; j < 4; ++j) {
       __m512i lo[P], hi[P];
       for (int z = 0; z < P; ++z) {
-        const __m512i v =
-            _mm512_load_si512(o.codes + ((p + z) * groups + g) * kSubCodes + j * 64);
+        const __m512i v = _mm512_load_si512(o.codes + ((p + z) * groups + g) * kSubCodes + j * 64);
         lo[z] = _mm512_and_si512(v, nibble);
         hi[z] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nibble);
       }
@@ -150,15 +149,21 @@ class Q4_KInt8Gemm : public QuantizedGemm {
     grow_discarding(xsum, static_cast<size_t>(m * groups_));
     for (int64_t i = 0; i < m * groups_; ++i)  // comp = −128 · Σ codes
       xsum[static_cast<size_t>(i)] = a.d[i] * static_cast<float>(-a.comp[i] / 128);
-    const Operands o{a,       xsum.data(), codes_.data(),
-                     sm_.data(), dd_.data(), blocks_,
+    const Operands o{a,
+                     xsum.data(),
+                     codes_.data(),
+                     sm_.data(),
+                     dd_.data(),
+                     blocks_,
                      {out_, bias, act, accumulate, bf16_out, y}};
     for_each_tile(m, panels_, kTileRows, kTilePanels, [&o](int64_t r, int rows, int64_t p, int np) {
       kTiles[rows - 1][np - 1](o, r, p);
     });
   }
 
-  std::string implementation(int64_t) const override { return "xdit:q4_k-int8(avx512-vnni)"; }
+  std::string implementation(int64_t) const override {
+    return "xdit:q4_k-int8(avx512-vnni)";
+  }
   size_t weight_bytes() const override {
     return codes_.size() + sm_.size() + dd_.size() * sizeof(uint16_t);
   }

@@ -20,10 +20,10 @@ namespace xdit::kernels::cpu {
 
 namespace {
 
-constexpr int64_t kGroup = kInt8Group;  // values per Q8_0 block
-constexpr int64_t kGroupBytes = 34;     // its f16 scale and 32 codes
-constexpr int64_t kLanes = kInt8Lanes;  // output channels per panel
-constexpr int64_t kSteps = kGroup / 4;  // vpdpbusd steps per block (4 inputs each)
+constexpr int64_t kGroup = kInt8Group;            // values per Q8_0 block
+constexpr int64_t kGroupBytes = 34;               // its f16 scale and 32 codes
+constexpr int64_t kLanes = kInt8Lanes;            // output channels per panel
+constexpr int64_t kSteps = kGroup / 4;            // vpdpbusd steps per block (4 inputs each)
 constexpr int64_t kPanelBlock = kGroup * kLanes;  // code bytes of one block of a panel
 constexpr int kTileRows = 4;                      // rows per tile
 constexpr int kTilePanels = 3;                    // panels per tile (48 outputs)
@@ -100,7 +100,8 @@ class Q8_0Int8Gemm : public QuantizedGemm {
   Q8_0Int8Gemm(const std::vector<BlockRows>& parts, int64_t in) : in_(in) {
     XDIT_CHECK(in % kGroup == 0, "a Q8_0 layer's ", in, " inputs are not whole blocks");
     for (const BlockRows& p : parts) {
-      XDIT_CHECK(p.code == BlockRows::Code::kQ8_0 && p.cols == in && p.row_bytes == static_cast<size_t>(in / kGroup * 34),
+      XDIT_CHECK(p.code == BlockRows::Code::kQ8_0 && p.cols == in &&
+                     p.row_bytes == static_cast<size_t>(in / kGroup * 34),
                  "a Q8_0 integer layer takes Q8_0 rows of ", in, " inputs, got ", p.format, " of ",
                  p.cols);
       out_ += p.rows;

@@ -7,7 +7,8 @@
 // Q4_K (q4_k_gemm.cpp): 256-value blocks of 8 sub-blocks of 32 nibbles q
 // with w = s1 · q − s2 (s1 = d · sc, s2 = dmin · m per sub-block), against
 // the same Q8_0 activations:
-//   y[m, n] = act(Σ_g d_x[m, g] · (s1[n, g] · Σ_{k ∈ g} q_w · q_x − s2[n, g] · Σ_{k ∈ g} q_x) + b[n]),
+//   y[m, n] = act(Σ_g d_x[m, g] · (s1[n, g] · Σ_{k ∈ g} q_w · q_x − s2[n, g] · Σ_{k ∈ g} q_x) +
+//   b[n]),
 // the nibbles unpacked in the kernel (the layer keeps Q4_K's memory).
 // Written here because oneDNN 3.2's integer matmul has no scales per block
 // along the reduction (its grouped scales came in later releases, for
