@@ -212,11 +212,11 @@ std::function<int()> add_bench(CLI::App& app) {
       ->capture_default_str();
   b->add_option("--weights", o->weights,
                 "flux: the transformer's weights as computed (bf16), int8, fp8 (--weights_dtype) "
-                "or q8_0 / q4_k (GGUF blocks; q8_0_decoded / q4_k_decoded: decoded into bf16 "
-                "even where they could run as integers), a row each")
+                "or q8_0 / q4_k / q5_k (GGUF blocks; with _decoded: decoded into bf16 even "
+                "where they could run as integers), a row each")
       ->delimiter(',')
-      ->check(
-          CLI::IsMember({"bf16", "int8", "fp8", "q8_0", "q8_0_decoded", "q4_k", "q4_k_decoded"}))
+      ->check(CLI::IsMember({"bf16", "int8", "fp8", "q8_0", "q8_0_decoded", "q4_k", "q4_k_decoded",
+                             "q5_k", "q5_k_decoded"}))
       ->capture_default_str();
   b->add_option("--lora_rank", o->lora_rank, "lora: the LoRA's rank")
       ->check(CLI::Range(int64_t{1}, int64_t{1024}))

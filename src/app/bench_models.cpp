@@ -117,7 +117,7 @@ double flux_flops(const models::FluxConfig& c, int64_t N, int64_t L) {
 }
 
 // Random weights whose matrices of whole blocks are handed over as blocks:
-// Q8_0 (ggml's quantizer of the values) or Q4_K (random blocks with finite
+// Q8_0 (ggml's quantizer of the values) or Q4_K / Q5_K (random blocks with finite
 // scales: a speed row's values need not mean anything) — a GGUF
 // checkpoint's layers.
 class RandomBlockWeights : public io::WeightSource {
@@ -203,16 +203,17 @@ nlohmann::json run_flux_row(int64_t res, const std::string& dt_name, int warmup,
   reduced.num_layers = 2;
   reduced.num_single_layers = 4;
   io::RandomWeights random(4);
-  // q8_0, q4_k: as a bf16 layer runs them (kernels/cpu/q8_0_gemm.h:
+  // q8_0, q4_k, q5_k: as a bf16 layer runs them (kernels/cpu/q8_0_gemm.h:
   // integers on AVX-512-VNNI without AMX); *_decoded: decoded into bf16.
   const bool decoded =
       weights_kind.size() > 8 && weights_kind.compare(weights_kind.size() - 8, 8, "_decoded") == 0;
   const std::string block_kind =
       decoded ? weights_kind.substr(0, weights_kind.size() - 8) : weights_kind;
-  const bool blocks = block_kind == "q8_0" || block_kind == "q4_k";
+  const bool blocks = block_kind == "q8_0" || block_kind == "q4_k" || block_kind == "q5_k";
   kernels::cpu::set_block_int8_dot(!decoded);
-  RandomBlockWeights block_weights(
-      4, block_kind == "q4_k" ? io::GgmlType::kQ4_K : io::GgmlType::kQ8_0);
+  RandomBlockWeights block_weights(4, block_kind == "q4_k"   ? io::GgmlType::kQ4_K
+                                      : block_kind == "q5_k" ? io::GgmlType::kQ5_K
+                                                             : io::GgmlType::kQ8_0);
   const io::WeightSource& weights =
       blocks ? static_cast<const io::WeightSource&>(block_weights) : random;
   XDIT_CHECK(!(tensor && g_device.cuda()), "bench flux: the tensor-parallel row runs on the CPU");

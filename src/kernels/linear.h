@@ -32,9 +32,10 @@ struct BlockRows {
   std::function<void(const uint8_t* row, float* dst)> decode_row;
   std::string format;  // "Q8_0" (implementation(), logs)
   // The ggml blocks a bf16 layer may multiply as integers
-  // (kernels/cpu/q8_0_gemm.h): Q8_0 (f16 scale, 32 int8 codes) and Q4_K
-  // (256-value blocks of 8 × 32 nibbles with 6-bit scales and mins).
-  enum class Code { kOther, kQ8_0, kQ4_K };
+  // (kernels/cpu/q8_0_gemm.h): Q8_0 (f16 scale, 32 int8 codes), Q4_K
+  // (256-value blocks of 8 × 32 nibbles with 6-bit scales and mins) and
+  // Q5_K (Q4_K with a fifth bit a value).
+  enum class Code { kOther, kQ8_0, kQ4_K, kQ5_K };
   Code code = Code::kOther;
 };
 

@@ -21,9 +21,11 @@ kernels::BlockRows decoded_as(const io::QuantizedRows& q, int64_t cols) {
     io::dequantize_blocks(t, row, blocks, dst);
   };
   b.format = io::ggml_type_name(t);
-  b.code = t == io::GgmlType::kQ8_0   ? kernels::BlockRows::Code::kQ8_0
-           : t == io::GgmlType::kQ4_K ? kernels::BlockRows::Code::kQ4_K
-                                      : kernels::BlockRows::Code::kOther;
+  using Code = kernels::BlockRows::Code;
+  b.code = t == io::GgmlType::kQ8_0   ? Code::kQ8_0
+           : t == io::GgmlType::kQ4_K ? Code::kQ4_K
+           : t == io::GgmlType::kQ5_K ? Code::kQ5_K
+                                      : Code::kOther;
   return b;
 }
 }  // namespace

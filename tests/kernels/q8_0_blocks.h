@@ -1,6 +1,8 @@
-// Random Q8_0 and Q4_K rows for the quantized-linear tests: ggml's block layout
+// Random Q8_0 and K-quant rows for the quantized-linear tests: ggml's block layout
 // (f16 scale, 32 int8 codes), the QuantizedRows a GGUF gives, and their values.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
@@ -34,24 +36,28 @@ inline std::vector<uint8_t> random_q8_0(int64_t rows, int64_t cols, uint64_t see
   return b;
 }
 
-// `rows` rows of `cols` / 256 random Q4_K blocks: d and dmin finite and
-// small, random 6-bit scales and mins, random nibbles.
-inline std::vector<uint8_t> random_q4_k(int64_t rows, int64_t cols, uint64_t seed) {
-  const int64_t blocks = rows * cols / 256;
-  std::vector<uint8_t> b(static_cast<size_t>(blocks * 144));
+// `rows` rows of `cols` / 256 random Q4_K (or Q5_K) blocks: d and dmin
+// finite and small, random 6-bit scales and mins, nibbles and fifth bits.
+inline std::vector<uint8_t> random_k_quant(int64_t rows, int64_t cols, uint64_t seed,
+                                           io::GgmlType type = io::GgmlType::kQ4_K) {
+  const int64_t blocks = rows * cols / 256, bytes = io::ggml_block_bytes(type);
+  std::vector<uint8_t> b(static_cast<size_t>(blocks * bytes));
   std::mt19937_64 rng(seed);
   for (auto& x : b) x = static_cast<uint8_t>(rng());
   const auto scales = test::randn(2 * blocks, seed + 1, 0.002f);
   for (int64_t i = 0; i < blocks; ++i)
     for (int h = 0; h < 2; ++h) {
       const uint16_t d = f32_to_f16(std::fabs(scales[2 * i + h]) + 1e-4f);
-      std::memcpy(&b[i * 144 + 2 * h], &d, 2);
+      std::memcpy(&b[i * bytes + 2 * h], &d, 2);
     }
   return b;
 }
 
-inline io::QuantizedRows q4_k_rows(const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols) {
-  return {io::GgmlType::kQ4_K, rows, cols, bytes.data(), static_cast<size_t>(cols / 256 * 144), {}};
+inline io::QuantizedRows k_quant_rows(const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols,
+                                      io::GgmlType type = io::GgmlType::kQ4_K) {
+  return {
+      type, rows, cols, bytes.data(), static_cast<size_t>(cols / 256 * io::ggml_block_bytes(type)),
+      {}};
 }
 
 inline io::QuantizedRows q8_rows(const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols) {
@@ -64,6 +70,23 @@ inline Tensor decoded(const std::vector<uint8_t>& bytes, int64_t rows, int64_t c
   io::dequantize_blocks(type, bytes.data(), rows * cols / io::ggml_block_values(type),
                         t.data<float>());
   return t;
+}
+
+// Skips a test of the integer route where the CPU cannot run it.
+#define SKIP_WITHOUT_VNNI()                                                          \
+  if (!cpu::cpu_runs_block_int8_dot())                                               \
+  GTEST_SKIP()                                                                       \
+      << "this CPU (or ONEDNN_MAX_CPU_ISA) has no AVX-512-VNNI + bf16 without AMX: " \
+         "Q8_0 and K-quant layers decode their blocks (tested in test_quantized_linear.cpp)"
+
+// max |got − want| / max |want|, against a reference in double.
+inline double rel_err(const std::vector<float>& got, const std::vector<double>& want) {
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::fabs(got[i] - want[i]));
+    scale = std::max(scale, std::fabs(want[i]));
+  }
+  return worst / scale;
 }
 
 // While one lives, new bf16 Q8_0 / Q4_K layers decode their blocks (or,

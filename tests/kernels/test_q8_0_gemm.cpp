@@ -22,13 +22,6 @@
 namespace xdit::kernels {
 namespace {
 
-using cpu::cpu_runs_block_int8_dot;
-
-#define SKIP_WITHOUT_VNNI()                                                                   \
-  if (!cpu_runs_block_int8_dot())                                                             \
-  GTEST_SKIP() << "this CPU (or ONEDNN_MAX_CPU_ISA) has no AVX-512-VNNI + bf16 without AMX: " \
-                  "Q8_0 layers decode their blocks (tested in test_quantized_linear.cpp)"
-
 // The header's rule, scalar: a block's d, codes and comp.
 struct Q8Block {
   float d;
@@ -126,15 +119,6 @@ std::vector<double> block_dot_reference(const std::vector<float>& x, int64_t m, 
     }
   }
   return y;
-}
-
-double rel_err(const std::vector<float>& got, const std::vector<double>& want) {
-  double worst = 0, scale = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    worst = std::max(worst, std::fabs(got[i] - want[i]));
-    scale = std::max(scale, std::fabs(want[i]));
-  }
-  return worst / scale;
 }
 
 TEST(Q8_0Gemm, LayerIsTheBlockDotProducts) {

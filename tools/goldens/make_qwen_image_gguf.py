@@ -18,17 +18,16 @@ Writes tests/data/qwen_image_checkpoint/:
                         of the GGUF with GGUFQuantizationConfig(compute_dtype=
                         float32): diffusers' own GGUF reading and dequantization.
 """
-import importlib.metadata
 import json
 import os
+import sys
 
-import diffusers
-import gguf
 import torch
-from diffusers import GGUFQuantizationConfig, QwenImagePipeline, QwenImageTransformer2DModel
-from gguf import GGMLQuantizationType as T
-from gguf import quants
+from diffusers import QwenImagePipeline, QwenImageTransformer2DModel
 from safetensors.torch import load_file, save_file
+
+sys.path.insert(0, os.path.dirname(__file__))
+from gguf_single_file import from_single_file, versions, write_q8_0_gguf  # noqa: E402
 
 FOLDER = "models/qwen-image-tiny"
 SRC = os.path.join(FOLDER, "transformer", "diffusion_pytorch_model.safetensors")
@@ -43,27 +42,12 @@ def main():
     sd = load_file(SRC)
     os.makedirs(OUT, exist_ok=True)
     path = os.path.join(OUT, "qwen_image_tiny_q8_0.gguf")
-    w = gguf.GGUFWriter(path, "qwen_image")
-    quantized = 0
-    for name, t in sorted(sd.items()):
-        x = t.float().numpy()
-        if x.ndim == 2 and x.shape[1] % 32 == 0:
-            w.add_tensor(name, quants.quantize(x, T.Q8_0), raw_dtype=T.Q8_0)
-            quantized += 1
-        else:
-            w.add_tensor(name, x)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    quantized = write_q8_0_gguf(path, "qwen_image", sd)
     print(len(sd), "tensors,", quantized, "in Q8_0")
-    transformer = QwenImageTransformer2DModel.from_single_file(
-        path, config=FOLDER, subfolder="transformer", torch_dtype=torch.float32,
-        quantization_config=GGUFQuantizationConfig(compute_dtype=torch.float32))
+    transformer = from_single_file(QwenImageTransformer2DModel, path, FOLDER)
     pipe = QwenImagePipeline.from_pretrained(FOLDER, transformer=transformer,
                                              torch_dtype=torch.float32)
-    images, meta = {}, {"gguf": importlib.metadata.version("gguf"),
-                        "diffusers": diffusers.__version__, "torch": torch.__version__}
+    images, meta = {}, versions()
     for key, (prompt, neg, h, w_, steps, tcfg, seed, msl) in REQUESTS.items():
         kwargs = {} if tcfg is None else {"true_cfg_scale": tcfg}
         with torch.no_grad():

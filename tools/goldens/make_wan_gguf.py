@@ -25,18 +25,17 @@ Writes tests/data/wan_checkpoint/:
                         dequantization.
 """
 import glob
-import importlib.metadata
 import json
 import os
+import sys
 
-import diffusers
-import gguf
 import torch
-from diffusers import GGUFQuantizationConfig, WanPipeline, WanTransformer3DModel
+from diffusers import WanPipeline, WanTransformer3DModel
 from diffusers.loaders.single_file_utils import convert_wan_transformer_to_diffusers
-from gguf import GGMLQuantizationType as T
-from gguf import quants
 from safetensors.torch import load_file, save_file
+
+sys.path.insert(0, os.path.dirname(__file__))
+from gguf_single_file import from_single_file, versions, write_q8_0_gguf  # noqa: E402
 
 FOLDER = "models/wan21-tiny"
 OUT = "tests/data/wan_checkpoint"
@@ -78,29 +77,14 @@ def main():
     assert all(torch.equal(back[k], sd[k]) for k in sd), "the converter gives the folder back"
     os.makedirs(OUT, exist_ok=True)
     path = os.path.join(OUT, "wan_tiny_q8_0.gguf")
-    w = gguf.GGUFWriter(path, "wan")
-    quantized = 0
-    for name, t in sorted(o.items()):
-        x = t.float().numpy()
-        if x.ndim == 2 and x.shape[1] % 32 == 0:
-            w.add_tensor(name, quants.quantize(x, T.Q8_0), raw_dtype=T.Q8_0)
-            quantized += 1
-        else:
-            w.add_tensor(name, x)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    quantized = write_q8_0_gguf(path, "wan", o)
     print(len(o), "original tensors,", quantized, "in Q8_0")
-    transformer = WanTransformer3DModel.from_single_file(
-        path, config=FOLDER, subfolder="transformer", torch_dtype=torch.float32,
-        quantization_config=GGUFQuantizationConfig(compute_dtype=torch.float32))
+    transformer = from_single_file(WanTransformer3DModel, path, FOLDER)
     pipe = WanPipeline.from_pretrained(FOLDER, transformer=transformer, torch_dtype=torch.float32)
     vae = pipe.vae
     mean = torch.tensor(vae.config.latents_mean).view(1, -1, 1, 1, 1)
     inv_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, -1, 1, 1, 1)
-    videos, meta = {}, {"gguf": importlib.metadata.version("gguf"),
-                        "diffusers": diffusers.__version__, "torch": torch.__version__}
+    videos, meta = {}, versions()
     for key, (prompt, neg, h, w_, frames, steps, guidance, seed, msl) in REQUESTS.items():
         with torch.no_grad():
             final = pipe(prompt=prompt, negative_prompt=neg, height=h, width=w_,

@@ -27,19 +27,18 @@ Writes tests/data/zimage_checkpoint/:
                         float32) — diffusers' own GGUF reading and
                         dequantization.
 """
-import importlib.metadata
 import json
 import os
+import sys
 
-import diffusers
-import gguf
 import numpy as np
 import torch
-from diffusers import GGUFQuantizationConfig, ZImagePipeline, ZImageTransformer2DModel
+from diffusers import ZImagePipeline, ZImageTransformer2DModel
 from diffusers.loaders.single_file_utils import convert_z_image_transformer_checkpoint_to_diffusers
-from gguf import GGMLQuantizationType as T
-from gguf import quants
 from safetensors.torch import load_file, save_file
+
+sys.path.insert(0, os.path.dirname(__file__))
+from gguf_single_file import from_single_file, versions, write_q8_0_gguf  # noqa: E402
 
 FOLDER = "models/zimage-tiny"
 SRC = os.path.join(FOLDER, "transformer", "diffusion_pytorch_model.safetensors")
@@ -72,20 +71,6 @@ def original(sd):
     return o
 
 
-def write(path, tensors):
-    w = gguf.GGUFWriter(path, "lumina2")
-    for name, t in sorted(tensors.items()):
-        x = t.float().numpy()
-        if x.ndim == 2 and x.shape[1] % 32 == 0:
-            w.add_tensor(name, quants.quantize(x, T.Q8_0), raw_dtype=T.Q8_0)
-        else:
-            w.add_tensor(name, x)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
-
 def main():
     sd = load_file(SRC)
     o = original(sd)
@@ -94,18 +79,14 @@ def main():
     assert all(torch.equal(back[k], sd[k]) for k in sd), "the converter gives the folder back"
     os.makedirs(OUT, exist_ok=True)
     q8_0 = os.path.join(OUT, "zimage_tiny_q8_0.gguf")
-    write(q8_0, o)
+    quantized = write_q8_0_gguf(q8_0, "lumina2", o)
     save_file({k: v.to(torch.bfloat16).contiguous() for k, v in o.items()},
               os.path.join(OUT, "zimage_tiny_bf16.safetensors"))
-    quantized = sum(1 for t in gguf.GGUFReader(q8_0).tensors if t.tensor_type == T.Q8_0)
     print(len(o), "original tensors,", quantized, "in Q8_0")
-    transformer = ZImageTransformer2DModel.from_single_file(
-        q8_0, config=FOLDER, subfolder="transformer", torch_dtype=torch.float32,
-        quantization_config=GGUFQuantizationConfig(compute_dtype=torch.float32))
+    transformer = from_single_file(ZImageTransformer2DModel, q8_0, FOLDER)
     pipe = ZImagePipeline.from_pretrained(FOLDER, transformer=transformer,
                                           torch_dtype=torch.float32)
-    images, meta = {}, {"gguf": importlib.metadata.version("gguf"),
-                        "diffusers": diffusers.__version__, "torch": torch.__version__}
+    images, meta = {}, versions()
     for key, (prompt, neg, h, w, steps, g, seed, msl) in REQUESTS.items():
         with torch.no_grad():
             images[key] = torch.from_numpy(pipe(

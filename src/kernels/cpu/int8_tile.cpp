@@ -125,4 +125,26 @@ void for_each_tile(int64_t m, int64_t panels, int tile_rows, int tile_panels,
   }
 }
 
+int64_t stacked_rows(const std::vector<BlockRows>& parts, BlockRows::Code code, int64_t in,
+                     size_t row_bytes, const char* name) {
+  int64_t rows = 0;
+  for (const BlockRows& p : parts) {
+    XDIT_CHECK(p.code == code && p.cols == in && p.row_bytes == row_bytes, "a ", name,
+               " integer layer takes ", name, " rows of ", in, " inputs, got ", p.format, " of ",
+               p.cols);
+    rows += p.rows;
+  }
+  return rows;
+}
+
+void for_each_part_row(const std::vector<BlockRows>& parts,
+                       const std::function<void(const uint8_t*, int64_t)>& repack) {
+  int64_t first = 0;
+  for (const BlockRows& p : parts) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < p.rows; ++r) repack(p.data + r * p.row_bytes, first + r);
+    first += p.rows;
+  }
+}
+
 }  // namespace xdit::kernels::cpu

@@ -1,5 +1,5 @@
 // What the integer-route kernels of block-quantized weights share
-// (q8_0_gemm.cpp, q4_k_gemm.cpp): the activations quantized to Q8_0 blocks
+// (q8_0_gemm.cpp, k_quant_gemm.cpp): the activations quantized to Q8_0 blocks
 // per product, the loop over tiles, and the end of a tile (bias, GELU,
 // accumulation or bf16 output). Compiled for AVX-512-VNNI + bf16; callers
 // run only where int8_tiles_run_here().
@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "kernels/cpu/avx512_math.h"
 #include "kernels/linear.h"
@@ -68,5 +69,14 @@ XDIT_VNNI_TARGET inline void finish_16(const TileOut& o, __m512 v, int64_t row, 
 // runs behind the other).
 void for_each_tile(int64_t m, int64_t panels, int tile_rows, int tile_panels,
                    const std::function<void(int64_t r, int rows, int64_t p, int np)>& tile);
+
+// The rows `parts` stack, each part checked to be `code` blocks of `in`
+// values in `row_bytes` bytes a row (`name` for the message).
+int64_t stacked_rows(const std::vector<BlockRows>& parts, BlockRows::Code code, int64_t in,
+                     size_t row_bytes, const char* name);
+// repack(row's bytes, its index among all rows) for every row of `parts`,
+// threaded.
+void for_each_part_row(const std::vector<BlockRows>& parts,
+                       const std::function<void(const uint8_t* row, int64_t index)>& repack);
 
 }  // namespace xdit::kernels::cpu

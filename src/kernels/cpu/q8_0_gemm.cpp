@@ -99,24 +99,14 @@ class Q8_0Int8Gemm : public QuantizedGemm {
  public:
   Q8_0Int8Gemm(const std::vector<BlockRows>& parts, int64_t in) : in_(in) {
     XDIT_CHECK(in % kGroup == 0, "a Q8_0 layer's ", in, " inputs are not whole blocks");
-    for (const BlockRows& p : parts) {
-      XDIT_CHECK(p.code == BlockRows::Code::kQ8_0 && p.cols == in &&
-                     p.row_bytes == static_cast<size_t>(in / kGroup * 34),
-                 "a Q8_0 integer layer takes Q8_0 rows of ", in, " inputs, got ", p.format, " of ",
-                 p.cols);
-      out_ += p.rows;
-    }
+    out_ = stacked_rows(parts, BlockRows::Code::kQ8_0, in,
+                        static_cast<size_t>(in / kGroup * kGroupBytes), "Q8_0");
     groups_ = in / kGroup;
     panels_ = (out_ + kLanes - 1) / kLanes;
     // Lanes past the last row: code 0 (byte 128) at scale 0.
     codes_.assign(static_cast<size_t>(panels_ * groups_ * kPanelBlock), 0x80);
     scales_.assign(static_cast<size_t>(panels_ * groups_ * kLanes), 0);
-    int64_t first = 0;
-    for (const BlockRows& p : parts) {
-#pragma omp parallel for schedule(static)
-      for (int64_t r = 0; r < p.rows; ++r) repack_row(p.data + r * p.row_bytes, first + r);
-      first += p.rows;
-    }
+    for_each_part_row(parts, [this](const uint8_t* row, int64_t i) { repack_row(row, i); });
   }
 
   void run(const void* x, bool x_f32, int64_t m, void* y, bool accumulate, bool bf16_out,
@@ -132,12 +122,8 @@ class Q8_0Int8Gemm : public QuantizedGemm {
     });
   }
 
-  std::string implementation(int64_t) const override {
-    return "xdit:q8_0-int8(avx512-vnni)";
-  }
-  size_t weight_bytes() const override {
-    return codes_.size() + scales_.size() * sizeof(uint16_t);
-  }
+  std::string implementation(int64_t) const override { return "xdit:q8_0-int8(avx512-vnni)"; }
+  size_t weight_bytes() const override { return codes_.size() + scales_.size() * sizeof(uint16_t); }
 
  private:
   // One row's blocks (f16 d, 32 int8 codes each) into its panel's lane.
@@ -182,7 +168,8 @@ std::unique_ptr<QuantizedGemm> make_block_int8_gemm(const std::vector<BlockRows>
   for (const BlockRows& p : parts)
     if (p.code != code) return nullptr;
   if (code == BlockRows::Code::kQ8_0) return std::make_unique<Q8_0Int8Gemm>(parts, in);
-  if (code == BlockRows::Code::kQ4_K && in % 256 == 0) return make_q4_k_int8_gemm(parts, in);
+  if ((code == BlockRows::Code::kQ4_K || code == BlockRows::Code::kQ5_K) && in % 256 == 0)
+    return make_k_quant_int8_gemm(parts, in, code == BlockRows::Code::kQ5_K);
   return nullptr;
 }
 

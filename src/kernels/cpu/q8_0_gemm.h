@@ -1,10 +1,11 @@
-// GGUF's Q8_0 and Q4_K weights multiplied as integers. Q8_0: the activations quantized to
+// GGUF's Q8_0, Q4_K and Q5_K weights multiplied as integers. Q8_0: the activations quantized to
 // Q8_0 at every product (a scale per 32 inputs of each token, as ggml's
 // quantize_row_q8_0 does for its Q8_0 dot products), each 32-input block's
 // int8 × int8 products summed exactly in int32 by AVX-512-VNNI (vpdpbusd),
 // then scaled by the weight's and the activation's block scales into f32:
 //   y[m, n] = act(Σ_g d_w[n, g] · d_x[m, g] · Σ_{k ∈ g} q_w[n, k] · q_x[m, k] + b[n]).
-// Q4_K (q4_k_gemm.cpp): 256-value blocks of 8 sub-blocks of 32 nibbles q
+// Q4_K and Q5_K (k_quant_gemm.cpp): 256-value blocks of 8 sub-blocks of 32
+// nibbles q (Q5_K: and a fifth bit each)
 // with w = s1 · q − s2 (s1 = d · sc, s2 = dmin · m per sub-block), against
 // the same Q8_0 activations:
 //   y[m, n] = act(Σ_g d_x[m, g] · (s1[n, g] · Σ_{k ∈ g} q_w · q_x − s2[n, g] · Σ_{k ∈ g} q_x) +
@@ -23,7 +24,7 @@
 
 namespace xdit::kernels::cpu {
 
-// Whether Q8_0 and Q4_K layers computing in bf16 run as integers on this
+// Whether Q8_0, Q4_K and Q5_K layers computing in bf16 run as integers on this
 // CPU: AVX-512-VNNI + bf16, within ONEDNN_MAX_CPU_ISA's cap
 // (kernels/cpu/isa.h), no AMX (whose bf16 tiles, fed with the decoded
 // blocks, outrun VNNI's int8), and not switched off (set_block_int8_dot).
@@ -36,8 +37,8 @@ void set_block_int8_dot(bool on);
 bool block_int8_dot_on();
 
 // The integer layer over `parts` (`in` values each) where the route is
-// available and the parts are all Q8_0 (`in` a multiple of 32) or all Q4_K
-// (a multiple of 256); nullptr otherwise.
+// available and the parts are all Q8_0 (`in` a multiple of 32), all Q4_K
+// or all Q5_K (a multiple of 256); nullptr otherwise.
 std::unique_ptr<QuantizedGemm> make_block_int8_gemm(const std::vector<BlockRows>& parts,
                                                     int64_t in);
 
@@ -45,12 +46,14 @@ std::unique_ptr<QuantizedGemm> make_block_int8_gemm(const std::vector<BlockRows>
 // repacked for vpdpbusd in the same bytes (f16 scales, codes + 128 as u8).
 // Needs AVX-512-VNNI (block_int8_dot_available, ignoring the switch).
 std::unique_ptr<QuantizedGemm> make_q8_0_int8_gemm(const std::vector<BlockRows>& parts, int64_t in);
-// The stacked Q4_K rows of `parts` (`in` a multiple of 256), repacked for
-// vpdpbusd: per panel of 16 channels and sub-block of 32 inputs 256 bytes
-// of nibbles, the 16 six-bit scales and mins as bytes, and per block of 256
-// the 16 d and dmin (f16) — 4.625 bits a weight, Q4_K's own 4.5 and the
-// scales unpacked. Needs AVX-512-VNNI, as above.
-std::unique_ptr<QuantizedGemm> make_q4_k_int8_gemm(const std::vector<BlockRows>& parts, int64_t in);
+// The stacked Q4_K (or, `five`, Q5_K) rows of `parts` (`in` a multiple of
+// 256), repacked for vpdpbusd: per panel of 16 channels and sub-block of 32
+// inputs 256 bytes of nibbles (Q5_K: and 64 of fifth bits), the 16 six-bit
+// scales and mins as bytes, and per block of 256 the 16 d and dmin (f16) —
+// 4.625 (5.625) bits a weight where the file holds 4.5 (5.5). Needs
+// AVX-512-VNNI, as above.
+std::unique_ptr<QuantizedGemm> make_k_quant_int8_gemm(const std::vector<BlockRows>& parts,
+                                                      int64_t in, bool five);
 
 // Rows of x (f32, or bf16 when !x_f32) as Q8_0 activations: per block of
 // 32 values d = max |x| / 127 (f32, not rounded to f16) and codes

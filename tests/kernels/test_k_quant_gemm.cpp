@@ -1,13 +1,15 @@
-// Q4_K layers multiplied as integers (kernels/cpu/q8_0_gemm.h, q4_k_gemm.cpp):
+// Q4_K and Q5_K layers multiplied as integers (kernels/cpu/q8_0_gemm.h,
+// k_quant_gemm.cpp):
 // against the same Q8_0 activations, the layer = Σ over sub-blocks of
 // d_x · Σ w · q_x with w the blocks decoded as gguf-py decodes them
 // (io::dequantize_blocks), in double; on odd sizes (panels cut short, fused
 // parts, several 256-value blocks a row), with bias, GELU, accumulate and
-// bf16 output; gguf-py's own Q4_K tensor; near the decoded layer; mixed
-// parts decode.
+// bf16 output; tensor-parallel shares; gguf-py's own Q4_K / Q5_K tensor,
+// near its decoded layer; mixed parts decode.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -20,11 +22,6 @@
 
 namespace xdit::kernels {
 namespace {
-
-#define SKIP_WITHOUT_VNNI()                                                                   \
-  if (!cpu::cpu_runs_block_int8_dot())                                                        \
-  GTEST_SKIP() << "this CPU (or ONEDNN_MAX_CPU_ISA) has no AVX-512-VNNI + bf16 without AMX: " \
-                  "Q4_K layers decode their blocks (tested in test_quantized_linear.cpp)"
 
 // act(Σ_g d_x · Σ_{k ∈ g} w · q_x + b) in double, w the decoded weights [n, k].
 std::vector<double> reference(const std::vector<float>& x, int64_t m, int64_t k,
@@ -53,16 +50,17 @@ std::vector<double> reference(const std::vector<float>& x, int64_t m, int64_t k,
   return y;
 }
 
-double rel_err(const std::vector<float>& got, const std::vector<double>& want) {
-  double worst = 0, scale = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    worst = std::max(worst, std::fabs(got[i] - want[i]));
-    scale = std::max(scale, std::fabs(want[i]));
+// The type, and the name its layer reports.
+class KQuantGemm : public testing::TestWithParam<io::GgmlType> {
+ protected:
+  io::GgmlType type() const { return GetParam(); }
+  bool five() const { return type() == io::GgmlType::kQ5_K; }
+  std::string implementation() const {
+    return five() ? "xdit:q5_k-int8(avx512-vnni)" : "xdit:q4_k-int8(avx512-vnni)";
   }
-  return worst / scale;
-}
+};
 
-TEST(Q4_KGemm, LayerIsTheSubBlockDotProducts) {
+TEST_P(KQuantGemm, LayerIsTheSubBlockDotProducts) {
   SKIP_WITHOUT_VNNI();
   struct Case {
     int64_t k;
@@ -73,23 +71,25 @@ TEST(Q4_KGemm, LayerIsTheSubBlockDotProducts) {
     std::vector<std::vector<uint8_t>> bytes;
     std::vector<float> w;
     for (size_t i = 0; i < c.parts.size(); ++i) {
-      bytes.push_back(random_q4_k(c.parts[i], c.k, 30 + i));
-      const auto part = decoded(bytes.back(), c.parts[i], c.k, io::GgmlType::kQ4_K).to_vector();
+      bytes.push_back(random_k_quant(c.parts[i], c.k, 30 + i, type()));
+      const auto part = decoded(bytes.back(), c.parts[i], c.k, type()).to_vector();
       w.insert(w.end(), part.begin(), part.end());
       n += c.parts[i];
     }
     std::vector<BlockRows> parts;
     for (size_t i = 0; i < c.parts.size(); ++i)
-      parts.push_back(nn::block_rows(q4_k_rows(bytes[i], c.parts[i], c.k), 0, c.parts[i]));
+      parts.push_back(
+          nn::block_rows(k_quant_rows(bytes[i], c.parts[i], c.k, type()), 0, c.parts[i]));
     const auto bias = test::randn(n, 4);
     const Linear plain(parts, Tensor(), ComputeType::kBF16, Activation::kNone);
     const Linear gelu(parts, Tensor::from_vector(bias, {n}), ComputeType::kBF16,
                       Activation::kGeluTanh);
-    ASSERT_EQ(plain.implementation(3), "xdit:q4_k-int8(avx512-vnni)");
-    // Nibbles, bytes of scales and mins, d and dmin: 4.625 bits a weight (rows padded to 16).
+    ASSERT_EQ(plain.implementation(3), implementation());
+    // Nibbles, bytes of scales and mins, d and dmin: 4.625 bits a weight (rows padded to 16);
+    // Q5_K's fifth bits: one more.
     const size_t padded = static_cast<size_t>((n + 15) / 16 * 16);
-    EXPECT_EQ(plain.weight_bytes(),
-              padded * c.k / 2 + padded * c.k / 32 * 2 + padded * c.k / 256 * 4);
+    EXPECT_EQ(plain.weight_bytes(), padded * c.k / 2 + padded * c.k / 32 * 2 +
+                                        padded * c.k / 256 * 4 + (five() ? padded * c.k / 8 : 0));
     for (const int64_t m : {1, 3, 6, 70}) {
       SCOPED_TRACE(testing::Message() << "k=" << c.k << " n=" << n << " m=" << m);
       const auto x = test::randn(m * c.k, 50 + m);
@@ -115,20 +115,20 @@ TEST(Q4_KGemm, LayerIsTheSubBlockDotProducts) {
 
 // Tensor parallelism's row-parallel shares (whole 256-value blocks) sum to
 // the whole layer: each sub-block is quantized alike wherever it goes.
-TEST(Q4_KGemm, ColumnSharesSumToTheWholeLayer) {
+TEST_P(KQuantGemm, ColumnSharesSumToTheWholeLayer) {
   SKIP_WITHOUT_VNNI();
   const int64_t k = 768, n = 21, m = 9;
-  const auto w = random_q4_k(n, k, 40);
-  const Linear whole({nn::block_rows(q4_k_rows(w, n, k), 0, n)}, Tensor(), ComputeType::kBF16,
-                     Activation::kNone);
+  const auto w = random_k_quant(n, k, 40, type());
+  const Linear whole({nn::block_rows(k_quant_rows(w, n, k, type()), 0, n)}, Tensor(),
+                     ComputeType::kBF16, Activation::kNone);
   const auto x = test::randn(m * k, 41);
   std::vector<float> want(m * n), sum(m * n, 0.0f);
   whole.forward(x.data(), m, want.data());
   for (const auto& share : std::vector<std::vector<std::pair<int64_t, int64_t>>>{
            {{0, 256}, {512, 256}}, {{256, 256}}}) {
     std::vector<uint8_t> bytes;
-    const Linear part({nn::column_shares(q4_k_rows(w, n, k), share, "w", 2, bytes)}, Tensor(),
-                      ComputeType::kBF16, Activation::kNone);
+    const Linear part({nn::column_shares(k_quant_rows(w, n, k, type()), share, "w", 2, bytes)},
+                      Tensor(), ComputeType::kBF16, Activation::kNone);
     std::vector<float> xs;
     for (int64_t r = 0; r < m; ++r)
       for (const auto& [begin, count] : share)
@@ -138,20 +138,20 @@ TEST(Q4_KGemm, ColumnSharesSumToTheWholeLayer) {
   EXPECT_LT(test::rel_max_err(sum, want), 1e-5);
 }
 
-// gguf-py's Q4_K tensor (tests/data/gguf/types.gguf), near its decoded
-// layer; Q4_K beside Q8_0 parts decodes.
-TEST(Q4_KGemm, GgufPysTensorIsNearItsDecodedLayerAndMixedPartsDecode) {
+// gguf-py's tensor of the type (tests/data/gguf/types.gguf), near its
+// decoded layer; beside Q8_0 parts it decodes.
+TEST_P(KQuantGemm, GgufPysTensorIsNearItsDecodedLayerAndMixedPartsDecode) {
   SKIP_WITHOUT_VNNI();
   const io::GgufFile f(std::string(XDIT_TEST_DATA) + "/gguf/types.gguf");
   int found = 0;
   for (const auto& [name, t] : f.tensors()) {
-    if (t.type != io::GgmlType::kQ4_K || t.shape.size() != 2) continue;
+    if (t.type != type() || t.shape.size() != 2) continue;
     ++found;
     const int64_t out = t.shape[0], in = t.shape[1];
     const io::QuantizedRows q{t.type, out, in, t.data, t.bytes / static_cast<size_t>(out), {}};
     const Linear integers({nn::block_rows(q, 0, out)}, Tensor(), ComputeType::kBF16,
                           Activation::kNone);
-    ASSERT_EQ(integers.implementation(5), "xdit:q4_k-int8(avx512-vnni)");
+    ASSERT_EQ(integers.implementation(5), implementation());
     const Linear exact(f.dequantized(name), Tensor(), ComputeType::kF32);
     const auto x = test::randn(5 * in, 19);
     std::vector<float> y(5 * out), r(5 * out);
@@ -167,6 +167,12 @@ TEST(Q4_KGemm, GgufPysTensorIsNearItsDecodedLayerAndMixedPartsDecode) {
   }
   EXPECT_GE(found, 1);
 }
+
+INSTANTIATE_TEST_SUITE_P(Types, KQuantGemm,
+                         testing::Values(io::GgmlType::kQ4_K, io::GgmlType::kQ5_K),
+                         [](const auto& info) {
+                           return std::string(info.param == io::GgmlType::kQ5_K ? "Q5_K" : "Q4_K");
+                         });
 
 }  // namespace
 }  // namespace xdit::kernels
