@@ -16,6 +16,8 @@
 #include "io/gguf_quants.h"
 #include "io/weights.h"
 #include "kernels/cpu/q8_0_gemm.h"
+#include "kernels/linear.h"
+#include "nn/block_weights.h"
 #include "test_util.h"
 
 namespace xdit::kernels {
@@ -87,6 +89,26 @@ inline double rel_err(const std::vector<float>& got, const std::vector<double>& 
     scale = std::max(scale, std::fabs(want[i]));
   }
   return worst / scale;
+}
+
+// What tensor parallelism's row-parallel layers give for `q`: a bf16 layer
+// over each share's columns (runs of whole blocks, nn::column_shares) run
+// on its part of x [m, q.cols], the outputs summed.
+inline std::vector<float> summed_shares(
+    const io::QuantizedRows& q, const std::vector<std::vector<std::pair<int64_t, int64_t>>>& shares,
+    const std::vector<float>& x, int64_t m) {
+  std::vector<float> sum(static_cast<size_t>(m * q.rows), 0.0f);
+  for (const auto& share : shares) {
+    std::vector<uint8_t> bytes;
+    const Linear part({nn::column_shares(q, share, "w", 2, bytes)}, Tensor(), ComputeType::kBF16,
+                      Activation::kNone);
+    std::vector<float> xs;
+    for (int64_t r = 0; r < m; ++r)
+      for (const auto& [begin, count] : share)
+        xs.insert(xs.end(), x.begin() + r * q.cols + begin, x.begin() + r * q.cols + begin + count);
+    part.forward(xs.data(), m, sum.data(), /*accumulate=*/true);
+  }
+  return sum;
 }
 
 // While one lives, new bf16 Q8_0 / Q4_K layers decode their blocks (or,

@@ -3,41 +3,7 @@
 // where there is no GPU.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
-#include <cstdlib>
-#include <cstring>
-#include <iostream>
-#include <random>
-#include <string>
-#include <tuple>
-#include <vector>
-
-#include "cli_util.h"
-#include "core/device.h"
-#include "core/error.h"
 #include "cuda_test_util.h"
-#include "io/json.h"
-#include "io/model_folder.h"
-#include "io/safetensors.h"
-#include "io/weights.h"
-#include "kernels/conv.h"
-#include "kernels/kernels.h"
-#include "kernels/linear.h"
-#include "models/flux.h"
-#include "models/pixart.h"
-#include "nn/layers.h"
-#include "pipeline/pipeline.h"
-#include "test_util.h"
-#ifdef XDIT_HAVE_CUDA
-#include "kernels/cuda/gemm.h"
-#include "kernels/cuda/ops.h"
-#ifdef XDIT_HAVE_CUDNN_FE
-#include "kernels/cuda/conv.h"
-#include "kernels/cuda/sdpa.h"
-#endif
-#include "kernels/cuda/runtime.h"
-#endif
 
 namespace xdit {
 namespace {

@@ -122,19 +122,10 @@ TEST_P(KQuantGemm, ColumnSharesSumToTheWholeLayer) {
   const Linear whole({nn::block_rows(k_quant_rows(w, n, k, type()), 0, n)}, Tensor(),
                      ComputeType::kBF16, Activation::kNone);
   const auto x = test::randn(m * k, 41);
-  std::vector<float> want(m * n), sum(m * n, 0.0f);
+  std::vector<float> want(m * n);
   whole.forward(x.data(), m, want.data());
-  for (const auto& share : std::vector<std::vector<std::pair<int64_t, int64_t>>>{
-           {{0, 256}, {512, 256}}, {{256, 256}}}) {
-    std::vector<uint8_t> bytes;
-    const Linear part({nn::column_shares(k_quant_rows(w, n, k, type()), share, "w", 2, bytes)},
-                      Tensor(), ComputeType::kBF16, Activation::kNone);
-    std::vector<float> xs;
-    for (int64_t r = 0; r < m; ++r)
-      for (const auto& [begin, count] : share)
-        xs.insert(xs.end(), x.begin() + r * k + begin, x.begin() + r * k + begin + count);
-    part.forward(xs.data(), m, sum.data(), /*accumulate=*/true);
-  }
+  const std::vector<float> sum =
+      summed_shares(k_quant_rows(w, n, k, type()), {{{0, 256}, {512, 256}}, {{256, 256}}}, x, m);
   EXPECT_LT(test::rel_max_err(sum, want), 1e-5);
 }
 

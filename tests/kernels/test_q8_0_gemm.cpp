@@ -219,21 +219,11 @@ TEST(Q8_0Gemm, ColumnSharesSumToTheWholeLayer) {
   const Linear whole({nn::block_rows(q8_rows(w, n, k), 0, n)}, Tensor(), ComputeType::kBF16,
                      Activation::kNone);
   const auto x = activations(m, k, 16);
-  std::vector<float> want(m * n), sum(m * n, 0.0f);
+  std::vector<float> want(m * n);
   whole.forward(x.data(), m, want.data());
   // Two ranks' shares: blocks {0, 3, 4} and {1, 2, 5} of each row.
-  const std::vector<std::vector<std::pair<int64_t, int64_t>>> shares = {{{0, 32}, {96, 64}},
-                                                                        {{32, 64}, {160, 32}}};
-  for (const auto& share : shares) {
-    std::vector<uint8_t> bytes;
-    const Linear part({nn::column_shares(q8_rows(w, n, k), share, "w", 2, bytes)}, Tensor(),
-                      ComputeType::kBF16, Activation::kNone);
-    std::vector<float> xs;
-    for (int64_t r = 0; r < m; ++r)
-      for (const auto& [begin, count] : share)
-        xs.insert(xs.end(), x.begin() + r * k + begin, x.begin() + r * k + begin + count);
-    part.forward(xs.data(), m, sum.data(), /*accumulate=*/true);
-  }
+  const std::vector<float> sum =
+      summed_shares(q8_rows(w, n, k), {{{0, 32}, {96, 64}}, {{32, 64}, {160, 32}}}, x, m);
   EXPECT_LT(test::rel_max_err(sum, want), 1e-6);
 }
 
