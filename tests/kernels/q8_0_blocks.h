@@ -111,7 +111,7 @@ inline std::vector<float> summed_shares(
   return sum;
 }
 
-// While one lives, new bf16 Q8_0 / Q4_K layers decode their blocks (or,
+// While one lives, new bf16 Q8_0 / Q4_K / Q5_K layers decode their blocks (or,
 // `integers`, run as integers where the CPU can); the switch as it was after.
 struct DecodedQ8_0 {
   explicit DecodedQ8_0(bool integers = false) : previous_(cpu::block_int8_dot_on()) {

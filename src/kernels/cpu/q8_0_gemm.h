@@ -10,7 +10,8 @@
 // the same Q8_0 activations:
 //   y[m, n] = act(Σ_g d_x[m, g] · (s1[n, g] · Σ_{k ∈ g} q_w · q_x − s2[n, g] · Σ_{k ∈ g} q_x) +
 //   b[n]),
-// the nibbles unpacked in the kernel (the layer keeps Q4_K's memory).
+// the nibbles unpacked in the kernel (the layer keeps about the file's
+// memory: 4.625 bits a weight for Q4_K's 4.5).
 // Written here because oneDNN 3.2's integer matmul has no scales per block
 // along the reduction (its grouped scales came in later releases, for
 // weight decompression only).
@@ -31,7 +32,7 @@ namespace xdit::kernels::cpu {
 bool block_int8_dot_available();
 // The CPU half of that (whatever the switch says).
 bool cpu_runs_block_int8_dot();
-// On by default; off makes new Q8_0 / Q4_K layers decode their blocks into
+// On by default; off makes new Q8_0 / Q4_K / Q5_K layers decode their blocks into
 // bf16 instead (the exact route; benchmarks and tests compare the two).
 void set_block_int8_dot(bool on);
 bool block_int8_dot_on();

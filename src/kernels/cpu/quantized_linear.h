@@ -25,8 +25,8 @@ class QuantizedGemm {
   virtual size_t weight_bytes() const = 0;
 };
 
-// The stacked rows of `parts` (bytes copied), `in` values each: Q8_0 or
-// Q4_K parts of a bf16 layer as integers where make_block_int8_gemm takes
+// The stacked rows of `parts` (bytes copied), `in` values each: Q8_0, Q4_K
+// or Q5_K parts of a bf16 layer as integers where make_block_int8_gemm takes
 // them (kernels/cpu/q8_0_gemm.h), otherwise decoded a band at a time.
 std::unique_ptr<QuantizedGemm> make_block_gemm(const std::vector<BlockRows>& parts, int64_t in,
                                                ComputeType ct);
