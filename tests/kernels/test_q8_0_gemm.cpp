@@ -22,7 +22,7 @@
 namespace xdit::kernels {
 namespace {
 
-// The header's rule, scalar: a block's d, codes and comp.
+// The header's rule, scalar: a block's d and codes.
 struct Q8Block {
   float d;
   std::vector<int> codes;
@@ -50,8 +50,8 @@ TEST(Q8_0Gemm, ActivationsAreGgmlQ8_0Blocks) {
   const auto x = activations(m, k, 11);
   std::vector<int8_t> codes(m * k);
   std::vector<float> d(m * groups);
-  std::vector<int32_t> comp(m * groups);
-  cpu::quantize_q8_0_activations(x.data(), true, m, k, codes.data(), d.data(), comp.data());
+  std::vector<int32_t> sums(m * groups);
+  cpu::quantize_q8_0_activations(x.data(), true, m, k, codes.data(), d.data(), sums.data());
   std::vector<uint8_t> ggml(m * groups * 34);
   io::quantize_q8_0(x.data(), m * groups, ggml.data());
   for (int64_t b = 0; b < m * groups; ++b) {
@@ -65,7 +65,7 @@ TEST(Q8_0Gemm, ActivationsAreGgmlQ8_0Blocks) {
       ASSERT_EQ(codes[b * 32 + j], static_cast<int8_t>(ggml[b * 34 + 2 + j]));
       sum += want.codes[j];
     }
-    EXPECT_EQ(comp[b], -128 * sum);
+    EXPECT_EQ(sums[b], sum);
   }
   EXPECT_EQ(d[1], 0.0f);  // the zero block
   // A block below 127 · FLT_MIN (1 / d would overflow) counts as zeros.
@@ -73,10 +73,10 @@ TEST(Q8_0Gemm, ActivationsAreGgmlQ8_0Blocks) {
   tiny[5] = -2e-38f;
   std::vector<int8_t> tiny_codes(32, 1);
   float tiny_d = 1;
-  int32_t tiny_comp = 1;
-  cpu::quantize_q8_0_activations(tiny.data(), true, 1, 32, tiny_codes.data(), &tiny_d, &tiny_comp);
+  int32_t tiny_sum = 1;
+  cpu::quantize_q8_0_activations(tiny.data(), true, 1, 32, tiny_codes.data(), &tiny_d, &tiny_sum);
   EXPECT_EQ(tiny_d, 0.0f);
-  EXPECT_EQ(tiny_comp, 0);
+  EXPECT_EQ(tiny_sum, 0);
   EXPECT_EQ(tiny_codes, std::vector<int8_t>(32, 0));
   // bf16 rows: the same as their f32 values.
   std::vector<uint16_t> x16(m * k);
@@ -85,9 +85,9 @@ TEST(Q8_0Gemm, ActivationsAreGgmlQ8_0Blocks) {
   convert_to_f32(x16.data(), DType::kBF16, back.data(), back.size());
   std::vector<int8_t> codes16(m * k), codes_back(m * k);
   std::vector<float> d16(m * groups), d_back(m * groups);
-  cpu::quantize_q8_0_activations(x16.data(), false, m, k, codes16.data(), d16.data(), comp.data());
+  cpu::quantize_q8_0_activations(x16.data(), false, m, k, codes16.data(), d16.data(), sums.data());
   cpu::quantize_q8_0_activations(back.data(), true, m, k, codes_back.data(), d_back.data(),
-                                 comp.data());
+                                 sums.data());
   EXPECT_EQ(codes16, codes_back);
   EXPECT_EQ(d16, d_back);
 }

@@ -22,15 +22,15 @@ namespace {
 
 constexpr int64_t kRowChunk = 64;  // rows of a work item, one panel set
 
-// One block of 32 values (two vectors) → codes, d, comp (the header's rule).
-XDIT_VNNI_TARGET void quantize_block(__m512 v0, __m512 v1, int8_t* codes, float* d, int32_t* comp) {
+// One block of 32 values (two vectors) → codes, d, sum (the header's rule).
+XDIT_VNNI_TARGET void quantize_block(__m512 v0, __m512 v1, int8_t* codes, float* d, int32_t* sum) {
   const __m512 zero = _mm512_setzero_ps();
   // v · 0 is 0 for finite v and NaN for NaN or ±Inf.
   const bool finite = _mm512_cmp_ps_mask(_mm512_mul_ps(v0, zero), zero, _CMP_EQ_OQ) == 0xffff &&
                       _mm512_cmp_ps_mask(_mm512_mul_ps(v1, zero), zero, _CMP_EQ_OQ) == 0xffff;
   if (!finite) {
     *d = std::nanf("");
-    *comp = 0;
+    *sum = 0;
     std::memset(codes, 0, kInt8Group);
     return;
   }
@@ -45,7 +45,7 @@ XDIT_VNNI_TARGET void quantize_block(__m512 v0, __m512 v1, int8_t* codes, float*
   _mm_storeu_si128(reinterpret_cast<__m128i*>(codes), _mm512_cvtsepi32_epi8(q0));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + 16), _mm512_cvtsepi32_epi8(q1));
   *d = scale;
-  *comp = -128 * _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+  *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
 }
 
 // 16 bf16 values as f32.
@@ -55,7 +55,7 @@ XDIT_VNNI_TARGET inline __m512 widen_bf16_16(const uint16_t* h) {
 }
 
 XDIT_VNNI_TARGET void quantize_rows(const void* x, bool x_f32, int64_t r0, int64_t r1, int64_t k,
-                                    int8_t* codes, float* d, int32_t* comp) {
+                                    int8_t* codes, float* d, int32_t* sums) {
   const int64_t groups = k / kInt8Group;
   for (int64_t r = r0; r < r1; ++r) {
     for (int64_t g = 0; g < groups; ++g) {
@@ -69,7 +69,7 @@ XDIT_VNNI_TARGET void quantize_rows(const void* x, bool x_f32, int64_t r0, int64
         v0 = widen_bf16_16(b);
         v1 = widen_bf16_16(b + 16);
       }
-      quantize_block(v0, v1, codes + at, d + r * groups + g, comp + r * groups + g);
+      quantize_block(v0, v1, codes + at, d + r * groups + g, sums + r * groups + g);
     }
   }
 }
@@ -86,14 +86,14 @@ bool int8_tiles_run_here() {
 }
 
 void quantize_q8_0_activations(const void* x, bool x_f32, int64_t m, int64_t k, int8_t* codes,
-                               float* d, int32_t* comp) {
+                               float* d, int32_t* sums) {
   XDIT_CHECK(k % kInt8Group == 0, "Q8_0 activations of ", k, " values are not whole blocks");
   XDIT_CHECK(int8_tiles_run_here(), "Q8_0 activations are quantized with AVX-512 (VNNI, bf16)");
 #pragma omp parallel
   {
     const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
     const int64_t per = (m + nt - 1) / nt, r0 = std::min(m, t * per);
-    quantize_rows(x, x_f32, r0, std::min(m, r0 + per), k, codes, d, comp);
+    quantize_rows(x, x_f32, r0, std::min(m, r0 + per), k, codes, d, sums);
   }
 }
 
@@ -101,12 +101,12 @@ Int8Activations quantize_for_product(const void* x, bool x_f32, int64_t m, int64
   const int64_t groups = k / kInt8Group;
   thread_local AlignedVector<int8_t> codes;
   thread_local AlignedVector<float> d;
-  thread_local AlignedVector<int32_t> comp;
+  thread_local AlignedVector<int32_t> sums;
   grow_discarding(codes, static_cast<size_t>(m * k));
   grow_discarding(d, static_cast<size_t>(m * groups));
-  grow_discarding(comp, static_cast<size_t>(m * groups));
-  quantize_q8_0_activations(x, x_f32, m, k, codes.data(), d.data(), comp.data());
-  return {codes.data(), d.data(), comp.data(), k, groups};
+  grow_discarding(sums, static_cast<size_t>(m * groups));
+  quantize_q8_0_activations(x, x_f32, m, k, codes.data(), d.data(), sums.data());
+  return {codes.data(), d.data(), sums.data(), k, groups};
 }
 
 void for_each_tile(int64_t m, int64_t panels, int tile_rows, int tile_panels,

@@ -28,12 +28,12 @@ inline constexpr int64_t kInt8Lanes = 16;  // output channels per panel: one vec
 bool int8_tiles_run_here();
 
 // A product's activations as Q8_0 blocks (quantize_q8_0_activations):
-// codes [m, k], d and comp [m, k / 32]; thread-local buffers, valid until
+// codes [m, k], d and sums [m, k / 32]; thread-local buffers, valid until
 // the thread's next call.
 struct Int8Activations {
   const int8_t* codes;
   const float* d;
-  const int32_t* comp;
+  const int32_t* sums;  // Σ codes of each block
   int64_t k, groups;
 };
 Int8Activations quantize_for_product(const void* x, bool x_f32, int64_t m, int64_t k);

@@ -31,17 +31,14 @@ constexpr int64_t kSubHigh = kSub * kLanes / 8;   // Q5_K: its fifth bits: 64
 constexpr int kTileRows = 4;
 constexpr int kTilePanels = 2;
 
-// A product's operands. Activations: x, and xsum[m, g] = d_x · Σ codes of
-// each block. Weights, per panel p (16 channels): codes[(p · groups + g) ·
-// 256 + 64 j + 4 l + b] holds input 4j + b of sub-block g of lane l in its
-// low nibble and input 16 + 4j + b in its high one; sm[(p · groups + g) ·
-// 32 + l] the lane's 6-bit scale, + 16 its min; dd[(p · blocks + B) · 32 + l]
-// the lane's d (f16), + 16 its dmin. Q5_K: high[(p · groups + g) · 64 + 4 l + b]
-// holds, in bit j, the fifth bit of the low nibble of codes' vector j and,
-// in bit 4 + j, of its high nibble.
+// A product's operands: the activations, and the weights, per panel p (16 channels): codes[(p ·
+// groups + g) · 256 + 64 j + 4 l + b] holds input 4j + b of sub-block g of lane l in its low nibble
+// and input 16 + 4j + b in its high one; sm[(p · groups + g) · 32 + l] the lane's 6-bit scale, + 16
+// its min; dd[(p · blocks + B) · 32 + l] the lane's d (f16), + 16 its dmin. Q5_K: high[(p · groups
+// + g) · 64 + 4 l + b] holds, in bit j, the fifth bit of the low nibble of codes' vector j and, in
+// bit 4 + j, of its high nibble.
 struct Operands {
   Int8Activations x;
-  const float* xsum;
   const uint8_t* codes;
   const uint8_t* sm;
   const uint16_t* dd;
@@ -110,8 +107,9 @@ XDIT_VNNI_TARGET void tile(const Operands& o, int64_t r, int64_t p) {
       s2[z] = _mm512_mul_ps(dmin[z], mn);
     }
     for (int i = 0; i < R; ++i) {
-      const __m512 dx = _mm512_set1_ps(o.x.d[(r + i) * groups + g]);
-      const __m512 sx = _mm512_set1_ps(o.xsum[(r + i) * groups + g]);
+      const int64_t b = (r + i) * groups + g;
+      const __m512 dx = _mm512_set1_ps(o.x.d[b]);
+      const __m512 sx = _mm512_set1_ps(o.x.d[b] * static_cast<float>(o.x.sums[b]));
       for (int z = 0; z < P; ++z) {
         f[i][z] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][z]), _mm512_mul_ps(s1[z], dx), f[i][z]);
         f[i][z] = _mm512_fnmadd_ps(s2[z], sx, f[i][z]);
@@ -161,14 +159,13 @@ class KQuantInt8Gemm : public QuantizedGemm {
            Activation act, const float* bias) const override {
     XDIT_CHECK(!(accumulate && bf16_out), "a quantized linear accumulates into f32 outputs only");
     if (m == 0) return;
-    const Int8Activations a = quantize_for_product(x, x_f32, m, in_);
-    thread_local AlignedVector<float> xsum;
-    grow_discarding(xsum, static_cast<size_t>(m * groups_));
-    for (int64_t i = 0; i < m * groups_; ++i)  // comp = −128 · Σ codes
-      xsum[static_cast<size_t>(i)] = a.d[i] * static_cast<float>(-a.comp[i] / 128);
-    const Operands o{
-        a,          xsum.data(),  codes_.data(), sm_.data(),
-        dd_.data(), high_.data(), blocks_,       {out_, bias, act, accumulate, bf16_out, y}};
+    const Operands o{quantize_for_product(x, x_f32, m, in_),
+                     codes_.data(),
+                     sm_.data(),
+                     dd_.data(),
+                     high_.data(),
+                     blocks_,
+                     {out_, bias, act, accumulate, bf16_out, y}};
     const auto& tiles = kTiles[five_ ? 1 : 0];
     for_each_tile(
         m, panels_, kTileRows, kTilePanels,

@@ -54,7 +54,8 @@ XDIT_VNNI_TARGET void tile(const Operands& o, int64_t r, int64_t p) {
   for (int64_t g = 0; g < groups; ++g) {
     __m512i acc[R][P];
     for (int i = 0; i < R; ++i) {
-      const __m512i c = _mm512_set1_epi32(o.x.comp[(r + i) * groups + g]);
+      // −128 · Σ codes: the + 128 of the weights' unsigned codes taken back.
+      const __m512i c = _mm512_set1_epi32(-128 * o.x.sums[(r + i) * groups + g]);
       for (int z = 0; z < P; ++z) acc[i][z] = c;
     }
     const uint8_t* wg = w + g * kPanelBlock;
@@ -171,13 +172,6 @@ std::unique_ptr<QuantizedGemm> make_block_int8_gemm(const std::vector<BlockRows>
   if ((code == BlockRows::Code::kQ4_K || code == BlockRows::Code::kQ5_K) && in % 256 == 0)
     return make_k_quant_int8_gemm(parts, in, code == BlockRows::Code::kQ5_K);
   return nullptr;
-}
-
-std::unique_ptr<QuantizedGemm> make_q8_0_int8_gemm(const std::vector<BlockRows>& parts,
-                                                   int64_t in) {
-  XDIT_CHECK(int8_tiles_run_here(),
-             "Q8_0 integer products need AVX-512-VNNI and AVX-512-bf16 (without AMX)");
-  return std::make_unique<Q8_0Int8Gemm>(parts, in);
 }
 
 }  // namespace xdit::kernels::cpu

@@ -45,8 +45,6 @@ std::unique_ptr<QuantizedGemm> make_block_int8_gemm(const std::vector<BlockRows>
 
 // The stacked Q8_0 rows of `parts` (`in` values each, a multiple of 32),
 // repacked for vpdpbusd in the same bytes (f16 scales, codes + 128 as u8).
-// Needs AVX-512-VNNI (block_int8_dot_available, ignoring the switch).
-std::unique_ptr<QuantizedGemm> make_q8_0_int8_gemm(const std::vector<BlockRows>& parts, int64_t in);
 // The stacked Q4_K (or, `five`, Q5_K) rows of `parts` (`in` a multiple of
 // 256), repacked for vpdpbusd: per panel of 16 channels and sub-block of 32
 // inputs 256 bytes of nibbles (Q5_K: and 64 of fifth bits), the 16 six-bit
@@ -59,11 +57,12 @@ std::unique_ptr<QuantizedGemm> make_k_quant_int8_gemm(const std::vector<BlockRow
 // Rows of x (f32, or bf16 when !x_f32) as Q8_0 activations: per block of
 // 32 values d = max |x| / 127 (f32, not rounded to f16) and codes
 // nearbyint(x · (1 / d)) (d and the codes 0 where max |x| < 127 · FLT_MIN,
-// whose 1 / d would overflow); comp = −128 · Σ codes, which
-// vpdpbusd's unsigned weights (code + 128) need; a block holding NaN or
-// ±Inf gets d = NaN, so its outputs are NaN as a float product's would be.
-// codes [m, k], d and comp [m, k / 32]. Exposed for the tests.
+// whose 1 / d would overflow) and sums = Σ codes, which the kernels'
+// unsigned weights need (Q8_0's code + 128, the K-quants' minimums); a
+// block holding NaN or ±Inf gets d = NaN (codes and sum 0), so its outputs
+// are NaN as a float product's would be. codes [m, k], d and sums
+// [m, k / 32]. Exposed for the tests.
 void quantize_q8_0_activations(const void* x, bool x_f32, int64_t m, int64_t k, int8_t* codes,
-                               float* d, int32_t* comp);
+                               float* d, int32_t* sums);
 
 }  // namespace xdit::kernels::cpu
