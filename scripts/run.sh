@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
-bash scripts/build.sh
+bash scripts/build.sh xdit
 mkdir -p out
 if [[ $# -gt 0 ]]; then
   exec ./build/xdit generate "$@"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -16,6 +17,20 @@ bool is_mp4_path(const std::string& path) {
   std::transform(ext.begin(), ext.end(), ext.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return ext == ".mp4";
+}
+
+void check_output_extension(const std::string& path, bool latents) {
+  std::string ext = std::filesystem::path(path).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (ext.empty()) return;
+  if (latents) {
+    XDIT_CHECK(ext == ".safetensors", "--output ", path,
+               ": --output_type latent writes a safetensors file; name it *.safetensors");
+    return;
+  }
+  XDIT_CHECK(ext == ".png" || ext == ".mp4", "--output ", path, ": xdit writes PNG (.png) and ",
+             "H.264 MP4 (.mp4) files, not ", ext, " ones; name it *.png or *.mp4");
 }
 
 std::string mp4_or_png_frames(const std::string& path) {

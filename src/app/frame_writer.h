@@ -16,6 +16,10 @@ namespace xdit::app {
 
 // Whether `path` names an MP4 file (".mp4", any case).
 bool is_mp4_path(const std::string& path);
+// Before any work: one line when `path`'s extension (any case) is not one
+// xdit writes — .png or .mp4 for images and videos, .safetensors for
+// latents (`latents`); a name without an extension is written as it is.
+void check_output_extension(const std::string& path, bool latents);
 // Before any work: the path an MP4 output is written to — itself, or where
 // this FFmpeg build has no H.264 encoder, NAME.png (PNG frames NAME_f0000.png,
 // …), said in one line.

@@ -1,5 +1,6 @@
-// xdit generate: a diffusers PixArt folder + prompts → PNG images (or latents),
-// or prompt embeddings → latents / images.
+// xdit generate: a diffusers folder of any family xdit runs (PixArt-α/Σ,
+// FLUX.1, SD3/3.5, Wan2.1/2.2, Z-Image, Qwen-Image) + prompts → PNG images,
+// MP4 videos or latents; or prompt embeddings → latents / images.
 #include <omp.h>
 #include <unistd.h>
 
@@ -258,8 +259,7 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
              o.output_type, "'");
   const bool latent_out = o.output_type == "latent";
   if (o.output.empty()) o.output = latent_out ? "latents.safetensors" : "xdit.png";
-  XDIT_CHECK(!(is_mp4_path(o.output) && latent_out), "--output ", o.output,
-             ": --output_type latent writes a safetensors file, not an MP4");
+  check_output_extension(o.output, latent_out);
   if (is_mp4_path(o.output)) o.output = mp4_or_png_frames(o.output);
   const bool mp4 = is_mp4_path(o.output);
   const DType dtype = parse_compute_dtype(o.dtype);
@@ -270,8 +270,9 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
     if (o.prompts.empty() && o.prompt_embeds.empty()) o.prompts = {kDefaultPrompt};
     XDIT_WARN("no --model given: using the built-in demo model ", kDefaultModel,
               " (coloured shapes from captions such as \"", kDefaultPrompt,
-              "\"; tools/demo_model/README.md); pass --model with a PixArt-α/Σ, FLUX.1 or SD3 "
-              "diffusers folder for other pictures");
+              "\"; tools/demo_model/README.md); pass --model with a diffusers folder of "
+              "PixArt-α/Σ, FLUX.1, SD3/3.5, Wan2.1/2.2, Z-Image or Qwen-Image for other "
+              "pictures");
   }
   XDIT_CHECK(!o.prompt_embeds.empty() || !o.prompts.empty(),
              "nothing to generate: pass --prompt \"...\"");
@@ -301,6 +302,7 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
   if (!o.lora.specs.empty() && !o.lora.side())
     pipe.set_loras(o.lora.uses(), o.lora.ignore_unmatched);
   if (o.lora.side()) {
+    pipe.set_max_lora_bytes(o.lora.max_bytes);
     side_loras = o.lora.refs();
     // Text-encoder side paths need the encoders built whole (resident).
     for (const pipeline::LoraRef& l : side_loras)
@@ -475,24 +477,27 @@ int run_generate(GenerateOptions o, const CLI::App& command) {
 std::function<int()> add_generate(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   CLI::App* g =
-      app.add_subcommand("generate", "run a PixArt, FLUX.1 or SD3 pipeline: prompts to PNG images");
-  g->add_option(
-      "--model", o->model,
-      "diffusers PixArt-α/Σ, FLUX.1 or SD3/3.5 pipeline folder, or a Hugging Face repo id "
-      "ORG/NAME[@REVISION] in the local cache (default: the built-in demo model, "
-      "models/demo-shapes)");
+      app.add_subcommand("generate",
+                         "run a diffusion transformer pipeline (PixArt-α/Σ, FLUX.1, SD3/3.5, "
+                         "Wan2.1/2.2, Z-Image, Qwen-Image): prompts to PNG images or MP4 videos");
+  g->add_option("--model", o->model,
+                "diffusers pipeline folder (PixArt-α/Σ, FLUX.1, SD3/3.5, Wan2.1/2.2, Z-Image, "
+                "Qwen-Image), or a Hugging Face repo id "
+                "ORG/NAME[@REVISION] in the local cache (default: the built-in demo model, "
+                "models/demo-shapes)");
   o->weights.add_to(g);
   g->add_option("--prompt", o->prompts,
                 "prompt; repeat for a batch (one image each); without --model it defaults to "
                 "the demo model's \"a large red circle on the left on a blue background\"")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   g->add_option("--negative_prompt,--negative-prompt", o->negative_prompt,
-                "negative prompt (PixArt: default empty; FLUX: turns on true CFG with "
-                "--true_cfg_scale > 1)");
+                "negative prompt (CFG models: default empty; FLUX.1, Qwen-Image: turns on true "
+                "CFG with --true_cfg_scale > 1)");
   g->add_option(
       "--prompt_embeds,--prompt-embeds", o->prompt_embeds,
-      "instead of --prompt: safetensors with prompt_embeds, prompt_attention_mask (PixArt), "
-      "pooled_prompt_embeds (FLUX) and, for CFG, the negative_ ones");
+      "instead of --prompt: safetensors with prompt_embeds, prompt_attention_mask (PixArt, "
+      "Z-Image, Qwen-Image), pooled_prompt_embeds (FLUX.1, SD3) and, for CFG, the "
+      "negative_ ones");
   g->add_option("--latents", o->latents,
                 "safetensors with initial 'latents' (default: drawn from --seed)");
   g->add_option("--height", o->height, "image height in pixels (default: the model's)");
@@ -505,11 +510,13 @@ std::function<int()> add_generate(CLI::App& app) {
                 "rounds others down to one, as diffusers does; image models 1)")
       ->check(at_least(1, ""));
   g->add_option("--num_inference_steps,--num-inference-steps", o->steps,
-                "denoising steps (default: PixArt 20, FLUX.1 [dev] and SD3 28, [schnell] 4)")
+                "denoising steps (default: the model's: PixArt 20, FLUX.1 [dev] and SD3 28, "
+                "[schnell] 4, Wan and Qwen-Image 50, Z-Image 9)")
       ->check(at_least(0, "(0: the initial noise, with --output_type latent)"));
   g->add_option("--guidance_scale,--guidance-scale", o->guidance,
-                "PixArt, SD3: classifier-free guidance scale (default 4.5, 7); FLUX.1 [dev]: "
-                "the embedded guidance (default 3.5)")
+                "PixArt, SD3, Wan: classifier-free guidance scale (default 4.5, 7, 5); Z-Image: "
+                "CFG at 1 + this when > 0 (default 0); FLUX.1 [dev]: the embedded guidance "
+                "(default 3.5)")
       ->check(finite_number());
   g->add_option("--guidance_scale_2,--guidance-scale-2", o->guidance_2,
                 "Wan2.2: the second expert's (transformer_2's) guidance scale (default: "
@@ -549,8 +556,8 @@ std::function<int()> add_generate(CLI::App& app) {
   g->add_flag("--no_resolution_binning,--no-resolution-binning", o->no_binning,
               "generate at the requested size instead of the nearest aspect-ratio bin");
   g->add_option("--max_sequence_length,--max-sequence-length", o->max_sequence_length,
-                "T5 tokens (default 120 for PixArt-α, 300 for PixArt-Σ, 512 for FLUX.1, 256 for "
-                "SD3)")
+                "text tokens (default 120 for PixArt-α, 300 for PixArt-Σ, 512 for FLUX.1, Wan "
+                "and Qwen-Image, 256 for SD3, 512 for Z-Image)")
       ->check(at_least(1, ""));
   g->add_option("--output_type,--output-type", o->output_type, "pil (PNG) or latent")
       ->capture_default_str();

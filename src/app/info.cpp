@@ -200,7 +200,7 @@ int run_info(InfoOptions o) {
   }
   out << "scheduler:    " << pipe.scheduler_config().class_name() << "\n";
   out << "defaults:     " << family.default_steps() << " steps, guidance_scale "
-      << family.default_guidance() << "\n";
+      << family.guider().default_guidance() << "\n";
   // Memory estimate: the same one generate checks requests against.
   const int64_t vsf = pipe.vae_scale_factor();
   q.prompts = o.batch;
@@ -211,7 +211,10 @@ int run_info(InfoOptions o) {
   q.text_tokens = max_len;
   q.dtype = dt;
   q.vae_scale_factor = vsf;
-  q.cfg = family.uses_cfg(family.default_guidance(), family.default_true_cfg(), false);
+  pipeline::GuidanceSettings defaults;
+  defaults.guidance_scale = family.guider().default_guidance();
+  defaults.true_cfg_scale = family.guider().default_true_cfg();
+  q.cfg = family.guider().two_predictions(defaults);
   q.t5 = t5 ? &*t5 : nullptr;
   q.clip = clip ? &*clip : nullptr;
   q.qwen = qwen ? &*qwen : nullptr;

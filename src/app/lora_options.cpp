@@ -53,7 +53,7 @@ std::vector<pipeline::LoraRef> files(const std::vector<std::string>& specs) {
 std::vector<nn::LoraUse> LoraOptions::uses() const {
   std::vector<nn::LoraUse> out;
   for (const pipeline::LoraRef& f : files(specs))
-    out.push_back({std::make_shared<nn::LoraFile>(f.path), f.scale});
+    out.push_back({std::make_shared<nn::LoraFile>(f.path, max_bytes), f.scale});
   return out;
 }
 
@@ -75,11 +75,21 @@ void add_lora_options(CLI::App* cmd, LoraOptions& o) {
                 "apply a LoRA whose modules the model partly lacks, or with tensors xdit does not "
                 "apply (those are skipped)")
       ->group("LoRA");
+  add_max_lora_bytes(cmd, o.max_bytes);
   cmd->add_option("--lora_mode,--lora-mode", o.mode,
                   "merge: into the weights as they load (no cost per step); side: beside them as "
                   "low-rank side paths (applied in milliseconds, about the LoRA's size in memory, "
                   "~1 % per step at rank 16; CPU)")
       ->check(CLI::IsMember({"merge", "side"}))
+      ->capture_default_str()
+      ->group("LoRA");
+}
+
+void add_max_lora_bytes(CLI::App* cmd, size_t& max_bytes) {
+  cmd->add_option("--max_lora_bytes,--max-lora-bytes", max_bytes,
+                  "the largest LoRA file read, in bytes (checked from its size before anything "
+                  "is read; real LoRAs are a few hundred MB, the largest a few GB)")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 40))
       ->capture_default_str()
       ->group("LoRA");
 }

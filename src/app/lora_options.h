@@ -15,6 +15,8 @@ namespace xdit::app {
 struct LoraOptions {
   std::vector<std::string> specs;  // "FILE" or "FILE:SCALE", as given
   bool ignore_unmatched = false;
+  // --max_lora_bytes: a larger file is refused before it is read.
+  size_t max_bytes = nn::LoraFile::kDefaultMaxBytes;
   // "merge": into the weights as they load (nn::LoraWeights); "side": beside
   // them, as low-rank side paths (nn/lora_side.h), as xdit serve applies a
   // request's LoRAs — milliseconds to apply, about the LoRA's size in memory.
@@ -31,5 +33,7 @@ struct LoraOptions {
 };
 
 void add_lora_options(CLI::App* cmd, LoraOptions& o);
+// --max_lora_bytes alone (xdit serve's, for --lora_dir's files).
+void add_max_lora_bytes(CLI::App* cmd, size_t& max_bytes);
 
 }  // namespace xdit::app

@@ -43,6 +43,30 @@ std::string describe_exception(std::exception_ptr p) {
   }
 }
 
+// `text` on one line, for an error line that echoes values a user gave (a
+// --model path with a newline): control characters as \n, \r, \t or \xNN.
+std::string one_line(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c != 0x7f) {
+      out += ch;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -60,12 +84,14 @@ int main(int argc, char** argv) {
   try {
     world = xdit::comm::init_world(&argc, &argv);
   } catch (const xdit::Error& e) {
-    std::fprintf(stderr, "xdit: error: %s\n", e.what());
+    std::fprintf(stderr, "xdit: error: %s\n", one_line(e.what()).c_str());
     return 1;
   }
   xdit::set_log_rank(world->rank(), world->size());
   xdit::app::set_world(world.get());
-  CLI::App app{"xdit: Diffusion Transformer inference (PixArt) on CPU, serial or parallel"};
+  CLI::App app{
+      "xdit: diffusion transformer inference (PixArt-α/Σ, FLUX.1, SD3/3.5, Wan2.1/2.2, "
+      "Z-Image, Qwen-Image) on CPU or CUDA, serial or parallel"};
   app.require_subcommand(1);
   // As with argparse (diffusers / xDiT scripts), a repeated option keeps its last value.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -91,13 +117,14 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "xdit: error: %s%s (see xdit --help)\n", xdit::rank_prefix().c_str(),
-                 e.what());
+                 one_line(e.what()).c_str());
     return 2;
   }
   // One rank's error ends every rank: print it, then abort the whole job
   // (mpirun stops the others), so nothing waits forever in a collective.
   auto fail = [&](const char* what) {
-    std::fprintf(stderr, "xdit: error: %s%s\n", xdit::rank_prefix().c_str(), what);
+    std::fprintf(stderr, "xdit: error: %s%s\n", xdit::rank_prefix().c_str(),
+                 one_line(what).c_str());
     std::fflush(stderr);
     if (world->size() > 1) world->abort(1);
     return 1;

@@ -137,6 +137,7 @@ void resolve_parallel_options(ParallelOptions& o, int world_size) {
 
 void warn_parallel_options(const ParallelOptions& o) {
   const parallel::ParallelConfig& c = o.config;
+  for (const std::string& line : c.ignored_flags()) XDIT_WARN(line);
   if (o.sync_mode == "stale_gn" || o.sync_mode == "corrected_async_gn")
     XDIT_WARN("--sync_mode ", o.sync_mode,
               ": stale_gn and corrected_async_gn differ in how "

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "app/commands.h"
+#include "app/lora_options.h"
 #include "app/parallel_options.h"
 #include "app/rank_agreement.h"
 #include "app/serve.h"
@@ -119,8 +120,9 @@ int run_serve(ServeOptions& o, const CLI::App& command) {
   pipe.set_mesh(&mesh);
   pipe.set_device(device);
   o.weights.apply(pipe, device);
-  pipe.set_keep_text_encoder(true);    // resident: encoders stay loaded between requests
-  pipe.set_request_per_replica(true);  // a round gives each replica a request of its own
+  pipe.set_keep_text_encoder(true);           // resident: encoders stay loaded between requests
+  pipe.set_request_per_replica(true);         // a round gives each replica a request of its own
+  pipe.set_max_lora_bytes(o.max_lora_bytes);  // (every rank reads a request's LoRAs)
   // The model's default request planned on this layout before the weights
   // load: the server refuses to start where it could serve nothing (and
   // the serving pipeline opens its text side and VAE).
@@ -149,6 +151,7 @@ int run_serve(ServeOptions& o, const CLI::App& command) {
   validator.set_request_per_replica(true);
   validator.set_request_limits(o.limits);  // over a limit: 400 before the queue
   validator.set_request_lora_targets(pipe.request_lora_targets());  // side paths only
+  validator.set_max_lora_bytes(o.max_lora_bytes);
   warn_if_limits_cannot_fit(validator, o.limits);
   const std::string id = model.from_cache() ? model.id : fs::path(model.folder).filename().string();
   return serve_http(o, pipe, validator, mesh, id);
@@ -203,6 +206,7 @@ std::function<int()> add_serve(CLI::App& app) {
   s->add_option("--lora_dir,--lora-dir", o->lora_dir,
                 "the folder of the LoRAs a request may name (`loras`: file names in it, "
                 "applied to that request only; default: none, `loras` is refused)");
+  add_max_lora_bytes(s, o->max_lora_bytes);
   s->add_option("--max_pixels,--max-pixels", o->limits.max_pixels,
                 "largest width x height of a request, run or written (0: no limit)")
       ->capture_default_str();

@@ -9,6 +9,7 @@
 #include "app/parallel_options.h"
 #include "app/weight_options.h"
 #include "comm/communicator.h"
+#include "nn/lora.h"
 #include "parallel/config.h"
 #include "pipeline/pipeline.h"
 #include "pipeline/request.h"
@@ -38,6 +39,7 @@ struct ServeOptions {
   // The folder of the LoRAs a request may name (serve/lora_dir.h); empty:
   // none. Checked at start into lora_root.
   std::string lora_dir;
+  size_t max_lora_bytes = nn::LoraFile::kDefaultMaxBytes;  // --max_lora_bytes
   std::shared_ptr<const serve::LoraDir> lora_root = std::make_shared<serve::LoraDir>();
   // Each request's limits (0: none); defaults a single machine serves in
   // bounded time.

@@ -37,6 +37,7 @@
 #include "serve/http_server.h"
 #include "serve/job_queue.h"
 #include "serve/metrics.h"
+#include "serve/private_paths.h"
 #include "serve/request_schema.h"
 #include "serve/startup_line.h"
 
@@ -80,7 +81,12 @@ class Server {
         mesh_(mesh),
         model_id_(model_id),
         queue_(static_cast<size_t>(o.max_queue)),
-        groups_(mesh.config().data_parallel_degree) {}
+        groups_(mesh.config().data_parallel_degree) {
+    // An answer names the model's files below its folder, the LoRAs by name.
+    private_paths_.add(pipe.folder().root(), "");
+    private_paths_.add(o.model, "");
+    if (o.lora_root->enabled()) private_paths_.add(o.lora_root->path(), "");
+  }
 
   // Binds, then serves until SIGTERM; returns the exit code.
   int run() {
@@ -195,8 +201,10 @@ class Server {
         // One process: the failure is this request's; answer it and go on.
         // Several: a rank may be inside a collective, so the job ends (main
         // prints the message and aborts every rank).
+        // The log has the whole message; the answer no path of the server's.
+        XDIT_WARN("a request failed: ", e.what());
         for (auto& job : runs)
-          job->finish(serve::JobResult::error(500, o_.lora_root->shown(e.what())));
+          job->finish(serve::JobResult::error(500, private_paths_.shown(e.what())));
         if (mesh_.world().size() > 1) throw;  // (the clients have their 500 first)
         running_ = 0;
         continue;
@@ -243,10 +251,10 @@ class Server {
       sr = serve::parse_request_body(e, req.body);
       if (sr.save_disk_path) o_.output_root->check(*sr.save_disk_path);  // under --output_dir
       std::vector<std::string> names;                                    // files of --lora_dir
-      for (const auto& [name, scale] : sr.loras) names.push_back(name);
+      for (const auto& l : sr.loras) names.push_back(l.name);
       const std::vector<std::string> files = o_.lora_root->resolve_all(names);
       for (size_t i = 0; i < files.size(); ++i)
-        sr.image.loras.push_back({files[i], sr.loras[i].second});
+        sr.image.loras.push_back({files[i], sr.loras[i].scale, sr.loras[i].ignore_unmatched});
       std::lock_guard<std::mutex> lock(validator_mu_);
       plan.emplace(validator_.plan(sr.image));  // model, size, layout and memory: before the queue
       if ((*plan)->num_frames > 1 && e == serve::Endpoint::kGenerate)
@@ -256,7 +264,7 @@ class Server {
     } catch (const serve::BadRequest& b) {
       return serve::error_response(b.status(), b.what(), b.field());
     } catch (const Error& err) {
-      return serve::error_response(400, o_.lora_root->shown(err.what()));
+      return serve::error_response(400, private_paths_.shown(err.what()));
     }
     auto job =
         std::make_shared<serve::Job>(std::move(sr),
@@ -297,6 +305,7 @@ class Server {
       for (const auto& png : pngs) data.push_back({{"b64_json", serve::base64_encode(png)}});
       json body = {{"created", static_cast<int64_t>(std::time(nullptr))}, {"data", data}};
       if (!r->cache.empty()) body["cache"] = r->cache;  // beside OpenAI's fields
+      if (!r->plan.loras.empty()) body["lora"] = pipeline::lora_list_label(r->plan.loras);
       return serve::json_response(200, body);
     }
     char took[32];
@@ -322,6 +331,8 @@ class Server {
         {"num_frames", r->plan.num_frames},
         {"format", video ? "mp4" : "png"}};
     if (!r->cache.empty()) body["cache"] = r->cache;
+    // The LoRAs as applied, with what ignore_unmatched skipped.
+    if (!r->plan.loras.empty()) body["lora"] = pipeline::lora_list_label(r->plan.loras);
     if (asked.save_disk_path) {
       // Under --output_dir, links refused, written exclusively and renamed
       // into place (serve/output_root.h).
@@ -382,6 +393,7 @@ class Server {
   std::mutex validator_mu_;
   parallel::Mesh& mesh_;
   const std::string model_id_;
+  serve::PrivatePaths private_paths_;
   serve::JobQueue queue_;
   serve::Metrics metrics_;
   const int groups_;

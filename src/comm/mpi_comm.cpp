@@ -9,6 +9,7 @@
 #include "comm/communicator.h"
 #include "comm/watchdog.h"
 #include "core/error.h"
+#include "io/file.h"
 
 #define XDIT_MPI(call)                                                          \
   do {                                                                          \
@@ -134,6 +135,7 @@ class MpiComm : public Communicator {
     return std::make_unique<MpiComm>(c, true);
   }
   [[noreturn]] void abort(int code) override {
+    io::remove_temporaries();  // no destructor runs after this: no partial output stays
     MPI_Abort(MPI_COMM_WORLD, code);
     std::_Exit(code);
   }

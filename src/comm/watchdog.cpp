@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "io/file.h"
 
 namespace xdit::comm {
 
@@ -50,6 +51,7 @@ void watch() {
     if (::write(STDERR_FILENO, line.data(), line.size()) < 0) {
       // nothing more to do: the exit says it
     }
+    io::remove_temporaries();  // _Exit runs no destructor: no partial output stays
     std::_Exit(1);
   }
 }

@@ -42,11 +42,15 @@ std::atomic<bool> g_exiting{false};
 constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
 struct sigaction g_previous[std::size(kSignals)];
 
-extern "C" void remove_temporaries_and_reraise(int sig) {
+void unlink_temporaries() noexcept {
   g_exiting.store(true);
   for (Chunk* c = &g_first; c != nullptr; c = c->next.load())
     for (auto& s : c->slots)
       if (char* p = s.load()) ::unlink(p);
+}
+
+extern "C" void remove_temporaries_and_reraise(int sig) {
+  unlink_temporaries();
   for (size_t i = 0; i < std::size(kSignals); ++i)
     if (kSignals[i] == sig) ::sigaction(sig, &g_previous[i], nullptr);
   ::raise(sig);  // the disposition the process had before: usually the default, ending it
@@ -386,6 +390,10 @@ std::string read_small_file(const std::string& path, size_t max_bytes, const std
   }
   s.resize(got);
   return s;
+}
+
+void remove_temporaries() noexcept {
+  unlink_temporaries();
 }
 
 void check_side_file(const std::string& path, size_t max_bytes, const std::string& what) {

@@ -76,6 +76,12 @@ void ignore_file_size_signal();
 // what the file is, for messages ("config", "tokenizer file").
 std::string read_small_file(const std::string& path, size_t max_bytes, const std::string& what);
 
+// Removes every temporary file of an OutputFile not yet renamed into place:
+// for the exits that run no destructors (the communication watchdog's
+// _Exit, an MPI abort). Async-signal-safe (unlink() only); the process must
+// end right after.
+void remove_temporaries() noexcept;
+
 // Refuses (one line naming `path`) a path that is not a regular file, or
 // one larger than `max_bytes`: for files a library opens by name
 // (SentencePiece's model), checked before it does.

@@ -1,6 +1,6 @@
 // The interface every diffusion transformer implements (PixArt-α/Σ, FLUX.1,
-// SD3), so that one denoising loop and one implementation of each parallel
-// method serve them all (docs/ARCHITECTURE.md, "One engine").
+// SD3, Wan, Z-Image, Qwen-Image), so that one denoising loop and one implementation of each
+// parallel method serve them all (docs/ARCHITECTURE.md, "One engine").
 //
 // A call is three parts: embed (the conditioning of the call, and on the first
 // pipeline stage the image tokens of the requested patch rows), blocks by
@@ -101,6 +101,10 @@ struct DiTSpec {
   bool timestep_reversed = false;
   bool text_stream = false;  // joint attention over a text stream that blocks update
   bool video = false;        // takes latents of F > 1 frames (an image model: F = 1)
+  // How far the positional tables reach, in latent frames and in patch rows
+  // and columns (Wan's rotary table, Z-Image's axes_lens); 0: no limit. The
+  // planner refuses a request beyond them before any work.
+  int64_t max_frames = 0, max_patch_rows = 0, max_patch_cols = 0;
 };
 
 // Latents of shape `latents` are [B, spec.latent_channels, F, H, W], and F = 1

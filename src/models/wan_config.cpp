@@ -109,6 +109,7 @@ DiTSpec WanConfig::spec() const {
   s.out_channels = out_channels;
   s.patch = patch_h;
   s.video = true;
+  s.max_frames = s.max_patch_rows = s.max_patch_cols = rope_max_seq_len;
   return s;
 }
 

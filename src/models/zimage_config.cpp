@@ -108,6 +108,8 @@ DiTSpec ZImageConfig::spec() const {
   s.timestep_divisor = 1000.0;  // ZImagePipeline: (1000 - t) / 1000
   s.timestep_reversed = true;
   s.text_stream = true;
+  s.max_patch_rows = axes_lens[1];
+  s.max_patch_cols = axes_lens[2];
   return s;
 }
 

@@ -40,7 +40,17 @@ std::optional<double> metadata_alpha(const io::Json& meta, const std::string& co
 
 }  // namespace
 
-LoraFile::LoraFile(const std::string& path) : LoraFile(io::SafeTensorsFile(path)) {}
+namespace {
+
+io::SafeTensorsFile open_lora(const std::string& path, size_t max_bytes) {
+  io::check_side_file(path, max_bytes, "LoRA (--max_lora_bytes)");
+  return io::SafeTensorsFile(path);
+}
+
+}  // namespace
+
+LoraFile::LoraFile(const std::string& path, size_t max_bytes)
+    : LoraFile(open_lora(path, max_bytes)) {}
 
 LoraFile::LoraFile(io::SafeTensorsFile file) : file_(std::move(file)) {
   const std::string& path = file_.path();
@@ -108,14 +118,13 @@ LoraFile::LoraFile(io::SafeTensorsFile file) : file_(std::move(file)) {
     if (!std::isfinite(m.alpha) || m.rank < 1)
       fail_in(k.down, ": alpha ", m.alpha, ", rank ", m.rank);
     const bool zero_a = scan(m.down), zero_b = scan(m.up);
-    // All-zero A or B, or alpha 0: changes nothing (diffusers drops all-zero adapters too).
-    if (zero_a || zero_b || m.alpha == 0) continue;
+    // All-zero A or B, or alpha 0: changes nothing (matched, then left out).
+    m.zero = zero_a || zero_b || m.alpha == 0;
     components_[k.component][k.module] = m;
   }
-  for (const std::string& t : layout.unread) {
-    const std::vector<float> v = file_.get(t).to_vector();
-    if (std::any_of(v.begin(), v.end(), [](float x) { return x != 0; })) unread_.push_back(t);
-  }
+  // Listed, not read: refused or skipped by name whatever their values (a
+  // header may declare gigabytes of them).
+  unread_ = layout.unread;
 }
 
 const std::map<std::string, LoraModule>& LoraFile::modules(const std::string& component) const {
@@ -165,9 +174,10 @@ std::shared_ptr<const LoraFile> LoraFileCache::get(const std::string& path) {
   auto it = entries_.find(path);
   if (it == entries_.end() || stamp.empty() || it->second.stamp != stamp) {
     if (it != entries_.end()) entries_.erase(it);  // changed: read again
-    // Whole into memory: a LoRA is small beside the model it adapts.
-    constexpr size_t kMost = size_t{64} << 30;
-    auto bytes = std::make_shared<std::string>(io::read_small_file(path, kMost, "LoRA"));
+    // Whole into memory: a LoRA is small beside the model it adapts, and
+    // its size is bounded before anything is read.
+    io::check_side_file(path, max_bytes_, "LoRA (--max_lora_bytes)");
+    auto bytes = std::make_shared<std::string>(io::read_small_file(path, max_bytes_, "LoRA"));
     const size_t size = bytes->size();
     const std::shared_ptr<const void> data(bytes, bytes->data());
     auto file = std::make_shared<const LoraFile>(io::SafeTensorsFile(data, size, path));
@@ -195,7 +205,8 @@ std::string lora_weight_name(const std::string& module,
 
 std::vector<LoraAdapter> match_lora_adapters(const std::vector<LoraUse>& loras,
                                              const std::string& component,
-                                             const WeightShapes& shape_of, bool skip_missing) {
+                                             const WeightShapes& shape_of, bool skip_missing,
+                                             int64_t* skipped) {
   std::vector<LoraAdapter> out;
   std::vector<std::string> unmatched;
   for (const LoraUse& use : loras) {
@@ -206,15 +217,18 @@ std::vector<LoraAdapter> match_lora_adapters(const std::vector<LoraUse>& loras,
           lora_weight_name(module, [&](const std::string& n) { return shape_of(n).has_value(); });
       const std::optional<Shape> w = shape_of(weight);
       if (!w) {
-        unmatched.push_back(module);
+        if (use.ignore_unmatched && skipped != nullptr) ++*skipped;
+        if (!use.ignore_unmatched) unmatched.push_back(module);
         continue;
       }
+      if (m.zero) continue;  // matched; changes nothing
       XDIT_CHECK(*w == Shape({m.out, m.in}), "LoRA ", use.file->path(), ": ", module, " is [",
                  m.out, ", ", m.in, "] but the model's ", weight, " is ", shape_str(*w),
                  " (a LoRA for another model?)");
       out.push_back({use.file.get(), &m, weight, use.scale * m.alpha / m.rank});
     }
   }
+  if (skipped != nullptr && skip_missing) *skipped += static_cast<int64_t>(unmatched.size());
   if (!unmatched.empty() && !skip_missing) {
     std::ostringstream o;
     for (size_t i = 0; i < unmatched.size() && i < 4; ++i) o << (i ? ", " : "") << unmatched[i];
@@ -239,7 +253,8 @@ LoraWeights::LoraWeights(const io::WeightSource& base, const WeightShapes& shape
                          std::vector<LoraUse> loras, const std::string& component,
                          bool ignore_unmatched, DType merged)
     : base_(base), merged_(merged), loras_(std::move(loras)) {
-  for (LoraAdapter& a : match_lora_adapters(loras_, component, shape_of, ignore_unmatched))
+  for (LoraAdapter& a :
+       match_lora_adapters(loras_, component, shape_of, ignore_unmatched, &skipped_))
     adapters_[a.weight].push_back(std::move(a));
 }
 

@@ -32,25 +32,34 @@ struct LoraModule {
   bool swap_halves = false;  // its rows' two halves exchanged (nn/lora_formats.h)
   int64_t rank = 0, in = 0, out = 0;
   double alpha = 0;
+  // A or B all zeros, or alpha 0: it changes nothing. Matched against the
+  // model like any adapter (a module the model lacks is refused, whatever
+  // its values), then left out, as diffusers drops all-zero adapters.
+  bool zero = false;
 };
 
 class LoraFile {
  public:
+  // The most bytes a LoRA file may hold (--max_lora_bytes' default): real
+  // LoRAs are a few hundred MB, the largest a few GB.
+  static constexpr size_t kDefaultMaxBytes = size_t{4} << 30;
   // Reads the header, detects the format from the key names and checks
   // every adapter (A and B present, ranks equal, finite values): throws one
-  // line naming the file and what is wrong.
-  explicit LoraFile(const std::string& path);
+  // line naming the file and what is wrong. A file over `max_bytes` (its
+  // size from fstat, before anything is read) is refused.
+  explicit LoraFile(const std::string& path, size_t max_bytes = kDefaultMaxBytes);
   // The same of a file already open (or read into memory).
   explicit LoraFile(io::SafeTensorsFile file);
   const std::string& path() const { return file_.path(); }
   // "diffusers", "kohya", "bfl" or "xlabs".
   const std::string& format() const { return format_; }
-  // Tensors that adapt no module xdit knows (T5 adapters, DoRA scales, …);
-  // all-zero ones (which change nothing) are left out, as diffusers drops them.
+  // Tensors that adapt no module xdit knows (DoRA scales, …), whatever
+  // their values: refused unless the user skips them (their values are
+  // never read).
   const std::vector<std::string>& unread() const { return unread_; }
   // The adapters of a component ("transformer", "text_encoder", …) by
-  // module name as the component's weights name it; empty when none. An
-  // adapter whose A or B is all zeros changes nothing and is left out.
+  // module name as the component's weights name it; empty when none. All-
+  // zero ones are here too (LoraModule::zero), to be matched.
   const std::map<std::string, LoraModule>& modules(const std::string& component) const;
   // The components it adapts ("transformer", "text_encoder", …).
   std::vector<std::string> components() const;
@@ -75,6 +84,9 @@ std::string lora_weight_name(const std::string& module,
 struct LoraUse {
   std::shared_ptr<const LoraFile> file;
   double scale = 1.0;  // diffusers' set_adapters weight
+  // Its modules that match nothing are skipped, not refused (a request's
+  // choice; match_lora_adapters' skip_missing does it for every LoRA).
+  bool ignore_unmatched = false;
 };
 
 // The LoRA files requests name (xdit serve), each read whole into memory
@@ -84,6 +96,8 @@ struct LoraUse {
 class LoraFileCache {
  public:
   explicit LoraFileCache(size_t capacity = 8) : capacity_(capacity) {}
+  // A file over `max_bytes` is refused before it is read (--max_lora_bytes).
+  void set_max_bytes(size_t max_bytes) { max_bytes_ = max_bytes; }
   std::shared_ptr<const LoraFile> get(const std::string& path);
   size_t size() const { return entries_.size(); }
 
@@ -94,6 +108,7 @@ class LoraFileCache {
     uint64_t used = 0;
   };
   size_t capacity_;
+  size_t max_bytes_ = LoraFile::kDefaultMaxBytes;
   uint64_t clock_ = 0;
   std::map<std::string, Entry> entries_;  // by path
 };
@@ -109,13 +124,18 @@ struct LoraAdapter {
 // The model's weight shapes by name; nullopt for a name it has not.
 using WeightShapes = std::function<std::optional<Shape>(const std::string&)>;
 
-// The adapters the LoRAs hold for `component`, each on its weight as
-// `shape_of` knows them. Throws one line for a scale that is not finite,
-// an adapter whose [out, in] its weight contradicts (a LoRA for another
-// model), or, unless `skip_missing`, adapters of weights the model lacks.
+// The adapters the LoRAs hold for `component` that change something, each
+// on its weight as `shape_of` knows them. Every module is matched first —
+// all-zero ones too — then the all-zero ones are left out. Throws one line
+// for a scale that is not finite, an adapter whose [out, in] its weight
+// contradicts (a LoRA for another model), or, unless `skip_missing`,
+// modules the model lacks (listing the first few) — a LoRA's own
+// `ignore_unmatched` skips its own; the count of those skipped is added to
+// `skipped` (when given).
 std::vector<LoraAdapter> match_lora_adapters(const std::vector<LoraUse>& loras,
                                              const std::string& component,
-                                             const WeightShapes& shape_of, bool skip_missing);
+                                             const WeightShapes& shape_of, bool skip_missing,
+                                             int64_t* skipped = nullptr);
 
 // `base` (a component's weights) with the LoRAs' deltas merged in.
 class LoraWeights : public io::WeightSource {
@@ -136,8 +156,10 @@ class LoraWeights : public io::WeightSource {
   bool has(const std::string& name) const override { return base_.has(name); }
   size_t stored_bytes() const override { return base_.stored_bytes(); }
   void drop_pages(const std::string& name) const override { base_.drop_pages(name); }
-  // The weights the LoRAs change.
+  // The weights the LoRAs change; the modules matching nothing that
+  // ignore_unmatched skipped.
   size_t adapted() const { return adapters_.size(); }
+  int64_t skipped() const { return skipped_; }
 
  protected:
   Tensor read(const std::string& name, const Shape& expected) const override;
@@ -158,6 +180,7 @@ class LoraWeights : public io::WeightSource {
   DType merged_;
   std::vector<LoraUse> loras_;
   std::map<std::string, std::vector<LoraAdapter>> adapters_;  // by weight name
+  int64_t skipped_ = 0;
 };
 
 }  // namespace xdit::nn

@@ -100,7 +100,6 @@ void ParallelConfig::validate(int world_size) const {
              warmup_steps.value_or(0));
   for (int n : attn_layer_num_for_pp)
     XDIT_CHECK(n >= 1, "--attn_layer_num_for_pp entries must be at least 1, got ", n);
-  validate_method_flags();
   XDIT_CHECK(num_pipeline_patch == 0 || num_pipeline_patch >= pipefusion_parallel_degree,
              "--num_pipeline_patch ", num_pipeline_patch,
              " is smaller than --pipefusion_parallel_degree ", pipefusion_parallel_degree,
@@ -135,36 +134,32 @@ void ParallelConfig::validate(int world_size) const {
   }
 }
 
-void ParallelConfig::validate_method_flags() const {
-  // Each method's flags act only under it: refused elsewhere, with the
-  // method they belong to, rather than silently ignored.
+std::vector<std::string> ParallelConfig::ignored_flags() const {
   const bool pipefusion = pipefusion_parallel_degree > 1, patch = patch_parallel_degree > 1;
-  XDIT_CHECK(pipefusion || num_pipeline_patch == 0,
-             "--num_pipeline_patch applies to PipeFusion "
-             "(--pipefusion_parallel_degree above 1); this layout (",
-             describe(), ") has none");
-  XDIT_CHECK(pipefusion || (attn_layer_num_for_pp.empty() && !auto_stage_blocks),
-             "--attn_layer_num_for_pp applies to "
-             "PipeFusion (--pipefusion_parallel_degree above 1); this layout (",
-             describe(), ") has none");
-  XDIT_CHECK(patch || patch_mode.empty(),
-             "--patch_mode applies to patch parallelism "
-             "(--patch_parallel_degree above 1, or --parallelism); this layout (",
-             describe(), ") has none");
   const bool displaced_patch = patch && displaced();
-  XDIT_CHECK(!full_sync || pipefusion || displaced_patch,
-             "--sync_mode full_sync applies to "
-             "PipeFusion and DistriFusion (--patch_parallel_degree with --patch_mode displaced); "
-             "this layout (",
-             describe(), ") has no stale step to make synchronous");
-  XDIT_CHECK(
-      !warmup_steps || pipefusion || displaced_patch,
-      "--warmup_steps applies to PipeFusion "
-      "and DistriFusion (--patch_parallel_degree with --patch_mode displaced); this layout (",
-      describe(), ") has no stale step to warm up");
-  XDIT_CHECK(!warmup_steps || !full_sync,
-             "--warmup_steps with --sync_mode full_sync: every step "
-             "is synchronous already; give one of the two");
+  std::vector<std::string> lines;
+  const auto unless = [&](bool applies, const char* flag, const char* method) {
+    if (!applies)
+      lines.push_back(detail::concat(flag, " applies to ", method, "; this layout (", describe(),
+                                     ") has none: ignored"));
+  };
+  unless(pipefusion || num_pipeline_patch == 0, "--num_pipeline_patch",
+         "PipeFusion (--pipefusion_parallel_degree above 1)");
+  unless(pipefusion || (attn_layer_num_for_pp.empty() && !auto_stage_blocks),
+         "--attn_layer_num_for_pp", "PipeFusion (--pipefusion_parallel_degree above 1)");
+  unless(patch || patch_mode.empty(), "--patch_mode",
+         "patch parallelism (--patch_parallel_degree above 1, or --parallelism)");
+  unless(!full_sync || pipefusion || displaced_patch, "--sync_mode full_sync",
+         "PipeFusion and DistriFusion (--patch_parallel_degree with --patch_mode displaced), "
+         "whose stale steps it makes synchronous");
+  unless(!warmup_steps || pipefusion || displaced_patch, "--warmup_steps",
+         "PipeFusion and DistriFusion (--patch_parallel_degree with --patch_mode displaced), "
+         "whose stale steps it delays");
+  if (warmup_steps && full_sync && (pipefusion || displaced_patch))
+    lines.push_back(detail::concat("--warmup_steps ", *warmup_steps,
+                                   " with --sync_mode full_sync: every step is synchronous "
+                                   "already, so the warm-up changes nothing"));
+  return lines;
 }
 
 void ParallelConfig::validate_request(int64_t heads, int64_t patch_rows, bool cfg,

@@ -103,10 +103,12 @@ struct ParallelConfig {
 
   // Degrees against the number of ranks (before anything is loaded).
   void validate(int world_size) const;
-  // The flags of one method (PipeFusion's patches, blocks per stage and
-  // warm-up; patch parallelism's mode; the sync mode) refused where their
-  // method is not in the layout.
-  void validate_method_flags() const;
+  // The flags that change nothing in this layout — one method's (PipeFusion's
+  // patches and blocks per stage; patch parallelism's mode; the sync mode and
+  // warm-up of the stale methods) where the method is not in it, a warm-up
+  // under full_sync — one line each: accepted with a note, as xDiT's scripts
+  // pass them to every layout; only contradictions are refused.
+  std::vector<std::string> ignored_flags() const;
   // Degrees against the model and the request: heads divisible by the
   // tensor-parallel degree, each TP rank's heads by Ulysses,
   // a patch row per sequence-parallel rank (uneven shares are fine), one per PipeFusion

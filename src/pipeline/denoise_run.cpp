@@ -1,10 +1,8 @@
 // A plan's denoising run (Pipeline::generate_latents): the initial latents,
 // the scheduler, and the Denoiser with the run's step hooks (calibration,
-// load balancing, skip-layer guidance, a step cache, progress) over the
+// load balancing, a guider's extra pass, a step cache, progress) over the
 // steps of each expert in turn — Wan2.2's two (ModelFamily::boundary_ratio),
 // each loaded when first needed, or the one transformer of every other model.
-#include <optional>
-
 #include "core/buffer_pool.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -16,19 +14,18 @@
 
 namespace xdit::pipeline {
 
-std::vector<Pipeline::ExpertPart> Pipeline::expert_parts(const PlanFields& r,
-                                                         const std::vector<float>& ts) const {
+std::vector<Pipeline::ExpertPart> Pipeline::expert_parts(const std::vector<float>& ts) const {
   const double ratio = family_->boundary_ratio();
   // As WanPipeline decides each step: t >= boundary_ratio × num_train_timesteps
-  // runs `transformer` at guidance_scale, a smaller t `transformer_2` at
-  // guidance_scale_2 (the scheduler's t: UniPC's integers).
+  // runs `transformer`, a smaller t `transformer_2` (the scheduler's t:
+  // UniPC's integers); each at the guider's scale for it (CFG: guidance_scale,
+  // guidance_scale_2).
   const double boundary = ratio * static_cast<double>(sched_cfg_.num_train_timesteps());
   std::vector<ExpertPart> parts;
   for (size_t i = 0; i < ts.size(); ++i) {
     const int expert = ratio > 0 && static_cast<double>(ts[i]) < boundary ? 1 : 0;
     const auto step = static_cast<int64_t>(i);
-    if (parts.empty() || parts.back().expert != expert)
-      parts.push_back({step, step, expert, expert == 0 ? r.guidance_scale : r.guidance_scale_2});
+    if (parts.empty() || parts.back().expert != expert) parts.push_back({step, step, expert});
     parts.back().end = step + 1;
   }
   return parts;
@@ -97,7 +94,7 @@ Tensor Pipeline::generate_latents(const Plan& plan,
   const LoopInputs li = loop_inputs(r);
   const auto total = static_cast<int64_t>(sched->timesteps().size());
   CacheReport report;
-  for (const ExpertPart& part : expert_parts(r, sched->timesteps())) {
+  for (const ExpertPart& part : expert_parts(sched->timesteps())) {
     use_expert(part.expert);
     apply_request_loras(r.loras);
     latents = run_part(r, li, *sched, part, std::move(latents), hooks, report,
@@ -112,10 +109,11 @@ Tensor Pipeline::run_part(const PlanFields& r, LoopInputs li, schedulers::Schedu
                           const ExpertPart& part, Tensor latents,
                           const std::vector<StepHook*>& hooks, CacheReport& report,
                           ProgressHook progress) {
-  li.cfg_scale = family_->cfg_scale(part.guidance_scale, r.true_cfg_scale);
-  // The prompt half for skip-layer guidance, made only when it is asked for.
-  std::optional<SkipGuidanceHook> slg;
-  if (r.skip_layer_guidance.on()) slg.emplace(r.skip_layer_guidance, skip_inputs(r, li));
+  li.cfg_scale = li.guider->scale(li.guidance, part.expert);
+  // A guider's extra pass (SD3's skip-layer call), the prompt half made only
+  // when it is asked for.
+  const std::unique_ptr<StepHook> pass =
+      li.guider->pass_hook(li.guidance, [&] { return prompt_half_inputs(r, li); });
   Denoiser d(*transformer_, *runtime_, sched, std::move(li), device_);
   CalibrationHook calibration;
   if (mesh_ != nullptr && mesh_->config().auto_weights && runtime_->pipefusion() == nullptr)
@@ -123,7 +121,7 @@ Tensor Pipeline::run_part(const PlanFields& r, LoopInputs li, schedulers::Schedu
   DynamicBalanceHook balance;  // first: its step time covers every later hook's
   if (mesh_ != nullptr && mesh_->config().dynamic_weights && runtime_->pipefusion() == nullptr)
     d.add_hook(&balance);
-  if (slg) d.add_hook(&*slg);
+  if (pass) d.add_hook(pass.get());
   // Each expert its own cache (as each diffusers transformer has its own
   // hooks): the other's residuals say nothing of this one.
   const std::unique_ptr<StepCache> cache =
@@ -178,7 +176,7 @@ CacheSetup Pipeline::cache_setup(const PlanFields& r) const {
   // The CFG halves decide apart where the family's diffusers pipeline calls
   // them apart (FLUX.1's true CFG); a batched pair decides once, over both
   // halves, which under CFG parallel live on the two CFG groups.
-  const bool apart = family_->cfg_calls_apart();
+  const bool apart = family_->guider().calls_apart();
   s.contexts = r.cfg && apart && !cfg_split ? 2 : 1;
   if (mesh_ != nullptr) {
     s.sum_groups = {&mesh_->sp_group()};

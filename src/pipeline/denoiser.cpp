@@ -33,57 +33,6 @@ void check_finite_latents(const Tensor& latents, int64_t step, int64_t total) {
              "guidance_scale so large that the noise prediction overflows");
 }
 
-namespace {
-
-// ZImagePipeline's cfg_normalization: when ‖guided‖ > cap · ‖cond‖ over the
-// item, guided *= cap · ‖cond‖ / ‖guided‖ (the norms in f32, as torch's
-// vector_norm of f32 tensors; their sums here in f64). Host memory: Z-Image,
-// the one family with it, runs on the CPU.
-void cap_norm(const float* cond, float* guided, int64_t n, double cap) {
-  double cs = 0, gs = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    cs += static_cast<double>(cond[i]) * cond[i];
-    gs += static_cast<double>(guided[i]) * guided[i];
-  }
-  const auto ori = static_cast<float>(std::sqrt(cs)), now = static_cast<float>(std::sqrt(gs));
-  const float most = ori * static_cast<float>(cap);
-  if (now <= most) return;
-  const float scale = most / now;
-  for (int64_t i = 0; i < n; ++i) guided[i] *= scale;
-}
-
-}  // namespace
-
-Tensor guided_noise(const Tensor& out, int64_t P, int64_t C, bool cfg, double guidance_scale,
-                    int64_t renorm_patch, double norm_cap, bool cond_only) {
-  // CFG: uncond + g·(cond − uncond) with out = [uncond P; cond P]; learned
-  // sigma: keep the first C of the out_channels. On out's device (ops).
-  const int64_t oc = out.dim(1), hw = out.numel() / (out.dim(0) * oc), plane = C * hw;
-  const float g = static_cast<float>(guidance_scale);
-  Shape shape = out.shape();
-  shape[0] = P;
-  shape[1] = C;
-  Tensor noise = Tensor::empty(shape, DType::kF32, out.device());
-  const float* ob = out.data<float>();
-  for (int64_t b = 0; b < P; ++b) {
-    const float* cond = ob + (cfg ? P + b : b) * oc * hw;
-    float* nb = noise.data<float>() + b * plane;
-    if (cfg && !cond_only) {
-      kernels::guidance_combine(ob + b * oc * hw, cond, g, nb, plane);
-      if (renorm_patch > 0) {
-        const int64_t W = out.dim(out.ndim() - 1);
-        kernels::cfg_renorm_patches(cond, nb, C, hw / W, W, renorm_patch);
-      }
-      if (norm_cap > 0) {
-        XDIT_CHECK(!out.device().cuda(), "cfg_normalization runs on the CPU only so far");
-        cap_norm(cond, nb, plane, norm_cap);
-      }
-    } else
-      kernels::copy_rows(nb, plane, cond, plane, 1, plane);
-  }
-  return noise;
-}
-
 models::DiTInputs LoopInputs::at(const Tensor& latents, double t, int64_t r0, int64_t r1) const {
   models::DiTInputs in;
   in.latents = &latents;
@@ -148,11 +97,9 @@ Tensor Denoiser::noise_prediction(const Tensor& out, int64_t r0, int64_t r1, Ten
   Tensor all = rt_.gather(out, li_.cfg_split, r0, r1);
   if (r0 == 0 && r1 == token_rows_) all = framed(all);
   if (gathered != nullptr) *gathered = all;
-  // Z-Image's cfg_truncation: (1000 − t) / 1000 in f32, as the pipeline's.
-  const float t_norm = (1000.0f - static_cast<float>(t)) / 1000.0f;
-  const bool truncated = li_.cfg_truncation <= 1.0 && t_norm > li_.cfg_truncation;
-  return guided_noise(all, li_.prompts, latents_.dim(1), li_.cfg, li_.cfg_scale,
-                      li_.cfg_renorm_patch, li_.cfg_normalization, truncated);
+  XDIT_CHECK(li_.guider != nullptr, "the denoising loop's inputs name no guider");
+  return li_.guider->noise(all, li_.prompts, latents_.dim(1), li_.guidance,
+                           {li_.cfg, li_.cfg_scale}, t);
 }
 
 Tensor Denoiser::run(Tensor latents, int64_t begin, int64_t end) {

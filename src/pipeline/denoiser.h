@@ -14,22 +14,11 @@
 #include "core/tensor.h"
 #include "models/dit.h"
 #include "parallel/runtime.h"
+#include "pipeline/guidance/guider.h"
 #include "pipeline/request.h"
 #include "schedulers/scheduler.h"
 
 namespace xdit::pipeline {
-
-// The noise prediction from the transformer output [(2)P, out_channels, ...]
-// (any trailing shape: [F, h, w], or token rows' [rows, w]): classifier-free
-// guidance (when cfg, out = [uncond; cond]) and the first C channels
-// (PixArt's learned sigma), shaped [P, C, ...] like `out`. Under CFG:
-// `renorm_patch` p > 0: each p × p token's guided noise rescaled to its cond
-// prediction's norm (Qwen-Image; kernels::cfg_renorm_patches); `norm_cap` >
-// 0: each item's guided noise scaled down where its norm exceeds norm_cap ×
-// its cond prediction's (Z-Image's cfg_normalization); `cond_only`: the cond
-// half as it is (Z-Image's cfg_truncation at this step).
-Tensor guided_noise(const Tensor& out, int64_t P, int64_t C, bool cfg, double guidance_scale,
-                    int64_t renorm_patch = 0, double norm_cap = 0, bool cond_only = false);
 
 // Stops the run (throws one line naming the step and the likely causes) when
 // the latents hold NaN or Inf after denoising step `step` of `total`: such
@@ -52,13 +41,14 @@ struct LoopInputs {
   models::Conditioning cond;
   std::vector<int64_t> skip_blocks;  // SD3's skip-layer guidance call
   int64_t prompts = 0, batch = 0;
+  // Guidance: the plan's guider and knobs; `cfg`: the batch holds both
+  // halves' predictions (`cfg_split`: one CFG group's half, gathered after),
+  // combined at `cfg_scale` (the running expert's).
+  const Guider* guider = nullptr;
+  GuidanceSettings guidance;
   bool cfg = false, cfg_split = false;
   double cfg_scale = 1.0, timestep_divisor = 1.0;
   bool timestep_reversed = false;  // models::DiTSpec's
-  int64_t cfg_renorm_patch = 0;    // ModelFamily::cfg_renorm_patch (guided_noise)
-  // Z-Image's (request.h): CFG off where (1000 − t)/1000 > cfg_truncation;
-  // the guided norm capped at cfg_normalization × the cond's (> 0).
-  double cfg_truncation = 1.0, cfg_normalization = 0.0;
   // The transformer's inputs for token rows [r0, r1) (0, 0: all) at timestep t.
   models::DiTInputs at(const Tensor& latents, double t, int64_t r0, int64_t r1) const;
 };
@@ -168,8 +158,8 @@ class Denoiser {
   Tensor step_loop();
   Tensor pipefusion_loop();
   // The SP shares of token rows [r0, r1) and the CFG halves gathered, then
-  // guidance; shaped as the latents when the rows are all of them.
-  // (`t`: the step's timestep, for Z-Image's cfg_truncation)
+  // the guider's noise at the step's timestep `t`; shaped as the latents
+  // when the rows are all of them.
   Tensor noise_prediction(const Tensor& out, int64_t r0, int64_t r1, Tensor* gathered, double t);
   // A gathered output over all token rows, [B, C, F·h, w], as [B, C, F, h, w] (a view).
   Tensor framed(const Tensor& whole) const;

@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "models/flux.h"
 #include "models/flux_checkpoint.h"
+#include "pipeline/guidance/true_cfg.h"
 #include "pipeline/model_family.h"
 #include "pipeline/text_encoding.h"
 
@@ -52,16 +53,8 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
   // FluxPipeline: default_sample_size 128 latent pixels.
   int64_t default_height(int64_t vsf) const override { return 128 * vsf; }
   int64_t default_steps() const override { return cfg_.guidance_embeds ? 28 : 4; }
-  double default_guidance() const override { return 3.5; }
-  bool uses_cfg(double, double true_cfg_scale, bool has_negative) const override {
-    return true_cfg_scale > 1.0 && has_negative;
-  }
-  double cfg_scale(double, double true_cfg_scale) const override { return true_cfg_scale; }
-  const char* cfg_requirement() const override {
-    return "a negative prompt and --true_cfg_scale > 1";
-  }
+  const Guider& guider() const override { return guider_; }
   bool embeds_guidance() const override { return cfg_.guidance_embeds; }
-  bool cfg_calls_apart() const override { return true; }
   // FLUX.1 [dev]: the guidance scale is an input of the model, one per item.
   void add_request_conditioning(models::Conditioning& c, int64_t /*height*/, int64_t /*width*/,
                                 double guidance_scale) const override {
@@ -75,19 +68,6 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
   schedulers::TimestepHints timestep_hints(const schedulers::SchedulerConfig& s, int64_t steps,
                                            int64_t latent_h, int64_t latent_w) const override {
     return linspace_sigmas_with_mu(s, steps, latent_h, latent_w);
-  }
-  void warn_unused(double guidance_scale, double asked_true_cfg, bool neg) const override {
-    const double true_cfg_scale =
-        asked_true_cfg == kDefaultGuidance ? default_true_cfg() : asked_true_cfg;
-    if (!cfg_.guidance_embeds && guidance_scale != kDefaultGuidance)
-      XDIT_WARN(name(), " has no guidance embedding: guidance_scale ", guidance_scale,
-                " has no effect (true CFG: a negative prompt and true_cfg_scale > 1)");
-    if (true_cfg_scale > 1.0 && !neg)
-      XDIT_WARN("true_cfg_scale ", true_cfg_scale,
-                " has no effect without a negative prompt: true CFG is off");
-    if (neg && true_cfg_scale <= 1.0)
-      XDIT_WARN("a negative prompt has no effect with true_cfg_scale ", true_cfg_scale,
-                " (<= 1): true CFG is off");
   }
 
   void open_text(const io::ModelFolder& folder) override {
@@ -143,6 +123,14 @@ class FluxFamily : public ConfigFamily<models::FluxConfig, models::FluxTransform
   }
 
  private:
+  // FluxPipeline's true CFG; guidance_scale is [dev]'s embedded guidance
+  // (add_request_conditioning) and of no effect on [schnell].
+  TrueCfgGuider guider_{{
+      .default_guidance = 3.5,
+      .unused_prefix =
+          cfg_.guidance_embeds ? "" : name() + " has no guidance embedding: guidance_scale ",
+      .unused_suffix = " has no effect (true CFG: a negative prompt and true_cfg_scale > 1)",
+  }};
   std::unique_ptr<tokenizers::ClipTokenizer> clip_tok_;
   std::unique_ptr<tokenizers::T5Tokenizer> t5_tok_;
   std::unique_ptr<models::ClipTextConfig> clip_cfg_;

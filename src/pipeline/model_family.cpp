@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/log.h"
 
 namespace xdit::pipeline {
 
@@ -89,9 +90,10 @@ models::T5Encoder& ModelFamily::t5_encoder(DType dtype) {
   return *t5_;
 }
 
-void ModelFamily::check_request_text_loras(
+int64_t ModelFamily::check_request_text_loras(
     const std::vector<nn::LoraUse>& loras,
     const std::map<std::string, std::set<std::string>>& side_weights) const {
+  int64_t skipped = 0;
   for (const std::string& c : lora_text_components()) {
     const auto store = text_stores_.find(c);
     if (store == text_stores_.end() || store->second == nullptr) continue;
@@ -102,10 +104,11 @@ void ModelFamily::check_request_text_loras(
           if (!w.has(n)) return std::nullopt;
           return w.shape(n);
         },
-        /*skip_missing=*/false);
+        /*skip_missing=*/false, &skipped);
     if (const auto side = side_weights.find(c); side != side_weights.end())
       nn::check_side_targets(adapters, side->second);
   }
+  return skipped;
 }
 
 std::map<std::string, std::set<std::string>> ModelFamily::text_side_weights() const {
@@ -129,7 +132,8 @@ void ModelFamily::set_request_text_loras(const std::vector<nn::LoraUse>& loras) 
              "a request's text-encoder LoRAs need resident text encoders (xdit serve); give "
              "them at start (--lora)");
   const auto same = [](const nn::LoraUse& a, const nn::LoraUse& b) {
-    return a.file == b.file && a.scale == b.scale;  // (a changed file is read anew)
+    return a.file == b.file && a.scale == b.scale &&
+           a.ignore_unmatched == b.ignore_unmatched;  // (a changed file is read anew)
   };
   if (request_text_loras_known_ &&
       std::equal(loras.begin(), loras.end(), request_text_loras_.begin(), request_text_loras_.end(),
@@ -214,8 +218,9 @@ void ModelFamily::check_embeddings(const PromptEmbeddings& e, bool cfg,
   if (pooled) check_pooled(e.cond.find(models::kPooled), "pooled_prompt_embeds", P, pooled_width());
   if (cfg) {
     const Tensor* neg = e.uncond.find(models::kText);
-    XDIT_CHECK(neg != nullptr, "classifier-free guidance (", cfg_requirement(), "; guidance_scale ",
-               guidance_scale, ") needs negative_prompt_embeds in the embeddings file");
+    XDIT_CHECK(neg != nullptr, "classifier-free guidance (", guider().requirement(),
+               "; guidance_scale ", guidance_scale,
+               ") needs negative_prompt_embeds in the embeddings file");
     check_text(*neg, e.uncond.find(models::kTextMask), "negative_prompt_embeds", text_width());
     // Masked halves may differ in length (QwenImagePipeline encodes each at
     // its own): match_masks pads the shorter.
@@ -287,6 +292,13 @@ void ModelFamily::set_text_loras(std::vector<nn::LoraUse> loras, bool ignore_unm
   text_lora_weights_.clear();
 }
 
+int64_t ModelFamily::text_lora_skipped() const {
+  int64_t n = 0;
+  for (const auto& [component, entry] : text_lora_weights_)
+    if (entry.second) n += entry.second->skipped();
+  return n;
+}
+
 const io::WeightSource& ModelFamily::text_weights(const std::string& component,
                                                   const io::WeightStore& store) {
   text_stores_[component] = &store;
@@ -297,6 +309,9 @@ const io::WeightSource& ModelFamily::text_weights(const std::string& component,
   if (base != &store || !merged) {
     merged = std::make_unique<nn::LoraWeights>(store, text_loras_, component, text_lora_ignore_);
     base = &store;
+    if (merged->skipped() > 0)
+      XDIT_INFO("LoRA: ", merged->skipped(), " ", component,
+                " modules that match nothing skipped (--lora_ignore_unmatched)");
   }
   return *merged;
 }

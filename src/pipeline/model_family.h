@@ -1,9 +1,9 @@
 // What differs between the model families one Pipeline runs: the
 // transformer and its config, the text side (tokenizers, encoders, prompt
-// embeddings), the defaults diffusers' pipeline applies, how guidance is
-// asked for, and the scheduler's timestep hints. Everything else — the loop,
-// guidance arithmetic, every parallel method, the VAE — is the Pipeline's and
-// is shared. A family is picked from model_index.json's _class_name.
+// embeddings), the defaults diffusers' pipeline applies, its guider
+// (pipeline/guidance/), and the scheduler's timestep hints. Everything else
+// — the loop, every parallel method, the VAE — is the Pipeline's and is
+// shared. A family is picked from model_index.json's _class_name.
 #pragma once
 
 #include <map>
@@ -22,6 +22,7 @@
 #include "models/t5.h"
 #include "nn/lora.h"
 #include "nn/lora_side.h"
+#include "pipeline/guidance/guider.h"
 #include "pipeline/memory_estimate.h"
 #include "pipeline/plan.h"
 #include "pipeline/request.h"
@@ -62,35 +63,14 @@ class ModelFamily {
   virtual int64_t default_frames() const { return 1; }
   virtual int default_fps() const { return 16; }
   virtual int64_t default_steps() const = 0;
-  virtual double default_guidance() const = 0;
-  // diffusers' true_cfg_scale default (FluxPipeline 1: off; QwenImagePipeline 4).
-  virtual double default_true_cfg() const { return 1.0; }
-  // Whether a request asks for classifier-free guidance, and its scale.
-  // Default: classifier-free guidance as PixArt and SD3 ask for it —
-  // guidance_scale > 1, with the negative prompt "" when none is given.
-  virtual bool uses_cfg(double guidance_scale, double /*true_cfg_scale*/,
-                        bool /*has_negative*/) const {
-    return guidance_scale > 1.0;
-  }
-  virtual double cfg_scale(double guidance_scale, double /*true_cfg_scale*/) const {
-    return guidance_scale;
-  }
-  // Z-Image: cfg_truncation and cfg_normalization (ZImagePipeline's).
-  virtual bool has_cfg_limits() const { return false; }
-  // What turns classifier-free guidance on, for messages.
-  virtual const char* cfg_requirement() const { return "--guidance_scale > 1"; }
+  // Its guidance (pipeline/guidance/): the guider its diffusers pipeline
+  // uses, with that pipeline's defaults.
+  virtual const Guider& guider() const = 0;
   // The layers of a decoder-LLM text encoder of `num_layers` that the
   // pipeline runs (Z-Image: all but the last).
   virtual int64_t text_layers_run(int64_t num_layers) const { return num_layers; }
-  // Qwen-Image: under CFG each token's guided noise is rescaled to its cond
-  // prediction's norm; the token's side in latent pixels (0: no rescale).
-  virtual int64_t cfg_renorm_patch() const { return 0; }
   // FLUX.1 [dev]: the guidance scale is an input of the model.
   virtual bool embeds_guidance() const { return false; }
-  // Whether the family's diffusers pipeline calls the transformer on the
-  // CFG halves apart (FluxPipeline's true CFG, in cache contexts "cond" and
-  // "uncond"), so that a step cache decides for each half on its own.
-  virtual bool cfg_calls_apart() const { return false; }
   // The conditioning a request adds beside the text (per-item scalars:
   // PixArt-α's size, FLUX.1 [dev]'s embedded guidance), to each half of
   // `c.batch()` items; `height` and `width` the size the model runs at.
@@ -130,8 +110,6 @@ class ModelFamily {
   // The largest side in pixels the model takes (SD3: its position table's
   // pos_embed_max_size patches); 0: no limit.
   virtual int64_t max_side(int64_t /*vae_scale_factor*/) const { return 0; }
-  // SD3: skip-layer guidance (a third call that skips blocks).
-  virtual bool skips_layers() const { return false; }
   // A single-file checkpoint of the model's original layout
   // (--transformer FILE: a GGUF or safetensors file as people download
   // them): the model's name in messages and the map of its diffusers
@@ -152,11 +130,6 @@ class ModelFamily {
   // encoders and VAE use only the op set (kernels.h, Linear, Conv2d,
   // Scratch), no host loops over activations.
   virtual bool runs_on_cuda() const { return false; }
-  // Warnings about a request's fields that have no effect on this model.
-  // `guidance_scale` as given (kDefaultGuidance when not), and whether a
-  // negative prompt (or its embeddings) was given.
-  virtual void warn_unused(double /*guidance_scale*/, double /*true_cfg_scale*/,
-                           bool /*has_negative*/) const {}
 
   // The components of its diffusers folder, by folder name and kind: the
   // transformer, the text side (a folder may lack it when only embeddings
@@ -232,6 +205,9 @@ class ModelFamily {
   // LoRAs, set before the text side opens.
   virtual std::vector<std::string> lora_text_components() const = 0;
   void set_text_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched);
+  // The text LoRAs' modules that match nothing in the encoders opened so
+  // far, skipped under ignore_unmatched.
+  int64_t text_lora_skipped() const;
   // A request's LoRAs for the text encoders, beside their weights (side
   // paths, nn/lora_side.h): applied to the encoders built and to each as it
   // is built; they must stay resident (xdit serve), since a T5 built block
@@ -239,8 +215,9 @@ class ModelFamily {
   // (check_request_text_loras, one line) before any encoder changes.
   void set_request_text_loras(const std::vector<nn::LoraUse>& loras);
   // Also each adapter against `side_weights` (by component; the weights
-  // in layers with side paths) where a component's are known.
-  void check_request_text_loras(
+  // in layers with side paths) where a component's are known. Returns the
+  // modules skipped (a LoRA's ignore_unmatched).
+  int64_t check_request_text_loras(
       const std::vector<nn::LoraUse>& loras,
       const std::map<std::string, std::set<std::string>>& side_weights = {}) const;
   // The side-path weights of the text encoders built so far, by component.

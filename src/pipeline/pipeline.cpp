@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 
 #include "comm/device_comm.h"
 #include "core/buffer_pool.h"
@@ -68,6 +69,12 @@ Pipeline::Pipeline(std::unique_ptr<ModelFamily> family, const schedulers::Schedu
 
 Pipeline::~Pipeline() = default;
 
+std::string Pipeline::lora_label() const {
+  const int64_t skipped = lora_skipped_ + family_->text_lora_skipped();
+  if (lora_label_.empty() || skipped == 0) return lora_label_;
+  return detail::concat(lora_label_, "; ", skipped, " unmatched skipped");
+}
+
 void Pipeline::set_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched) {
   XDIT_CHECK(!transformer_file_needed_ || weights_,
              "set_transformer_file before set_loras (the folder has no transformer weights)");
@@ -87,8 +94,10 @@ void Pipeline::set_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched) 
   adaptable.insert(adaptable.begin(), "transformer");
   std::string names;
   for (const std::string& c : adaptable) names += (names.empty() ? "" : ", ") + c;
+  lora_skipped_ = 0;
   for (const nn::LoraUse& l : loras) {
     const std::vector<std::string>& unread = l.file->unread();
+    lora_skipped_ += static_cast<int64_t>(unread.size());
     if (!unread.empty() && !ignore_unmatched) {
       std::string list;
       for (size_t i = 0; i < unread.size() && i < 3; ++i) list += (i ? ", " : "") + unread[i];
@@ -99,11 +108,12 @@ void Pipeline::set_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched) 
     }
   }
   for (const nn::LoraUse& l : loras)
-    for (const std::string& c : l.file->components())
-      XDIT_CHECK(
-          ignore_unmatched || std::find(adaptable.begin(), adaptable.end(), c) != adaptable.end(),
-          "LoRA ", l.file->path(), " adapts the ", c, "; xdit adapts ", family_->name(), "'s ",
-          names, " only (--lora_ignore_unmatched applies the rest)");
+    for (const std::string& c : l.file->components()) {
+      if (std::find(adaptable.begin(), adaptable.end(), c) != adaptable.end()) continue;
+      XDIT_CHECK(ignore_unmatched, "LoRA ", l.file->path(), " adapts the ", c, "; xdit adapts ",
+                 family_->name(), "'s ", names, " only (--lora_ignore_unmatched applies the rest)");
+      lora_skipped_ += static_cast<int64_t>(l.file->modules(c).size());
+    }
   family_->set_text_loras(loras, ignore_unmatched);
   std::vector<LoraRef> refs;
   for (const nn::LoraUse& l : loras) refs.push_back({l.file->path(), l.scale});
@@ -117,7 +127,12 @@ void Pipeline::set_loras(std::vector<nn::LoraUse> loras, bool ignore_unmatched) 
                     : std::make_unique<nn::LoraWeights>(
                           *file, [file](const std::string& n) { return file->shape(n); },
                           std::move(loras), "transformer", ignore_unmatched, merged_type);
-  XDIT_INFO("LoRA ", label, ": ", merged->adapted(), " transformer weights adapted");
+  lora_skipped_ += merged->skipped();
+  XDIT_INFO("LoRA ", label, ": ", merged->adapted(), " transformer weights adapted",
+            lora_skipped_ > 0 ? detail::concat("; ", lora_skipped_,
+                                               " tensors and modules that match nothing skipped "
+                                               "(--lora_ignore_unmatched)")
+                              : std::string());
   lora_base_ = std::move(weights_);
   weights_ = std::move(merged);
   lora_label_ = label;
@@ -165,8 +180,33 @@ void Pipeline::set_mesh(parallel::Mesh* mesh) {
 
 int Pipeline::text_parallel() const {
   if (mesh_ == nullptr) return 1;
-  if (device_.cuda()) return mesh_->config().tensor_parallel_degree;
-  return family_->text_parallel_degree(mesh_->config().replica());
+  const int tp = mesh_->config().tensor_parallel_degree;
+  // On a GPU the text encoder splits over the transformer's tensor-parallel
+  // group or not at all; on the CPU over as many of the replica's ranks as
+  // its heads and units allow.
+  const bool splits_tp = tp == 1 || family_->text_parallel_degree(tp) == tp;
+  const int d = device_.cuda() ? (splits_tp ? tp : 1)
+                               : family_->text_parallel_degree(mesh_->config().replica());
+  if (!splits_tp) {
+    // Its heads (or units) do not split over the degree (a 3-head encoder
+    // under TP 2): a note, once, instead of refusing the run.
+    std::string why = "the text encoder does not split";
+    try {
+      family_->check_tensor_parallel(tp);
+    } catch (const Error& e) {
+      why = e.what();
+      why = why.substr(0, why.find_first_of(":;"));  // the reason, not the advice
+    }
+    static std::once_flag noted;
+    std::call_once(noted, [&] {
+      if (mesh_->world().rank() == 0)
+        XDIT_INFO("note: ", why,
+                  d == 1 ? std::string(": it runs whole on each rank")
+                         : detail::concat(": it splits over ", d, " ranks instead"),
+                  " (the transformer stays split over --tensor_parallel_degree ", tp, ")");
+    });
+  }
+  return d;
 }
 
 bool Pipeline::vae_in_bands(int64_t latent_rows) const {
@@ -202,10 +242,14 @@ LatentDecoder::Factors Pipeline::vae_factors() const {
 
 bool Pipeline::uses_cfg(const LatentRequest& r) const {
   // (the defaults resolved as the planner resolves them)
-  return family_->uses_cfg(
-      r.guidance_scale == kDefaultGuidance ? family_->default_guidance() : r.guidance_scale,
-      r.true_cfg_scale == kDefaultGuidance ? family_->default_true_cfg() : r.true_cfg_scale,
-      !r.uncond.empty());
+  const Guider& guider = family_->guider();
+  GuidanceSettings s;
+  s.guidance_scale =
+      r.guidance_scale == kDefaultGuidance ? guider.default_guidance() : r.guidance_scale;
+  s.true_cfg_scale =
+      r.true_cfg_scale == kDefaultGuidance ? guider.default_true_cfg() : r.true_cfg_scale;
+  s.negative = !r.uncond.empty();
+  return guider.two_predictions(s);
 }
 
 void Pipeline::set_device(Device device) {
@@ -326,13 +370,12 @@ std::pair<models::Conditioning, models::Conditioning> Pipeline::halves(const Pla
 LoopInputs Pipeline::loop_inputs(const PlanFields& r) const {
   LoopInputs li;
   li.prompts = r.cond.batch();
+  li.guider = &family_->guider();
+  li.guidance = r.guidance();
   li.cfg = r.cfg;
-  li.cfg_scale = family_->cfg_scale(r.guidance_scale, r.true_cfg_scale);
+  li.cfg_scale = li.guider->scale(li.guidance, 0);
   li.timestep_divisor = spec().timestep_divisor;
   li.timestep_reversed = spec().timestep_reversed;
-  li.cfg_renorm_patch = family_->cfg_renorm_patch();
-  li.cfg_truncation = r.cfg_truncation;
-  li.cfg_normalization = r.cfg_normalization;
   // Under CFG parallel each CFG group runs one half: group 0 the negative
   // prompt, group 1 the prompt; the predictions are all-gathered after.
   li.cfg_split = li.cfg && mesh_ != nullptr && mesh_->config().use_cfg_parallel;
@@ -347,13 +390,12 @@ LoopInputs Pipeline::loop_inputs(const PlanFields& r) const {
   return li;
 }
 
-LoopInputs Pipeline::skip_inputs(const PlanFields& r, const LoopInputs& li) const {
+LoopInputs Pipeline::prompt_half_inputs(const PlanFields& r, const LoopInputs& li) const {
   LoopInputs s = li;  // the divisor; the prompt half only, unmasked
   s.cond = halves(r).second.as(DType::kF32, Device{});
   s.cond.set(models::kTextMask, Tensor());
   s.batch = s.prompts;
   s.cfg = s.cfg_split = false;
-  s.skip_blocks = r.skip_layer_guidance.layers;
   return s;
 }
 

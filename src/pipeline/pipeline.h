@@ -1,7 +1,8 @@
-// The text-to-image pipeline every model family runs through (diffusers'
-// PixArtAlphaPipeline / PixArtSigmaPipeline / FluxPipeline): plan →
-// encode the prompts (the family's text side) → one denoising loop
-// (transformer, classifier-free guidance, scheduler step) → VAE decode → RGB8.
+// The text-to-image and text-to-video pipeline every model family runs
+// through (the shape of diffusers' PixArt, FLUX.1, SD3, Wan, Z-Image and
+// Qwen-Image pipelines): plan → encode the prompts (the family's text side)
+// → one denoising loop (transformer, the family's guider, scheduler step) →
+// VAE decode → RGB8 frames.
 // The loop is the Denoiser's (denoiser.h: the per-step loop or PipeFusion's,
 // with step hooks), the parallel methods the ParallelRuntime's
 // (parallel/runtime.h), and data parallelism wraps it (distributed.cpp); the
@@ -130,8 +131,13 @@ class Pipeline {
   // file was given (set_transformer_file): called by load(), and by the
   // front ends before any heavy work.
   void check_transformer_weights() const;
-  // "a.safetensors:0.7, b.safetensors:-0.4" (file names), "" when none.
-  const std::string& lora_label() const { return lora_label_; }
+  // "a.safetensors:0.7, b.safetensors:-0.4" (file names), "" when none;
+  // with "; N unmatched skipped" where --lora_ignore_unmatched skipped
+  // tensors and modules that match nothing (the text encoders' counted once
+  // they are open).
+  std::string lora_label() const;
+  // The largest LoRA file a request's LoRAs may be (--max_lora_bytes).
+  void set_max_lora_bytes(size_t max_bytes) { lora_files_.set_max_bytes(max_bytes); }
   // A request's LoRAs (ImageRequest::loras, by path) are checked by plan()
   // — each file read once and kept; refused in one line where it does not
   // fit the model (as set_loras) or adapts more than the transformer — and
@@ -220,13 +226,13 @@ class Pipeline {
   // its own GPU: whole, as in xDiT).
   bool vae_in_bands(int64_t latent_rows) const;
   // The loop's inputs: the batch's conditioning ([uncond; cond] under CFG,
-  // one half under CFG parallel), and the prompt half alone for SD3's
-  // skip-layer guidance call.
+  // one half under CFG parallel) and the guider, and the prompt half alone
+  // (unmasked: a guider's extra pass, SD3's skip-layer call).
   LoopInputs loop_inputs(const PlanFields& r) const;
   // The request's {uncond, cond} conditioning: masks matched, and the
   // family's per-request tensors added to each half.
   std::pair<models::Conditioning, models::Conditioning> halves(const PlanFields& r) const;
-  LoopInputs skip_inputs(const PlanFields& r, const LoopInputs& li) const;
+  LoopInputs prompt_half_inputs(const PlanFields& r, const LoopInputs& li) const;
 
   void check_size(int64_t height, int64_t width) const;
   // The request against limits_: steps, and a batch of `prompts` of
@@ -235,9 +241,12 @@ class Pipeline {
   void check_limits(int64_t steps, int64_t prompts, int64_t frames, int64_t height,
                     int64_t width) const;
   void check_steps(int64_t steps) const;
-  void check_guidance(double guidance_scale, double true_cfg_scale) const;
-  // Z-Image's cfg_truncation / cfg_normalization: bounds, the family, the layout.
-  void check_cfg_limits(double truncation, double normalization) const;
+  // A request's guidance knobs (`asked`: kDefaultGuidance where not given)
+  // into `f`: the guider's defaults filled, its checks, the second expert's
+  // scale, its warnings about knobs of no effect.
+  void settle_guidance(const GuidanceSettings& asked, PlanFields& f) const;
+  // What the guider's checks need of the model and the mesh.
+  GuidanceLayout guidance_layout() const;
   // The second expert's guidance as asked (kDefaultGuidance: guidance_scale,
   // as diffusers defaults it); −1 for a model of one transformer, which
   // refuses one given.
@@ -246,6 +255,8 @@ class Pipeline {
   // (FLUX) floors to the latent grid with a warning; PixArt refuses a size
   // off its grid with `hint`.
   void settle_size(int64_t& height, int64_t& width, const char* hint) const;
+  // The size and frame count against the model's positional tables.
+  void check_positions(int64_t latent_frames, int64_t height, int64_t width) const;
   // The layout against the model at this size and frame count, and the
   // prompts against the data-parallel groups.
   void check_mesh(int64_t height, int64_t latent_frames, bool cfg, int64_t prompts) const;
@@ -262,18 +273,16 @@ class Pipeline {
   void open_vae();
   // Loads expert `expert` (0: transformer, 1: transformer_2) into transformer_.
   void load_expert(int expert);
-  // One expert's part of a run: steps [begin, end) at its guidance scale.
+  // One expert's part of a run: steps [begin, end) (at the guider's scale for it).
   struct ExpertPart {
     int64_t begin = 0, end = 0;
     int expert = 0;
-    double guidance_scale = 0;
   };
   // The run's parts over the scheduler's timesteps `ts` (one for a model of
   // one transformer).
-  std::vector<ExpertPart> expert_parts(const PlanFields& r, const std::vector<float>& ts) const;
+  std::vector<ExpertPart> expert_parts(const std::vector<float>& ts) const;
   // Makes `expert` transformer_: the loaded other swapped in, or loaded.
   void use_expert(int expert);
-  void check_skip_layer_guidance(const SkipLayerGuidance& s, bool cfg) const;
   // A request's step cache checked against the model, its defaults filled.
   CacheSettings checked_cache(const CacheSettings& c) const;
   // A request's LoRAs opened (kept by path) and checked; applied to the
@@ -301,6 +310,7 @@ class Pipeline {
   // With LoRAs: the folder's weights, which weights_ (nn::LoraWeights) reads.
   std::unique_ptr<io::WeightSource> lora_base_;
   std::string lora_label_;
+  int64_t lora_skipped_ = 0;  // set_loras' unmatched tensors and modules skipped
   // The transformer's linear layers as loaded (each with its side path),
   // the request LoRAs' files by path, and the LoRAs the side paths hold.
   nn::LinearRegistry layers_;

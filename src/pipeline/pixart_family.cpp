@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "models/t5.h"
+#include "pipeline/guidance/cfg.h"
 #include "pipeline/model_family.h"
 #include "pipeline/text_encoding.h"
 #include "tokenizers/t5_tokenizer.h"
@@ -35,7 +36,7 @@ class PixArtFamily : public ConfigFamily<models::PixArtConfig, models::PixArtTra
 
   int64_t default_height(int64_t vsf) const override { return cfg_.sample_size * vsf; }
   int64_t default_steps() const override { return 20; }
-  double default_guidance() const override { return 4.5; }
+  const Guider& guider() const override { return guider_; }
   bool bins_resolution() const override { return true; }
 
   void open_text(const io::ModelFolder& folder) override {
@@ -83,6 +84,7 @@ class PixArtFamily : public ConfigFamily<models::PixArtConfig, models::PixArtTra
   void describe_text(MemoryQuery& q) const override { q.t5 = t5_cfg_.get(); }
 
  private:
+  CfgGuider guider_{{.default_guidance = 4.5}};
   bool sigma_;
   std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_;
 };

@@ -6,6 +6,18 @@
 
 namespace xdit::pipeline {
 
+GuidanceSettings PlanFields::guidance() const {
+  GuidanceSettings g;
+  g.guidance_scale = guidance_scale;
+  g.guidance_scale_2 = guidance_scale_2;
+  g.true_cfg_scale = true_cfg_scale;
+  g.cfg_truncation = cfg_truncation;
+  g.cfg_normalization = cfg_normalization;
+  g.skip_layers = skip_layer_guidance;
+  g.negative = !uncond.empty() || negative_prompt.has_value();
+  return g;
+}
+
 using nlohmann::json;
 
 int64_t Plan::batch() const {
@@ -104,12 +116,17 @@ const std::vector<PlanField>& plan_fields() {
        [](const PlanFields& f, json& j) {
          j["loras"] = json::array();
          for (const LoraRef& l : f.loras)
-           j["loras"].push_back({{"path", l.path}, {"scale", l.scale}});
+           j["loras"].push_back({{"path", l.path},
+                                 {"scale", l.scale},
+                                 {"ignore_unmatched", l.ignore_unmatched},
+                                 {"skipped", l.skipped}});
        },
        [](const json& j, PlanFields& f) {
          f.loras.clear();
          for (const json& l : j.at("loras"))
-           f.loras.push_back({l.at("path").get<std::string>(), l.at("scale").get<double>()});
+           f.loras.push_back({l.at("path").get<std::string>(), l.at("scale").get<double>(),
+                              l.at("ignore_unmatched").get<bool>(),
+                              l.at("skipped").get<int64_t>()});
        }},
       XDIT_PLAN_FIELD(seed, uint64_t),
       XDIT_PLAN_FIELD(resize_back, bool),

@@ -19,6 +19,7 @@
 
 #include "core/tensor.h"
 #include "models/conditioning.h"
+#include "pipeline/guidance/guider.h"
 #include "pipeline/request.h"
 
 namespace xdit::pipeline {
@@ -57,8 +58,11 @@ struct PlanFields {
   uint64_t seed = 42;
   // The run is resized back from the bin to height x width after decoding.
   bool resize_back = false;
-  bool cfg = false;  // classifier-free guidance (the family's decision)
+  bool cfg = false;  // both predictions each step (the guider's decision)
   Output output = Output::kImages;
+  // The guidance knobs above, for the guider (`negative`: a negative prompt
+  // or its embeddings).
+  GuidanceSettings guidance() const;
 };
 
 class Plan {

@@ -44,6 +44,20 @@ void Pipeline::settle_size(int64_t& height, int64_t& width, const char* hint) co
             " (VAE factor ", vsf, " x patch size ", spec().patch, ")", hint);
 }
 
+void Pipeline::check_positions(int64_t latent_frames, int64_t height, int64_t width) const {
+  const models::DiTSpec s = spec();
+  const int64_t unit = vae_scale_factor() * s.patch;
+  const int64_t rows = height / unit, cols = width / unit;
+  XDIT_CHECK(s.max_frames == 0 || latent_frames <= s.max_frames, family_->name(),
+             "'s positional table covers ", s.max_frames, " latent frames; ", latent_frames,
+             " latent frames asked for: ask for fewer frames");
+  XDIT_CHECK((s.max_patch_rows == 0 || rows <= s.max_patch_rows) &&
+                 (s.max_patch_cols == 0 || cols <= s.max_patch_cols),
+             family_->name(), "'s positional table covers ", s.max_patch_rows, " x ",
+             s.max_patch_cols, " patches; ", height, "x", width, " px is ", rows, " x ", cols,
+             " patches of ", unit, " px: ask for a smaller size");
+}
+
 void Pipeline::check_mesh(int64_t height, int64_t latent_frames, bool cfg, int64_t prompts) const {
   if (mesh_ == nullptr) return;
   const auto s = spec();
@@ -53,8 +67,10 @@ void Pipeline::check_mesh(int64_t height, int64_t latent_frames, bool cfg, int64
   if (!request_per_replica_) pc.validate_prompts(static_cast<size_t>(prompts));
   // Token rows: frames × patch rows, the unit of every row split.
   pc.validate_request(s.heads, latent_frames * (height / vae_scale_factor() / s.patch), cfg,
-                      family_->cfg_requirement());
-  family_->check_tensor_parallel(pc.tensor_parallel_degree);
+                      family_->guider().requirement());
+  // A text encoder that cannot split over the tensor-parallel degree runs
+  // whole on each rank (text_parallel, with a note as it encodes); only the
+  // transformer's split is a condition of the layout.
   if (pc.parallel_vae()) pc.vae_rows(height / vae_scale_factor());  // throws when too thin
 }
 
@@ -85,16 +101,11 @@ void Pipeline::settle_frames(int64_t asked, const Tensor& given, PlanFields& f) 
 }
 
 Plan Pipeline::plan(const LatentRequest& r, Output out) {
-  family_->warn_unused(r.guidance_scale, r.true_cfg_scale, !r.uncond.empty());
   PlanFields f;
   f.cond = r.cond;
   f.uncond = r.uncond;
   f.num_inference_steps =
       r.num_inference_steps == kDefaultSteps ? family_->default_steps() : r.num_inference_steps;
-  f.guidance_scale =
-      r.guidance_scale == kDefaultGuidance ? family_->default_guidance() : r.guidance_scale;
-  f.true_cfg_scale =
-      r.true_cfg_scale == kDefaultGuidance ? family_->default_true_cfg() : r.true_cfg_scale;
   f.skip_layer_guidance = r.skip_layer_guidance;
   f.cache = checked_cache(r.cache);
   f.loras = checked_request_loras(r.loras);
@@ -107,12 +118,15 @@ Plan Pipeline::plan(const LatentRequest& r, Output out) {
   f.run_width = f.width;
   XDIT_CHECK(f.num_inference_steps >= 0, "num_inference_steps must be >= 0");
   check_steps(f.num_inference_steps);
-  f.cfg_truncation = r.cfg_truncation;
-  f.cfg_normalization = r.cfg_normalization;
-  check_guidance(f.guidance_scale, f.true_cfg_scale);
-  check_cfg_limits(f.cfg_truncation, f.cfg_normalization);
-  f.guidance_scale_2 = second_guidance(r.guidance_scale_2, f.guidance_scale);
-  f.cfg = family_->uses_cfg(f.guidance_scale, f.true_cfg_scale, !f.uncond.empty());
+  settle_guidance({r.guidance_scale,
+                   r.guidance_scale_2,
+                   r.true_cfg_scale,
+                   r.cfg_truncation,
+                   r.cfg_normalization,
+                   {},
+                   !r.uncond.empty()},
+                  f);
+  f.cfg = family_->guider().two_predictions(f.guidance());
   family_->check_embeddings({f.cond, f.uncond}, f.cfg, f.guidance_scale);
   const int64_t P = f.cond.batch();
   const Tensor given = with_frame_axis(r.latents);  // 4-D: one frame
@@ -120,8 +134,9 @@ Plan Pipeline::plan(const LatentRequest& r, Output out) {
   if (out == Output::kImages) open_vae();
   settle_frames(r.num_frames, given, f);
   check_limits(f.num_inference_steps, P, f.num_frames, f.height, f.width);
+  check_positions(f.latent_frames, f.run_height, f.run_width);
   check_mesh(f.run_height, f.latent_frames, f.cfg, P);
-  check_skip_layer_guidance(f.skip_layer_guidance, f.cfg);
+  family_->guider().check_passes(f.guidance(), f.cfg, guidance_layout());
   check_latents_shape(given, P, f.run_height, f.run_width);
   family_->check_embeddings_finite({f.cond, f.uncond});
   f.latents = finite_latents(given);
@@ -168,29 +183,6 @@ CacheSettings Pipeline::checked_cache(const CacheSettings& c) const {
   return c.resolved();
 }
 
-void Pipeline::check_skip_layer_guidance(const SkipLayerGuidance& s, bool cfg) const {
-  if (!s.on()) return;
-  XDIT_CHECK(family_->skips_layers(),
-             "skip-layer guidance (--skip_guidance_layers) is a Stable "
-             "Diffusion 3 option; ",
-             family_->name(), " does not take it");
-  for (const int64_t l : s.layers)
-    XDIT_CHECK(l >= 0 && l < spec().blocks, "skip-guidance layer ", l,
-               " is outside the model's blocks 0 … ", spec().blocks - 1);
-  XDIT_CHECK(std::isfinite(s.scale) && std::isfinite(s.start) && std::isfinite(s.stop) &&
-                 s.start >= 0 && s.stop <= 1 && s.start <= s.stop,
-             "skip_layer_guidance_scale must be finite and 0 <= start <= stop <= 1, got scale ",
-             s.scale, ", start ", s.start, ", stop ", s.stop);
-  XDIT_CHECK(mesh_ == nullptr || (mesh_->config().pipefusion_parallel_degree == 1 &&
-                                  mesh_->config().patch_parallel_degree == 1),
-             "skip-layer guidance does not run with PipeFusion or patch parallelism yet: use "
-             "sequence, CFG or data parallelism");
-  if (!cfg)
-    XDIT_WARN(
-        "skip-layer guidance has no effect without classifier-free guidance "
-        "(guidance_scale > 1), as in diffusers");
-}
-
 void Pipeline::check_size(int64_t height, int64_t width) const {
   XDIT_CHECK(height > 0 && width > 0, "height and width must be positive, got ", height, "x",
              width);
@@ -225,24 +217,26 @@ void Pipeline::check_steps(int64_t steps) const {
     sched_cfg_.make()->set_timesteps(steps, family_->timestep_hints(sched_cfg_, steps, 64, 64));
 }
 
-void Pipeline::check_guidance(double g, double true_cfg) const {
-  XDIT_CHECK(std::isfinite(g) && g >= 0, "guidance_scale must be a finite number >= 0, got ", g);
-  XDIT_CHECK(std::isfinite(true_cfg) && true_cfg >= 0,
-             "true_cfg_scale must be a finite number >= 0, got ", true_cfg);
+void Pipeline::settle_guidance(const GuidanceSettings& asked, PlanFields& f) const {
+  const Guider& guider = family_->guider();
+  f.guidance_scale =
+      asked.guidance_scale == kDefaultGuidance ? guider.default_guidance() : asked.guidance_scale;
+  f.true_cfg_scale =
+      asked.true_cfg_scale == kDefaultGuidance ? guider.default_true_cfg() : asked.true_cfg_scale;
+  f.cfg_truncation = asked.cfg_truncation;
+  f.cfg_normalization = asked.cfg_normalization;
+  guider.check(f.guidance(), guidance_layout());
+  f.guidance_scale_2 = second_guidance(asked.guidance_scale_2, f.guidance_scale);
+  guider.warn_unused(asked);
 }
 
-void Pipeline::check_cfg_limits(double truncation, double normalization) const {
-  XDIT_CHECK(std::isfinite(truncation) && truncation >= 0,
-             "cfg_truncation must be a finite number >= 0, got ", truncation);
-  XDIT_CHECK(std::isfinite(normalization) && normalization >= 0,
-             "cfg_normalization must be a finite number >= 0 (0: off), got ", normalization);
-  XDIT_CHECK((truncation == 1.0 && normalization == 0.0) || family_->has_cfg_limits(),
-             "cfg_truncation and cfg_normalization are Z-Image's (ZImagePipeline); ",
-             family_->name(), " has neither");
-  XDIT_CHECK(
-      normalization == 0.0 || mesh_ == nullptr || mesh_->config().pipefusion_parallel_degree == 1,
-      "cfg_normalization needs each step's whole image: not with PipeFusion, whose "
-      "steps after the warm-up finish a patch at a time");
+GuidanceLayout Pipeline::guidance_layout() const {
+  GuidanceLayout l;
+  l.model = family_->name();
+  l.blocks = spec().blocks;
+  l.pipefusion = mesh_ != nullptr && mesh_->config().pipefusion_parallel_degree > 1;
+  l.patch_parallel = mesh_ != nullptr && mesh_->config().patch_parallel_degree > 1;
+  return l;
 }
 
 double Pipeline::second_guidance(double asked, double guidance_scale) const {
@@ -351,16 +345,14 @@ Plan Pipeline::plan(const ImageRequest& r, Output out) {
   check_limits(f.num_inference_steps, static_cast<int64_t>(f.prompts.size()), f.num_frames,
                f.height, f.width);
   check_steps(f.num_inference_steps);
-  f.guidance_scale =
-      r.guidance_scale == kDefaultGuidance ? family_->default_guidance() : r.guidance_scale;
-  f.true_cfg_scale =
-      r.true_cfg_scale == kDefaultGuidance ? family_->default_true_cfg() : r.true_cfg_scale;
-  f.cfg_truncation = r.cfg_truncation;
-  f.cfg_normalization = r.cfg_normalization;
-  check_guidance(f.guidance_scale, f.true_cfg_scale);
-  check_cfg_limits(f.cfg_truncation, f.cfg_normalization);
-  f.guidance_scale_2 = second_guidance(r.guidance_scale_2, f.guidance_scale);
-  family_->warn_unused(r.guidance_scale, r.true_cfg_scale, r.negative_prompt.has_value());
+  settle_guidance({r.guidance_scale,
+                   r.guidance_scale_2,
+                   r.true_cfg_scale,
+                   r.cfg_truncation,
+                   r.cfg_normalization,
+                   {},
+                   r.negative_prompt.has_value()},
+                  f);
   // Text side and VAE: configs and weight headers.
   if (!text_opened_) {
     family_->open_text(folder());
@@ -392,10 +384,11 @@ Plan Pipeline::plan(const ImageRequest& r, Output out) {
   f.seed = r.seed;
   f.output = out;
   // The size the model runs at against the mesh, before any encoding.
-  f.cfg = family_->uses_cfg(f.guidance_scale, f.true_cfg_scale, f.negative_prompt.has_value());
+  f.cfg = family_->guider().two_predictions(f.guidance());
   const auto P = static_cast<int64_t>(f.prompts.size());
+  check_positions(f.latent_frames, f.run_height, f.run_width);
   check_mesh(f.run_height, f.latent_frames, f.cfg, P);
-  check_skip_layer_guidance(f.skip_layer_guidance, f.cfg);
+  family_->guider().check_passes(f.guidance(), f.cfg, guidance_layout());
   check_latents_shape(given, P, f.run_height, f.run_width);
   f.latents = finite_latents(given);
   // Everything the request will hold, up to the resized PNGs, against the

@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "models/qwen_image.h"
 #include "models/qwen_text.h"
+#include "pipeline/guidance/true_cfg.h"
 #include "pipeline/model_family.h"
 #include "pipeline/qwen_prompts.h"
 #include "pipeline/qwen_text_family.h"
@@ -42,17 +43,7 @@ class QwenImageFamily
   // QwenImagePipeline: default_sample_size 128 latent pixels.
   int64_t default_height(int64_t vsf) const override { return 128 * vsf; }
   int64_t default_steps() const override { return 50; }
-  double default_guidance() const override { return 1.0; }  // (no guidance embedding)
-  double default_true_cfg() const override { return 4.0; }
-  bool uses_cfg(double, double true_cfg_scale, bool has_negative) const override {
-    return true_cfg_scale > 1.0 && has_negative;
-  }
-  double cfg_scale(double, double true_cfg_scale) const override { return true_cfg_scale; }
-  const char* cfg_requirement() const override {
-    return "a negative prompt and --true_cfg_scale > 1";
-  }
-  bool cfg_calls_apart() const override { return true; }
-  int64_t cfg_renorm_patch() const override { return 2; }
+  const Guider& guider() const override { return guider_; }
   // The community's Qwen-Image GGUF files keep diffusers' names (diffusers
   // reads them with an identity mapping).
   std::optional<OriginalLayout> original_layout(const io::WeightSpecs&) const override {
@@ -65,18 +56,6 @@ class QwenImageFamily
   schedulers::TimestepHints timestep_hints(const schedulers::SchedulerConfig& s, int64_t steps,
                                            int64_t latent_h, int64_t latent_w) const override {
     return linspace_sigmas_with_mu(s, steps, latent_h, latent_w);
-  }
-  void warn_unused(double guidance_scale, double true_cfg_scale, bool neg) const override {
-    if (guidance_scale != kDefaultGuidance)
-      XDIT_WARN("guidance_scale ", guidance_scale,
-                " has no effect on Qwen-Image (not guidance-distilled); its CFG is "
-                "true_cfg_scale with a negative prompt");
-    const double t = true_cfg_scale == kDefaultGuidance ? default_true_cfg() : true_cfg_scale;
-    if (t > 1.0 && !neg && true_cfg_scale != kDefaultGuidance)
-      XDIT_WARN("true_cfg_scale ", t, " has no effect without a negative prompt: true CFG is off");
-    if (neg && t <= 1.0)
-      XDIT_WARN("a negative prompt has no effect with true_cfg_scale ", t,
-                " (<= 1): true CFG is off");
   }
 
   void open_text(const io::ModelFolder& folder) override {
@@ -104,6 +83,16 @@ class QwenImageFamily
     }
     return e;
   }
+
+ private:
+  TrueCfgGuider guider_{{
+      .default_guidance = 1.0,  // (no guidance embedding)
+      .default_true_cfg = 4.0,
+      .renorm_patch = 2,
+      .unused_prefix = "guidance_scale ",
+      .unused_suffix = " has no effect on Qwen-Image (not guidance-distilled); its CFG is "
+                       "true_cfg_scale with a negative prompt",
+  }};
 };
 
 }  // namespace

@@ -41,10 +41,17 @@ struct SkipLayerGuidance {
 struct LoraRef {
   std::string path;
   double scale = 1.0;
-  bool operator==(const LoraRef& o) const { return path == o.path && scale == o.scale; }
+  // Its tensors and modules that match nothing in the model are skipped,
+  // not refused (serve's per-LoRA "ignore_unmatched", as the CLI's
+  // --lora_ignore_unmatched); `skipped` counts them (the planner's check).
+  bool ignore_unmatched = false;
+  int64_t skipped = 0;
+  bool operator==(const LoraRef& o) const {
+    return path == o.path && scale == o.scale && ignore_unmatched == o.ignore_unmatched;
+  }
 };
-// "a.safetensors:0.7, b.safetensors:-0.4" (file names), "" for none: how
-// xdit labels LoRAs in logs and PNG metadata.
+// "a.safetensors:0.7, b.safetensors:-0.4 (3 unmatched skipped)" (file
+// names), "" for none: how xdit labels LoRAs in logs and PNG metadata.
 std::string lora_list_label(const std::vector<LoraRef>& loras);
 
 // Embeddings → final latents.

@@ -40,9 +40,11 @@ std::set<std::string> gathered_names(comm::Communicator& group, const std::set<s
 
 std::string lora_list_label(const std::vector<LoraRef>& loras) {
   std::string label;
-  for (const LoraRef& l : loras)
+  for (const LoraRef& l : loras) {
     label += (label.empty() ? "" : ", ") + std::filesystem::path(l.path).filename().string() + ":" +
              detail::concat(l.scale);
+    if (l.skipped > 0) label += detail::concat(" (", l.skipped, " unmatched skipped)");
+  }
   return label;
 }
 
@@ -60,7 +62,8 @@ std::map<std::string, std::set<std::string>> Pipeline::request_lora_targets() co
 
 std::vector<nn::LoraUse> Pipeline::request_lora_uses(const std::vector<LoraRef>& loras) {
   std::vector<nn::LoraUse> uses;
-  for (const LoraRef& l : loras) uses.push_back({lora_files_.get(l.path), l.scale});
+  for (const LoraRef& l : loras)
+    uses.push_back({lora_files_.get(l.path), l.scale, l.ignore_unmatched});
   return uses;
 }
 
@@ -73,23 +76,34 @@ std::vector<LoraRef> Pipeline::checked_request_loras(const std::vector<LoraRef>&
              "a request's LoRAs run as side paths on the CPU only so far; on a CUDA device give "
              "them at start (--lora)");
   const std::vector<nn::LoraUse> uses = request_lora_uses(loras);
-  for (const nn::LoraUse& u : uses) {
+  std::vector<LoraRef> checked = loras;
+  for (size_t i = 0; i < uses.size(); ++i) {
+    const nn::LoraUse& u = uses[i];
+    LoraRef& ref = checked[i];
+    ref.skipped = 0;
     const std::string name = std::filesystem::path(u.file->path()).filename().string();
     XDIT_CHECK(std::isfinite(u.scale), "LoRA ", name, ": the scale ", u.scale,
                " is not a finite number");
-    XDIT_CHECK(u.file->unread().empty(), "LoRA ", name, " (", u.file->format(),
-               "): ", u.file->unread().size(), " tensors adapt nothing xdit applies, e.g. ",
-               u.file->unread().empty() ? "" : u.file->unread().front());
+    XDIT_CHECK(ref.ignore_unmatched || u.file->unread().empty(), "LoRA ", name, " (",
+               u.file->format(), "): ", u.file->unread().size(),
+               " tensors adapt nothing xdit applies, e.g. ",
+               u.file->unread().empty() ? "" : u.file->unread().front(),
+               " (\"ignore_unmatched\": true skips them)");
+    ref.skipped += static_cast<int64_t>(u.file->unread().size());
     const std::vector<std::string> text = family_->lora_text_components();
     std::string names;
     for (const std::string& t : text) names += ", " + t;
-    for (const std::string& c : u.file->components())
-      XDIT_CHECK(c == "transformer" || std::find(text.begin(), text.end(), c) != text.end(),
-                 "LoRA ", name, " adapts the ", c, "; xdit adapts ", family_->name(),
-                 "'s transformer", names, " only");
+    for (const std::string& c : u.file->components()) {
+      if (c == "transformer" || std::find(text.begin(), text.end(), c) != text.end()) continue;
+      XDIT_CHECK(ref.ignore_unmatched, "LoRA ", name, " adapts the ", c, "; xdit adapts ",
+                 family_->name(), "'s transformer", names,
+                 " only (\"ignore_unmatched\": true skips the rest)");
+      ref.skipped += static_cast<int64_t>(u.file->modules(c).size());
+    }
   }
   const auto targets = request_lora_targets();
-  family_->check_request_text_loras(uses, targets);  // against the opened text stores
+  for (size_t i = 0; i < uses.size(); ++i)  // against the opened text stores
+    checked[i].skipped += family_->check_request_text_loras({uses[i]}, targets);
   // Against the whole model's weights: their headers while open (before
   // load(), or a pipeline that checks requests), else the shapes load() kept.
   const io::WeightSource* source = lora_base_ ? lora_base_.get() : weights_.get();
@@ -98,21 +112,31 @@ std::vector<LoraRef> Pipeline::checked_request_loras(const std::vector<LoraRef>&
   // shapes, which that source was checked against.
   if (store == nullptr && model_shapes_.empty())
     for (const auto& [name, shape] : family_->weight_specs({})) model_shapes_[name] = shape;
-  const auto adapters = nn::match_lora_adapters(
-      uses, "transformer",
-      [&](const std::string& n) -> std::optional<Shape> {
-        if (store != nullptr) {
-          if (!store->has(n)) return std::nullopt;
-          return store->shape(n);
-        }
-        const auto it = model_shapes_.find(n);
-        if (it == model_shapes_.end()) return std::nullopt;
-        return it->second;
-      },
-      /*skip_missing=*/false);
+  const nn::WeightShapes shape_of = [&](const std::string& n) -> std::optional<Shape> {
+    if (store != nullptr) {
+      if (!store->has(n)) return std::nullopt;
+      return store->shape(n);
+    }
+    const auto it = model_shapes_.find(n);
+    if (it == model_shapes_.end()) return std::nullopt;
+    return it->second;
+  };
+  // Each LoRA on its own: one may skip what matches nothing, another not.
+  std::vector<nn::LoraAdapter> adapters;
+  for (size_t i = 0; i < uses.size(); ++i) {
+    int64_t skipped = 0;
+    for (nn::LoraAdapter& a :
+         nn::match_lora_adapters({uses[i]}, "transformer", shape_of, false, &skipped))
+      adapters.push_back(std::move(a));
+    checked[i].skipped += skipped;
+  }
   if (const auto side = targets.find("transformer"); side != targets.end())
     nn::check_side_targets(adapters, side->second);
-  return loras;
+  for (const LoraRef& l : checked)
+    if (l.skipped > 0)
+      XDIT_INFO("LoRA ", lora_list_label({l}),
+                ": tensors and modules that match nothing skipped (\"ignore_unmatched\")");
+  return checked;
 }
 
 void Pipeline::apply_request_loras(const std::vector<LoraRef>& loras) {

@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "models/sd3.h"
 #include "models/sd3_checkpoint.h"
+#include "pipeline/guidance/skip_layer.h"
 #include "pipeline/model_family.h"
 #include "pipeline/text_encoding.h"
 
@@ -56,8 +57,7 @@ class SD3Family : public ConfigFamily<models::SD3Config, models::SD3Transformer>
 
   int64_t default_height(int64_t vsf) const override { return cfg_.sample_size * vsf; }
   int64_t default_steps() const override { return 28; }
-  double default_guidance() const override { return 7.0; }
-  bool skips_layers() const override { return true; }
+  const Guider& guider() const override { return guider_; }
   int64_t max_side(int64_t vsf) const override {
     return cfg_.pos_embed_max_size * cfg_.patch_size * vsf;
   }
@@ -147,6 +147,7 @@ class SD3Family : public ConfigFamily<models::SD3Config, models::SD3Transformer>
   }
 
  private:
+  SkipLayerGuider guider_{{.default_guidance = 7.0}};
   // [n, 77 + L, joint] embeddings and [n, pooled] vectors, as encode_prompt makes them.
   std::pair<Tensor, Tensor> encode_texts(const std::vector<std::string>& texts, int64_t L,
                                          bool warn) {

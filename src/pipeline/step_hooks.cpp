@@ -114,32 +114,4 @@ void DynamicBalanceHook::after_step(const StepInfo& s, double) {
   }
 }
 
-SkipGuidanceHook::SkipGuidanceHook(const SkipLayerGuidance& slg, LoopInputs prompt_only)
-    : slg_(slg), li_(std::move(prompt_only)) {}
-
-bool SkipGuidanceHook::skips_at(const SkipLayerGuidance& s, int64_t i, int64_t n) {
-  // diffusers: i > num_inference_steps · start and i < num_inference_steps · stop.
-  const double di = static_cast<double>(i), dn = static_cast<double>(n);
-  return s.on() && di > dn * s.start && di < dn * s.stop;
-}
-
-void SkipGuidanceHook::begin_loop(Denoiser& d) {
-  if (!d.device().cuda()) return;  // the conditioning goes up once, as the loop's does
-  li_.cond = li_.cond.as(DType::kF32, d.device());
-}
-
-void SkipGuidanceHook::on_noise(const StepInfo& s, Tensor& noise, const Tensor& out, Denoiser& d) {
-  if (!d.inputs().cfg || !skips_at(slg_, s.step, s.total)) return;
-  // The prompt half again, with blocks skipped.
-  trace::Span span("skip-layer guidance " + std::to_string(s.step), "compute");
-  const Tensor skipped = d.call(li_, d.latents(), s.timestep);
-  // noise + (noise_pred_text − noise_pred_skip_layers) · scale, in f32.
-  const int64_t P = li_.prompts, C = noise.dim(1);
-  const int64_t oc = out.dim(1), hw = out.numel() / (out.dim(0) * oc), plane = C * hw;
-  for (int64_t b = 0; b < P; ++b)
-    kernels::guidance_add(noise.data<float>() + b * plane, out.data<float>() + (P + b) * oc * hw,
-                          skipped.data<float>() + b * oc * hw, static_cast<float>(slg_.scale),
-                          plane);
-}
-
 }  // namespace xdit::pipeline

@@ -46,21 +46,4 @@ class DynamicBalanceHook : public StepHook {
   std::vector<std::vector<int64_t>> rows_;
 };
 
-// SD3's skip-layer guidance (diffusers' StableDiffusion3Pipeline): at steps
-// i with start·N < i < stop·N, a third call on the prompt half skips
-// `layers`, and the noise gains scale · (cond − skipped). Only under CFG.
-class SkipGuidanceHook : public StepHook {
- public:
-  // `prompt_only`: the loop's inputs for the prompt half (batch P, no mask).
-  SkipGuidanceHook(const SkipLayerGuidance& slg, LoopInputs prompt_only);
-  // Whether step i of n takes the skipping call.
-  static bool skips_at(const SkipLayerGuidance& s, int64_t i, int64_t n);
-  void begin_loop(Denoiser& d) override;
-  void on_noise(const StepInfo& s, Tensor& noise, const Tensor& out, Denoiser& d) override;
-
- private:
-  SkipLayerGuidance slg_;
-  LoopInputs li_;
-};
-
 }  // namespace xdit::pipeline

@@ -16,6 +16,7 @@
 #include "models/t5.h"
 #include "models/wan.h"
 #include "models/wan_checkpoint.h"
+#include "pipeline/guidance/cfg.h"
 #include "pipeline/model_family.h"
 #include "pipeline/text_encoding.h"
 #include "tokenizers/prompt_clean.h"
@@ -62,8 +63,7 @@ class WanFamily : public ConfigFamily<models::WanConfig, models::WanTransformer>
   bool floors_size() const override { return true; }
   int64_t size_multiple() const override { return 16; }
   int64_t default_steps() const override { return 50; }
-  double default_guidance() const override { return 5.0; }
-  bool cfg_calls_apart() const override { return true; }
+  const Guider& guider() const override { return guider_; }
   ComponentKind vae_kind() const override { return ComponentKind::kAutoencoderKLWan; }
 
   void open_text(const io::ModelFolder& folder) override {
@@ -97,6 +97,7 @@ class WanFamily : public ConfigFamily<models::WanConfig, models::WanTransformer>
   void describe_text(MemoryQuery& q) const override { q.t5 = t5_cfg_.get(); }
 
  private:
+  CfgGuider guider_{{.default_guidance = 5.0, .calls_apart = true}};
   std::unique_ptr<tokenizers::T5Tokenizer> tokenizer_;
   double boundary_ratio_;
   bool ti2v_;

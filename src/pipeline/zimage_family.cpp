@@ -21,6 +21,7 @@
 #include "models/qwen_text.h"
 #include "models/zimage.h"
 #include "models/zimage_checkpoint.h"
+#include "pipeline/guidance/zimage_cfg.h"
 #include "pipeline/model_family.h"
 #include "pipeline/qwen_prompts.h"
 #include "pipeline/qwen_text_family.h"
@@ -62,11 +63,7 @@ class ZImageFamily : public QwenTextFamily<models::ZImageConfig, models::ZImageT
 
   int64_t default_height(int64_t /*vsf*/) const override { return 1024; }
   int64_t default_steps() const override { return 9; }
-  double default_guidance() const override { return 0.0; }
-  bool uses_cfg(double guidance_scale, double, bool) const override { return guidance_scale > 0; }
-  double cfg_scale(double guidance_scale, double) const override { return 1.0 + guidance_scale; }
-  const char* cfg_requirement() const override { return "--guidance_scale > 0"; }
-  bool has_cfg_limits() const override { return true; }
+  const Guider& guider() const override { return guider_; }
   std::optional<OriginalLayout> original_layout(const io::WeightSpecs& specs) const override {
     const int64_t dim = spec_shape(specs, "x_pad_token")[1];
     return OriginalLayout{
@@ -86,14 +83,6 @@ class ZImageFamily : public QwenTextFamily<models::ZImageConfig, models::ZImageT
                                        : end - step * static_cast<float>(steps - 1 - i));
     if (s.flow_match() != nullptr) h.mu = s.flow_match()->mu((latent_h / 2) * (latent_w / 2));
     return h;
-  }
-  void warn_unused(double guidance_scale, double true_cfg_scale, bool neg) const override {
-    if (true_cfg_scale > 1.0)
-      XDIT_WARN("true_cfg_scale has no effect on Z-Image: its guidance is guidance_scale > 0");
-    const double g = guidance_scale == kDefaultGuidance ? default_guidance() : guidance_scale;
-    if (neg && g <= 0)
-      XDIT_WARN("a negative prompt has no effect with guidance_scale ", g,
-                " (Z-Image's CFG needs guidance_scale > 0)");
   }
 
   void open_text(const io::ModelFolder& folder) override {
@@ -128,6 +117,9 @@ class ZImageFamily : public QwenTextFamily<models::ZImageConfig, models::ZImageT
     }
     return e;
   }
+
+ private:
+  ZImageGuider guider_;
 };
 
 }  // namespace

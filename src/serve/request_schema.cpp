@@ -86,7 +86,9 @@ Field loras_field() {
   f.description =
       "LoRAs applied to this request only: [{\"name\": a file of the server's --lora_dir "
       "(\"style\" or \"style.safetensors\"; paths are refused), \"scale\": its weight "
-      "(default 1), as diffusers' set_adapters}]; none: the base model";
+      "(default 1), as diffusers' set_adapters, \"ignore_unmatched\": true to skip its tensors "
+      "and modules that match nothing in the model (default false: refused, 400)}]; none: the "
+      "base model";
   return f;
 }
 
@@ -225,14 +227,20 @@ void check_value(const Field& f, const json& v) {
     }
     case FieldType::kLoras: {
       if (!v.is_array() || static_cast<double>(v.size()) > f.max)
-        bad("must be an array of at most " + bound(f.max) + " {\"name\", \"scale\"} objects");
+        bad("must be an array of at most " + bound(f.max) +
+            " {\"name\", \"scale\", \"ignore_unmatched\"} objects");
       for (const json& l : v) {
         if (!l.is_object() || !l.contains("name") || !l["name"].is_string() ||
             l["name"].get_ref<const std::string&>().size() > 255)
           bad("takes objects with a \"name\" (a string of at most 255 bytes), got " + l.dump());
         for (const auto& [key, x] : l.items()) {
           if (key == "name") continue;
-          if (key != "scale") bad("takes objects of \"name\" and \"scale\", not '" + key + "'");
+          if (key == "ignore_unmatched") {
+            if (!x.is_boolean()) bad("ignore_unmatched must be true or false, got " + x.dump());
+            continue;
+          }
+          if (key != "scale")
+            bad("takes objects of \"name\", \"scale\" and \"ignore_unmatched\", not '" + key + "'");
           if (!x.is_number() || !std::isfinite(x.get<double>()) ||
               std::fabs(x.get<double>()) > kMaxLoraScale)
             bad("scale must be a number in -" + bound(kMaxLoraScale) + " … " +
@@ -316,7 +324,8 @@ ServeRequest parse_request(Endpoint e, const std::string& body) {
   if (has("taylorseer_order")) r.cache.order = integer(j["taylorseer_order"]);
   if (has("loras"))
     for (const json& l : j["loras"])
-      out.loras.emplace_back(l["name"].get<std::string>(), l.value("scale", 1.0));
+      out.loras.push_back({l["name"].get<std::string>(), l.value("scale", 1.0),
+                           l.value("ignore_unmatched", false)});
   if (e == Endpoint::kGenerate) {
     if (has("cfg")) r.guidance_scale = j["cfg"].get<double>();
     if (has("guidance_scale_2")) r.guidance_scale_2 = j["guidance_scale_2"].get<double>();
@@ -392,8 +401,8 @@ json field_schema(const Field& f) {
         {"required", {"name"}},
         {"properties",
          {{"name", {{"type", "string"}, {"maxLength", 255}}},
-          {"scale",
-           {{"type", "number"}, {"minimum", -kMaxLoraScale}, {"maximum", kMaxLoraScale}}}}}};
+          {"scale", {{"type", "number"}, {"minimum", -kMaxLoraScale}, {"maximum", kMaxLoraScale}}},
+          {"ignore_unmatched", {{"type", "boolean"}}}}}};
   } else if (f.type == FieldType::kString) {
     s["maxLength"] = static_cast<int64_t>(f.max);
     if (!f.allowed.empty()) s["enum"] = f.allowed;

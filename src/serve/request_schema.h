@@ -65,9 +65,15 @@ struct ServeRequest {
   Endpoint endpoint = Endpoint::kGenerate;
   pipeline::ImageRequest image;               // n copies of the prompt under /v1 (one noise batch)
   std::optional<std::string> save_disk_path;  // /generate: a folder to write the PNG into
-  // `loras`: names in the server's --lora_dir and scales, which the server
-  // resolves into image.loras (serve/lora_dir.h).
-  std::vector<std::pair<std::string, double>> loras;
+  // `loras`: names in the server's --lora_dir, scales and whether what
+  // matches nothing is skipped, which the server resolves into image.loras
+  // (serve/lora_dir.h).
+  struct Lora {
+    std::string name;
+    double scale = 1.0;
+    bool ignore_unmatched = false;
+  };
+  std::vector<Lora> loras;
 };
 
 // The largest body the service reads (a prompt is text; 1 MiB is plenty).

@@ -19,7 +19,7 @@ inline ParallelConfig layout(int dp, bool cfg, int u, int r, int pp = 1, int m =
   c.ring_degree = r;
   c.pipefusion_parallel_degree = pp;
   c.num_pipeline_patch = m;
-  if (pp > 1) c.warmup_steps = warmup;  // PipeFusion's flag (refused elsewhere)
+  if (pp > 1) c.warmup_steps = warmup;  // PipeFusion's flag (a no-op elsewhere)
   return c;
 }
 

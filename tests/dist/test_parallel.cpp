@@ -34,7 +34,9 @@
 #include "parallel/runtime.h"
 #include "parallel/usp_attention.h"
 #include "pipeline/distributed.h"
+#include "pipeline/guidance/skip_layer.h"
 #include "test_util.h"
+#include "tiny_models.h"
 
 namespace xdit {
 namespace {
@@ -126,7 +128,7 @@ class ParallelLoop : public testing::TestWithParam<std::string> {
     pipeline::Pipeline serial(model, DType::kF32);
     if (device_.cuda()) serial.set_device(device_);
     auto req = request(serial, rows);
-    if (slg && !serial.family().skips_layers())
+    if (slg && dynamic_cast<const pipeline::SkipLayerGuider*>(&serial.family().guider()) == nullptr)
       GTEST_SKIP() << "skip-layer guidance is SD3's, not " << serial.family().name() << "'s";
     if (slg) req.skip_layer_guidance = {{1}, 2.8, 0.0, 1.0};
     if (pc.use_cfg_parallel && !serial.uses_cfg(req))
@@ -325,9 +327,7 @@ TEST_P(ParallelLoop, PipeFusionTimesRingWith7RowsFullWarmup) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ParallelLoop,
-                         testing::Values("pixart-alpha", "pixart-sigma", "flux-dev", "flux-schnell",
-                                         "sd3", "sd35", "wan21", "wan22", "wan22-ti2v", "zimage",
-                                         "qwen-image"),
+                         testing::ValuesIn(test::tiny_models_in(test::Suite::kParallel)),
                          test::model_param_name);
 
 // The parallel methods on GPU memory: every rank takes its local rank's GPU

@@ -83,9 +83,11 @@ TEST(StageBlocks, FollowTheSpeedsWithOneBlockAtLeast) {
             std::string::npos);
 }
 
-// Each method's flags are refused where the method is not in the layout,
-// with the method they belong to.
-TEST(ParallelFlags, RefusedOutsideTheirMethod) {
+// A method's flags where the method is not in the layout, and a warm-up
+// under full_sync, change nothing: accepted (with a note line), as xDiT's
+// scripts pass them; xdit's own row-weight flags are refused outside their
+// method, with the method they belong to.
+TEST(ParallelFlags, ConsistentNoOpsAcceptedOthersRefusedOutsideTheirMethod) {
   const auto& message = test::error_message;
   const auto refused = [](const std::function<void(ParallelConfig&)>& set, ParallelConfig c,
                           const std::string& want) {
@@ -93,29 +95,50 @@ TEST(ParallelFlags, RefusedOutsideTheirMethod) {
     const std::string m = message([&] { c.validate(c.world()); });
     EXPECT_NE(m.find(want), std::string::npos) << want << " <- " << m;
   };
-  refused([](ParallelConfig& c) { c.num_pipeline_patch = 4; }, layout(1, false, 2, 1),
-          "--num_pipeline_patch applies to PipeFusion");
-  refused(
+  // Accepted, with exactly one note line naming the flag.
+  const auto accepted = [](const std::function<void(ParallelConfig&)>& set, ParallelConfig c,
+                           const std::string& note) {
+    EXPECT_TRUE(c.ignored_flags().empty()) << c.describe();
+    set(c);
+    EXPECT_NO_THROW(c.validate(c.world())) << note;
+    const std::vector<std::string> lines = c.ignored_flags();
+    EXPECT_EQ(lines.size(), 1u) << note;
+    if (!lines.empty()) EXPECT_EQ(lines[0].rfind(note, 0), 0u) << note << " <- " << lines[0];
+    return c;
+  };
+  accepted([](ParallelConfig& c) { c.num_pipeline_patch = 4; }, layout(1, false, 2, 1),
+           "--num_pipeline_patch applies to PipeFusion");
+  accepted(
       [](ParallelConfig& c) {
         c.attn_layer_num_for_pp = {1, 1};
       },
       layout(1, false, 1, 2), "--attn_layer_num_for_pp applies to PipeFusion");
-  refused([](ParallelConfig& c) { c.auto_stage_blocks = true; }, layout(1, false, 2, 1),
-          "--attn_layer_num_for_pp applies to PipeFusion");
-  refused([](ParallelConfig& c) { c.patch_mode = "naive"; }, layout(1, false, 2, 1),
-          "--patch_mode applies to patch parallelism");
-  refused([](ParallelConfig& c) { c.warmup_steps = 2; }, layout(1, true, 2, 1),
-          "--warmup_steps applies to PipeFusion and DistriFusion");
-  refused(
+  accepted([](ParallelConfig& c) { c.auto_stage_blocks = true; }, layout(1, false, 2, 1),
+           "--attn_layer_num_for_pp applies to PipeFusion");
+  accepted([](ParallelConfig& c) { c.patch_mode = "naive"; }, layout(1, false, 2, 1),
+           "--patch_mode applies to patch parallelism");
+  // xDiT's scripts pass --warmup_steps 1 to USP runs too.
+  accepted([](ParallelConfig& c) { c.warmup_steps = 2; }, layout(1, true, 2, 1),
+           "--warmup_steps applies to PipeFusion and DistriFusion");
+  accepted(
       [](ParallelConfig& c) {
         c.patch_mode = "naive";
         c.warmup_steps = 2;
       },
       patch(1, false, 2, false), "--warmup_steps applies to PipeFusion and DistriFusion");
-  refused([](ParallelConfig& c) { c.full_sync = true; }, layout(1, false, 1, 2),
-          "--sync_mode full_sync applies to PipeFusion and DistriFusion");
-  refused([](ParallelConfig& c) { c.warmup_steps = 2; }, patch(1, false, 2, true),
-          "every step is synchronous already");
+  accepted([](ParallelConfig& c) { c.full_sync = true; }, layout(1, false, 1, 2),
+           "--sync_mode full_sync applies to PipeFusion and DistriFusion");
+  // --warmup_steps N --sync_mode full_sync: every step synchronous, exact.
+  const ParallelConfig both =
+      accepted([](ParallelConfig& c) { c.warmup_steps = 2; }, patch(1, false, 2, true),
+               "--warmup_steps 2 with --sync_mode full_sync: every step is synchronous already");
+  EXPECT_EQ(both.sync_steps(20), 20);
+  EXPECT_EQ(both.exactness(20), "exact");
+  // Contradictions and malformed values stay refused.
+  refused([](ParallelConfig& c) { c.warmup_steps = -1; }, patch(1, false, 2, false),
+          "--warmup_steps must be at least 0");
+  refused([](ParallelConfig& c) { c.num_pipeline_patch = 1; }, layout(1, false, 1, 1, 2),
+          "PipeFusion needs at least one patch per stage");
   refused([](ParallelConfig& c) { c.dynamic_weights = true; }, layout(1, true, 1, 1),
           "--patch_weights dynamic re-splits the rows of the ranks that split them");
   refused([](ParallelConfig& c) { c.dynamic_weights = true; }, layout(1, false, 2, 1, 2, 2, 3),

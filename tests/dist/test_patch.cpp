@@ -21,8 +21,10 @@
 #include "parallel/patch_attention.h"
 #include "parallel/split.h"
 #include "pipeline/distributed.h"
+#include "pipeline/guidance/cfg.h"
 #include "schedulers/scheduler_config.h"
 #include "test_util.h"
+#include "tiny_models.h"
 
 namespace xdit {
 namespace {
@@ -128,8 +130,7 @@ TEST_P(Patch, DisplacedStaysCloseAndAForgetfulRunDoesNot) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Patch,
-                         testing::Values("pixart-sigma", "pixart-alpha", "flux-dev", "sd35",
-                                         "wan21", "wan22", "zimage", "qwen-image"),
+                         testing::ValuesIn(test::tiny_models_in(test::Suite::kPatch)),
                          test::model_param_name);
 
 // A second request on the same pipeline starts from fresh K/V: nothing of the
@@ -426,7 +427,7 @@ TEST(PatchNaive, EqualsEachBandRunAloneThroughTheSerialModel) {
         std::memcpy(out.data<float>() + (bc * h + r0 * cfg.patch_size) * w8,
                     band.data<float>() + bc * rows * w8, static_cast<size_t>(rows * w8) * 4);
     }
-    sched->step(pipeline::guided_noise(out, 1, 4, true, r.guidance_scale), latents);
+    sched->step(pipeline::CfgGuider({}).noise(out, 1, 4, {}, {true, r.guidance_scale}, 0), latents);
   }
   EXPECT_LE(test::rel_max_err(got.to_vector(), latents.to_vector()), 1e-4);
 }

@@ -18,6 +18,7 @@
 #include "dist/world.h"
 #include "pipeline/distributed.h"
 #include "test_util.h"
+#include "tiny_models.h"
 
 namespace xdit {
 namespace {
@@ -339,8 +340,7 @@ TEST_P(CachedLoop, TeaCachePatchDisplaced2StaleIsBounded) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CachedLoop,
-                         testing::Values("pixart-alpha", "flux-dev", "flux-schnell", "sd3", "wan21",
-                                         "wan22", "zimage", "qwen-image"));
+                         testing::ValuesIn(test::tiny_models_in(test::Suite::kStepCache)));
 
 }  // namespace
 }  // namespace xdit

@@ -12,15 +12,20 @@
 // pipeline-level runs (TP x CFG, x PipeFusion, x data parallel, ...) are in
 // test_parallel.cpp.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <optional>
 
 #include "core/rng.h"
 #include "dist/world.h"
 #include "io/json.h"
 #include "io/model_folder.h"
+#include "io/safetensors.h"
 #include "io/weights.h"
 #include "models/flux.h"
 #include "models/pixart.h"
@@ -389,6 +394,68 @@ TEST(TensorParallel, T5ThatCannotSplitIsNamed) {
                 .find("--tensor_parallel_degree 8 is larger than the 4 attention heads of the "
                       "T5 text encoder"),
             std::string::npos);
+}
+
+// Issue 67: tensor parallelism whose degree divides the transformer's heads
+// but not the text encoder's (the tiny PixArt-Σ's T5 made one-headed, under
+// TP 2) runs that encoder whole on each rank, with a note, instead of
+// refusing the run; the transformer stays split, and the embeddings and the
+// final latents are the serial run's.
+TEST(TensorParallel, ATextEncoderThatCannotSplitRunsWholeBesideTheSplitTransformer) {
+  const int W = world().size();
+  if (W != 2) GTEST_SKIP() << "the tiny PixArt-Σ's 2 heads split over 2 ranks, not " << W;
+  namespace fs = std::filesystem;
+  // One folder for the job's ranks (their parent: the same mpirun).
+  const fs::path dir = fs::temp_directory_path() / ("xdit_tp_whole_" + std::to_string(::getppid()));
+  if (world().rank() == 0) {
+    fs::remove_all(dir);
+    fs::copy(std::string(XDIT_MODELS) + "/pixart-sigma-tiny", dir, fs::copy_options::recursive);
+    const fs::path te = dir / "text_encoder";
+    io::Json cfg = io::read_json_file((te / "config.json").string());
+    const int64_t inner = cfg["num_heads"].get<int64_t>() * cfg["d_kv"].get<int64_t>();
+    cfg["num_heads"] = 1;
+    cfg["d_kv"] = inner;  // the projections keep their shapes
+    std::ofstream((te / "config.json").string(), std::ios::trunc) << cfg.dump(2);
+    // The relative-attention bias [buckets, heads]: its first head's column.
+    const std::string bias = "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight";
+    const io::Json index = io::read_json_file((te / "model.safetensors.index.json").string());
+    const std::string shard = (te / index["weight_map"][bias].get<std::string>()).string();
+    std::map<std::string, Tensor> tensors = io::read_safetensors_f32(shard);
+    const Tensor& b = tensors.at(bias);
+    std::vector<float> column;
+    for (int64_t i = 0; i < b.dim(0); ++i) column.push_back(b.data<float>()[i * b.dim(1)]);
+    tensors[bias] = Tensor::from_vector(column, {b.dim(0), 1});
+    io::write_safetensors(shard, {tensors.begin(), tensors.end()});
+  }
+  world().barrier();
+  pipeline::ImageRequest r;
+  r.prompts = {"a red fox in the snow"};
+  r.negative_prompt = "blurry";
+  r.height = 128;
+  r.width = 96;
+  r.resolution_binning = false;
+  r.num_inference_steps = 2;
+  pipeline::Pipeline serial(dir.string(), DType::kF32);
+  const pipeline::Plan serial_plan = serial.plan(r);
+  const pipeline::PromptEmbeddings want = serial.encode_prompts(serial_plan);
+  const size_t whole_bytes = serial.family().t5_weights()->loaded().total;
+  const Tensor want_latents = serial.generate_latents(serial_plan);
+  ParallelConfig pc;
+  pc.tensor_parallel_degree = W;
+  Mesh mesh(pc, world());
+  pipeline::Pipeline pipe(dir.string(), DType::kF32);
+  pipe.set_mesh(&mesh);
+  const pipeline::Plan plan = pipe.plan(r);  // (refused before)
+  const pipeline::PromptEmbeddings got = pipe.encode_prompts(plan);
+  EXPECT_LE(test::rel_max_err(got.cond.at(models::kText).to_vector(),
+                              want.cond.at(models::kText).to_vector()),
+            1e-5);
+  EXPECT_EQ(pipe.family().t5_weights()->loaded().total, whole_bytes)
+      << "the encoder is whole on each rank";
+  EXPECT_LE(test::rel_max_err(pipe.generate_latents(plan).to_vector(), want_latents.to_vector()),
+            1e-4);
+  world().barrier();
+  if (world().rank() == 0) fs::remove_all(dir);
 }
 
 // On the CPU every multi-rank layout splits the pipeline's T5 encoder over

@@ -199,15 +199,14 @@ TEST_F(Cli, SizeNotOnThePatchGrid) {
 TEST_F(Cli, EmbeddingsOfWrongHiddenSize) {
   Result r = xdit("generate --model '" + std::string(XDIT_MODELS) +
                   "/pixart-alpha-tiny' --prompt_embeds '" + path("wide.safetensors") +
-                  "' --height 48 --width 80 -o '" + path("out.safetensors") + "'");
+                  "' --height 48 --width 80 -o '" + path("out.png") + "'");
   expect_error(r, "hidden size 40");
 }
 
 TEST_F(Cli, GuidanceWithoutNegativeEmbeddings) {
-  Result r =
-      xdit("generate --model '" + std::string(XDIT_MODELS) +
-           "/pixart-alpha-tiny' --prompt_embeds '" + path("pos_only.safetensors") +
-           "' --height 48 --width 80 --guidance_scale 4.5 -o '" + path("out.safetensors") + "'");
+  Result r = xdit("generate --model '" + std::string(XDIT_MODELS) +
+                  "/pixart-alpha-tiny' --prompt_embeds '" + path("pos_only.safetensors") +
+                  "' --height 48 --width 80 --guidance_scale 4.5 -o '" + path("out.png") + "'");
   expect_error(r, "negative_prompt_embeds");
 }
 

@@ -56,6 +56,30 @@ TEST_F(Hardening, OutputOnAFifoSocketOrFolderIsRefusedAndKept) {
   EXPECT_TRUE(fs::is_directory(path("folder")));
 }
 
+// An extension xdit cannot write is refused before any work (issue 68: -o
+// v.gif wrote PNG bytes into v_f0000.gif …); .png and .mp4 in any case, and
+// a name without an extension, are written.
+TEST_F(Hardening, OutputExtensionsXditCannotWriteAreRefused) {
+  expect_refused(xdit(generate("", "v.gif")), "not .gif ones");
+  expect_refused(xdit(generate("", "v.jpeg")), "not .jpeg ones");
+  expect_refused(xdit(generate("--output_type latent", "l.png")), "name it *.safetensors");
+  expect_refused(xdit(generate("--output_type latent", "l.mp4")), "name it *.safetensors");
+  const test::CommandResult png = xdit(generate("", "upper.PNG"));
+  ASSERT_EQ(png.code, 0) << png.err;
+  EXPECT_TRUE(fs::exists(path("upper.PNG")));
+  const test::CommandResult bare = xdit(generate("", "bare"));
+  ASSERT_EQ(bare.code, 0) << bare.err;
+  EXPECT_EQ(io::read_png(path("bare")).width, 80) << "a PNG under the name given";
+}
+
+// A value echoed in an error stays on its one line (issue 68): control
+// characters are escaped, here a newline and a tab in --model's path.
+TEST_F(Hardening, ControlCharactersInAnEchoedValueStayOnOneLine) {
+  expect_refused(xdit("generate --model '" + path("no\nsuch\tmodel") + "' --prompt x -o '" +
+                      path("o.png") + "'"),
+                 "no\\nsuch\\tmodel");
+}
+
 // xdit never writes through a link (issue 41): a link as the output, to a
 // FIFO, to a file or dangling, is refused and neither it nor its target is
 // touched. (Until then a link was followed and its target replaced: a link
@@ -296,6 +320,20 @@ TEST_F(Hardening, ProcessCountsAndParallelFlagsAreBounded) {
   expect_refused(xdit(generate("--warmup_steps -1")), "--warmup_steps must be at least 0");
   expect_refused(xdit(generate("--attn_layer_num_for_pp -1,3")),
                  "--attn_layer_num_for_pp entries must be at least 1");
+}
+
+// The planner knows the model's positional tables (issue 68): frames or a
+// size beyond them are refused in one line before any work, not in the model
+// after queueing.
+TEST_F(Hardening, FramesBeyondThePositionalTableAreRefusedByThePlanner) {
+  const std::string wan = "generate --model '" + std::string(XDIT_MODELS) +
+                          "/wan21-tiny' --prompt x --height 48 --width 80 "
+                          "--num_inference_steps 1 -o '" +
+                          path("v.png") + "' ";
+  // 4097 frames: 1025 latent frames, one more than the tiny Wan's 1024.
+  expect_refused(xdit(wan + "--num_frames 4097"), "positional table covers 1024 latent frames");
+  expect_refused(xdit(wan + "--num_frames 5 --height 16400"),
+                 "positional table covers 1024 x 1024");
 }
 
 TEST_F(Hardening, StepsAreBoundedBeforeAnythingLoads) {

@@ -24,6 +24,7 @@
 #include "io/json.h"
 #include "io/png.h"
 #include "io/safetensors.h"
+#include "io/weights.h"
 #include "test_util.h"
 
 namespace xdit {
@@ -173,6 +174,56 @@ TEST_F(Hardening, LatentsOfTheWrongShapeAreRefusedBeforeTheyAreRead) {
   const auto r = xdit(generate("--latents '" + path("latents.safetensors") + "'"));
   expect_refused(r, "latents have shape", {"latents.safetensors"});
   EXPECT_LT(r.max_rss_mb, 600.0) << "the latents were read";
+}
+
+// LoRA files are bounded (issue 68): a file over --max_lora_bytes is refused
+// from its size before anything is read; a header that declares 1 GiB of a
+// tensor no module takes is listed and refused without reading it, and with
+// --lora_ignore_unmatched the LoRA applies without reading it either (it
+// cost twice the tensor's size and seconds before).
+TEST_F(Hardening, LoraFilesAreBoundedAndReadOnlyWhereTheyApply) {
+  const io::WeightStore w(model() + "/transformer");
+  const std::string mod = "transformer_blocks.0.attn1.to_q";
+  const Shape q = w.shape(mod + ".weight");  // [out, in]
+  const int64_t a_bytes = 2 * q[1] * 4, b_bytes = q[0] * 2 * 4;
+  constexpr uint64_t kBig = uint64_t{1} << 30;
+  io::Json header;
+  header["transformer." + mod + ".lora_A.weight"] = {
+      {"dtype", "F32"}, {"shape", {2, q[1]}}, {"data_offsets", {0, a_bytes}}};
+  header["transformer." + mod + ".lora_B.weight"] = {
+      {"dtype", "F32"}, {"shape", {q[0], 2}}, {"data_offsets", {a_bytes, a_bytes + b_bytes}}};
+  header["transformer." + mod + ".dora_scale"] = {
+      {"dtype", "F32"},
+      {"shape", {kBig / 4}},
+      {"data_offsets", {a_bytes + b_bytes, a_bytes + b_bytes + static_cast<int64_t>(kBig)}}};
+  std::string text = header.dump();
+  text.resize((text.size() + 7) / 8 * 8, ' ');
+  const std::string lora = path("big.safetensors");
+  {
+    std::ofstream f(lora, std::ios::binary);
+    const uint64_t n = text.size();
+    f.write(reinterpret_cast<const char*>(&n), 8);
+    f << text;
+    for (const Tensor& t :
+         {Tensor::from_vector(test::randn(static_cast<size_t>(2 * q[1]), 3), {2, q[1]}),
+          Tensor::from_vector(test::randn(static_cast<size_t>(2 * q[0]), 4), {q[0], 2})})
+      f.write(static_cast<const char*>(t.raw()), static_cast<std::streamsize>(t.nbytes()));
+  }
+  grow_sparse(lora, 8 + text.size() + static_cast<uintmax_t>(a_bytes + b_bytes) + kBig);
+  const std::string with = "--lora '" + lora + "' ";
+  expect_refused(xdit(generate(with + "--max_lora_bytes 1000000")), "--max_lora_bytes",
+                 {"big.safetensors"});
+  const auto refused = xdit(generate(with));
+  expect_refused(refused, "1 tensors adapt nothing xdit applies", {"big.safetensors"});
+  const auto applied = xdit(generate(with + "--lora_ignore_unmatched"));
+  ASSERT_EQ(applied.code, 0) << applied.err;
+  EXPECT_LT(applied.max_rss_mb, 600.0) << "the unused tensor was read";
+  EXPECT_NE(io::read_png(path("out.png")).text["lora"].find("; 1 unmatched skipped"),
+            std::string::npos);
+  const auto base = xdit(generate("", "base.png"));
+  ASSERT_EQ(base.code, 0) << base.err;
+  EXPECT_NE(io::read_png(path("out.png")).rgb, io::read_png(path("base.png")).rgb)
+      << "the LoRA's valid adapter changes the image";
 }
 
 TEST_F(Hardening, OpenMpThreadCountsFromTheEnvironmentAreBounded) {

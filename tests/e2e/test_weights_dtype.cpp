@@ -12,6 +12,7 @@
 #include "kernels/linear.h"
 #include "pipeline/pipeline.h"
 #include "test_util.h"
+#include "tiny_models.h"
 
 namespace xdit {
 namespace {
@@ -64,9 +65,8 @@ TEST_P(WeightsDtype, QuantizedImageIsWithin30DbOfTheFloatOne) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyModels, WeightsDtype,
-                         testing::Values("pixart-alpha-tiny", "pixart-sigma-tiny",
-                                         "flux-schnell-tiny", "flux-dev-tiny", "sd3-tiny",
-                                         "sd35-tiny"),
+                         testing::ValuesIn(test::tiny_models_in(test::Suite::kWeightsDtype,
+                                                                "-tiny")),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n)

@@ -18,6 +18,7 @@
 #include "models/dit.h"
 #include "pipeline/model_family.h"
 #include "test_util.h"
+#include "tiny_models.h"
 
 namespace xdit::models {
 namespace {
@@ -53,8 +54,7 @@ std::unique_ptr<Case> make_case(const std::string& name) {
   return c;
 }
 
-const std::vector<std::string> kModels = {"pixart-alpha-tiny", "flux-dev-tiny", "sd3-tiny",
-                                          "wan21-tiny",        "zimage-tiny",   "qwen-image-tiny"};
+const std::vector<std::string> kModels = test::tiny_models_in(test::Suite::kBlockHook, "-tiny");
 
 // Records what it is shown; optionally keeps x at boundaries.
 struct Recorder : BlockHook {

@@ -18,6 +18,7 @@
 #include "io/weights.h"
 #include "parallel/gather.h"
 #include "pipeline/distributed.h"
+#include "pipeline/guidance/cfg.h"
 #include "pipeline/pipeline.h"
 #include "test_util.h"
 
@@ -66,8 +67,9 @@ TEST(GuidedNoise, AnyTrailingShapeGivesTheSameValues) {
   // [2P, out_channels, F, h, w] with learned sigma: the same values as the
   // token-row layout [2P, out_channels, F·h, w], shaped [P, C, F, h, w].
   const Tensor out = Tensor::from_vector(test::randn(4 * 8 * 3 * 5 * 7, 6), {4, 8, 3, 5, 7});
-  const Tensor a = pipeline::guided_noise(out, 2, 4, true, 4.5);
-  const Tensor b = pipeline::guided_noise(out.reshape({4, 8, 15, 7}), 2, 4, true, 4.5);
+  const pipeline::CfgGuider cfg({});
+  const Tensor a = cfg.noise(out, 2, 4, {}, {true, 4.5}, 0);
+  const Tensor b = cfg.noise(out.reshape({4, 8, 15, 7}), 2, 4, {}, {true, 4.5}, 0);
   ASSERT_EQ(a.shape(), (Shape{2, 4, 3, 5, 7}));
   EXPECT_EQ(0, std::memcmp(a.raw(), b.raw(), a.nbytes()));
   const float u = at(out, 1, 2, 11, 3), c = at(out, 3, 2, 11, 3);

@@ -288,22 +288,81 @@ TEST_F(LoraBadInput, EachIsOneLine) {
   };
   expect(set(false), "adapts the text_encoder_3; xdit adapts");
   EXPECT_EQ(set(true), "(no error)");
-  // A tensor no module takes (a DoRA scale): listed and refused, or skipped
-  // when asked; an all-zero one changes nothing and is left out (diffusers).
+  // Tensors no module takes (a DoRA scale, an all-zero diff_b): listed and
+  // refused whatever their values (issue 68), or skipped when asked.
   const Tensor dora = Tensor::from_vector(test::randn(4, 3), {4});
   io::write_safetensors(te, {{"transformer." + mod + ".lora_A.weight", rnd({2, q[1]}, 5)},
                              {"transformer." + mod + ".lora_B.weight", rnd({q[0], 2}, 6)},
                              {"transformer." + mod + ".dora_scale", dora},
                              {"transformer.zero.diff_b", Tensor::zeros({4})}});
   const std::string unread = set(false);
-  expect(unread, "1 tensors adapt nothing xdit applies: transformer." + mod + ".dora_scale");
-  EXPECT_EQ(unread.find("diff_b"), std::string::npos) << unread;
+  expect(unread, "2 tensors adapt nothing xdit applies: transformer." + mod + ".dora_scale");
+  expect(unread, "transformer.zero.diff_b");
   EXPECT_EQ(set(true), "(no error)");
   const std::string good = write(mod, 4, q[1], q[0], 4);
   fs::resize_file(good, fs::file_size(good) - 16);
   const std::string truncated = error(good);
   EXPECT_NE(truncated, "(no error)");
   EXPECT_EQ(truncated.find('\n'), std::string::npos) << truncated;
+}
+
+// Issue 68: every module is matched before all-zero adapters are left
+// out. A LoRA whose extra adapters sit under a root the model lacks — as
+// peft initialises them, B all zeros — is refused naming them (it passed
+// with the base image before); --lora_ignore_unmatched applies the valid
+// one, counts the rest, and the label says so.
+TEST_F(LoraBadInput, ZeroAdaptersThatMatchNothingAreRefusedNotDropped) {
+  const io::WeightStore base(transformer_dir());
+  const Shape q = base.shape("transformer_blocks.0.attn.to_q.weight");
+  const std::string mod = "transformer_blocks.0.attn.to_q";
+  const auto rnd = [](Shape sh, uint64_t seed) {
+    return Tensor::from_vector(test::randn(static_cast<size_t>(shape_numel(sh)), seed), sh);
+  };
+  std::vector<std::pair<std::string, Tensor>> tensors = {
+      {"transformer." + mod + ".lora_A.weight", rnd({2, q[1]}, 5)},
+      {"transformer." + mod + ".lora_B.weight", rnd({q[0], 2}, 6)}};
+  constexpr int kJunk = 300;
+  for (int i = 0; i < kJunk; ++i) {
+    const std::string m = "transformer.nonexistent_blocks." + std::to_string(i) + ".to_q";
+    tensors.emplace_back(m + ".lora_A.weight", rnd({2, 8}, 10 + static_cast<uint64_t>(i)));
+    tensors.emplace_back(m + ".lora_B.weight", Tensor::zeros({8, 2}));
+  }
+  const std::string mixed = (dir_ / "mixed.safetensors").string();
+  io::write_safetensors(mixed, tensors);
+  const std::string e = error(mixed);
+  EXPECT_NE(e.find(std::to_string(kJunk) + " adapted modules match nothing"), std::string::npos)
+      << e;
+  EXPECT_NE(e.find("nonexistent_blocks."), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  // Skipped when asked: the valid adapter applied, the rest counted.
+  const nn::LoraWeights w(base, {{std::make_shared<nn::LoraFile>(mixed), 1.0}}, "transformer",
+                          /*ignore_unmatched=*/true);
+  EXPECT_EQ(w.adapted(), 1u);
+  EXPECT_EQ(w.skipped(), kJunk);
+  EXPECT_NE(w.get(mod + ".weight", q).to_vector(),
+            base.get(mod + ".weight", q).as(DType::kF32, Device{}).to_vector())
+      << "the valid adapter changes its weight";
+  pipeline::Pipeline pipe(model_dir(), DType::kF32);
+  pipe.set_loras({{std::make_shared<nn::LoraFile>(mixed), 1.0}}, true);
+  EXPECT_NE(pipe.lora_label().find("; " + std::to_string(kJunk) + " unmatched skipped"),
+            std::string::npos)
+      << pipe.lora_label();
+  // A zero adapter on a real block but a module name the model lacks, too.
+  const std::string wrong = (dir_ / "wrong.safetensors").string();
+  io::write_safetensors(
+      wrong, {{"transformer.transformer_blocks.0.attn.to_nothing.lora_A.weight", rnd({2, q[1]}, 7)},
+              {"transformer.transformer_blocks.0.attn.to_nothing.lora_B.weight",
+               Tensor::zeros({q[0], 2})}});
+  EXPECT_NE(error(wrong).find("1 adapted modules match nothing"), std::string::npos)
+      << error(wrong);
+  // A zero adapter on a module the model has changes nothing and passes.
+  const std::string zero = (dir_ / "zero.safetensors").string();
+  io::write_safetensors(zero,
+                        {{"transformer." + mod + ".lora_A.weight", rnd({2, q[1]}, 8)},
+                         {"transformer." + mod + ".lora_B.weight", Tensor::zeros({q[0], 2})}});
+  EXPECT_EQ(error(zero), "(no error)");
+  const nn::LoraWeights z(base, {{std::make_shared<nn::LoraFile>(zero), 1.0}}, "transformer");
+  EXPECT_EQ(z.adapted(), 0u);
 }
 
 // alpha / rank from the file's `.alpha`, else the metadata's lora_alpha,
@@ -327,10 +386,10 @@ TEST_F(LoraBadInput, AlphaComesFromTheFileTheMetadataOrTheRank) {
   const nn::LoraFile with_meta(path);
   const auto& m = with_meta.modules("transformer");
   EXPECT_EQ(m.at("a").alpha, 6.0);  // its own
-  EXPECT_EQ(m.count("b"), 0u);      // alpha 0: left out
+  EXPECT_TRUE(m.at("b").zero);      // alpha 0: matched, then left out
   EXPECT_EQ(m.at("c").alpha, 3.0);  // the metadata's
   io::write_safetensors(path, t, {{"lora_adapter_metadata", R"({"transformer.lora_alpha": 0})"}});
-  EXPECT_EQ(nn::LoraFile(path).modules("transformer").count("c"), 0u);
+  EXPECT_TRUE(nn::LoraFile(path).modules("transformer").at("c").zero);
   io::write_safetensors(path, t);
   EXPECT_EQ(nn::LoraFile(path).modules("transformer").at("c").alpha, 2.0);  // the rank
 }

@@ -60,6 +60,7 @@ TEST(ZImagePipeline, PromptToImageMatchesDiffusers) {
 TEST(ZImagePipeline, CfgLimitsAreZImagesAndBounded) {
   pipeline::ImageRequest r;
   r.prompts = {"a fox"};
+  r.height = r.width = 256;  // within the tiny model's RoPE table
   r.cfg_normalization = -1;
   pipeline::Pipeline z(kModel, DType::kF32);
   EXPECT_NE(test::error_message([&] { z.plan(r); }).find("cfg_normalization must be"),
@@ -75,12 +76,19 @@ TEST(ZImagePipeline, TurboDefaultsAndSizeRule) {
   pipeline::Pipeline pipe(kModel, DType::kF32);
   pipeline::ImageRequest r;
   r.prompts = {"a fox"};
+  // The default size, 1024 px, is beyond this tiny model's RoPE table
+  // (axes_lens: 64 x 64 patches of 8 px): the planner refuses it, naming it.
+  EXPECT_NE(test::error_message([&] {
+              pipe.plan(r);
+            }).find("positional table covers 64 x 64 patches; 1024x1024 px"),
+            std::string::npos);
+  r.height = r.width = 512;
   const pipeline::Plan plan = pipe.plan(r);
   EXPECT_EQ(plan->num_inference_steps, 9);
   EXPECT_EQ(plan->guidance_scale, 0.0);
   EXPECT_FALSE(plan->cfg);
-  EXPECT_EQ(plan->run_height, 1024);
-  EXPECT_EQ(plan->run_width, 1024);
+  EXPECT_EQ(plan->run_height, 512);
+  EXPECT_EQ(plan->run_width, 512);
   // Sizes must be multiples of the VAE factor x 2 (this VAE: 4 x 2).
   r.height = 60;
   r.width = 48;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "io/file.h"
 #include "io/safetensors.h"
@@ -105,6 +106,42 @@ TEST_F(ServeLora, RequestsSwitchLorasAndEqualXditGenerate) {
     const std::string message = r.body["error"]["message"].get<std::string>();
     EXPECT_NE(message.find(part), std::string::npos) << message;
     EXPECT_EQ(message.find(loras.string()), std::string::npos) << message;  // file names only
+  }
+  // Issue 68: a LoRA whose extra adapters match nothing (as peft makes them,
+  // B all zeros, under a root the model lacks) is a 400 naming them; with
+  // "ignore_unmatched" the valid adapters apply (flux_a's image) and the
+  // answer and the PNG say how many were skipped.
+  {
+    std::map<std::string, Tensor> mixed = io::read_safetensors_f32(lora("flux_a"));
+    constexpr int kJunk = 40;
+    for (int i = 0; i < kJunk; ++i) {
+      const std::string m = "transformer.nonexistent_blocks." + std::to_string(i) + ".to_q";
+      mixed[m + ".lora_A.weight"] =
+          Tensor::from_vector(test::randn(16, 30 + static_cast<uint64_t>(i)), {2, 8});
+      mixed[m + ".lora_B.weight"] = Tensor::zeros({8, 2});
+    }
+    std::vector<std::pair<std::string, Tensor>> tensors(mixed.begin(), mixed.end());
+    // (flux_a's metadata too: its lora_alpha)
+    io::write_safetensors((loras / "mixed.safetensors").string(), tensors,
+                          io::SafeTensorsFile(lora("flux_a")).metadata());
+    const test::Reply refused =
+        test::post_json(c, "/generate", "{" + request + R"(, "loras": [{"name": "mixed"}]})");
+    EXPECT_EQ(refused.status, 400) << refused.body.dump();
+    EXPECT_NE(refused.body.dump().find(std::to_string(kJunk) + " adapted modules match nothing"),
+              std::string::npos)
+        << refused.body.dump();
+    const test::Reply r = test::post_json(
+        c, "/generate",
+        "{" + request + R"(, "loras": [{"name": "mixed", "ignore_unmatched": true}]})");
+    ASSERT_EQ(r.status, 200) << r.body.dump();
+    const std::string label =
+        "mixed.safetensors:1 (" + std::to_string(kJunk) + " unmatched skipped)";
+    EXPECT_EQ(r.body.value("lora", ""), label) << r.body.dump();
+    const io::PngImage served = test::png_of_base64(r.body["output"]);
+    EXPECT_EQ(served.text.count("lora") ? served.text.at("lora") : "", label);
+    EXPECT_LE(test::max_pixel_diff(served,
+                                   generate(cli + " --lora '" + lora("flux_a") + "'", "mixed.png")),
+              1);
   }
   // A file of the folder rewritten in place while the server runs: the next
   // request reads it anew (flux_b now holds flux_a's adapters), and the

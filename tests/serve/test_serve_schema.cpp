@@ -185,8 +185,14 @@ json plan_json() {
           {"taylorseer_interval", 4},
           {"taylorseer_warmup", 2},
           {"taylorseer_order", 3},
-          {"loras", json::array({{{"path", "/l/a.safetensors"}, {"scale", -0.75}},
-                                 {{"path", "/l/b.safetensors"}, {"scale", 2.5}}})},
+          {"loras", json::array({{{"path", "/l/a.safetensors"},
+                                  {"scale", -0.75},
+                                  {"ignore_unmatched", true},
+                                  {"skipped", 7}},
+                                 {{"path", "/l/b.safetensors"},
+                                  {"scale", 2.5},
+                                  {"ignore_unmatched", false},
+                                  {"skipped", 0}}})},
           {"seed", ~uint64_t{0} - 3},
           {"resize_back", true},
           {"cfg", true},
@@ -242,8 +248,9 @@ TEST(ServeSchema, EveryPlanFieldCrossesRanks) {
   EXPECT_EQ(b->cache.interval, std::optional<int64_t>(4));
   EXPECT_EQ(b->cache.warmup, std::optional<int64_t>(2));
   EXPECT_EQ(b->cache.order, std::optional<int64_t>(3));
-  EXPECT_EQ(b->loras, (std::vector<pipeline::LoraRef>{{"/l/a.safetensors", -0.75},
-                                                      {"/l/b.safetensors", 2.5}}));
+  EXPECT_EQ(b->loras, (std::vector<pipeline::LoraRef>{{"/l/a.safetensors", -0.75, true, 7},
+                                                      {"/l/b.safetensors", 2.5, false, 0}}));
+  EXPECT_EQ(b->loras.at(0).skipped, 7);
   EXPECT_EQ(b->seed, ~uint64_t{0} - 3);
   EXPECT_TRUE(b->resize_back);
   EXPECT_TRUE(b->cfg);
