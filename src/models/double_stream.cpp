@@ -5,7 +5,7 @@
 namespace xdit::models {
 
 namespace {
-constexpr float kEps = 1e-6f;  // the blocks' LayerNorms
+constexpr float kBlockEps = 1e-6f;  // the blocks' LayerNorms
 }  // namespace
 
 DoubleStreamBlock::DoubleStreamBlock(const io::WeightSource& w, const std::string& prefix,
@@ -36,9 +36,9 @@ void DoubleStreamBlock::forward(float* X, const float* st, int64_t B, int64_t L,
   const auto text = [&](float* p, int64_t b) { return p + b * S * D; };
   const auto image = [&](float* p, int64_t b) { return p + (b * S + L) * D; };
   for (int64_t b = 0; b < B; ++b) {
-    kernels::layer_norm_modulate(image(X, b), image(nh, b), 1, N, D, kEps, mi + b * 6 * D,
+    kernels::layer_norm_modulate(image(X, b), image(nh, b), 1, N, D, kBlockEps, mi + b * 6 * D,
                                  mi + b * 6 * D + D, 0);
-    kernels::layer_norm_modulate(text(X, b), text(nh, b), 1, L, D, kEps, mc + b * 6 * D,
+    kernels::layer_norm_modulate(text(X, b), text(nh, b), 1, L, D, kBlockEps, mc + b * 6 * D,
                                  mc + b * 6 * D + D, 0);
   }
   attend(nh, tmp);  // (image, text) after to_out / to_add_out
@@ -46,11 +46,11 @@ void DoubleStreamBlock::forward(float* X, const float* st, int64_t B, int64_t L,
     kernels::gated_residual_add(text(X, b), text(tmp, b), 1, L, D, mc + b * 6 * D + 2 * D, 0);
     kernels::gated_residual_add(image(X, b), image(tmp, b), 1, N, D, mi + b * 6 * D + 2 * D, 0);
     // MLPs: image, then text.
-    kernels::layer_norm_modulate(image(X, b), image(nh, b), 1, N, D, kEps, mi + b * 6 * D + 3 * D,
+    kernels::layer_norm_modulate(image(X, b), image(nh, b), 1, N, D, kBlockEps, mi + b * 6 * D + 3 * D,
                                  mi + b * 6 * D + 4 * D, 0);
     ff_.forward(image(nh, b), N, image(tmp, b), ffh);
     kernels::gated_residual_add(image(X, b), image(tmp, b), 1, N, D, mi + b * 6 * D + 5 * D, 0);
-    kernels::layer_norm_modulate(text(X, b), text(nh, b), 1, L, D, kEps, mc + b * 6 * D + 3 * D,
+    kernels::layer_norm_modulate(text(X, b), text(nh, b), 1, L, D, kBlockEps, mc + b * 6 * D + 3 * D,
                                  mc + b * 6 * D + 4 * D, 0);
     ff_context_.forward(text(nh, b), L, text(tmp, b), ffh);
     kernels::gated_residual_add(text(X, b), text(tmp, b), 1, L, D, mc + b * 6 * D + 5 * D, 0);
@@ -63,7 +63,7 @@ void DoubleStreamBlock::modulated_image(const float* X, const float* st, int64_t
   float* mod = mod_s.get(static_cast<size_t>(B * 12 * D));
   mod_.forward(st, B, mod);  // shift, scale of the image stream's six
   for (int64_t i = 0; i < B; ++i)
-    kernels::layer_norm_modulate(X + (i * S + L) * D, out + i * N * D, 1, N, D, kEps,
+    kernels::layer_norm_modulate(X + (i * S + L) * D, out + i * N * D, 1, N, D, kBlockEps,
                                  mod + i * 6 * D, mod + i * 6 * D + D, 0);
 }
 

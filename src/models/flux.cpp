@@ -13,7 +13,7 @@ namespace xdit::models {
 
 namespace {
 
-constexpr float kEps = 1e-6f;  // every LayerNorm and RMSNorm of the model
+constexpr float kFluxEps = 1e-6f;  // every LayerNorm and RMSNorm of the model
 
 }  // namespace
 
@@ -168,7 +168,7 @@ void FluxTransformer::single_block(SingleBlock& blk, float* X, int layer) {
   float* tmp = tmp_.get(static_cast<size_t>(B * S * D));
   float* ffh = ff_.get(static_cast<size_t>(B * S * 4 * D / stage_.tp.size));
   blk.mod.forward(st_.get(static_cast<size_t>(B * D)), B, mod);  // shift, scale, gate
-  kernels::layer_norm_modulate(X, nh, B, S, D, kEps, mod, mod + D, 3 * D);
+  kernels::layer_norm_modulate(X, nh, B, S, D, kFluxEps, mod, mod + D, 3 * D);
   // Attention and MLP from the same input; proj_out over [attention | MLP].
   // diffusers' single_transformer_blocks.j.attn (pre_only): before proj_out.
   const float* att = nullptr;
@@ -227,7 +227,7 @@ Tensor FluxTransformer::block_modulated_input(int64_t b, const Streams& s) {
   const int64_t stride = 3 * D;
   for (int64_t i = 0; i < B; ++i)
     kernels::layer_norm_modulate(s.x.data<float>() + (i * S + L) * D, m.data<float>() + i * N * D,
-                                 1, N, D, kEps, mod + i * stride, mod + i * stride + D, 0);
+                                 1, N, D, kFluxEps, mod + i * stride, mod + i * stride + D, 0);
   return m;
 }
 

@@ -10,7 +10,7 @@
 namespace xdit::models {
 
 namespace {
-constexpr float kEps = 1e-6f;  // every LayerNorm and RMSNorm of the model
+constexpr float kSd3Eps = 1e-6f;  // every LayerNorm and RMSNorm of the model
 }  // namespace
 
 struct SD3Transformer::Block {
@@ -153,14 +153,14 @@ void SD3Transformer::block(Block& blk, float* X, int64_t index) {
   for (int64_t b = 0; b < B; ++b) {
     const float* m = mi + b * mi_n;
     const float* n = mc + b * mc_n;
-    kernels::layer_norm_modulate(image(X, b, D), image(nh, b, D), 1, N, D, kEps, m, m + D, 0);
+    kernels::layer_norm_modulate(image(X, b, D), image(nh, b, D), 1, N, D, kSd3Eps, m, m + D, 0);
     if (blk.dual)
-      kernels::layer_norm_modulate(image(X, b, D), nh2 + b * N * D, 1, N, D, kEps, m + 6 * D,
+      kernels::layer_norm_modulate(image(X, b, D), nh2 + b * N * D, 1, N, D, kSd3Eps, m + 6 * D,
                                    m + 7 * D, 0);
     if (blk.last)  // AdaLN-continuous: [scale, shift]
-      kernels::layer_norm_modulate(text(X, b, D), text(nh, b, D), 1, L, D, kEps, n + D, n, 0);
+      kernels::layer_norm_modulate(text(X, b, D), text(nh, b, D), 1, L, D, kSd3Eps, n + D, n, 0);
     else
-      kernels::layer_norm_modulate(text(X, b, D), text(nh, b, D), 1, L, D, kEps, n, n + D, 0);
+      kernels::layer_norm_modulate(text(X, b, D), text(nh, b, D), 1, L, D, kSd3Eps, n, n + D, 0);
   }
   nn::JointCall call;
   call.batch = B;
@@ -190,14 +190,14 @@ void SD3Transformer::block(Block& blk, float* X, int64_t index) {
   }
   for (int64_t b = 0; b < B; ++b) {
     const float* m = mi + b * mi_n;
-    kernels::layer_norm_modulate(image(X, b, D), image(nh, b, D), 1, N, D, kEps, m + 3 * D,
+    kernels::layer_norm_modulate(image(X, b, D), image(nh, b, D), 1, N, D, kSd3Eps, m + 3 * D,
                                  m + 4 * D, 0);
     blk.ff.forward(image(nh, b, D), N, image(att, b, D), ffh);
     kernels::gated_residual_add(image(X, b, D), image(att, b, D), 1, N, D, m + 5 * D, 0);
     if (blk.last) continue;  // context_pre_only: the text stream ends here
     const float* n = mc + b * mc_n;
     kernels::gated_residual_add(text(X, b, D), text(tmp, b, D), 1, L, D, n + 2 * D, 0);
-    kernels::layer_norm_modulate(text(X, b, D), text(nh, b, D), 1, L, D, kEps, n + 3 * D, n + 4 * D,
+    kernels::layer_norm_modulate(text(X, b, D), text(nh, b, D), 1, L, D, kSd3Eps, n + 3 * D, n + 4 * D,
                                  0);
     blk.ff_context.forward(text(nh, b, D), L, text(tmp, b, D), ffh);
     kernels::gated_residual_add(text(X, b, D), text(tmp, b, D), 1, L, D, n + 5 * D, 0);
@@ -216,7 +216,7 @@ Tensor SD3Transformer::block_modulated_input(int64_t b, const Streams& s) {
   Tensor m = Tensor::empty({B, N, D}, DType::kF32, current_device());
   for (int64_t i = 0; i < B; ++i)
     kernels::layer_norm_modulate(s.x.data<float>() + (i * S + L) * D, m.data<float>() + i * N * D,
-                                 1, N, D, kEps, mi + i * mi_n, mi + i * mi_n + D, 0);
+                                 1, N, D, kSd3Eps, mi + i * mi_n, mi + i * mi_n + D, 0);
   return m;
 }
 

@@ -20,10 +20,6 @@ namespace xdit::nn {
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 // alpha_pattern / lora_alpha of the file's lora_adapter_metadata for a
 // component's module; none where the file has neither.
 std::optional<double> metadata_alpha(const io::Json& meta, const std::string& component,
@@ -32,7 +28,7 @@ std::optional<double> metadata_alpha(const io::Json& meta, const std::string& co
   const auto pattern = meta.find(component + ".alpha_pattern");
   if (pattern != meta.end() && pattern->is_object())
     for (const auto& [key, value] : pattern->items())
-      if (module == key || ends_with(module, "." + key)) return value.get<double>();
+      if (module == key || module.ends_with("." + key)) return value.get<double>();
   const auto alpha = meta.find(component + ".lora_alpha");
   if (alpha != meta.end() && alpha->is_number()) return alpha->get<double>();
   return std::nullopt;

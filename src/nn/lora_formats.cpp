@@ -9,14 +9,6 @@ namespace xdit::nn {
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-bool starts_with(const std::string& s, const std::string& head) {
-  return s.rfind(head, 0) == 0;
-}
-
 std::string replace_all(std::string s, char from, char to) {
   for (char& c : s)
     if (c == from) c = to;
@@ -103,7 +95,7 @@ bool clip_target(const std::string& name, std::string& module) {
   const std::string part = m[2];
   module =
       "text_model.encoder.layers." + m[1].str() + "." +
-      (starts_with(part, "self_attn_") ? "self_attn." + part.substr(10) : "mlp." + part.substr(4));
+      (part.starts_with("self_attn_") ? "self_attn." + part.substr(10) : "mlp." + part.substr(4));
   return true;
 }
 
@@ -125,16 +117,16 @@ void read_kohya(const std::map<std::string, io::TensorEntry>& entries, LoraLayou
   const std::string kDown = ".lora_down.weight", kUp = ".lora_up.weight";
   std::set<std::string> taken;
   for (const auto& [key, entry] : entries) {
-    if (!ends_with(key, kDown)) continue;
+    if (!key.ends_with(kDown)) continue;
     const std::string base = key.substr(0, key.size() - kDown.size());
     // BFL's names as ComfyUI writes them → sd-scripts' ('.' → '_').
     std::string name = base;
-    if (starts_with(name, "diffusion_model.")) {
+    if (name.starts_with("diffusion_model.")) {
       name = "lora_unet_" + name.substr(16);
       out.format = "bfl";
-    } else if (starts_with(name, "text_encoders.clip_l.transformer.")) {
+    } else if (name.starts_with("text_encoders.clip_l.transformer.")) {
       name = "lora_te_" + name.substr(33);
-    } else if (starts_with(name, "text_encoders.t5xxl.transformer.")) {
+    } else if (name.starts_with("text_encoders.t5xxl.transformer.")) {
       name = "lora_te3_" + name.substr(32);
     }
     name = replace_all(name, '.', '_');
@@ -146,7 +138,7 @@ void read_kohya(const std::map<std::string, io::TensorEntry>& entries, LoraLayou
     bool known = false;
     FluxTarget t;
     std::string clip;
-    if (starts_with(name, "lora_unet_") && flux_target(name.substr(10), t)) {
+    if (name.starts_with("lora_unet_") && flux_target(name.substr(10), t)) {
       known = true;
       k.swap_halves = t.swap_halves;
       k.parts = t.parts;
@@ -156,13 +148,13 @@ void read_kohya(const std::map<std::string, io::TensorEntry>& entries, LoraLayou
         k.part = static_cast<int>(i);
         out.keys.push_back(k);
       }
-    } else if ((starts_with(name, "lora_te_") && clip_target(name.substr(8), clip)) ||
-               (starts_with(name, "lora_te1_") && clip_target(name.substr(9), clip))) {
+    } else if ((name.starts_with("lora_te_") && clip_target(name.substr(8), clip)) ||
+               (name.starts_with("lora_te1_") && clip_target(name.substr(9), clip))) {
       known = true;
       k.component = "text_encoder";
       k.module = clip;
       out.keys.push_back(k);
-    } else if (starts_with(name, "lora_te3_") && t5_target(name.substr(9), clip)) {
+    } else if (name.starts_with("lora_te3_") && t5_target(name.substr(9), clip)) {
       // sd-scripts' T5-XXL (diffusers drops it; FLUX.1's text_encoder_2).
       known = true;
       k.component = "text_encoder_2";
@@ -222,7 +214,7 @@ void read_diffusers(const std::map<std::string, io::TensorEntry>& entries, const
                     const std::string& up, LoraLayout& out) {
   std::set<std::string> taken;
   for (const auto& [key, entry] : entries) {
-    if (!ends_with(key, down)) continue;
+    if (!key.ends_with(down)) continue;
     const std::string prefix = key.substr(0, key.size() - down.size());
     const size_t dot = prefix.find('.');
     if (dot == std::string::npos || !is_component(prefix.substr(0, dot))) continue;
@@ -250,7 +242,7 @@ LoraLayout lora_layout(const std::map<std::string, io::TensorEntry>& entries,
   };
   const auto any_prefix = [&](const std::string& head) {
     for (const auto& [key, entry] : entries)
-      if (starts_with(key, head)) return true;
+      if (key.starts_with(head)) return true;
     return false;
   };
   LoraLayout out;

@@ -47,7 +47,7 @@ std::string for_icu(const std::string& pattern) {
   return out;
 }
 
-std::string utf8(const icu::UnicodeString& u) {
+std::string utf8_of(const icu::UnicodeString& u) {
   std::string s;
   u.toUTF8String(s);
   return s;
@@ -199,12 +199,12 @@ void QwenTokenizer::encode_plain(const std::string& text, std::vector<int32_t>& 
   int32_t at = 0;
   while (m->find(st) && U_SUCCESS(st)) {
     const int32_t b = m->start(st), e = m->end(st);
-    if (b > at) bpe_.encode(utf8(u.tempSubStringBetween(at, b)), "", -1, out);
-    bpe_.encode(utf8(u.tempSubStringBetween(b, e)), "", -1, out);
+    if (b > at) bpe_.encode(utf8_of(u.tempSubStringBetween(at, b)), "", -1, out);
+    bpe_.encode(utf8_of(u.tempSubStringBetween(b, e)), "", -1, out);
     at = e;
   }
   XDIT_CHECK(U_SUCCESS(st), "ICU regex: ", u_errorName(st));
-  if (at < u.length()) bpe_.encode(utf8(u.tempSubStringBetween(at, u.length())), "", -1, out);
+  if (at < u.length()) bpe_.encode(utf8_of(u.tempSubStringBetween(at, u.length())), "", -1, out);
 }
 
 std::vector<int32_t> QwenTokenizer::tokenize(const std::string& text) const {
@@ -218,7 +218,7 @@ std::vector<int32_t> QwenTokenizer::tokenize(const std::string& text) const {
         const icu::UnicodeString n = nfc->normalize(icu::UnicodeString::fromUTF8(raw), st);
         XDIT_CHECK(U_SUCCESS(st), "ICU cannot normalize the prompt: ", u_errorName(st));
         split_at_added(
-            added_, utf8(n), true, [&](const std::string& s) { encode_plain(s, out); }, out);
+            added_, utf8_of(n), true, [&](const std::string& s) { encode_plain(s, out); }, out);
       },
       out);
   return out;
