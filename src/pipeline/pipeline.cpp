@@ -184,7 +184,8 @@ int Pipeline::text_parallel() const {
   // On a GPU the text encoder splits over the transformer's tensor-parallel
   // group or not at all; on the CPU over as many of the replica's ranks as
   // its heads and units allow.
-  const bool splits_tp = tp == 1 || family_->text_parallel_degree(tp) == tp;
+  // (Nothing to say before the text side is open: embeddings given.)
+  const bool splits_tp = tp == 1 || !text_opened_ || family_->text_parallel_degree(tp) == tp;
   const int d = device_.cuda() ? (splits_tp ? tp : 1)
                                : family_->text_parallel_degree(mesh_->config().replica());
   if (!splits_tp) {

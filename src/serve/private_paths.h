@@ -13,8 +13,9 @@ namespace xdit::serve {
 
 class PrivatePaths {
  public:
-  // Hides `folder` (as given, and its canonical form when it exists): a path
-  // under it is shown as `shown_as` + its part below the folder.
+  // Hides `folder` when it is one (as given, and its canonical and absolute
+  // forms): a path under it — where a path starts — is shown as `shown_as`
+  // + its part below the folder.
   void add(const std::string& folder, const std::string& shown_as);
   // `message` with every known folder replaced.
   std::string shown(const std::string& message) const;

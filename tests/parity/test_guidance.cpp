@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -172,6 +173,13 @@ TEST(ZImageGuider, ScalesOnePlusGTruncatesAndCapsTheNorm) {
   for (int64_t b = 0; b < kP; ++b) expect_close(item(loose, b), combined(out, b, 1.5), 1e-5);
 }
 
+// One line each, naming the knob.
+std::string one_line_error(const std::function<void()>& f) {
+  const std::string e = test::error_message(f);
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  return e;
+}
+
 TEST(Guiders, CheckTheirKnobsInOneLine) {
   const pipeline::CfgGuider cfg({});
   const pipeline::ZImageGuider z;
@@ -182,25 +190,24 @@ TEST(Guiders, CheckTheirKnobsInOneLine) {
   s.guidance_scale = 4.5;
   EXPECT_NO_THROW(cfg.check(s, l));
   s.guidance_scale = -1e-3;
-  EXPECT_NE(test::error_message([&] { cfg.check(s, l); }).find("guidance_scale must be"),
+  EXPECT_NE(one_line_error([&] { cfg.check(s, l); }).find("guidance_scale must be"),
             std::string::npos);
   s.guidance_scale = 4.5;
   s.true_cfg_scale = std::nan("");
-  EXPECT_NE(test::error_message([&] { cfg.check(s, l); }).find("true_cfg_scale must be"),
+  EXPECT_NE(one_line_error([&] { cfg.check(s, l); }).find("true_cfg_scale must be"),
             std::string::npos);
   s.true_cfg_scale = 1;
   s.cfg_truncation = 0.5;
-  EXPECT_NE(test::error_message([&] { cfg.check(s, l); }).find("are Z-Image's"), std::string::npos)
+  EXPECT_NE(one_line_error([&] { cfg.check(s, l); }).find("are Z-Image's"), std::string::npos)
       << "only Z-Image's guider takes cfg_truncation";
   EXPECT_NO_THROW(z.check(s, l));
   s.cfg_truncation = -0.5;
-  EXPECT_NE(test::error_message([&] { z.check(s, l); }).find("cfg_truncation must be"),
+  EXPECT_NE(one_line_error([&] { z.check(s, l); }).find("cfg_truncation must be"),
             std::string::npos);
   s.cfg_truncation = 1;
   s.cfg_normalization = 1.05;
   l.pipefusion = true;
-  EXPECT_NE(test::error_message([&] { z.check(s, l); }).find("not with PipeFusion"),
-            std::string::npos);
+  EXPECT_NE(one_line_error([&] { z.check(s, l); }).find("not with PipeFusion"), std::string::npos);
   l.pipefusion = false;
   EXPECT_NO_THROW(z.check(s, l));
 }

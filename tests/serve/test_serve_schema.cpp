@@ -3,6 +3,7 @@
 // into the ImageRequest `xdit generate` would build, the committed OpenAPI
 // file is the one the field tables make, and the queue is a bounded FIFO.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include "core/error.h"
 #include "serve/job_queue.h"
 #include "serve/metrics.h"
+#include "serve/private_paths.h"
 #include "serve/request_schema.h"
 #include "serve/startup_line.h"
 
@@ -318,6 +320,26 @@ std::shared_ptr<Job> job(const std::string& prompt, double seconds = 60) {
   r.image.prompts = {prompt};
   return std::make_shared<Job>(r, Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                                      std::chrono::duration<double>(seconds)));
+}
+
+// An answer names files below the server's folders, never the folders
+// (issue 68): a path under one loses its folder where a path starts; the
+// same text inside another path, or a name that is no folder (a Hugging
+// Face id), is left alone.
+TEST(ServePrivatePaths, AnswersNameFilesBelowTheServersFolders) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("xdit_private_" + std::to_string(::getpid()));
+  fs::create_directories(dir / "sub");
+  serve::PrivatePaths p;
+  p.add((dir / "sub").string() + "/", "");
+  p.add("org/not-a-folder", "");
+  const std::string sub = (dir / "sub").string();
+  EXPECT_EQ(p.shown("the model file " + sub + "/transformer/a.safetensors changed"),
+            "the model file transformer/a.safetensors changed");
+  EXPECT_EQ(p.shown("'" + sub + "/vae/b' and " + sub + "way/c"), "'vae/b' and " + sub + "way/c");
+  EXPECT_EQ(p.shown("see x" + sub + "/d"), "see x" + sub + "/d") << "not where a path starts";
+  EXPECT_EQ(p.shown("org/not-a-folder/e"), "org/not-a-folder/e");
+  fs::remove_all(dir);
 }
 
 TEST(ServeQueue, BoundedFifoTakesOnePerGroup) {
