@@ -44,7 +44,7 @@ const char* safetensors_name(DType t) {
   return "?";
 }
 
-std::string errno_text() {
+std::string last_errno_text() {
   return std::strerror(errno);
 }
 
@@ -78,7 +78,7 @@ MappedFile map_file(const std::string& path, const std::string& what) {
   // O_NONBLOCK: opening a FIFO given as a weights or embeddings file must not
   // wait for a writer; fstat then refuses it.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  XDIT_CHECK(fd >= 0, "cannot open ", what, " ", path, ": ", errno_text());
+  XDIT_CHECK(fd >= 0, "cannot open ", what, " ", path, ": ", last_errno_text());
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -91,7 +91,7 @@ MappedFile map_file(const std::string& path, const std::string& what) {
   }
   void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   if (p == MAP_FAILED) {
-    const std::string why = errno_text();
+    const std::string why = last_errno_text();
     ::close(fd);
     XDIT_FAIL("cannot memory-map ", path, ": ", why);
   }

@@ -9,12 +9,12 @@ namespace {
 
 // A joint block's module → (original module under joint_blocks.N., part of
 // a fused qkv or −1).
-struct Part {
+struct Sd3Part {
   std::string tail;
   int index = -1;
 };
 
-const std::map<std::string, std::string>& global_names() {
+const std::map<std::string, std::string>& sd3_global_names() {
   static const std::map<std::string, std::string> m = {
       {"pos_embed.proj", "x_embedder.proj"},
       {"time_text_embed.timestep_embedder.linear_1", "t_embedder.mlp.0"},
@@ -28,8 +28,8 @@ const std::map<std::string, std::string>& global_names() {
   return m;
 }
 
-const std::map<std::string, Part>& block_parts() {
-  static const std::map<std::string, Part> m = {
+const std::map<std::string, Sd3Part>& block_parts() {
+  static const std::map<std::string, Sd3Part> m = {
       {"norm1.linear", {"x_block.adaLN_modulation.1"}},
       {"norm1_context.linear", {"context_block.adaLN_modulation.1"}},
       {"attn.to_q", {"x_block.attn.qkv", 0}},
@@ -53,7 +53,7 @@ const std::map<std::string, Part>& block_parts() {
 }
 
 // The qk RMSNorms' scales (SD3.5; weights only).
-const std::map<std::string, std::string>& norm_names() {
+const std::map<std::string, std::string>& sd3_norm_names() {
   static const std::map<std::string, std::string> m = {
       {"attn.norm_q", "x_block.attn.ln_q.weight"},
       {"attn.norm_k", "x_block.attn.ln_k.weight"},
@@ -75,8 +75,8 @@ std::optional<OriginalRows> sd3_original_rows(const std::string& diffusers_name,
   if (!std::regex_match(diffusers_name, m, kName)) return std::nullopt;
   const std::string module = m[2], kind = m[3];
   if (!m[1].matched) {
-    const auto it = global_names().find(module);
-    if (it == global_names().end()) return std::nullopt;
+    const auto it = sd3_global_names().find(module);
+    if (it == sd3_global_names().end()) return std::nullopt;
     OriginalRows r{it->second + "." + kind};
     r.swap_halves = module == "norm_out.linear";
     return r;
@@ -84,7 +84,7 @@ std::optional<OriginalRows> sd3_original_rows(const std::string& diffusers_name,
   const int64_t block = std::stoll(m[1].str());
   if (block > last_block) return std::nullopt;
   const std::string prefix = "joint_blocks." + m[1].str() + ".";
-  if (const auto n = norm_names().find(module); n != norm_names().end())
+  if (const auto n = sd3_norm_names().find(module); n != sd3_norm_names().end())
     return kind == "weight" ? std::optional<OriginalRows>(OriginalRows{prefix + n->second})
                             : std::nullopt;
   const auto p = block_parts().find(module);
