@@ -11,18 +11,22 @@
 
 namespace xdit::app {
 
-bool is_mp4_path(const std::string& path) {
-  if (path.size() < 4) return false;
-  std::string ext = path.substr(path.size() - 4);
-  std::transform(ext.begin(), ext.end(), ext.begin(),
+namespace {
+
+std::string lowercase(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return ext == ".mp4";
+  return s;
+}
+
+}  // namespace
+
+bool is_mp4_path(const std::string& path) {
+  return path.size() >= 4 && lowercase(path.substr(path.size() - 4)) == ".mp4";
 }
 
 void check_output_extension(const std::string& path, bool latents) {
-  std::string ext = std::filesystem::path(path).extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  const std::string ext = lowercase(std::filesystem::path(path).extension().string());
   if (ext.empty()) return;
   if (latents) {
     XDIT_CHECK(ext == ".safetensors", "--output ", path,

@@ -211,10 +211,9 @@ int run_info(InfoOptions o) {
   q.text_tokens = max_len;
   q.dtype = dt;
   q.vae_scale_factor = vsf;
-  pipeline::GuidanceSettings defaults;
-  defaults.guidance_scale = family.guider().default_guidance();
-  defaults.true_cfg_scale = family.guider().default_true_cfg();
-  q.cfg = family.guider().two_predictions(defaults);
+  pipeline::GuidanceSettings asked;  // nothing asked: the defaults, no negative prompt
+  asked.guidance_scale = asked.true_cfg_scale = pipeline::kDefaultGuidance;
+  q.cfg = family.guider().two_predictions(family.guider().resolved(asked));
   q.t5 = t5 ? &*t5 : nullptr;
   q.clip = clip ? &*clip : nullptr;
   q.qwen = qwen ? &*qwen : nullptr;

@@ -243,14 +243,12 @@ LatentDecoder::Factors Pipeline::vae_factors() const {
 
 bool Pipeline::uses_cfg(const LatentRequest& r) const {
   // (the defaults resolved as the planner resolves them)
+  GuidanceSettings asked;
+  asked.guidance_scale = r.guidance_scale;
+  asked.true_cfg_scale = r.true_cfg_scale;
+  asked.negative = !r.uncond.empty();
   const Guider& guider = family_->guider();
-  GuidanceSettings s;
-  s.guidance_scale =
-      r.guidance_scale == kDefaultGuidance ? guider.default_guidance() : r.guidance_scale;
-  s.true_cfg_scale =
-      r.true_cfg_scale == kDefaultGuidance ? guider.default_true_cfg() : r.true_cfg_scale;
-  s.negative = !r.uncond.empty();
-  return guider.two_predictions(s);
+  return guider.two_predictions(guider.resolved(asked));
 }
 
 void Pipeline::set_device(Device device) {

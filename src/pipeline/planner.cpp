@@ -219,10 +219,9 @@ void Pipeline::check_steps(int64_t steps) const {
 
 void Pipeline::settle_guidance(const GuidanceSettings& asked, PlanFields& f) const {
   const Guider& guider = family_->guider();
-  f.guidance_scale =
-      asked.guidance_scale == kDefaultGuidance ? guider.default_guidance() : asked.guidance_scale;
-  f.true_cfg_scale =
-      asked.true_cfg_scale == kDefaultGuidance ? guider.default_true_cfg() : asked.true_cfg_scale;
+  const GuidanceSettings s = guider.resolved(asked);
+  f.guidance_scale = s.guidance_scale;
+  f.true_cfg_scale = s.true_cfg_scale;
   f.cfg_truncation = asked.cfg_truncation;
   f.cfg_normalization = asked.cfg_normalization;
   guider.check(f.guidance(), guidance_layout());

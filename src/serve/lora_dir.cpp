@@ -51,13 +51,4 @@ std::vector<std::string> LoraDir::resolve_all(const std::vector<std::string>& na
   return files;
 }
 
-std::string LoraDir::shown(const std::string& message) const {
-  if (!enabled()) return message;
-  const std::string prefix = root_ + "/";
-  std::string out = message;
-  for (size_t at = out.find(prefix); at != std::string::npos; at = out.find(prefix, at))
-    out.erase(at, prefix.size());
-  return out;
-}
-
 }  // namespace xdit::serve

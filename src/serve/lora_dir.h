@@ -23,9 +23,6 @@ class LoraDir {
   // The resolved files of a request's LoRAs; throws BadRequest(400, "loras")
   // when two name the same file (it would apply twice).
   std::vector<std::string> resolve_all(const std::vector<std::string>& names) const;
-  // `message` with the folder's path taken out of the files it names: a
-  // client sees "style.safetensors", not where the server keeps it.
-  std::string shown(const std::string& message) const;
 
  private:
   std::string root_;  // canonical

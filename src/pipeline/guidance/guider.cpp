@@ -8,6 +8,12 @@
 
 namespace xdit::pipeline {
 
+GuidanceSettings Guider::resolved(GuidanceSettings asked) const {
+  if (asked.guidance_scale == kDefaultGuidance) asked.guidance_scale = default_guidance();
+  if (asked.true_cfg_scale == kDefaultGuidance) asked.true_cfg_scale = default_true_cfg();
+  return asked;
+}
+
 void Guider::check(const GuidanceSettings& s, const GuidanceLayout& l) const {
   check_scales(s);
   check_limit_bounds(s);

@@ -55,6 +55,9 @@ class Guider {
   // diffusers pipeline's).
   virtual double default_guidance() const = 0;
   virtual double default_true_cfg() const { return 1.0; }
+  // `asked` with guidance_scale and true_cfg_scale left at kDefaultGuidance
+  // replaced by the defaults above.
+  GuidanceSettings resolved(GuidanceSettings asked) const;
   // Whether a plan's settings make each step take both predictions
   // ([uncond; cond]).
   virtual bool two_predictions(const GuidanceSettings& s) const = 0;
